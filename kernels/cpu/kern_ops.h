@@ -1,0 +1,92 @@
+/* kern_ops.h - CPU compute kernels: matmul for every weight type, and the
+ * transformer ops (RMSNorm, RoPE, SiLU-gated MLP, softmax, attention).
+ *
+ * Every kernel has a plain C reference (`*_ref`) that is the definition of
+ * its result; the SIMD paths (AVX2, AVX-512, AVX-512 VNNI) are chosen at run
+ * time by kern_cpu_level() and tested against the reference on random data.
+ * All pointers are borrowed; nothing here allocates except where stated. */
+#ifndef KERN_OPS_H
+#define KERN_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cpu/kern_pool.h"
+#include "kernels/cpu/kern_types.h"
+
+/* ---- matmul ---------------------------------------------------------------
+ * y[t][o] = sum_i W[o][i] * x[t][i]   for t < n_tok, o < n_out.
+ *   W: n_out rows of n_in values of type wt (F32, F16, BF16 or Q8_0), each
+ *      row kern_row_bytes(wt, n_in) bytes, rows back to back.
+ *   x: n_tok rows of n_in floats (row stride n_in); y: n_tok rows of n_out
+ *      floats (row stride n_out).
+ *   n_in must be a multiple of 32 for Q8_0 (and is, for every model shape).
+ * Q8_0 weights: x is first quantized per row to Q8_0 blocks (the same rule
+ * as kern_quantize_row) and the dot product is done in int8 x int8 -> int32
+ * per block, scaled by d_w * d_x, accumulated in f32.
+ * F16/BF16 weights: converted to f32 in registers, f32 accumulation.
+ *
+ * Batch invariance (the scheduler relies on it): y[t][o] is bit-identical
+ * whatever n_tok is, whatever the other rows of x hold and however many
+ * threads run - every (t, o) is computed with the same instruction sequence
+ * and the same reduction order.
+ *
+ * ws: caller-owned workspace of at least kern_matmul_ws_bytes(wt, n_in, n_tok)
+ * bytes (holds the quantized activations), 64-byte aligned. pool may be NULL. */
+size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok);
+void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in,
+                 const float *x, int n_tok, float *y, void *ws);
+/* Reference: single-threaded plain C, same arithmetic definition. */
+void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in,
+                     const float *x, int n_tok, float *y);
+
+/* ---- elementwise / row ops (one row; the model threads over rows) ------- */
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; out may alias x. */
+void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+void kern_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps);
+
+/* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)); out may alias. */
+void kern_silu_mul(float *out, const float *gate, const float *up, int n);
+void kern_silu_mul_ref(float *out, const float *gate, const float *up, int n);
+
+/* In place, numerically stable (max subtracted). */
+void kern_softmax(float *x, int n);
+void kern_softmax_ref(float *x, int n);
+
+/* ---- RoPE ----------------------------------------------------------------
+ * Rotates the first n_rot dims of each of n_heads heads of head_dim floats
+ * (x is n_heads * head_dim floats) for position pos.
+ *   KERN_ROPE_ADJACENT: pairs (2i, 2i+1)           - llama.cpp "normal",
+ *                       llama2.c, GGUF llama (q/k weights are permuted).
+ *   KERN_ROPE_SPLIT_HALF: pairs (i, i + n_rot/2)   - GPT-NeoX, qwen2.
+ * Pair i (i < n_rot/2) turns by angle
+ *   pos * freq_scale * base^(-2i/n_rot) / (freq_factors ? freq_factors[i] : 1).
+ * freq_scale is 1/linear-scaling-factor. */
+typedef enum { KERN_ROPE_ADJACENT = 0, KERN_ROPE_SPLIT_HALF = 1 } kern_rope_mode;
+void kern_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float base,
+               float freq_scale, const float *freq_factors, kern_rope_mode mode);
+
+/* ---- attention over a (possibly paged) KV cache ----------------------------
+ * The cache for one layer and one sequence is seen through a block table:
+ * the K row of position p and KV head g starts at
+ *   k + block_table[p / block_size] * block_stride + (p % block_size) * row_stride + g * head_dim
+ * (V likewise). A contiguous cache is one block of block_size >= n_ctx. */
+typedef struct kern_kv_view {
+    float *k;
+    float *v;
+    const int32_t *block_table;
+    int block_size;
+    size_t block_stride; /* floats between blocks */
+    size_t row_stride;   /* floats between positions in a block (>= n_kv_head * head_dim) */
+} kern_kv_view;
+
+/* One query head against positions [0, n_ctx) of KV head kv_head:
+ * out = softmax(q . K^T * scale) . V. q and out are head_dim floats;
+ * scratch holds n_ctx floats. */
+void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int kv_head,
+                         int n_ctx, int head_dim, float scale, float *scratch);
+void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head,
+                             int n_ctx, int head_dim, float scale, float *scratch);
+
+#endif

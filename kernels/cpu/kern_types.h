@@ -1,0 +1,74 @@
+/* kern_types.h - tensor element types, quantized block layouts, conversions.
+ *
+ * Type ids equal the GGML type ids stored in GGUF files, so a tensor's type
+ * field can be used directly once validated with kern_type_valid().
+ *
+ * Quantized layouts (blocks of KERN_QK = 32 consecutive values of one row):
+ *   Q8_0: { fp16 d; int8 qs[32]; }              x[i] = d * qs[i]
+ *   Q4_0: { fp16 d; uint8 qs[16]; }             x[i] = d * ((nibble) - 8)
+ *   Q4_1: { fp16 d; fp16 m; uint8 qs[16]; }     x[i] = d * nibble + m
+ *   For Q4_*: byte j holds value j in its low nibble and value j+16 in its
+ *   high nibble (j = 0..15), as in GGML.
+ * A row of n values (n a multiple of the block size) is n/32 blocks packed
+ * back to back; kern_row_bytes() gives its size. */
+#ifndef KERN_TYPES_H
+#define KERN_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kern_type {
+    KERN_TYPE_F32 = 0,
+    KERN_TYPE_F16 = 1,
+    KERN_TYPE_Q4_0 = 2,
+    KERN_TYPE_Q4_1 = 3,
+    KERN_TYPE_Q8_0 = 8,
+    KERN_TYPE_BF16 = 30,
+} kern_type;
+
+#define KERN_QK 32
+
+typedef struct {
+    uint16_t d;
+    int8_t qs[KERN_QK];
+} kern_block_q8_0;
+typedef struct {
+    uint16_t d;
+    uint8_t qs[KERN_QK / 2];
+} kern_block_q4_0;
+typedef struct {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[KERN_QK / 2];
+} kern_block_q4_1;
+
+_Static_assert(sizeof(kern_block_q8_0) == 34, "q8_0 block is 34 bytes");
+_Static_assert(sizeof(kern_block_q4_0) == 18, "q4_0 block is 18 bytes");
+_Static_assert(sizeof(kern_block_q4_1) == 20, "q4_1 block is 20 bytes");
+
+/* 1 for the six types above, 0 for anything else (e.g. an id read from a file). */
+int kern_type_valid(uint32_t type);
+const char *kern_type_name(kern_type t);
+/* Values per block: 1 for F32/F16/BF16, 32 for the quantized types. */
+int kern_type_block_size(kern_type t);
+/* Bytes per block: 4, 2, 2, 34, 18, 20. */
+size_t kern_type_block_bytes(kern_type t);
+/* Bytes of a row of n values; n must be a multiple of the block size. */
+size_t kern_row_bytes(kern_type t, int64_t n);
+
+/* Scalar conversions (IEEE half with round-to-nearest-even; bf16 by rounding). */
+float kern_fp16_to_fp32(uint16_t h);
+uint16_t kern_fp32_to_fp16(float f);
+float kern_bf16_to_fp32(uint16_t h);
+uint16_t kern_fp32_to_bf16(float f);
+
+/* Row conversions. n is a multiple of the type's block size. */
+void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n);
+/* Quantize f32 to t (F32, F16, BF16, Q8_0, Q4_0, Q4_1). Q8_0 uses
+ * d = max|x| / 127 and qs = round(x / d), as GGML does. */
+void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n);
+/* Q4_0/Q4_1 -> Q8_0 without going through a lossy f32 round trip where
+ * avoidable (dequantize each block exactly, then requantize). */
+void kern_requantize_row_q8_0(kern_type t, const void *src, kern_block_q8_0 *dst, int64_t n);
+
+#endif
