@@ -1,0 +1,310 @@
+/* forward.c - the batched transformer forward pass (llama / qwen2).
+ *
+ * One call processes every token of the batch: the projections and the MLP
+ * are matrix-matrix products over all tokens (weights streamed once per
+ * call, not once per token), attention runs per (token, head) against that
+ * token's own sequence in the KV cache. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/brisk_error.h"
+#include "models/model.h"
+#include "models/model_internal.h"
+
+struct model_state {
+    int max_tokens, max_ctx;
+    float *x;      /* [max_tokens][dim] residual stream */
+    float *xb;     /* [max_tokens][dim] normed input of a block */
+    float *xb2;    /* [max_tokens][dim] block output before the residual add */
+    float *q;      /* [max_tokens][q_dim] */
+    float *k, *v;  /* [max_tokens][kv_dim] */
+    float *att;    /* [max_tokens][q_dim] attention output */
+    float *hb;     /* [max_tokens][hidden] */
+    float *hb2;    /* [max_tokens][hidden] */
+    float *xout;   /* [max_tokens][dim] final rows that want logits */
+    float *logits; /* [n_logits_cap][n_vocab] */
+    int n_logits_cap;
+    void *ws;      /* matmul workspace */
+    size_t ws_bytes;
+    float *att_scratch; /* [n_scratch_threads][max_ctx] */
+    int n_scratch_threads;
+};
+
+static float *forward_alloc(size_t n) {
+    return aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+}
+
+static size_t forward_max_ws(const model *m, int n_tok) {
+    const model_layer *L = &m->w.layers[0];
+    const model_matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                  &L->w_down, &m->w.output};
+    size_t best = 64;
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+        size_t b = kern_matmul_ws_bytes(mats[i]->type, mats[i]->n_in, n_tok);
+        if (b > best) best = b;
+    }
+    /* Every layer has the same shapes and types, except that conversion may
+     * fall back per tensor; scan them all to be safe. */
+    for (int l = 1; l < m->cfg.n_layers; l++) {
+        const model_layer *Ll = &m->w.layers[l];
+        const model_matrix *ml[] = {&Ll->wq, &Ll->wk, &Ll->wv, &Ll->wo, &Ll->w_gate, &Ll->w_up,
+                                    &Ll->w_down};
+        for (size_t i = 0; i < sizeof ml / sizeof ml[0]; i++) {
+            size_t b = kern_matmul_ws_bytes(ml[i]->type, ml[i]->n_in, n_tok);
+            if (b > best) best = b;
+        }
+    }
+    return best;
+}
+
+model_state *model_state_create(const model *m, int max_tokens, int max_ctx) {
+    if (max_tokens <= 0 || max_ctx <= 0) return NULL;
+    const model_config *c = &m->cfg;
+    model_state *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    size_t T = (size_t)max_tokens;
+    size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    st->max_tokens = max_tokens;
+    st->max_ctx = max_ctx;
+    st->x = forward_alloc(T * c->dim);
+    st->xb = forward_alloc(T * c->dim);
+    st->xb2 = forward_alloc(T * c->dim);
+    st->q = forward_alloc(T * q_dim);
+    st->k = forward_alloc(T * kv_dim);
+    st->v = forward_alloc(T * kv_dim);
+    st->att = forward_alloc(T * q_dim);
+    st->hb = forward_alloc(T * c->hidden_dim);
+    st->hb2 = forward_alloc(T * c->hidden_dim);
+    st->xout = forward_alloc(T * c->dim);
+    st->ws_bytes = forward_max_ws(m, max_tokens);
+    st->ws = aligned_alloc(64, (st->ws_bytes + 63) & ~(size_t)63);
+    if (!st->x || !st->xb || !st->xb2 || !st->q || !st->k || !st->v || !st->att || !st->hb ||
+        !st->hb2 || !st->xout || !st->ws) {
+        model_state_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void model_state_free(model_state *st) {
+    if (!st) return;
+    free(st->x);
+    free(st->xb);
+    free(st->xb2);
+    free(st->q);
+    free(st->k);
+    free(st->v);
+    free(st->att);
+    free(st->hb);
+    free(st->hb2);
+    free(st->xout);
+    free(st->logits);
+    free(st->ws);
+    free(st->att_scratch);
+    free(st);
+}
+
+/* ---- parallel pieces ------------------------------------------------------ */
+
+typedef struct norm_job {
+    float *out;
+    const float *x;
+    const float *w;
+    int dim;
+    float eps;
+} norm_job;
+
+static void forward_norm_task(void *ctx, int t, int thread) {
+    norm_job *j = ctx;
+    size_t off = (size_t)t * (size_t)j->dim;
+    kern_rmsnorm(j->out + off, j->x + off, j->w, j->dim, j->eps);
+}
+
+/* Below this many tokens a row op is cheaper done inline than dispatched. */
+#define FORWARD_INLINE_ROWS 4
+
+static void forward_rmsnorm(kern_pool *pool, float *out, const float *x, const float *w, int n,
+                            int dim, float eps) {
+    norm_job j = {out, x, w, dim, eps};
+    if (n <= FORWARD_INLINE_ROWS) {
+        for (int t = 0; t < n; t++) forward_norm_task(&j, t, 0);
+    } else {
+        kern_pool_run(pool, forward_norm_task, &j, n);
+    }
+}
+
+typedef struct rope_job {
+    const model *m;
+    const model_batch *b;
+    model_state *st;
+    kv_cache *kv;
+    int layer;
+} rope_job;
+
+/* Adds biases, rotates q and k of token t and stores k, v into the cache. */
+static void forward_qkv_post_task(void *ctx, int t, int thread) {
+    rope_job *j = ctx;
+    const model_config *c = &j->m->cfg;
+    const model_layer *L = &j->m->w.layers[j->layer];
+    int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    float *q = j->st->q + (size_t)t * q_dim;
+    float *k = j->st->k + (size_t)t * kv_dim;
+    float *v = j->st->v + (size_t)t * kv_dim;
+    if (L->bq) {
+        for (int i = 0; i < q_dim; i++) q[i] += L->bq[i];
+        for (int i = 0; i < kv_dim; i++) k[i] += L->bk[i];
+        for (int i = 0; i < kv_dim; i++) v[i] += L->bv[i];
+    }
+    int pos = j->b->pos[t];
+    kern_rope(q, c->n_heads, c->head_dim, c->n_rot, pos, c->rope_base, c->rope_freq_scale,
+              j->m->w.rope_freqs, c->rope_mode);
+    kern_rope(k, c->n_kv_heads, c->head_dim, c->n_rot, pos, c->rope_base, c->rope_freq_scale,
+              j->m->w.rope_freqs, c->rope_mode);
+    kern_kv_view view;
+    kv_cache_view(j->kv, j->layer, j->b->seq[t], &view); /* indices validated up front */
+    size_t row = (size_t)view.block_table[pos / view.block_size] * view.block_stride +
+                 (size_t)(pos % view.block_size) * view.row_stride;
+    memcpy(view.k + row, k, (size_t)kv_dim * sizeof(float));
+    memcpy(view.v + row, v, (size_t)kv_dim * sizeof(float));
+}
+
+typedef struct attn_job {
+    const model *m;
+    const model_batch *b;
+    model_state *st;
+    kv_cache *kv;
+    int layer;
+} attn_job;
+
+/* Task = (token, head): that head's attention over its sequence so far. */
+static void forward_attn_task(void *ctx, int task, int thread) {
+    attn_job *j = ctx;
+    const model_config *c = &j->m->cfg;
+    int t = task / c->n_heads, h = task % c->n_heads;
+    int q_dim = c->n_heads * c->head_dim;
+    kern_kv_view view;
+    kv_cache_view(j->kv, j->layer, j->b->seq[t], &view);
+    int group = c->n_heads / c->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)c->head_dim);
+    float *scratch = j->st->att_scratch + (size_t)thread * (size_t)j->st->max_ctx;
+    kern_attention_head(j->st->att + (size_t)t * q_dim + (size_t)h * c->head_dim,
+                        j->st->q + (size_t)t * q_dim + (size_t)h * c->head_dim, &view, h / group,
+                        j->b->pos[t] + 1, c->head_dim, scale, scratch);
+}
+
+typedef struct mlp_job {
+    float *hb;
+    const float *hb2;
+    int hidden;
+} mlp_job;
+
+static void forward_silu_task(void *ctx, int t, int thread) {
+    mlp_job *j = ctx;
+    size_t off = (size_t)t * (size_t)j->hidden;
+    kern_silu_mul(j->hb + off, j->hb + off, j->hb2 + off, j->hidden);
+}
+
+/* ---- the pass ------------------------------------------------------------- */
+
+static int forward_validate(const model *m, const model_state *st, kv_cache *kv,
+                            const model_batch *b) {
+    if (b->n_tokens <= 0 || b->n_tokens > st->max_tokens) return BRISK_ERANGE;
+    int n_seqs = kv_cache_n_seqs(kv);
+    int max_ctx = kv_cache_max_ctx(kv) < st->max_ctx ? kv_cache_max_ctx(kv) : st->max_ctx;
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab) return BRISK_EINVAL;
+        if (b->seq[i] < 0 || b->seq[i] >= n_seqs) return BRISK_ERANGE;
+        if (b->pos[i] < 0 || b->pos[i] >= max_ctx) return BRISK_ERANGE;
+    }
+    return 0;
+}
+
+static int forward_reserve(model_state *st, int n_threads, int n_out, int n_vocab) {
+    if (n_threads > st->n_scratch_threads) {
+        free(st->att_scratch);
+        st->att_scratch = forward_alloc((size_t)n_threads * (size_t)st->max_ctx);
+        st->n_scratch_threads = st->att_scratch ? n_threads : 0;
+        if (!st->att_scratch) return BRISK_ENOMEM;
+    }
+    if (n_out > st->n_logits_cap) {
+        free(st->logits);
+        st->logits = forward_alloc((size_t)n_out * (size_t)n_vocab);
+        st->n_logits_cap = st->logits ? n_out : 0;
+        if (!st->logits) return BRISK_ENOMEM;
+    }
+    return 0;
+}
+
+static void forward_matmul(kern_pool *pool, model_state *st, const model_matrix *w, const float *x,
+                           int n_tok, float *y) {
+    kern_matmul(pool, w->type, w->data, w->n_out, w->n_in, x, n_tok, y, st->ws);
+}
+
+int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
+                  const model_batch *b, float **logits, int *n_out) {
+    const model_config *c = &m->cfg;
+    const model_weights *w = &m->w;
+    int rc = forward_validate(m, st, kv, b);
+    if (rc < 0) return rc;
+    int n = b->n_tokens;
+    int n_want = 0;
+    for (int i = 0; i < n; i++) n_want += b->want_logits ? (b->want_logits[i] != 0) : (i == n - 1);
+    rc = forward_reserve(st, pool ? kern_pool_size(pool) : 1, n_want, c->n_vocab);
+    if (rc < 0) return rc;
+
+    const int dim = c->dim;
+    /* 1. Token embeddings: one row of the table per token. */
+    size_t embd_row = kern_row_bytes(w->tok_embd.type, dim);
+    for (int i = 0; i < n; i++)
+        kern_dequantize_row(w->tok_embd.type,
+                            (const uint8_t *)w->tok_embd.data + (size_t)b->tokens[i] * embd_row,
+                            st->x + (size_t)i * dim, dim);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *L = &w->layers[l];
+        /* 2. Attention block: norm, q/k/v projections, RoPE, cache write. */
+        forward_rmsnorm(pool, st->xb, st->x, L->attn_norm, n, dim, c->norm_eps);
+        forward_matmul(pool, st, &L->wq, st->xb, n, st->q);
+        forward_matmul(pool, st, &L->wk, st->xb, n, st->k);
+        forward_matmul(pool, st, &L->wv, st->xb, n, st->v);
+        rope_job rj = {m, b, st, kv, l};
+        if (n <= FORWARD_INLINE_ROWS) {
+            for (int t = 0; t < n; t++) forward_qkv_post_task(&rj, t, 0);
+        } else {
+            kern_pool_run(pool, forward_qkv_post_task, &rj, n);
+        }
+        /* 3. Causal attention of every token over its own sequence. */
+        attn_job aj = {m, b, st, kv, l};
+        kern_pool_run(pool, forward_attn_task, &aj, n * c->n_heads);
+        /* 4. Output projection and residual. */
+        forward_matmul(pool, st, &L->wo, st->att, n, st->xb2);
+        for (size_t i = 0; i < (size_t)n * dim; i++) st->x[i] += st->xb2[i];
+        /* 5. Feed-forward block: norm, SiLU(gate) * up, down, residual. */
+        forward_rmsnorm(pool, st->xb, st->x, L->ffn_norm, n, dim, c->norm_eps);
+        forward_matmul(pool, st, &L->w_gate, st->xb, n, st->hb);
+        forward_matmul(pool, st, &L->w_up, st->xb, n, st->hb2);
+        mlp_job mj = {st->hb, st->hb2, c->hidden_dim};
+        if (n <= FORWARD_INLINE_ROWS) {
+            for (int t = 0; t < n; t++) forward_silu_task(&mj, t, 0);
+        } else {
+            kern_pool_run(pool, forward_silu_task, &mj, n);
+        }
+        forward_matmul(pool, st, &L->w_down, st->hb, n, st->xb2);
+        for (size_t i = 0; i < (size_t)n * dim; i++) st->x[i] += st->xb2[i];
+    }
+
+    /* 6. Final norm and the output projection, only for rows that want logits. */
+    int r = 0;
+    for (int i = 0; i < n; i++) {
+        int want = b->want_logits ? (b->want_logits[i] != 0) : (i == n - 1);
+        if (want) memcpy(st->xout + (size_t)r++ * dim, st->x + (size_t)i * dim, (size_t)dim * sizeof(float));
+    }
+    if (n_want > 0) {
+        forward_rmsnorm(pool, st->xout, st->xout, w->output_norm, n_want, dim, c->norm_eps);
+        forward_matmul(pool, st, &w->output, st->xout, n_want, st->logits);
+    }
+    *logits = st->logits;
+    *n_out = n_want;
+    return 0;
+}

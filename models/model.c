@@ -1,0 +1,443 @@
+/* model.c - loads a GGUF model: validates the architecture metadata,
+ * checks every tensor's shape against it, and prepares each weight in its
+ * compute format (used from the mmap when the stored format is the compute
+ * format, converted once into owned buffers otherwise). */
+#include "models/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/brisk_error.h"
+#include "common/brisk_log.h"
+#include "models/model_internal.h"
+
+#define ERR(code, ...) brisk_set_err(err, err_len, code, __VA_ARGS__)
+
+int model_weights_fmt_parse(const char *s, model_weights_fmt *out) {
+    if (!strcmp(s, "auto")) *out = MODEL_WEIGHTS_AUTO;
+    else if (!strcmp(s, "f32")) *out = MODEL_WEIGHTS_F32;
+    else if (!strcmp(s, "f16")) *out = MODEL_WEIGHTS_F16;
+    else if (!strcmp(s, "int8") || !strcmp(s, "q8_0")) *out = MODEL_WEIGHTS_INT8;
+    else return BRISK_EINVAL;
+    return 0;
+}
+
+const char *model_weights_fmt_name(model_weights_fmt f) {
+    switch (f) {
+    case MODEL_WEIGHTS_AUTO: return "auto";
+    case MODEL_WEIGHTS_F32: return "f32";
+    case MODEL_WEIGHTS_F16: return "f16";
+    case MODEL_WEIGHTS_INT8: return "int8";
+    }
+    return "?";
+}
+
+static void *model_alloc_owned(model *m, size_t bytes) {
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? m->cap_owned * 2 : 64;
+        void **p = realloc(m->owned, (size_t)cap * sizeof *p);
+        if (!p) return NULL;
+        m->owned = p;
+        m->cap_owned = cap;
+    }
+    /* 64-byte alignment: SIMD kernels load whole cache lines. */
+    void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (buf) m->owned[m->n_owned++] = buf;
+    return buf;
+}
+
+static char *model_strdup_gguf(gguf_str s) {
+    char *c = malloc(s.len + 1);
+    if (!c) return NULL;
+    memcpy(c, s.data, s.len);
+    c[s.len] = '\0';
+    return c;
+}
+
+/* ---- metadata --------------------------------------------------------- */
+
+/* Reads "<arch>.<suffix>" as u32. required=0 leaves *out untouched if absent. */
+static int model_meta_u32(const gguf_file *gf, const char *arch, const char *suffix, int required,
+                          int *out, char *err, size_t err_len) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    uint32_t v;
+    int rc = gguf_get_u32(gf, key, &v);
+    if (rc == BRISK_ENOTFOUND && !required) return 0;
+    if (rc == BRISK_ENOTFOUND) return ERR(BRISK_EFORMAT, "model: missing metadata key '%s'", key);
+    if (rc < 0) return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
+    if (v == 0 || v > (1u << 24))
+        return ERR(BRISK_EFORMAT, "model: metadata key '%s' = %u is out of range", key, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int model_meta_f32(const gguf_file *gf, const char *arch, const char *suffix, float *out,
+                          char *err, size_t err_len) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    float v;
+    int rc = gguf_get_f32(gf, key, &v);
+    if (rc == BRISK_ENOTFOUND) return 0;
+    if (rc < 0) return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
+    if (!isfinite(v) || v <= 0.0f)
+        return ERR(BRISK_EFORMAT, "model: metadata key '%s' = %g is out of range", key, (double)v);
+    *out = v;
+    return 0;
+}
+
+static int model_read_config(model *m, char *err, size_t err_len) {
+    const gguf_file *gf = m->gf;
+    model_config *c = &m->cfg;
+    gguf_str arch_s;
+    if (gguf_get_str(gf, "general.architecture", &arch_s) < 0)
+        return ERR(BRISK_EFORMAT, "model: missing or invalid 'general.architecture'");
+    char arch[32];
+    if (arch_s.len == 0 || arch_s.len >= sizeof arch)
+        return ERR(BRISK_EUNSUPPORTED, "model: unsupported architecture (name of %llu bytes)",
+                   (unsigned long long)arch_s.len);
+    memcpy(arch, arch_s.data, arch_s.len);
+    arch[arch_s.len] = '\0';
+    if (!strcmp(arch, "llama")) {
+        c->arch = MODEL_ARCH_LLAMA;
+        /* GGUF llama checkpoints have q/k rows permuted by the converters so
+         * that RoPE rotates adjacent pairs. */
+        c->rope_mode = KERN_ROPE_ADJACENT;
+    } else if (!strcmp(arch, "qwen2")) {
+        c->arch = MODEL_ARCH_QWEN2;
+        c->rope_mode = KERN_ROPE_SPLIT_HALF;
+        c->has_qkv_bias = 1;
+    } else {
+        for (char *p = arch; *p; p++)
+            if (*p < 0x20 || *p > 0x7e) *p = '?';
+        return ERR(BRISK_EUNSUPPORTED,
+                   "model: unsupported architecture '%s' (supported: llama, qwen2)", arch);
+    }
+
+    int rc;
+    if ((rc = model_meta_u32(gf, arch, "block_count", 1, &c->n_layers, err, err_len)) < 0) return rc;
+    if ((rc = model_meta_u32(gf, arch, "embedding_length", 1, &c->dim, err, err_len)) < 0) return rc;
+    if ((rc = model_meta_u32(gf, arch, "feed_forward_length", 1, &c->hidden_dim, err, err_len)) < 0)
+        return rc;
+    if ((rc = model_meta_u32(gf, arch, "attention.head_count", 1, &c->n_heads, err, err_len)) < 0)
+        return rc;
+    c->n_kv_heads = c->n_heads;
+    if ((rc = model_meta_u32(gf, arch, "attention.head_count_kv", 0, &c->n_kv_heads, err, err_len)) < 0)
+        return rc;
+    c->n_ctx_train = 2048;
+    if ((rc = model_meta_u32(gf, arch, "context_length", 0, &c->n_ctx_train, err, err_len)) < 0)
+        return rc;
+    if (c->dim % c->n_heads != 0)
+        return ERR(BRISK_EFORMAT, "model: embedding_length %d is not a multiple of head_count %d",
+                   c->dim, c->n_heads);
+    c->head_dim = c->dim / c->n_heads;
+    if ((rc = model_meta_u32(gf, arch, "attention.key_length", 0, &c->head_dim, err, err_len)) < 0)
+        return rc;
+    if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads != 0)
+        return ERR(BRISK_EFORMAT, "model: head_count %d is not a multiple of head_count_kv %d",
+                   c->n_heads, c->n_kv_heads);
+    c->n_rot = c->head_dim;
+    if ((rc = model_meta_u32(gf, arch, "rope.dimension_count", 0, &c->n_rot, err, err_len)) < 0)
+        return rc;
+    if (c->n_rot > c->head_dim || c->n_rot % 2 != 0)
+        return ERR(BRISK_EFORMAT, "model: rope.dimension_count %d does not fit head size %d",
+                   c->n_rot, c->head_dim);
+    c->rope_base = 10000.0f;
+    if ((rc = model_meta_f32(gf, arch, "rope.freq_base", &c->rope_base, err, err_len)) < 0) return rc;
+    c->norm_eps = 1e-5f;
+    if ((rc = model_meta_f32(gf, arch, "attention.layer_norm_rms_epsilon", &c->norm_eps, err,
+                             err_len)) < 0)
+        return rc;
+    c->rope_freq_scale = 1.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    gguf_str st;
+    if (gguf_get_str(gf, key, &st) == 0 && !gguf_str_eq(st, "none")) {
+        if (!gguf_str_eq(st, "linear"))
+            return ERR(BRISK_EUNSUPPORTED, "model: rope scaling type '%.*s' is not supported "
+                       "(supported: none, linear)", (int)(st.len > 32 ? 32 : st.len), st.data);
+        float factor = 1.0f;
+        if ((rc = model_meta_f32(gf, arch, "rope.scaling.factor", &factor, err, err_len)) < 0)
+            return rc;
+        c->rope_freq_scale = 1.0f / factor;
+    }
+    /* Older files state linear scaling as rope.scale_linear. */
+    float scale_linear = 0.0f;
+    if ((rc = model_meta_f32(gf, arch, "rope.scale_linear", &scale_linear, err, err_len)) < 0) return rc;
+    if (scale_linear > 0.0f) c->rope_freq_scale = 1.0f / scale_linear;
+    return 0;
+}
+
+/* ---- tensors ------------------------------------------------------------ */
+
+typedef struct convert_job {
+    const gguf_tensor *t;
+    kern_type dst_type;
+    void *dst;
+    size_t dst_row_bytes, src_row_bytes;
+    int n_rows, n_in;
+    int rows_per_task;
+    float *scratch; /* [n_threads][n_in] */
+} convert_job;
+
+static void model_convert_task(void *ctx, int task, int thread) {
+    convert_job *j = ctx;
+    int r0 = task * j->rows_per_task;
+    int r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
+    float *tmp = j->scratch + (size_t)thread * (size_t)j->n_in;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *src = (const uint8_t *)j->t->data + (size_t)r * j->src_row_bytes;
+        uint8_t *dst = (uint8_t *)j->dst + (size_t)r * j->dst_row_bytes;
+        if (j->dst_type == KERN_TYPE_Q8_0 &&
+            (j->t->type == KERN_TYPE_Q4_0 || j->t->type == KERN_TYPE_Q4_1)) {
+            kern_requantize_row_q8_0(j->t->type, src, (kern_block_q8_0 *)dst, j->n_in);
+        } else {
+            kern_dequantize_row(j->t->type, src, tmp, j->n_in);
+            kern_quantize_row(j->dst_type, tmp, dst, j->n_in);
+        }
+    }
+}
+
+/* Converts tensor t (n_rows rows of n_in) to dst_type into an owned buffer. */
+static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_rows, int n_in,
+                         kern_type dst_type, const void **out) {
+    if (t->type == dst_type) {
+        *out = t->data;
+        return 0;
+    }
+    convert_job j = {0};
+    j.t = t;
+    j.dst_type = dst_type;
+    j.n_rows = n_rows;
+    j.n_in = n_in;
+    j.src_row_bytes = kern_row_bytes(t->type, n_in);
+    j.dst_row_bytes = kern_row_bytes(dst_type, n_in);
+    j.dst = model_alloc_owned(m, j.dst_row_bytes * (size_t)n_rows);
+    int n_threads = pool ? kern_pool_size(pool) : 1;
+    j.scratch = malloc((size_t)n_threads * (size_t)n_in * sizeof(float));
+    if (!j.dst || !j.scratch) {
+        free(j.scratch);
+        return BRISK_ENOMEM;
+    }
+    j.rows_per_task = 64;
+    kern_pool_run(pool, model_convert_task, &j, (n_rows + j.rows_per_task - 1) / j.rows_per_task);
+    free(j.scratch);
+    *out = j.dst;
+    return 0;
+}
+
+static kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in) {
+    switch (fmt) {
+    case MODEL_WEIGHTS_F32: return KERN_TYPE_F32;
+    case MODEL_WEIGHTS_F16: return KERN_TYPE_F16;
+    case MODEL_WEIGHTS_INT8:
+        /* Q8_0 needs whole blocks of 32 per row; every supported model shape
+         * has them, but a row that does not falls back to f16. */
+        return n_in % KERN_QK == 0 ? KERN_TYPE_Q8_0 : KERN_TYPE_F16;
+    case MODEL_WEIGHTS_AUTO:
+        switch (stored) {
+        case KERN_TYPE_F32:
+        case KERN_TYPE_F16:
+        case KERN_TYPE_Q8_0: return stored;
+        case KERN_TYPE_Q4_0:
+        case KERN_TYPE_Q4_1: return KERN_TYPE_Q8_0;
+        case KERN_TYPE_BF16: return KERN_TYPE_F16;
+        }
+    }
+    return KERN_TYPE_F32;
+}
+
+static const gguf_tensor *model_find(model *m, const char *name, int required, char *err,
+                                     size_t err_len) {
+    const gguf_tensor *t = gguf_find_tensor(m->gf, name);
+    if (!t && required) ERR(BRISK_EFORMAT, "model: missing tensor '%s'", name);
+    return t;
+}
+
+static int model_check_shape(const gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1,
+                             char *err, size_t err_len) {
+    int64_t want_dims = ne1 > 0 ? 2 : 1;
+    int ok = t->ne[0] == ne0 && (ne1 > 0 ? t->ne[1] == ne1 : 1);
+    for (int d = (int)want_dims; d < GGUF_MAX_DIMS; d++) ok = ok && t->ne[d] == 1;
+    if (!ok)
+        return ERR(BRISK_EFORMAT,
+                   "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                   name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                   (long long)t->ne[3], (long long)ne0, (long long)(ne1 > 0 ? ne1 : 1));
+    return 0;
+}
+
+/* A matrix tensor [n_out][n_in] (GGUF ne = {n_in, n_out}). */
+static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_in, int n_out,
+                             model_matrix *out, char *err, size_t err_len) {
+    const gguf_tensor *t = model_find(m, name, 1, err, err_len);
+    if (!t) return BRISK_EFORMAT;
+    int rc = model_check_shape(t, name, n_in, n_out, err, err_len);
+    if (rc < 0) return rc;
+    kern_type dst = model_target_type(m->fmt, t->type, n_in);
+    rc = model_convert(m, pool, t, n_out, n_in, dst, &out->data);
+    if (rc < 0) return ERR(rc, "model: out of memory converting '%s'", name);
+    out->type = dst;
+    out->n_in = n_in;
+    out->n_out = n_out;
+    m->n_params += (int64_t)n_in * n_out;
+    return 0;
+}
+
+/* A vector of n floats (norm weights, biases), converted to f32 if needed. */
+static int model_load_vector(model *m, const char *name, int n, int required, const float **out,
+                             char *err, size_t err_len) {
+    const gguf_tensor *t = model_find(m, name, required, err, err_len);
+    if (!t) {
+        *out = NULL;
+        return required ? BRISK_EFORMAT : 0;
+    }
+    int rc = model_check_shape(t, name, n, 0, err, err_len);
+    if (rc < 0) return rc;
+    if (t->type == KERN_TYPE_F32) {
+        *out = t->data;
+    } else {
+        float *buf = model_alloc_owned(m, (size_t)n * sizeof(float));
+        if (!buf) return ERR(BRISK_ENOMEM, "model: out of memory for '%s'", name);
+        kern_dequantize_row(t->type, t->data, buf, n);
+        *out = buf;
+    }
+    m->n_params += n;
+    return 0;
+}
+
+static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_len) {
+    const model_config *c = &m->cfg;
+    model_weights *w = &m->w;
+    int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    int rc;
+
+    const gguf_tensor *te = model_find(m, "token_embd.weight", 1, err, err_len);
+    if (!te) return BRISK_EFORMAT;
+    if (te->ne[0] != c->dim || te->ne[1] < 1 || te->ne[1] > (1 << 24) || te->ne[2] != 1 ||
+        te->ne[3] != 1)
+        return ERR(BRISK_EFORMAT, "model: tensor 'token_embd.weight' has shape [%lld, %lld], "
+                   "expected [%d, n_vocab]", (long long)te->ne[0], (long long)te->ne[1], c->dim);
+    m->cfg.n_vocab = (int)te->ne[1];
+    if ((rc = model_load_matrix(m, pool, "token_embd.weight", c->dim, c->n_vocab, &w->tok_embd,
+                                err, err_len)) < 0)
+        return rc;
+    if ((rc = model_load_vector(m, "output_norm.weight", c->dim, 1, &w->output_norm, err,
+                                err_len)) < 0)
+        return rc;
+    if (gguf_find_tensor(m->gf, "output.weight")) {
+        if ((rc = model_load_matrix(m, pool, "output.weight", c->dim, c->n_vocab, &w->output, err,
+                                    err_len)) < 0)
+            return rc;
+    } else {
+        m->cfg.tied_output = 1;
+        w->output = w->tok_embd;
+    }
+    if ((rc = model_load_vector(m, "rope_freqs.weight", c->n_rot / 2, 0, &w->rope_freqs, err,
+                                err_len)) < 0)
+        return rc;
+
+    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
+    if (!w->layers) return ERR(BRISK_ENOMEM, "model: out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        model_layer *L = &w->layers[l];
+        char name[96];
+#define LVEC(field, suffix, n, req)                                                              \
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                         \
+    if ((rc = model_load_vector(m, name, n, req, &L->field, err, err_len)) < 0) return rc;
+#define LMAT(field, suffix, n_in, n_out)                                                         \
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                         \
+    if ((rc = model_load_matrix(m, pool, name, n_in, n_out, &L->field, err, err_len)) < 0) return rc;
+        LVEC(attn_norm, "attn_norm.weight", c->dim, 1)
+        LVEC(ffn_norm, "ffn_norm.weight", c->dim, 1)
+        LMAT(wq, "attn_q.weight", c->dim, q_dim)
+        LMAT(wk, "attn_k.weight", c->dim, kv_dim)
+        LMAT(wv, "attn_v.weight", c->dim, kv_dim)
+        LMAT(wo, "attn_output.weight", q_dim, c->dim)
+        LMAT(w_gate, "ffn_gate.weight", c->dim, c->hidden_dim)
+        LMAT(w_up, "ffn_up.weight", c->dim, c->hidden_dim)
+        LMAT(w_down, "ffn_down.weight", c->hidden_dim, c->dim)
+        if (c->has_qkv_bias) {
+            LVEC(bq, "attn_q.bias", q_dim, 1)
+            LVEC(bk, "attn_k.bias", kv_dim, 1)
+            LVEC(bv, "attn_v.bias", kv_dim, 1)
+        }
+#undef LVEC
+#undef LMAT
+    }
+    return 0;
+}
+
+static size_t model_matrix_bytes(const model_matrix *mm) {
+    return kern_row_bytes(mm->type, mm->n_in) * (size_t)mm->n_out;
+}
+
+static void model_count_bytes(model *m) {
+    const model_config *c = &m->cfg;
+    size_t b = model_matrix_bytes(&m->w.output) + (size_t)c->dim * sizeof(float);
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *L = &m->w.layers[l];
+        b += model_matrix_bytes(&L->wq) + model_matrix_bytes(&L->wk) + model_matrix_bytes(&L->wv) +
+             model_matrix_bytes(&L->wo) + model_matrix_bytes(&L->w_gate) +
+             model_matrix_bytes(&L->w_up) + model_matrix_bytes(&L->w_down) +
+             2 * (size_t)c->dim * sizeof(float);
+    }
+    m->weight_bytes = b;
+}
+
+int model_load(const char *path, const model_load_opts *opts, model **out, char *err,
+               size_t err_len) {
+    *out = NULL;
+    model *m = calloc(1, sizeof *m);
+    if (!m) return ERR(BRISK_ENOMEM, "model: out of memory");
+    m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
+    kern_pool *pool = opts ? opts->pool : NULL;
+    int rc = gguf_open(path, &m->gf, err, err_len);
+    if (rc < 0) goto fail;
+    if ((rc = model_read_config(m, err, err_len)) < 0) goto fail;
+    if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0) goto fail;
+    if ((rc = model_load_tensors(m, pool, err, err_len)) < 0) goto fail;
+    if (tok_n_vocab(m->vocab) > m->cfg.n_vocab) {
+        rc = ERR(BRISK_EFORMAT, "model: tokenizer has %d tokens but the embedding has %d rows",
+                 tok_n_vocab(m->vocab), m->cfg.n_vocab);
+        goto fail;
+    }
+    gguf_str s;
+    if (gguf_get_str(m->gf, "general.name", &s) == 0) m->name = model_strdup_gguf(s);
+    if (gguf_get_str(m->gf, "tokenizer.chat_template", &s) == 0)
+        m->chat_template = model_strdup_gguf(s);
+    model_count_bytes(m);
+    BRISK_INFO("model: %s: %s, %d layers, dim %d, heads %d/%d, vocab %d, weights %s (%.1f MB read "
+               "per token)",
+               path, m->cfg.arch == MODEL_ARCH_LLAMA ? "llama" : "qwen2", m->cfg.n_layers,
+               m->cfg.dim, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.n_vocab,
+               model_weights_fmt_name(m->fmt), (double)m->weight_bytes / 1e6);
+    *out = m;
+    return 0;
+fail:
+    model_free(m);
+    return rc < 0 ? rc : BRISK_EFORMAT;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->w.layers);
+    tok_vocab_free(m->vocab);
+    gguf_close(m->gf);
+    free(m->name);
+    free(m->chat_template);
+    free(m);
+}
+
+const model_config *model_get_config(const model *m) { return &m->cfg; }
+const model_weights *model_get_weights(const model *m) { return &m->w; }
+const tok_vocab *model_get_vocab(const model *m) { return m->vocab; }
+const char *model_name(const model *m) { return m->name ? m->name : "model"; }
+const char *model_chat_template(const model *m) { return m->chat_template; }
+model_weights_fmt model_get_weights_fmt(const model *m) { return m->fmt; }
+int64_t model_n_params(const model *m) { return m->n_params; }
+size_t model_weight_bytes(const model *m) { return m->weight_bytes; }

@@ -1,0 +1,140 @@
+/* model.h - a transformer model: config + weights + vocabulary, and the
+ * batched forward pass.
+ *
+ * As in llama2.c, a model is plain structs: model_config (shapes and
+ * hyper-parameters read from GGUF metadata), model_weights (pointers to each
+ * tensor in its compute format: into the mmap where the file's format is
+ * used as is, or into buffers the model owns when converted at load) and
+ * the run state (model_state, scratch for one forward call). The KV cache
+ * belongs to the caller (scheduler/kv_cache.h), not the model.
+ *
+ * Threading: a model is immutable after model_load and may be shared; a
+ * model_state and a kv_cache are used by one thread (the engine) at a time. */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cpu/kern_ops.h"
+#include "models/gguf.h"
+#include "models/tokenizer.h"
+#include "scheduler/kv_cache.h"
+
+typedef enum { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1 } model_arch;
+
+/* Compute format of the matrix weights, chosen at load (--weights). */
+typedef enum {
+    MODEL_WEIGHTS_AUTO = 0, /* keep F32/F16/Q8_0 as stored, Q4_x -> Q8_0, BF16 -> F16 */
+    MODEL_WEIGHTS_F32,
+    MODEL_WEIGHTS_F16,
+    MODEL_WEIGHTS_INT8, /* Q8_0 blocks: int8 with one fp16 scale per 32 */
+} model_weights_fmt;
+
+/* Parses "auto", "f32", "f16", "int8" (also "q8_0"); BRISK_EINVAL otherwise. */
+int model_weights_fmt_parse(const char *s, model_weights_fmt *out);
+const char *model_weights_fmt_name(model_weights_fmt f);
+
+typedef struct model_config {
+    model_arch arch;
+    int n_vocab;
+    int dim;         /* embedding width */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;  /* < n_heads for grouped-query attention */
+    int head_dim;
+    int hidden_dim;  /* feed-forward width */
+    int n_ctx_train; /* context length the model was trained for */
+    int n_rot;       /* rotated dims per head (usually head_dim) */
+    float rope_base;
+    float rope_freq_scale; /* 1 / linear scaling factor */
+    kern_rope_mode rope_mode;
+    float norm_eps;
+    int has_qkv_bias;
+    int tied_output; /* output projection shares token_embd */
+} model_config;
+
+/* A matrix in compute format: n_out rows of n_in values of `type`. */
+typedef struct model_matrix {
+    kern_type type;
+    const void *data;
+    int n_out, n_in;
+} model_matrix;
+
+typedef struct model_layer {
+    const float *attn_norm; /* [dim] */
+    const float *ffn_norm;  /* [dim] */
+    model_matrix wq;        /* [n_heads*head_dim][dim] */
+    model_matrix wk;        /* [n_kv_heads*head_dim][dim] */
+    model_matrix wv;        /* [n_kv_heads*head_dim][dim] */
+    model_matrix wo;        /* [dim][n_heads*head_dim] */
+    model_matrix w_gate;    /* [hidden][dim] */
+    model_matrix w_up;      /* [hidden][dim] */
+    model_matrix w_down;    /* [dim][hidden] */
+    const float *bq, *bk, *bv; /* qwen2 only, else NULL */
+} model_layer;
+
+typedef struct model_weights {
+    model_matrix tok_embd;     /* [n_vocab][dim]; rows gathered for the input */
+    const float *output_norm;  /* [dim] */
+    model_matrix output;       /* [n_vocab][dim]; equals tok_embd when tied */
+    const float *rope_freqs;   /* [n_rot/2] frequency divisors (Llama 3.1), or NULL */
+    model_layer *layers;       /* [n_layers] */
+} model_weights;
+
+typedef struct model model;
+
+typedef struct model_load_opts {
+    model_weights_fmt weights;
+    kern_pool *pool; /* borrowed, used to convert weights in parallel; may be NULL */
+} model_load_opts;
+
+/* Loads path (GGUF). On failure *out is NULL, err holds a one-line reason
+ * and a negative BRISK_E* code is returned. */
+int model_load(const char *path, const model_load_opts *opts, model **out, char *err,
+               size_t err_len);
+void model_free(model *m);
+
+const model_config *model_get_config(const model *m);
+const model_weights *model_get_weights(const model *m);
+const tok_vocab *model_get_vocab(const model *m);
+/* Borrowed from the GGUF metadata; NULL-terminated copies owned by the model. */
+const char *model_name(const model *m);
+const char *model_chat_template(const model *m); /* NULL if the file has none */
+model_weights_fmt model_get_weights_fmt(const model *m);
+/* Parameter count and the bytes of weights one decode step reads (every
+ * matrix once plus the norms; the embedding row gather is not counted
+ * unless the output is tied, when the whole table is read as the output). */
+int64_t model_n_params(const model *m);
+size_t model_weight_bytes(const model *m);
+
+/* ---- forward ----------------------------------------------------------- */
+
+/* One call's tokens, from one or more sequences. Token i of sequence seq[i]
+ * sits at position pos[i]; the positions of one sequence within a batch
+ * must be increasing, and every position before pos[i] of that sequence must
+ * already be in the cache or earlier in this batch. want_logits[i] != 0 asks
+ * for that token's output row (NULL: only the last token). */
+typedef struct model_batch {
+    int n_tokens;
+    const int32_t *tokens;
+    const int32_t *pos;
+    const int32_t *seq;
+    const uint8_t *want_logits;
+} model_batch;
+
+typedef struct model_state model_state;
+
+/* Scratch for batches of up to max_tokens tokens and contexts up to max_ctx. */
+model_state *model_state_create(const model *m, int max_tokens, int max_ctx);
+void model_state_free(model_state *st);
+
+/* Runs the batch, writing K/V for every token into kv. On success *logits
+ * points to n_out rows of n_vocab floats (one per token that wanted logits,
+ * in batch order), owned by st and valid until the next call.
+ * Returns 0 or a negative code (bad token id, position beyond the cache or
+ * the state, bad sequence index) - checked before any work is done. */
+int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
+                  const model_batch *batch, float **logits, int *n_out);
+
+#endif

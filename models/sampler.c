@@ -1,0 +1,218 @@
+/* sampler.c - logits -> token: bias, penalties, temperature, top-k, top-p,
+ * min-p, and a seeded xoshiro256** generator so a seed reproduces output. */
+#include "models/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float logit;
+    int32_t id;
+} cand;
+
+struct model_sampler {
+    model_sampling p;
+    int n_vocab;
+    uint64_t rng[4];
+    cand *cands;      /* [n_vocab] */
+    int32_t *counts;  /* [n_vocab] occurrences in the penalty window */
+};
+
+model_sampling model_sampling_default(void) {
+    model_sampling p;
+    memset(&p, 0, sizeof p);
+    p.temperature = 1.0f;
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.0f;
+    return p;
+}
+
+/* splitmix64 expands the 64-bit seed into the generator's 256-bit state. */
+static uint64_t sampler_splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t sampler_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t sampler_next(uint64_t s[4]) {
+    uint64_t result = sampler_rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = sampler_rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform double in [0, 1) from the top 53 bits. */
+static double sampler_uniform(uint64_t s[4]) { return (double)(sampler_next(s) >> 11) * 0x1.0p-53; }
+
+model_sampler *model_sampler_create(const model_sampling *p, int n_vocab) {
+    if (n_vocab <= 0) return NULL;
+    model_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
+    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+    if (!s->cands || !s->counts) {
+        model_sampler_free(s);
+        return NULL;
+    }
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = sampler_splitmix(&x);
+    return s;
+}
+
+void model_sampler_free(model_sampler *s) {
+    if (!s) return;
+    free(s->cands);
+    free(s->counts);
+    free(s);
+}
+
+static void sampler_apply_penalties(model_sampler *s, float *logits, const int32_t *hist, int n) {
+    const model_sampling *p = &s->p;
+    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+        p->frequency_penalty == 0.0f)
+        return;
+    int start = (p->penalty_last_n > 0 && n > p->penalty_last_n) ? n - p->penalty_last_n : 0;
+    for (int i = start; i < n; i++)
+        if (hist[i] >= 0 && hist[i] < s->n_vocab) s->counts[hist[i]]++;
+    for (int i = start; i < n; i++) {
+        int32_t id = hist[i];
+        if (id < 0 || id >= s->n_vocab || s->counts[id] == 0) continue;
+        float l = logits[id];
+        /* The repetition penalty divides positive logits and multiplies
+         * negative ones so that it always lowers the token's probability. */
+        if (p->repetition_penalty != 1.0f)
+            l = l > 0.0f ? l / p->repetition_penalty : l * p->repetition_penalty;
+        l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[id];
+        logits[id] = l;
+        s->counts[id] = 0; /* each distinct token is penalised once */
+    }
+}
+
+static int cand_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+/* Moves the k largest candidates to the front (unordered): quickselect. */
+static void sampler_select_top(cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        cand pivot = c[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cand_desc(&c[i], &pivot) < 0) i++;
+            while (cand_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                cand t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+/* Draws one of c[0..n) with probability proportional to exp(logit - max_l). */
+static int32_t sampler_draw(model_sampler *s, const cand *c, int n, double max_l) {
+    double total = 0.0;
+    for (int i = 0; i < n; i++) total += exp((double)c[i].logit - max_l);
+    double r = sampler_uniform(s->rng) * total;
+    for (int i = 0; i < n; i++) {
+        r -= exp((double)c[i].logit - max_l);
+        if (r < 0.0) return c[i].id;
+    }
+    return c[n - 1].id; /* rounding left r >= 0: the last candidate */
+}
+
+int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history, int n_history) {
+    const model_sampling *p = &s->p;
+    int nv = s->n_vocab;
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        int32_t id = p->logit_bias_ids[i];
+        if (id >= 0 && id < nv) logits[id] += p->logit_bias[i];
+    }
+    sampler_apply_penalties(s, logits, history, n_history);
+
+    if (p->temperature <= 0.0f) {
+        /* Greedy: the first maximum wins, so ties resolve to the lowest id. */
+        int32_t best = 0;
+        for (int i = 1; i < nv; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+
+    cand *c = s->cands;
+    int n = 0;
+    for (int i = 0; i < nv; i++) {
+        /* -inf (e.g. a logit_bias of -100 and below) removes the token. */
+        if (!(logits[i] > -INFINITY)) continue;
+        c[n].logit = logits[i] / p->temperature;
+        c[n].id = i;
+        n++;
+    }
+    if (n == 0) return 0;
+    if (p->top_k > 0 && p->top_k < n) {
+        sampler_select_top(c, n, p->top_k);
+        n = p->top_k;
+    }
+    if (p->top_p >= 1.0f && p->min_p <= 0.0f) {
+        /* No probability truncation: draw from every candidate, in any order. */
+        double max_l = c[0].logit;
+        for (int i = 1; i < n; i++)
+            if (c[i].logit > max_l) max_l = c[i].logit;
+        return sampler_draw(s, c, n, max_l);
+    }
+    /* top-p and min-p need candidates in descending order, but sorting all
+     * 50k costs more than a small model's forward pass: sort a prefix that
+     * grows until it holds every candidate that can survive. */
+    int sorted = n < 64 ? n : 64;
+    double max_l, all;
+    for (;;) {
+        sampler_select_top(c, n, sorted);
+        qsort(c, (size_t)sorted, sizeof *c, cand_desc);
+        max_l = c[0].logit;
+        all = 0.0;
+        for (int i = 0; i < n; i++) all += exp((double)c[i].logit - max_l);
+        if (sorted == n) break;
+        double prefix = 0.0;
+        for (int i = 0; i < sorted; i++) prefix += exp((double)c[i].logit - max_l);
+        if (p->top_p < 1.0f && prefix / all >= (double)p->top_p) break;
+        if (p->min_p > 0.0f && exp((double)c[sorted - 1].logit - max_l) < (double)p->min_p) break;
+        sorted = sorted * 4 < n ? sorted * 4 : n;
+    }
+    n = sorted;
+    if (p->top_p < 1.0f) {
+        /* Smallest prefix whose probability (over all candidates) reaches top_p. */
+        double cum = 0.0;
+        for (int i = 0; i < n; i++) {
+            cum += exp((double)c[i].logit - max_l) / all;
+            if (cum >= (double)p->top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0.0f) {
+        /* min_p keeps tokens whose probability is at least min_p times the top one. */
+        int keep = 1;
+        while (keep < n && exp((double)c[keep].logit - max_l) >= (double)p->min_p) keep++;
+        n = keep;
+    }
+    return sampler_draw(s, c, n, max_l);
+}

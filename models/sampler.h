@@ -1,0 +1,42 @@
+/* sampler.h - turns a row of logits into the next token.
+ *
+ * Order of operations (as vLLM): logit bias -> repetition / presence /
+ * frequency penalties over the history -> greedy if temperature <= 0, else
+ * temperature -> top-k -> top-p -> min-p -> draw from the seeded RNG.
+ * The same seed and inputs reproduce the same tokens exactly. */
+#ifndef SAMPLER_H
+#define SAMPLER_H
+
+#include <stdint.h>
+
+typedef struct model_sampling {
+    float temperature;        /* <= 0: greedy */
+    int top_k;                /* <= 0: off */
+    float top_p;              /* >= 1: off */
+    float min_p;              /* <= 0: off */
+    float repetition_penalty; /* 1: off; > 1 discourages tokens seen in the history */
+    float presence_penalty;   /* 0: off; subtracted once per token seen */
+    float frequency_penalty;  /* 0: off; subtracted per occurrence */
+    int penalty_last_n;       /* history window for penalties; <= 0: all of it */
+    uint64_t seed;
+    int n_logit_bias;
+    const int32_t *logit_bias_ids; /* borrowed for the sampler's lifetime */
+    const float *logit_bias;
+} model_sampling;
+
+/* Defaults: temperature 1, every filter and penalty off, seed 0. */
+model_sampling model_sampling_default(void);
+
+typedef struct model_sampler model_sampler;
+
+/* Copies p (not the bias arrays). Returns NULL on allocation failure or if
+ * n_vocab <= 0. */
+model_sampler *model_sampler_create(const model_sampling *p, int n_vocab);
+void model_sampler_free(model_sampler *s);
+
+/* Samples from logits (n_vocab floats, modified in place). history holds the
+ * tokens the penalties look at (prompt and generated so far). */
+int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history,
+                             int n_history);
+
+#endif

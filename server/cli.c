@@ -1,0 +1,77 @@
+#include "server/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+void cli_error(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "brisk: error: %s\n", msg);
+}
+
+int cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_error("%s: '%s' is not an integer in [%ld, %ld]", flag, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        cli_error("%s: '%s' is not a number in [%g, %g]", flag, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        cli_error("%s: '%s' is not a non-negative integer", flag, s);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_error("%s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+const char *cli_default_model(void) {
+    static char path[4096];
+    const char *env = getenv("BRISK_MODEL");
+    if (env && *env) return env;
+    const char *cache = getenv("BRISK_CACHE_DIR");
+    const char *home = getenv("HOME");
+    if (cache && *cache)
+        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else if (home && *home)
+        snprintf(path, sizeof path, "%s/.cache/brisk/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+    else
+        return NULL;
+    struct stat sb;
+    return stat(path, &sb) == 0 ? path : NULL;
+}

@@ -1,0 +1,32 @@
+/* cli.h - the brisk subcommands and the small argument helpers they share.
+ * Each cmd_* takes the arguments after the subcommand name and returns the
+ * process exit code: 0 success, 1 runtime error, 2 usage error. */
+#ifndef CLI_H
+#define CLI_H
+
+#include <stdint.h>
+
+int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_convert_llama2c(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+
+/* Prints "brisk: error: <msg>" as one line on stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Strict number parsing: the whole string must be a number in [lo, hi].
+ * Returns 0, or prints an error naming the flag and returns -1. */
+int cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out);
+int cli_parse_float(const char *flag, const char *s, double lo, double hi, double *out);
+int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
+
+/* Returns the value after argv[*i] (advancing *i) or prints a usage error
+ * and returns NULL when the flag has no value. */
+const char *cli_value(int argc, char **argv, int *i);
+
+/* The default model path: $BRISK_MODEL, else the cache path the fetch script
+ * uses, if that file exists; else NULL. */
+const char *cli_default_model(void);
+
+#endif

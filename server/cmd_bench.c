@@ -1,0 +1,161 @@
+/* cmd_bench.c - `brisk bench`: llama-bench style throughput of the engine.
+ *   pp<P>: one batched forward of P prompt tokens (tokens/s);
+ *   tg<N>: N single-token decode steps from an empty context (tokens/s);
+ * plus the machine's measured memory read bandwidth and the decode roofline
+ * it implies (bandwidth / weight bytes read per generated token). Prints one
+ * JSON object; bench/model_bench.sh turns several into a table. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/brisk_error.h"
+#include "common/brisk_log.h"
+#include "kernels/cpu/kern_bench.h"
+#include "kernels/cpu/kern_cpu.h"
+#include "kernels/cpu/kern_pool.h"
+#include "models/model.h"
+#include "server/cli.h"
+
+/* Random token ids from a fixed seed: benchmarks never run on zeros. */
+static void bench_tokens(int32_t *ids, int n, int n_vocab) {
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (int i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)n_vocab);
+    }
+}
+
+static int bench_pp(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
+                    const int32_t *ids, int n, double *secs) {
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *seq = calloc((size_t)n, sizeof *seq);
+    if (!pos || !seq) {
+        free(pos);
+        free(seq);
+        return BRISK_ENOMEM;
+    }
+    for (int i = 0; i < n; i++) pos[i] = i;
+    model_batch b = {n, ids, pos, seq, NULL};
+    float *logits;
+    int n_out;
+    double t0 = brisk_now();
+    int rc = model_forward(m, st, kv, pool, &b, &logits, &n_out);
+    *secs = brisk_now() - t0;
+    free(pos);
+    free(seq);
+    return rc;
+}
+
+static int bench_tg(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
+                    const int32_t *ids, int n, double *secs) {
+    const int32_t seq0 = 0;
+    double t0 = brisk_now();
+    for (int i = 0; i < n; i++) {
+        int32_t pos = i;
+        model_batch b = {1, &ids[i], &pos, &seq0, NULL};
+        float *logits;
+        int n_out;
+        int rc = model_forward(m, st, kv, pool, &b, &logits, &n_out);
+        if (rc < 0) return rc;
+    }
+    *secs = brisk_now() - t0;
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL;
+    model_weights_fmt fmt = MODEL_WEIGHTS_AUTO;
+    long threads = 0, n_pp = 512, n_tg = 128, reps = 3;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
+            if (!(model_path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--weights")) {
+            if (!(v = cli_value(argc, argv, &i))) return 2;
+            if (model_weights_fmt_parse(v, &fmt) < 0) {
+                cli_error("--weights: '%s' is not one of auto, f32, f16, int8", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &threads)) return 2;
+        } else if (!strcmp(a, "-p")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 16, &n_pp)) return 2;
+        } else if (!strcmp(a, "-n")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 16, &n_tg)) return 2;
+        } else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1000, &reps)) return 2;
+        } else {
+            cli_error("bench: unknown option '%s'", a);
+            fprintf(stderr, "usage: brisk bench --model PATH [--weights auto|f32|f16|int8] "
+                            "[--threads N] [-p 512] [-n 128] [--reps 3]\n");
+            return 2;
+        }
+    }
+    if (!model_path) model_path = cli_default_model();
+    if (!model_path) {
+        cli_error("bench: --model is required");
+        return 2;
+    }
+    char err[512] = "";
+    int status = 1;
+    kern_pool *pool = kern_pool_create((int)threads);
+    model *m = NULL;
+    model_state *st = NULL;
+    kv_cache *kv = NULL;
+    int32_t *ids = NULL;
+    if (!pool) goto out;
+    model_load_opts lo = {fmt, pool};
+    if (model_load(model_path, &lo, &m, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        goto out;
+    }
+    const model_config *c = model_get_config(m);
+    int n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg);
+    if (n_ctx < 1) n_ctx = 1;
+    kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, n_ctx);
+    st = model_state_create(m, n_pp > 0 ? (int)n_pp : 1, n_ctx);
+    ids = malloc((size_t)n_ctx * sizeof *ids);
+    if (!kv || !st || !ids) {
+        cli_error("bench: out of memory");
+        goto out;
+    }
+    bench_tokens(ids, n_ctx, c->n_vocab);
+
+    /* Warm-up: page the weights in and let the pool's threads settle. */
+    double secs, best_pp = 0, best_tg = 0;
+    if (bench_tg(m, st, kv, pool, ids, n_tg < 8 ? (int)n_tg : 8, &secs) < 0) goto out;
+    for (long r = 0; r < reps; r++) {
+        if (n_pp > 0) {
+            if (bench_pp(m, st, kv, pool, ids, (int)n_pp, &secs) < 0) goto out;
+            if (best_pp == 0 || secs < best_pp) best_pp = secs;
+        }
+        if (n_tg > 0) {
+            if (bench_tg(m, st, kv, pool, ids, (int)n_tg, &secs) < 0) goto out;
+            if (best_tg == 0 || secs < best_tg) best_tg = secs;
+        }
+    }
+    /* 512 MiB is far beyond any last-level cache, so this is DRAM bandwidth. */
+    double bw = kern_measure_read_bw(pool, (size_t)512 << 20, 3);
+    size_t wbytes = model_weight_bytes(m);
+    char cpu[256];
+    kern_cpu_describe(cpu, sizeof cpu);
+    double tg_tps = best_tg > 0 ? (double)n_tg / best_tg : 0.0;
+    double roof = bw * 1e9 / (double)wbytes;
+    printf("{\"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, "
+           "\"weight_bytes\": %zu, \"pp\": %ld, \"pp_tok_s\": %.2f, \"tg\": %ld, \"tg_tok_s\": %.2f, "
+           "\"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": %.2f, \"tg_frac_roofline\": %.3f, "
+           "\"cpu\": \"%s\"}\n",
+           model_name(m), model_weights_fmt_name(fmt), kern_pool_size(pool),
+           (long long)model_n_params(m), wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0,
+           n_tg, tg_tps, bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
+    status = 0;
+out:
+    free(ids);
+    model_state_free(st);
+    kv_cache_free(kv);
+    model_free(m);
+    kern_pool_free(pool);
+    return status;
+}

@@ -1,0 +1,278 @@
+/* cmd_generate.c - `brisk generate`: prompt in, continuation out, on the CPU
+ * engine directly (no server). Also the numerical hook the tests use:
+ * --dump-logits writes the logits of every prompt position. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/brisk_error.h"
+#include "common/brisk_log.h"
+#include "kernels/cpu/kern_pool.h"
+#include "models/model.h"
+#include "models/sampler.h"
+#include "server/cli.h"
+
+static void generate_usage(void) {
+    fprintf(stderr,
+            "usage: brisk generate --model PATH [--prompt TEXT] [-n N] [--temp T] [--seed S]\n"
+            "         [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
+            "         [--presence-penalty X] [--frequency-penalty X] [--weights auto|f32|f16|int8]\n"
+            "         [--threads N] [--ctx N] [--ignore-eos] [--special] [--no-bos]\n"
+            "         [--dump-logits FILE]\n"
+            "Prints the continuation of the prompt on stdout; timings go to stderr.\n"
+            "An empty prompt means BOS alone. --temp 0 is greedy decoding.\n");
+}
+
+typedef struct gen_opts {
+    const char *model, *prompt, *dump_logits;
+    long n_predict, threads, ctx;
+    int ignore_eos, special, no_bos;
+    model_weights_fmt weights;
+    model_sampling sampling;
+} gen_opts;
+
+static int generate_parse(int argc, char **argv, gen_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->prompt = "";
+    o->n_predict = 128;
+    o->sampling = model_sampling_default();
+    /* Defaults as llama.cpp's CLI: mildly creative, reproducible with --seed. */
+    o->sampling.temperature = 0.8f;
+    o->sampling.top_k = 40;
+    o->sampling.top_p = 0.95f;
+    o->sampling.min_p = 0.05f;
+    o->sampling.penalty_last_n = 64;
+    o->sampling.seed = (uint64_t)time(NULL);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long iv;
+        double fv;
+#define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
+        if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
+        else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            VAL(); if (cli_parse_int(a, v, 0, 1 << 20, &o->n_predict)) return 2;
+        } else if (!strcmp(a, "--temp")) {
+            VAL(); if (cli_parse_float(a, v, 0, 100, &fv)) return 2; o->sampling.temperature = (float)fv;
+        } else if (!strcmp(a, "--seed")) {
+            VAL(); if (cli_parse_u64(a, v, &o->sampling.seed)) return 2;
+        } else if (!strcmp(a, "--top-k")) {
+            VAL(); if (cli_parse_int(a, v, 0, 1 << 24, &iv)) return 2; o->sampling.top_k = (int)iv;
+        } else if (!strcmp(a, "--top-p")) {
+            VAL(); if (cli_parse_float(a, v, 0, 1, &fv)) return 2; o->sampling.top_p = (float)fv;
+        } else if (!strcmp(a, "--min-p")) {
+            VAL(); if (cli_parse_float(a, v, 0, 1, &fv)) return 2; o->sampling.min_p = (float)fv;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            VAL(); if (cli_parse_float(a, v, 0.01, 100, &fv)) return 2; o->sampling.repetition_penalty = (float)fv;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            VAL(); if (cli_parse_int(a, v, 0, 1 << 20, &iv)) return 2; o->sampling.penalty_last_n = (int)iv;
+        } else if (!strcmp(a, "--presence-penalty")) {
+            VAL(); if (cli_parse_float(a, v, -2, 2, &fv)) return 2; o->sampling.presence_penalty = (float)fv;
+        } else if (!strcmp(a, "--frequency-penalty")) {
+            VAL(); if (cli_parse_float(a, v, -2, 2, &fv)) return 2; o->sampling.frequency_penalty = (float)fv;
+        } else if (!strcmp(a, "--weights")) {
+            VAL();
+            if (model_weights_fmt_parse(v, &o->weights) < 0) {
+                cli_error("--weights: '%s' is not one of auto, f32, f16, int8", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            VAL(); if (cli_parse_int(a, v, 1, 1024, &o->threads)) return 2;
+        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
+            VAL(); if (cli_parse_int(a, v, 1, 1 << 20, &o->ctx)) return 2;
+        } else if (!strcmp(a, "--dump-logits")) { VAL(); o->dump_logits = v; }
+        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
+        else if (!strcmp(a, "--special")) o->special = 1;
+        else if (!strcmp(a, "--no-bos")) o->no_bos = 1;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { generate_usage(); return 1; }
+        else { cli_error("generate: unknown option '%s'", a); generate_usage(); return 2; }
+#undef VAL
+    }
+    if (!o->model) o->model = cli_default_model();
+    if (!o->model) {
+        cli_error("generate: --model is required (or run scripts/fetch-model.sh for the default)");
+        return 2;
+    }
+    return 0;
+}
+
+/* Encodes the prompt into a malloc'ed array; an empty prompt is BOS alone. */
+static int generate_encode(const tok_vocab *v, const gen_opts *o, int32_t **ids, int *n) {
+    int flags = (o->special ? TOK_PARSE_SPECIAL : 0) |
+                (!o->no_bos && tok_add_bos_default(v) ? TOK_ADD_BOS : 0);
+    size_t len = strlen(o->prompt);
+    if (len == 0) {
+        *ids = malloc(sizeof **ids);
+        if (!*ids) return BRISK_ENOMEM;
+        if (tok_bos(v) < 0) {
+            free(*ids);
+            return BRISK_EINVAL;
+        }
+        (*ids)[0] = tok_bos(v);
+        *n = 1;
+        return 0;
+    }
+    int need = tok_encode(v, o->prompt, len, flags, NULL, 0);
+    if (need < 0) return need;
+    *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof **ids);
+    if (!*ids) return BRISK_ENOMEM;
+    int got = tok_encode(v, o->prompt, len, flags, *ids, need);
+    if (got < 0) {
+        free(*ids);
+        return got;
+    }
+    *n = got;
+    return 0;
+}
+
+/* Evaluates the prompt in chunks of the state's batch size; with dump set,
+ * every position's logits are appended to it. Returns the last row in
+ * *last (n_vocab floats, caller-owned buffer). */
+static int generate_prefill(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
+                            const int32_t *ids, int n, int chunk, FILE *dump, float *last) {
+    int n_vocab = model_get_config(m)->n_vocab;
+    int32_t *pos = malloc((size_t)chunk * sizeof *pos);
+    int32_t *seq = calloc((size_t)chunk, sizeof *seq);
+    uint8_t *want = malloc((size_t)chunk);
+    int rc = (pos && seq && want) ? 0 : BRISK_ENOMEM;
+    for (int off = 0; rc == 0 && off < n; off += chunk) {
+        int c = n - off < chunk ? n - off : chunk;
+        for (int i = 0; i < c; i++) {
+            pos[i] = off + i;
+            want[i] = dump != NULL || off + i == n - 1;
+        }
+        model_batch b = {c, ids + off, pos, seq, want};
+        float *logits;
+        int n_out;
+        rc = model_forward(m, st, kv, pool, &b, &logits, &n_out);
+        if (rc < 0) break;
+        if (dump && fwrite(logits, sizeof(float) * (size_t)n_vocab, (size_t)n_out, dump) != (size_t)n_out)
+            rc = BRISK_EIO;
+        if (off + c == n) memcpy(last, logits + (size_t)(n_out - 1) * n_vocab, sizeof(float) * (size_t)n_vocab);
+    }
+    free(pos);
+    free(seq);
+    free(want);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o;
+    int prc = generate_parse(argc, argv, &o);
+    if (prc) return prc;
+
+    char err[512] = "";
+    int status = 1;
+    kern_pool *pool = kern_pool_create((int)o.threads);
+    model *m = NULL;
+    model_state *st = NULL;
+    kv_cache *kv = NULL;
+    model_sampler *smp = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    FILE *dump = NULL;
+    if (!pool) {
+        cli_error("cannot start the thread pool");
+        goto out;
+    }
+    model_load_opts lo = {o.weights, pool};
+    double t_load = brisk_now();
+    if (model_load(o.model, &lo, &m, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        goto out;
+    }
+    t_load = brisk_now() - t_load;
+    const model_config *c = model_get_config(m);
+    const tok_vocab *v = model_get_vocab(m);
+    int n_prompt = 0;
+    if (generate_encode(v, &o, &ids, &n_prompt) < 0) {
+        cli_error("cannot encode the prompt");
+        goto out;
+    }
+    long n_ctx = o.ctx ? o.ctx : (long)n_prompt + o.n_predict;
+    if (n_ctx < n_prompt + o.n_predict) {
+        cli_error("prompt (%d tokens) + -n %ld exceeds --ctx %ld", n_prompt, o.n_predict, n_ctx);
+        goto out;
+    }
+    if (n_ctx > c->n_ctx_train)
+        BRISK_WARN("context %ld exceeds the model's training context %d", n_ctx, c->n_ctx_train);
+    int chunk = n_prompt < 512 ? n_prompt : 512;
+    kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, (int)n_ctx);
+    st = model_state_create(m, chunk, (int)n_ctx);
+    smp = model_sampler_create(&o.sampling, c->n_vocab);
+    logits = malloc(sizeof(float) * (size_t)c->n_vocab);
+    int32_t *hist = realloc(ids, sizeof(int32_t) * (size_t)(n_prompt + o.n_predict + 1));
+    if (hist) ids = hist;
+    if (!kv || !st || !smp || !logits || !hist) {
+        cli_error("out of memory for a context of %ld tokens", n_ctx);
+        goto out;
+    }
+    if (o.dump_logits && !(dump = fopen(o.dump_logits, "wb"))) {
+        cli_error("cannot write '%s'", o.dump_logits);
+        goto out;
+    }
+
+    double t0 = brisk_now();
+    int rc = generate_prefill(m, st, kv, pool, ids, n_prompt, chunk, dump, logits);
+    if (rc < 0) {
+        cli_error("prompt evaluation failed: %s", brisk_strerror(rc));
+        goto out;
+    }
+    if (dump && fclose(dump) != 0) {
+        dump = NULL;
+        cli_error("cannot write '%s'", o.dump_logits);
+        goto out;
+    }
+    dump = NULL;
+    double t_prompt = brisk_now() - t0;
+
+    tok_decoder dec;
+    tok_decoder_init(&dec, v, 0);
+    char piece[512];
+    int n_gen = 0, n_hist = n_prompt;
+    double t1 = brisk_now();
+    const int32_t seq0 = 0;
+    for (long i = 0; i < o.n_predict; i++) {
+        int32_t tok = model_sampler_sample(smp, logits, ids, n_hist);
+        n_gen++;
+        if (!o.ignore_eos && tok_is_eog(v, tok)) break;
+        ids[n_hist++] = tok;
+        int len = tok_decoder_push(&dec, tok, piece, sizeof piece);
+        if (len > 0) {
+            fwrite(piece, 1, (size_t)len, stdout);
+            fflush(stdout);
+        }
+        if (i + 1 == o.n_predict) break;
+        int32_t pos = n_hist - 1;
+        model_batch b = {1, &tok, &pos, &seq0, NULL};
+        float *out;
+        int n_out;
+        if ((rc = model_forward(m, st, kv, pool, &b, &out, &n_out)) < 0) {
+            cli_error("decode failed: %s", brisk_strerror(rc));
+            goto out;
+        }
+        memcpy(logits, out, sizeof(float) * (size_t)c->n_vocab);
+    }
+    int len = tok_decoder_flush(&dec, piece, sizeof piece);
+    if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
+    fflush(stdout);
+    double t_gen = brisk_now() - t1;
+    fprintf(stderr,
+            "\nbrisk: load %.2f s | prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s "
+            "| weights %s, %d threads\n",
+            t_load, n_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen,
+            t_gen > 0 ? n_gen / t_gen : 0.0, model_weights_fmt_name(o.weights),
+            kern_pool_size(pool));
+    status = 0;
+out:
+    if (dump) fclose(dump);
+    free(logits);
+    free(ids);
+    model_sampler_free(smp);
+    model_state_free(st);
+    kv_cache_free(kv);
+    model_free(m);
+    kern_pool_free(pool);
+    return status;
+}

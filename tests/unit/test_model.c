@@ -1,0 +1,217 @@
+/* test_model.c - the forward pass on a real trained model (stories260K,
+ * converted from llama2.c format): the publishers' greedy golden output,
+ * batched == sequential, several sequences in one batch == each alone,
+ * thread-count invariance, int8/f16 agreement, and error paths. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "brisk_test.h"
+#include "common/brisk_error.h"
+#include "kernels/cpu/kern_pool.h"
+#include "models/llama2c.h"
+#include "models/model.h"
+#include "models/sampler.h"
+
+/* From shared/models/README.md: greedy, BOS at position 0, 200 steps. */
+static const int32_t golden[200] = {
+    403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
+    410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
+    266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415,
+    426, 13,  438, 310, 439, 419, 357, 336, 432, 313, 438, 310, 432, 278, 316, 439, 419, 298, 414, 267,
+    265, 282, 295, 433, 426, 436, 317, 286, 296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263,
+    415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 391, 267, 337, 335, 364, 420, 268, 388, 432, 398,
+    359, 280, 303, 439, 413, 272, 417, 264, 312, 426, 436, 13,  438, 310, 286, 296, 418, 269, 279, 292,
+    416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426, 338, 336, 432, 313, 442, 439, 423, 262,
+    304, 420, 422, 432, 317, 426, 359, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400,
+    426, 436, 13,  438, 310, 279, 292, 416, 439, 413, 391, 267, 281, 421, 427, 311, 357, 432, 384, 358};
+
+static model *load(const char *path, model_weights_fmt fmt, kern_pool *pool) {
+    model_load_opts o = {fmt, pool};
+    model *m = NULL;
+    char err[256];
+    if (model_load(path, &o, &m, err, sizeof err) < 0) fprintf(stderr, "load: %s\n", err);
+    return m;
+}
+
+/* Greedy decoding from BOS; returns how many tokens matched the golden. */
+static int greedy_match(model *m, kern_pool *pool, int n) {
+    const model_config *c = model_get_config(m);
+    kv_cache *kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, n + 1);
+    model_state *st = model_state_create(m, 1, n + 1);
+    int32_t tok = 1, seq = 0, matched = 0;
+    for (int pos = 0; pos < n; pos++) {
+        model_batch b = {1, &tok, &pos, &seq, NULL};
+        float *lg;
+        int n_out;
+        if (model_forward(m, st, kv, pool, &b, &lg, &n_out) < 0) break;
+        int best = 0;
+        for (int i = 1; i < c->n_vocab; i++)
+            if (lg[i] > lg[best]) best = i;
+        if (best != golden[pos]) break;
+        matched++;
+        tok = best;
+    }
+    model_state_free(st);
+    kv_cache_free(kv);
+    return matched;
+}
+
+/* Logits for tokens[0..n) of one sequence evaluated in batches of `chunk`. */
+static float *run_chunked(model *m, kern_pool *pool, const int32_t *toks, int n, int chunk) {
+    const model_config *c = model_get_config(m);
+    kv_cache *kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, n);
+    model_state *st = model_state_create(m, chunk, n);
+    float *all = malloc(sizeof(float) * (size_t)n * c->n_vocab);
+    int32_t pos[256], seq[256] = {0};
+    uint8_t want[256];
+    memset(want, 1, sizeof want);
+    for (int off = 0; off < n; off += chunk) {
+        int k = n - off < chunk ? n - off : chunk;
+        for (int i = 0; i < k; i++) pos[i] = off + i;
+        model_batch b = {k, toks + off, pos, seq, want};
+        float *lg;
+        int n_out;
+        int rc = model_forward(m, st, kv, pool, &b, &lg, &n_out);
+        CHECK(rc == 0 && n_out == k, "forward rc %d n_out %d", rc, n_out);
+        memcpy(all + (size_t)off * c->n_vocab, lg, sizeof(float) * (size_t)k * c->n_vocab);
+    }
+    model_state_free(st);
+    kv_cache_free(kv);
+    return all;
+}
+
+int main(void) {
+    char src[1024], tok[1024], dir[] = "/tmp/brisk-test-model-XXXXXX", out[1100];
+    snprintf(src, sizeof src, "%s/models/stories260K.bin", bt_shared_dir());
+    snprintf(tok, sizeof tok, "%s/models/tok512.bin", bt_shared_dir());
+    if (access(src, R_OK) != 0) {
+        printf("test_model: SKIP: %s not found (set BRISK_SHARED_DIR)\n", src);
+        return 0;
+    }
+    if (!mkdtemp(dir)) return 1;
+    snprintf(out, sizeof out, "%s/stories260K.gguf", dir);
+    char err[256];
+    int rc = model_convert_llama2c(src, tok, out, err, sizeof err);
+    CHECK(rc == 0, "convert: %s", err);
+
+    kern_pool *pool2 = kern_pool_create(2), *pool1 = kern_pool_create(1);
+    model *m = load(out, MODEL_WEIGHTS_F32, pool2);
+    CHECK(m != NULL, "load f32");
+    if (!m) return BT_SUMMARY("test_model");
+    const model_config *c = model_get_config(m);
+    CHECK(c->dim == 64 && c->n_layers == 5 && c->n_heads == 8 && c->n_kv_heads == 4 &&
+              c->n_vocab == 512 && c->hidden_dim == 172 && c->tied_output,
+          "config");
+
+    /* The golden: all 200 greedy tokens. */
+    int matched = greedy_match(m, pool2, 200);
+    CHECK(matched == 200, "golden: first %d of 200 tokens match", matched);
+
+    /* Batched prefill gives bit-identical logits to one token at a time,
+     * and to any chunking, with 1 or 2 threads. */
+    int32_t toks[120];
+    toks[0] = 1;
+    memcpy(toks + 1, golden, sizeof(int32_t) * 119);
+    size_t bytes = sizeof(float) * 120 * (size_t)c->n_vocab;
+    float *one = run_chunked(m, pool2, toks, 120, 1);
+    float *batch = run_chunked(m, pool2, toks, 120, 120);
+    float *chunk7 = run_chunked(m, pool2, toks, 120, 7);
+    float *single = run_chunked(m, pool1, toks, 120, 120);
+    CHECK(memcmp(one, batch, bytes) == 0, "batched == sequential");
+    CHECK(memcmp(one, chunk7, bytes) == 0, "chunk 7 == sequential");
+    CHECK(memcmp(one, single, bytes) == 0, "1 thread == 2 threads");
+
+    /* Two sequences in one batch, interleaved, equal each run alone. */
+    {
+        kv_cache *kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 2, 64);
+        model_state *st = model_state_create(m, 64, 64);
+        int32_t bt[64], bp[64], bs[64];
+        uint8_t bw[64];
+        const int32_t *seqB = toks + 50; /* a different token sequence */
+        for (int i = 0; i < 30; i++) {
+            bt[2 * i] = toks[i], bp[2 * i] = i, bs[2 * i] = 0, bw[2 * i] = 1;
+            bt[2 * i + 1] = seqB[i], bp[2 * i + 1] = i, bs[2 * i + 1] = 1, bw[2 * i + 1] = 1;
+        }
+        model_batch b = {60, bt, bp, bs, bw};
+        float *lg;
+        int n_out;
+        rc = model_forward(m, st, kv, pool2, &b, &lg, &n_out);
+        CHECK(rc == 0 && n_out == 60, "mixed batch");
+        float *aloneB = run_chunked(m, pool2, seqB, 30, 30);
+        int okA = 1, okB = 1;
+        for (int i = 0; i < 30; i++) {
+            okA &= !memcmp(lg + (size_t)(2 * i) * c->n_vocab, one + (size_t)i * c->n_vocab,
+                           sizeof(float) * c->n_vocab);
+            okB &= !memcmp(lg + (size_t)(2 * i + 1) * c->n_vocab, aloneB + (size_t)i * c->n_vocab,
+                           sizeof(float) * c->n_vocab);
+        }
+        CHECK(okA && okB, "two sequences in one batch == each alone (%d %d)", okA, okB);
+        /* Error paths: bad token, bad sequence, position beyond the cache. */
+        int32_t badtok = 512, p0 = 0, s0 = 0, s9 = 9, p99 = 99;
+        model_batch e1 = {1, &badtok, &p0, &s0, NULL};
+        CHECK(model_forward(m, st, kv, pool2, &e1, &lg, &n_out) == BRISK_EINVAL, "bad token");
+        model_batch e2 = {1, toks, &p0, &s9, NULL};
+        CHECK(model_forward(m, st, kv, pool2, &e2, &lg, &n_out) == BRISK_ERANGE, "bad seq");
+        model_batch e3 = {1, toks, &p99, &s0, NULL};
+        CHECK(model_forward(m, st, kv, pool2, &e3, &lg, &n_out) == BRISK_ERANGE, "bad pos");
+        free(aloneB);
+        model_state_free(st);
+        kv_cache_free(kv);
+    }
+
+    /* int8 and f16 weights: teacher-forced top-1 agreement with f32 over the
+     * 120 golden positions, and bounded relative logit error. */
+    model_weights_fmt fmts[2] = {MODEL_WEIGHTS_F16, MODEL_WEIGHTS_INT8};
+    double max_rel[2] = {1e-3, 5e-2};
+    for (int f = 0; f < 2; f++) {
+        model *mq = load(out, fmts[f], pool2);
+        CHECK(mq != NULL, "load %s", model_weights_fmt_name(fmts[f]));
+        if (!mq) continue;
+        float *q = run_chunked(mq, pool2, toks, 120, 120);
+        int agree = 0;
+        double worst = 0;
+        for (int i = 0; i < 120; i++) {
+            const float *a = one + (size_t)i * c->n_vocab, *b = q + (size_t)i * c->n_vocab;
+            int ia = 0, ib = 0;
+            double num = 0, den = 0;
+            for (int j = 0; j < c->n_vocab; j++) {
+                if (a[j] > a[ia]) ia = j;
+                if (b[j] > b[ib]) ib = j;
+                num += (double)(a[j] - b[j]) * (a[j] - b[j]);
+                den += (double)a[j] * a[j];
+            }
+            agree += ia == ib;
+            double rel = sqrt(num / den);
+            if (rel > worst) worst = rel;
+        }
+        printf("test_model: %s vs f32: top-1 agreement %d/120, max relative logit error %.2e\n",
+               model_weights_fmt_name(fmts[f]), agree, worst);
+        CHECK(agree >= 114, "%s top-1 agreement %d/120", model_weights_fmt_name(fmts[f]), agree);
+        CHECK(worst <= max_rel[f], "%s relative error %g", model_weights_fmt_name(fmts[f]), worst);
+        free(q);
+        model_free(mq);
+    }
+
+    /* A vocab-only GGUF is refused with a message, not a crash. */
+    char vocab_only[1024];
+    snprintf(vocab_only, sizeof vocab_only, "%s/vocab/ggml-vocab-llama-spm.gguf", bt_shared_dir());
+    model *bad = NULL;
+    err[0] = 0;
+    model_load_opts o = {MODEL_WEIGHTS_AUTO, pool2};
+    rc = model_load(vocab_only, &o, &bad, err, sizeof err);
+    CHECK(rc < 0 && bad == NULL && err[0] && !strchr(err, '\n'), "vocab-only refused: %s", err);
+
+    free(one);
+    free(batch);
+    free(chunk7);
+    free(single);
+    model_free(m);
+    kern_pool_free(pool1);
+    kern_pool_free(pool2);
+    unlink(out);
+    rmdir(dir);
+    return BT_SUMMARY("test_model");
+}
