@@ -4,8 +4,16 @@
  * used (magic, version, counts and string/array lengths against the bytes
  * left, value types, alignment, tensor dims/types/sizes, offsets inside the
  * data section and not overlapping) and returns BRISK_EFORMAT with a
- * one-line reason in err on any violation. After a successful open every
- * accessor is safe: it never reads outside the mapping.
+ * one-line reason in err on any violation (BRISK_EUNSUPPORTED for a
+ * well-formed file brisk cannot load: GGUF v1, or a tensor type such as Q4_K
+ * outside the six of kern_types.h). After a successful open every accessor
+ * is safe: it never reads outside the mapping.
+ *
+ * Decisions on what GGUF leaves open: keys and tensor names are non-empty and
+ * at most 65535 bytes; bool values must be 0 or 1; arrays may nest up to 8
+ * deep; every dim is >= 1 (empty tensors are refused); tensor data pointers
+ * are aligned relative to the start of the file or buffer (the buffer given
+ * to gguf_open_memory is not required to be aligned itself).
  *
  * Ownership: gguf_file owns the mapping (or the borrowed buffer for
  * gguf_open_memory) and every index it built. All gguf_str / data pointers
@@ -64,6 +72,10 @@ void gguf_close(gguf_file *gf);
 uint32_t gguf_version(const gguf_file *gf);
 uint32_t gguf_alignment(const gguf_file *gf);
 size_t gguf_file_size(const gguf_file *gf);
+/* Offset of the data section from the start of the file (header + padding). */
+size_t gguf_data_offset(const gguf_file *gf);
+/* Static short name of a value type ("u32", "string", ...; "unknown"). */
+const char *gguf_type_name(gguf_type t);
 
 /* ---- metadata --------------------------------------------------------- */
 int64_t gguf_n_kv(const gguf_file *gf);
@@ -84,7 +96,10 @@ int gguf_get_str(const gguf_file *gf, const char *key, gguf_str *out);
 
 /* Arrays: element type and count; for numeric element types *data points to
  * the packed little-endian values in the file (possibly unaligned: read with
- * memcpy). String arrays are read with gguf_get_arr_str(). */
+ * memcpy). String arrays are read with gguf_get_arr_str(). For STRING and
+ * ARRAY element types *data points to the serialised elements as in the file
+ * ({u64 len, bytes} per string; {u32 type, u64 n, elements} per nested
+ * array), all validated at open. */
 int gguf_get_arr(const gguf_file *gf, const char *key, gguf_type *elem_type, uint64_t *n,
                  const void **data);
 /* Fills a newly malloc'ed array of n gguf_str (caller frees *out with free()). */

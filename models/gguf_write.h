@@ -16,7 +16,9 @@ typedef struct gguf_writer gguf_writer;
 gguf_writer *gguf_writer_create(void);
 void gguf_writer_free(gguf_writer *w);
 
-/* Each setter returns 0 or BRISK_ENOMEM. Keys must be unique (BRISK_EINVAL). */
+/* Each setter returns 0 or BRISK_ENOMEM. Keys must be unique and non-empty
+ * (BRISK_EINVAL). "general.alignment" set with gguf_writer_set_u32 must be a
+ * power of two and becomes the data alignment (default 32). */
 int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
 int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
 int gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
@@ -28,9 +30,18 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_type, co
 /* String array: n strings with explicit lengths (may contain any bytes). */
 int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs,
                             const uint64_t *lens, uint64_t n);
+/* Any value given as the bytes that follow the type field in the file (e.g.
+ * a u64 scalar, an f64, or an array of arrays). Not validated: tests use it
+ * to write malformed values. It does not change the layout, so a raw
+ * "general.alignment" is written as given while the data stays aligned to
+ * the default (or the value set with gguf_writer_set_u32). */
+int gguf_writer_set_raw(gguf_writer *w, const char *key, uint32_t type, const void *val,
+                        size_t len);
 
 /* Adds a tensor: ne[0] is the row length; data holds kern_row_bytes(type, ne[0])
- * * ne[1] * ... bytes and is borrowed. */
+ * * ne[1] * ... bytes and is borrowed. BRISK_EINVAL for a duplicate or empty
+ * name, an invalid type, n_dims outside 1..4, a dim < 1 or ne[0] not a
+ * multiple of the type's block size. Tensors are written in the order added. */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, kern_type type, uint32_t n_dims,
                            const int64_t *ne, const void *data);
 
