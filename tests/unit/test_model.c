@@ -165,7 +165,10 @@ int main(void) {
     /* int8 and f16 weights: teacher-forced top-1 agreement with f32 over the
      * 120 golden positions, and bounded relative logit error. */
     model_weights_fmt fmts[2] = {MODEL_WEIGHTS_F16, MODEL_WEIGHTS_INT8};
-    double max_rel[2] = {1e-3, 5e-2};
+    /* f16 rounds each weight by up to 2^-11 relative and int8 by up to 1/254
+     * of its block's largest value; through five layers that compounds to
+     * about 1e-3 and 4e-2 measured, so the bounds leave 3x and 1.5x headroom. */
+    double max_rel[2] = {3e-3, 6e-2};
     for (int f = 0; f < 2; f++) {
         model *mq = load(out, fmts[f], pool2);
         CHECK(mq != NULL, "load %s", model_weights_fmt_name(fmts[f]));
