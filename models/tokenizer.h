@@ -74,10 +74,19 @@ void tok_decoder_init(tok_decoder *d, const tok_vocab *v, int flags);
  * returns the bytes written or a negative code (BRISK_ENOSPC if cap is too
  * small: a cap of 256 always suffices for one token). */
 int tok_decoder_push(tok_decoder *d, int32_t id, char *out, size_t cap);
+/* (Added.) The most bytes one tok_decoder_push can write for this vocab,
+ * invalid UTF-8 becoming 3-byte U+FFFDs included; flush writes at most 3.
+ * It is under 256 for the Llama SPM, GPT-2 and SmolLM2 vocabularies; a
+ * caller facing an unusual vocab can size its buffer with this. */
+size_t tok_decoder_max_out(const tok_vocab *v);
 /* Emits whatever is held back (invalid trailing bytes become U+FFFD). */
 int tok_decoder_flush(tok_decoder *d, char *out, size_t cap);
 
-/* Decodes a whole id sequence to a malloc'ed NUL-terminated string. */
+/* Decodes a whole id sequence to a malloc'ed NUL-terminated string (the
+ * caller frees it with free(); NULL on bad arguments or out of memory). The
+ * bytes are the pieces as they are (not UTF-8-checked, unlike the streaming
+ * decoder), with the SPM first-piece space dropped as above; ids outside the
+ * vocab decode to nothing. */
 char *tok_decode_all(const tok_vocab *v, const int32_t *ids, int n, int flags);
 
 #endif
