@@ -1,0 +1,147 @@
+/* kern_cpu.c - cpuid/xgetbv feature detection and the kernel-level cap.
+ *
+ * A feature counts only if the CPU has it AND the OS saves the register
+ * state it needs (XCR0 via xgetbv): a hypervisor can hide AVX-512 state even
+ * when cpuid advertises the instructions, and using them would fault. */
+#include "kernels/cpu/kern_cpu.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define KERN_X86 1
+#endif
+
+static kern_cpu_features g_features;
+static atomic_int g_detected;   /* 0 = not yet, 1 = g_features valid */
+static atomic_int g_level = -1; /* cached effective level, -1 = recompute */
+static atomic_int g_cap = -1;   /* kern_cpu_set_max_level(), -1 = none */
+
+#ifdef KERN_X86
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    /* xgetbv with ecx = 0; written as asm so that this baseline-compiled file
+     * needs no -mxsave. */
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static void detect(kern_cpu_features *f)
+{
+    memset(f, 0, sizeof(*f));
+#ifdef KERN_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return;
+    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx)
+        return;
+    uint64_t xcr0 = xgetbv0();
+    int ymm_os = (xcr0 & 0x6) == 0x6;   /* SSE + AVX state */
+    int zmm_os = (xcr0 & 0xe0) == 0xe0; /* opmask + ZMM_Hi256 + Hi16_ZMM */
+    if (!ymm_os)
+        return;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return;
+    __cpuid_count(7, 0, a, b, c, d);
+    int avx2 = (b >> 5) & 1;
+    int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1;
+    int avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
+    int avx512vnni = (c >> 11) & 1;
+    unsigned a1, b1, c1, d1;
+    __cpuid_count(7, 1, a1, b1, c1, d1);
+    int avxvnni = (a1 >> 4) & 1;
+    f->avx2 = avx2 && fma && f16c;
+    f->avx512 = f->avx2 && zmm_os && avx512f && avx512dq && avx512bw && avx512vl;
+    f->avx512vnni = f->avx512 && avx512vnni;
+    f->avxvnni = f->avx2 && avxvnni;
+#endif
+}
+
+const kern_cpu_features *kern_cpu_detect(void)
+{
+    /* Detection is idempotent, so two threads racing here both write the
+     * same values; the release/acquire pair publishes them. */
+    if (!atomic_load_explicit(&g_detected, memory_order_acquire)) {
+        kern_cpu_features f;
+        detect(&f);
+        g_features = f;
+        atomic_store_explicit(&g_detected, 1, memory_order_release);
+    }
+    return &g_features;
+}
+
+static int env_cap(void)
+{
+    const char *s = getenv("BRISK_CPU_LEVEL");
+    if (!s || !*s)
+        return -1;
+    for (int l = KERN_LEVEL_SCALAR; l <= KERN_LEVEL_AVX512VNNI; l++)
+        if (strcmp(s, kern_level_name((kern_level)l)) == 0)
+            return l;
+    fprintf(stderr, "brisk: ignoring unknown BRISK_CPU_LEVEL=%s\n", s);
+    return -1;
+}
+
+static int compute_level(void)
+{
+    const kern_cpu_features *f = kern_cpu_detect();
+    int l = KERN_LEVEL_SCALAR;
+    if (f->avx2)
+        l = KERN_LEVEL_AVX2;
+    if (f->avx512)
+        l = KERN_LEVEL_AVX512;
+    if (f->avx512vnni)
+        l = KERN_LEVEL_AVX512VNNI;
+    int e = env_cap();
+    if (e >= 0 && e < l)
+        l = e;
+    int cap = atomic_load_explicit(&g_cap, memory_order_relaxed);
+    if (cap >= 0 && cap < l)
+        l = cap;
+    return l;
+}
+
+kern_level kern_cpu_level(void)
+{
+    /* Called once per kernel call, so it is one relaxed load when cached. */
+    int l = atomic_load_explicit(&g_level, memory_order_relaxed);
+    if (l < 0) {
+        l = compute_level();
+        atomic_store_explicit(&g_level, l, memory_order_relaxed);
+    }
+    return (kern_level)l;
+}
+
+void kern_cpu_set_max_level(kern_level level)
+{
+    atomic_store_explicit(&g_cap, (int)level, memory_order_relaxed);
+    atomic_store_explicit(&g_level, -1, memory_order_relaxed);
+}
+
+const char *kern_level_name(kern_level level)
+{
+    switch (level) {
+    case KERN_LEVEL_SCALAR: return "scalar";
+    case KERN_LEVEL_AVX2: return "avx2";
+    case KERN_LEVEL_AVX512: return "avx512";
+    case KERN_LEVEL_AVX512VNNI: return "avx512vnni";
+    }
+    return "unknown";
+}
+
+void kern_cpu_describe(char *buf, int len)
+{
+    if (!buf || len <= 0)
+        return;
+    const kern_cpu_features *f = kern_cpu_detect();
+    snprintf(buf, (size_t)len, "cpu(%s%s%s%s; kernels %s)", f->avx2 ? "avx2 fma f16c" : "baseline",
+             f->avx512 ? " avx512f/bw/vl/dq" : "", f->avx512vnni ? " avx512vnni" : "",
+             f->avxvnni ? " avxvnni" : "", kern_level_name(kern_cpu_level()));
+}

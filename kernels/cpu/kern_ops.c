@@ -1,0 +1,225 @@
+/* kern_ops.c - row ops: references, dispatch to the AVX2 versions, RoPE and
+ * attention over the paged KV view.
+ *
+ * The references accumulate sums in double so they are the more accurate
+ * side of every comparison; the fast paths accumulate in f32 lanes. AVX-512
+ * machines use the AVX2 row ops: they are a few percent of a decode step and
+ * not worth a third untested-here variant. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/kern_cpu.h"
+#include "kernels/cpu/kern_internal.h"
+#include "kernels/cpu/kern_ops.h"
+
+/* ---- RMSNorm -------------------------------------------------------------- */
+
+void kern_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0.0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
+void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    if (kern_cpu_level() >= KERN_LEVEL_AVX2)
+        kern_rmsnorm_avx2(out, x, w, n, eps);
+    else
+        kern_rmsnorm_ref(out, x, w, n, eps);
+}
+
+/* ---- SiLU gate -------------------------------------------------------------- */
+
+void kern_silu_mul_ref(float *out, const float *gate, const float *up, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void kern_silu_mul(float *out, const float *gate, const float *up, int n)
+{
+    if (kern_cpu_level() >= KERN_LEVEL_AVX2)
+        kern_silu_mul_avx2(out, gate, up, n);
+    else
+        kern_silu_mul_ref(out, gate, up, n);
+}
+
+/* ---- softmax ------------------------------------------------------------------ */
+
+void kern_softmax_ref(float *x, int n)
+{
+    if (n <= 0)
+        return;
+    float max = x[0];
+    for (int i = 1; i < n; i++)
+        max = x[i] > max ? x[i] : max;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+void kern_softmax(float *x, int n)
+{
+    if (kern_cpu_level() >= KERN_LEVEL_AVX2)
+        kern_softmax_avx2(x, n);
+    else
+        kern_softmax_ref(x, n);
+}
+
+/* ---- RoPE ------------------------------------------------------------------------
+ * Angles are computed in double (pos * theta_i reaches ~1e4 rad, where a
+ * float angle would already be off by ~1e-3) and their cos/sin rounded to
+ * float. A decode step rotates q and k of every layer at the same position,
+ * so the last table is cached per thread: one sin/cos pass per position
+ * instead of 2 * n_layer. */
+
+#define ROPE_CACHE_PAIRS 512 /* n_rot/2 up to 512: head_dim 1024 */
+
+typedef struct {
+    int valid, pos, n_rot;
+    float base, freq_scale;
+    float ff[ROPE_CACHE_PAIRS]; /* freq_factors copy (1 when NULL) */
+    float cs[ROPE_CACHE_PAIRS], sn[ROPE_CACHE_PAIRS];
+} rope_cache;
+
+static _Thread_local rope_cache g_rope;
+
+static void rope_angles(int pos, int n_rot, float base, float freq_scale, const float *ff, float *cs, float *sn)
+{
+    for (int i = 0; i < n_rot / 2; i++) {
+        double theta = (double)pos * freq_scale * pow((double)base, -2.0 * i / n_rot);
+        if (ff)
+            theta /= ff[i];
+        cs[i] = (float)cos(theta);
+        sn[i] = (float)sin(theta);
+    }
+}
+
+static int rope_cache_hit(const rope_cache *c, int pos, int n_rot, float base, float freq_scale, const float *ff)
+{
+    if (!c->valid || c->pos != pos || c->n_rot != n_rot || c->base != base || c->freq_scale != freq_scale)
+        return 0;
+    for (int i = 0; i < n_rot / 2; i++)
+        if (c->ff[i] != (ff ? ff[i] : 1.0f))
+            return 0;
+    return 1;
+}
+
+static void rope_apply(float *x, int n_heads, int head_dim, int n_rot, const float *cs, const float *sn,
+                       kern_rope_mode mode)
+{
+    int half = n_rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            int i0 = mode == KERN_ROPE_ADJACENT ? 2 * i : i;
+            int i1 = mode == KERN_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+            float a = v[i0], b = v[i1];
+            v[i0] = a * cs[i] - b * sn[i];
+            v[i1] = a * sn[i] + b * cs[i];
+        }
+    }
+}
+
+void kern_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float base, float freq_scale,
+               const float *freq_factors, kern_rope_mode mode)
+{
+    if (n_rot > head_dim)
+        n_rot = head_dim;
+    if (n_rot / 2 > ROPE_CACHE_PAIRS) { /* no model has this; stay correct anyway */
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            for (int i = 0; i < n_rot / 2; i++) {
+                double theta = (double)pos * freq_scale * pow((double)base, -2.0 * i / n_rot);
+                if (freq_factors)
+                    theta /= freq_factors[i];
+                float c = (float)cos(theta), s = (float)sin(theta);
+                int i0 = mode == KERN_ROPE_ADJACENT ? 2 * i : i;
+                int i1 = mode == KERN_ROPE_ADJACENT ? 2 * i + 1 : i + n_rot / 2;
+                float a = v[i0], b = v[i1];
+                v[i0] = a * c - b * s;
+                v[i1] = a * s + b * c;
+            }
+        }
+        return;
+    }
+    rope_cache *c = &g_rope;
+    if (!rope_cache_hit(c, pos, n_rot, base, freq_scale, freq_factors)) {
+        rope_angles(pos, n_rot, base, freq_scale, freq_factors, c->cs, c->sn);
+        for (int i = 0; i < n_rot / 2; i++)
+            c->ff[i] = freq_factors ? freq_factors[i] : 1.0f;
+        c->pos = pos;
+        c->n_rot = n_rot;
+        c->base = base;
+        c->freq_scale = freq_scale;
+        c->valid = 1;
+    }
+    rope_apply(x, n_heads, head_dim, n_rot, c->cs, c->sn, mode);
+}
+
+/* ---- attention ---------------------------------------------------------------- */
+
+static inline const float *kv_row(const float *base, const kern_kv_view *kv, int kv_head, int head_dim, int p)
+{
+    return base + (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
+           (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
+}
+
+void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx,
+                             int head_dim, float scale, float *scratch)
+{
+    for (int p = 0; p < n_ctx; p++) {
+        const float *k = kv_row(kv->k, kv, kv_head, head_dim, p);
+        double s = 0.0;
+        for (int d = 0; d < head_dim; d++)
+            s += (double)q[d] * k[d];
+        scratch[p] = (float)s * scale;
+    }
+    kern_softmax_ref(scratch, n_ctx);
+    for (int d = 0; d < head_dim; d++) {
+        double acc = 0.0;
+        for (int p = 0; p < n_ctx; p++)
+            acc += (double)scratch[p] * kv_row(kv->v, kv, kv_head, head_dim, p)[d];
+        out[d] = (float)acc;
+    }
+}
+
+void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx, int head_dim,
+                         float scale, float *scratch)
+{
+    int simd = kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0;
+    for (int p = 0; p < n_ctx; p++) {
+        const float *k = kv_row(kv->k, kv, kv_head, head_dim, p);
+        float s;
+        if (simd) {
+            s = kern_dot_avx2(q, k, head_dim);
+        } else {
+            s = 0.0f;
+            for (int d = 0; d < head_dim; d++)
+                s += q[d] * k[d];
+        }
+        scratch[p] = s * scale;
+    }
+    kern_softmax(scratch, n_ctx);
+    memset(out, 0, (size_t)head_dim * sizeof(float));
+    for (int p = 0; p < n_ctx; p++) {
+        const float *v = kv_row(kv->v, kv, kv_head, head_dim, p);
+        if (simd) {
+            kern_axpy_avx2(out, scratch[p], v, head_dim);
+        } else {
+            for (int d = 0; d < head_dim; d++)
+                out[d] += scratch[p] * v[d];
+        }
+    }
+}

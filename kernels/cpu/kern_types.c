@@ -1,0 +1,335 @@
+/* kern_types.c - type table, fp16/bf16 conversions, row (de)quantization.
+ *
+ * The conversions are plain integer bit manipulation so that they are exact
+ * (round-to-nearest-even) on every machine and need no F16C; the matmul
+ * kernels use F16C where they have it and agree with these bit for bit. */
+#include "kernels/cpu/kern_types.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/kern_internal.h"
+
+int kern_type_valid(uint32_t type)
+{
+    switch (type) {
+    case KERN_TYPE_F32:
+    case KERN_TYPE_F16:
+    case KERN_TYPE_Q4_0:
+    case KERN_TYPE_Q4_1:
+    case KERN_TYPE_Q8_0:
+    case KERN_TYPE_BF16:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+const char *kern_type_name(kern_type t)
+{
+    switch (t) {
+    case KERN_TYPE_F32: return "f32";
+    case KERN_TYPE_F16: return "f16";
+    case KERN_TYPE_Q4_0: return "q4_0";
+    case KERN_TYPE_Q4_1: return "q4_1";
+    case KERN_TYPE_Q8_0: return "q8_0";
+    case KERN_TYPE_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+int kern_type_block_size(kern_type t)
+{
+    switch (t) {
+    case KERN_TYPE_Q4_0:
+    case KERN_TYPE_Q4_1:
+    case KERN_TYPE_Q8_0:
+        return KERN_QK;
+    default:
+        return 1;
+    }
+}
+
+size_t kern_type_block_bytes(kern_type t)
+{
+    switch (t) {
+    case KERN_TYPE_F32: return 4;
+    case KERN_TYPE_F16: return 2;
+    case KERN_TYPE_BF16: return 2;
+    case KERN_TYPE_Q8_0: return sizeof(kern_block_q8_0);
+    case KERN_TYPE_Q4_0: return sizeof(kern_block_q4_0);
+    case KERN_TYPE_Q4_1: return sizeof(kern_block_q4_1);
+    }
+    return 0;
+}
+
+size_t kern_row_bytes(kern_type t, int64_t n)
+{
+    return (size_t)(n / kern_type_block_size(t)) * kern_type_block_bytes(t);
+}
+
+/* ---- scalar conversions ------------------------------------------------- */
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float kern_fp16_to_fp32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1f) /* inf or NaN: keep the payload, shifted into place */
+        return bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp != 0) /* normal: rebias 15 -> 127 */
+        return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    if (man == 0)
+        return bits_f32(sign);
+    /* Subnormal half: man * 2^-24 is exact in float; 2^-24 is a power of two
+     * so the product is exact too. */
+    float v = (float)man * 0x1p-24f;
+    return bits_f32(sign | f32_bits(v));
+}
+
+uint16_t kern_fp32_to_fp16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) { /* inf or NaN */
+        if (a == 0x7f800000u)
+            return sign | 0x7c00u;
+        uint16_t man = (uint16_t)((a >> 13) & 0x3ffu);
+        return sign | 0x7c00u | (man ? man : 0x200u); /* a NaN stays a NaN */
+    }
+    /* 65520 = max half (65504) + half an ulp (16): from there RNE gives inf. */
+    if (a >= 0x477ff000u)
+        return sign | 0x7c00u;
+    if (a >= 0x38800000u) { /* >= 2^-14: normal half */
+        uint32_t exp = (a >> 23) - 112;
+        uint32_t man = a & 0x7fffffu;
+        uint32_t h = (exp << 10) | (man >> 13);
+        uint32_t rest = man & 0x1fffu; /* the 13 bits dropped */
+        /* Round to nearest, ties to even; a carry out of the mantissa bumps
+         * the exponent, which is the right answer (and 0x7c00 = inf at top). */
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+            h++;
+        return sign | (uint16_t)h;
+    }
+    /* Below 2^-14: subnormal half or zero. The half value is a * 2^24 rounded
+     * to an integer number of 2^-24 units; shift the full 24-bit significand. */
+    if (a < 0x33000000u) /* < 2^-25: rounds to zero (2^-25 itself ties to 0) */
+        return sign;
+    uint32_t exp = a >> 23;                     /* 102 .. 112 */
+    uint32_t sig = (a & 0x7fffffu) | 0x800000u; /* value = sig * 2^(exp-150) */
+    uint32_t shift = 126 - exp;                 /* units of 2^-24: sig >> (126-exp) */
+    uint32_t h = sig >> shift;
+    uint32_t rest = sig & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (h & 1u)))
+        h++;
+    return sign | (uint16_t)h;
+}
+
+float kern_bf16_to_fp32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t kern_fp32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: truncate, force quiet */
+        return (uint16_t)((u >> 16) | 0x40u);
+    /* Adding 0x7fff plus the lowest kept bit rounds to nearest, ties to even. */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* ---- rows ---------------------------------------------------------------- */
+
+void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
+{
+    switch (t) {
+    case KERN_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case KERN_TYPE_F16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = kern_fp16_to_fp32(s[i]);
+        break;
+    }
+    case KERN_TYPE_BF16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = kern_bf16_to_fp32(s[i]);
+        break;
+    }
+    case KERN_TYPE_Q8_0: {
+        const kern_block_q8_0 *b = src;
+        for (int64_t i = 0; i < n / KERN_QK; i++) {
+            float d = kern_fp16_to_fp32(b[i].d);
+            for (int j = 0; j < KERN_QK; j++)
+                dst[i * KERN_QK + j] = d * (float)b[i].qs[j];
+        }
+        break;
+    }
+    case KERN_TYPE_Q4_0: {
+        const kern_block_q4_0 *b = src;
+        for (int64_t i = 0; i < n / KERN_QK; i++) {
+            float d = kern_fp16_to_fp32(b[i].d);
+            for (int j = 0; j < KERN_QK / 2; j++) {
+                dst[i * KERN_QK + j] = d * (float)((b[i].qs[j] & 0x0f) - 8);
+                dst[i * KERN_QK + j + 16] = d * (float)((b[i].qs[j] >> 4) - 8);
+            }
+        }
+        break;
+    }
+    case KERN_TYPE_Q4_1: {
+        const kern_block_q4_1 *b = src;
+        for (int64_t i = 0; i < n / KERN_QK; i++) {
+            float d = kern_fp16_to_fp32(b[i].d);
+            float m = kern_fp16_to_fp32(b[i].m);
+            for (int j = 0; j < KERN_QK / 2; j++) {
+                dst[i * KERN_QK + j] = d * (float)(b[i].qs[j] & 0x0f) + m;
+                dst[i * KERN_QK + j + 16] = d * (float)(b[i].qs[j] >> 4) + m;
+            }
+        }
+        break;
+    }
+    }
+}
+
+/* The Q8_0 rule for one block: d = max|x| / 127, q = round-half-away(x / d)
+ * computed as x * (1/d); |q| <= 127 because max|x| * (1/d) rounds to 127. */
+static void quantize_block_q8_0(const float *x, kern_block_q8_0 *b)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < KERN_QK; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b->d = kern_fp32_to_fp16(d);
+    for (int j = 0; j < KERN_QK; j++)
+        b->qs[j] = (int8_t)roundf(x[j] * id);
+}
+
+void kern_quantize_act_scalar(const float *x, int n, int8_t *qs, float *d, int d_stride)
+{
+    for (int b = 0; b < n / KERN_QK; b++) {
+        kern_block_q8_0 blk;
+        quantize_block_q8_0(x + b * KERN_QK, &blk);
+        memcpy(qs + b * KERN_QK, blk.qs, KERN_QK);
+        d[(size_t)b * d_stride] = kern_fp16_to_fp32(blk.d);
+    }
+}
+
+void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n)
+{
+    switch (t) {
+    case KERN_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case KERN_TYPE_F16: {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = kern_fp32_to_fp16(src[i]);
+        break;
+    }
+    case KERN_TYPE_BF16: {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = kern_fp32_to_bf16(src[i]);
+        break;
+    }
+    case KERN_TYPE_Q8_0: {
+        kern_block_q8_0 *b = dst;
+        for (int64_t i = 0; i < n / KERN_QK; i++)
+            quantize_block_q8_0(src + i * KERN_QK, &b[i]);
+        break;
+    }
+    case KERN_TYPE_Q4_0: {
+        /* GGML's rule: the signed value of largest magnitude maps to -8, so
+         * d = max / -8 and q = x / d + 8 (truncated after +0.5), capped at 15. */
+        kern_block_q4_0 *b = dst;
+        for (int64_t i = 0; i < n / KERN_QK; i++) {
+            const float *x = src + i * KERN_QK;
+            float amax = 0.0f, max = 0.0f;
+            for (int j = 0; j < KERN_QK; j++) {
+                if (fabsf(x[j]) > amax) {
+                    amax = fabsf(x[j]);
+                    max = x[j];
+                }
+            }
+            float d = max / -8.0f;
+            float id = d != 0.0f ? 1.0f / d : 0.0f;
+            b[i].d = kern_fp32_to_fp16(d);
+            for (int j = 0; j < KERN_QK / 2; j++) {
+                int q0 = (int)(x[j] * id + 8.5f);
+                int q1 = (int)(x[j + 16] * id + 8.5f);
+                q0 = q0 > 15 ? 15 : q0;
+                q1 = q1 > 15 ? 15 : q1;
+                b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+            }
+        }
+        break;
+    }
+    case KERN_TYPE_Q4_1: {
+        /* x = d * q + m with m = min and d = (max - min) / 15. */
+        kern_block_q4_1 *b = dst;
+        for (int64_t i = 0; i < n / KERN_QK; i++) {
+            const float *x = src + i * KERN_QK;
+            float min = x[0], max = x[0];
+            for (int j = 1; j < KERN_QK; j++) {
+                min = fminf(min, x[j]);
+                max = fmaxf(max, x[j]);
+            }
+            float d = (max - min) / 15.0f;
+            float id = d != 0.0f ? 1.0f / d : 0.0f;
+            b[i].d = kern_fp32_to_fp16(d);
+            b[i].m = kern_fp32_to_fp16(min);
+            for (int j = 0; j < KERN_QK / 2; j++) {
+                int q0 = (int)((x[j] - min) * id + 0.5f);
+                int q1 = (int)((x[j + 16] - min) * id + 0.5f);
+                q0 = q0 > 15 ? 15 : q0;
+                q1 = q1 > 15 ? 15 : q1;
+                b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+            }
+        }
+        break;
+    }
+    }
+}
+
+void kern_requantize_row_q8_0(kern_type t, const void *src, kern_block_q8_0 *dst, int64_t n)
+{
+    if (t == KERN_TYPE_Q4_0) {
+        /* Lossless: Q4_0 values are d * (q - 8) with q - 8 in [-8, 7], which
+         * Q8_0 holds exactly with the same fp16 scale. */
+        const kern_block_q4_0 *b = src;
+        for (int64_t i = 0; i < n / KERN_QK; i++) {
+            dst[i].d = b[i].d;
+            for (int j = 0; j < KERN_QK / 2; j++) {
+                dst[i].qs[j] = (int8_t)((b[i].qs[j] & 0x0f) - 8);
+                dst[i].qs[j + 16] = (int8_t)((b[i].qs[j] >> 4) - 8);
+            }
+        }
+        return;
+    }
+    /* Q4_1 (and anything else): the offset m has no exact Q8_0 form, so
+     * dequantize one block exactly in f32 and requantize it. */
+    float tmp[KERN_QK];
+    size_t bb = kern_type_block_bytes(t) * (kern_type_block_size(t) == 1 ? KERN_QK : 1);
+    for (int64_t i = 0; i < n / KERN_QK; i++) {
+        kern_dequantize_row(t, (const uint8_t *)src + (size_t)i * bb, tmp, KERN_QK);
+        quantize_block_q8_0(tmp, &dst[i]);
+    }
+}

@@ -1,0 +1,205 @@
+/* test_kern_ops.c - row ops at every level vs their references, exp error,
+ * RoPE vs a direct float64 formula, attention over a paged KV view.
+ *
+ * Tolerances (normalised error ||y - ref|| / ||ref|| unless stated):
+ *   rmsnorm 1e-6 (f32 lane sums vs a double sum of squares);
+ *   exp max relative error 1e-6 vs libm double; silu_mul and softmax 2e-6
+ *   (that exp error plus one division/multiply);
+ *   rope 1e-6 absolute per element vs float64 (cos/sin rounded to float,
+ *   then two f32 products and a sum of values ~N(0,1));
+ *   attention 1e-5 (f32 dot products over head_dim and f32 softmax). */
+#include <string.h>
+
+#include "kernels/cpu/kern_internal.h"
+#include "kernels/cpu/kern_ops.h"
+#include "test_kern_util.h"
+
+static void test_exp(kern_level top)
+{
+    if (top < KERN_LEVEL_AVX2) {
+        printf("skip avx2 exp: not supported by this CPU\n");
+        return;
+    }
+    enum { N = 100003 }; /* odd: exercises the masked tail */
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++)
+        x[i] = -87.0f + 175.0f * (float)i / (N - 1);
+    kern_exp_avx2(y, x, N);
+    double worst = 0.0;
+    for (int i = 0; i < N; i++) {
+        double e = exp((double)x[i]);
+        double r = fabs(y[i] - e) / e;
+        worst = r > worst ? r : worst;
+    }
+    printf("exp avx2: max relative error %.2e over [-87, 88]\n", worst);
+    CHECK(worst <= 1e-6, "exp relative error %g > 1e-6", worst);
+}
+
+static void test_rows(kern_level top)
+{
+    const int ns[] = {1, 7, 8, 9, 64, 576, 1536, 1539};
+    enum { NMAX = 1539 };
+    static float x[NMAX], w[NMAX], g[NMAX], u[NMAX], a[NMAX], b[NMAX];
+    for (int lv = 0; lv <= (int)top; lv++) {
+        kern_cpu_set_max_level((kern_level)lv);
+        double e_rms = 0, e_silu = 0, e_soft = 0;
+        for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+            int n = ns[k];
+            fill_normal(x, n, 1.0f);
+            fill_normal(w, n, 1.0f);
+            fill_normal(g, n, 3.0f);
+            fill_normal(u, n, 1.0f);
+            g[0] = -100.0f; /* far tails of silu: exp(100) clamps, result ~0 */
+            if (n > 1)
+                g[1] = 95.0f;
+            kern_rmsnorm(a, x, w, n, 1e-5f);
+            kern_rmsnorm_ref(b, x, w, n, 1e-5f);
+            double e = norm_err(a, b, n);
+            e_rms = e > e_rms ? e : e_rms;
+            memcpy(a, x, sizeof(float) * n); /* in place (out aliases x) */
+            kern_rmsnorm(a, a, w, n, 1e-5f);
+            e = norm_err(a, b, n);
+            e_rms = e > e_rms ? e : e_rms;
+
+            kern_silu_mul(a, g, u, n);
+            kern_silu_mul_ref(b, g, u, n);
+            e = norm_err(a, b, n);
+            e_silu = e > e_silu ? e : e_silu;
+
+            for (int i = 0; i < n; i++)
+                a[i] = b[i] = x[i] * 10.0f;
+            kern_softmax(a, n);
+            kern_softmax_ref(b, n);
+            e = norm_err(a, b, n);
+            e_soft = e > e_soft ? e : e_soft;
+            double sum = 0;
+            for (int i = 0; i < n; i++)
+                sum += a[i];
+            CHECK(fabs(sum - 1.0) < 1e-5, "softmax sums to %g", sum);
+        }
+        printf("level %-6s rmsnorm %.1e silu_mul %.1e softmax %.1e\n", kern_level_name((kern_level)lv), e_rms, e_silu,
+               e_soft);
+        CHECK(e_rms <= 1e-6, "rmsnorm err %g", e_rms);
+        CHECK(e_silu <= 2e-6, "silu_mul err %g", e_silu);
+        CHECK(e_soft <= 2e-6, "softmax err %g", e_soft);
+    }
+    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+}
+
+static void test_rope(void)
+{
+    const int n_heads = 3, head_dim = 64;
+    enum { D = 3 * 64 };
+    static float x[D], y[D], ff[32];
+    const int positions[] = {0, 1, 17, 1000, 8191, 32767};
+    for (int i = 0; i < 32; i++)
+        ff[i] = 1.0f + (float)i / 8.0f;
+    double worst = 0, worst_norm = 0;
+    for (int mode = 0; mode < 2; mode++)
+        for (int n_rot_i = 0; n_rot_i < 2; n_rot_i++)
+            for (int sc = 0; sc < 2; sc++)
+                for (int use_ff = 0; use_ff < 2; use_ff++)
+                    for (size_t pi = 0; pi < sizeof(positions) / sizeof(positions[0]); pi++) {
+                        int n_rot = n_rot_i ? 32 : 64; /* partial rotation leaves dims >= n_rot alone */
+                        float fs = sc ? 0.25f : 1.0f, base = 10000.0f;
+                        int pos = positions[pi];
+                        fill_normal(x, D, 1.0f);
+                        memcpy(y, x, sizeof(x));
+                        const float *f = use_ff ? ff : NULL;
+                        kern_rope(y, n_heads, head_dim, n_rot, pos, base, fs, f, (kern_rope_mode)mode);
+                        for (int h = 0; h < n_heads; h++) {
+                            const float *xi = x + h * head_dim;
+                            const float *yo = y + h * head_dim;
+                            double n0 = 0, n1 = 0;
+                            for (int i = 0; i < n_rot / 2; i++) {
+                                double th = pos * (double)fs * pow(base, -2.0 * i / n_rot) / (f ? f[i] : 1.0);
+                                int i0 = mode == KERN_ROPE_ADJACENT ? 2 * i : i;
+                                int i1 = mode == KERN_ROPE_ADJACENT ? 2 * i + 1 : i + n_rot / 2;
+                                double r0 = xi[i0] * cos(th) - xi[i1] * sin(th);
+                                double r1 = xi[i0] * sin(th) + xi[i1] * cos(th);
+                                double e = fmax(fabs(r0 - yo[i0]), fabs(r1 - yo[i1]));
+                                worst = e > worst ? e : worst;
+                            }
+                            for (int i = 0; i < n_rot; i++) {
+                                n0 += (double)xi[i] * xi[i];
+                                n1 += (double)yo[i] * yo[i];
+                            }
+                            double rel = fabs(sqrt(n1) - sqrt(n0)) / sqrt(n0);
+                            worst_norm = rel > worst_norm ? rel : worst_norm;
+                            for (int i = n_rot; i < head_dim; i++)
+                                CHECK(xi[i] == yo[i], "rope touched dim %d >= n_rot %d", i, n_rot);
+                        }
+                    }
+    printf("rope: max abs error vs float64 %.1e, max relative norm change %.1e\n", worst, worst_norm);
+    CHECK(worst <= 1e-6, "rope error %g", worst);
+    CHECK(worst_norm <= 1e-6, "rope norm change %g", worst_norm);
+}
+
+/* Paged (block_size 16, shuffled block table, padded row stride) and
+ * contiguous caches holding the same K/V must give identical outputs. */
+static void test_attention(kern_level top)
+{
+    const int n_kv_head = 2, block_size = 16;
+    const int head_dims[] = {64, 8, 12, 5};
+    const int ctxs[] = {1, 15, 16, 17, 100};
+    for (int lv = 0; lv <= (int)top; lv++) {
+        kern_cpu_set_max_level((kern_level)lv);
+        double worst = 0;
+        int diffs = 0;
+        for (size_t hi = 0; hi < 4; hi++)
+            for (size_t ci = 0; ci < 5; ci++) {
+                int hd = head_dims[hi], n_ctx = ctxs[ci];
+                int n_blocks = (n_ctx + block_size - 1) / block_size;
+                size_t row = (size_t)n_kv_head * hd;
+                size_t prow = row + 3; /* padded stride */
+                float *kc = malloc(sizeof(float) * row * n_ctx), *vc = malloc(sizeof(float) * row * n_ctx);
+                fill_normal(kc, row * n_ctx, 1.0f);
+                fill_normal(vc, row * n_ctx, 1.0f);
+                /* Physical blocks in a shuffled order, one spare block. */
+                int32_t table[16];
+                int phys = n_blocks + 1;
+                for (int i = 0; i < n_blocks; i++)
+                    table[i] = (i * 5 + 3) % phys;
+                float *kp = calloc((size_t)phys * block_size * prow, sizeof(float));
+                float *vp = calloc((size_t)phys * block_size * prow, sizeof(float));
+                for (int p = 0; p < n_ctx; p++) {
+                    size_t off = (size_t)table[p / block_size] * block_size * prow + (size_t)(p % block_size) * prow;
+                    memcpy(kp + off, kc + p * row, sizeof(float) * row);
+                    memcpy(vp + off, vc + p * row, sizeof(float) * row);
+                }
+                int32_t zero = 0;
+                kern_kv_view contig = {kc, vc, &zero, 1 << 30, 0, row};
+                kern_kv_view paged = {kp, vp, table, block_size, (size_t)block_size * prow, prow};
+                float q[64], o1[64], o2[64], oref[64], scratch[128];
+                fill_normal(q, hd, 1.0f);
+                float scale = 1.0f / sqrtf((float)hd);
+                for (int g = 0; g < n_kv_head; g++) {
+                    kern_attention_head(o1, q, &contig, g, n_ctx, hd, scale, scratch);
+                    kern_attention_head(o2, q, &paged, g, n_ctx, hd, scale, scratch);
+                    kern_attention_head_ref(oref, q, &paged, g, n_ctx, hd, scale, scratch);
+                    diffs += memcmp(o1, o2, sizeof(float) * hd) != 0;
+                    double e = norm_err(o1, oref, hd);
+                    worst = e > worst ? e : worst;
+                }
+                free(kc);
+                free(vc);
+                free(kp);
+                free(vp);
+            }
+        printf("level %-6s attention: worst error %.1e, paged vs contiguous mismatches %d\n",
+               kern_level_name((kern_level)lv), worst, diffs);
+        CHECK(worst <= 1e-5, "attention err %g", worst);
+        CHECK(diffs == 0, "paged != contiguous in %d cases", diffs);
+    }
+    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+}
+
+int main(void)
+{
+    kern_level top = detected_level();
+    test_exp(top);
+    test_rows(top);
+    test_rope();
+    test_attention(top);
+    return finish("test_kern_ops");
+}
