@@ -111,6 +111,12 @@ const gguf_tensor *gguf_tensor_at(const gguf_file *gf, int64_t i);
 /* NULL if absent. */
 const gguf_tensor *gguf_find_tensor(const gguf_file *gf, const char *name);
 
+/* Tells the kernel that t's bytes in the mapping will not be read again
+ * (the model converted them into its own buffer), so their pages leave the
+ * resident set. Reading them later still works: pages fault back in from
+ * the file. No-op for gguf_open_memory files. */
+void gguf_release_tensor_pages(const gguf_file *gf, const gguf_tensor *t);
+
 /* 1 if s equals the C string c. */
 int gguf_str_eq(gguf_str s, const char *c);
 

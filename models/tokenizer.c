@@ -854,7 +854,7 @@ int tok_decoder_push(tok_decoder *d, int32_t id, char *out, size_t cap) {
     size_t n;
     const unsigned char *p = (const unsigned char *)piece_of(v, id, d->flags, &n);
     if (n == 0) return 0;
-    if (d->n_pushed == 0 && drops_first_space(v) && p[0] == ' ') {
+    if (d->n_pushed == 0 && !(d->flags & TOK_CONTINUATION) && drops_first_space(v) && p[0] == ' ') {
         p++;
         n--;
     }

@@ -28,6 +28,8 @@ typedef enum { TOK_TYPE_SPM = 1, TOK_TYPE_BPE = 2 } tok_type;
 enum {
     TOK_ADD_BOS = 1 << 0,       /* prepend BOS (if the vocab has one) */
     TOK_PARSE_SPECIAL = 1 << 1, /* recognise control tokens written in the text */
+    TOK_CONTINUATION = 1 << 2,  /* decoder: the text continues earlier text, so the
+                                   first piece keeps its leading space (SPM) */
 };
 
 int tok_vocab_create_from_gguf(const gguf_file *gf, tok_vocab **out, char *err, size_t err_len);

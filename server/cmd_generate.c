@@ -228,7 +228,10 @@ int cmd_generate(int argc, char **argv) {
     double t_prompt = brisk_now() - t0;
 
     tok_decoder dec;
-    tok_decoder_init(&dec, v, 0);
+    /* SentencePiece drops the space that starts a text; a continuation of
+     * a prompt keeps it ("a cat" + " named" must not print "catnamed"). */
+    int continues = n_prompt > 1 || (n_prompt == 1 && ids[0] != tok_bos(v));
+    tok_decoder_init(&dec, v, continues ? TOK_CONTINUATION : 0);
     char piece[512];
     int n_gen = 0, n_hist = n_prompt;
     double t1 = brisk_now();

@@ -410,6 +410,11 @@ static void test_spm(const tok_vocab *v) {
     CHECK(n == 3 && !memcmp(out, "\xEF\xBF\xBD", 3), "flush -> FFFD");
     CHECK(tok_decoder_flush(&d, out, sizeof out) == 0, "flush twice");
     CHECK(tok_decoder_max_out(v) <= 256, "decoder bound %zu", tok_decoder_max_out(v));
+
+    /* A continuation of earlier text keeps the first piece's space. */
+    tok_decoder_init(&d, v, TOK_CONTINUATION);
+    CHECK(tok_decoder_push(&d, 15043, out, sizeof out) == 6 && !memcmp(out, " Hello", 6),
+          "continuation keeps the space");
 }
 
 static void test_gpt2(const tok_vocab *v) {

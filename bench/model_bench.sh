@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# model_bench.sh - prompt and generation speed of SmolLM2-135M per weight format.
+#
+# Runs `brisk bench` for each weight format, prints a Markdown table and writes
+# every row, with the machine and commit, to
+#   bench/results/<YYYY-MM-DD>-<machine>-model-bench.json
+# where <machine> is $BRISK_MACHINE or the host name.
+#
+# Environment (defaults): BRISK_BIN (build/bin/brisk), THREADS (2),
+# WEIGHTS ("f32 f16 int8"), PP (512), TG (128), REPS (brisk's default),
+# BRISK_MACHINE (hostname).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BRISK=${BRISK_BIN:-build/bin/brisk}
+THREADS=${THREADS:-2}
+WEIGHTS=${WEIGHTS:-"f32 f16 int8"}
+PP=${PP:-512}
+TG=${TG:-128}
+MACHINE=${BRISK_MACHINE:-$(hostname)}
+DATE=$(date +%Y-%m-%d)
+OUT=bench/results/$DATE-$MACHINE-model-bench.json
+
+if [ ! -x "$BRISK" ]; then
+    echo "model_bench: $BRISK not found; run scripts/build.sh first" >&2
+    exit 1
+fi
+MODEL=$(bash scripts/fetch-model.sh --print-path)
+
+ROWS=$(mktemp)
+trap 'rm -f "$ROWS"' EXIT
+for w in $WEIGHTS; do
+    echo "model_bench: $w, $THREADS threads, pp$PP tg$TG ..." >&2
+    args=(bench --model "$MODEL" --weights "$w" --threads "$THREADS" -p "$PP" -n "$TG")
+    [ -n "${REPS:-}" ] && args+=(--reps "$REPS")
+    "$BRISK" "${args[@]}" | tr -d '\n' >> "$ROWS"
+    echo >> "$ROWS"
+done
+
+mkdir -p bench/results
+python3 - "$ROWS" "$OUT" "$MACHINE" "$DATE" "$THREADS" <<'PYEOF'
+import json, os, subprocess, sys
+
+rows_path, out_path, machine, date, threads = sys.argv[1:6]
+rows = [json.loads(line) for line in open(rows_path) if line.strip()]
+
+cpu = "unknown"
+try:
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+except OSError:
+    pass
+try:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    if dirty:
+        commit += "-dirty"
+except (OSError, subprocess.CalledProcessError):
+    commit = "unknown"
+
+result = {
+    "machine": {"name": machine, "cpu": cpu, "cores": os.cpu_count(),
+                "cpu_features": rows[0].get("cpu") if rows else None},
+    "commit": commit,
+    "date": date,
+    "threads": int(threads),
+    "rows": rows,
+}
+with open(out_path, "w") as f:
+    json.dump(result, f, indent=2)
+    f.write("\n")
+
+print(f"SmolLM2-135M-Instruct, {cpu}, {threads} threads, commit {commit[:12]}\n")
+pp = rows[0].get("pp", 512) if rows else 512
+tg = rows[0].get("tg", 128) if rows else 128
+print(f"| format | pp{pp} tok/s | tg{tg} tok/s | weight MB/token | read bandwidth GB/s "
+      f"| roofline tok/s | tg % of roofline |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for r in rows:
+    roof = r["tg_roofline_tok_s"]
+    pct = 100.0 * r["tg_tok_s"] / roof if roof else float("nan")
+    print(f"| {r['weights']} | {r['pp_tok_s']:.1f} | {r['tg_tok_s']:.1f} "
+          f"| {r['weight_bytes'] / 1e6:.1f} | {r['read_bw_gb_s']:.1f} | {roof:.1f} | {pct:.0f}% |")
+print(f"\nwrote {out_path}")
+PYEOF

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# build.sh [Release|Debug|asan|tsan] - configure and build brisk.
+#
+#   Release -> build/        (the default)
+#   Debug   -> build-debug/
+#   asan    -> build-asan/   ASan + UBSan, RelWithDebInfo
+#   tsan    -> build-tsan/   TSan, RelWithDebInfo
+# With CI=true warnings are errors (-DBRISK_WERROR=ON).
+# Extra arguments after the flavour go to cmake's configure step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+flavour=${1:-Release}
+[ $# -gt 0 ] && shift
+
+case "$flavour" in
+    Release|release) dir=build;       args=(-DCMAKE_BUILD_TYPE=Release) ;;
+    Debug|debug)     dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug) ;;
+    asan|ASan)       dir=build-asan;  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_SANITIZE=ON);;
+    tsan|TSan)       dir=build-tsan;  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_TSAN=ON) ;;
+    *) echo "usage: $0 [Release|Debug|asan|tsan] [cmake args...]" >&2; exit 2 ;;
+esac
+
+# Always explicit: a cached ON from a CI-style run must not stick to local builds.
+if [ "${CI:-}" = "true" ]; then
+    args+=(-DBRISK_WERROR=ON)
+else
+    args+=(-DBRISK_WERROR=OFF)
+fi
+
+cmake -S . -B "$dir" "${args[@]}" "$@"
+cmake --build "$dir" -j"$(nproc)"
+echo "build.sh: $flavour build in $dir/ (binary: $dir/bin/brisk)"

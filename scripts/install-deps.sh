@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# install-deps.sh - install the Debian packages brisk needs to build and test.
+#
+# Only what is missing is installed: dpkg-query is asked first, so on a warm
+# machine this takes about a second and never touches the network. apt-get
+# update runs only when something has to be installed. Idempotent.
+set -euo pipefail
+
+PKGS=(
+    build-essential cmake pkg-config git
+    libuv1-dev libcjson-dev node-llhttp
+    python3 python3-venv python3-pip
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    if [ "$status" != "installed" ]; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#PKGS[@]} packages present"
+    exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    else
+        echo "install-deps: error: not root and no sudo; install these yourself: ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -qq
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# test.sh - run every test brisk has, the way CI does.
+#
+#   1. install the Debian dependencies (fast when present) and fetch SmolLM2
+#   2. Release build -> ctest -> pytest tests/integration
+#   3. ASan+UBSan build -> ctest -> pytest -m "not slow" on the sanitized binary
+#
+# Every step runs even when an earlier one failed (except that nothing can be
+# tested without a build), and a summary at the end lists them; the exit code
+# is non-zero if any step failed. pytest's "no tests collected" (exit 5)
+# counts as a failure.
+#
+# Environment:
+#   BRISK_TEST_QUICK=1   skip the sanitizer pass (local iteration)
+#   PYTEST_ARGS="..."    extra arguments for both pytest runs (e.g. "-k chat -x")
+#   PYTHON=python3       interpreter used to create .venv-test
+# shellcheck disable=SC2317  # functions run via step(), which shellcheck cannot follow
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+T_START=$(date +%s)
+
+declare -a SUMMARY=()
+N_PASS=0
+N_FAIL=0
+
+# step NAME CMD... : runs CMD, records PASS/FAIL with its duration.
+step() {
+    local name=$1
+    shift
+    local t0 rc
+    t0=$(date +%s)
+    echo
+    echo "=== test.sh: $name"
+    "$@"
+    rc=$?
+    local dt=$(($(date +%s) - t0))
+    if [ $rc -eq 0 ]; then
+        SUMMARY+=("PASS  $name (${dt}s)")
+        N_PASS=$((N_PASS + 1))
+    else
+        SUMMARY+=("FAIL  $name (exit $rc, ${dt}s)")
+        N_FAIL=$((N_FAIL + 1))
+    fi
+    return $rc
+}
+
+finish() {
+    echo
+    echo "=== test.sh summary ($(($(date +%s) - T_START))s)"
+    local line
+    for line in "${SUMMARY[@]}"; do
+        echo "  $line"
+    done
+    echo "steps: $N_PASS passed, $N_FAIL failed"
+    [ "$N_FAIL" -eq 0 ]
+    exit $?
+}
+
+# ---- Python environment for the reference model and pytest ----------------
+VENV=$ROOT/.venv-test
+REQ=$ROOT/tests/requirements.txt
+PY=${PYTHON:-python3}
+
+setup_venv() {
+    local want pyver
+    pyver=$("$PY" -c 'import sys; print(sys.version.split()[0])')
+    want="$(sha256sum "$REQ" | cut -d' ' -f1) $pyver"
+    if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'pass' 2>/dev/null; then
+        rm -rf "$VENV"
+        "$PY" -m venv "$VENV" || return 1
+    fi
+    if [ "$(cat "$VENV/.requirements-stamp" 2>/dev/null)" = "$want" ]; then
+        echo "venv up to date: $VENV"
+        return 0
+    fi
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ" || return 1
+    echo "$want" > "$VENV/.requirements-stamp"
+}
+
+# run_pytest BIN [pytest args...]: exit 5 (nothing collected) is a failure.
+run_pytest() {
+    local bin=$1
+    shift
+    # shellcheck disable=SC2086
+    BRISK_BIN="$ROOT/$bin" BRISK_REQUIRE_MODELS=1 \
+        "$VENV/bin/python" -m pytest "$ROOT/tests/integration" -ra "$@" ${PYTEST_ARGS:-}
+    local rc=$?
+    if [ "$rc" -eq 5 ]; then
+        echo "test.sh: pytest collected no tests; that is a failure"
+    fi
+    return "$rc"
+}
+
+run_ctest() {
+    (cd "$1" && ctest --output-on-failure -j"$(nproc)")
+}
+
+# ---- the steps --------------------------------------------------------------
+step "install dependencies" bash scripts/install-deps.sh || finish
+step "fetch SmolLM2" bash scripts/fetch-model.sh
+step "python venv" setup_venv
+step "build Release" bash scripts/build.sh Release || finish
+step "ctest (Release)" run_ctest build
+step "pytest (Release)" run_pytest build/bin/brisk
+
+if [ "${BRISK_TEST_QUICK:-0}" = "1" ]; then
+    echo
+    echo "test.sh: BRISK_TEST_QUICK=1: skipping the sanitizer pass"
+    SUMMARY+=("SKIP  sanitizer pass (BRISK_TEST_QUICK=1)")
+    finish
+fi
+
+# halt_on_error: the first report ends the process, so a test sees it.
+# abort_on_error=0: exit with an error code rather than SIGABRT (no core dumps).
+export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:print_stacktrace=1
+export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=0:print_stacktrace=1
+if step "build asan" bash scripts/build.sh asan; then
+    step "ctest (asan)" run_ctest build-asan
+    step "pytest (asan, not slow)" run_pytest build-asan/bin/brisk -m "not slow"
+fi
+finish

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""llama_ref.py - a float64 NumPy reference forward pass for GGUF Llama/Qwen2 models.
+
+This is the yardstick brisk's C kernels are measured against: it is written to
+be obviously right rather than fast. Every weight is dequantized to float64
+with a dequantizer written out below from the block layouts in
+kernels/cpu/kern_types.h, and every step of the transformer is done in float64.
+
+Usage:
+    llama_ref.py --model M --tokens "1 2 3" --out logits.npy
+        logits for every position of the token list, float64 [n_tokens, n_vocab]
+    llama_ref.py --model M --tokens "1" --generate 199
+        greedy continuation; prints prompt + generated ids on one line
+
+Supported: architectures llama and qwen2; tensor types F32, F16, BF16, Q8_0,
+Q4_0, Q4_1. The `gguf` package is used only to parse the file.
+"""
+
+import argparse
+import sys
+
+import numpy as np
+
+try:
+    import gguf
+except ImportError:  # pragma: no cover - reported to the user
+    sys.exit("llama_ref.py: the 'gguf' package is missing (pip install -r tests/requirements.txt)")
+
+QK = 32  # values per quantized block (all three quantized types)
+
+# GGML type ids (they are the ids stored in GGUF files).
+T_F32, T_F16, T_Q4_0, T_Q4_1, T_Q8_0, T_BF16 = 0, 1, 2, 3, 8, 30
+
+
+# ---- dequantization --------------------------------------------------------
+
+
+def _f16(raw):
+    """uint8 [..., 2k] little-endian bytes -> float64 [..., k]."""
+    return raw.copy().view("<f2").astype(np.float64)
+
+
+def dequantize_rows(raw, ggml_type, n_cols):
+    """Raw tensor bytes (uint8, any shape) -> float64 [n_rows, n_cols].
+
+    Quantized rows are runs of 32-value blocks:
+      Q8_0: fp16 d, int8 qs[32]              x = d * q
+      Q4_0: fp16 d, uint8 qs[16]             x = d * (nibble - 8)
+      Q4_1: fp16 d, fp16 m, uint8 qs[16]     x = d * nibble + m
+    where byte j of qs holds value j (low nibble) and value j+16 (high nibble).
+    """
+    raw = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+    if ggml_type == T_F32:
+        return raw.view("<f4").astype(np.float64).reshape(-1, n_cols)
+    if ggml_type == T_F16:
+        return raw.view("<f2").astype(np.float64).reshape(-1, n_cols)
+    if ggml_type == T_BF16:
+        bits = raw.view("<u2").astype(np.uint32) << 16
+        return bits.view(np.float32).astype(np.float64).reshape(-1, n_cols)
+
+    block_bytes = {T_Q8_0: 34, T_Q4_0: 18, T_Q4_1: 20}.get(ggml_type)
+    if block_bytes is None:
+        raise ValueError(f"unsupported tensor type {ggml_type}")
+    if n_cols % QK:
+        raise ValueError(f"row length {n_cols} is not a multiple of {QK}")
+    blocks = raw.reshape(-1, block_bytes)
+    d = _f16(blocks[:, 0:2])  # [n_blocks, 1]
+    if ggml_type == T_Q8_0:
+        q = blocks[:, 2:34].copy().view(np.int8).astype(np.float64)
+        x = d * q
+    else:
+        qs = blocks[:, block_bytes - 16 :]
+        lo = (qs & 0x0F).astype(np.float64)
+        hi = (qs >> 4).astype(np.float64)
+        q = np.concatenate([lo, hi], axis=1)  # values 0..15 then 16..31
+        if ggml_type == T_Q4_0:
+            x = d * (q - 8.0)
+        else:
+            m = _f16(blocks[:, 2:4])
+            x = d * q + m
+    return x.reshape(-1, n_cols)
+
+
+# ---- model -----------------------------------------------------------------
+
+
+class Model:
+    """Hyperparameters from the GGUF metadata and lazily dequantized weights.
+
+    Weights are float64 [out, in] matrices: GGUF's ne[0] is the input dim (the
+    row length), ne[1] the number of rows, so W @ x maps in -> out.
+    """
+
+    def __init__(self, path):
+        self.reader = gguf.GGUFReader(path)
+        self.tensors = {t.name: t for t in self.reader.tensors}
+        arch = self._meta("general.architecture")
+        if arch not in ("llama", "qwen2"):
+            raise ValueError(f"unsupported architecture {arch!r} (want llama or qwen2)")
+        self.arch = arch
+        self.n_embd = int(self._meta(f"{arch}.embedding_length"))
+        self.n_layer = int(self._meta(f"{arch}.block_count"))
+        self.n_head = int(self._meta(f"{arch}.attention.head_count"))
+        self.n_head_kv = int(self._meta(f"{arch}.attention.head_count_kv", self.n_head))
+        self.head_dim = int(self._meta(f"{arch}.attention.key_length", self.n_embd // self.n_head))
+        self.eps = float(self._meta(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
+        self.rope_base = float(self._meta(f"{arch}.rope.freq_base", 10000.0))
+        self.rope_dim = int(self._meta(f"{arch}.rope.dimension_count", self.head_dim))
+        self.rope_scale = 1.0
+        if self._meta(f"{arch}.rope.scaling.type", "none") == "linear":
+            self.rope_scale = float(self._meta(f"{arch}.rope.scaling.factor", 1.0))
+        # llama GGUFs store q/k permuted so that RoPE pairs are adjacent
+        # (2i, 2i+1); qwen2 keeps the HF layout and pairs (i, i + rot/2).
+        self.rope_neox = arch == "qwen2"
+        self.n_vocab = int(self.tensors["token_embd.weight"].shape[1])
+        self._cache = {}
+
+    def _meta(self, key, default=None):
+        field = self.reader.fields.get(key)
+        if field is None:
+            if default is None:
+                raise KeyError(f"metadata key {key} missing")
+            return default
+        if hasattr(field, "contents"):
+            return field.contents()
+        part = field.parts[field.data[0]]
+        if field.types and field.types[0] == gguf.GGUFValueType.STRING:
+            return bytes(part).decode("utf-8")
+        return part[0]
+
+    def has(self, name):
+        return name in self.tensors
+
+    def weight(self, name, keep=False):
+        """float64 array of the tensor: [ne1, ne0] for matrices, [ne0] for vectors."""
+        if name in self._cache:
+            return self._cache[name]
+        t = self.tensors[name]
+        ne = [int(n) for n in t.shape]  # ne[0] first, as in the file
+        w = dequantize_rows(t.data, int(t.tensor_type), ne[0])
+        w = w.reshape(ne[0]) if len(ne) == 1 else w.reshape(-1, ne[0])
+        if keep:
+            self._cache[name] = w
+        return w
+
+
+# ---- forward pass ----------------------------------------------------------
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope(x, pos, m):
+    """Rotate x [T, n_heads, head_dim] in place-free fashion for positions pos [T]."""
+    rot = m.rope_dim
+    i = np.arange(rot // 2, dtype=np.float64)
+    inv_freq = m.rope_base ** (-2.0 * i / rot)  # theta_i = pos * base^(-2i/rot)
+    ang = (pos.astype(np.float64) / m.rope_scale)[:, None] * inv_freq[None, :]  # [T, rot/2]
+    cos = np.cos(ang)[:, None, :]
+    sin = np.sin(ang)[:, None, :]
+    out = x.copy()
+    if m.rope_neox:
+        a, b = x[..., : rot // 2], x[..., rot // 2 : rot]
+        out[..., : rot // 2] = a * cos - b * sin
+        out[..., rot // 2 : rot] = a * sin + b * cos
+    else:
+        a, b = x[..., 0:rot:2], x[..., 1:rot:2]
+        out[..., 0:rot:2] = a * cos - b * sin
+        out[..., 1:rot:2] = a * sin + b * cos
+    return out
+
+
+class KVCache:
+    def __init__(self, n_layer):
+        self.k = [None] * n_layer  # each [T_past, n_head_kv, head_dim]
+        self.v = [None] * n_layer
+        self.n_past = 0
+
+
+def forward(m, tokens, cache=None):
+    """Logits float64 [len(tokens), n_vocab] for tokens placed after the cache."""
+    cache = cache or KVCache(m.n_layer)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    T = len(tokens)
+    p0 = cache.n_past
+    pos = np.arange(p0, p0 + T)
+    hd, nh, nkv = m.head_dim, m.n_head, m.n_head_kv
+    group = nh // nkv
+
+    # token embeddings: rows of token_embd [n_vocab, n_embd]
+    emb = m.weight("token_embd.weight", keep=True)
+    x = emb[tokens].copy()  # [T, n_embd]
+
+    for l in range(m.n_layer):
+        p = f"blk.{l}."
+        # attention: RMSNorm -> q, k, v (+ biases for qwen2) -> RoPE
+        h = rms_norm(x, m.weight(p + "attn_norm.weight"), m.eps)
+        q = h @ m.weight(p + "attn_q.weight").T
+        k = h @ m.weight(p + "attn_k.weight").T
+        v = h @ m.weight(p + "attn_v.weight").T
+        for name, t in (("attn_q.bias", "q"), ("attn_k.bias", "k"), ("attn_v.bias", "v")):
+            if m.has(p + name):
+                b = m.weight(p + name)
+                if t == "q":
+                    q = q + b
+                elif t == "k":
+                    k = k + b
+                else:
+                    v = v + b
+        q = rope(q.reshape(T, nh, hd), pos, m)
+        k = rope(k.reshape(T, nkv, hd), pos, m)
+        v = v.reshape(T, nkv, hd)
+        cache.k[l] = k if cache.k[l] is None else np.concatenate([cache.k[l], k])
+        cache.v[l] = v if cache.v[l] is None else np.concatenate([cache.v[l], v])
+        K, V = cache.k[l], cache.v[l]  # [S, nkv, hd], S = p0 + T
+
+        # causal grouped-query attention: query head h reads KV head h // group
+        Kq = np.repeat(K, group, axis=1)  # [S, nh, hd]
+        Vq = np.repeat(V, group, axis=1)
+        scores = np.einsum("thd,shd->hts", q, Kq) / np.sqrt(hd)  # [nh, T, S]
+        S = K.shape[0]
+        mask = np.arange(S)[None, :] > pos[:, None]  # key after query -> hidden
+        scores = np.where(mask[None], -np.inf, scores)
+        scores -= scores.max(axis=-1, keepdims=True)
+        w = np.exp(scores)
+        w /= w.sum(axis=-1, keepdims=True)
+        att = np.einsum("hts,shd->thd", w, Vq).reshape(T, nh * hd)
+        x = x + att @ m.weight(p + "attn_output.weight").T
+
+        # feed-forward: RMSNorm -> SiLU(gate) * up -> down
+        h = rms_norm(x, m.weight(p + "ffn_norm.weight"), m.eps)
+        g = h @ m.weight(p + "ffn_gate.weight").T
+        u = h @ m.weight(p + "ffn_up.weight").T
+        x = x + ((g / (1.0 + np.exp(-g))) * u) @ m.weight(p + "ffn_down.weight").T
+
+    cache.n_past += T
+    x = rms_norm(x, m.weight("output_norm.weight"), m.eps)
+    out_name = "output.weight" if m.has("output.weight") else "token_embd.weight"
+    return x @ m.weight(out_name, keep=True).T
+
+
+def greedy(m, prompt, n_new):
+    """Prompt ids + n_new greedily chosen ids (one batched prompt pass, then one at a time)."""
+    cache = KVCache(m.n_layer)
+    ids = list(prompt)
+    logits = forward(m, ids, cache)
+    for _ in range(n_new):
+        nxt = int(np.argmax(logits[-1]))
+        ids.append(nxt)
+        logits = forward(m, [nxt], cache)
+    return ids
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="GGUF file")
+    ap.add_argument("--tokens", required=True, help='space-separated token ids, e.g. "1 2 3"')
+    ap.add_argument("--out", help="write float64 logits [n_tokens, n_vocab] to this .npy file")
+    ap.add_argument("--generate", type=int, default=0, metavar="N",
+                    help="greedy-generate N tokens after the prompt and print all ids")
+    args = ap.parse_args(argv)
+
+    tokens = [int(t) for t in args.tokens.split()]
+    if not tokens:
+        ap.error("--tokens is empty")
+    m = Model(args.model)
+    bad = [t for t in tokens if not 0 <= t < m.n_vocab]
+    if bad:
+        ap.error(f"token ids out of range [0, {m.n_vocab}): {bad[:5]}")
+    if args.out:
+        np.save(args.out, forward(m, tokens))
+    if args.generate:
+        print(" ".join(str(t) for t in greedy(m, tokens, args.generate)))
+    if not args.out and not args.generate:
+        ap.error("nothing to do: give --out and/or --generate")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
