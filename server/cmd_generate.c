@@ -19,13 +19,13 @@ static void generate_usage(void) {
             "         [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
             "         [--presence-penalty X] [--frequency-penalty X] [--weights auto|f32|f16|int8]\n"
             "         [--threads N] [--ctx N] [--ignore-eos] [--special] [--no-bos]\n"
-            "         [--dump-logits FILE]\n"
+            "         [--prompt-ids \"ID ID ...\"] [--dump-logits FILE]\n"
             "Prints the continuation of the prompt on stdout; timings go to stderr.\n"
             "An empty prompt means BOS alone. --temp 0 is greedy decoding.\n");
 }
 
 typedef struct gen_opts {
-    const char *model, *prompt, *dump_logits;
+    const char *model, *prompt, *prompt_ids, *dump_logits;
     long n_predict, threads, ctx;
     int ignore_eos, special, no_bos;
     model_weights_fmt weights;
@@ -51,6 +51,7 @@ static int generate_parse(int argc, char **argv, gen_opts *o) {
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
         else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
+        else if (!strcmp(a, "--prompt-ids")) { VAL(); o->prompt_ids = v; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             VAL(); if (cli_parse_int(a, v, 0, 1 << 20, &o->n_predict)) return 2;
         } else if (!strcmp(a, "--temp")) {
@@ -93,6 +94,34 @@ static int generate_parse(int argc, char **argv, gen_opts *o) {
     if (!o->model) {
         cli_error("generate: --model is required (or run scripts/fetch-model.sh for the default)");
         return 2;
+    }
+    return 0;
+}
+
+/* Parses --prompt-ids: space-separated token ids, each in [0, n_vocab). */
+static int generate_parse_ids(const char *s, int n_vocab, int32_t **ids, int *n) {
+    size_t cap = strlen(s) / 2 + 1;
+    *ids = malloc(cap * sizeof **ids);
+    if (!*ids) return BRISK_ENOMEM;
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p || id < 0 || id >= n_vocab || (size_t)*n >= cap) {
+            free(*ids);
+            *ids = NULL;
+            return BRISK_EINVAL;
+        }
+        (*ids)[(*n)++] = (int32_t)id;
+        p = end;
+    }
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
+        return BRISK_EINVAL;
     }
     return 0;
 }
@@ -186,7 +215,12 @@ int cmd_generate(int argc, char **argv) {
     const model_config *c = model_get_config(m);
     const tok_vocab *v = model_get_vocab(m);
     int n_prompt = 0;
-    if (generate_encode(v, &o, &ids, &n_prompt) < 0) {
+    if (o.prompt_ids) {
+        if (generate_parse_ids(o.prompt_ids, c->n_vocab, &ids, &n_prompt) < 0) {
+            cli_error("--prompt-ids: want space-separated token ids in [0, %d)", c->n_vocab);
+            goto out;
+        }
+    } else if (generate_encode(v, &o, &ids, &n_prompt) < 0) {
         cli_error("cannot encode the prompt");
         goto out;
     }

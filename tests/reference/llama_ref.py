@@ -13,7 +13,9 @@ Usage:
         greedy continuation; prints prompt + generated ids on one line
 
 Supported: architectures llama and qwen2; tensor types F32, F16, BF16, Q8_0,
-Q4_0, Q4_1. The `gguf` package is used only to parse the file.
+Q4_0, Q4_1; RoPE with linear scaling (rope.scaling.type = linear, or the older
+rope.scale_linear) and Llama 3.1-style per-pair frequency divisors
+(rope_freqs.weight). The `gguf` package is used only to parse the file.
 """
 
 import argparse
@@ -109,11 +111,23 @@ class Model:
         self.rope_scale = 1.0
         if self._meta(f"{arch}.rope.scaling.type", "none") == "linear":
             self.rope_scale = float(self._meta(f"{arch}.rope.scaling.factor", 1.0))
+        # Older files state linear scaling as rope.scale_linear (it wins, as in brisk).
+        scale_linear = float(self._meta(f"{arch}.rope.scale_linear", 0.0))
+        if scale_linear > 0.0:
+            self.rope_scale = scale_linear
         # llama GGUFs store q/k permuted so that RoPE pairs are adjacent
         # (2i, 2i+1); qwen2 keeps the HF layout and pairs (i, i + rot/2).
         self.rope_neox = arch == "qwen2"
         self.n_vocab = int(self.tensors["token_embd.weight"].shape[1])
         self._cache = {}
+        # Llama 3.1-style frequency factors: one divisor per rotated pair,
+        # theta_i = pos * base^(-2i/rot) / rope_freqs[i].
+        self.rope_freqs = None
+        if self.has("rope_freqs.weight"):
+            self.rope_freqs = self.weight("rope_freqs.weight").reshape(-1)
+            if self.rope_freqs.shape != (self.rope_dim // 2,):
+                raise ValueError(f"rope_freqs.weight has {self.rope_freqs.size} values, "
+                                 f"want rope_dim/2 = {self.rope_dim // 2}")
 
     def _meta(self, key, default=None):
         field = self.reader.fields.get(key)
@@ -156,6 +170,8 @@ def rope(x, pos, m):
     rot = m.rope_dim
     i = np.arange(rot // 2, dtype=np.float64)
     inv_freq = m.rope_base ** (-2.0 * i / rot)  # theta_i = pos * base^(-2i/rot)
+    if m.rope_freqs is not None:
+        inv_freq = inv_freq / m.rope_freqs  # per-pair divisors (rope_freqs.weight)
     ang = (pos.astype(np.float64) / m.rope_scale)[:, None] * inv_freq[None, :]  # [T, rot/2]
     cos = np.cos(ang)[:, None, :]
     sin = np.sin(ang)[:, None, :]

@@ -1,0 +1,242 @@
+"""synth_gguf.py - small random-weight GGUF models for the integration suite.
+
+write_model(path, Spec(...)) writes a complete llama or qwen2 GGUF (metadata,
+a GPT-2 byte-level vocabulary and every tensor brisk needs) with weights drawn
+from a fixed-seed NumPy generator, each matrix stored in the type the spec
+asks for. The file is written with the `gguf` package's GGUFWriter and its
+quantizers, so the bytes are what llama.cpp's tools would write, independent
+of brisk's own writer.
+
+Weight scales are chosen so that every part of the model matters to the
+logits (the point of these models is to catch a wrong RoPE, a missing bias, a
+mis-read block) and the next-token distributions look like a language
+model's (entropy ~2.5 nats, logits ~N(0, 3^2), argmax not just a copy of the
+input token). With RMS-normalised activations of size ~1:
+  attn_q, attn_k: N(0, 1.5^2 / n_in)  scores q.k/sqrt(head_dim) ~ N(0, 2^2):
+                                 attention is far from uniform, RoPE counts
+  attn_v, ffn_gate, ffn_up: N(0, 1 / n_in)
+  attn_output, ffn_down: N(0, 1 / n_in)  layer outputs ~1, a few times the
+                                 embeddings: the layers shape the logits
+  token_embd, output: N(0, 0.25^2)  logits ~N(0, 3^2)
+  norms: 1 + N(0, 0.1^2)         never zero, never exactly one
+  q/k/v biases: N(0, 0.5^2), N(0, 0.5^2), N(0, 0.2^2)
+(The N(0, 0.02^2) of real checkpoints gives these tiny models all-but-uniform
+attention and logits that a wrong RoPE would barely move.)
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import gguf
+from gguf.quants import quantize
+
+QT = gguf.GGMLQuantizationType
+
+# ---- vocabulary ---------------------------------------------------------------
+
+
+def gpt2_byte_chars():
+    """GPT-2's byte -> printable character table (index = byte value)."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))
+                 + list(range(ord("\xae"), ord("\xff") + 1)))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(0x100 + extra)
+            extra += 1
+    return [table[b] for b in range(256)]
+
+
+# Merges in rank order; every left and right part is a token by the time it
+# is used, and each merge adds its result as a new token ("Ġ" is the space).
+MERGES = [
+    "Ġ t", "Ġ a", "Ġ i", "Ġ o", "Ġ s", "Ġ w", "Ġ c", "Ġ b", "Ġ h", "Ġ m",
+    "Ġ f", "Ġ d", "Ġ l", "Ġ p", "Ġ n", "h e", "Ġt he", "Ġa n", "Ġan d", "Ġi n",
+    "Ġo f", "Ġa t", "i n", "e r", "a n", "o n", "r e", "a t", "o r", "e n",
+    "i s", "e d", "i t", "a r", "o u", "l l", "in g", "a s", "e s", "Ġc at",
+]
+CONTROL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+N_VOCAB = 256 + len(MERGES) + len(CONTROL)  # 300
+
+
+@dataclass
+class Vocab:
+    tokens: list  # str
+    types: list  # gguf.TokenType ints
+    merges: list  # str "a b"
+    bos: int
+    eos: int
+    byte_of_char: dict  # byte-level char -> byte value
+    quiet: np.ndarray  # bool per token: prints nothing or bytes outside printable ASCII
+
+    def id(self, text):
+        return self.tokens.index(text)
+
+    def decode(self, ids):
+        """The bytes brisk prints for ids: control tokens print nothing."""
+        out = bytearray()
+        for i in ids:
+            if self.types[i] == gguf.TokenType.CONTROL:
+                continue
+            out += bytes(self.byte_of_char[c] for c in self.tokens[i])
+        return bytes(out)
+
+
+def make_vocab():
+    chars = gpt2_byte_chars()
+    tokens = list(chars)
+    for m in MERGES:
+        a, b = m.split(" ")
+        assert a in tokens and b in tokens, m
+        assert a + b not in tokens, m
+        tokens.append(a + b)
+    tokens += CONTROL
+    types = [int(gguf.TokenType.NORMAL)] * (len(tokens) - len(CONTROL)) + \
+            [int(gguf.TokenType.CONTROL)] * len(CONTROL)
+    eot = tokens.index("<|endoftext|>")
+    quiet = np.array([i < 256 and not 0x20 <= i < 0x7F for i in range(len(tokens))])
+    quiet[len(tokens) - len(CONTROL):] = True
+    return Vocab(tokens, types, list(MERGES), eot, eot, {c: b for b, c in enumerate(chars)},
+                 quiet)
+
+
+VOCAB = make_vocab()
+assert len(VOCAB.tokens) == N_VOCAB
+
+
+# ---- model --------------------------------------------------------------------
+
+
+@dataclass
+class Spec:
+    arch: str = "llama"
+    n_embd: int = 128
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 4
+    n_ff: int = 256
+    head_dim: int = None  # attention.key_length; default n_embd / n_head (key not written)
+    n_rot: int = None  # rope.dimension_count; default head_dim
+    mat_type: str = "F32"  # the seven per-layer matrices
+    embd_type: str = None  # token_embd.weight (default: mat_type)
+    output_type: str = None  # output.weight; None: tied to token_embd
+    norm_type: str = "F32"  # attn_norm, ffn_norm, output_norm
+    rope_base: float = 10000.0
+    rope_linear: float = None  # rope.scaling.type = linear with this factor
+    rope_freqs: bool = False  # add rope_freqs.weight (Llama 3.1-style divisors)
+    qkv_bias: bool = None  # default: arch == "qwen2"
+    n_vocab_embd: int = N_VOCAB  # rows of token_embd (== the vocabulary normally)
+    drop: tuple = ()  # tensor names to leave out
+    shapes: dict = field(default_factory=dict)  # name -> NumPy shape [rows, cols] override
+    seed: int = 1234
+
+
+SCALE = {"embd": 0.25, "qk": 1.5, "out": 1.0}  # see the module docstring
+
+
+def _store(w, name, qname, values):
+    """Adds float array values (NumPy shape [rows, cols] or [n]) as type qname."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if qname == "F32":
+        w.add_tensor(name, values)
+    elif qname == "F16":
+        w.add_tensor(name, values.astype(np.float16))
+    else:
+        qt = QT[qname]
+        w.add_tensor(name, quantize(values, qt), raw_dtype=qt)
+
+
+def make_tensors(s):
+    """name -> (float32 values, stored type name), in file order."""
+    rng = np.random.default_rng(s.seed)
+    hd = s.head_dim or s.n_embd // s.n_head
+    n_rot = s.n_rot or hd
+    q_dim, kv_dim = s.n_head * hd, s.n_head_kv * hd
+    bias = s.arch == "qwen2" if s.qkv_bias is None else s.qkv_bias
+    mt = s.mat_type
+    t = {}
+
+    def normal(shape, std):
+        return rng.standard_normal(shape) * std
+
+    def norm_w(n):
+        return 1.0 + normal(n, 0.1)
+
+    # Tokens that print nothing or invalid UTF-8 (control characters, bytes
+    # >= 0x80, control tokens) get rows a third the size, so that greedy
+    # continuations are mostly printable ASCII and brisk's printed text pins
+    # down the ids (an invalid byte prints as U+FFFD whichever it is).
+    row_scale = np.where(VOCAB.quiet[: s.n_vocab_embd], 0.3, 1.0)[:, None]
+    embd = normal((s.n_vocab_embd, s.n_embd), SCALE["embd"])
+    t["token_embd.weight"] = (embd * row_scale, s.embd_type or mt)
+    t["output_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
+    if s.output_type:
+        out = normal((s.n_vocab_embd, s.n_embd), SCALE["embd"])
+        t["output.weight"] = (out * row_scale, s.output_type)
+    if s.rope_freqs:
+        # One divisor >= 1 per rotated pair, as Llama 3.1 GGUFs carry (there:
+        # 1 for high frequencies, up to 8 for low); random here so that the
+        # high-frequency pairs, which dominate short contexts, are affected.
+        t["rope_freqs.weight"] = (rng.uniform(1.0, 8.0, n_rot // 2), "F32")
+    for l in range(s.n_layer):
+        p = f"blk.{l}."
+        t[p + "attn_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
+        t[p + "attn_q.weight"] = (normal((q_dim, s.n_embd), SCALE["qk"] / np.sqrt(s.n_embd)), mt)
+        t[p + "attn_k.weight"] = (normal((kv_dim, s.n_embd), SCALE["qk"] / np.sqrt(s.n_embd)), mt)
+        t[p + "attn_v.weight"] = (normal((kv_dim, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
+        if bias:
+            t[p + "attn_q.bias"] = (normal(q_dim, 0.5), "F32")
+            t[p + "attn_k.bias"] = (normal(kv_dim, 0.5), "F32")
+            t[p + "attn_v.bias"] = (normal(kv_dim, 0.2), "F32")
+        t[p + "attn_output.weight"] = (normal((s.n_embd, q_dim), SCALE["out"] / np.sqrt(q_dim)), mt)
+        t[p + "ffn_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
+        t[p + "ffn_gate.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
+        t[p + "ffn_up.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
+        t[p + "ffn_down.weight"] = (normal((s.n_embd, s.n_ff), SCALE["out"] / np.sqrt(s.n_ff)), mt)
+    for name, shape in s.shapes.items():
+        vals, qt = t[name]
+        t[name] = (np.resize(vals, shape), qt)
+    for name in s.drop:
+        del t[name]
+    return t
+
+
+def write_model(path, s, vocab=VOCAB):
+    """Writes the model of spec s to path; returns path."""
+    a = s.arch
+    w = gguf.GGUFWriter(str(path), a)
+    w.add_name(f"synthetic-{a}")
+    w.add_context_length(1024)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_layer_norm_rms_eps(1e-6 if a == "qwen2" else 1e-5)
+    w.add_rope_freq_base(s.rope_base)
+    if s.head_dim:
+        w.add_key_length(s.head_dim)
+        w.add_value_length(s.head_dim)
+    w.add_rope_dimension_count(s.n_rot or s.head_dim or s.n_embd // s.n_head)
+    if s.rope_linear is not None:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(s.rope_linear)
+
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(vocab.tokens)
+    w.add_token_types(vocab.types)
+    w.add_token_merges(vocab.merges)
+    w.add_bos_token_id(vocab.bos)
+    w.add_eos_token_id(vocab.eos)
+    w.add_add_bos_token(False)
+
+    for name, (vals, qt) in make_tensors(s).items():
+        _store(w, name, qt, vals)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

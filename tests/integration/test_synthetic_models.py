@@ -1,0 +1,337 @@
+"""brisk on small random-weight GGUF models against the float64 reference.
+
+Our real models are SmolLM2 (llama, Q4_1/Q8_0/F32) and stories260K (llama,
+F32); these synthetic models (tests/integration/synth_gguf.py, written with
+the `gguf` package's GGUFWriter into tmp_path) cover the rest of what brisk
+claims to load, end to end:
+
+  qwen2            q/k/v biases, split-half RoPE, GQA 4/2, freq_base 1e6,
+                   untied output.weight
+  llama-f16 .. -q4_1   every stored matrix type (tied output)
+  llama-rope-linear    rope.scaling.type = linear, factor 4 (GQA 4/2)
+  llama-rope-freqs     rope_freqs.weight (Llama 3.1-style per-pair divisors)
+  llama-f16-norms      norm vectors stored as F16, mixed matrix types,
+                       untied output
+  llama-mqa-partial-rope   one KV head, attention.key_length 64 != dim/heads,
+                       rope.dimension_count 32 < head size
+  qwen2-tied-q8_0      qwen2 with tied output and Q8_0 matrices (as
+                       Qwen2.5-0.5B ships)
+
+All share a 300-token GPT-2 byte-level vocabulary. For each model brisk
+evaluates a 24-token prompt (--prompt-ids) in one batch and dumps the logits
+of every position (one model also gets a 600-token prompt: two batches);
+tests/reference/llama_ref.py does the same in float64 from the same stored
+blocks. Per position: relative L2 error ||brisk - ref|| / ||ref|| and
+whether the argmax agrees. The greedy continuation (-n 16, one token at a
+time) must print the reference's greedy text.
+
+Then brisk must refuse broken models (unknown architecture, a missing
+tensor, a wrong shape, a qwen2 model without a bias, a vocabulary larger
+than the embedding) with exit code 1 and one `brisk: error:` line.
+"""
+
+import gguf
+import numpy as np
+import pytest
+from gguf.quants import quantize
+
+from synth_gguf import N_VOCAB, VOCAB, Spec, write_model
+
+# ---- the models -----------------------------------------------------------------
+
+MODELS = {
+    "qwen2": Spec(arch="qwen2", n_head=4, n_head_kv=2, rope_base=1e6, output_type="F32",
+                  seed=11),
+    "llama-f16": Spec(mat_type="F16", seed=12),
+    "llama-bf16": Spec(mat_type="BF16", seed=13),
+    "llama-q8_0": Spec(mat_type="Q8_0", seed=14),
+    "llama-q4_0": Spec(mat_type="Q4_0", seed=15),
+    "llama-q4_1": Spec(mat_type="Q4_1", seed=16),
+    "llama-rope-linear": Spec(n_head_kv=2, rope_linear=4.0, seed=17),
+    "llama-rope-freqs": Spec(rope_freqs=True, seed=18),
+    "llama-f16-norms": Spec(norm_type="F16", mat_type="Q4_1", embd_type="Q8_0",
+                            output_type="F16", seed=19),
+    "llama-mqa-partial-rope": Spec(n_head_kv=1, head_dim=64, n_rot=32, seed=20),
+    "qwen2-tied-q8_0": Spec(arch="qwen2", n_head_kv=2, rope_base=1e6, mat_type="Q8_0", seed=21),
+}
+
+PROMPT_IDS = [int(t) for t in np.random.default_rng(2024).integers(0, N_VOCAB, 24)]
+N_GEN = 16
+
+# ---- bounds ---------------------------------------------------------------------
+#
+# f32: brisk dequantizes every stored block exactly to float32 and computes in
+#   float32; the reference reads the same blocks in float64. What is left is
+#   float32 rounding over a 2-layer model: measured <= 1e-6 (2.2e-6 over 600
+#   tokens); bound 1e-4, as for SmolLM2. Top-1 must agree everywhere.
+# f16: every weight re-rounded to half precision (relative 2^-11 per weight,
+#   random-signed, which these models carry to ~1e-3 on the logits): measured
+#   <= 2.4e-3 (exact, 9e-7, where the file is already F16/BF16). Bound: the
+#   project's 1e-2.
+# int8: the project's acceptance bar, 2e-2 with top-1 >= 99% (as in
+#   test_reference.py). Q8_0/Q4_0/Q4_1 convert to int8 losslessly and only
+#   the activation rounding is left: measured <= 1.9e-4. Float matrices must be
+#   quantized, which costs 3-5e-2 here: those cases are xfail, and
+#   test_int8_float_weights_as_good_as_q8_0 bounds them instead.
+# auto: what brisk runs for the stored type: F32 stays F32 and F16 stays F16
+#   with float32 activations (both exact: 1e-4); BF16 becomes F16, exact for
+#   weights in F16's normal range, as ours are (1e-4); Q8_0 and Q4_* run the
+#   int8 kernels (int8 bar; measured <= 1.9e-4).
+#
+# Top-1 for the lossy formats is counted over positions whose reference
+# top-2 gap is at least NEAR_TIE * rms(reference logits): a gap smaller than
+# that can flip within the error the bound allows, on any correct engine.
+BOUND = {"f32": 1e-4, "f16": 1e-2, "int8": 2e-2}
+MIN_TOP1 = 0.99
+NEAR_TIE = 0.05
+EXACT_AUTO = {"F32", "F16", "BF16"}
+
+
+def stored_types(spec):
+    return {spec.mat_type, spec.embd_type or spec.mat_type} | (
+        {spec.output_type} if spec.output_type else set())
+
+
+def bound_for(spec, weights):
+    if weights == "auto":
+        return BOUND["f32"] if stored_types(spec) <= EXACT_AUTO else BOUND["int8"]
+    return BOUND[weights]
+
+
+# ---- fixtures -------------------------------------------------------------------
+
+
+class Synth:
+    """Writes each model once per module and caches the reference logits."""
+
+    def __init__(self, root, reference):
+        self.root = root
+        self.ref = reference
+        self._paths, self._logits = {}, {}
+
+    def path(self, name):
+        if name not in self._paths:
+            self._paths[name] = write_model(self.root / f"{name}.gguf", MODELS[name])
+        return self._paths[name]
+
+    def model(self, name):
+        return self.ref.Model(str(self.path(name)))
+
+    def logits(self, name):
+        if name not in self._logits:
+            self._logits[name] = self.ref.forward(self.model(name), PROMPT_IDS)
+        return self._logits[name]
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory, reference):
+    return Synth(tmp_path_factory.mktemp("synth"), reference)
+
+
+def rel_l2(got, ref):
+    return np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)
+
+
+def brisk_logits(brisk, path, weights, dump):
+    brisk.run("generate", "--model", path, "--prompt-ids", " ".join(map(str, PROMPT_IDS)),
+              "-n", "0", "--temp", "0", "--weights", weights, "--dump-logits", dump)
+    got = np.fromfile(dump, dtype="<f4")
+    assert got.size == len(PROMPT_IDS) * N_VOCAB, \
+        f"want [{len(PROMPT_IDS)}][{N_VOCAB}] floats, got {got.size}"
+    return got.reshape(len(PROMPT_IDS), N_VOCAB).astype(np.float64)
+
+
+# ---- the vocabulary -------------------------------------------------------------
+
+
+def test_vocab_loads_and_merges(brisk, synth):
+    """brisk accepts the synthetic gpt2 vocabulary without a warning and
+    applies its merges by rank ("the" has no "t he" merge; " and" goes
+    "Ġ a" -> "Ġa n" -> "Ġan d")."""
+    r = brisk.run("tokenize", "--model", synth.path("llama-q8_0"), "--text",
+                  "the cat and in<|endoftext|>", "--special")
+    assert not [ln for ln in r.err_lines() if ln.startswith("brisk warn")], r.err
+    want = [VOCAB.id(t) for t in ("t", "he", "Ġcat", "Ġand", "Ġin", "<|endoftext|>")]
+    assert [int(t) for t in r.stdout.split()] == want
+
+
+# ---- logits against the reference -----------------------------------------------
+
+
+FLOAT_TYPES = {"F32", "F16", "BF16"}
+INT8_LOSSY_REASON = (
+    "--weights int8 quantizes float (F32/F16/BF16) matrices to Q8_0: ~0.5% error per weight "
+    "(d = max|x|/127 on Gaussian blocks), which these models carry to 3-5e-2 on the logits, "
+    "over the project's 2e-2 bar (test_int8_float_weights_as_good_as_q8_0 bounds it instead)")
+
+
+def _logit_cases():
+    for name, spec in MODELS.items():
+        for weights in ("f32", "auto", "f16", "int8"):
+            marks = ()
+            if weights == "int8" and spec.mat_type in FLOAT_TYPES:
+                marks = pytest.mark.xfail(strict=False, reason=INT8_LOSSY_REASON)
+            yield pytest.param(name, weights, marks=marks, id=f"{name}-{weights}")
+
+
+@pytest.mark.parametrize("name,weights", list(_logit_cases()))
+def test_logits_match_reference(brisk, synth, name, weights, tmp_path, report, record_property):
+    ref = synth.logits(name)
+    got = brisk_logits(brisk, synth.path(name), weights, tmp_path / "logits.f32")
+    assert np.isfinite(got).all()
+    rel = rel_l2(got, ref)
+    bound = bound_for(MODELS[name], weights)
+
+    srt = np.sort(ref, axis=1)
+    gap = srt[:, -1] - srt[:, -2]
+    rms = np.sqrt(np.mean(ref * ref, axis=1))
+    exact = bound <= BOUND["f32"]
+    keep = np.ones(len(ref), bool) if exact else gap >= NEAR_TIE * rms
+    agree = got.argmax(axis=1) == ref.argmax(axis=1)
+    top1 = float(np.mean(agree[keep]))
+
+    line = (f"synthetic {name:>22} {weights:>4}: max rel L2 {rel.max():.2e} (pos {rel.argmax()}), "
+            f"mean {rel.mean():.2e}, top-1 {top1 * 100:.1f}% of {keep.sum()} positions "
+            f"(bound {bound:.0e})")
+    report(line)
+    record_property("max_rel_l2", float(rel.max()))
+    record_property("top1", top1)
+    assert rel.max() <= bound, line
+    assert top1 >= (1.0 if exact else MIN_TOP1), line
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_greedy_matches_reference(brisk, synth, name):
+    """-n 16 --temp 0 decodes one token at a time (a different path from the
+    batched prompt); its text must be the reference's greedy continuation."""
+    m = synth.model(name)
+    ids = synth.ref.greedy(m, PROMPT_IDS, N_GEN)[len(PROMPT_IDS):]
+    r = brisk.run("generate", "--model", synth.path(name), "--prompt-ids",
+                  " ".join(map(str, PROMPT_IDS)), "-n", N_GEN, "--temp", "0", "--ignore-eos",
+                  "--weights", "f32")
+    # brisk's streaming decoder prints invalid UTF-8 as U+FFFD, one per
+    # maximal invalid subpart, as Python's errors="replace" does.
+    want = VOCAB.decode(ids).decode("utf-8", errors="replace")
+    assert r.out.decode("utf-8", errors="strict") == want, f"reference ids {ids}"
+
+
+def _q8_0_weights(ref, m):
+    """Makes m's float matrices read back as GGML Q8_0 blocks (what
+    --weights int8 runs on), leaving quantized ones as stored."""
+    weight = m.weight
+
+    def requantized(name, keep=False):
+        w = weight(name, keep)
+        if w.ndim == 2 and int(m.tensors[name].tensor_type) in (ref.T_F32, ref.T_F16, ref.T_BF16):
+            q = quantize(w.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+            w = ref.dequantize_rows(q, ref.T_Q8_0, w.shape[1])
+        return w
+
+    m.weight = requantized
+    return m
+
+
+@pytest.mark.parametrize("name", [n for n, s in MODELS.items() if stored_types(s) & FLOAT_TYPES])
+def test_int8_float_weights_as_good_as_q8_0(brisk, synth, name, tmp_path, report):
+    """--weights int8 on float matrices: no worse than GGML's Q8_0 itself.
+
+    The reference, run on the model's float matrices quantized to Q8_0 by the
+    gguf package, gives the error that int8 weights alone cost this model
+    (err_q8). brisk may do as well or better (a finer int8 scheme), plus its
+    activation rounding: bound 1.25 * err_q8 + 1e-3 per position (int16
+    activations cost <= 1.9e-4 on the models stored as Q8_0/Q4_*)."""
+    ref = synth.logits(name)
+    sim = synth.ref.forward(_q8_0_weights(synth.ref, synth.model(name)), PROMPT_IDS)
+    got = brisk_logits(brisk, synth.path(name), "int8", tmp_path / "logits.f32")
+    err_q8, err = rel_l2(sim, ref), rel_l2(got, ref)
+    line = (f"synthetic {name:>22} int8: max rel L2 {err.max():.2e}, GGML Q8_0 weights "
+            f"{err_q8.max():.2e}, brisk vs Q8_0 reference {rel_l2(got, sim).max():.2e}")
+    report(line)
+    assert (err <= 1.25 * err_q8 + 1e-3).all(), line
+
+
+def test_long_prompt_in_two_batches(brisk, synth, tmp_path, report):
+    """600 prompt tokens: brisk evaluates them in batches of 512, the second
+    reading the first's KV cache; every position must still match (f32)."""
+    name = "qwen2-tied-q8_0"
+    ids = [int(t) for t in np.random.default_rng(5).integers(0, N_VOCAB, 600)]
+    ref = synth.ref.forward(synth.model(name), ids)
+    dump = tmp_path / "logits.f32"
+    brisk.run("generate", "--model", synth.path(name), "--prompt-ids", " ".join(map(str, ids)),
+              "-n", "0", "--temp", "0", "--weights", "f32", "--dump-logits", dump)
+    got = np.fromfile(dump, dtype="<f4").reshape(len(ids), N_VOCAB).astype(np.float64)
+    rel = rel_l2(got, ref)
+    line = f"synthetic {name} f32, 600 tokens: max rel L2 {rel.max():.2e} (pos {rel.argmax()})"
+    report(line)
+    assert rel.max() <= BOUND["f32"], line
+    assert (got.argmax(axis=1) == ref.argmax(axis=1)).all(), line
+
+
+# ---- the features are visible in the logits ---------------------------------------
+
+
+def _no_bias(m):
+    m.tensors = {k: v for k, v in m.tensors.items() if not k.endswith(".bias")}
+
+
+def _flip_rope_mode(m):
+    m.rope_neox = not m.rope_neox
+
+
+def _no_rope_scale(m):
+    m.rope_scale = 1.0
+
+
+def _no_rope_freqs(m):
+    m.rope_freqs = None
+
+
+def _full_rotation(m):
+    m.rope_dim = m.head_dim
+
+
+SENSITIVITY = [
+    ("qwen2", "bias", _no_bias),
+    ("qwen2", "split-half rope", _flip_rope_mode),
+    ("llama-q8_0", "adjacent rope", _flip_rope_mode),
+    ("llama-rope-linear", "linear scaling", _no_rope_scale),
+    ("llama-rope-freqs", "rope_freqs", _no_rope_freqs),
+    ("llama-mqa-partial-rope", "partial rotation", _full_rotation),
+]
+
+
+@pytest.mark.parametrize("name,feature,drop", SENSITIVITY, ids=[f"{n}-{f}" for n, f, _ in SENSITIVITY])
+def test_feature_changes_logits(synth, name, feature, drop, report):
+    """Guards the tests above: a brisk that ignored the feature would be off
+    by far more than the f32 bound (so passing them means it is implemented)."""
+    m = synth.model(name)
+    drop(m)
+    rel = rel_l2(synth.ref.forward(m, PROMPT_IDS), synth.logits(name))
+    report(f"synthetic {name:>22}: without {feature}, max rel L2 {rel.max():.2e}")
+    assert rel.max() >= 100 * BOUND["f32"]
+
+
+# ---- refused models ---------------------------------------------------------------
+
+BROKEN = {
+    "unsupported-arch": (Spec(arch="gpt2"), "unsupported architecture 'gpt2'"),
+    "missing-tensor": (Spec(drop=("blk.1.ffn_up.weight",)),
+                       "missing tensor 'blk.1.ffn_up.weight'"),
+    "wrong-shape": (Spec(n_head_kv=2, shapes={"blk.0.attn_k.weight": (128, 128)}),
+                    "tensor 'blk.0.attn_k.weight' has shape [128, 128"),
+    "qwen2-missing-bias": (Spec(arch="qwen2", n_head_kv=2, drop=("blk.1.attn_v.bias",)),
+                           "missing tensor 'blk.1.attn_v.bias'"),
+    "vocab-exceeds-embedding": (Spec(n_vocab_embd=N_VOCAB - 4),
+                                "tokenizer has 300 tokens but the embedding has 296 rows"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_broken_model_refused(brisk, tmp_path, case):
+    spec, needle = BROKEN[case]
+    path = write_model(tmp_path / f"{case}.gguf", spec)
+    r = brisk.run("generate", "--model", path, "--prompt-ids", "1 2 3", "-n", "1", check=False)
+    lines = r.err_lines()
+    assert r.returncode == 1, f"exit {r.returncode}; stderr {lines!r}"
+    assert len(lines) == 1 and lines[0].startswith("brisk: error: "), lines
+    assert needle in lines[0], lines
