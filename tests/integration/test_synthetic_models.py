@@ -71,8 +71,10 @@ N_GEN = 16
 # int8: the project's acceptance bar, 2e-2 with top-1 >= 99% (as in
 #   test_reference.py). Q8_0/Q4_0/Q4_1 convert to int8 losslessly and only
 #   the activation rounding is left: measured <= 1.9e-4. Float matrices must be
-#   quantized, which costs 3-5e-2 here: those cases are xfail, and
-#   test_int8_float_weights_as_good_as_q8_0 bounds them instead.
+#   quantized (Q8_0: ~0.5% per weight on Gaussian blocks), which these models
+#   carry to 3-5e-2 on the logits: those cases get INT8_FROM_FLOAT_BOUND (about
+#   2x the worst measured) and top-1 >= 90%, and
+#   test_int8_float_weights_as_good_as_q8_0 pins them to GGML's Q8_0 error.
 # auto: what brisk runs for the stored type: F32 stays F32 and F16 stays F16
 #   with float32 activations (both exact: 1e-4); BF16 becomes F16, exact for
 #   weights in F16's normal range, as ours are (1e-4); Q8_0 and Q4_* run the
@@ -82,9 +84,12 @@ N_GEN = 16
 # top-2 gap is at least NEAR_TIE * rms(reference logits): a gap smaller than
 # that can flip within the error the bound allows, on any correct engine.
 BOUND = {"f32": 1e-4, "f16": 1e-2, "int8": 2e-2}
+INT8_FROM_FLOAT_BOUND = 1e-1
 MIN_TOP1 = 0.99
+MIN_TOP1_INT8_FROM_FLOAT = 0.90
 NEAR_TIE = 0.05
 EXACT_AUTO = {"F32", "F16", "BF16"}
+FLOAT_TYPES = {"F32", "F16", "BF16"}
 
 
 def stored_types(spec):
@@ -92,7 +97,13 @@ def stored_types(spec):
         {spec.output_type} if spec.output_type else set())
 
 
+def int8_from_float(spec, weights):
+    return weights == "int8" and spec.mat_type in FLOAT_TYPES
+
+
 def bound_for(spec, weights):
+    if int8_from_float(spec, weights):
+        return INT8_FROM_FLOAT_BOUND
     if weights == "auto":
         return BOUND["f32"] if stored_types(spec) <= EXACT_AUTO else BOUND["int8"]
     return BOUND[weights]
@@ -158,20 +169,10 @@ def test_vocab_loads_and_merges(brisk, synth):
 # ---- logits against the reference -----------------------------------------------
 
 
-FLOAT_TYPES = {"F32", "F16", "BF16"}
-INT8_LOSSY_REASON = (
-    "--weights int8 quantizes float (F32/F16/BF16) matrices to Q8_0: ~0.5% error per weight "
-    "(d = max|x|/127 on Gaussian blocks), which these models carry to 3-5e-2 on the logits, "
-    "over the project's 2e-2 bar (test_int8_float_weights_as_good_as_q8_0 bounds it instead)")
-
-
 def _logit_cases():
-    for name, spec in MODELS.items():
+    for name in MODELS:
         for weights in ("f32", "auto", "f16", "int8"):
-            marks = ()
-            if weights == "int8" and spec.mat_type in FLOAT_TYPES:
-                marks = pytest.mark.xfail(strict=False, reason=INT8_LOSSY_REASON)
-            yield pytest.param(name, weights, marks=marks, id=f"{name}-{weights}")
+            yield pytest.param(name, weights, id=f"{name}-{weights}")
 
 
 @pytest.mark.parametrize("name,weights", list(_logit_cases()))
@@ -197,7 +198,8 @@ def test_logits_match_reference(brisk, synth, name, weights, tmp_path, report, r
     record_property("max_rel_l2", float(rel.max()))
     record_property("top1", top1)
     assert rel.max() <= bound, line
-    assert top1 >= (1.0 if exact else MIN_TOP1), line
+    min_top1 = MIN_TOP1_INT8_FROM_FLOAT if int8_from_float(MODELS[name], weights) else MIN_TOP1
+    assert top1 >= (1.0 if exact else min_top1), line
 
 
 @pytest.mark.parametrize("name", list(MODELS))
