@@ -1,6 +1,6 @@
 /* kern_bench.c - CPU kernel micro-benchmark: read bandwidth (the decode
- * roofline), matmul GEMV GB/s per weight type and Q8_0 GEMM GOP/s on the
- * SmolLM2-135M shapes, pool dispatch cost. Not built by CMake; build with
+ * roofline), matmul GEMV GB/s per weight type and int8 (Q8_0, Q8_0M) GEMM
+ * GOP/s on the SmolLM2-135M shapes, pool dispatch cost. Not built by CMake; build with
  *   cc -O2 -I. -Ibuild/generated bench/kern_bench.c build/libbrisk_core.a -lpthread -lm -o kern_bench
  * Usage: kern_bench [threads]   (BRISK_CPU_LEVEL caps the SIMD level). */
 #include <stdio.h>
@@ -22,23 +22,25 @@ int main(int argc, char **argv)
     printf("pool dispatch: %.2f us\n", kern_bench_pool_dispatch(pool, 10000));
 
     /* GEMV: weight bytes streamed per second vs the read roofline. */
-    const kern_type types[] = {KERN_TYPE_Q8_0, KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_F32};
+    const kern_type types[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_F32};
     const int gemv[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
-    for (int ti = 0; ti < 4; ti++)
+    for (int ti = 0; ti < 5; ti++)
         for (int s = 0; s < 4; s++) {
             int n_out = gemv[s][0], n_in = gemv[s][1];
             double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 1, 50, &gf);
             double bytes = (double)kern_row_bytes(types[ti], n_in) * n_out;
-            printf("gemv %-4s %5d x %4d: %8.1f us  %5.1f GB/s (%3.0f%% of read bw)\n", kern_type_name(types[ti]),
+            printf("gemv %-5s %5d x %4d: %8.1f us  %5.1f GB/s (%3.0f%% of read bw)\n", kern_type_name(types[ti]),
                    n_out, n_in, t * 1e6, bytes / t / 1e9, 100 * bytes / t / 1e9 / bw);
         }
     /* Prefill: n_tok = 512. */
     const int gemm[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
-    for (int s = 0; s < 4; s++) {
-        int n_out = gemm[s][0], n_in = gemm[s][1];
-        double gf, t = kern_bench_matmul(pool, KERN_TYPE_Q8_0, n_out, n_in, 512, s == 3 ? 2 : 5, &gf);
-        printf("gemm q8_0 %5d x %4d x 512 tok: %8.2f ms  %6.1f GOP/s\n", n_out, n_in, t * 1e3, gf);
-    }
+    for (int ti = 0; ti < 2; ti++)
+        for (int s = 0; s < 4; s++) {
+            int n_out = gemm[s][0], n_in = gemm[s][1];
+            double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 512, s == 3 ? 2 : 5, &gf);
+            printf("gemm %-5s %5d x %4d x 512 tok: %8.2f ms  %6.1f GOP/s\n", kern_type_name(types[ti]), n_out, n_in,
+                   t * 1e3, gf);
+        }
     kern_pool_free(pool);
     return 0;
 }

@@ -190,10 +190,9 @@ static void model_convert_task(void *ctx, int task, int thread) {
     for (int r = r0; r < r1; r++) {
         const uint8_t *src = (const uint8_t *)j->t->data + (size_t)r * j->src_row_bytes;
         uint8_t *dst = (uint8_t *)j->dst + (size_t)r * j->dst_row_bytes;
-        if (j->dst_type == KERN_TYPE_Q8_0 &&
-            (j->t->type == KERN_TYPE_Q4_0 || j->t->type == KERN_TYPE_Q4_1)) {
-            kern_requantize_row_q8_0(j->t->type, src, (kern_block_q8_0 *)dst, j->n_in);
-        } else {
+        /* Q4_0 -> Q8_0 and Q4_1 -> Q8_0M are exact; anything else goes through f32. */
+        if (j->dst_type != kern_int8_type(j->t->type) ||
+            kern_requantize_row_q8(j->t->type, src, dst, j->n_in) < 0) {
             kern_dequantize_row(j->t->type, src, tmp, j->n_in);
             kern_quantize_row(j->dst_type, tmp, dst, j->n_in);
         }
@@ -233,16 +232,18 @@ static kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int 
     case MODEL_WEIGHTS_F32: return KERN_TYPE_F32;
     case MODEL_WEIGHTS_F16: return KERN_TYPE_F16;
     case MODEL_WEIGHTS_INT8:
-        /* Q8_0 needs whole blocks of 32 per row; every supported model shape
-         * has them, but a row that does not falls back to f16. */
-        return n_in % KERN_QK == 0 ? KERN_TYPE_Q8_0 : KERN_TYPE_F16;
+        /* Q8_0/Q8_0M need whole blocks of 32 per row; every supported model
+         * shape has them, but a row that does not falls back to f16. Q4_1
+         * becomes Q8_0M (exact), everything else Q8_0. */
+        return n_in % KERN_QK == 0 ? kern_int8_type(stored) : KERN_TYPE_F16;
     case MODEL_WEIGHTS_AUTO:
         switch (stored) {
         case KERN_TYPE_F32:
         case KERN_TYPE_F16:
-        case KERN_TYPE_Q8_0: return stored;
+        case KERN_TYPE_Q8_0:
+        case KERN_TYPE_Q8_0M: return stored;
         case KERN_TYPE_Q4_0:
-        case KERN_TYPE_Q4_1: return KERN_TYPE_Q8_0;
+        case KERN_TYPE_Q4_1: return kern_int8_type(stored);
         case KERN_TYPE_BF16: return KERN_TYPE_F16;
         }
     }

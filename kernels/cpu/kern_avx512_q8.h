@@ -1,6 +1,8 @@
-/* kern_avx512_q8.h - Q8_0 tile plumbing shared by the two AVX-512 files
- * (kern_matmul_avx512.c: maddubs, kern_matmul_avx512vnni.c: vpdpbusd).
- * Include only from files compiled with the AVX-512 flags.
+/* kern_avx512_q8.h - the int8-weight (Q8_0, Q8_0M) tile shared by the two
+ * AVX-512 files (kern_matmul_avx512.c: vpmaddwd + vpaddd,
+ * kern_matmul_avx512vnni.c: vpmaddwd + vpdpwssd). Include only from files
+ * compiled with the AVX-512 flags, after defining
+ *   Q8_DOT2(wa, xa, wb, xb): int32 lanes of madd(wa, xa) + madd(wb, xb).
  *
  * A tile is R rows x T tokens = 16 outputs, output k = r*T + t. Eight zmm
  * hold the 16 pairs' per-block partial sums, two pairs per register:
@@ -8,7 +10,13 @@
  * so that reduce16() puts pair k in lane k (derivation at reduce16). Since
  * T divides 4, both halves of zmm j belong to the same token t = j % T, and
  * to rows kern_q8_row_lo(j / T, T) and that + 4/T: zmm j = c*T + t uses the
- * row pair ("combo") c = j / T, shared by the T tokens. */
+ * row pair ("combo") c = j / T, shared by the T tokens.
+ *
+ * A block's 32 int16 activations are two 256-bit halves; each half of a
+ * token is broadcast to both halves of a zmm, and each combo's weights are
+ * widened to [16 int16 of row lo | 16 int16 of row hi] per block half, so
+ * one Q8_DOT2 gives both pairs' partial sums over the whole block (exact:
+ * |lane| <= 4 * 128 * 32767 < 2^24). */
 #ifndef KERN_AVX512_Q8_H
 #define KERN_AVX512_Q8_H
 
@@ -26,13 +34,18 @@ static inline int kern_q8_row_lo(int c, int T)
     return (j < 4 ? j : j + 4) / T;
 }
 
-/* zmm = [block b of row lo | block b of row hi] (the 32 int8 weights). */
-AI __m512i q8_load_pair(const uint8_t *const *wr, int b, int lo, int hi)
+/* Block bytes and the offset of qs in a block: Q8_0M (M = 1) {d, m, qs}
+ * 36 bytes, Q8_0 {d, qs} 34 bytes. */
+#define Q8_BB(M) ((M) ? sizeof(kern_block_q8_0m) : sizeof(kern_block_q8_0))
+#define Q8_QO(M) ((size_t)((M) ? 4 : 2))
+
+/* [values 16h..16h+15 of block b of row lo | the same of row hi], as int16. */
+AI __m512i q8_load_pair(const uint8_t *const *wr, int b, int lo, int hi, int h, const int M)
 {
-    const size_t off = (size_t)b * sizeof(kern_block_q8_0) + 2;
-    __m256i l = _mm256_loadu_si256((const __m256i *)(wr[lo] + off));
-    __m256i h = _mm256_loadu_si256((const __m256i *)(wr[hi] + off));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1);
+    const size_t off = (size_t)b * Q8_BB(M) + Q8_QO(M) + (size_t)h * 16;
+    __m128i l = _mm_loadu_si128((const __m128i *)(wr[lo] + off));
+    __m128i u = _mm_loadu_si128((const __m128i *)(wr[hi] + off));
+    return _mm512_cvtepi8_epi16(_mm256_inserti128_si256(_mm256_castsi128_si256(l), u, 1));
 }
 
 AI __m512i fold32_512(__m512i a, __m512i b)
@@ -45,12 +58,12 @@ AI __m512i fold64_512(__m512i a, __m512i b)
 }
 
 /* Decode prefetch (see kern_matmul_avx2.c): block b of the next tile's rows. */
-AI void q8_prefetch_next(const uint8_t *const *pf, int b, const int R)
+AI void q8_prefetch_next(const uint8_t *const *pf, int b, const int R, const int M)
 {
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++)
         if (pf[r])
-            _mm_prefetch((const char *)pf[r] + (size_t)b * sizeof(kern_block_q8_0), _MM_HINT_T0);
+            _mm_prefetch((const char *)pf[r] + (size_t)b * Q8_BB(M), _MM_HINT_T0);
 }
 
 /* Lane k of the result = the full sum of pair k. The two folds work inside
@@ -68,33 +81,71 @@ AI __m512i reduce16(const __m512i z[8])
                             _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-AI short q8_d(const uint8_t *row, int b)
+/* The fp16 at byte offset off of block b of a row (d: 0, Q8_0M's m: 2). */
+AI short q8_h(const uint8_t *row, int b, size_t off, const int M)
 {
     uint16_t h;
-    memcpy(&h, row + (size_t)b * sizeof(kern_block_q8_0), 2);
+    memcpy(&h, row + (size_t)b * Q8_BB(M) + off, 2);
     return (short)h;
 }
 
-/* acc + cvt(isum) * (d_w * d_x) for the 16 outputs, lane k = (k/T, k%T). */
-AI __m512 q8_accumulate(const kern_mm_args *a, const uint8_t *const *wr, int b, int t0, const int R, const int T,
-                        __m512i isum, __m512 acc)
+/* Lane k (row k/T) of the fp16 at offset off of block b, as floats. */
+AI __m512 q8_row_halfs(const uint8_t *const *wr, int b, size_t off, const int T, const int M)
 {
-    (void)R;
-    __m256i h = _mm256_setr_epi16(q8_d(wr[0 / T], b), q8_d(wr[1 / T], b), q8_d(wr[2 / T], b), q8_d(wr[3 / T], b),
-                                  q8_d(wr[4 / T], b), q8_d(wr[5 / T], b), q8_d(wr[6 / T], b), q8_d(wr[7 / T], b),
-                                  q8_d(wr[8 / T], b), q8_d(wr[9 / T], b), q8_d(wr[10 / T], b),
-                                  q8_d(wr[11 / T], b), q8_d(wr[12 / T], b), q8_d(wr[13 / T], b),
-                                  q8_d(wr[14 / T], b), q8_d(wr[15 / T], b));
-    __m512 dw = _mm512_cvtph_ps(h);
-    const float *xd = a->xd + (size_t)b * a->n_tok + t0;
-    __m512 dx;
+    __m256i h = _mm256_setr_epi16(
+        q8_h(wr[0 / T], b, off, M), q8_h(wr[1 / T], b, off, M), q8_h(wr[2 / T], b, off, M),
+        q8_h(wr[3 / T], b, off, M), q8_h(wr[4 / T], b, off, M), q8_h(wr[5 / T], b, off, M),
+        q8_h(wr[6 / T], b, off, M), q8_h(wr[7 / T], b, off, M), q8_h(wr[8 / T], b, off, M),
+        q8_h(wr[9 / T], b, off, M), q8_h(wr[10 / T], b, off, M), q8_h(wr[11 / T], b, off, M),
+        q8_h(wr[12 / T], b, off, M), q8_h(wr[13 / T], b, off, M), q8_h(wr[14 / T], b, off, M),
+        q8_h(wr[15 / T], b, off, M));
+    return _mm512_cvtph_ps(h);
+}
+
+/* The T tokens' values at v (d or s of one block), lane k = token k % T. */
+AI __m512 q8_tok_bcast(const float *v, const int T)
+{
     if (T == 4)
-        dx = _mm512_broadcast_f32x4(_mm_loadu_ps(xd));
-    else if (T == 2)
-        dx = _mm512_broadcast_f32x2(_mm_castpd_ps(_mm_load_sd((const double *)xd)));
-    else
-        dx = _mm512_set1_ps(*xd);
-    return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx)));
+        return _mm512_broadcast_f32x4(_mm_loadu_ps(v));
+    if (T == 2)
+        return _mm512_broadcast_f32x2(_mm_castpd_ps(_mm_load_sd((const double *)v)));
+    return _mm512_set1_ps(*v);
+}
+
+/* The 16 outputs of rows wr[0..R) and tokens t0..t0+T (see the top). */
+AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *const *pf, int t0, const int R,
+                const int T, const int M, float *out)
+{
+    const int nb = a->n_in / 32, NC = 8 / T;
+    const int16_t *xr[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        xr[t] = a->xq + (size_t)(t0 + t) * a->n_in;
+    __m512 acc = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (T == 1)
+            q8_prefetch_next(pf, b, R, M);
+        __m512i xa[4], xb[4], z[8];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            xa[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xr[t] + b * 32)));
+            xb[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xr[t] + b * 32 + 16)));
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const int lo = kern_q8_row_lo(c, T), hi = lo + 4 / T;
+            __m512i wa = q8_load_pair(wr, b, lo, hi, 0, M), wb = q8_load_pair(wr, b, lo, hi, 1, M);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                z[c * T + t] = Q8_DOT2(wa, xa[t], wb, xb[t]);
+        }
+        const size_t xo = (size_t)b * a->n_tok + t0;
+        __m512 scale = _mm512_mul_ps(q8_row_halfs(wr, b, 0, T, M), q8_tok_bcast(a->xd + xo, T));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(z)), scale, acc);
+        if (M)
+            acc = _mm512_fmadd_ps(q8_row_halfs(wr, b, 2, T, M), q8_tok_bcast(a->xs + xo, T), acc);
+    }
+    _mm512_storeu_ps(out, acc);
 }
 
 #endif

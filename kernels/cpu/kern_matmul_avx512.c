@@ -3,63 +3,19 @@
  * Structurally the AVX2 file with 16 outputs per tile instead of 8:
  * tiles are 4x4 (prompt), 8x2 (token remainder of 2-3) and 16x1 (decode).
  *
- * Q8_0: one 32-byte block fills half a zmm, so each zmm carries two
- * (row, token) pairs: z = [w(row a) | w(row b)] against the same token's
- * activations broadcast to both halves. kern_q8_pairs_zmm() documents which
- * pairs share a register so that reduce16() lands pair k in lane k. There is
- * no vpsignb for zmm, so sign(x, w) is a masked subtract under w's sign mask;
- * |w| <= 128 and |x| <= 127 keep maddubs exact exactly as in the AVX2 file.
- * The VNNI file reuses the tile layout and replaces the int8 dot product.
+ * int8 weights: the tile lives in kern_avx512_q8.h (shared with the VNNI
+ * file); here each pair of block halves is multiplied with vpmaddwd and the
+ * two int32 results added.
  *
  * Float types: one 16-lane accumulator per output, one FMA per 16 inputs in
  * order, the tail as one more FMA on zero-masked loads, then hsum16(). */
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/cpu/kern_avx512_q8.h"
 #include "kernels/cpu/kern_internal.h"
 
-/* ---- Q8_0 (maddubs) ------------------------------------------------------- */
-
-/* The exact int8 dot products of one block for the pairs in zmm w (two rows)
- * against activations xb (one token, broadcast to both halves). */
-AI __m512i q8_dot_maddubs(__m512i aw, __mmask64 wneg, __m512i xb)
-{
-    __m512i xs = _mm512_mask_sub_epi8(xb, wneg, _mm512_setzero_si512(), xb); /* x * sign(w) */
-    return _mm512_madd_epi16(_mm512_maddubs_epi16(aw, xs), _mm512_set1_epi16(1));
-}
-
-AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *const *pf, int t0, const int R,
-                const int T, float *out)
-{
-    const int nb = a->n_in / 32, NC = 8 / T;
-    const int8_t *xr[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; t++)
-        xr[t] = a->xq + (size_t)(t0 + t) * a->n_in;
-    __m512 acc = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        if (T == 1)
-            q8_prefetch_next(pf, b, R);
-        __m512i xb[4], z[8];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
-            xb[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xr[t] + b * 32)));
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            __m512i wc = q8_load_pair(wr, b, kern_q8_row_lo(c, T), kern_q8_row_lo(c, T) + 4 / T);
-            __m512i aw = _mm512_abs_epi8(wc);
-            __mmask64 wneg = _mm512_movepi8_mask(wc);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++)
-                z[c * T + t] = q8_dot_maddubs(aw, wneg, xb[t]);
-        }
-        acc = q8_accumulate(a, wr, b, t0, R, T, reduce16(z), acc);
-    }
-    _mm512_storeu_ps(out, acc);
-}
-
-#define Q8_TILE q8_tile
+#define Q8_DOT2(wa, xa, wb, xb) _mm512_add_epi32(_mm512_madd_epi16(wa, xa), _mm512_madd_epi16(wb, xb))
+#include "kernels/cpu/kern_avx512_q8.h"
 #define Q8_PREFIX q8m
 #include "kernels/cpu/kern_avx512_spans.h"
 
@@ -174,7 +130,8 @@ DEFINE_F_ROWS(bf16, KERN_TYPE_BF16)
 void kern_mm_rows_avx512(const kern_mm_args *a, int r0, int r1)
 {
     switch (a->wt) {
-    case KERN_TYPE_Q8_0: q8m_rows(a, r0, r1); break;
+    case KERN_TYPE_Q8_0: q8m_rows_q8_0(a, r0, r1); break;
+    case KERN_TYPE_Q8_0M: q8m_rows_q8_0m(a, r0, r1); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

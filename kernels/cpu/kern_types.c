@@ -8,8 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu/kern_internal.h"
-
+/* Q8_0M is deliberately missing here: the GGUF reader and writer accept
+ * exactly the ids this returns 1 for, and Q8_0M is no GGML type. */
 int kern_type_valid(uint32_t type)
 {
     switch (type) {
@@ -25,6 +25,11 @@ int kern_type_valid(uint32_t type)
     }
 }
 
+int kern_type_known(uint32_t type)
+{
+    return kern_type_valid(type) || type == KERN_TYPE_Q8_0M;
+}
+
 const char *kern_type_name(kern_type t)
 {
     switch (t) {
@@ -34,6 +39,7 @@ const char *kern_type_name(kern_type t)
     case KERN_TYPE_Q4_1: return "q4_1";
     case KERN_TYPE_Q8_0: return "q8_0";
     case KERN_TYPE_BF16: return "bf16";
+    case KERN_TYPE_Q8_0M: return "q8_0m";
     }
     return "unknown";
 }
@@ -44,6 +50,7 @@ int kern_type_block_size(kern_type t)
     case KERN_TYPE_Q4_0:
     case KERN_TYPE_Q4_1:
     case KERN_TYPE_Q8_0:
+    case KERN_TYPE_Q8_0M:
         return KERN_QK;
     default:
         return 1;
@@ -59,6 +66,7 @@ size_t kern_type_block_bytes(kern_type t)
     case KERN_TYPE_Q8_0: return sizeof(kern_block_q8_0);
     case KERN_TYPE_Q4_0: return sizeof(kern_block_q4_0);
     case KERN_TYPE_Q4_1: return sizeof(kern_block_q4_1);
+    case KERN_TYPE_Q8_0M: return sizeof(kern_block_q8_0m);
     }
     return 0;
 }
@@ -205,6 +213,18 @@ void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
         }
         break;
     }
+    case KERN_TYPE_Q8_0M: {
+        /* The same two operations as Q4_1, so a Q4_1 row converted by
+         * kern_requantize_row_q8 dequantizes to the same floats. */
+        const kern_block_q8_0m *b = src;
+        for (int64_t i = 0; i < n / KERN_QK; i++) {
+            float d = kern_fp16_to_fp32(b[i].d);
+            float m = kern_fp16_to_fp32(b[i].m);
+            for (int j = 0; j < KERN_QK; j++)
+                dst[i * KERN_QK + j] = d * (float)b[i].qs[j] + m;
+        }
+        break;
+    }
     }
 }
 
@@ -222,13 +242,28 @@ static void quantize_block_q8_0(const float *x, kern_block_q8_0 *b)
         b->qs[j] = (int8_t)roundf(x[j] * id);
 }
 
-void kern_quantize_act_scalar(const float *x, int n, int8_t *qs, float *d, int d_stride)
+/* Q8_0M for one block: centre m first (rounded to fp16), then the step d
+ * from the rounded m, rounded UP to fp16, so neither rounding costs range:
+ * the extreme values land at |q| <= 127 and nothing is clipped (rounding d
+ * to nearest could shrink it by 8% where it is an fp16 subnormal). */
+static void quantize_block_q8_0m(const float *x, kern_block_q8_0m *b)
 {
-    for (int b = 0; b < n / KERN_QK; b++) {
-        kern_block_q8_0 blk;
-        quantize_block_q8_0(x + b * KERN_QK, &blk);
-        memcpy(qs + b * KERN_QK, blk.qs, KERN_QK);
-        d[(size_t)b * d_stride] = kern_fp16_to_fp32(blk.d);
+    float min = x[0], max = x[0];
+    for (int j = 1; j < KERN_QK; j++) {
+        min = fminf(min, x[j]);
+        max = fmaxf(max, x[j]);
+    }
+    b->m = kern_fp32_to_fp16(0.5f * (max + min));
+    float m = kern_fp16_to_fp32(b->m);
+    float dd = fmaxf(max - m, m - min) / 127.0f;
+    b->d = kern_fp32_to_fp16(dd);
+    if (kern_fp16_to_fp32(b->d) < dd)
+        b->d++; /* the next larger half: dd >= 0, so the bits count up */
+    float d = kern_fp16_to_fp32(b->d);
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < KERN_QK; j++) {
+        float q = roundf((x[j] - m) * id);
+        b->qs[j] = (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
     }
 }
 
@@ -254,6 +289,12 @@ void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n)
         kern_block_q8_0 *b = dst;
         for (int64_t i = 0; i < n / KERN_QK; i++)
             quantize_block_q8_0(src + i * KERN_QK, &b[i]);
+        break;
+    }
+    case KERN_TYPE_Q8_0M: {
+        kern_block_q8_0m *b = dst;
+        for (int64_t i = 0; i < n / KERN_QK; i++)
+            quantize_block_q8_0m(src + i * KERN_QK, &b[i]);
         break;
     }
     case KERN_TYPE_Q4_0: {
@@ -331,5 +372,45 @@ void kern_requantize_row_q8_0(kern_type t, const void *src, kern_block_q8_0 *dst
     for (int64_t i = 0; i < n / KERN_QK; i++) {
         kern_dequantize_row(t, (const uint8_t *)src + (size_t)i * bb, tmp, KERN_QK);
         quantize_block_q8_0(tmp, &dst[i]);
+    }
+}
+
+kern_type kern_int8_type(kern_type t)
+{
+    switch (t) {
+    case KERN_TYPE_Q4_1:
+    case KERN_TYPE_Q8_0M:
+        return KERN_TYPE_Q8_0M;
+    default:
+        return KERN_TYPE_Q8_0;
+    }
+}
+
+int kern_requantize_row_q8(kern_type src_type, const void *src, void *dst, int64_t n)
+{
+    switch (src_type) {
+    case KERN_TYPE_Q4_0:
+        kern_requantize_row_q8_0(src_type, src, dst, n);
+        return 0;
+    case KERN_TYPE_Q4_1: {
+        /* Lossless: the nibble (0..15) is the int8 q, d and m carry over. */
+        const kern_block_q4_1 *b = src;
+        kern_block_q8_0m *o = dst;
+        for (int64_t i = 0; i < n / KERN_QK; i++) {
+            o[i].d = b[i].d;
+            o[i].m = b[i].m;
+            for (int j = 0; j < KERN_QK / 2; j++) {
+                o[i].qs[j] = (int8_t)(b[i].qs[j] & 0x0f);
+                o[i].qs[j + 16] = (int8_t)(b[i].qs[j] >> 4);
+            }
+        }
+        return 0;
+    }
+    case KERN_TYPE_Q8_0:
+    case KERN_TYPE_Q8_0M:
+        memcpy(dst, src, kern_row_bytes(src_type, n));
+        return 0;
+    default:
+        return -1;
     }
 }

@@ -1,12 +1,15 @@
 /* kern_types.h - tensor element types, quantized block layouts, conversions.
  *
  * Type ids equal the GGML type ids stored in GGUF files, so a tensor's type
- * field can be used directly once validated with kern_type_valid().
+ * field can be used directly once validated with kern_type_valid(). One
+ * type is brisk's own and never valid in a file: Q8_0M (id 64, far above the
+ * GGML ids), the int8 form of Q4_1 that the matmul kernels run on.
  *
  * Quantized layouts (blocks of KERN_QK = 32 consecutive values of one row):
  *   Q8_0: { fp16 d; int8 qs[32]; }              x[i] = d * qs[i]
  *   Q4_0: { fp16 d; uint8 qs[16]; }             x[i] = d * ((nibble) - 8)
  *   Q4_1: { fp16 d; fp16 m; uint8 qs[16]; }     x[i] = d * nibble + m
+ *   Q8_0M: { fp16 d; fp16 m; int8 qs[32]; }     x[i] = d * qs[i] + m
  *   For Q4_*: byte j holds value j in its low nibble and value j+16 in its
  *   high nibble (j = 0..15), as in GGML.
  * A row of n values (n a multiple of the block size) is n/32 blocks packed
@@ -24,6 +27,7 @@ typedef enum kern_type {
     KERN_TYPE_Q4_1 = 3,
     KERN_TYPE_Q8_0 = 8,
     KERN_TYPE_BF16 = 30,
+    KERN_TYPE_Q8_0M = 64, /* brisk-internal, see above */
 } kern_type;
 
 #define KERN_QK 32
@@ -42,16 +46,27 @@ typedef struct {
     uint8_t qs[KERN_QK / 2];
 } kern_block_q4_1;
 
+typedef struct {
+    uint16_t d;
+    uint16_t m;
+    int8_t qs[KERN_QK];
+} kern_block_q8_0m;
+
 _Static_assert(sizeof(kern_block_q8_0) == 34, "q8_0 block is 34 bytes");
+_Static_assert(sizeof(kern_block_q8_0m) == 36, "q8_0m block is 36 bytes");
 _Static_assert(sizeof(kern_block_q4_0) == 18, "q4_0 block is 18 bytes");
 _Static_assert(sizeof(kern_block_q4_1) == 20, "q4_1 block is 20 bytes");
 
-/* 1 for the six types above, 0 for anything else (e.g. an id read from a file). */
+/* 1 for the six GGML types above, 0 for anything else (e.g. an id read from
+ * a file, and Q8_0M, which no file may hold). */
 int kern_type_valid(uint32_t type);
+/* 1 for the six GGML types and Q8_0M: the types the functions below and the
+ * matmul kernels handle. */
+int kern_type_known(uint32_t type);
 const char *kern_type_name(kern_type t);
 /* Values per block: 1 for F32/F16/BF16, 32 for the quantized types. */
 int kern_type_block_size(kern_type t);
-/* Bytes per block: 4, 2, 2, 34, 18, 20. */
+/* Bytes per block: 4, 2, 2, 34, 18, 20, 36 (Q8_0M). */
 size_t kern_type_block_bytes(kern_type t);
 /* Bytes of a row of n values; n must be a multiple of the block size. */
 size_t kern_row_bytes(kern_type t, int64_t n);
@@ -64,11 +79,27 @@ uint16_t kern_fp32_to_bf16(float f);
 
 /* Row conversions. n is a multiple of the type's block size. */
 void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n);
-/* Quantize f32 to t (F32, F16, BF16, Q8_0, Q4_0, Q4_1). Q8_0 uses
- * d = max|x| / 127 and qs = round(x / d), as GGML does. */
+/* Quantize f32 to t (any known type). Q8_0 uses d = max|x| / 127 and
+ * qs = round(x / d), as GGML does. Q8_0M centres each block: m = its
+ * (max + min) / 2 in fp16, d = the larger distance from m to max or min,
+ * over 127, rounded up to fp16, and qs = round((x - m) / d) in [-127, 127]. */
 void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n);
-/* Q4_0/Q4_1 -> Q8_0 without going through a lossy f32 round trip where
- * avoidable (dequantize each block exactly, then requantize). */
+
+/* ---- int8 weights for the matmul kernels ----------------------------------
+ * The int8 type that holds every value of type t exactly, where one exists:
+ * Q4_0 -> Q8_0 (q - 8 fits int8, same d), Q4_1 -> Q8_0M (the nibble fits
+ * int8, same d and m), Q8_0 and Q8_0M -> themselves. Any other t has no exact
+ * int8 form and gets Q8_0 (quantize from f32). */
+kern_type kern_int8_type(kern_type t);
+/* Converts a row of n values (n a multiple of 32) of src_type to
+ * kern_int8_type(src_type) bit-exactly: dequantizing dst gives the same
+ * floats as dequantizing src. Returns 0, or -1 (dst untouched) if src_type has
+ * no exact int8 form; the caller then dequantizes to f32 and calls
+ * kern_quantize_row(KERN_TYPE_Q8_0, ...). src and dst are borrowed. */
+int kern_requantize_row_q8(kern_type src_type, const void *src, void *dst, int64_t n);
+/* Older contract, kept: Q4_0/Q4_1 -> Q8_0. Exact for Q4_0; Q4_1's offset has
+ * no Q8_0 form, so each block is dequantized in f32 and requantized (lossy:
+ * prefer kern_requantize_row_q8, which makes Q8_0M). */
 void kern_requantize_row_q8_0(kern_type t, const void *src, kern_block_q8_0 *dst, int64_t n);
 
 #endif

@@ -1,5 +1,6 @@
 /* test_kern_types.c - type table, fp16/bf16 conversions (exhaustive), row
- * quantization round trips, Q4 -> Q8_0 requantization, CPU detection. */
+ * quantization round trips, Q4 -> Q8_0 / Q8_0M requantization, CPU
+ * detection. */
 #include <string.h>
 
 #include "kernels/cpu/kern_cpu.h"
@@ -123,18 +124,34 @@ static void test_table(void)
                                KERN_TYPE_BF16};
     const size_t bytes[] = {4, 2, 18, 20, 34, 2};
     for (int i = 0; i < 6; i++) {
-        CHECK(kern_type_valid(types[i]), "valid %d", types[i]);
+        CHECK(kern_type_valid(types[i]) && kern_type_known(types[i]), "valid %d", types[i]);
         CHECK(kern_type_block_bytes(types[i]) == bytes[i], "block bytes %s", kern_type_name(types[i]));
     }
     CHECK(!kern_type_valid(7) && !kern_type_valid(31) && !kern_type_valid(0xffffffffu), "invalid ids");
+    CHECK(!kern_type_known(7) && !kern_type_known(31) && !kern_type_known(65), "unknown ids");
+    /* Q8_0M is brisk's own: known to the kernels, never valid in a file. */
+    CHECK(!kern_type_valid(KERN_TYPE_Q8_0M) && kern_type_known(KERN_TYPE_Q8_0M), "q8_0m validity");
+    CHECK(kern_type_block_bytes(KERN_TYPE_Q8_0M) == 36 && kern_type_block_size(KERN_TYPE_Q8_0M) == 32 &&
+              strcmp(kern_type_name(KERN_TYPE_Q8_0M), "q8_0m") == 0,
+          "q8_0m table");
     CHECK(kern_row_bytes(KERN_TYPE_Q8_0, 576) == 18 * 34, "q8_0 row bytes");
+    CHECK(kern_row_bytes(KERN_TYPE_Q8_0M, 576) == 18 * 36, "q8_0m row bytes");
     CHECK(kern_row_bytes(KERN_TYPE_F16, 576) == 1152, "f16 row bytes");
+    CHECK(kern_int8_type(KERN_TYPE_Q4_0) == KERN_TYPE_Q8_0 && kern_int8_type(KERN_TYPE_Q4_1) == KERN_TYPE_Q8_0M &&
+              kern_int8_type(KERN_TYPE_Q8_0) == KERN_TYPE_Q8_0 &&
+              kern_int8_type(KERN_TYPE_Q8_0M) == KERN_TYPE_Q8_0M && kern_int8_type(KERN_TYPE_F16) == KERN_TYPE_Q8_0,
+          "kern_int8_type");
 }
 
 /* Round-trip error bounds, per element, relative to the block's max |x|:
  * Q8_0 <= 0.5/127 of it plus the fp16 rounding of d (2^-11 relative),
  * Q4_0 <= d = max/8 (half a step inside the range, a full step for values near
  * -max, which the asymmetric 4-bit range [-8, 7] clamps to 7d), Q4_1 <= 0.5 * (max-min)/15 (+ fp16 of d, m),
+ * Q8_0M <= half its step d = max(max - m, m - min) / 127, where m is the
+ * block's midpoint rounded to fp16 (so the step grows by that rounding,
+ * |mid| 2^-11, and by d's own rounding up to fp16: 2^-11 relative, or up to
+ * 2^-24 absolute where d is an fp16 subnormal) plus the f32 rounding of the
+ * dequantized value,
  * F16 <= 2^-11 relative, BF16 <= 2^-8 relative, F32 exact. */
 static void test_quant_roundtrip(void)
 {
@@ -145,9 +162,13 @@ static void test_quant_roundtrip(void)
     x[5] = 0.0f;
     for (int i = 64; i < 96; i++) /* one all-zero block: d = 0 must not divide by zero */
         x[i] = 0.0f;
-    const kern_type types[] = {KERN_TYPE_F32, KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_Q8_0, KERN_TYPE_Q4_0,
-                               KERN_TYPE_Q4_1};
-    for (int ti = 0; ti < 6; ti++) {
+    for (int i = 96; i < 128; i++) /* one block far from zero: Q8_0M's offset at work */
+        x[i] = 100.0f + 0.01f * x[i];
+    for (int i = 128; i < 160; i++) /* one constant block */
+        x[i] = -0.3f;
+    const kern_type types[] = {KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16,
+                               KERN_TYPE_Q8_0, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1, KERN_TYPE_Q8_0M};
+    for (int ti = 0; ti < 7; ti++) {
         kern_type t = types[ti];
         kern_quantize_row(t, x, buf, N);
         kern_dequantize_row(t, buf, y, N);
@@ -168,6 +189,10 @@ static void test_quant_roundtrip(void)
                 case KERN_TYPE_BF16: bound = fabs(x[i]) * 0x1p-8; break;
                 case KERN_TYPE_Q8_0: bound = amax * (0.5 / 127 + 0x1p-10); break;
                 case KERN_TYPE_Q4_0: bound = amax / 8 * (1.0 + 0x1p-9) + amax * 0x1p-10; break;
+                case KERN_TYPE_Q8_0M:
+                    bound = 0.5 * (((mx - mn) / 2 + fabs(mx + mn) / 2 * 0x1p-11) / 127 * (1 + 0x1p-10) + 0x1p-24) +
+                            amax * 0x1p-23; /* the f32 rounding of d * q + m */
+                    break;
                 default: bound = (mx - mn) / 15 * (0.5 + 0x1p-9) + fabsf(mn) * 0x1p-10 + 1e-7; break;
                 }
                 if (err > bound * 1.0001 + 1e-30 && err - bound > worst)
@@ -186,25 +211,52 @@ static void test_quant_roundtrip(void)
             has128 |= qb[b].qs[j] == -128;
         }
     CHECK(has127 && !has128, "q8_0 range");
+    /* Q8_0M stays in [-127, 127] too, and reaches both ends in some block. */
+    kern_quantize_row(KERN_TYPE_Q8_0M, x, buf, N);
+    const kern_block_q8_0m *mb = (const kern_block_q8_0m *)buf;
+    int lo = 0, hi = 0;
+    has128 = 0;
+    for (int b = 0; b < N / 32; b++)
+        for (int j = 0; j < 32; j++) {
+            lo |= mb[b].qs[j] == -127;
+            hi |= mb[b].qs[j] == 127;
+            has128 |= mb[b].qs[j] == -128;
+        }
+    CHECK(lo && hi && !has128, "q8_0m range");
 }
 
 static void test_requant(void)
 {
     enum { N = 576 };
     static float x[N], a[N], b[N];
-    static uint8_t q4[N];
-    static kern_block_q8_0 q8[N / 32];
+    static uint8_t q4[N], q8[N * 2];
     fill_normal(x, N, 0.5f);
-    /* Q4_0 -> Q8_0 is lossless. */
+    for (int i = 32; i < 64; i++) /* an offset block, as Q4_1 files have */
+        x[i] = 3.0f + 0.1f * x[i];
+    /* Q4_0 -> Q8_0 is lossless, by both entry points. */
     kern_quantize_row(KERN_TYPE_Q4_0, x, q4, N);
-    kern_requantize_row_q8_0(KERN_TYPE_Q4_0, q4, q8, N);
+    kern_requantize_row_q8_0(KERN_TYPE_Q4_0, q4, (kern_block_q8_0 *)q8, N);
     kern_dequantize_row(KERN_TYPE_Q4_0, q4, a, N);
     kern_dequantize_row(KERN_TYPE_Q8_0, q8, b, N);
     CHECK(memcmp(a, b, sizeof(a)) == 0, "q4_0 -> q8_0 must be exact");
-    /* Q4_1 -> Q8_0 loses at most half a Q8_0 step (max|x|/254) + fp16 of d. */
+    memset(q8, 0, sizeof(q8));
+    CHECK(kern_requantize_row_q8(KERN_TYPE_Q4_0, q4, q8, N) == 0, "q4_0 has an int8 form");
+    kern_dequantize_row(kern_int8_type(KERN_TYPE_Q4_0), q8, b, N);
+    CHECK(memcmp(a, b, sizeof(a)) == 0, "q4_0 -> q8_0 (kern_requantize_row_q8) must be exact");
+    /* Q4_1 -> Q8_0M is lossless: the same floats, bit for bit. */
     kern_quantize_row(KERN_TYPE_Q4_1, x, q4, N);
-    kern_requantize_row_q8_0(KERN_TYPE_Q4_1, q4, q8, N);
+    CHECK(kern_requantize_row_q8(KERN_TYPE_Q4_1, q4, q8, N) == 0, "q4_1 has an int8 form");
     kern_dequantize_row(KERN_TYPE_Q4_1, q4, a, N);
+    kern_dequantize_row(kern_int8_type(KERN_TYPE_Q4_1), q8, b, N);
+    CHECK(memcmp(a, b, sizeof(a)) == 0, "q4_1 -> q8_0m must be exact");
+    /* Q8_0M -> itself is a copy; F16 has no exact int8 form. */
+    static uint8_t q8b[N * 2];
+    CHECK(kern_requantize_row_q8(KERN_TYPE_Q8_0M, q8, q8b, N) == 0 &&
+              memcmp(q8, q8b, kern_row_bytes(KERN_TYPE_Q8_0M, N)) == 0,
+          "q8_0m copy");
+    CHECK(kern_requantize_row_q8(KERN_TYPE_F16, q4, q8b, N) == -1, "f16 has no exact int8 form");
+    /* The old Q4_1 -> Q8_0 path loses at most half a Q8_0 step (max|x|/254) + fp16 of d. */
+    kern_requantize_row_q8_0(KERN_TYPE_Q4_1, q4, (kern_block_q8_0 *)q8, N);
     kern_dequantize_row(KERN_TYPE_Q8_0, q8, b, N);
     int bad = 0;
     for (int blk = 0; blk < N / 32; blk++) {

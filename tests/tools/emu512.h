@@ -1,0 +1,305 @@
+/* emu512.h - scalar emulation of the AVX-512 intrinsics brisk's CPU kernels
+ * use, so that kern_matmul_avx512*.c can be run and tested on a machine
+ * without AVX-512 (run_emu512.sh builds the kernel tests that way).
+ *
+ * Force-included (-include) before the kernel file, compiled with the AVX2
+ * flags: <immintrin.h> is included first (its include guard makes the
+ * kernel's own include a no-op), then __m512/__m512i are renamed to plain
+ * 64-byte unions and every intrinsic the kernels call to a scalar function
+ * with the instruction's documented lane semantics. Test-only: slow, and
+ * it knows only the intrinsics the kernels use - a missing one fails to
+ * compile (implicit declaration) rather than silently running native code. */
+#ifndef EMU512_H
+#define EMU512_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef union {
+    int8_t b[64];
+    uint8_t ub[64];
+    int16_t w[32];
+    uint16_t uw[32];
+    int32_t d[16];
+    int64_t q[8];
+    float f[16];
+    __m256i h256[2];
+} emu_v;
+typedef struct {
+    emu_v v;
+} emu_m512i;
+typedef struct {
+    emu_v v;
+} emu_m512;
+#define __m512i emu_m512i
+#define __m512 emu_m512
+
+#define EMU static inline
+#define EMU_LOOP(n) for (int i = 0; i < (n); i++)
+
+/* ---- set / load / store / casts ---- */
+EMU emu_m512 e_setzero_ps(void) {
+    emu_m512 r;
+    memset(&r, 0, 64);
+    return r;
+}
+EMU emu_m512i e_setzero_si512(void) {
+    emu_m512i r;
+    memset(&r, 0, 64);
+    return r;
+}
+EMU emu_m512i e_set1_epi16(short x) {
+    emu_m512i r;
+    EMU_LOOP(32) r.v.w[i] = x;
+    return r;
+}
+EMU emu_m512i e_set1_epi8(char x) {
+    emu_m512i r;
+    EMU_LOOP(64) r.v.b[i] = x;
+    return r;
+}
+EMU emu_m512 e_set1_ps(float x) {
+    emu_m512 r;
+    EMU_LOOP(16) r.v.f[i] = x;
+    return r;
+}
+EMU void e_storeu_ps(void *p, emu_m512 a) {
+    memcpy(p, a.v.f, 64);
+}
+EMU emu_m512 e_loadu_ps(const void *p) {
+    emu_m512 r;
+    memcpy(r.v.f, p, 64);
+    return r;
+}
+EMU emu_m512 e_maskz_loadu_ps(__mmask16 m, const void *p) {
+    emu_m512 r;
+    const float *f = p;
+    EMU_LOOP(16) r.v.f[i] = ((m >> i) & 1) ? f[i] : 0.0f;
+    return r;
+}
+EMU __m256i e256_maskz_loadu_epi16(__mmask16 m, const void *p) {
+    uint16_t u[16];
+    const uint16_t *s = p;
+    EMU_LOOP(16) u[i] = ((m >> i) & 1) ? s[i] : 0;
+    __m256i r;
+    memcpy(&r, u, 32);
+    return r;
+}
+EMU emu_m512 e_castsi512_ps(emu_m512i a) {
+    emu_m512 r;
+    memcpy(&r, &a, 64);
+    return r;
+}
+EMU __m256 e_castps512_ps256(emu_m512 a) {
+    __m256 r;
+    memcpy(&r, a.v.f, 32);
+    return r;
+}
+/* The upper half of a cast is undefined: fill it with junk so that code
+ * relying on it shows up. */
+EMU emu_m512i e_castsi256_si512(__m256i x) {
+    emu_m512i r;
+    memset(&r, 0x5a, 64);
+    r.v.h256[0] = x;
+    return r;
+}
+EMU __m256 e_extractf32x8_ps(emu_m512 a, int i) {
+    __m256 r;
+    memcpy(&r, a.v.f + 8 * i, 32);
+    return r;
+}
+EMU emu_m512i e_inserti64x4(emu_m512i a, __m256i h, int i) {
+    a.v.h256[i] = h;
+    return a;
+}
+EMU emu_m512i e_broadcast_i64x4(__m256i x) {
+    emu_m512i r;
+    r.v.h256[0] = x;
+    r.v.h256[1] = x;
+    return r;
+}
+EMU emu_m512 e_broadcast_f32x4(__m128 x) {
+    emu_m512 r;
+    float f[4];
+    memcpy(f, &x, 16);
+    EMU_LOOP(16) r.v.f[i] = f[i % 4];
+    return r;
+}
+EMU emu_m512 e_broadcast_f32x2(__m128 x) {
+    emu_m512 r;
+    float f[4];
+    memcpy(f, &x, 16);
+    EMU_LOOP(16) r.v.f[i] = f[i % 2];
+    return r;
+}
+
+/* ---- conversions ---- */
+EMU emu_m512 e_cvtph_ps(__m256i h) {
+    emu_m512 r;
+    uint16_t u[16];
+    memcpy(u, &h, 32);
+    EMU_LOOP(16) r.v.f[i] = _cvtsh_ss(u[i]);
+    return r;
+}
+EMU emu_m512i e_cvtepu16_epi32(__m256i h) {
+    emu_m512i r;
+    uint16_t u[16];
+    memcpy(u, &h, 32);
+    EMU_LOOP(16) r.v.d[i] = u[i];
+    return r;
+}
+EMU emu_m512i e_cvtepi8_epi16(__m256i h) {
+    emu_m512i r;
+    int8_t s[32];
+    memcpy(s, &h, 32);
+    EMU_LOOP(32) r.v.w[i] = s[i];
+    return r;
+}
+/* Round to nearest even, the MXCSR default, like vcvtdq2ps. */
+EMU emu_m512 e_cvtepi32_ps(emu_m512i a) {
+    emu_m512 r;
+    EMU_LOOP(16) r.v.f[i] = (float)a.v.d[i];
+    return r;
+}
+
+/* ---- integer arithmetic (wrapping, as the instructions do) ---- */
+EMU emu_m512i e_add_epi32(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(16) r.v.d[i] = (int32_t)((uint32_t)a.v.d[i] + (uint32_t)b.v.d[i]);
+    return r;
+}
+EMU emu_m512i e_sub_epi32(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(16) r.v.d[i] = (int32_t)((uint32_t)a.v.d[i] - (uint32_t)b.v.d[i]);
+    return r;
+}
+EMU emu_m512i e_slli_epi32(emu_m512i a, int n) {
+    emu_m512i r;
+    EMU_LOOP(16) r.v.d[i] = (int32_t)((uint32_t)a.v.d[i] << n);
+    return r;
+}
+EMU emu_m512i e_xor_si512(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(8) r.v.q[i] = a.v.q[i] ^ b.v.q[i];
+    return r;
+}
+/* vpmaddwd: the only overflow (-32768 * -32768 * 2) wraps to INT32_MIN. */
+EMU emu_m512i e_madd_epi16(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(16) {
+        int64_t s =
+            (int64_t)a.v.w[2 * i] * b.v.w[2 * i] + (int64_t)a.v.w[2 * i + 1] * b.v.w[2 * i + 1];
+        r.v.d[i] = (int32_t)(uint32_t)s;
+    }
+    return r;
+}
+/* vpdpwssd: the two products added to the accumulator, wrapping. */
+EMU emu_m512i e_dpwssd_epi32(emu_m512i s, emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(16) {
+        int64_t t = (int64_t)s.v.d[i] + (int64_t)a.v.w[2 * i] * b.v.w[2 * i] +
+                    (int64_t)a.v.w[2 * i + 1] * b.v.w[2 * i + 1];
+        r.v.d[i] = (int32_t)(uint32_t)t;
+    }
+    return r;
+}
+
+/* ---- shuffles ---- */
+EMU emu_m512i e_unpacklo_epi32(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    for (int l = 0; l < 16; l += 4) {
+        r.v.d[l] = a.v.d[l];
+        r.v.d[l + 1] = b.v.d[l];
+        r.v.d[l + 2] = a.v.d[l + 1];
+        r.v.d[l + 3] = b.v.d[l + 1];
+    }
+    return r;
+}
+EMU emu_m512i e_unpackhi_epi32(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    for (int l = 0; l < 16; l += 4) {
+        r.v.d[l] = a.v.d[l + 2];
+        r.v.d[l + 1] = b.v.d[l + 2];
+        r.v.d[l + 2] = a.v.d[l + 3];
+        r.v.d[l + 3] = b.v.d[l + 3];
+    }
+    return r;
+}
+EMU emu_m512i e_unpacklo_epi64(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(4) {
+        r.v.q[2 * i] = a.v.q[2 * i];
+        r.v.q[2 * i + 1] = b.v.q[2 * i];
+    }
+    return r;
+}
+EMU emu_m512i e_unpackhi_epi64(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(4) {
+        r.v.q[2 * i] = a.v.q[2 * i + 1];
+        r.v.q[2 * i + 1] = b.v.q[2 * i + 1];
+    }
+    return r;
+}
+/* Quarters 0-1 of the result from a, 2-3 from b, each picked by 2 bits. */
+EMU emu_m512i e_shuffle_i32x4(emu_m512i a, emu_m512i b, int imm) {
+    emu_m512i r;
+    EMU_LOOP(4) memcpy(&r.v.d[4 * i], &(i < 2 ? &a : &b)->v.d[4 * ((imm >> (2 * i)) & 3)], 16);
+    return r;
+}
+
+/* ---- float ---- */
+EMU emu_m512 e_mul_ps(emu_m512 a, emu_m512 b) {
+    emu_m512 r;
+    EMU_LOOP(16) r.v.f[i] = a.v.f[i] * b.v.f[i];
+    return r;
+}
+EMU emu_m512 e_add_ps(emu_m512 a, emu_m512 b) {
+    emu_m512 r;
+    EMU_LOOP(16) r.v.f[i] = a.v.f[i] + b.v.f[i];
+    return r;
+}
+EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
+    emu_m512 r;
+    EMU_LOOP(16) r.v.f[i] = __builtin_fmaf(a.v.f[i], b.v.f[i], c.v.f[i]);
+    return r;
+}
+
+#define _mm512_setzero_ps e_setzero_ps
+#define _mm512_setzero_si512 e_setzero_si512
+#define _mm512_set1_epi16 e_set1_epi16
+#define _mm512_set1_epi8 e_set1_epi8
+#define _mm512_set1_ps e_set1_ps
+#define _mm512_storeu_ps e_storeu_ps
+#define _mm512_loadu_ps e_loadu_ps
+#define _mm512_maskz_loadu_ps e_maskz_loadu_ps
+#define _mm256_maskz_loadu_epi16 e256_maskz_loadu_epi16
+#define _mm512_castsi512_ps e_castsi512_ps
+#define _mm512_castps512_ps256 e_castps512_ps256
+#define _mm512_castsi256_si512 e_castsi256_si512
+#define _mm512_extractf32x8_ps e_extractf32x8_ps
+#define _mm512_inserti64x4 e_inserti64x4
+#define _mm512_broadcast_i64x4 e_broadcast_i64x4
+#define _mm512_broadcast_f32x4 e_broadcast_f32x4
+#define _mm512_broadcast_f32x2 e_broadcast_f32x2
+#define _mm512_cvtph_ps e_cvtph_ps
+#define _mm512_cvtepu16_epi32 e_cvtepu16_epi32
+#define _mm512_cvtepi8_epi16 e_cvtepi8_epi16
+#define _mm512_cvtepi32_ps e_cvtepi32_ps
+#define _mm512_add_epi32 e_add_epi32
+#define _mm512_sub_epi32 e_sub_epi32
+#define _mm512_slli_epi32 e_slli_epi32
+#define _mm512_xor_si512 e_xor_si512
+#define _mm512_madd_epi16 e_madd_epi16
+#define _mm512_dpwssd_epi32 e_dpwssd_epi32
+#define _mm512_unpacklo_epi32 e_unpacklo_epi32
+#define _mm512_unpackhi_epi32 e_unpackhi_epi32
+#define _mm512_unpacklo_epi64 e_unpacklo_epi64
+#define _mm512_unpackhi_epi64 e_unpackhi_epi64
+#define _mm512_shuffle_i32x4 e_shuffle_i32x4
+#define _mm512_mul_ps e_mul_ps
+#define _mm512_add_ps e_add_ps
+#define _mm512_fmadd_ps e_fmadd_ps
+
+#endif
