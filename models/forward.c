@@ -12,6 +12,17 @@
 #include "models/model.h"
 #include "models/model_internal.h"
 
+/* Attention works on runs: consecutive batch tokens of one sequence at
+ * consecutive positions (a prompt chunk, or one decode token), cut into
+ * pieces of at most FORWARD_ATTN_ROWS rows so that a long prompt still
+ * gives every thread work. */
+#define FORWARD_ATTN_ROWS 16
+
+typedef struct attn_run {
+    int first; /* batch index of the first token */
+    int n;     /* tokens in the run */
+} attn_run;
+
 struct model_state {
     int max_tokens, max_ctx;
     float *x;      /* [max_tokens][dim] residual stream */
@@ -27,7 +38,8 @@ struct model_state {
     int n_logits_cap;
     void *ws;      /* matmul workspace */
     size_t ws_bytes;
-    float *att_scratch; /* [n_scratch_threads][max_ctx] */
+    float *att_scratch; /* [n_scratch_threads][FORWARD_ATTN_ROWS][max_ctx] */
+    attn_run *runs;     /* [max_tokens] */
     int n_scratch_threads;
 };
 
@@ -77,10 +89,11 @@ model_state *model_state_create(const model *m, int max_tokens, int max_ctx) {
     st->hb = forward_alloc(T * c->hidden_dim);
     st->hb2 = forward_alloc(T * c->hidden_dim);
     st->xout = forward_alloc(T * c->dim);
+    st->runs = malloc(T * sizeof *st->runs);
     st->ws_bytes = forward_max_ws(m, max_tokens);
     st->ws = aligned_alloc(64, (st->ws_bytes + 63) & ~(size_t)63);
     if (!st->x || !st->xb || !st->xb2 || !st->q || !st->k || !st->v || !st->att || !st->hb ||
-        !st->hb2 || !st->xout || !st->ws) {
+        !st->hb2 || !st->xout || !st->ws || !st->runs) {
         model_state_free(st);
         return NULL;
     }
@@ -102,6 +115,7 @@ void model_state_free(model_state *st) {
     free(st->logits);
     free(st->ws);
     free(st->att_scratch);
+    free(st->runs);
     free(st);
 }
 
@@ -175,22 +189,42 @@ typedef struct attn_job {
     model_state *st;
     kv_cache *kv;
     int layer;
+    const attn_run *runs;
 } attn_job;
 
-/* Task = (token, head): that head's attention over its sequence so far. */
+/* Task = (run, head): that head's causal attention for the run's tokens. */
 static void forward_attn_task(void *ctx, int task, int thread) {
     attn_job *j = ctx;
     const model_config *c = &j->m->cfg;
-    int t = task / c->n_heads, h = task % c->n_heads;
+    const attn_run *run = &j->runs[task / c->n_heads];
+    int h = task % c->n_heads;
     int q_dim = c->n_heads * c->head_dim;
+    int t0 = run->first;
     kern_kv_view view;
-    kv_cache_view(j->kv, j->layer, j->b->seq[t], &view);
+    kv_cache_view(j->kv, j->layer, j->b->seq[t0], &view);
     int group = c->n_heads / c->n_kv_heads;
     float scale = 1.0f / sqrtf((float)c->head_dim);
-    float *scratch = j->st->att_scratch + (size_t)thread * (size_t)j->st->max_ctx;
-    kern_attention_head(j->st->att + (size_t)t * q_dim + (size_t)h * c->head_dim,
-                        j->st->q + (size_t)t * q_dim + (size_t)h * c->head_dim, &view, h / group,
-                        j->b->pos[t] + 1, c->head_dim, scale, scratch);
+    float *scratch = j->st->att_scratch + (size_t)thread * FORWARD_ATTN_ROWS * (size_t)j->st->max_ctx;
+    size_t off = (size_t)t0 * q_dim + (size_t)h * c->head_dim;
+    kern_attention_rows(j->st->att + off, (size_t)q_dim, j->st->q + off, (size_t)q_dim, run->n,
+                        j->b->pos[t0], &view, h / group, c->head_dim, scale, scratch);
+}
+
+/* Splits the batch into attention runs; returns their count. */
+static int forward_attn_runs(const model_batch *b, attn_run *runs) {
+    int n_runs = 0;
+    for (int i = 0; i < b->n_tokens; i++) {
+        attn_run *last = n_runs ? &runs[n_runs - 1] : NULL;
+        int t = last ? last->first + last->n - 1 : -1;
+        if (last && last->n < FORWARD_ATTN_ROWS && b->seq[i] == b->seq[t] && b->pos[i] == b->pos[t] + 1) {
+            last->n++;
+        } else {
+            runs[n_runs].first = i;
+            runs[n_runs].n = 1;
+            n_runs++;
+        }
+    }
+    return n_runs;
 }
 
 typedef struct mlp_job {
@@ -223,7 +257,7 @@ static int forward_validate(const model *m, const model_state *st, kv_cache *kv,
 static int forward_reserve(model_state *st, int n_threads, int n_out, int n_vocab) {
     if (n_threads > st->n_scratch_threads) {
         free(st->att_scratch);
-        st->att_scratch = forward_alloc((size_t)n_threads * (size_t)st->max_ctx);
+        st->att_scratch = forward_alloc((size_t)n_threads * FORWARD_ATTN_ROWS * (size_t)st->max_ctx);
         st->n_scratch_threads = st->att_scratch ? n_threads : 0;
         if (!st->att_scratch) return BRISK_ENOMEM;
     }
@@ -254,6 +288,7 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
     if (rc < 0) return rc;
 
     const int dim = c->dim;
+    int n_runs = forward_attn_runs(b, st->runs);
     /* 1. Token embeddings: one row of the table per token. */
     size_t embd_row = kern_row_bytes(w->tok_embd.type, dim);
     for (int i = 0; i < n; i++)
@@ -275,8 +310,8 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
             kern_pool_run(pool, forward_qkv_post_task, &rj, n);
         }
         /* 3. Causal attention of every token over its own sequence. */
-        attn_job aj = {m, b, st, kv, l};
-        kern_pool_run(pool, forward_attn_task, &aj, n * c->n_heads);
+        attn_job aj = {m, b, st, kv, l, st->runs};
+        kern_pool_run(pool, forward_attn_task, &aj, n_runs * c->n_heads);
         /* 4. Output projection and residual. */
         forward_matmul(pool, st, &L->wo, st->att, n, st->xb2);
         for (size_t i = 0; i < (size_t)n * dim; i++) st->x[i] += st->xb2[i];

@@ -97,4 +97,15 @@ void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int
 void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head,
                              int n_ctx, int head_dim, float scale, float *scratch);
 
+/* n_rows query rows of one head at consecutive positions pos0, pos0+1, ...
+ * of one sequence; row r attends causally to positions [0, pos0 + r].
+ * Row r of q starts at q + r * q_stride, of out at out + r * out_stride.
+ * K and V rows are loaded once per tile of query rows, and every row is
+ * computed with exactly the instruction sequence kern_attention_head uses
+ * (which is this function with n_rows = 1), so results do not depend on how
+ * a prompt is split into rows. scratch holds n_rows * (pos0 + n_rows) floats. */
+void kern_attention_rows(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
+                         int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
+                         float *scratch);
+
 #endif

@@ -153,3 +153,98 @@ void kern_axpy_avx2(float *y, float alpha, const float *x, int n)
     for (int i = 0; i < n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
 }
+
+/* ---- attention -------------------------------------------------------------------
+ * Rows of queries at consecutive positions against one KV head. Phase 1 loads
+ * each K row once per tile of ATTN_TILE query rows; phase 2 is the softmax of
+ * each row; phase 3 sums the V rows into an output row held in registers.
+ * A score is always dot2(q_r, k_p) below and a row's phases never look at
+ * other rows, so a row's result is the same in any tile (batch invariance). */
+
+#define ATTN_TILE 4
+
+static inline const float *attn_row(const float *base, const kern_kv_view *kv, int kv_head, int head_dim, int p)
+{
+    return base + (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
+           (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
+}
+
+/* q . k over nv vectors with two accumulators (even and odd vectors), so the
+ * FMA chain is half as long as with one. */
+static inline __attribute__((always_inline)) float attn_dot(const float *q, const __m256 *k, int nv)
+{
+    __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(q), k[0]);
+    if (nv == 1)
+        return hsum8(a0);
+    __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(q + 8), k[1]);
+    for (int i = 2; i < nv; i += 2) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * i), k[i], a0);
+        if (i + 1 < nv)
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * i + 8), k[i + 1], a1);
+    }
+    return hsum8(_mm256_add_ps(a0, a1));
+}
+
+static inline __attribute__((always_inline)) void
+attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int pos0,
+             const kern_kv_view *kv, int kv_head, int head_dim, float scale, float *scratch, const int nv)
+{
+    int n_ctx_max = pos0 + n_rows;
+    __m256 k[KERN_ATTN_MAX_HEAD_DIM / 8];
+    /* Phase 1: scores, a tile of rows at a time. */
+    for (int r0 = 0; r0 < n_rows; r0 += ATTN_TILE) {
+        int nt = n_rows - r0 < ATTN_TILE ? n_rows - r0 : ATTN_TILE;
+        int last = pos0 + r0 + nt - 1; /* the tile's longest causal span */
+        for (int p = 0; p <= last; p++) {
+            const float *kp = attn_row(kv->k, kv, kv_head, head_dim, p);
+            for (int i = 0; i < nv; i++)
+                k[i] = _mm256_loadu_ps(kp + 8 * i);
+            /* Row r sees p only if p <= pos0 + r: the first rows of the tile
+             * stop earlier. */
+            int rfirst = p - pos0 > r0 ? p - pos0 : r0;
+            for (int r = rfirst; r < r0 + nt; r++)
+                scratch[(size_t)r * n_ctx_max + p] = attn_dot(q + (size_t)r * q_stride, k, nv) * scale;
+        }
+    }
+    /* Phases 2 and 3, row by row. */
+    for (int r = 0; r < n_rows; r++) {
+        float *sr = scratch + (size_t)r * n_ctx_max;
+        int n_ctx = pos0 + r + 1;
+        kern_softmax(sr, n_ctx);
+        __m256 acc[KERN_ATTN_MAX_HEAD_DIM / 8];
+        for (int i = 0; i < nv; i++)
+            acc[i] = _mm256_setzero_ps();
+        for (int p = 0; p < n_ctx; p++) {
+            const float *vp = attn_row(kv->v, kv, kv_head, head_dim, p);
+            __m256 w = _mm256_set1_ps(sr[p]);
+            for (int i = 0; i < nv; i++)
+                acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * i), acc[i]);
+        }
+        float *o = out + (size_t)r * out_stride;
+        for (int i = 0; i < nv; i++)
+            _mm256_storeu_ps(o + 8 * i, acc[i]);
+    }
+}
+
+void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
+                              int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
+                              float *scratch)
+{
+    /* Constant vector counts let the compiler keep K and the output row in
+     * registers for the common head sizes. */
+    switch (head_dim) {
+    case 64:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, 8);
+        break;
+    case 128:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, 16);
+        break;
+    case 32:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, 4);
+        break;
+    default:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch,
+                     head_dim / 8);
+        break;
+    }
+}
