@@ -223,6 +223,9 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
     j.rows_per_task = 64;
     kern_pool_run(pool, model_convert_task, &j, (n_rows + j.rows_per_task - 1) / j.rows_per_task);
     free(j.scratch);
+    /* The stored bytes are never read again: let their pages leave RSS so the
+     * process holds the converted weights only, not both copies. */
+    gguf_release_tensor_pages(m->gf, t);
     *out = j.dst;
     return 0;
 }
@@ -322,13 +325,25 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         return ERR(BRISK_EFORMAT, "model: tensor 'token_embd.weight' has shape [%lld, %lld], "
                    "expected [%d, n_vocab]", (long long)te->ne[0], (long long)te->ne[1], c->dim);
     m->cfg.n_vocab = (int)te->ne[1];
-    if ((rc = model_load_matrix(m, pool, "token_embd.weight", c->dim, c->n_vocab, &w->tok_embd,
-                                err, err_len)) < 0)
-        return rc;
+    int tied = gguf_find_tensor(m->gf, "output.weight") == NULL;
+    if (tied) {
+        /* The table is also the output projection: it takes the compute format. */
+        if ((rc = model_load_matrix(m, pool, "token_embd.weight", c->dim, c->n_vocab, &w->tok_embd,
+                                    err, err_len)) < 0)
+            return rc;
+    } else {
+        /* Only rows are looked up (and dequantized one at a time), so the stored
+         * type is kept: converting it would only add rounding and memory. */
+        w->tok_embd.type = te->type;
+        w->tok_embd.data = te->data;
+        w->tok_embd.n_in = c->dim;
+        w->tok_embd.n_out = c->n_vocab;
+        m->n_params += (int64_t)c->dim * c->n_vocab;
+    }
     if ((rc = model_load_vector(m, "output_norm.weight", c->dim, 1, &w->output_norm, err,
                                 err_len)) < 0)
         return rc;
-    if (gguf_find_tensor(m->gf, "output.weight")) {
+    if (!tied) {
         if ((rc = model_load_matrix(m, pool, "output.weight", c->dim, c->n_vocab, &w->output, err,
                                     err_len)) < 0)
             return rc;
