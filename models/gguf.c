@@ -210,8 +210,7 @@ const char *gguf_type_name(gguf_type t) {
     return "unknown";
 }
 
-/* Bytes of a fixed-size value type; 0 for strings, arrays and unknown ids. */
-static size_t type_size(uint32_t t) {
+size_t gguf_type_size(uint32_t t) {
     switch (t) {
     case GGUF_TYPE_UINT8:
     case GGUF_TYPE_INT8:
@@ -248,7 +247,7 @@ static int skip_array(rd *r, uint32_t elem, uint64_t n, int depth) {
     int rc;
     if (!type_known(elem))
         return rd_fail(r, BRISK_EFORMAT, "array element type %u is not a GGUF value type", elem);
-    size_t es = type_size(elem);
+    size_t es = gguf_type_size(elem);
     if (es > 0) {
         if (n > rd_left(r) / es)
             return rd_fail(r, BRISK_EFORMAT, "array of %llu %s elements exceeds the %zu bytes left",
@@ -317,7 +316,7 @@ static int parse_kv(rd *r, gguf_kv *kv) {
         kv->arr_data = r->p + r->pos;
         return skip_array(r, elem, kv->arr_n, 0);
     }
-    size_t ts = type_size(type);
+    size_t ts = gguf_type_size(type);
     if ((rc = rd_need(r, ts, "value")))
         return rc;
     if (type == GGUF_TYPE_BOOL && (rc = check_bools(r, r->p + r->pos, 1)))
@@ -775,7 +774,7 @@ static int kv_int(const gguf_kv *kv, int *is_signed, int64_t *s, uint64_t *u) {
     }
     /* Little-endian host: the value's bytes are the low bytes of raw; a
      * narrower signed value is then sign-extended by hand. */
-    size_t n = type_size(kv->type);
+    size_t n = gguf_type_size(kv->type);
     uint64_t raw = 0;
     memcpy(&raw, kv->val, n);
     if (*is_signed && n < 8 && ((raw >> (8 * n - 1)) & 1))

@@ -117,6 +117,9 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *gf, const char *name);
  * the file. No-op for gguf_open_memory files. */
 void gguf_release_tensor_pages(const gguf_file *gf, const gguf_tensor *t);
 
+/* Bytes of a fixed-size value type; 0 for strings, arrays and unknown ids. */
+size_t gguf_type_size(uint32_t type);
+
 /* 1 if s equals the C string c. */
 int gguf_str_eq(gguf_str s, const char *c);
 

@@ -146,26 +146,10 @@ int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
     return add_kv(w, key, GGUF_TYPE_STRING, &len, 8, v, (size_t)len);
 }
 
-static size_t elem_size(gguf_type t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8:
-    case GGUF_TYPE_INT8:
-    case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16:
-    case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32:
-    case GGUF_TYPE_INT32:
-    case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64:
-    case GGUF_TYPE_INT64:
-    case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
 
 int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_type, const void *data,
                         uint64_t n) {
-    size_t es = elem_size(elem_type);
+    size_t es = gguf_type_size(elem_type);
     if (es == 0 || (n > 0 && !data))
         return BRISK_EINVAL;
     if (n > SIZE_MAX / es)
