@@ -1,6 +1,6 @@
 /* kern_bench.c - CPU kernel micro-benchmark: read bandwidth (the decode
- * roofline), matmul GEMV GB/s per weight type and int8 (Q8_0, Q8_0M) GEMM
- * GOP/s on the SmolLM2-135M shapes, pool dispatch cost. Not built by CMake; build with
+ * roofline), matmul GEMV GB/s per weight type and integer-weight (Q8_0,
+ * Q8_0M, Q4_0, Q4_1) GEMM GOP/s on the SmolLM2-135M shapes, pool dispatch cost. Not built by CMake; build with
  *   cc -O2 -I. -Ibuild/generated bench/kern_bench.c build/libbrisk_core.a -lpthread -lm -o kern_bench
  * Usage: kern_bench [threads]   (BRISK_CPU_LEVEL caps the SIMD level). */
 #include <stdio.h>
@@ -22,9 +22,11 @@ int main(int argc, char **argv)
     printf("pool dispatch: %.2f us\n", kern_bench_pool_dispatch(pool, 10000));
 
     /* GEMV: weight bytes streamed per second vs the read roofline. */
-    const kern_type types[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_F32};
+    const kern_type types[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1,
+                               KERN_TYPE_F16,  KERN_TYPE_BF16,  KERN_TYPE_F32};
+    const int n_types = (int)(sizeof(types) / sizeof(types[0])), n_int_types = 4;
     const int gemv[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
-    for (int ti = 0; ti < 5; ti++)
+    for (int ti = 0; ti < n_types; ti++)
         for (int s = 0; s < 4; s++) {
             int n_out = gemv[s][0], n_in = gemv[s][1];
             double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 1, 50, &gf);
@@ -34,7 +36,7 @@ int main(int argc, char **argv)
         }
     /* Prefill: n_tok = 512. */
     const int gemm[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < n_int_types; ti++)
         for (int s = 0; s < 4; s++) {
             int n_out = gemm[s][0], n_in = gemm[s][1];
             double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 512, s == 3 ? 2 : 5, &gf);

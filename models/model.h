@@ -25,7 +25,7 @@ typedef enum { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1 } model_arch;
 
 /* Compute format of the matrix weights, chosen at load (--weights). */
 typedef enum {
-    MODEL_WEIGHTS_AUTO = 0, /* keep F32/F16/Q8_0 as stored, Q4_x -> Q8_0, BF16 -> F16 */
+    MODEL_WEIGHTS_AUTO = 0, /* keep F32/F16/Q8_0/Q4_0/Q4_1 as stored (mmap), BF16 -> F16 */
     MODEL_WEIGHTS_F32,
     MODEL_WEIGHTS_F16,
     MODEL_WEIGHTS_INT8, /* Q8_0 blocks: int8 with one fp16 scale per 32 */

@@ -1,5 +1,5 @@
-/* kern_avx512_q8.h - the int8-weight (Q8_0, Q8_0M) tile shared by the two
- * AVX-512 files (kern_matmul_avx512.c: vpmaddwd + vpaddd,
+/* kern_avx512_q8.h - the integer-weight (Q8_0, Q8_0M, Q4_0, Q4_1) tile
+ * shared by the two AVX-512 files (kern_matmul_avx512.c: vpmaddwd + vpaddd,
  * kern_matmul_avx512vnni.c: vpmaddwd + vpdpwssd). Include only from files
  * compiled with the AVX-512 flags, after defining
  *   Q8_DOT2(wa, xa, wb, xb): int32 lanes of madd(wa, xa) + madd(wb, xb).
@@ -16,7 +16,11 @@
  * token is broadcast to both halves of a zmm, and each combo's weights are
  * widened to [16 int16 of row lo | 16 int16 of row hi] per block half, so
  * one Q8_DOT2 gives both pairs' partial sums over the whole block (exact:
- * |lane| <= 4 * 128 * 32767 < 2^24). */
+ * |lane| <= 4 * 128 * 32767 < 2^24). A Q4 block's 16 bytes hold both
+ * halves: the two rows' bytes are zero-extended once to [16 of row lo | 16
+ * of row hi] and split in the int16 lanes, `and 15` giving the first half
+ * and `>> 4` the second (minus 8 for Q4_0), as in the AVX2 file.
+ * K is the weight format (KERN_WK_*, kern_internal.h). */
 #ifndef KERN_AVX512_Q8_H
 #define KERN_AVX512_Q8_H
 
@@ -34,18 +38,31 @@ static inline int kern_q8_row_lo(int c, int T)
     return (j < 4 ? j : j + 4) / T;
 }
 
-/* Block bytes and the offset of qs in a block: Q8_0M (M = 1) {d, m, qs}
- * 36 bytes, Q8_0 {d, qs} 34 bytes. */
-#define Q8_BB(M) ((M) ? sizeof(kern_block_q8_0m) : sizeof(kern_block_q8_0))
-#define Q8_QO(M) ((size_t)((M) ? 4 : 2))
-
-/* [values 16h..16h+15 of block b of row lo | the same of row hi], as int16. */
-AI __m512i q8_load_pair(const uint8_t *const *wr, int b, int lo, int hi, int h, const int M)
+/* The 16 bytes at offset off of rows lo and hi, as one 256-bit vector. */
+AI __m256i q8_bytes_pair(const uint8_t *const *wr, size_t off, int lo, int hi)
 {
-    const size_t off = (size_t)b * Q8_BB(M) + Q8_QO(M) + (size_t)h * 16;
     __m128i l = _mm_loadu_si128((const __m128i *)(wr[lo] + off));
     __m128i u = _mm_loadu_si128((const __m128i *)(wr[hi] + off));
-    return _mm512_cvtepi8_epi16(_mm256_inserti128_si256(_mm256_castsi128_si256(l), u, 1));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(l), u, 1);
+}
+
+/* *wa = [values 0..15 of block b of row lo | the same of row hi] and *wb
+ * the same of values 16..31, as int16. */
+AI void q8_load_pairs(const uint8_t *const *wr, int b, int lo, int hi, const int K, __m512i *wa, __m512i *wb)
+{
+    const size_t off = (size_t)b * KERN_WK_BB(K) + KERN_WK_QO(K);
+    if (KERN_WK_NIB(K)) {
+        __m512i w = _mm512_cvtepu8_epi16(q8_bytes_pair(wr, off, lo, hi));
+        *wa = _mm512_and_si512(w, _mm512_set1_epi16(0x0f));
+        *wb = _mm512_srli_epi16(w, 4);
+        if (K == KERN_WK_Q4_0) {
+            *wa = _mm512_sub_epi16(*wa, _mm512_set1_epi16(8));
+            *wb = _mm512_sub_epi16(*wb, _mm512_set1_epi16(8));
+        }
+        return;
+    }
+    *wa = _mm512_cvtepi8_epi16(q8_bytes_pair(wr, off, lo, hi));
+    *wb = _mm512_cvtepi8_epi16(q8_bytes_pair(wr, off + 16, lo, hi));
 }
 
 AI __m512i fold32_512(__m512i a, __m512i b)
@@ -58,12 +75,12 @@ AI __m512i fold64_512(__m512i a, __m512i b)
 }
 
 /* Decode prefetch (see kern_matmul_avx2.c): block b of the next tile's rows. */
-AI void q8_prefetch_next(const uint8_t *const *pf, int b, const int R, const int M)
+AI void q8_prefetch_next(const uint8_t *const *pf, int b, const int R, const int K)
 {
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++)
         if (pf[r])
-            _mm_prefetch((const char *)pf[r] + (size_t)b * Q8_BB(M), _MM_HINT_T0);
+            _mm_prefetch((const char *)pf[r] + (size_t)b * KERN_WK_BB(K), _MM_HINT_T0);
 }
 
 /* Lane k of the result = the full sum of pair k. The two folds work inside
@@ -81,24 +98,24 @@ AI __m512i reduce16(const __m512i z[8])
                             _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* The fp16 at byte offset off of block b of a row (d: 0, Q8_0M's m: 2). */
-AI short q8_h(const uint8_t *row, int b, size_t off, const int M)
+/* The fp16 at byte offset off of block b of a row (d: 0, m: 2). */
+AI short q8_h(const uint8_t *row, int b, size_t off, const int K)
 {
     uint16_t h;
-    memcpy(&h, row + (size_t)b * Q8_BB(M) + off, 2);
+    memcpy(&h, row + (size_t)b * KERN_WK_BB(K) + off, 2);
     return (short)h;
 }
 
 /* Lane k (row k/T) of the fp16 at offset off of block b, as floats. */
-AI __m512 q8_row_halfs(const uint8_t *const *wr, int b, size_t off, const int T, const int M)
+AI __m512 q8_row_halfs(const uint8_t *const *wr, int b, size_t off, const int T, const int K)
 {
     __m256i h = _mm256_setr_epi16(
-        q8_h(wr[0 / T], b, off, M), q8_h(wr[1 / T], b, off, M), q8_h(wr[2 / T], b, off, M),
-        q8_h(wr[3 / T], b, off, M), q8_h(wr[4 / T], b, off, M), q8_h(wr[5 / T], b, off, M),
-        q8_h(wr[6 / T], b, off, M), q8_h(wr[7 / T], b, off, M), q8_h(wr[8 / T], b, off, M),
-        q8_h(wr[9 / T], b, off, M), q8_h(wr[10 / T], b, off, M), q8_h(wr[11 / T], b, off, M),
-        q8_h(wr[12 / T], b, off, M), q8_h(wr[13 / T], b, off, M), q8_h(wr[14 / T], b, off, M),
-        q8_h(wr[15 / T], b, off, M));
+        q8_h(wr[0 / T], b, off, K), q8_h(wr[1 / T], b, off, K), q8_h(wr[2 / T], b, off, K),
+        q8_h(wr[3 / T], b, off, K), q8_h(wr[4 / T], b, off, K), q8_h(wr[5 / T], b, off, K),
+        q8_h(wr[6 / T], b, off, K), q8_h(wr[7 / T], b, off, K), q8_h(wr[8 / T], b, off, K),
+        q8_h(wr[9 / T], b, off, K), q8_h(wr[10 / T], b, off, K), q8_h(wr[11 / T], b, off, K),
+        q8_h(wr[12 / T], b, off, K), q8_h(wr[13 / T], b, off, K), q8_h(wr[14 / T], b, off, K),
+        q8_h(wr[15 / T], b, off, K));
     return _mm512_cvtph_ps(h);
 }
 
@@ -114,7 +131,7 @@ AI __m512 q8_tok_bcast(const float *v, const int T)
 
 /* The 16 outputs of rows wr[0..R) and tokens t0..t0+T (see the top). */
 AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *const *pf, int t0, const int R,
-                const int T, const int M, float *out)
+                const int T, const int K, float *out)
 {
     const int nb = a->n_in / 32, NC = 8 / T;
     const int16_t *xr[4];
@@ -124,7 +141,7 @@ AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
     __m512 acc = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (T == 1)
-            q8_prefetch_next(pf, b, R, M);
+            q8_prefetch_next(pf, b, R, K);
         __m512i xa[4], xb[4], z[8];
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
@@ -134,16 +151,17 @@ AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const int lo = kern_q8_row_lo(c, T), hi = lo + 4 / T;
-            __m512i wa = q8_load_pair(wr, b, lo, hi, 0, M), wb = q8_load_pair(wr, b, lo, hi, 1, M);
+            __m512i wa, wb;
+            q8_load_pairs(wr, b, lo, hi, K, &wa, &wb);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++)
                 z[c * T + t] = Q8_DOT2(wa, xa[t], wb, xb[t]);
         }
         const size_t xo = (size_t)b * a->n_tok + t0;
-        __m512 scale = _mm512_mul_ps(q8_row_halfs(wr, b, 0, T, M), q8_tok_bcast(a->xd + xo, T));
+        __m512 scale = _mm512_mul_ps(q8_row_halfs(wr, b, 0, T, K), q8_tok_bcast(a->xd + xo, T));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(z)), scale, acc);
-        if (M)
-            acc = _mm512_fmadd_ps(q8_row_halfs(wr, b, 2, T, M), q8_tok_bcast(a->xs + xo, T), acc);
+        if (KERN_WK_M(K))
+            acc = _mm512_fmadd_ps(q8_row_halfs(wr, b, 2, T, K), q8_tok_bcast(a->xs + xo, T), acc);
     }
     _mm512_storeu_ps(out, acc);
 }

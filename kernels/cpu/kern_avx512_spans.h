@@ -1,14 +1,14 @@
-/* kern_avx512_spans.h - the int8-weight span/row loops of an AVX-512 file,
- * stamped out around q8_tile() from kern_avx512_q8.h for Q8_0 and Q8_0M.
- * Define Q8_PREFIX before including; defines
+/* kern_avx512_spans.h - the integer-weight span/row loops of an AVX-512
+ * file, stamped out around q8_tile() from kern_avx512_q8.h for Q8_0, Q8_0M,
+ * Q4_0 and Q4_1. Define Q8_PREFIX before including; defines
  *   static void Q8_PREFIX##_rows_q8_0(const kern_mm_args *a, int r0, int r1)
- * and the same with _q8_0m. pf[r] = row r of the next tile or NULL (for the
+ * and the same with _q8_0m, _q4_0 and _q4_1. pf[r] = row r of the next tile or NULL (for the
  * T == 1 prefetch, as in the AVX2 file). Rows past r1 are computed on a
  * clamped (valid) row and not stored. */
 #define Q8_CAT_(a, b) a##b
 #define Q8_CAT(a, b) Q8_CAT_(a, b)
 
-#define Q8_DEFINE_SPAN(NAME, M, R, T)                                                              \
+#define Q8_DEFINE_SPAN(NAME, K, R, T)                                                              \
     static void Q8_CAT(Q8_PREFIX, _span_##NAME##_##R##x##T)(const kern_mm_args *a, int r0, int r1, \
                                                             int t0)                                \
     {                                                                                              \
@@ -20,16 +20,16 @@
             for (int r = 0; r < R; r++)                                                            \
                 pf[r] = o + R + r < r1 ? wr[r] + (size_t)R * a->row_bytes : NULL;                  \
             float out[16];                                                                         \
-            q8_tile(a, wr, pf, t0, R, T, M, out);                                                  \
+            q8_tile(a, wr, pf, t0, R, T, K, out);                                                  \
             for (int k = 0; k < 16; k++)                                                           \
                 if (o + k / T < r1)                                                                \
                     a->y[(size_t)(t0 + k % T) * a->n_out + o + k / T] = out[k];                    \
         }                                                                                          \
     }
-#define Q8_DEFINE_ROWS(NAME, M)                                                                    \
-    Q8_DEFINE_SPAN(NAME, M, 4, 4)                                                                  \
-    Q8_DEFINE_SPAN(NAME, M, 8, 2)                                                                  \
-    Q8_DEFINE_SPAN(NAME, M, 16, 1)                                                                 \
+#define Q8_DEFINE_ROWS(NAME, K)                                                                    \
+    Q8_DEFINE_SPAN(NAME, K, 4, 4)                                                                  \
+    Q8_DEFINE_SPAN(NAME, K, 8, 2)                                                                  \
+    Q8_DEFINE_SPAN(NAME, K, 16, 1)                                                                 \
     static void Q8_CAT(Q8_PREFIX, _rows_##NAME)(const kern_mm_args *a, int r0, int r1)             \
     {                                                                                              \
         int t0 = 0;                                                                                \
@@ -40,8 +40,10 @@
         for (; t0 < a->n_tok; t0++)                                                                \
             Q8_CAT(Q8_PREFIX, _span_##NAME##_16x1)(a, r0, r1, t0);                                 \
     }
-Q8_DEFINE_ROWS(q8_0, 0)
-Q8_DEFINE_ROWS(q8_0m, 1)
+Q8_DEFINE_ROWS(q8_0, KERN_WK_Q8_0)
+Q8_DEFINE_ROWS(q8_0m, KERN_WK_Q8_0M)
+Q8_DEFINE_ROWS(q4_0, KERN_WK_Q4_0)
+Q8_DEFINE_ROWS(q4_1, KERN_WK_Q4_1)
 
 #undef Q8_DEFINE_ROWS
 #undef Q8_DEFINE_SPAN

@@ -14,12 +14,39 @@
 #include "kernels/cpu/kern_ops.h"
 #include "kernels/cpu/kern_types.h"
 
-/* One matmul call as the row kernels see it. For the int8 weight types
- * (Q8_0, Q8_0M) the activations have already been quantized per 32-block to
- * int16 (kern_quantize_act_*): xq holds n_tok rows of n_in int16 (row stride
- * n_in), and xd / xs the blocks' scale d and offset term s = d * sum(q) as
- * floats laid out [n_in/32][n_tok] (block-major, so the values of a tile of
- * consecutive tokens are adjacent and load as one vector). At the AVX2 level
+/* The integer weight formats of the int8 kernels (kern_matmul.c), as the
+ * compile-time parameter K of the SIMD templates: each is one block of 32
+ * integer weights q with a scale d (and an offset m where KERN_WK_M), so a
+ * block's dot with int16 activations is an exact int32 and the float part is
+ * the same for all four. Q4_0 runs as Q8_0 with q = nibble - 8, Q4_1 as
+ * Q8_0M with q = nibble: the same integers, scales and offsets that
+ * kern_requantize_row_q8 writes, hence the same results bit for bit. */
+enum { KERN_WK_Q8_0, KERN_WK_Q8_0M, KERN_WK_Q4_0, KERN_WK_Q4_1 };
+/* Block bytes: 34, 36, 18, 20. */
+#define KERN_WK_BB(K)                                                                              \
+    ((K) == KERN_WK_Q8_0    ? sizeof(kern_block_q8_0)                                              \
+     : (K) == KERN_WK_Q8_0M ? sizeof(kern_block_q8_0m)                                             \
+     : (K) == KERN_WK_Q4_0  ? sizeof(kern_block_q4_0)                                              \
+                            : sizeof(kern_block_q4_1))
+/* 1 if the block carries an offset m (at byte 2), which puts qs at byte 4. */
+#define KERN_WK_M(K) ((K) == KERN_WK_Q8_0M || (K) == KERN_WK_Q4_1)
+#define KERN_WK_QO(K) ((size_t)(KERN_WK_M(K) ? 4 : 2))
+/* 1 if qs are 16 bytes of nibbles (value j low, value j + 16 high). */
+#define KERN_WK_NIB(K) ((K) == KERN_WK_Q4_0 || (K) == KERN_WK_Q4_1)
+
+/* 1 for the weight types the int8 kernels run (Q8_0, Q8_0M, Q4_0, Q4_1). */
+static inline int kern_is_int_weight(kern_type t)
+{
+    return t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q8_0M || t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1;
+}
+
+/* One matmul call as the row kernels see it. For the integer weight types
+ * (Q8_0, Q8_0M, Q4_0, Q4_1) the activations have already been quantized per
+ * 32-block to int16 (kern_quantize_act_*): xq holds n_tok rows of n_in int16
+ * (row stride n_in), and xd / xs the blocks' scale d and offset term
+ * s = d * sum(q) as floats laid out [n_in/32][n_tok] (block-major, so the
+ * values of a tile of consecutive tokens are adjacent and load as one
+ * vector). At the AVX2 level
  * the rows of tokens 2p and 2p+1 (for 2p + 1 < n_tok) are interleaved into a
  * "paired" layout that its kernels read (kern_matmul_avx2.c); a last odd
  * token, and every token at the other levels, is stored plainly. For the
@@ -30,9 +57,9 @@ typedef struct kern_mm_args {
     size_t row_bytes; /* kern_row_bytes(wt, n_in) */
     int n_out, n_in, n_tok;
     const float *x;    /* [n_tok][n_in], float types */
-    const int16_t *xq; /* [n_tok][n_in], int8 types */
-    const float *xd;   /* [n_in/32][n_tok], int8 types */
-    const float *xs;   /* [n_in/32][n_tok], int8 types */
+    const int16_t *xq; /* [n_tok][n_in], integer types */
+    const float *xd;   /* [n_in/32][n_tok], integer types */
+    const float *xs;   /* [n_in/32][n_tok], integer types */
     float *y;          /* [n_tok][n_out] */
 } kern_mm_args;
 

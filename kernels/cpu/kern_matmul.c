@@ -8,19 +8,23 @@
  * round is not left to one thread. Each task runs every token over its rows;
  * the row kernels tile tokens so one weight row read serves a whole tile.
  *
- * int8 weights (Q8_0, Q8_0M): the activations are quantized once per call
- * to int16 blocks in the caller's workspace (in parallel over tokens for a
- * long prompt; kern_internal.h gives the rule), then every level computes,
- * per block, the exact int32 dot product isum of the int8 weights and int16
- * activations (|isum| <= 32 * 128 * 32767 < 2^31) and accumulates
+ * Integer weights (Q8_0, Q8_0M, Q4_0, Q4_1): the activations are quantized
+ * once per call to int16 blocks in the caller's workspace (in parallel over
+ * tokens for a long prompt; kern_internal.h gives the rule), then every level
+ * computes, per block, the exact int32 dot product isum of the integer
+ * weights q and int16 activations (|isum| <= 32 * 128 * 32767 < 2^31) and
+ * accumulates
  *     acc = fma((float)isum, d_w * d_x, acc)
- *     acc = fma(m_w, s_x, acc)                    (Q8_0M only)
+ *     acc = fma(m_w, s_x, acc)                    (Q8_0M and Q4_1 only)
  * in block order with exactly these IEEE operations - so every level gives
- * the reference's result bit for bit, whatever order it sums isum in. The
- * int16 activations keep their quantization error ~256x below int8's, which
- * matters for models that amplify it (SmolLM2-135M: 25% logit error with
- * int8 activations); the weights' own error is zero for Q8_0M made from Q4_1
- * (kern_requantize_row_q8). */
+ * the reference's result bit for bit, whatever order it sums isum in. Q4_0's
+ * q is nibble - 8 and Q4_1's the nibble: the integers kern_requantize_row_q8
+ * stores in the Q8_0 / Q8_0M blocks it makes from them, with the same d and
+ * m, so a Q4 matrix and its int8 requantization give identical results (a
+ * Q4 matrix is 18 or 20 bytes per 32 weights against 34 or 36: decode reads
+ * 44-47% fewer bytes). The int16 activations keep their quantization error
+ * ~256x below int8's, which matters for models that amplify it (SmolLM2-135M:
+ * 25% logit error with int8 activations). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -34,12 +38,10 @@
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-static int is_int8(kern_type wt) { return wt == KERN_TYPE_Q8_0 || wt == KERN_TYPE_Q8_0M; }
-
 /* int16 activations [n_tok][n_in], then d and s, each [n_in/32][n_tok]. */
 size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok)
 {
-    if (!is_int8(wt))
+    if (!kern_is_int_weight(wt))
         return 0;
     size_t scales = (size_t)(n_in / KERN_QK) * (size_t)n_tok * sizeof(float);
     return align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)) + 2 * align64(scales);
@@ -92,20 +94,48 @@ static float weight_at(kern_type wt, const uint8_t *row, int i)
     }
 }
 
-/* Block b of an int8 weight row: its int8 values, d and (Q8_0M) m. */
-static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw, float *mw)
+/* Block b of an integer weight row: its 32 values q, d and (Q8_0M, Q4_1)
+ * m. The int8 types return their qs; the Q4 types unpack into buf. */
+static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw, float *mw,
+                              int8_t buf[KERN_QK])
 {
-    if (wt == KERN_TYPE_Q8_0M) {
+    switch (wt) {
+    case KERN_TYPE_Q8_0M: {
         const kern_block_q8_0m *blk = (const kern_block_q8_0m *)row + b;
         *dw = kern_fp16_to_fp32(blk->d);
         *mw = kern_fp16_to_fp32(blk->m);
         return blk->qs;
     }
-    const kern_block_q8_0 *blk = (const kern_block_q8_0 *)row + b;
-    *dw = kern_fp16_to_fp32(blk->d);
-    *mw = 0.0f;
-    return blk->qs;
+    case KERN_TYPE_Q4_0: {
+        const kern_block_q4_0 *blk = (const kern_block_q4_0 *)row + b;
+        *dw = kern_fp16_to_fp32(blk->d);
+        *mw = 0.0f;
+        for (int j = 0; j < KERN_QK / 2; j++) {
+            buf[j] = (int8_t)((blk->qs[j] & 0x0f) - 8);
+            buf[j + 16] = (int8_t)((blk->qs[j] >> 4) - 8);
+        }
+        return buf;
+    }
+    case KERN_TYPE_Q4_1: {
+        const kern_block_q4_1 *blk = (const kern_block_q4_1 *)row + b;
+        *dw = kern_fp16_to_fp32(blk->d);
+        *mw = kern_fp16_to_fp32(blk->m);
+        for (int j = 0; j < KERN_QK / 2; j++) {
+            buf[j] = (int8_t)(blk->qs[j] & 0x0f);
+            buf[j + 16] = (int8_t)(blk->qs[j] >> 4);
+        }
+        return buf;
+    }
+    default: {
+        const kern_block_q8_0 *blk = (const kern_block_q8_0 *)row + b;
+        *dw = kern_fp16_to_fp32(blk->d);
+        *mw = 0.0f;
+        return blk->qs;
+    }
+    }
 }
+
+static int has_offset(kern_type wt) { return wt == KERN_TYPE_Q8_0M || wt == KERN_TYPE_Q4_1; }
 
 /* One block's contribution, the arithmetic every level reproduces. */
 static float q8_block_acc(float acc, kern_type wt, const int8_t *qw, float dw, float mw, const int16_t *qx,
@@ -115,7 +145,7 @@ static float q8_block_acc(float acc, kern_type wt, const int8_t *qw, float dw, f
     for (int j = 0; j < KERN_QK; j++)
         isum += (int32_t)qw[j] * (int32_t)qx[j];
     acc = fmaf((float)isum, dw * dx, acc);
-    if (wt == KERN_TYPE_Q8_0M)
+    if (has_offset(wt))
         acc = fmaf(mw, sx, acc);
     return acc;
 }
@@ -126,7 +156,7 @@ void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in, const flo
 {
     const uint8_t *w = W;
     size_t rb = kern_row_bytes(wt, n_in);
-    if (is_int8(wt)) {
+    if (kern_is_int_weight(wt)) {
         int nb = n_in / KERN_QK;
         int16_t *xq = malloc((size_t)n_in * sizeof(*xq));
         float *xd = malloc((size_t)nb * 2 * sizeof(float));
@@ -139,7 +169,8 @@ void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in, const flo
                 float acc = 0.0f;
                 for (int b = 0; b < nb; b++) {
                     float dw, mw;
-                    const int8_t *qw = q8_block(wt, w + (size_t)o * rb, b, &dw, &mw);
+                    int8_t buf[KERN_QK];
+                    const int8_t *qw = q8_block(wt, w + (size_t)o * rb, b, &dw, &mw, buf);
                     acc = q8_block_acc(acc, wt, qw, dw, mw, xq + b * KERN_QK, xd[b], xs[b]);
                 }
                 y[(size_t)t * n_out + o] = acc;
@@ -176,7 +207,8 @@ static void rows_scalar_q8(const kern_mm_args *a, int r0, int r1)
             float acc[SCALAR_TT] = {0};
             for (int b = 0; b < nb; b++) {
                 float dw, mw;
-                const int8_t *qw = q8_block(a->wt, row, b, &dw, &mw);
+                int8_t buf[KERN_QK];
+                const int8_t *qw = q8_block(a->wt, row, b, &dw, &mw, buf);
                 for (int t = 0; t < nt; t++) {
                     size_t k = (size_t)b * a->n_tok + t0 + t;
                     acc[t] = q8_block_acc(acc[t], a->wt, qw, dw, mw, a->xq + (size_t)(t0 + t) * a->n_in + b * KERN_QK,
@@ -209,7 +241,7 @@ static void rows_scalar_float(const kern_mm_args *a, int r0, int r1)
 
 void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1)
 {
-    if (is_int8(a->wt))
+    if (kern_is_int_weight(a->wt))
         rows_scalar_q8(a, r0, r1);
     else
         rows_scalar_float(a, r0, r1);
@@ -278,7 +310,7 @@ void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_
     };
     int n_threads = kern_pool_size(pool);
 
-    if (is_int8(wt)) {
+    if (kern_is_int_weight(wt)) {
         size_t scales = align64((size_t)(n_in / KERN_QK) * (size_t)n_tok * sizeof(float));
         int16_t *xq = ws;
         float *xd = (float *)((uint8_t *)ws + align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)));

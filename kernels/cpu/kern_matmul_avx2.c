@@ -8,14 +8,18 @@
  * Rows past the end of the task are computed on a clamped (valid) row and
  * not stored.
  *
- * int8 weights (Q8_0, Q8_0M): the weights are sign-extended to int16
- * (vpmovsxbw) and multiplied by the int16 activations with vpmaddwd, which
- * adds adjacent products into int32 lanes: a lane is at most
- * 2 * 128 * 32767 < 2^23 and a block's sum below 2^28, so every step is
- * exact and the order of the integer additions is free. The float part is
- * then done for all 8 outputs of the tile at once, lane by lane exactly the
- * reference's arithmetic:
- *     acc = fma(cvt(isum), d_w * d_x, acc);  acc = fma(m_w, s_x, acc) (Q8_0M)
+ * Integer weights (Q8_0, Q8_0M, Q4_0, Q4_1): the weights are widened to
+ * int16 and multiplied by the int16 activations with vpmaddwd, which adds
+ * adjacent products into int32 lanes: a lane is at most 2 * 128 * 32767 <
+ * 2^23 and a block's sum below 2^28, so every step is exact and the order of
+ * the integer additions is free. Int8 blocks are sign-extended (vpmovsxbw,
+ * one per 16 values); a Q4 block's 16 bytes are zero-extended once
+ * (vpmovzxbw) and split in the int16 lanes, `and 15` giving values 0..15 and
+ * `>> 4` values 16..31 (a byte's high nibble, no mask needed), minus 8 for
+ * Q4_0: the integers of the Q8_0 / Q8_0M block kern_requantize_row_q8 would
+ * make, in the same lanes. The float part is then done for all 8 outputs of
+ * the tile at once, lane by lane exactly the reference's arithmetic:
+ *     acc = fma(cvt(isum), d_w * d_x, acc);  acc = fma(m_w, s_x, acc) (Q8_0M, Q4_1)
  * Decode (8x1) reads plain activation rows: per (row, token) pair, two
  * vpmaddwd over the block's two halves and one add give 8 partial sums, and
  * reduce8() turns the 8 pairs' vectors into one vector of 8 sums.
@@ -156,34 +160,56 @@ AI __m256 tok_bcast(const float *v, const int T)
 #define LANE_ROW(k, R, T) ((T) == 1 ? (k) : ((k) & 3) % (R))
 #define LANE_TOK(k, R, T) ((T) == 1 ? 0 : 2 * (((k) & 3) / (R)) + ((k) >> 2))
 
+/* Cache lines prefetched per block in decode: 8 rows' blocks (272, 288, 144
+ * or 160 bytes) rounded up to whole lines (see q8_tile). */
+#define PF_LINES(K) ((int)((8 * KERN_WK_BB(K) + 63) / 64))
+
+/* Values 0..15 and 16..31 of block b of a weight row as int16 (w0, w1). */
+AI void q8_widen(const uint8_t *row, int b, const int K, __m256i *w0, __m256i *w1)
+{
+    const uint8_t *qs = row + (size_t)b * KERN_WK_BB(K) + KERN_WK_QO(K);
+    if (KERN_WK_NIB(K)) {
+        __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qs));
+        *w0 = _mm256_and_si256(w, _mm256_set1_epi16(0x0f));
+        *w1 = _mm256_srli_epi16(w, 4);
+        if (K == KERN_WK_Q4_0) {
+            *w0 = _mm256_sub_epi16(*w0, _mm256_set1_epi16(8));
+            *w1 = _mm256_sub_epi16(*w1, _mm256_set1_epi16(8));
+        }
+        return;
+    }
+    *w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qs));
+    *w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 16)));
+}
+
 /* The integer part for block b: the 8 (T = 1) or 4 (paired) partial-sum
  * vectors that reduce8() / reduce4() turn into the 8 lanes' block sums. */
 AI void q8_dots(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *pf, const int16_t *xr,
-                int b, const int R, const int T, const int M, __m256i *v)
+                int b, const int R, const int T, const int K, __m256i *v)
 {
-    const size_t bb = M ? sizeof(kern_block_q8_0m) : sizeof(kern_block_q8_0);
-    const size_t qo = M ? 4 : 2; /* offset of qs in a block */
-    __m256i w0[8], w1[8];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        const uint8_t *blk = wr[r] + (size_t)b * bb + qo;
-        w0[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk));
-        w1[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 16)));
-    }
-    if (T == 1 && pf) { /* see q8_tile */
-        const char *q = (const char *)pf + (size_t)b * 320;
-#pragma GCC unroll 5
-        for (int l = 0; l < 5; l++)
-            _mm_prefetch(q + 64 * l, _MM_HINT_T0);
-    }
     if (T == 1) {
+        /* Row by row, so that only x and the 8 sums stay in registers. */
         const __m256i *xp = (const __m256i *)(xr + b * 32);
         __m256i x0 = _mm256_loadu_si256(xp), x1 = _mm256_loadu_si256(xp + 1);
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++)
-            v[r] = _mm256_add_epi32(_mm256_madd_epi16(w0[r], x0), _mm256_madd_epi16(w1[r], x1));
+        for (int r = 0; r < 8; r++) {
+            __m256i w0, w1;
+            q8_widen(wr[r], b, K, &w0, &w1);
+            v[r] = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+        }
+        if (pf) { /* see q8_tile */
+            const int nl = PF_LINES(K);
+            const char *q = (const char *)pf + (size_t)b * 64 * nl;
+#pragma GCC unroll 5
+            for (int l = 0; l < nl; l++)
+                _mm_prefetch(q + 64 * l, _MM_HINT_NTA);
+        }
         return;
     }
+    __m256i w0[8], w1[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        q8_widen(wr[r], b, K, &w0[r], &w1[r]);
 #pragma GCC unroll 2
     for (int p = 0; p < T / 2; p++) {
         const __m256i *xp = (const __m256i *)(xr + (size_t)2 * p * a->n_in + b * 64);
@@ -200,9 +226,10 @@ AI void q8_dots(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
 
 /* The float part for block b, given its partial-sum vectors v. */
 AI __m256 q8_finish(const kern_mm_args *a, const uint8_t *const *wr, const float *sd, const float *sm, int t0,
-                    int b, const __m256i *v, const int R, const int T, const int M, const int P, __m256 acc)
+                    int b, const __m256i *v, const int R, const int T, const int K, const int P, __m256 acc)
 {
-    const size_t bb = M ? sizeof(kern_block_q8_0m) : sizeof(kern_block_q8_0);
+    const size_t bb = KERN_WK_BB(K);
+    const int M = KERN_WK_M(K);
     __m256i isum = T == 1 ? reduce8(v) : reduce4(v);
     __m256 dw, mw = _mm256_setzero_ps();
     if (P) {
@@ -211,22 +238,36 @@ AI __m256 q8_finish(const kern_mm_args *a, const uint8_t *const *wr, const float
             mw = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(sm + (size_t)b * 2)));
     } else if (T == 1) {
         /* The first 4 bytes of the block in each of the 8 rows (d, then m
-         * or the first qs), assembled with inserts of 32 bits rather than 16. */
+         * or the first qs), assembled with inserts of 32 bits rather than 16
+         * (every block type is at least 18 bytes, so this stays inside it). */
         const size_t bo = (size_t)b * bb;
-        __m128i lo = _mm_cvtsi32_si128((int)load_u32(wr[0] + bo)), hi = _mm_cvtsi32_si128((int)load_u32(wr[4] + bo));
-        lo = _mm_insert_epi32(lo, (int)load_u32(wr[1] + bo), 1);
-        hi = _mm_insert_epi32(hi, (int)load_u32(wr[5] + bo), 1);
-        lo = _mm_insert_epi32(lo, (int)load_u32(wr[2] + bo), 2);
-        hi = _mm_insert_epi32(hi, (int)load_u32(wr[6] + bo), 2);
-        lo = _mm_insert_epi32(lo, (int)load_u32(wr[3] + bo), 3);
-        hi = _mm_insert_epi32(hi, (int)load_u32(wr[7] + bo), 3);
-        /* Per 32 bits [d | m] -> [d0 d1 d2 d3 | m0 m1 m2 m3] in each half. */
-        const __m128i split = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-        lo = _mm_shuffle_epi8(lo, split);
-        hi = _mm_shuffle_epi8(hi, split);
-        dw = _mm256_cvtph_ps(_mm_unpacklo_epi64(lo, hi));
-        if (M)
-            mw = _mm256_cvtph_ps(_mm_unpackhi_epi64(lo, hi));
+        if (M) {
+            /* Rows 0 1 4 5 in lo, 2 3 6 7 in hi, as [d | m] pairs: converted
+             * whole, one shufps per 128 bits picks rows 0-3 | 4-7 of d or m. */
+            __m128i lo = _mm_cvtsi32_si128((int)load_u32(wr[0] + bo));
+            __m128i hi = _mm_cvtsi32_si128((int)load_u32(wr[2] + bo));
+            lo = _mm_insert_epi32(lo, (int)load_u32(wr[1] + bo), 1);
+            hi = _mm_insert_epi32(hi, (int)load_u32(wr[3] + bo), 1);
+            lo = _mm_insert_epi32(lo, (int)load_u32(wr[4] + bo), 2);
+            hi = _mm_insert_epi32(hi, (int)load_u32(wr[6] + bo), 2);
+            lo = _mm_insert_epi32(lo, (int)load_u32(wr[5] + bo), 3);
+            hi = _mm_insert_epi32(hi, (int)load_u32(wr[7] + bo), 3);
+            __m256 fl = _mm256_cvtph_ps(lo), fh = _mm256_cvtph_ps(hi);
+            dw = _mm256_shuffle_ps(fl, fh, _MM_SHUFFLE(2, 0, 2, 0));
+            mw = _mm256_shuffle_ps(fl, fh, _MM_SHUFFLE(3, 1, 3, 1));
+        } else {
+            __m128i lo = _mm_cvtsi32_si128((int)load_u32(wr[0] + bo));
+            __m128i hi = _mm_cvtsi32_si128((int)load_u32(wr[4] + bo));
+            lo = _mm_insert_epi32(lo, (int)load_u32(wr[1] + bo), 1);
+            hi = _mm_insert_epi32(hi, (int)load_u32(wr[5] + bo), 1);
+            lo = _mm_insert_epi32(lo, (int)load_u32(wr[2] + bo), 2);
+            hi = _mm_insert_epi32(hi, (int)load_u32(wr[6] + bo), 2);
+            lo = _mm_insert_epi32(lo, (int)load_u32(wr[3] + bo), 3);
+            hi = _mm_insert_epi32(hi, (int)load_u32(wr[7] + bo), 3);
+            /* Per 32 bits [d | qs0 qs1] -> the four d first, in each half. */
+            const __m128i split = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+            dw = _mm256_cvtph_ps(_mm_unpacklo_epi64(_mm_shuffle_epi8(lo, split), _mm_shuffle_epi8(hi, split)));
+        }
     } else {
 #define HL(off, k) (short)load_u16(wr[LANE_ROW(k, R, T)] + (size_t)b * bb + (off))
         dw = _mm256_cvtph_ps(_mm_setr_epi16(HL(0, 0), HL(0, 1), HL(0, 2), HL(0, 3), HL(0, 4), HL(0, 5), HL(0, 6),
@@ -250,26 +291,33 @@ AI __m256 q8_finish(const kern_mm_args *a, const uint8_t *const *wr, const float
 }
 
 /* The 8 outputs of rows wr[0..R) and tokens t0..t0+T (lanes as above);
- * M = 1 for Q8_0M (36-byte blocks {d, m, qs}), 0 for Q8_0 (34-byte blocks
- * {d, qs}). P = 1 (2x4 only): the weight scales come as floats from sd (and
- * sm, Q8_0M), [d_row0, d_row1] per block (q8_scales below); P = 0: they are
+ * K is the weight format (KERN_WK_*, kern_internal.h). P = 1 (2x4 only): the
+ * weight scales come as floats from sd (and sm, for the formats with an
+ * offset), [d_row0, d_row1] per block (q8_scales below); P = 0: they are
  * read and converted from the blocks here.
  * Prompt tiles are software-pipelined: block b's multiplies are issued
  * before block b-1's reduction and float part, whose dependency chain (~20
- * cycles) otherwise fills the out-of-order window (+6%; decode's 16 weight
- * vectors leave no registers for it).
+ * cycles) otherwise fills the out-of-order window (+6%; decode's 8 sums per
+ * block, computed row by row, leave no registers for a second block's).
  * Decode (T = 1) is bound by how many weight bytes are in flight. The 8 rows
- * of a tile are contiguous, so the tile two ahead is one stretch of memory,
- * pf, and each block prefetches the next 5 lines of it (320 bytes >= the 8
- * rows' 272 or 288 bytes per block; pf is NULL near the matrix end, as this
- * overshoots by up to 32 bytes per block): it has arrived by the time it is
- * computed, across page boundaries too, where the hardware prefetchers stop.
- * Measured on Zen 3, DRAM-fed, Q8_0M 1536x576: 10.5 -> 14.5 GB/s on one
- * core, 19 -> 24 GB/s on two, against the int8-activation kernel's scheme
- * (block b of each row of the next tile, leaving 8 row streams to the
- * hardware prefetchers). */
+ * of a tile are contiguous, so the next tile is one stretch of memory, pf,
+ * and each block prefetches the next PF_LINES lines of it (5 lines, 320
+ * bytes, >= the 8 rows' 272 or 288 bytes per block of Q8_0 / Q8_0M; 3 lines,
+ * 192 bytes, >= 144 or 160 for Q4_0 / Q4_1; pf is NULL for the last tiles
+ * of the matrix, as this overshoots by up to 48 bytes per block, less than 3
+ * rows of any type, so it stays inside the matrix): it has arrived by the time
+ * it is computed, across page boundaries too, where the hardware prefetchers
+ * stop. The hint is NTA (non-temporal: the line is kept out of the outer
+ * caches as far as the CPU allows; every weight byte is read once per step). Measured on Zen 3, DRAM-fed, Q8_0M 1536x576: 10.5 ->
+ * 14.5 GB/s on one core, 19 -> 24 GB/s on two, against the int8-activation
+ * kernel's scheme (block b of each row of the next tile, leaving 8 row
+ * streams to the hardware prefetchers); then NTA one tile ahead against T0
+ * two tiles ahead, on a whole SmolLM2-135M decode step (2 threads, brisk
+ * bench tg128, the machine shared, hence ranges): Q4_1 178-180 -> 189-233
+ * tok/s, Q8_0M 130-132 -> 137-156; NTA two tiles ahead and T0 one tile ahead
+ * each gained less. */
 AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *pf, const float *sd,
-                const float *sm, int t0, const int R, const int T, const int M, const int P, float *out)
+                const float *sm, int t0, const int R, const int T, const int K, const int P, float *out)
 {
     const int nb = a->n_in / 32;
     const int16_t *xr = a->xq + (size_t)t0 * a->n_in; /* the plain row, or the first pair's rows */
@@ -277,27 +325,27 @@ AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
     __m256i prev[8], cur[8];
     if (T == 1 || nb == 0) {
         for (int b = 0; b < nb; b++) {
-            q8_dots(a, wr, pf, xr, b, R, T, M, cur);
-            acc = q8_finish(a, wr, sd, sm, t0, b, cur, R, T, M, P, acc);
+            q8_dots(a, wr, pf, xr, b, R, T, K, cur);
+            acc = q8_finish(a, wr, sd, sm, t0, b, cur, R, T, K, P, acc);
         }
         _mm256_storeu_ps(out, acc);
         return;
     }
-    q8_dots(a, wr, pf, xr, 0, R, T, M, prev);
+    q8_dots(a, wr, pf, xr, 0, R, T, K, prev);
     for (int b = 1; b < nb; b++) {
-        q8_dots(a, wr, pf, xr, b, R, T, M, cur);
-        acc = q8_finish(a, wr, sd, sm, t0, b - 1, prev, R, T, M, P, acc);
+        q8_dots(a, wr, pf, xr, b, R, T, K, cur);
+        acc = q8_finish(a, wr, sd, sm, t0, b - 1, prev, R, T, K, P, acc);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
             prev[k] = cur[k];
     }
-    acc = q8_finish(a, wr, sd, sm, t0, nb - 1, prev, R, T, M, P, acc);
+    acc = q8_finish(a, wr, sd, sm, t0, nb - 1, prev, R, T, K, P, acc);
     _mm256_storeu_ps(out, acc);
 }
 
 /* Runs tiles of R rows x T tokens over rows [r0, r1) for tokens t0..t0+T.
  * With P, sd/sm hold the scales of rows r0.. (q8_scales). */
-#define DEFINE_Q8_SPAN(NAME, M, P, R, T)                                                           \
+#define DEFINE_Q8_SPAN(NAME, K, P, R, T)                                                           \
     static void q8_span_##NAME##_##R##x##T##_##P(const kern_mm_args *a, int r0, int r1, int t0,    \
                                                  const float *sd, const float *sm)                 \
     {                                                                                              \
@@ -307,11 +355,12 @@ AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
             for (int r = 0; r < R; r++)                                                            \
                 wr[r] = a->W + (size_t)(o + r < r1 ? o + r : r1 - 1) * a->row_bytes;               \
             const uint8_t *pf = T == 1 && o + 3 * R < a->n_out                                     \
-                                    ? a->W + (size_t)(o + 2 * R) * a->row_bytes                    \
+                                    ? a->W + (size_t)(o + R) * a->row_bytes                        \
                                     : NULL;                                                        \
             float out[8];                                                                          \
             size_t so = (size_t)((o - r0) / R) * sstride;                                          \
-            q8_tile(a, wr, pf, P ? sd + so : NULL, P && M ? sm + so : NULL, t0, R, T, M, P, out);  \
+            q8_tile(a, wr, pf, P ? sd + so : NULL, P && KERN_WK_M(K) ? sm + so : NULL, t0, R, T, K, \
+                    P, out);                                                                       \
             for (int k = 0; k < 8; k++)                                                            \
                 if (o + LANE_ROW(k, R, T) < r1)                                                    \
                     a->y[(size_t)(t0 + LANE_TOK(k, R, T)) * a->n_out + o + LANE_ROW(k, R, T)] =    \
@@ -327,10 +376,9 @@ AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
 #define SC_FLOATS 4096
 #define SC_MIN_TOK 16 /* below 4 tiles of 4 tokens the conversion does not pay */
 
-static void q8_scales(const kern_mm_args *a, int c0, int c1, size_t off, const int M, float *sc)
+static void q8_scales(const kern_mm_args *a, int c0, int c1, size_t off, const size_t bb, float *sc)
 {
     const int nb = a->n_in / 32;
-    const size_t bb = M ? sizeof(kern_block_q8_0m) : sizeof(kern_block_q8_0);
     for (int o = c0; o < c1; o += 2) {
         const uint8_t *r0 = a->W + (size_t)o * a->row_bytes + off;
         const uint8_t *r1 = a->W + (size_t)(o + 1 < c1 ? o + 1 : c1 - 1) * a->row_bytes + off;
@@ -341,21 +389,21 @@ static void q8_scales(const kern_mm_args *a, int c0, int c1, size_t off, const i
     }
 }
 
-#define DEFINE_Q8_ROWS(NAME, M)                                                                    \
-    DEFINE_Q8_SPAN(NAME, M, 1, 2, 4)                                                               \
-    DEFINE_Q8_SPAN(NAME, M, 0, 2, 4)                                                               \
-    DEFINE_Q8_SPAN(NAME, M, 0, 4, 2)                                                               \
-    DEFINE_Q8_SPAN(NAME, M, 0, 8, 1)                                                               \
+#define DEFINE_Q8_ROWS(NAME, K)                                                                    \
+    DEFINE_Q8_SPAN(NAME, K, 1, 2, 4)                                                               \
+    DEFINE_Q8_SPAN(NAME, K, 0, 2, 4)                                                               \
+    DEFINE_Q8_SPAN(NAME, K, 0, 4, 2)                                                               \
+    DEFINE_Q8_SPAN(NAME, K, 0, 8, 1)                                                               \
     static void q8_rows_##NAME(const kern_mm_args *a, int r0, int r1)                              \
     {                                                                                              \
         int t0 = 0, n4 = a->n_tok & ~3, chunk = SC_FLOATS / (a->n_in / 32) & ~7;                   \
         if (n4 >= SC_MIN_TOK && chunk > 0) {                                                       \
-            _Alignas(32) float sd[SC_FLOATS], sm[M ? SC_FLOATS : 8];                               \
+            _Alignas(32) float sd[SC_FLOATS], sm[KERN_WK_M(K) ? SC_FLOATS : 8];                    \
             for (int c0 = r0; c0 < r1; c0 += chunk) {                                              \
                 int c1 = c0 + chunk < r1 ? c0 + chunk : r1;                                        \
-                q8_scales(a, c0, c1, 0, M, sd);                                                    \
-                if (M)                                                                             \
-                    q8_scales(a, c0, c1, 2, M, sm);                                                \
+                q8_scales(a, c0, c1, 0, KERN_WK_BB(K), sd);                                        \
+                if (KERN_WK_M(K))                                                                  \
+                    q8_scales(a, c0, c1, 2, KERN_WK_BB(K), sm);                                    \
                 for (t0 = 0; t0 < n4; t0 += 4)                                                     \
                     q8_span_##NAME##_2x4_1(a, c0, c1, t0, sd, sm);                                 \
             }                                                                                      \
@@ -367,8 +415,10 @@ static void q8_scales(const kern_mm_args *a, int c0, int c1, size_t off, const i
         for (; t0 < a->n_tok; t0++)                                                                \
             q8_span_##NAME##_8x1_0(a, r0, r1, t0, NULL, NULL);                                     \
     }
-DEFINE_Q8_ROWS(q8_0, 0)
-DEFINE_Q8_ROWS(q8_0m, 1)
+DEFINE_Q8_ROWS(q8_0, KERN_WK_Q8_0)
+DEFINE_Q8_ROWS(q8_0m, KERN_WK_Q8_0M)
+DEFINE_Q8_ROWS(q4_0, KERN_WK_Q4_0)
+DEFINE_Q8_ROWS(q4_1, KERN_WK_Q4_1)
 
 /* ---- F32 / F16 / BF16 ------------------------------------------------------ */
 
@@ -478,6 +528,8 @@ void kern_mm_rows_avx2(const kern_mm_args *a, int r0, int r1)
     switch (a->wt) {
     case KERN_TYPE_Q8_0: q8_rows_q8_0(a, r0, r1); break;
     case KERN_TYPE_Q8_0M: q8_rows_q8_0m(a, r0, r1); break;
+    case KERN_TYPE_Q4_0: q8_rows_q4_0(a, r0, r1); break;
+    case KERN_TYPE_Q4_1: q8_rows_q4_1(a, r0, r1); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

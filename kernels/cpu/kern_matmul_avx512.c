@@ -3,8 +3,8 @@
  * Structurally the AVX2 file with 16 outputs per tile instead of 8:
  * tiles are 4x4 (prompt), 8x2 (token remainder of 2-3) and 16x1 (decode).
  *
- * int8 weights: the tile lives in kern_avx512_q8.h (shared with the VNNI
- * file); here each pair of block halves is multiplied with vpmaddwd and the
+ * Integer weights (Q8_0, Q8_0M, Q4_0, Q4_1): the tile lives in
+ * kern_avx512_q8.h (shared with the VNNI file); here each pair of block halves is multiplied with vpmaddwd and the
  * two int32 results added.
  *
  * Float types: one 16-lane accumulator per output, one FMA per 16 inputs in
@@ -132,6 +132,8 @@ void kern_mm_rows_avx512(const kern_mm_args *a, int r0, int r1)
     switch (a->wt) {
     case KERN_TYPE_Q8_0: q8m_rows_q8_0(a, r0, r1); break;
     case KERN_TYPE_Q8_0M: q8m_rows_q8_0m(a, r0, r1); break;
+    case KERN_TYPE_Q4_0: q8m_rows_q4_0(a, r0, r1); break;
+    case KERN_TYPE_Q4_1: q8m_rows_q4_1(a, r0, r1); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

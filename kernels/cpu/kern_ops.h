@@ -16,19 +16,23 @@
 
 /* ---- matmul ---------------------------------------------------------------
  * y[t][o] = sum_i W[o][i] * x[t][i]   for t < n_tok, o < n_out.
- *   W: n_out rows of n_in values of type wt (F32, F16, BF16, Q8_0 or Q8_0M),
- *      each row kern_row_bytes(wt, n_in) bytes, rows back to back.
+ *   W: n_out rows of n_in values of type wt (F32, F16, BF16, Q8_0, Q8_0M,
+ *      Q4_0 or Q4_1), each row kern_row_bytes(wt, n_in) bytes, rows back to
+ *      back.
  *   x: n_tok rows of n_in floats (row stride n_in); y: n_tok rows of n_out
  *      floats (row stride n_out).
- *   n_in must be a multiple of 32 for Q8_0/Q8_0M (and is, for every model
- *   shape).
- * int8 weights (Q8_0, Q8_0M): x is first quantized per row and 32-block to
- * int16 (d = max|x| / 32767, q = round(x / d), s = d * sum(q); kern_matmul.c
- * gives the exact rule) and each block's dot product is done in
- * int8 x int16 -> exact int32, then accumulated in f32 as
- *     acc = fma(isum, d_w * d_x, acc)   (+ fma(m_w, s_x, acc) for Q8_0M).
+ *   n_in must be a multiple of 32 for the quantized types (and is, for every
+ *   model shape).
+ * Integer weights (Q8_0, Q8_0M, Q4_0, Q4_1): x is first quantized per row and
+ * 32-block to int16 (d = max|x| / 32767, q = round(x / d), s = d * sum(q);
+ * kern_matmul.c gives the exact rule) and each block's dot product is done in
+ * integer x int16 -> exact int32, then accumulated in f32 as
+ *     acc = fma(isum, d_w * d_x, acc)   (+ fma(m_w, s_x, acc) for Q8_0M, Q4_1).
+ * A Q4_0 / Q4_1 block counts as the Q8_0 / Q8_0M block of q = nibble - 8 /
+ * nibble with the same d (and m), which kern_requantize_row_q8 makes from it:
+ * the Q4 matrix and its requantization give bit-identical y.
  * The int16 activations' error is ~2^-16 of a block's largest value, so the
- * result is within ~1e-4 relative of exact arithmetic on the int8 weights
+ * result is within ~1e-4 relative of exact arithmetic on the integer weights
  * even with activation outliers (int8 activations were not: 25% logit error
  * on SmolLM2-135M).
  * F16/BF16 weights: converted to f32 in registers, f32 accumulation.
@@ -40,7 +44,8 @@
  *
  * ws: caller-owned workspace of at least kern_matmul_ws_bytes(wt, n_in, n_tok)
  * bytes (holds the quantized activations: 2 * n_in + 8 * n_in / 32 bytes per
- * token, 0 for the float types), 64-byte aligned. pool may be NULL. */
+ * token for the integer types, 0 for the float types), 64-byte aligned.
+ * pool may be NULL. */
 size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok);
 void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in,
                  const float *x, int n_tok, float *y, void *ws);

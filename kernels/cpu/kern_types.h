@@ -3,7 +3,8 @@
  * Type ids equal the GGML type ids stored in GGUF files, so a tensor's type
  * field can be used directly once validated with kern_type_valid(). One
  * type is brisk's own and never valid in a file: Q8_0M (id 64, far above the
- * GGML ids), the int8 form of Q4_1 that the matmul kernels run on.
+ * GGML ids), the lossless int8 form of Q4_1 (`--weights int8`; the matmul
+ * kernels also run Q4_0 and Q4_1 as stored, with the same results).
  *
  * Quantized layouts (blocks of KERN_QK = 32 consecutive values of one row):
  *   Q8_0: { fp16 d; int8 qs[32]; }              x[i] = d * qs[i]

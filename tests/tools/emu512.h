@@ -156,6 +156,13 @@ EMU emu_m512i e_cvtepi8_epi16(__m256i h) {
     EMU_LOOP(32) r.v.w[i] = s[i];
     return r;
 }
+EMU emu_m512i e_cvtepu8_epi16(__m256i h) {
+    emu_m512i r;
+    uint8_t u[32];
+    memcpy(u, &h, 32);
+    EMU_LOOP(32) r.v.w[i] = u[i];
+    return r;
+}
 /* Round to nearest even, the MXCSR default, like vcvtdq2ps. */
 EMU emu_m512 e_cvtepi32_ps(emu_m512i a) {
     emu_m512 r;
@@ -177,6 +184,22 @@ EMU emu_m512i e_sub_epi32(emu_m512i a, emu_m512i b) {
 EMU emu_m512i e_slli_epi32(emu_m512i a, int n) {
     emu_m512i r;
     EMU_LOOP(16) r.v.d[i] = (int32_t)((uint32_t)a.v.d[i] << n);
+    return r;
+}
+EMU emu_m512i e_sub_epi16(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(32) r.v.w[i] = (int16_t)((uint16_t)a.v.w[i] - (uint16_t)b.v.w[i]);
+    return r;
+}
+/* Logical shift; a count above 15 gives 0, as the instruction does. */
+EMU emu_m512i e_srli_epi16(emu_m512i a, unsigned n) {
+    emu_m512i r;
+    EMU_LOOP(32) r.v.uw[i] = n > 15 ? 0 : (uint16_t)(a.v.uw[i] >> n);
+    return r;
+}
+EMU emu_m512i e_and_si512(emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(8) r.v.q[i] = a.v.q[i] & b.v.q[i];
     return r;
 }
 EMU emu_m512i e_xor_si512(emu_m512i a, emu_m512i b) {
@@ -286,10 +309,14 @@ EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 #define _mm512_cvtph_ps e_cvtph_ps
 #define _mm512_cvtepu16_epi32 e_cvtepu16_epi32
 #define _mm512_cvtepi8_epi16 e_cvtepi8_epi16
+#define _mm512_cvtepu8_epi16 e_cvtepu8_epi16
 #define _mm512_cvtepi32_ps e_cvtepi32_ps
 #define _mm512_add_epi32 e_add_epi32
 #define _mm512_sub_epi32 e_sub_epi32
 #define _mm512_slli_epi32 e_slli_epi32
+#define _mm512_sub_epi16 e_sub_epi16
+#define _mm512_srli_epi16 e_srli_epi16
+#define _mm512_and_si512 e_and_si512
 #define _mm512_xor_si512 e_xor_si512
 #define _mm512_madd_epi16 e_madd_epi16
 #define _mm512_dpwssd_epi32 e_dpwssd_epi32

@@ -7,11 +7,13 @@
  * with at least 16 outputs; a shape with one or a few outputs can cancel to
  * near zero, where no summation order is accurate relative to the result,
  * so every shape is also held to ||y - ref|| / || |W| |x| || <= 1e-6, the
- * error relative to the size of the summands (observed ~1e-7). The int8
- * weight types (Q8_0, Q8_0M) must be bit-identical to the reference at every
- * level: the int8 x int16 block dots are exact and every level does the same
- * f32 operations per block in the same order (see kern_matmul.c). Their
- * accuracy against exact arithmetic is tested separately (test_accuracy).
+ * error relative to the size of the summands (observed ~1e-7). The integer
+ * weight types (Q8_0, Q8_0M, Q4_0, Q4_1) must be bit-identical to the
+ * reference at every level: the integer x int16 block dots are exact and
+ * every level does the same f32 operations per block in the same order (see
+ * kern_matmul.c); and a Q4_0 / Q4_1 matrix must give exactly the results of
+ * its lossless Q8_0 / Q8_0M requantization (test_q4_as_q8). Their accuracy
+ * against exact arithmetic is tested separately (test_accuracy).
  * Levels above the detected one are skipped with a message. */
 #include <string.h>
 
@@ -19,10 +21,15 @@
 #include "kernels/cpu/kern_ops.h"
 #include "test_kern_util.h"
 
-static const kern_type k_types[] = {KERN_TYPE_F32, KERN_TYPE_F16, KERN_TYPE_BF16, KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M};
+static const kern_type k_types[] = {KERN_TYPE_F32,   KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,
+                                    KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1};
 #define N_TYPES (int)(sizeof(k_types) / sizeof(k_types[0]))
+/* The integer weight types, in k_types from here on. */
+#define INT_TYPES_FIRST 3
+static const kern_type *const k_int_types = k_types + INT_TYPES_FIRST;
+#define N_INT_TYPES (N_TYPES - INT_TYPES_FIRST)
 
-static int is_int8(kern_type wt) { return wt == KERN_TYPE_Q8_0 || wt == KERN_TYPE_Q8_0M; }
+static int has_offset(kern_type wt) { return wt == KERN_TYPE_Q8_0M || wt == KERN_TYPE_Q4_1; }
 
 typedef struct {
     uint8_t *w;
@@ -41,10 +48,10 @@ static void make(bufs *b, kern_type wt, int n_out, int n_in, int n_tok)
     b->ws = aligned_alloc(64, wsb ? wsb : 64);
     float *row = malloc(sizeof(float) * n_in);
     /* Weights ~ N(0, 1/n_in) like a trained projection (plus a per-row
-     * offset for Q8_0M, whose m must matter), activations ~ N(0, 1). */
+     * offset for Q8_0M and Q4_1, whose m must matter), activations ~ N(0, 1). */
     for (int o = 0; o < n_out; o++) {
         fill_normal(row, n_in, 1.0f / sqrtf((float)n_in));
-        if (wt == KERN_TYPE_Q8_0M)
+        if (has_offset(wt))
             for (int i = 0; i < n_in; i++)
                 row[i] += (float)(o % 5 - 2) * 0.02f;
         kern_quantize_row(wt, row, b->w + rb * o, n_in);
@@ -110,11 +117,11 @@ static void test_vs_ref(kern_pool *pool, kern_level top)
                     make(&b, wt, n_out, n_in, n_tok);
                     kern_matmul_ref(wt, b.w, n_out, n_in, b.x, n_tok, b.ref);
                     size_t n = (size_t)n_out * n_tok;
-                    double absn = is_int8(wt) ? 0.0 : abs_norm(wt, b.w, n_out, n_in, b.x, n_tok);
+                    double absn = kern_is_int_weight(wt) ? 0.0 : abs_norm(wt, b.w, n_out, n_in, b.x, n_tok);
                     for (int lv = 0; lv <= (int)top; lv++) {
                         kern_cpu_set_max_level((kern_level)lv);
                         kern_matmul(pool, wt, b.w, n_out, n_in, b.x, n_tok, b.y, b.ws);
-                        if (is_int8(wt)) {
+                        if (kern_is_int_weight(wt)) {
                             if (memcmp(b.y, b.ref, n * sizeof(float)) != 0) {
                                 exact_fail[lv]++;
                                 fprintf(stderr, "  %s %s %dx%d tok %d: err %g\n", kern_type_name(wt),
@@ -137,7 +144,7 @@ static void test_vs_ref(kern_pool *pool, kern_level top)
         for (int lv = 0; lv <= (int)top; lv++) {
             const char *ln = kern_level_name((kern_level)lv), *tn = kern_type_name(wt);
             printf("level %-10s %-5s: %3d shapes, worst normalised error %.2e (vs |W||x|: %.2e)%s\n", ln, tn,
-                   cases, worst[lv], worst_abs[lv], is_int8(wt) ? " (bit-exact required)" : "");
+                   cases, worst[lv], worst_abs[lv], kern_is_int_weight(wt) ? " (bit-exact required)" : "");
             CHECK(worst_abs[lv] <= 1e-6, "%s %s: error vs |W||x| %g > 1e-6", ln, tn, worst_abs[lv]);
             CHECK(worst[lv] <= 1e-5, "%s %s: normalised error %g > 1e-5", ln, tn, worst[lv]);
             CHECK(exact_fail[lv] == 0, "%s %s: %d shapes not bit-exact", ln, tn, exact_fail[lv]);
@@ -153,8 +160,8 @@ static void test_vs_ref(kern_pool *pool, kern_level top)
 static void test_long_rows(kern_pool *pool1, kern_level top)
 {
     const int n_out = 157, n_in = 4096, n_tok = 17;
-    for (int ti = 0; ti < 2; ti++) {
-        kern_type wt = ti ? KERN_TYPE_Q8_0M : KERN_TYPE_Q8_0;
+    for (int ti = 0; ti < N_INT_TYPES; ti++) {
+        kern_type wt = k_int_types[ti];
         bufs b;
         make(&b, wt, n_out, n_in, n_tok);
         kern_matmul_ref(wt, b.w, n_out, n_in, b.x, n_tok, b.ref);
@@ -194,7 +201,11 @@ static void test_odd_n_in(kern_pool *pool, kern_level top)
  * thread count: one token at a time == a batch of 37, 1 thread == 2. */
 static void test_invariance(kern_pool *pool1, kern_pool *pool2, kern_level top)
 {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    const int n_out = 193, n_in = 576, n_tok = 37; /* 13 row groups: still several tasks */
+#else
     const int n_out = 577, n_in = 576, n_tok = 37;
+#endif
     for (int lv = 0; lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
         for (int ti = 0; ti < N_TYPES; ti++) {
@@ -343,6 +354,75 @@ static void test_q8_full_range(kern_pool *pool, kern_level top)
     }
 }
 
+/* Q4_0 / Q4_1 run the Q8_0 / Q8_0M arithmetic on q = nibble - 8 / nibble:
+ * at every level a Q4 matrix must give exactly (memcmp) the result of the
+ * Q8 matrix kern_requantize_row_q8 makes from it, and of the reference. The
+ * blocks are random bytes, so every nibble value occurs in every position,
+ * with random scales and offsets; the shapes cover every tile (1, 2-3, 4+
+ * tokens), the layout tails (odd token counts, a row count that is no
+ * multiple of any row tile) and the prompt path's converted scales (>= 16
+ * tokens). */
+static void test_q4_as_q8(kern_pool *pool, kern_level top)
+{
+    const int outs[] = {1, 19, 61};
+    const int ins[] = {32, 576};
+    const int toks[] = {1, 2, 3, 4, 5, 7, 18, 33};
+    int fails = 0, cases = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        kern_type wt = ti ? KERN_TYPE_Q4_1 : KERN_TYPE_Q4_0, wt8 = kern_int8_type(wt);
+        for (size_t oi = 0; oi < sizeof(outs) / sizeof(outs[0]); oi++)
+            for (size_t ii = 0; ii < sizeof(ins) / sizeof(ins[0]); ii++)
+                for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
+                    int n_out = outs[oi], n_in = ins[ii], n_tok = toks[ki];
+                    size_t rb = kern_row_bytes(wt, n_in), rb8 = kern_row_bytes(wt8, n_in);
+                    size_t bb = kern_type_block_bytes(wt), n = (size_t)n_out * n_tok;
+                    uint8_t *w = malloc(rb * n_out), *w8 = malloc(rb8 * n_out);
+                    for (int o = 0; o < n_out; o++) {
+                        for (int k = 0; k < n_in / 32; k++) {
+                            uint8_t *blk = w + rb * o + bb * k;
+                            uint16_t d = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / 64.0f);
+                            uint16_t m = kern_fp32_to_fp16((float)rng_normal() * 0.1f);
+                            memcpy(blk, &d, 2);
+                            if (wt == KERN_TYPE_Q4_1)
+                                memcpy(blk + 2, &m, 2);
+                            for (size_t j = wt == KERN_TYPE_Q4_1 ? 4 : 2; j < bb; j++)
+                                blk[j] = (uint8_t)rng_u64();
+                        }
+                        CHECK(kern_requantize_row_q8(wt, w + rb * o, w8 + rb8 * o, n_in) == 0, "requantize");
+                    }
+                    float *x = malloc(sizeof(float) * n_tok * n_in), *ref = malloc(sizeof(float) * n);
+                    float *y = malloc(sizeof(float) * n), *y8 = malloc(sizeof(float) * n);
+                    fill_normal(x, (size_t)n_tok * n_in, 1.0f);
+                    void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(wt, n_in, n_tok) + 64) & ~(size_t)63);
+                    kern_matmul_ref(wt8, w8, n_out, n_in, x, n_tok, ref);
+                    kern_matmul_ref(wt, w, n_out, n_in, x, n_tok, y);
+                    fails += memcmp(y, ref, n * sizeof(float)) != 0;
+                    for (int lv = 0; lv <= (int)top; lv++) {
+                        kern_cpu_set_max_level((kern_level)lv);
+                        kern_matmul(pool, wt, w, n_out, n_in, x, n_tok, y, ws);
+                        kern_matmul(pool, wt8, w8, n_out, n_in, x, n_tok, y8, ws);
+                        if (memcmp(y, y8, n * sizeof(float)) != 0 || memcmp(y, ref, n * sizeof(float)) != 0) {
+                            fails++;
+                            fprintf(stderr, "  %s %s %dx%d tok %d: differs from %s\n", kern_type_name(wt),
+                                    kern_level_name((kern_level)lv), n_out, n_in, n_tok, kern_type_name(wt8));
+                        }
+                    }
+                    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+                    cases++;
+                    free(w);
+                    free(w8);
+                    free(x);
+                    free(ref);
+                    free(y);
+                    free(y8);
+                    free(ws);
+                }
+    }
+    printf("q4_0/q4_1 vs their q8_0/q8_0m requantization: %d shapes x %d levels, %d differ (memcmp)\n", cases,
+           (int)top + 1, fails);
+    CHECK(fails == 0, "q4 matmul differs from its q8 requantization in %d cases", fails);
+}
+
 /* Accuracy of the int16 activations against exact arithmetic: y vs an f64
  * dot of the dequantized weights with the f32 activations, on activations
  * with outliers (one value in ~100 is 300x the rest, as in the residual
@@ -352,8 +432,8 @@ static void test_q8_full_range(kern_pool *pool, kern_level top)
 static void test_accuracy(kern_pool *pool, kern_level top)
 {
     const int n_out = 96, n_in = 576, n_tok = 9;
-    for (int ti = 0; ti < 2; ti++) {
-        kern_type wt = ti ? KERN_TYPE_Q8_0M : KERN_TYPE_Q8_0;
+    for (int ti = 0; ti < N_INT_TYPES; ti++) {
+        kern_type wt = k_int_types[ti];
         bufs b;
         make(&b, wt, n_out, n_in, n_tok);
         for (size_t i = 0; i < (size_t)n_tok * n_in; i++)
@@ -394,6 +474,7 @@ int main(void)
     double t = now_sec();
     test_quantize_act(top);
     test_q8_full_range(pool2, top);
+    test_q4_as_q8(pool2, top);
     test_accuracy(pool2, top);
     test_vs_ref(pool2, top);
     test_long_rows(pool1, top);
