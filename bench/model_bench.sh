@@ -7,14 +7,14 @@
 # where <machine> is $BRISK_MACHINE or the host name.
 #
 # Environment (defaults): BRISK_BIN (build/bin/brisk), THREADS (2),
-# WEIGHTS ("f32 f16 int8"), PP (512), TG (128), REPS (brisk's default),
+# WEIGHTS ("auto int8 f16 f32"), PP (512), TG (128), REPS (brisk's default),
 # BRISK_MACHINE (hostname).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BRISK=${BRISK_BIN:-build/bin/brisk}
 THREADS=${THREADS:-2}
-WEIGHTS=${WEIGHTS:-"f32 f16 int8"}
+WEIGHTS=${WEIGHTS:-"auto int8 f16 f32"}
 PP=${PP:-512}
 TG=${TG:-128}
 MACHINE=${BRISK_MACHINE:-$(hostname)}
