@@ -48,9 +48,12 @@ static inline int kern_is_int_weight(kern_type t)
  * values of a tile of consecutive tokens are adjacent and load as one
  * vector). At the AVX2 level
  * the rows of tokens 2p and 2p+1 (for 2p + 1 < n_tok) are interleaved into a
- * "paired" layout that its kernels read (kern_matmul_avx2.c); a last odd
- * token, and every token at the other levels, is stored plainly. For the
- * float types x is used directly. */
+ * "paired" layout that its kernels read (kern_matmul_avx2.c) when n_tok <
+ * KERN_AVX2_PLAIN_MIN_TOK; a last odd token, every token of a longer batch
+ * (whose AVX2 kernel broadcasts pairs of values from plain rows) and every
+ * token at the other levels are stored plainly. For the float types x is
+ * used directly. */
+#define KERN_AVX2_PLAIN_MIN_TOK 16
 typedef struct kern_mm_args {
     kern_type wt;
     const uint8_t *W;

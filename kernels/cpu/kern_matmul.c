@@ -316,7 +316,7 @@ void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_
         float *xd = (float *)((uint8_t *)ws + align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)));
         float *xs = (float *)((uint8_t *)xd + scales);
         quant_job q = {.x = x, .n_in = n_in, .n_tok = n_tok, .xq = xq, .xd = xd, .xs = xs,
-                       .avx2 = level >= KERN_LEVEL_AVX2, .paired = level == KERN_LEVEL_AVX2};
+                       .avx2 = level >= KERN_LEVEL_AVX2, .paired = level == KERN_LEVEL_AVX2 && n_tok < KERN_AVX2_PLAIN_MIN_TOK};
         if (n_threads > 1 && n_tok >= QUANT_PARALLEL_MIN_TOK) {
             int n_tasks = n_threads * 4 < n_tok ? n_threads * 4 : n_tok;
             q.tok_per_task = (n_tok + n_tasks - 1) / n_tasks;
