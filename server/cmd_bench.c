@@ -64,6 +64,18 @@ static int bench_tg(const model *m, model_state *st, kv_cache *kv, kern_pool *po
     return 0;
 }
 
+/* Writes s as a JSON string literal: the model name comes from the file,
+ * which may hold quotes, backslashes or control bytes. */
+static void bench_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     model_weights_fmt fmt = MODEL_WEIGHTS_AUTO;
@@ -143,11 +155,13 @@ int cmd_bench(int argc, char **argv) {
     kern_cpu_describe(cpu, sizeof cpu);
     double tg_tps = best_tg > 0 ? (double)n_tg / best_tg : 0.0;
     double roof = bw * 1e9 / (double)wbytes;
-    printf("{\"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, "
+    printf("{\"model\": ");
+    bench_json_string(stdout, model_name(m));
+    printf(", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, "
            "\"weight_bytes\": %zu, \"pp\": %ld, \"pp_tok_s\": %.2f, \"tg\": %ld, \"tg_tok_s\": %.2f, "
            "\"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": %.2f, \"tg_frac_roofline\": %.3f, "
            "\"cpu\": \"%s\"}\n",
-           model_name(m), model_weights_fmt_name(fmt), kern_pool_size(pool),
+           model_weights_fmt_name(fmt), kern_pool_size(pool),
            (long long)model_n_params(m), wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0,
            n_tg, tg_tps, bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
     status = 0;
