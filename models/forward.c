@@ -38,10 +38,16 @@ struct model_state {
     int n_logits_cap;
     void *ws;      /* matmul workspace */
     size_t ws_bytes;
-    float *att_scratch; /* [n_scratch_threads][FORWARD_ATTN_ROWS][max_ctx] */
+    float *att_scratch; /* [n_scratch_threads][forward_attn_scratch floats] */
     attn_run *runs;     /* [max_tokens] */
     int n_scratch_threads;
 };
+
+/* Attention scratch of one thread, in floats: scores of a task's heads (at
+ * most one GQA group) x rows x positions. */
+static size_t forward_attn_scratch(const model_config *c, int max_ctx) {
+    return (size_t)(c->n_heads / c->n_kv_heads) * FORWARD_ATTN_ROWS * (size_t)max_ctx;
+}
 
 static float *forward_alloc(size_t n) {
     return aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
@@ -190,24 +196,31 @@ typedef struct attn_job {
     kv_cache *kv;
     int layer;
     const attn_run *runs;
+    int n_runs;
+    int heads_per_task; /* the GQA group, or 1 when that leaves threads idle */
 } attn_job;
 
-/* Task = (run, head): that head's causal attention for the run's tokens. */
+/* Task = (run, heads_per_task query heads of one KV group): their causal
+ * attention for the run's tokens, every K/V row load shared by those heads.
+ * Tasks go out last run first: later runs of a prompt attend over more
+ * positions, and starting the long ones first evens out the threads. */
 static void forward_attn_task(void *ctx, int task, int thread) {
     attn_job *j = ctx;
     const model_config *c = &j->m->cfg;
-    const attn_run *run = &j->runs[task / c->n_heads];
-    int h = task % c->n_heads;
+    int hpt = j->heads_per_task;
+    int tasks_per_run = c->n_heads / hpt;
+    const attn_run *run = &j->runs[j->n_runs - 1 - task / tasks_per_run];
+    int h = task % tasks_per_run * hpt; /* first query head */
     int q_dim = c->n_heads * c->head_dim;
     int t0 = run->first;
     kern_kv_view view;
     kv_cache_view(j->kv, j->layer, j->b->seq[t0], &view);
     int group = c->n_heads / c->n_kv_heads;
     float scale = 1.0f / sqrtf((float)c->head_dim);
-    float *scratch = j->st->att_scratch + (size_t)thread * FORWARD_ATTN_ROWS * (size_t)j->st->max_ctx;
+    float *scratch = j->st->att_scratch + (size_t)thread * forward_attn_scratch(c, j->st->max_ctx);
     size_t off = (size_t)t0 * q_dim + (size_t)h * c->head_dim;
-    kern_attention_rows(j->st->att + off, (size_t)q_dim, j->st->q + off, (size_t)q_dim, run->n,
-                        j->b->pos[t0], &view, h / group, c->head_dim, scale, scratch);
+    kern_attention_rows_gqa(j->st->att + off, (size_t)q_dim, j->st->q + off, (size_t)q_dim, run->n, hpt,
+                            j->b->pos[t0], &view, h / group, c->head_dim, scale, scratch);
 }
 
 /* Splits the batch into attention runs; returns their count. */
@@ -254,10 +267,10 @@ static int forward_validate(const model *m, const model_state *st, kv_cache *kv,
     return 0;
 }
 
-static int forward_reserve(model_state *st, int n_threads, int n_out, int n_vocab) {
+static int forward_reserve(const model *m, model_state *st, int n_threads, int n_out, int n_vocab) {
     if (n_threads > st->n_scratch_threads) {
         free(st->att_scratch);
-        st->att_scratch = forward_alloc((size_t)n_threads * FORWARD_ATTN_ROWS * (size_t)st->max_ctx);
+        st->att_scratch = forward_alloc((size_t)n_threads * forward_attn_scratch(&m->cfg, st->max_ctx));
         st->n_scratch_threads = st->att_scratch ? n_threads : 0;
         if (!st->att_scratch) return BRISK_ENOMEM;
     }
@@ -284,11 +297,16 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
     int n = b->n_tokens;
     int n_want = 0;
     for (int i = 0; i < n; i++) n_want += b->want_logits ? (b->want_logits[i] != 0) : (i == n - 1);
-    rc = forward_reserve(st, pool ? kern_pool_size(pool) : 1, n_want, c->n_vocab);
+    rc = forward_reserve(m, st, pool ? kern_pool_size(pool) : 1, n_want, c->n_vocab);
     if (rc < 0) return rc;
 
     const int dim = c->dim;
     int n_runs = forward_attn_runs(b, st->runs);
+    /* One task per (run, KV group) shares K/V loads among the group's query
+     * heads; with too few runs to keep the threads busy (decode) a task is
+     * one query head. Either way every head's output is the same bits. */
+    int n_threads = pool ? kern_pool_size(pool) : 1;
+    int attn_hpt = n_runs * c->n_kv_heads >= 2 * n_threads ? c->n_heads / c->n_kv_heads : 1;
     /* 1. Token embeddings: one row of the table per token. */
     size_t embd_row = kern_row_bytes(w->tok_embd.type, dim);
     for (int i = 0; i < n; i++)
@@ -310,8 +328,8 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
             kern_pool_run(pool, forward_qkv_post_task, &rj, n);
         }
         /* 3. Causal attention of every token over its own sequence. */
-        attn_job aj = {m, b, st, kv, l, st->runs};
-        kern_pool_run(pool, forward_attn_task, &aj, n_runs * c->n_heads);
+        attn_job aj = {m, b, st, kv, l, st->runs, n_runs, attn_hpt};
+        kern_pool_run(pool, forward_attn_task, &aj, n_runs * (c->n_heads / attn_hpt));
         /* 4. Output projection and residual. */
         forward_matmul(pool, st, &L->wo, st->att, n, st->xb2);
         for (size_t i = 0; i < (size_t)n * dim; i++) st->x[i] += st->xb2[i];

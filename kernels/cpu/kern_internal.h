@@ -94,11 +94,12 @@ void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n);
 void kern_softmax_avx2(float *x, int n);
 /* dot(a, b) over n floats, n a multiple of 8. */
 float kern_dot_avx2(const float *a, const float *b, int n);
-/* AVX2 attention keeps one output row in registers: head_dim / 8 vectors. */
+/* AVX2 attention (kern_attention_rows_gqa's contract) keeps one K row in
+ * registers: head_dim / 8 vectors. */
 #define KERN_ATTN_MAX_HEAD_DIM 128
 void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                              int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
-                              float *scratch);
+                              int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
+                              float scale, float *scratch);
 /* y[i] += alpha * x[i] over n floats, n a multiple of 8. */
 void kern_axpy_avx2(float *y, float alpha, const float *x, int n);
 /* exp over n floats (n any): the vectorised exp used by silu and softmax,

@@ -195,44 +195,55 @@ void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv,
     }
 }
 
-/* Portable path of kern_attention_rows: the same three phases as the AVX2
- * one (scores, softmax, weighted V sum), one row at a time in plain C. */
+/* Portable path of kern_attention_rows_gqa: the same three phases as the
+ * AVX2 one (scores, softmax, weighted V sum), one (row, head) at a time in
+ * plain C. */
 static void attention_rows_c(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                             int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
-                             float *scratch)
+                             int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
+                             float scale, float *scratch)
 {
     int n_ctx_max = pos0 + n_rows;
-    for (int r = 0; r < n_rows; r++) {
-        const float *qr = q + (size_t)r * q_stride;
-        float *sr = scratch + (size_t)r * n_ctx_max;
-        int n_ctx = pos0 + r + 1;
-        for (int p = 0; p < n_ctx; p++) {
-            const float *k = kv_row(kv->k, kv, kv_head, head_dim, p);
-            float s = 0.0f;
-            for (int d = 0; d < head_dim; d++)
-                s += qr[d] * k[d];
-            sr[p] = s * scale;
+    for (int h = 0; h < n_heads; h++)
+        for (int r = 0; r < n_rows; r++) {
+            const float *qr = q + (size_t)r * q_stride + (size_t)h * head_dim;
+            float *sr = scratch + ((size_t)h * n_rows + r) * n_ctx_max;
+            int n_ctx = pos0 + r + 1;
+            for (int p = 0; p < n_ctx; p++) {
+                const float *k = kv_row(kv->k, kv, kv_head, head_dim, p);
+                float s = 0.0f;
+                for (int d = 0; d < head_dim; d++)
+                    s += qr[d] * k[d];
+                sr[p] = s * scale;
+            }
+            kern_softmax(sr, n_ctx);
+            float *o = out + (size_t)r * out_stride + (size_t)h * head_dim;
+            memset(o, 0, (size_t)head_dim * sizeof(float));
+            for (int p = 0; p < n_ctx; p++) {
+                const float *v = kv_row(kv->v, kv, kv_head, head_dim, p);
+                for (int d = 0; d < head_dim; d++)
+                    o[d] += sr[p] * v[d];
+            }
         }
-        kern_softmax(sr, n_ctx);
-        float *o = out + (size_t)r * out_stride;
-        memset(o, 0, (size_t)head_dim * sizeof(float));
-        for (int p = 0; p < n_ctx; p++) {
-            const float *v = kv_row(kv->v, kv, kv_head, head_dim, p);
-            for (int d = 0; d < head_dim; d++)
-                o[d] += sr[p] * v[d];
-        }
-    }
+}
+
+void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
+                             int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
+                             float scale, float *scratch)
+{
+    if (kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 && head_dim <= KERN_ATTN_MAX_HEAD_DIM)
+        kern_attention_rows_avx2(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                                 scale, scratch);
+    else
+        attention_rows_c(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale,
+                         scratch);
 }
 
 void kern_attention_rows(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
                          int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
                          float *scratch)
 {
-    if (kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 && head_dim <= KERN_ATTN_MAX_HEAD_DIM)
-        kern_attention_rows_avx2(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale,
-                                 scratch);
-    else
-        attention_rows_c(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch);
+    kern_attention_rows_gqa(out, out_stride, q, q_stride, n_rows, 1, pos0, kv, kv_head, head_dim, scale,
+                            scratch);
 }
 
 void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx, int head_dim,

@@ -113,4 +113,15 @@ void kern_attention_rows(float *out, size_t out_stride, const float *q, size_t q
                          int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
                          float *scratch);
 
+/* kern_attention_rows for the n_heads query heads that share KV head kv_head
+ * (a GQA group: heads kv_head * n_heads ... of a model whose query heads per
+ * KV head are n_heads). Head h of row r reads q + r * q_stride + h * head_dim
+ * and writes out + r * out_stride + h * head_dim. Each K and V row load
+ * serves every head of the group, and each (row, head) output is bit for bit
+ * what kern_attention_head gives for it alone, for any n_heads and n_rows.
+ * scratch holds n_heads * n_rows * (pos0 + n_rows) floats. */
+void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
+                             int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
+                             float scale, float *scratch);
+
 #endif

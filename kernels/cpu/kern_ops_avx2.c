@@ -155,13 +155,19 @@ void kern_axpy_avx2(float *y, float alpha, const float *x, int n)
 }
 
 /* ---- attention -------------------------------------------------------------------
- * Rows of queries at consecutive positions against one KV head. Phase 1 loads
- * each K row once per tile of ATTN_TILE query rows; phase 2 is the softmax of
- * each row; phase 3 sums the V rows into an output row held in registers.
- * A score is always dot2(q_r, k_p) below and a row's phases never look at
- * other rows, so a row's result is the same in any tile (batch invariance). */
+ * Rows of queries at consecutive positions for the n_heads query heads that
+ * read one KV head (a GQA group). Phase 1 loads each K row once per tile of
+ * ATTN_TILE rows x ATTN_HEADS heads and reduces the dot products of
+ * ATTN_PB positions together; phase 2 is the softmax of each (row, head);
+ * phase 3 sums the V rows into outputs held in registers, each V vector
+ * loaded once for up to three heads. Every (row, head) result goes through
+ * the same operations in the same order whatever its tile, the heads beside
+ * it and where its positions fall in the blocks of ATTN_PB, so results do
+ * not depend on how rows and heads are split (batch invariance). */
 
-#define ATTN_TILE 4
+#define ATTN_TILE 4  /* query rows per K row load */
+#define ATTN_HEADS 4 /* query heads per K row load */
+#define ATTN_PB 8    /* positions whose scores are reduced together */
 
 static inline const float *attn_row(const float *base, const kern_kv_view *kv, int kv_head, int head_dim, int p)
 {
@@ -170,80 +176,185 @@ static inline const float *attn_row(const float *base, const kern_kv_view *kv, i
 }
 
 /* q . k over nv vectors with two accumulators (even and odd vectors), so the
- * FMA chain is half as long as with one. */
-static inline __attribute__((always_inline)) float attn_dot(const float *q, const __m256 *k, int nv)
+ * FMA chain is half as long as with one; returns the eight lanes that
+ * hsum8 turns into the score. */
+AI __m256 attn_dotv(const float *q, const __m256 *k, int nv)
 {
     __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(q), k[0]);
     if (nv == 1)
-        return hsum8(a0);
+        return a0;
     __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(q + 8), k[1]);
     for (int i = 2; i < nv; i += 2) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * i), k[i], a0);
         if (i + 1 < nv)
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * i + 8), k[i + 1], a1);
     }
-    return hsum8(_mm256_add_ps(a0, a1));
+    return _mm256_add_ps(a0, a1);
 }
 
-static inline __attribute__((always_inline)) void
-attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int pos0,
-             const kern_kv_view *kv, int kv_head, int head_dim, float scale, float *scratch, const int nv)
+/* Eight hsum8 at once: lane i of the result equals hsum8(v[i]) bit for bit,
+ * because the same pairs of lanes are added in the same order (j and j + 4,
+ * then j and j + 2, then j and j + 1). Pairing v[i] with v[i + 4] in the
+ * first step leaves the sums in the order of i. */
+AI __m256 hsum8x8(const __m256 *v)
 {
-    int n_ctx_max = pos0 + n_rows;
+    __m256 w[4]; /* w[i] = [v[i] low + high | v[i + 4] low + high] */
+    for (int i = 0; i < 4; i++)
+        w[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[i], v[i + 4], 0x20),
+                             _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
+    /* a = [t0(w0), t0(w1), t1(w0), t1(w1)] per half, tj = lane j + lane j + 2. */
+    __m256 a = _mm256_add_ps(_mm256_unpacklo_ps(w[0], w[1]), _mm256_unpackhi_ps(w[0], w[1]));
+    __m256 b = _mm256_add_ps(_mm256_unpacklo_ps(w[2], w[3]), _mm256_unpackhi_ps(w[2], w[3]));
+    __m256d ad = _mm256_castps_pd(a), bd = _mm256_castps_pd(b);
+    return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(ad, bd)),
+                         _mm256_castpd_ps(_mm256_unpackhi_pd(ad, bd)));
+}
+
+/* Phase 1 for heads [h0, h0 + nh) and rows [r0, r0 + nt): scores times scale
+ * into scratch row h * n_rows + r. Row r needs positions [0, pos0 + r]. In a
+ * full block of ATTN_PB positions, rows that end inside the block also get
+ * the scores past their end: those land inside their own scratch row (the
+ * block ends at or before the tile's last position) and are never read. */
+AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const kern_kv_view *kv, int kv_head,
+                    int head_dim, float scale, float *scratch, int h0, int nh, int r0, int nt, const int nv)
+{
+    size_t n_ctx_max = (size_t)(pos0 + n_rows);
+    int last = pos0 + r0 + nt - 1; /* the tile's longest causal span */
     __m256 k[KERN_ATTN_MAX_HEAD_DIM / 8];
-    /* Phase 1: scores, a tile of rows at a time. */
-    for (int r0 = 0; r0 < n_rows; r0 += ATTN_TILE) {
-        int nt = n_rows - r0 < ATTN_TILE ? n_rows - r0 : ATTN_TILE;
-        int last = pos0 + r0 + nt - 1; /* the tile's longest causal span */
-        for (int p = 0; p <= last; p++) {
-            const float *kp = attn_row(kv->k, kv, kv_head, head_dim, p);
-            for (int i = 0; i < nv; i++)
-                k[i] = _mm256_loadu_ps(kp + 8 * i);
-            /* Row r sees p only if p <= pos0 + r: the first rows of the tile
-             * stop earlier. */
-            int rfirst = p - pos0 > r0 ? p - pos0 : r0;
+    __m256 part[ATTN_TILE * ATTN_HEADS][ATTN_PB];
+    __m256 vscale = _mm256_set1_ps(scale);
+    int p = 0;
+    for (; p + ATTN_PB <= last + 1; p += ATTN_PB) {
+        /* Rows before rfirst end before this block. */
+        int rfirst = p - pos0 > r0 ? p - pos0 : r0;
+        for (int i = 0; i < ATTN_PB; i++) {
+            const float *kp = attn_row(kv->k, kv, kv_head, head_dim, p + i);
+            for (int d = 0; d < nv; d++)
+                k[d] = _mm256_loadu_ps(kp + 8 * d);
+            int j = 0;
             for (int r = rfirst; r < r0 + nt; r++)
-                scratch[(size_t)r * n_ctx_max + p] = attn_dot(q + (size_t)r * q_stride, k, nv) * scale;
+                for (int h = h0; h < h0 + nh; h++)
+                    part[j++][i] = attn_dotv(q + (size_t)r * q_stride + (size_t)h * head_dim, k, nv);
+        }
+        int j = 0;
+        for (int r = rfirst; r < r0 + nt; r++)
+            for (int h = h0; h < h0 + nh; h++)
+                _mm256_storeu_ps(scratch + ((size_t)h * n_rows + r) * n_ctx_max + p,
+                                 _mm256_mul_ps(hsum8x8(part[j++]), vscale));
+    }
+    for (; p <= last; p++) {
+        const float *kp = attn_row(kv->k, kv, kv_head, head_dim, p);
+        for (int d = 0; d < nv; d++)
+            k[d] = _mm256_loadu_ps(kp + 8 * d);
+        int rfirst = p - pos0 > r0 ? p - pos0 : r0;
+        for (int r = rfirst; r < r0 + nt; r++)
+            for (int h = h0; h < h0 + nh; h++)
+                scratch[((size_t)h * n_rows + r) * n_ctx_max + p] =
+                    hsum8(attn_dotv(q + (size_t)r * q_stride + (size_t)h * head_dim, k, nv)) * scale;
+    }
+}
+
+/* Phase 3 for hg (<= 3) heads of one row, output vectors [c0, c0 + cv) of
+ * each: head h's weights are w[h * w_stride + p], its output starts at
+ * o + h * head_dim. Each lane is acc = fma(weight_p, v_p, acc) over p in
+ * order from zero, as for one head alone; sharing a V load between heads
+ * and splitting head_dim into chunks changes no lane's sequence. Positions
+ * are walked block by block of the paged view, without a division each. */
+AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const kern_kv_view *kv, int kv_head,
+                    int head_dim, int c0, const int hg, const int cv)
+{
+    __m256 acc[3][8];
+    for (int h = 0; h < hg; h++)
+        for (int i = 0; i < cv; i++)
+            acc[h][i] = _mm256_setzero_ps();
+    for (int b0 = 0, n; b0 < n_ctx; b0 += n) {
+        n = n_ctx - b0 < kv->block_size ? n_ctx - b0 : kv->block_size;
+        const float *vb = attn_row(kv->v, kv, kv_head, head_dim, b0) + 8 * c0;
+        const float *wb = w + b0;
+        for (int p = 0; p < n; p++) {
+            const float *vp = vb + (size_t)p * kv->row_stride;
+            __m256 wp[3];
+            for (int h = 0; h < hg; h++)
+                wp[h] = _mm256_broadcast_ss(wb + (size_t)h * w_stride + p);
+            for (int i = 0; i < cv; i++) {
+                __m256 v = _mm256_loadu_ps(vp + 8 * i);
+                for (int h = 0; h < hg; h++)
+                    acc[h][i] = _mm256_fmadd_ps(wp[h], v, acc[h][i]);
+            }
+        }
+    }
+    for (int h = 0; h < hg; h++)
+        for (int i = 0; i < cv; i++)
+            _mm256_storeu_ps(o + (size_t)h * head_dim + 8 * (c0 + i), acc[h][i]);
+}
+
+/* Phase 3 over all of head_dim in chunks that keep hg x cv accumulators,
+ * the hg weights and one V vector within the 16 ymm registers. */
+AI void attn_values_heads(float *o, const float *w, size_t w_stride, int n_ctx, const kern_kv_view *kv,
+                          int kv_head, int head_dim, const int hg, const int nv)
+{
+    const int cv = hg == 1 ? 8 : 4;
+    int c0 = 0;
+    for (; c0 + cv <= nv; c0 += cv)
+        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, cv);
+    if (c0 < nv)
+        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, nv - c0);
+}
+
+AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int n_heads,
+                     int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale, float *scratch,
+                     const int nv)
+{
+    size_t n_ctx_max = (size_t)(pos0 + n_rows);
+    size_t w_stride = (size_t)n_rows * n_ctx_max; /* floats between heads in scratch */
+    /* Phase 1: scores, a tile of heads x rows at a time. */
+    for (int h0 = 0; h0 < n_heads; h0 += ATTN_HEADS) {
+        int nh = n_heads - h0 < ATTN_HEADS ? n_heads - h0 : ATTN_HEADS;
+        for (int r0 = 0; r0 < n_rows; r0 += ATTN_TILE) {
+            int nt = n_rows - r0 < ATTN_TILE ? n_rows - r0 : ATTN_TILE;
+            attn_scores(q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, h0, nh, r0, nt, nv);
         }
     }
     /* Phases 2 and 3, row by row. */
     for (int r = 0; r < n_rows; r++) {
-        float *sr = scratch + (size_t)r * n_ctx_max;
         int n_ctx = pos0 + r + 1;
-        kern_softmax(sr, n_ctx);
-        __m256 acc[KERN_ATTN_MAX_HEAD_DIM / 8];
-        for (int i = 0; i < nv; i++)
-            acc[i] = _mm256_setzero_ps();
-        for (int p = 0; p < n_ctx; p++) {
-            const float *vp = attn_row(kv->v, kv, kv_head, head_dim, p);
-            __m256 w = _mm256_set1_ps(sr[p]);
-            for (int i = 0; i < nv; i++)
-                acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * i), acc[i]);
-        }
+        float *w = scratch + (size_t)r * n_ctx_max;
+        for (int h = 0; h < n_heads; h++)
+            kern_softmax(w + (size_t)h * w_stride, n_ctx);
         float *o = out + (size_t)r * out_stride;
-        for (int i = 0; i < nv; i++)
-            _mm256_storeu_ps(o + 8 * i, acc[i]);
+        for (int h = 0, hg; h < n_heads; h += hg) {
+            hg = n_heads - h < 3 ? n_heads - h : 3;
+            float *oh = o + (size_t)h * head_dim;
+            const float *wh = w + (size_t)h * w_stride;
+            if (hg == 3)
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 3, nv);
+            else if (hg == 2)
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 2, nv);
+            else
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 1, nv);
+        }
     }
 }
 
 void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                              int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
-                              float *scratch)
+                              int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
+                              float scale, float *scratch)
 {
-    /* Constant vector counts let the compiler keep K and the output row in
+    /* Constant vector counts let the compiler keep K and the outputs in
      * registers for the common head sizes. */
     switch (head_dim) {
     case 64:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, 8);
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch, 8);
         break;
     case 128:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, 16);
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch,
+                     16);
         break;
     case 32:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, 4);
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch, 4);
         break;
     default:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch,
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch,
                      head_dim / 8);
         break;
     }
