@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int bt_passed, bt_failed;
 
@@ -22,8 +23,16 @@ static int bt_passed, bt_failed;
         }                                                                                        \
     } while (0)
 
+/* A check whose condition says it all. */
+#define CHECK_COND(cond) CHECK(cond, "%s", "")
+
 #define BT_SUMMARY(name)                                                                         \
     (printf("%s: %d passed, %d failed\n", name, bt_passed, bt_failed), bt_failed ? 1 : 0)
+
+/* A useful error message is non-empty and exactly one line. */
+static inline int bt_one_line(const char *err) {
+    return err[0] != '\0' && strchr(err, '\n') == NULL && strchr(err, '\r') == NULL;
+}
 
 /* Directory of ../shared (models, vocab): $BRISK_SHARED_DIR or ../shared. */
 static inline const char *bt_shared_dir(void) {

@@ -11,38 +11,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "brisk_test.h"
 #include "common/brisk_error.h"
 #include "models/gguf.h"
 #include "models/gguf_write.h"
 
-static int g_pass, g_fail;
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            g_pass++;                                                                              \
-        } else {                                                                                   \
-            g_fail++;                                                                              \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-        }                                                                                          \
-    } while (0)
-
-#define CHECKF(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            g_pass++;                                                                              \
-        } else {                                                                                   \
-            g_fail++;                                                                              \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
-
-/* A useful error message is non-empty and exactly one line. */
-static int one_line(const char *err) {
-    return err[0] != '\0' && strchr(err, '\n') == NULL && strchr(err, '\r') == NULL;
-}
 
 /* ---- a raw byte builder for files the writer refuses to make ---------- */
 
@@ -124,10 +98,10 @@ static void expect_refused(const char *what, buf *b, const char *want) {
     char err[512];
     gguf_file *gf = (gguf_file *)1;
     int rc = open_copy(b->p, b->n, &gf, err, sizeof err);
-    CHECKF(rc < 0, "%s: expected an error, got %d", what, rc);
-    CHECKF(gf == NULL, "%s: *out not NULL on failure", what);
-    CHECKF(one_line(err), "%s: message not one line: '%s'", what, err);
-    CHECKF(strstr(err, want) != NULL, "%s: message '%s' lacks '%s'", what, err, want);
+    CHECK(rc < 0, "%s: expected an error, got %d", what, rc);
+    CHECK(gf == NULL, "%s: *out not NULL on failure", what);
+    CHECK(bt_one_line(err), "%s: message not one line: '%s'", what, err);
+    CHECK(strstr(err, want) != NULL, "%s: message '%s' lacks '%s'", what, err, want);
     /* TEST_VERBOSE=1 shows every refusal, to review the messages by eye. */
     if (getenv("TEST_VERBOSE"))
         printf("  %-26s -> %s\n", what, err);
@@ -220,7 +194,7 @@ static gguf_writer *make_sample(uint32_t alignment) {
     }
     free(nested.p);
     free(nested_str.p);
-    CHECK(rc == 0);
+    CHECK_COND(rc == 0);
     return w;
 }
 
@@ -235,82 +209,82 @@ static void check_sample(const gguf_file *gf, uint32_t alignment) {
     uint64_t n;
     const void *data;
 
-    CHECK(gguf_version(gf) == 3);
-    CHECK(gguf_alignment(gf) == (alignment ? alignment : 32));
-    CHECK(gguf_n_kv(gf) == 22 - (alignment ? 0 : 1));
-    CHECK(gguf_n_tensors(gf) == N_TENSORS);
-    CHECK(gguf_get_str(gf, "general.architecture", &s) == 0 && gguf_str_eq(s, "llama"));
-    CHECK(gguf_get_u32(gf, "t.u8", &u32) == 0 && u32 == 200);
-    CHECK(gguf_get_i64(gf, "t.i8", &i64) == 0 && i64 == -5);
-    CHECK(gguf_get_u32(gf, "t.i8", &u32) == BRISK_EFORMAT);
-    CHECK(gguf_get_u32(gf, "t.u16", &u32) == 0 && u32 == 60000);
-    CHECK(gguf_get_i64(gf, "t.i16", &i64) == 0 && i64 == -30000);
-    CHECK(gguf_get_u32(gf, "t.u32", &u32) == 0 && u32 == 4000000000u);
-    CHECK(gguf_get_i64(gf, "t.u32", &i64) == 0 && i64 == 4000000000ll);
-    CHECK(gguf_get_i64(gf, "t.i32", &i64) == 0 && i64 == -2000000000);
-    CHECK(gguf_get_u32(gf, "t.i32", &u32) == BRISK_EFORMAT);
-    CHECK(gguf_get_u32(gf, "t.u64", &u32) == BRISK_EFORMAT);
-    CHECK(gguf_get_i64(gf, "t.u64", &i64) == 0 && i64 == (1ll << 40));
-    CHECK(gguf_get_i64(gf, "t.i64", &i64) == 0 && i64 == -(1ll << 40));
-    CHECK(gguf_get_f32(gf, "t.f32", &f32) == 0 && f32 == 1.5f);
-    CHECK(gguf_get_f32(gf, "t.f64", &f32) == 0 && f32 == 2.25f);
-    CHECK(gguf_get_f32(gf, "t.u32", &f32) == BRISK_EFORMAT);
-    CHECK(gguf_get_bool(gf, "t.bool", &b) == 0 && b == 1);
-    CHECK(gguf_get_bool(gf, "t.flag_i32", &b) == 0 && b == 1);
-    CHECK(gguf_get_bool(gf, "t.u8", &b) == BRISK_EFORMAT);
-    CHECK(gguf_get_str(gf, "t.str", &s) == 0 && s.len == 12 &&
+    CHECK_COND(gguf_version(gf) == 3);
+    CHECK_COND(gguf_alignment(gf) == (alignment ? alignment : 32));
+    CHECK_COND(gguf_n_kv(gf) == 22 - (alignment ? 0 : 1));
+    CHECK_COND(gguf_n_tensors(gf) == N_TENSORS);
+    CHECK_COND(gguf_get_str(gf, "general.architecture", &s) == 0 && gguf_str_eq(s, "llama"));
+    CHECK_COND(gguf_get_u32(gf, "t.u8", &u32) == 0 && u32 == 200);
+    CHECK_COND(gguf_get_i64(gf, "t.i8", &i64) == 0 && i64 == -5);
+    CHECK_COND(gguf_get_u32(gf, "t.i8", &u32) == BRISK_EFORMAT);
+    CHECK_COND(gguf_get_u32(gf, "t.u16", &u32) == 0 && u32 == 60000);
+    CHECK_COND(gguf_get_i64(gf, "t.i16", &i64) == 0 && i64 == -30000);
+    CHECK_COND(gguf_get_u32(gf, "t.u32", &u32) == 0 && u32 == 4000000000u);
+    CHECK_COND(gguf_get_i64(gf, "t.u32", &i64) == 0 && i64 == 4000000000ll);
+    CHECK_COND(gguf_get_i64(gf, "t.i32", &i64) == 0 && i64 == -2000000000);
+    CHECK_COND(gguf_get_u32(gf, "t.i32", &u32) == BRISK_EFORMAT);
+    CHECK_COND(gguf_get_u32(gf, "t.u64", &u32) == BRISK_EFORMAT);
+    CHECK_COND(gguf_get_i64(gf, "t.u64", &i64) == 0 && i64 == (1ll << 40));
+    CHECK_COND(gguf_get_i64(gf, "t.i64", &i64) == 0 && i64 == -(1ll << 40));
+    CHECK_COND(gguf_get_f32(gf, "t.f32", &f32) == 0 && f32 == 1.5f);
+    CHECK_COND(gguf_get_f32(gf, "t.f64", &f32) == 0 && f32 == 2.25f);
+    CHECK_COND(gguf_get_f32(gf, "t.u32", &f32) == BRISK_EFORMAT);
+    CHECK_COND(gguf_get_bool(gf, "t.bool", &b) == 0 && b == 1);
+    CHECK_COND(gguf_get_bool(gf, "t.flag_i32", &b) == 0 && b == 1);
+    CHECK_COND(gguf_get_bool(gf, "t.u8", &b) == BRISK_EFORMAT);
+    CHECK_COND(gguf_get_str(gf, "t.str", &s) == 0 && s.len == 12 &&
           memcmp(s.data, "h\xc3\xa9llo\nworld", 12) == 0);
-    CHECK(gguf_get_str(gf, "t.u32", &s) == BRISK_EFORMAT);
-    CHECK(gguf_get_u32(gf, "no.such.key", &u32) == BRISK_ENOTFOUND);
-    CHECK(gguf_find_key(gf, "no.such.key") == -1);
-    CHECK(gguf_find_key(gf, "t.f32") >= 0);
-    CHECK(gguf_kv_type(gf, gguf_find_key(gf, "t.f64")) == GGUF_TYPE_FLOAT64);
-    CHECK(gguf_str_eq(gguf_key_at(gf, gguf_find_key(gf, "t.u16")), "t.u16"));
-    CHECK(gguf_key_at(gf, -1).len == 0 && gguf_key_at(gf, 1000).len == 0);
+    CHECK_COND(gguf_get_str(gf, "t.u32", &s) == BRISK_EFORMAT);
+    CHECK_COND(gguf_get_u32(gf, "no.such.key", &u32) == BRISK_ENOTFOUND);
+    CHECK_COND(gguf_find_key(gf, "no.such.key") == -1);
+    CHECK_COND(gguf_find_key(gf, "t.f32") >= 0);
+    CHECK_COND(gguf_kv_type(gf, gguf_find_key(gf, "t.f64")) == GGUF_TYPE_FLOAT64);
+    CHECK_COND(gguf_str_eq(gguf_key_at(gf, gguf_find_key(gf, "t.u16")), "t.u16"));
+    CHECK_COND(gguf_key_at(gf, -1).len == 0 && gguf_key_at(gf, 1000).len == 0);
 
-    CHECK(gguf_get_arr(gf, "t.arr_i32", &et, &n, &data) == 0 && et == GGUF_TYPE_INT32 && n == 3 &&
+    CHECK_COND(gguf_get_arr(gf, "t.arr_i32", &et, &n, &data) == 0 && et == GGUF_TYPE_INT32 && n == 3 &&
           memcmp(data, arr_i32, sizeof arr_i32) == 0);
-    CHECK(gguf_get_arr(gf, "t.arr_f32", &et, &n, &data) == 0 && et == GGUF_TYPE_FLOAT32 && n == 2 &&
+    CHECK_COND(gguf_get_arr(gf, "t.arr_f32", &et, &n, &data) == 0 && et == GGUF_TYPE_FLOAT32 && n == 2 &&
           memcmp(data, arr_f32, sizeof arr_f32) == 0);
-    CHECK(gguf_get_arr(gf, "t.arr_bool", &et, &n, &data) == 0 && et == GGUF_TYPE_BOOL && n == 3 &&
+    CHECK_COND(gguf_get_arr(gf, "t.arr_bool", &et, &n, &data) == 0 && et == GGUF_TYPE_BOOL && n == 3 &&
           memcmp(data, arr_bool, 3) == 0);
-    CHECK(gguf_get_arr(gf, "t.arr_empty", &et, &n, &data) == 0 && et == GGUF_TYPE_UINT64 && n == 0);
-    CHECK(gguf_get_arr(gf, "t.u32", &et, &n, &data) == BRISK_EFORMAT);
+    CHECK_COND(gguf_get_arr(gf, "t.arr_empty", &et, &n, &data) == 0 && et == GGUF_TYPE_UINT64 && n == 0);
+    CHECK_COND(gguf_get_arr(gf, "t.u32", &et, &n, &data) == BRISK_EFORMAT);
 
     gguf_str *strs = NULL;
-    CHECK(gguf_get_arr_str(gf, "t.arr_str", &strs, &n) == 0 && n == 4);
+    CHECK_COND(gguf_get_arr_str(gf, "t.arr_str", &strs, &n) == 0 && n == 4);
     if (strs && n == 4)
         for (int i = 0; i < 4; i++)
-            CHECK(strs[i].len == arr_lens[i] &&
+            CHECK_COND(strs[i].len == arr_lens[i] &&
                   memcmp(strs[i].data, arr_strs[i], arr_lens[i]) == 0);
     free(strs);
-    CHECK(gguf_get_arr_str(gf, "t.arr_i32", &strs, &n) == BRISK_EFORMAT);
+    CHECK_COND(gguf_get_arr_str(gf, "t.arr_i32", &strs, &n) == BRISK_EFORMAT);
 
     buf nested = {0};
     nested_value(&nested);
-    CHECK(gguf_get_arr(gf, "t.nested", &et, &n, &data) == 0 && et == GGUF_TYPE_ARRAY && n == 2 &&
+    CHECK_COND(gguf_get_arr(gf, "t.nested", &et, &n, &data) == 0 && et == GGUF_TYPE_ARRAY && n == 2 &&
           memcmp(data, nested.p + 12, nested.n - 12) == 0);
     free(nested.p);
     memset(&nested, 0, sizeof nested);
     nested_str_value(&nested);
-    CHECK(gguf_get_arr(gf, "t.nested_str", &et, &n, &data) == 0 && et == GGUF_TYPE_ARRAY &&
+    CHECK_COND(gguf_get_arr(gf, "t.nested_str", &et, &n, &data) == 0 && et == GGUF_TYPE_ARRAY &&
           n == 1 && memcmp(data, nested.p + 12, nested.n - 12) == 0);
     free(nested.p);
 
     for (int i = 0; i < N_TENSORS; i++) {
         const gguf_tensor *t = gguf_find_tensor(gf, t_names[i]);
-        CHECKF(t != NULL, "%s", t_names[i]);
+        CHECK(t != NULL, "%s", t_names[i]);
         if (!t)
             continue;
-        CHECK(t == gguf_tensor_at(gf, i));
-        CHECK(t->type == t_types[i] && t->n_dims == t_ndims[i]);
-        CHECK(memcmp(t->ne, t_ne[i], sizeof t->ne) == 0);
-        CHECK(t->nbytes == t_bytes[i]);
-        CHECK(t->offset % gguf_alignment(gf) == 0);
-        CHECK(memcmp(t->data, t_data[i], t->nbytes) == 0);
+        CHECK_COND(t == gguf_tensor_at(gf, i));
+        CHECK_COND(t->type == t_types[i] && t->n_dims == t_ndims[i]);
+        CHECK_COND(memcmp(t->ne, t_ne[i], sizeof t->ne) == 0);
+        CHECK_COND(t->nbytes == t_bytes[i]);
+        CHECK_COND(t->offset % gguf_alignment(gf) == 0);
+        CHECK_COND(memcmp(t->data, t_data[i], t->nbytes) == 0);
     }
-    CHECK(gguf_find_tensor(gf, "nope") == NULL);
-    CHECK(gguf_tensor_at(gf, N_TENSORS) == NULL && gguf_tensor_at(gf, -1) == NULL);
+    CHECK_COND(gguf_find_tensor(gf, "nope") == NULL);
+    CHECK_COND(gguf_tensor_at(gf, N_TENSORS) == NULL && gguf_tensor_at(gf, -1) == NULL);
 }
 
 static void test_round_trip(void) {
@@ -321,11 +295,11 @@ static void test_round_trip(void) {
         size_t len = 0;
         char err[256] = "";
         gguf_file *gf = NULL;
-        CHECK(gguf_writer_to_buffer(w, &bytes, &len) == 0);
-        CHECKF(gguf_open_memory(bytes, len, &gf, err, sizeof err) == 0, "%s", err);
+        CHECK_COND(gguf_writer_to_buffer(w, &bytes, &len) == 0);
+        CHECK(gguf_open_memory(bytes, len, &gf, err, sizeof err) == 0, "%s", err);
         if (gf) {
             check_sample(gf, alignment);
-            CHECK(gguf_data_offset(gf) % gguf_alignment(gf) == 0);
+            CHECK_COND(gguf_data_offset(gf) % gguf_alignment(gf) == 0);
             gguf_close(gf);
         }
 
@@ -333,23 +307,23 @@ static void test_round_trip(void) {
          * are those of gguf_writer_to_buffer. */
         char path[] = "/tmp/test_gguf_XXXXXX";
         int fd = mkstemp(path);
-        CHECK(fd >= 0);
+        CHECK_COND(fd >= 0);
         close(fd);
-        CHECKF(gguf_writer_write(w, path, err, sizeof err) == 0, "%s", err);
+        CHECK(gguf_writer_write(w, path, err, sizeof err) == 0, "%s", err);
         char tmp[64];
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        CHECK(access(tmp, F_OK) != 0);
+        CHECK_COND(access(tmp, F_OK) != 0);
         FILE *f = fopen(path, "rb");
         uint8_t *disk = malloc(len + 1);
-        CHECK(f && fread(disk, 1, len + 1, f) == len && memcmp(disk, bytes, len) == 0);
+        CHECK_COND(f && fread(disk, 1, len + 1, f) == len && memcmp(disk, bytes, len) == 0);
         if (f)
             fclose(f);
         free(disk);
         gf = NULL;
-        CHECKF(gguf_open(path, &gf, err, sizeof err) == 0, "%s", err);
+        CHECK(gguf_open(path, &gf, err, sizeof err) == 0, "%s", err);
         if (gf) {
             check_sample(gf, alignment);
-            CHECK(gguf_file_size(gf) == len);
+            CHECK_COND(gguf_file_size(gf) == len);
             gguf_close(gf);
         }
         unlink(path);
@@ -362,19 +336,19 @@ static void test_writer_refuses(void) {
     gguf_writer *w = gguf_writer_create();
     int64_t ne[4] = {33, 1, 1, 1};
     static const float f[64];
-    CHECK(gguf_writer_set_u32(w, "k", 1) == 0);
-    CHECK(gguf_writer_set_u32(w, "k", 2) == BRISK_EINVAL);
-    CHECK(gguf_writer_set_str(w, "", "x") == BRISK_EINVAL);
-    CHECK(gguf_writer_set_u32(w, "general.alignment", 3) == BRISK_EINVAL);
-    CHECK(gguf_writer_set_arr(w, "a", GGUF_TYPE_STRING, f, 1) == BRISK_EINVAL);
-    CHECK(gguf_writer_add_tensor(w, "t", KERN_TYPE_Q8_0, 1, ne, f) == BRISK_EINVAL);
-    CHECK(gguf_writer_add_tensor(w, "t", (kern_type)12, 1, ne, f) == BRISK_EINVAL);
-    CHECK(gguf_writer_add_tensor(w, "t", KERN_TYPE_F32, 0, ne, f) == BRISK_EINVAL);
-    CHECK(gguf_writer_add_tensor(w, "t", KERN_TYPE_F32, 1, ne, f) == 0);
-    CHECK(gguf_writer_add_tensor(w, "t", KERN_TYPE_F32, 1, ne, f) == BRISK_EINVAL);
+    CHECK_COND(gguf_writer_set_u32(w, "k", 1) == 0);
+    CHECK_COND(gguf_writer_set_u32(w, "k", 2) == BRISK_EINVAL);
+    CHECK_COND(gguf_writer_set_str(w, "", "x") == BRISK_EINVAL);
+    CHECK_COND(gguf_writer_set_u32(w, "general.alignment", 3) == BRISK_EINVAL);
+    CHECK_COND(gguf_writer_set_arr(w, "a", GGUF_TYPE_STRING, f, 1) == BRISK_EINVAL);
+    CHECK_COND(gguf_writer_add_tensor(w, "t", KERN_TYPE_Q8_0, 1, ne, f) == BRISK_EINVAL);
+    CHECK_COND(gguf_writer_add_tensor(w, "t", (kern_type)12, 1, ne, f) == BRISK_EINVAL);
+    CHECK_COND(gguf_writer_add_tensor(w, "t", KERN_TYPE_F32, 0, ne, f) == BRISK_EINVAL);
+    CHECK_COND(gguf_writer_add_tensor(w, "t", KERN_TYPE_F32, 1, ne, f) == 0);
+    CHECK_COND(gguf_writer_add_tensor(w, "t", KERN_TYPE_F32, 1, ne, f) == BRISK_EINVAL);
     char err[256] = "";
-    CHECK(gguf_writer_write(w, "/nonexistent-dir/x.gguf", err, sizeof err) == BRISK_EIO);
-    CHECK(one_line(err));
+    CHECK_COND(gguf_writer_write(w, "/nonexistent-dir/x.gguf", err, sizeof err) == BRISK_EIO);
+    CHECK_COND(bt_one_line(err));
     gguf_writer_free(w);
 }
 
@@ -417,7 +391,7 @@ static unsigned touch_everything(const gguf_file *gf, const uint8_t *base, size_
             sum += ((const uint8_t *)data)[0];
         if (gguf_get_arr_str(gf, key, &strs, &n) == 0) {
             for (uint64_t j = 0; j < n; j++) {
-                CHECK((const uint8_t *)strs[j].data >= base &&
+                CHECK_COND((const uint8_t *)strs[j].data >= base &&
                       (const uint8_t *)strs[j].data + strs[j].len <= base + len);
                 for (uint64_t c = 0; c < strs[j].len; c++)
                     sum += (unsigned char)strs[j].data[c];
@@ -428,7 +402,7 @@ static unsigned touch_everything(const gguf_file *gf, const uint8_t *base, size_
     for (int64_t i = 0; i < gguf_n_tensors(gf); i++) {
         const gguf_tensor *t = gguf_tensor_at(gf, i);
         const uint8_t *d = t->data;
-        CHECK(d >= base && d + t->nbytes <= base + len);
+        CHECK_COND(d >= base && d + t->nbytes <= base + len);
         for (size_t j = 0; j < t->nbytes; j++)
             sum += d[j];
     }
@@ -441,9 +415,9 @@ static void test_truncation_and_flips(void) {
     size_t len = 0;
     char err[512];
     gguf_file *gf = NULL;
-    CHECK(gguf_writer_to_buffer(w, &full, &len) == 0);
+    CHECK_COND(gguf_writer_to_buffer(w, &full, &len) == 0);
     gguf_writer_free(w);
-    CHECK(gguf_open_memory(full, len, &gf, err, sizeof err) == 0);
+    CHECK_COND(gguf_open_memory(full, len, &gf, err, sizeof err) == 0);
     if (!gf)
         return;
     size_t data_off = gguf_data_offset(gf);
@@ -461,12 +435,12 @@ static void test_truncation_and_flips(void) {
     int bad = 0;
     for (size_t n = 0; n < len; n++) {
         int rc = open_copy(full, n, &gf, err, sizeof err);
-        int ok = n >= data_end ? rc == 0 : (rc < 0 && one_line(err));
+        int ok = n >= data_end ? rc == 0 : (rc < 0 && bt_one_line(err));
         if (!ok && bad++ < 5)
             fprintf(stderr, "truncated at %zu (data %zu..%zu): rc %d '%s'\n", n, data_off, data_end,
                     rc, err);
     }
-    CHECKF(bad == 0, "%d truncations misjudged", bad);
+    CHECK(bad == 0, "%d truncations misjudged", bad);
 
     /* Every single-bit flip in the header region: any outcome but a crash,
      * and a file that opens must stay inside its buffer. */
@@ -485,12 +459,12 @@ static void test_truncation_and_flips(void) {
             gguf_close(gf);
         } else {
             refused++;
-            if (!one_line(err) && bad++ < 5)
+            if (!bt_one_line(err) && bad++ < 5)
                 fprintf(stderr, "bit %zu: bad message '%s'\n", bit, err);
         }
         free(copy);
     }
-    CHECKF(bad == 0, "%d bit flips gave a bad message", bad);
+    CHECK(bad == 0, "%d bit flips gave a bad message", bad);
 
     /* Random multi-byte damage (fixed seed, so failures reproduce): a few
      * header bytes set to random values, which reaches length and count
@@ -512,12 +486,12 @@ static void test_truncation_and_flips(void) {
         if (gguf_open_memory(copy, len, &gf, err, sizeof err) == 0) {
             touch_everything(gf, copy, len);
             gguf_close(gf);
-        } else if (!one_line(err) && bad++ < 5) {
+        } else if (!bt_one_line(err) && bad++ < 5) {
             fprintf(stderr, "mutation %d: bad message '%s'\n", iter, err);
         }
         free(copy);
     }
-    CHECKF(bad == 0, "%d mutations gave a bad message", bad);
+    CHECK(bad == 0, "%d mutations gave a bad message", bad);
     printf("test_gguf: %zu-byte sample, header %zu bytes: %d flips opened, %d refused\n", len,
            data_off, opened, refused);
     free(full);
@@ -543,10 +517,10 @@ static void test_hostile(void) {
     {
         char err[256];
         gguf_file *gf;
-        CHECKF(open_copy(b.p, b.n, &gf, err, sizeof err) == 0, "%s", err);
+        CHECK(open_copy(b.p, b.n, &gf, err, sizeof err) == 0, "%s", err);
         /* Version 2 has the same layout as 3 and is read alike. */
         b.p[4] = 2;
-        CHECKF(open_copy(b.p, b.n, &gf, err, sizeof err) == 0, "v2: %s", err);
+        CHECK(open_copy(b.p, b.n, &gf, err, sizeof err) == 0, "v2: %s", err);
         free(b.p);
         memset(&b, 0, sizeof b);
     }
@@ -745,13 +719,13 @@ static void test_hostile(void) {
 
     char err[256] = "";
     gguf_file *gf = (gguf_file *)1;
-    CHECK(gguf_open("/nonexistent/x.gguf", &gf, err, sizeof err) == BRISK_EIO && gf == NULL &&
-          one_line(err));
-    CHECK(gguf_open("/tmp", &gf, err, sizeof err) < 0 && one_line(err));
+    CHECK_COND(gguf_open("/nonexistent/x.gguf", &gf, err, sizeof err) == BRISK_EIO && gf == NULL &&
+          bt_one_line(err));
+    CHECK_COND(gguf_open("/tmp", &gf, err, sizeof err) < 0 && bt_one_line(err));
     char path[] = "/tmp/test_gguf_empty_XXXXXX";
     int fd = mkstemp(path);
     close(fd);
-    CHECK(gguf_open(path, &gf, err, sizeof err) == BRISK_EFORMAT && one_line(err));
+    CHECK_COND(gguf_open(path, &gf, err, sizeof err) == BRISK_EFORMAT && bt_one_line(err));
     unlink(path);
 }
 
@@ -772,7 +746,7 @@ static void check_vocab(const char *dir, const char *file, const char *model, ui
     }
     gguf_file *gf = NULL;
     double t0 = now_s();
-    CHECKF(gguf_open(path, &gf, err, sizeof err) == 0, "%s: %s", file, err);
+    CHECK(gguf_open(path, &gf, err, sizeof err) == 0, "%s: %s", file, err);
     double dt = now_s() - t0;
     if (!gf)
         return;
@@ -780,11 +754,11 @@ static void check_vocab(const char *dir, const char *file, const char *model, ui
     uint64_t n = 0;
     gguf_type et;
     const void *data;
-    CHECK(gguf_get_str(gf, "tokenizer.ggml.model", &s) == 0 && gguf_str_eq(s, model));
-    CHECK(gguf_get_arr_str(gf, "tokenizer.ggml.tokens", &toks, &n) == 0 && n == n_tokens);
-    CHECK(gguf_get_arr(gf, "tokenizer.ggml.token_type", &et, &n, &data) == 0 &&
+    CHECK_COND(gguf_get_str(gf, "tokenizer.ggml.model", &s) == 0 && gguf_str_eq(s, model));
+    CHECK_COND(gguf_get_arr_str(gf, "tokenizer.ggml.tokens", &toks, &n) == 0 && n == n_tokens);
+    CHECK_COND(gguf_get_arr(gf, "tokenizer.ggml.token_type", &et, &n, &data) == 0 &&
           et == GGUF_TYPE_INT32 && n == n_tokens);
-    CHECK(gguf_n_tensors(gf) == 0);
+    CHECK_COND(gguf_n_tensors(gf) == 0);
     printf("test_gguf: %s: %lld keys, %llu tokens, opened in %.2f ms\n", file,
            (long long)gguf_n_kv(gf), (unsigned long long)n_tokens, dt * 1e3);
     free(toks);
@@ -802,22 +776,22 @@ static void check_smollm2(void) {
     }
     gguf_file *gf = NULL;
     double t0 = now_s();
-    CHECKF(gguf_open(path, &gf, err, sizeof err) == 0, "%s", err);
+    CHECK(gguf_open(path, &gf, err, sizeof err) == 0, "%s", err);
     double dt = now_s() - t0;
     if (!gf)
         return;
-    CHECK(gguf_n_tensors(gf) == 272);
+    CHECK_COND(gguf_n_tensors(gf) == 272);
     const gguf_tensor *t = gguf_find_tensor(gf, "token_embd.weight");
-    CHECK(t && t->type == KERN_TYPE_Q8_0 && t->n_dims == 2 && t->ne[0] == 576 && t->ne[1] == 49152);
+    CHECK_COND(t && t->type == KERN_TYPE_Q8_0 && t->n_dims == 2 && t->ne[0] == 576 && t->ne[1] == 49152);
     uint32_t blocks = 0;
-    CHECK(gguf_get_u32(gf, "llama.block_count", &blocks) == 0 && blocks == 30);
+    CHECK_COND(gguf_get_u32(gf, "llama.block_count", &blocks) == 0 && blocks == 30);
     int found = 0;
     for (int i = 0; i < 30; i++) {
         char name[64];
         snprintf(name, sizeof name, "blk.%d.attn_q.weight", i);
         found += gguf_find_tensor(gf, name) != NULL;
     }
-    CHECK(found == 30);
+    CHECK_COND(found == 30);
     printf("test_gguf: SmolLM2: %lld tensors, %lld keys, opened in %.2f ms\n",
            (long long)gguf_n_tensors(gf), (long long)gguf_n_kv(gf), dt * 1e3);
     gguf_close(gf);
@@ -834,6 +808,5 @@ int main(void) {
     check_vocab(shared, "ggml-vocab-llama-spm.gguf", "llama", 32000);
     check_vocab(shared, "ggml-vocab-gpt-2.gguf", "gpt2", 50257);
     check_smollm2();
-    printf("test_gguf: %d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return BT_SUMMARY("test_gguf");
 }

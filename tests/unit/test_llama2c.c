@@ -5,39 +5,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "brisk_test.h"
 #include "common/brisk_error.h"
 #include "models/gguf.h"
 #include "models/llama2c.h"
 
-static int g_pass, g_fail;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            g_pass++;                                                                              \
-        } else {                                                                                   \
-            g_fail++;                                                                              \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-        }                                                                                          \
-    } while (0)
-
-#define CHECKF(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            g_pass++;                                                                              \
-        } else {                                                                                   \
-            g_fail++;                                                                              \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
-
 static char g_dir[64];
-
-static int one_line(const char *err) {
-    return err[0] != '\0' && strchr(err, '\n') == NULL && strchr(err, '\r') == NULL;
-}
 
 /* Reads a whole file (caller frees). NULL if absent. */
 static uint8_t *slurp(const char *path, size_t *n) {
@@ -68,7 +41,7 @@ static void tmp_path(char *out, size_t len, const char *name) {
 
 static uint32_t get_u32(const gguf_file *gf, const char *key) {
     uint32_t v = 0xdeadbeef;
-    CHECKF(gguf_get_u32(gf, key, &v) == 0, "%s", key);
+    CHECK(gguf_get_u32(gf, key, &v) == 0, "%s", key);
     return v;
 }
 
@@ -76,14 +49,14 @@ static uint32_t get_u32(const gguf_file *gf, const char *key) {
 static void check_tensor(const gguf_file *gf, const char *name, int64_t ne0, int64_t ne1,
                          const float *src) {
     const gguf_tensor *t = gguf_find_tensor(gf, name);
-    CHECKF(t != NULL, "%s missing", name);
+    CHECK(t != NULL, "%s missing", name);
     if (!t)
         return;
-    CHECKF(t->type == KERN_TYPE_F32 && t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 &&
+    CHECK(t->type == KERN_TYPE_F32 && t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 &&
                t->n_dims == (ne1 > 1 ? 2u : 1u),
            "%s: type %d ne %lld x %lld n_dims %u", name, (int)t->type, (long long)t->ne[0],
            (long long)t->ne[1], t->n_dims);
-    CHECKF(t->nbytes == (size_t)(ne0 * ne1) * 4 && memcmp(t->data, src, t->nbytes) == 0,
+    CHECK(t->nbytes == (size_t)(ne0 * ne1) * 4 && memcmp(t->data, src, t->nbytes) == 0,
            "%s: data differs from the checkpoint", name);
 }
 
@@ -100,55 +73,55 @@ static void test_stories(const char *shared) {
         return;
     }
     tmp_path(out, sizeof out, "stories260K.gguf");
-    CHECKF(model_convert_llama2c(model, tok, out, err, sizeof err) == 0, "%s", err);
+    CHECK(model_convert_llama2c(model, tok, out, err, sizeof err) == 0, "%s", err);
     gguf_file *gf = NULL;
-    CHECKF(gguf_open(out, &gf, err, sizeof err) == 0, "%s", err);
+    CHECK(gguf_open(out, &gf, err, sizeof err) == 0, "%s", err);
     if (!gf)
         goto done;
 
     gguf_str s;
     float f;
     int b;
-    CHECK(gguf_get_str(gf, "general.architecture", &s) == 0 && gguf_str_eq(s, "llama"));
-    CHECK(gguf_get_str(gf, "general.name", &s) == 0 && gguf_str_eq(s, "stories260K"));
-    CHECK(get_u32(gf, "llama.embedding_length") == 64);
-    CHECK(get_u32(gf, "llama.block_count") == 5);
-    CHECK(get_u32(gf, "llama.attention.head_count") == 8);
-    CHECK(get_u32(gf, "llama.attention.head_count_kv") == 4);
-    CHECK(get_u32(gf, "llama.feed_forward_length") == 172);
-    CHECK(get_u32(gf, "llama.context_length") == 512);
-    CHECK(get_u32(gf, "llama.rope.dimension_count") == 8);
-    CHECK(gguf_get_f32(gf, "llama.rope.freq_base", &f) == 0 && f == 10000.0f);
-    CHECK(gguf_get_f32(gf, "llama.attention.layer_norm_rms_epsilon", &f) == 0 && f == 1e-5f);
-    CHECK(gguf_get_str(gf, "tokenizer.ggml.model", &s) == 0 && gguf_str_eq(s, "llama"));
-    CHECK(get_u32(gf, "tokenizer.ggml.bos_token_id") == 1);
-    CHECK(get_u32(gf, "tokenizer.ggml.eos_token_id") == 2);
-    CHECK(get_u32(gf, "tokenizer.ggml.unknown_token_id") == 0);
-    CHECK(gguf_get_bool(gf, "tokenizer.ggml.add_bos_token", &b) == 0 && b == 1);
-    CHECK(gguf_get_bool(gf, "tokenizer.ggml.add_space_prefix", &b) == 0 && b == 1);
+    CHECK_COND(gguf_get_str(gf, "general.architecture", &s) == 0 && gguf_str_eq(s, "llama"));
+    CHECK_COND(gguf_get_str(gf, "general.name", &s) == 0 && gguf_str_eq(s, "stories260K"));
+    CHECK_COND(get_u32(gf, "llama.embedding_length") == 64);
+    CHECK_COND(get_u32(gf, "llama.block_count") == 5);
+    CHECK_COND(get_u32(gf, "llama.attention.head_count") == 8);
+    CHECK_COND(get_u32(gf, "llama.attention.head_count_kv") == 4);
+    CHECK_COND(get_u32(gf, "llama.feed_forward_length") == 172);
+    CHECK_COND(get_u32(gf, "llama.context_length") == 512);
+    CHECK_COND(get_u32(gf, "llama.rope.dimension_count") == 8);
+    CHECK_COND(gguf_get_f32(gf, "llama.rope.freq_base", &f) == 0 && f == 10000.0f);
+    CHECK_COND(gguf_get_f32(gf, "llama.attention.layer_norm_rms_epsilon", &f) == 0 && f == 1e-5f);
+    CHECK_COND(gguf_get_str(gf, "tokenizer.ggml.model", &s) == 0 && gguf_str_eq(s, "llama"));
+    CHECK_COND(get_u32(gf, "tokenizer.ggml.bos_token_id") == 1);
+    CHECK_COND(get_u32(gf, "tokenizer.ggml.eos_token_id") == 2);
+    CHECK_COND(get_u32(gf, "tokenizer.ggml.unknown_token_id") == 0);
+    CHECK_COND(gguf_get_bool(gf, "tokenizer.ggml.add_bos_token", &b) == 0 && b == 1);
+    CHECK_COND(gguf_get_bool(gf, "tokenizer.ggml.add_space_prefix", &b) == 0 && b == 1);
 
     /* The vocabulary against tok512.bin, piece by piece. */
     gguf_str *toks = NULL;
     uint64_t n = 0, n_scores = 0, n_types = 0;
     gguf_type et_s, et_t;
     const void *scores_p, *types_p;
-    CHECK(gguf_get_arr_str(gf, "tokenizer.ggml.tokens", &toks, &n) == 0 && n == 512);
-    CHECK(gguf_get_arr(gf, "tokenizer.ggml.scores", &et_s, &n_scores, &scores_p) == 0 &&
+    CHECK_COND(gguf_get_arr_str(gf, "tokenizer.ggml.tokens", &toks, &n) == 0 && n == 512);
+    CHECK_COND(gguf_get_arr(gf, "tokenizer.ggml.scores", &et_s, &n_scores, &scores_p) == 0 &&
           et_s == GGUF_TYPE_FLOAT32 && n_scores == 512);
-    CHECK(gguf_get_arr(gf, "tokenizer.ggml.token_type", &et_t, &n_types, &types_p) == 0 &&
+    CHECK_COND(gguf_get_arr(gf, "tokenizer.ggml.token_type", &et_t, &n_types, &types_p) == 0 &&
           et_t == GGUF_TYPE_INT32 && n_types == 512);
     if (toks && n == 512 && n_scores == 512 && n_types == 512) {
         int32_t types[512];
         float scores[512];
         memcpy(types, types_p, sizeof types);
         memcpy(scores, scores_p, sizeof scores);
-        CHECK(gguf_str_eq(toks[0], "<unk>") && types[0] == 2);
-        CHECK(gguf_str_eq(toks[1], "<s>") && types[1] == 3);
-        CHECK(gguf_str_eq(toks[2], "</s>") && types[2] == 3);
-        CHECK(gguf_str_eq(toks[3], "<0x00>") && types[3] == 6);
-        CHECK(gguf_str_eq(toks[13], "<0x0A>") && types[13] == 6);
-        CHECK(gguf_str_eq(toks[258], "<0xFF>") && types[258] == 6);
-        CHECK(gguf_str_eq(toks[259], "\xe2\x96\x81t") && types[259] == 1);
+        CHECK_COND(gguf_str_eq(toks[0], "<unk>") && types[0] == 2);
+        CHECK_COND(gguf_str_eq(toks[1], "<s>") && types[1] == 3);
+        CHECK_COND(gguf_str_eq(toks[2], "</s>") && types[2] == 3);
+        CHECK_COND(gguf_str_eq(toks[3], "<0x00>") && types[3] == 6);
+        CHECK_COND(gguf_str_eq(toks[13], "<0x0A>") && types[13] == 6);
+        CHECK_COND(gguf_str_eq(toks[258], "<0xFF>") && types[258] == 6);
+        CHECK_COND(gguf_str_eq(toks[259], "\xe2\x96\x81t") && types[259] == 1);
         size_t pos = 4;
         int bad = 0, with_space = 0;
         for (int i = 0; i < 512; i++) {
@@ -180,8 +153,8 @@ static void test_stories(const char *shared) {
             if (types[i] != (i <= 258 ? 6 : 1))
                 bad++;
         }
-        CHECKF(bad == 0, "%d vocabulary entries differ", bad);
-        CHECK(with_space == 91); /* pieces of tok512.bin that hold a space */
+        CHECK(bad == 0, "%d vocabulary entries differ", bad);
+        CHECK_COND(with_space == 91); /* pieces of tok512.bin that hold a space */
     }
     free(toks);
 
@@ -193,10 +166,10 @@ static void test_stories(const char *shared) {
     const float *wo = wv + layers * kv_dim * dim, *rms_ffn = wo + layers * dim * dim;
     const float *w1 = rms_ffn + layers * dim, *w2 = w1 + layers * hidden * dim;
     const float *w3 = w2 + layers * dim * hidden, *rms_final = w3 + layers * hidden * dim;
-    CHECK(gguf_n_tensors(gf) == 2 + 9 * layers);
+    CHECK_COND(gguf_n_tensors(gf) == 2 + 9 * layers);
     check_tensor(gf, "token_embd.weight", dim, vocab, w);
     check_tensor(gf, "output_norm.weight", dim, 1, rms_final);
-    CHECK(gguf_find_tensor(gf, "output.weight") == NULL);
+    CHECK_COND(gguf_find_tensor(gf, "output.weight") == NULL);
     for (int64_t l = 0; l < layers; l++) {
         char nm[64];
 #define T(suffix, d0, d1, ptr)                                                                     \
@@ -223,14 +196,14 @@ static void test_stories(const char *shared) {
         size_t off = 28 + 4 * (size_t)(vocab * dim + layers * dim) + 4 * 65; /* row 1, col 1 */
         memcpy(&a, mbytes + off, 4);
         memcpy(&b2, (const uint8_t *)t->data + 4 * 65, 4);
-        CHECK(a == b2);
+        CHECK_COND(a == b2);
     }
     t = gguf_find_tensor(gf, "token_embd.weight");
     if (t) {
         float a, b2;
         memcpy(&a, mbytes + 28 + 4 * (259 * 64 + 7), 4);
         memcpy(&b2, (const uint8_t *)t->data + 4 * (259 * 64 + 7), 4);
-        CHECK(a == b2 && a != 0.0f);
+        CHECK_COND(a == b2 && a != 0.0f);
     }
     gguf_close(gf);
 
@@ -270,8 +243,8 @@ static void test_stories(const char *shared) {
         free(copy);
         err[0] = '\0';
         int rc = model_convert_llama2c(bad_model, tok, out, err, sizeof err);
-        CHECKF(rc < 0 && one_line(err), "%s: rc %d '%s'", mcases[i].what, rc, err);
-        CHECKF(access(out, F_OK) != 0, "%s: output written", mcases[i].what);
+        CHECK(rc < 0 && bt_one_line(err), "%s: rc %d '%s'", mcases[i].what, rc, err);
+        CHECK(access(out, F_OK) != 0, "%s: output written", mcases[i].what);
         if (getenv("TEST_VERBOSE"))
             printf("  %-28s -> %s\n", mcases[i].what, err);
     }
@@ -314,17 +287,17 @@ static void test_stories(const char *shared) {
         free(copy);
         err[0] = '\0';
         int rc = model_convert_llama2c(model, bad_tok, out, err, sizeof err);
-        CHECKF(rc < 0 && one_line(err), "%s: rc %d '%s'", tcases[i].what, rc, err);
-        CHECKF(access(out, F_OK) != 0, "%s: output written", tcases[i].what);
+        CHECK(rc < 0 && bt_one_line(err), "%s: rc %d '%s'", tcases[i].what, rc, err);
+        CHECK(access(out, F_OK) != 0, "%s: output written", tcases[i].what);
         if (getenv("TEST_VERBOSE"))
             printf("  %-28s -> %s\n", tcases[i].what, err);
     }
     free(tcopy);
-    CHECK(model_convert_llama2c("/nonexistent.bin", tok, out, err, sizeof err) == BRISK_EIO &&
-          one_line(err));
-    CHECK(model_convert_llama2c(model, tok, "/nonexistent-dir/x.gguf", err, sizeof err) ==
+    CHECK_COND(model_convert_llama2c("/nonexistent.bin", tok, out, err, sizeof err) == BRISK_EIO &&
+          bt_one_line(err));
+    CHECK_COND(model_convert_llama2c(model, tok, "/nonexistent-dir/x.gguf", err, sizeof err) ==
               BRISK_EIO &&
-          one_line(err));
+          bt_one_line(err));
     unlink(bad_model);
     unlink(bad_tok);
 done:
@@ -373,22 +346,22 @@ static void test_unshared_classifier(void) {
     }
     spit(tok, t, tp);
 
-    CHECKF(model_convert_llama2c(model, tok, out, err, sizeof err) == 0, "%s", err);
+    CHECK(model_convert_llama2c(model, tok, out, err, sizeof err) == 0, "%s", err);
     gguf_file *gf = NULL;
-    CHECKF(gguf_open(out, &gf, err, sizeof err) == 0, "%s", err);
+    CHECK(gguf_open(out, &gf, err, sizeof err) == 0, "%s", err);
     if (gf) {
         const float *wcls = w + floats - (size_t)VOCAB * DIM;
         check_tensor(gf, "output.weight", DIM, VOCAB, wcls);
         check_tensor(gf, "token_embd.weight", DIM, VOCAB, w);
         const float *rms_final = wcls - SEQ * head - DIM;
         check_tensor(gf, "output_norm.weight", DIM, 1, rms_final);
-        CHECK(gguf_n_tensors(gf) == 3 + 9 * LAYERS);
-        CHECK(get_u32(gf, "llama.attention.head_count_kv") == 1);
+        CHECK_COND(gguf_n_tensors(gf) == 3 + 9 * LAYERS);
+        CHECK_COND(get_u32(gf, "llama.attention.head_count_kv") == 1);
         gguf_str *toks = NULL;
         uint64_t nt = 0;
-        CHECK(gguf_get_arr_str(gf, "tokenizer.ggml.tokens", &toks, &nt) == 0 && nt == VOCAB);
+        CHECK_COND(gguf_get_arr_str(gf, "tokenizer.ggml.tokens", &toks, &nt) == 0 && nt == VOCAB);
         if (toks && nt == VOCAB)
-            CHECK(gguf_str_eq(toks[3], "\xe2\x96\x81"
+            CHECK_COND(gguf_str_eq(toks[3], "\xe2\x96\x81"
                                        "a\xe2\x96\x81"
                                        "b"));
         free(toks);
@@ -412,6 +385,5 @@ int main(void) {
     test_stories(shared);
     test_unshared_classifier();
     rmdir(g_dir);
-    printf("test_llama2c: %d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return BT_SUMMARY("test_llama2c");
 }
