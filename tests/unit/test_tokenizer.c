@@ -49,10 +49,10 @@ static int n_pass, n_fail;
         }                                                                                        \
     } while (0)
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define SANITIZED 1
 #endif
 #endif
@@ -775,16 +775,20 @@ static void test_speed(const char *name, const tok_vocab *v) {
     int32_t *ids = malloc(n * sizeof *ids);
     int iters = SANITIZED ? 5 : 50, k = 0;
     double us_per_kb = encode_us_per_kb(v, text, n, ids, iters, &k);
-    printf("%s: encode %.1f us/KB (%zu bytes -> %d tokens)%s\n", name, us_per_kb, n, k,
-           SANITIZED ? " [sanitized build, not checked]" : "");
-    if (!SANITIZED) CHECK(us_per_kb < 500.0, "%s: encoding takes %.1f us per KB", name, us_per_kb);
-    /* One 4 KB word and one 4 KB run of spaces: the merge loops must not
-     * turn quadratic on long words. */
+    /* Speed is reported here, not asserted: performance claims live in bench/. */
+    printf("%s: encode %.1f us/KB (%zu bytes -> %d tokens)\n", name, us_per_kb, n, k);
+    /* One long word and one long run of spaces: the merge loops must not turn
+     * quadratic. The cost per KB of 4 KB must stay within 4x that of 512 B
+     * (linear ~1x, quadratic ~8x); a ratio of best-of-N timings holds on a
+     * loaded machine and under sanitizers, where absolute times do not. */
     for (int pass = 0; pass < 2; pass++) {
         memset(text, pass ? ' ' : 'a', n);
         double us = encode_us_per_kb(v, text, n, ids, iters, &k);
-        printf("%s: encode %.1f us/KB for 4 KB of %s (%d tokens)\n", name, us, pass ? "spaces" : "'a'", k);
-        if (!SANITIZED) CHECK(us < 1000.0, "%s: long word takes %.1f us per KB", name, us);
+        double us_small = encode_us_per_kb(v, text, 512, ids, iters * 4, &k);
+        printf("%s: encode %.1f us/KB for 4 KB of %s, %.1f us/KB for 512 B\n", name, us,
+               pass ? "spaces" : "'a'", us_small);
+        CHECK(us < 4.0 * us_small + 5.0, "%s: long %s grow superlinearly: %.1f vs %.1f us/KB", name,
+              pass ? "spaces" : "words", us, us_small);
     }
     free(ids);
 }
@@ -842,8 +846,7 @@ int main(void) {
             if (t < ms) ms = t;
         }
         CHECK(smol != NULL, "load %s", path);
-        printf("smollm2: vocab load %.1f ms%s\n", ms, SANITIZED ? " [sanitized build, not checked]" : "");
-        if (!SANITIZED) CHECK(ms < 50.0, "SmolLM2 vocab load took %.1f ms", ms);
+        printf("smollm2: vocab load %.1f ms\n", ms);
         if (smol) {
             test_golden("smollm2", smol, "tests/data/tok/smollm2.inp", "tests/data/tok/smollm2.out");
             test_smollm2(smol);
