@@ -4,6 +4,7 @@
 #   1. install the Debian dependencies (fast when present) and fetch SmolLM2
 #   2. Release build -> ctest -> pytest tests/integration
 #   3. ASan+UBSan build -> ctest -> pytest -m "not slow" on the sanitized binary
+#   4. TSan build -> ctest
 #
 # Every step runs even when an earlier one failed (except that nothing can be
 # tested without a build), and a summary at the end lists them; the exit code
@@ -118,5 +119,11 @@ export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=0:print_stacktrace=1
 if step "build asan" bash scripts/build.sh asan; then
     step "ctest (asan)" run_ctest build-asan
     step "pytest (asan, not slow)" run_pytest build-asan/bin/brisk -m "not slow"
+fi
+# ThreadSanitizer over the C unit tests: the thread pool and, as they arrive,
+# the loop/engine queues. halt_on_error makes the first race fail the test.
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+if step "build tsan" bash scripts/build.sh tsan; then
+    step "ctest (tsan)" run_ctest build-tsan
 fi
 finish
