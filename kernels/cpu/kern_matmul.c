@@ -5,8 +5,10 @@
  * multiple of every SIMD row tile, so no tile straddles two tasks), about
  * 4 tasks per thread so the atomic task counter evens out a slow core, and
  * the task count is rounded to a multiple of the thread count so the last
- * round is not left to one thread. Each task runs every token over its rows;
- * the row kernels tile tokens so one weight row read serves a whole tile.
+ * round is not left to one thread; tasks are numbered so that each thread's
+ * usual share is one contiguous run of rows (mm_task). Each task runs
+ * every token over its rows; the row kernels tile tokens so one weight row
+ * read serves a whole tile.
  *
  * Integer weights (Q8_0, Q8_0M, Q4_0, Q4_1): the activations are quantized
  * once per call to int16 blocks in the caller's workspace (in parallel over
@@ -252,13 +254,21 @@ void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1)
 typedef struct {
     const kern_mm_args *a;
     kern_mm_rows_fn rows;
-    int n_groups, n_tasks;
+    int n_groups, n_tasks, n_threads;
 } mm_job;
 
 static void mm_task(void *ctx, int task, int thread)
 {
     (void)thread;
     const mm_job *j = ctx;
+    /* The pool hands tasks out in order, so thread k usually runs tasks k,
+     * k + n_threads, ...: those become consecutive row ranges, each thread's
+     * share one contiguous stretch of the matrix that its prefetch of the
+     * next tile runs on into (the task order does not change any result). */
+    if (j->n_tasks % j->n_threads == 0) {
+        int per = j->n_tasks / j->n_threads;
+        task = (task % j->n_threads) * per + task / j->n_threads;
+    }
     int g0 = (int)((int64_t)task * j->n_groups / j->n_tasks);
     int g1 = (int)((int64_t)(task + 1) * j->n_groups / j->n_tasks);
     int r0 = g0 * ROW_GROUP;
@@ -349,5 +359,6 @@ void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_
     if (n_tasks > j.n_groups)
         n_tasks = j.n_groups;
     j.n_tasks = n_tasks;
+    j.n_threads = n_threads;
     kern_pool_run(pool, mm_task, &j, n_tasks);
 }

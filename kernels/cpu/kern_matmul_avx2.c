@@ -321,7 +321,12 @@ AI __m256 q8_finish(const kern_mm_args *a, const uint8_t *const *wr, const float
  * two tiles ahead, on a whole SmolLM2-135M decode step (2 threads, brisk
  * bench tg128, the machine shared, hence ranges): Q4_1 178-180 -> 189-233
  * tok/s, Q8_0M 130-132 -> 137-156; NTA two tiles ahead and T0 one tile ahead
- * each gained less. */
+ * each gained less. A task's first tile is prefetched whole (up to 81 lines)
+ * before it is computed: without that, each task start waited for DRAM with
+ * only the hardware prefetchers' help, one tile's worth of stall per task
+ * (~4 to 12 tasks per thread per matrix). With the task order of
+ * kern_matmul.c (SmolLM2-135M, 2 threads, brisk bench tg128, machine
+ * shared): int8 120-145 -> 135-169 tok/s, Q4_1 210-238 -> 203-256. */
 AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *pf, const float *sd,
                 const float *sm, int t0, const int R, const int T, const int K, const int P, float *out)
 {
@@ -356,6 +361,12 @@ AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
                                                  const float *sd, const float *sm)                 \
     {                                                                                              \
         const size_t sstride = (size_t)(a->n_in / 32) * 2;                                         \
+        if (T == 1) { /* the first tile, which no earlier tile of this task prefetched */          \
+            const char *f = (const char *)(a->W + (size_t)r0 * a->row_bytes);                      \
+            size_t nl = ((size_t)(r1 - r0 < R ? r1 - r0 : R) * a->row_bytes + 63) / 64;            \
+            for (size_t l = 0; l < nl; l++)                                                        \
+                _mm_prefetch(f + 64 * l, _MM_HINT_NTA);                                            \
+        }                                                                                          \
         for (int o = r0; o < r1; o += R) {                                                         \
             const uint8_t *wr[R];                                                                  \
             for (int r = 0; r < R; r++)                                                            \
