@@ -534,8 +534,12 @@ AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K)
     __m256i *pk = stack;
     if ((size_t)ng * gstride > (size_t)G8_STACK_BLOCKS * G8_VECS) {
         pk = aligned_alloc(32, (size_t)ng * gstride * sizeof(__m256i));
-        if (!pk)
-            abort();
+        if (!pk) {
+            /* No memory for the repacked rows: the portable kernel reads the
+             * same plain activation layout and gives the same bits. */
+            kern_mm_rows_scalar(a, r0, r1);
+            return;
+        }
     }
     const int nt = a->n_tok - a->n_tok % G8_TOK;
     for (int o = r0; o < r1; o += 8 * ng) {
