@@ -85,15 +85,9 @@ static int bpe_word(const tok_vocab *v, const unsigned char *w, size_t n, bpe_wo
     for (int32_t i = 0; i + 1 < ns && rc == 0; i++) rc = try_merge(v, sym, i, i + 1, h);
     tok_bigram b;
     while (rc == 0 && tok_heap_pop(h, &b)) {
-        tok_sym *l = &sym[b.left], *r = &sym[b.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != b.size) continue; /* stale */
-        l->len += r->len;
-        l->id = b.id;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0) sym[r->next].prev = b.left;
-        rc = try_merge(v, sym, l->prev, b.left, h);
-        if (rc == 0) rc = try_merge(v, sym, b.left, l->next, h);
+        if (!tok_sym_merge(sym, &b)) continue;
+        rc = try_merge(v, sym, sym[b.left].prev, b.left, h);
+        if (rc == 0) rc = try_merge(v, sym, b.left, sym[b.left].next, h);
     }
     for (int32_t i = 0; i >= 0 && rc == 0; i = sym[i].next)
         rc = tok_ids_push(out, sym[i].id);

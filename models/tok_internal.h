@@ -163,6 +163,19 @@ typedef struct tok_sym {
     int32_t id;          /* token of the span, -1 if none */
 } tok_sym;
 
+/* Applies candidate b: the right symbol joins the left one and leaves the
+ * list. Returns 0 (nothing done) when b is stale. */
+static inline int tok_sym_merge(tok_sym *sym, const tok_bigram *b) {
+    tok_sym *l = &sym[b->left], *r = &sym[b->right];
+    if (l->len == 0 || r->len == 0 || l->len + r->len != b->size) return 0;
+    l->len += r->len;
+    l->id = b->id;
+    r->len = 0;
+    l->next = r->next;
+    if (r->next >= 0) sym[r->next].prev = b->left;
+    return 1;
+}
+
 /* ---- the tokenizers ----------------------------------------------------- */
 /* Both append the ids of one stretch of plain text (no special tokens in
  * it) to out and return 0 or a negative code. */

@@ -105,15 +105,9 @@ int tok_spm_encode(const tok_vocab *v, const char *text, size_t len, int space_p
 
     tok_bigram b;
     while (rc == 0 && tok_heap_pop(&heap, &b)) {
-        tok_sym *l = &sym[b.left], *r = &sym[b.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != b.size) continue; /* stale */
-        l->len += r->len;
-        l->id = b.id;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0) sym[r->next].prev = b.left;
-        rc = try_bigram(v, buf, sym, l->prev, b.left, &heap);
-        if (rc == 0) rc = try_bigram(v, buf, sym, b.left, l->next, &heap);
+        if (!tok_sym_merge(sym, &b)) continue;
+        rc = try_bigram(v, buf, sym, sym[b.left].prev, b.left, &heap);
+        if (rc == 0) rc = try_bigram(v, buf, sym, b.left, sym[b.left].next, &heap);
     }
 
     for (int32_t i = 0; i >= 0 && rc == 0; i = sym[i].next) rc = emit_symbol(v, buf, &sym[i], out);
