@@ -10,6 +10,7 @@ PKGS=(
     build-essential cmake pkg-config git
     libuv1-dev libcjson-dev node-llhttp
     python3 python3-venv python3-pip
+    prometheus  # for promtool: the unit tests lint GET /metrics; the daemon is never started
 )
 
 missing=()

@@ -1,0 +1,134 @@
+/* engine.h - the engine thread: owns the model, the KV cache and the forward
+ * pass, and runs every sequence the server submits.
+ *
+ * Threading: sched_engine_submit / _cancel are called from the loop thread;
+ * they only push onto a locked inbox and wake the engine. The engine thread
+ * turns each step's results into sched_event records on an outbox and calls
+ * uv_async_send once per step (its callback drains the whole outbox with
+ * sched_engine_drain, so wake-ups coalesce). The engine never sees JSON or
+ * sockets: requests arrive as plain C structs (token ids, sampling settings,
+ * stop strings) and leave as text deltas plus token ids and log-probs.
+ *
+ * Lifecycle of a sequence: submit -> waiting -> running (prefill, then one
+ * token per step) -> exactly one final event (finish STOP, LENGTH, ABORT or
+ * ERROR). The caller's `user` pointer must stay valid until that final event
+ * has been drained; cancelling only hastens it.
+ *
+ * Scheduling (this version): first come first served into a fixed number of
+ * KV slots; every step batches one decode token of each running sequence with
+ * prompt chunks of admitted ones up to max_batch_tokens, in one forward call.
+ */
+#ifndef SCHED_ENGINE_H
+#define SCHED_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "models/model.h"
+#include "models/sampler.h"
+
+#define SCHED_MAX_TOP_LOGPROBS 20
+
+typedef struct sched_engine sched_engine;
+
+typedef struct sched_engine_config {
+    const char *model_path;
+    model_weights_fmt weights;
+    int n_threads;        /* <= 0: all cores */
+    int max_seqs;         /* sequences running at once (KV slots) */
+    int max_ctx;          /* positions per sequence (prompt + output); 0: min(train ctx, 4096) */
+    int max_batch_tokens; /* tokens per forward call (prefill chunk budget) */
+    int max_waiting;      /* sequences allowed to wait; beyond: submit returns BRISK_ENOSPC */
+    long max_waiting_tokens; /* prompt tokens allowed to wait */
+} sched_engine_config;
+
+sched_engine_config sched_engine_config_default(void);
+
+typedef enum {
+    SCHED_FINISH_NONE = 0, /* not finished: a delta */
+    SCHED_FINISH_STOP,     /* EOS or a stop string */
+    SCHED_FINISH_LENGTH,   /* max_tokens or the context */
+    SCHED_FINISH_ABORT,    /* cancelled */
+    SCHED_FINISH_ERROR,    /* engine failure; event.err says why */
+} sched_finish;
+
+const char *sched_finish_name(sched_finish f); /* "stop", "length", "abort", "error" */
+
+/* One sequence to run. The engine takes ownership of every pointer in it
+ * (prompt, bias arrays, stop strings) on a successful submit; on failure the
+ * caller still owns them. */
+typedef struct sched_seq_params {
+    int32_t *prompt;
+    int n_prompt;             /* >= 1 */
+    int max_tokens;           /* >= 1; clipped to the context */
+    model_sampling sampling;  /* logit_bias_ids / logit_bias must be owned (malloc) */
+    int logprobs;             /* -1: off; else top alternatives per token (0..20) */
+    int prompt_logprobs;      /* also log-probs of prompt tokens 1..n-1 (echo) */
+    int ignore_eos;
+    char **stop;              /* n_stop malloc'd strings (the array is malloc'd too) */
+    int n_stop;
+    void *user;               /* handed back in every event */
+} sched_seq_params;
+
+/* Frees what a params struct owns (for callers whose submit failed). */
+void sched_seq_params_free(sched_seq_params *p);
+
+typedef struct sched_token {
+    int32_t id;
+    float logprob;            /* log softmax of the raw logits */
+    int n_top;
+    int32_t top_id[SCHED_MAX_TOP_LOGPROBS];
+    float top_logprob[SCHED_MAX_TOP_LOGPROBS];
+} sched_token;
+
+typedef struct sched_event {
+    struct sched_event *next;
+    void *user;
+    sched_finish finish;      /* NONE for a delta, else this is the final event */
+    char *text;               /* new output text (complete UTF-8 except at the end) */
+    size_t text_len;
+    int n_tokens;             /* tokens produced since the last event */
+    sched_token *tokens;      /* with log-probs when asked, else id only */
+    int n_prompt_tokens;      /* prompt log-probs (first event only, when asked) */
+    sched_token *prompt_tokens;
+    int prompt_len, completion_len; /* totals so far */
+    double t_event;           /* brisk_now() when emitted */
+    double t_admitted;        /* when the sequence got a slot (0 if never) */
+    char err[160];
+} sched_event;
+
+void sched_event_free(sched_event *ev);
+
+/* Starts the engine thread, which loads the model (readiness: see
+ * sched_engine_state). `async` is signalled whenever events are ready and
+ * once when loading finishes; it must outlive the engine. */
+int sched_engine_create(const sched_engine_config *cfg, uv_async_t *async, sched_engine **out,
+                        char *err, size_t err_len);
+/* Stops the thread: running sequences are dropped without events. */
+void sched_engine_free(sched_engine *e);
+
+typedef enum { SCHED_LOADING = 0, SCHED_READY, SCHED_FAILED } sched_state;
+sched_state sched_engine_state(const sched_engine *e, char *err, size_t err_len);
+/* Valid once READY (immutable, safe to read from any thread). */
+const model *sched_engine_model(const sched_engine *e);
+int sched_engine_max_ctx(const sched_engine *e);
+
+/* Queues p. BRISK_ENOSPC when the waiting queue is full (the server answers
+ * 429), BRISK_EINVAL for a bad argument, BRISK_EUNSUPPORTED before READY. */
+int sched_engine_submit(sched_engine *e, sched_seq_params *p);
+/* Asks for the sequence with this user pointer to stop; its final event
+ * (ABORT) follows. Unknown or finished: no effect. */
+void sched_engine_cancel(sched_engine *e, void *user);
+
+/* Takes every pending event, oldest first (a list linked through next). */
+sched_event *sched_engine_drain(sched_engine *e);
+
+typedef struct sched_engine_stats {
+    int running, waiting;
+    double kv_usage;              /* fraction of KV positions in use */
+    long long steps, prompt_tokens, generation_tokens;
+} sched_engine_stats;
+void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out);
+
+#endif

@@ -1,0 +1,222 @@
+/* srv_api.h - the OpenAI API JSON layer: request bodies of /v1/completions and
+ * /v1/chat/completions in, plain C structs out (srv_api_req.c); response
+ * bodies, streaming chunks, SSE framing and UTF-8 sanitising (srv_api_resp.c).
+ *
+ * Runs on the loop thread. The engine sees only the structs below, never
+ * cJSON. Every request body is hostile: the parsers validate everything,
+ * answer 400 with an OpenAI-shaped error for any bad input, and never assert
+ * or abort on it. Every JSON text produced here is one line of valid UTF-8. */
+#ifndef SRV_API_H
+#define SRV_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- errors */
+
+/* An OpenAI error: {"error":{"message","type","param","code"}}.
+ * type and code point to static strings (code may be NULL); param is ""
+ * when the error names no field. */
+typedef struct srv_api_error {
+    int status;       /* HTTP status: 400 for every validation error, 500 for ENOMEM */
+    const char *type; /* "invalid_request_error" or "server_error" */
+    char param[64];   /* e.g. "temperature", "messages[2].content"; "" = null */
+    const char *code; /* "invalid_type", "invalid_value", ... or NULL */
+    char message[512];
+} srv_api_error;
+
+/* Malloc'd one-line JSON of e; caller frees. NULL on allocation failure. */
+char *srv_api_error_json(const srv_api_error *e);
+
+/* ---------------------------------------------------------------- requests */
+
+/* What the parser needs to know from the app. */
+typedef struct srv_api_limits {
+    int n_vocab;        /* token ids and logit_bias keys must be in [0, n_vocab) */
+    int max_n;          /* choices per prompt (16) */
+    int max_logprobs;   /* top alternatives per token (20) */
+    int max_stop;       /* stop strings (4) */
+    int max_stop_len;   /* bytes per stop string (1024) */
+    int max_logit_bias; /* logit_bias entries (1024) */
+    int max_prompts;    /* prompts in one completions request (64) */
+    int max_messages;   /* chat messages (1024) */
+    int max_json_depth; /* nesting of objects and arrays (32); checked before parsing */
+} srv_api_limits;
+
+/* The defaults in parentheses above, for a vocabulary of n_vocab tokens. */
+srv_api_limits srv_api_limits_default(int n_vocab);
+
+/* Generation parameters shared by both endpoints. JSON null means "not given"
+ * for every optional field. Owns every pointer; freed with the request. */
+typedef struct srv_gen_params {
+    char *model;       /* NULL when not given */
+    int max_tokens;    /* -1: not given (chat: max_completion_tokens wins) */
+    float temperature; /* [0, 2], default 1 */
+    float top_p;       /* (0, 1], default 1 */
+    int top_k;         /* -1: off (0 is accepted as off and stored as -1) */
+    float min_p;       /* [0, 1], default 0 */
+    int n;             /* [1, max_n], default 1 */
+    char **stop;       /* [n_stop] non-empty NUL-terminated strings */
+    int n_stop;
+    int has_seed;
+    uint64_t seed;            /* the int64 given, as two's complement */
+    float presence_penalty;   /* [-2, 2], default 0 */
+    float frequency_penalty;  /* [-2, 2], default 0 */
+    float repetition_penalty; /* (0, 10], default 1 */
+    int32_t *logit_bias_ids;  /* [n_logit_bias], ids in [0, n_vocab), distinct */
+    float *logit_bias;        /* [n_logit_bias], in [-100, 100] */
+    int n_logit_bias;
+    int logprobs; /* -1: off; else top alternatives per token (0 = chosen only) */
+    int echo;     /* completions: prompt text prepended to each choice */
+    int stream;
+    int include_usage; /* stream_options.include_usage */
+    int ignore_eos;
+    int n_unknown_fields; /* top-level fields not understood, ignored */
+} srv_gen_params;
+
+/* One completions prompt: text, or token ids (is_tokens). */
+typedef struct srv_prompt {
+    int is_tokens;
+    char *text; /* owned, NUL-terminated, text_len > 0, valid UTF-8, no NUL */
+    size_t text_len;
+    int32_t *ids; /* owned, [n_ids], n_ids > 0, each in [0, n_vocab) */
+    int n_ids;
+} srv_prompt;
+
+typedef struct srv_completion_req {
+    srv_gen_params params;
+    srv_prompt *prompts; /* [n_prompts], 1 <= n_prompts <= max_prompts */
+    int n_prompts;
+} srv_completion_req;
+
+/* One chat message. content is valid UTF-8 without NUL bytes; text parts are
+ * concatenated with nothing between them. */
+typedef struct srv_chat_msg {
+    const char *role; /* static: "system" ("developer" maps here), "user", "assistant" */
+    char *content;    /* owned, NUL-terminated, may be "" */
+    size_t content_len;
+} srv_chat_msg;
+
+typedef struct srv_chat_req {
+    srv_gen_params params;
+    srv_chat_msg *msgs; /* [n_msgs], 1 <= n_msgs <= max_messages */
+    int n_msgs;
+} srv_chat_req;
+
+/* Parse and validate a request body of len bytes (need not be NUL-terminated).
+ * Returns 0 with *out filled (the caller frees it with the matching _free),
+ * BRISK_EINVAL with *err a 400 for any bad input, or BRISK_ENOMEM with *err
+ * a 500. On failure *out is left zeroed and owns nothing. */
+int srv_api_parse_completion(const char *body, size_t len, const srv_api_limits *lim,
+                             srv_completion_req *out, srv_api_error *err);
+int srv_api_parse_chat(const char *body, size_t len, const srv_api_limits *lim, srv_chat_req *out,
+                       srv_api_error *err);
+
+/* Free what a request owns and zero it; NULL and zeroed structs are fine. */
+void srv_completion_req_free(srv_completion_req *r);
+void srv_chat_req_free(srv_chat_req *r);
+
+/* ---------------------------------------------------------------- responses */
+
+/* Inputs of the response builders: all borrowed for the call. Text fields are
+ * raw bytes (token pieces may be partial UTF-8): the builders replace
+ * ill-formed sequences with U+FFFD, except in chat logprobs' "bytes" arrays,
+ * which carry the raw bytes. A logprob that is not finite is written -9999. */
+typedef struct srv_top_logprob {
+    const char *token;
+    size_t token_len;
+    float logprob;
+} srv_top_logprob;
+
+typedef struct srv_token_logprob {
+    const char *token;
+    size_t token_len;
+    float logprob;
+    int has_logprob; /* 0: null (echo's first prompt token) */
+    int n_top;
+    const srv_top_logprob *top; /* [n_top], best first */
+    size_t text_offset;         /* completions: byte offset of the token in the choice text */
+} srv_token_logprob;
+
+typedef struct srv_choice {
+    int index;
+    const char *text; /* chat chunks: NULL = no "content" in the delta */
+    size_t text_len;
+    const char *finish_reason;    /* "stop", "length", or NULL (JSON null) */
+    const srv_token_logprob *lps; /* [n_lps] */
+    int n_lps;
+} srv_choice;
+
+typedef struct srv_usage {
+    int prompt_tokens, completion_tokens;
+} srv_usage;
+
+/* Every builder returns a malloc'd, NUL-terminated, one-line JSON text that
+ * the caller frees, or NULL on allocation failure. want_logprobs selects
+ * between "logprobs": null and the logprobs object built from lps. */
+
+/* "text_completion" with n choices and usage (usage may be NULL: omitted). */
+char *srv_api_completion_json(const char *id, int64_t created, const char *model,
+                              const srv_choice *choices, int n, const srv_usage *usage,
+                              int want_logprobs);
+
+/* "chat.completion": choices[{index, message{role, content}, logprobs, finish_reason}]. */
+char *srv_api_chat_json(const char *id, int64_t created, const char *model,
+                        const srv_choice *choices, int n, const srv_usage *usage,
+                        int want_logprobs);
+
+/* One streaming chunk of /v1/completions ("text_completion"). c == NULL gives
+ * "choices": [] (the include_usage chunk); usage != NULL adds "usage". */
+char *srv_api_completion_chunk_json(const char *id, int64_t created, const char *model,
+                                    const srv_choice *c, const srv_usage *usage, int want_logprobs);
+
+/* One "chat.completion.chunk". The delta carries "role": "assistant" when
+ * first is set and "content" when c->text != NULL (first with text NULL gives
+ * "content": ""). c == NULL gives "choices": [] (the include_usage chunk). */
+char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model,
+                              const srv_choice *c, int first, const srv_usage *usage,
+                              int want_logprobs);
+
+/* /v1/models: {"object":"list","data":[{"id","object":"model","created",
+ * "owned_by","max_model_len"}]}; max_model_len <= 0 leaves it out. */
+char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,
+                          int max_model_len);
+
+/* ---------------------------------------------------------------- SSE */
+
+/* "data: <json>\n\n", malloc'd (caller frees); *len gets its length (without
+ * the NUL). json must be one line, as every builder above makes it. */
+char *srv_sse_event(const char *json, size_t *len);
+
+/* "data: [DONE]\n\n": a static string, never freed. */
+const char *srv_sse_done(size_t *len);
+
+/* "data: {"error":{...}}\n\n", malloc'd (caller frees). */
+char *srv_sse_error(const srv_api_error *e, size_t *len);
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+/* Classifies the sequence at s[0] (len > 0): returns 1 and sets *n to its
+ * length for a well-formed sequence; 0 and *n = the maximal ill-formed
+ * subpart (what one U+FFFD replaces, as Unicode recommends) for an ill-formed
+ * one; -1 and *n = len when the input ends inside a sequence that more bytes
+ * could still complete. */
+int srv_utf8_next(const char *s, size_t len, size_t *n);
+
+/* 1 if s[0..len) is well-formed UTF-8 (NUL bytes included), else 0. */
+int srv_utf8_valid(const char *s, size_t len);
+
+/* Writes s with every ill-formed subpart replaced by U+FFFD (EF BF BD) into
+ * out, which must hold 3 * len bytes; returns the bytes written. No NUL. */
+size_t srv_utf8_sanitize(const char *s, size_t len, char *out);
+
+/* Malloc'd, NUL-terminated sanitised copy; *out_len (may be NULL) its length. */
+char *srv_utf8_sanitize_dup(const char *s, size_t len, size_t *out_len);
+
+/* How many leading bytes of s can be emitted now: len, less a final sequence
+ * that is still incomplete (at most 3 bytes, held back until more bytes
+ * arrive). An ill-formed tail is not held back. sanitize(s[0..k)) followed by
+ * sanitize of the rest plus any later bytes equals sanitising everything. */
+size_t srv_utf8_complete_prefix(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,1014 @@
+/* srv_api_req.c - request bodies of /v1/completions and /v1/chat/completions
+ * into srv_completion_req / srv_chat_req, with strict validation.
+ *
+ * Three passes over a hostile body:
+ *   1. a byte scan, before cJSON sees anything: nesting depth (a clean 400
+ *      long before cJSON's own recursion limit), strict number grammar,
+ *      string escapes, no NUL (raw or \u0000: cJSON strings are C strings),
+ *      no raw control characters, well-formed UTF-8 in every string and key;
+ *   2. cJSON builds the tree; nothing but whitespace may follow the value;
+ *      no object at any depth may repeat a key (cJSON keeps both);
+ *   3. each known field is read with its type and range checked; unknown
+ *      top-level fields are counted and ignored.
+ * Every rejection is a 400 "invalid_request_error" naming the field in param. */
+#include <assert.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/brisk_error.h"
+#include "server/srv_api.h"
+
+/* Bounds that are properties of the API, not of the deployment. */
+#define API_TEMPERATURE_MAX 2.0  /* OpenAI's range is [0, 2] */
+#define API_PENALTY_MAX 2.0      /* presence / frequency penalties in [-2, 2] */
+#define API_REPETITION_MAX 10.0  /* a multiplicative penalty; beyond 10 is nonsense */
+#define API_LOGIT_BIAS_MAX 100.0 /* OpenAI's range is [-100, 100] */
+#define API_SNIP_BYTES 40        /* user text quoted in an error message */
+
+srv_api_limits srv_api_limits_default(int n_vocab) {
+    srv_api_limits l;
+    l.n_vocab = n_vocab;
+    l.max_n = 16;
+    l.max_logprobs = 20;
+    l.max_stop = 4;
+    l.max_stop_len = 1024;
+    l.max_logit_bias = 1024;
+    l.max_prompts = 64;
+    l.max_messages = 1024;
+    l.max_json_depth = 32;
+    return l;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static int api_fail(srv_api_error *err, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int api_fail(srv_api_error *err, const char *code, const char *param, const char *fmt, ...) {
+    err->status = 400;
+    err->type = "invalid_request_error";
+    err->code = code;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return BRISK_EINVAL;
+}
+
+static int api_oom(srv_api_error *err) {
+    err->status = 500;
+    err->type = "server_error";
+    err->code = NULL;
+    err->param[0] = '\0';
+    snprintf(err->message, sizeof err->message, "out of memory while parsing the request");
+    return BRISK_ENOMEM;
+}
+
+/* A short, printable, one-line quote of a user string (valid UTF-8, no NUL)
+ * for an error message: cut at a character boundary, controls as '?'. */
+static const char *api_snip(const char *s, char out[API_SNIP_BYTES + 1]) {
+    size_t n = strlen(s);
+    if (n > API_SNIP_BYTES)
+        n = srv_utf8_complete_prefix(s, API_SNIP_BYTES);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    out[n] = '\0';
+    return out;
+}
+
+/* ---------------------------------------------------------------- byte scan */
+
+static int scan_is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
+
+static int scan_is_hex(char c) {
+    return scan_is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* A JSON number at s[*i] (RFC 8259 grammar): cJSON alone would take "01",
+ * "1." or "+1". Advances *i past it; 0 if ill-formed. */
+static int scan_number(const char *s, size_t len, size_t *i) {
+    size_t p = *i;
+    if (s[p] == '-')
+        p++;
+    if (p >= len || !scan_is_digit(s[p]))
+        return 0;
+    if (s[p] == '0') {
+        p++;
+    } else {
+        while (p < len && scan_is_digit(s[p]))
+            p++;
+    }
+    if (p < len && s[p] == '.') {
+        p++;
+        if (p >= len || !scan_is_digit(s[p]))
+            return 0;
+        while (p < len && scan_is_digit(s[p]))
+            p++;
+    }
+    if (p < len && (s[p] == 'e' || s[p] == 'E')) {
+        p++;
+        if (p < len && (s[p] == '+' || s[p] == '-'))
+            p++;
+        if (p >= len || !scan_is_digit(s[p]))
+            return 0;
+        while (p < len && scan_is_digit(s[p]))
+            p++;
+    }
+    if (p < len && (scan_is_digit(s[p]) || strchr("+-.eE", s[p])))
+        return 0;
+    *i = p;
+    return 1;
+}
+
+/* A string at s[*i] == '"'. Advances *i past the closing quote. */
+static int scan_string(const char *s, size_t len, size_t *i, srv_api_error *err) {
+    size_t p = *i + 1, n;
+    for (;;) {
+        if (p >= len)
+            return api_fail(err, NULL, NULL, "invalid JSON body: unterminated string");
+        unsigned char c = (unsigned char)s[p];
+        if (c == '"')
+            break;
+        if (c == '\\') {
+            if (p + 1 >= len)
+                return api_fail(err, NULL, NULL, "invalid JSON body: unterminated string");
+            char e = s[p + 1];
+            if (e == 'u') {
+                if (p + 6 > len || !scan_is_hex(s[p + 2]) || !scan_is_hex(s[p + 3]) ||
+                    !scan_is_hex(s[p + 4]) || !scan_is_hex(s[p + 5]))
+                    return api_fail(err, NULL, NULL,
+                                    "invalid JSON body: bad \\u escape at byte %zu", p);
+                if (!memcmp(s + p + 2, "0000", 4))
+                    return api_fail(err, NULL, NULL,
+                                    "invalid JSON body: strings must not contain NUL "
+                                    "characters (\\u0000 at byte %zu)",
+                                    p);
+                p += 6;
+            } else if (e && strchr("\"\\/bfnrt", e)) {
+                p += 2;
+            } else {
+                return api_fail(err, NULL, NULL, "invalid JSON body: bad escape at byte %zu", p);
+            }
+        } else if (c == 0) {
+            return api_fail(err, NULL, NULL,
+                            "invalid JSON body: strings must not contain NUL characters "
+                            "(byte %zu)",
+                            p);
+        } else if (c < 0x20) {
+            return api_fail(err, NULL, NULL,
+                            "invalid JSON body: unescaped control character in a string at "
+                            "byte %zu",
+                            p);
+        } else if (c < 0x80) {
+            p++;
+        } else {
+            if (srv_utf8_next(s + p, len - p, &n) != 1)
+                return api_fail(err, NULL, NULL, "invalid JSON body: invalid UTF-8 at byte %zu", p);
+            p += n;
+        }
+    }
+    *i = p + 1;
+    return 0;
+}
+
+static int scan_body(const char *s, size_t len, int max_depth, srv_api_error *err) {
+    int depth = 0, rc;
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"') {
+            if ((rc = scan_string(s, len, &i, err)) < 0)
+                return rc;
+            continue;
+        }
+        if (c == '-' || scan_is_digit((char)c)) {
+            if (!scan_number(s, len, &i))
+                return api_fail(err, NULL, NULL, "invalid JSON body: bad number at byte %zu", i);
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (++depth > max_depth)
+                return api_fail(err, NULL, NULL,
+                                "invalid JSON body: nesting is deeper than %d levels", max_depth);
+        } else if (c == '}' || c == ']') {
+            if (depth > 0)
+                depth--;
+        } else if (c == 0) {
+            return api_fail(err, NULL, NULL, "invalid JSON body: NUL byte at byte %zu", i);
+        } else if (c >= 0x80) {
+            return api_fail(err, NULL, NULL, "invalid JSON body: unexpected byte at byte %zu", i);
+        }
+        i++;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- tree checks */
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int dup_found(const char *name, int top, srv_api_error *err) {
+    char q[API_SNIP_BYTES + 1];
+    return api_fail(err, "duplicate_key", top ? name : NULL,
+                    "invalid JSON body: duplicate key '%s' in an object", api_snip(name, q));
+}
+
+/* Duplicate keys anywhere under node. Small objects compare pairwise; large
+ * ones sort their names, so 100k keys cost n log n, not n^2. The recursion
+ * is bounded by the scanned nesting depth. */
+static int check_dups(const cJSON *node, int top, srv_api_error *err) {
+    int rc;
+    if (cJSON_IsObject(node)) {
+        size_t n = 0;
+        for (const cJSON *c = node->child; c; c = c->next)
+            n++;
+        if (n <= 8) {
+            for (const cJSON *a = node->child; a; a = a->next)
+                for (const cJSON *b = a->next; b; b = b->next)
+                    if (!strcmp(a->string, b->string))
+                        return dup_found(a->string, top, err);
+        } else {
+            const char **names = malloc(n * sizeof *names);
+            if (!names)
+                return api_oom(err);
+            size_t k = 0;
+            for (const cJSON *c = node->child; c; c = c->next)
+                names[k++] = c->string;
+            qsort(names, n, sizeof *names, cmp_names);
+            for (k = 1; k < n; k++) {
+                if (!strcmp(names[k - 1], names[k])) {
+                    rc = dup_found(names[k], top, err);
+                    free(names);
+                    return rc;
+                }
+            }
+            free(names);
+        }
+    }
+    if (cJSON_IsObject(node) || cJSON_IsArray(node))
+        for (const cJSON *c = node->child; c; c = c->next)
+            if ((rc = check_dups(c, 0, err)) < 0)
+                return rc;
+    return 0;
+}
+
+static int is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Scan, parse and check the body; *root is an object the caller deletes. */
+static int api_parse_tree(const char *body, size_t len, const srv_api_limits *lim, cJSON **root,
+                          srv_api_error *err) {
+    *root = NULL;
+    size_t i = 0;
+    while (i < len && is_ws(body[i]))
+        i++;
+    if (i == len)
+        return api_fail(err, NULL, NULL, "invalid JSON body: the body is empty");
+    int rc = scan_body(body, len, lim->max_json_depth, err);
+    if (rc < 0)
+        return rc;
+    /* cJSON cannot tell a syntax error from a failed allocation; after the
+     * scan, a failure is almost surely syntax (a missing comma or colon). */
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!j)
+        return api_fail(err, NULL, NULL, "invalid JSON body: the body is not valid JSON");
+    for (const char *p = end; p < body + len; p++) {
+        if (!is_ws(*p)) {
+            cJSON_Delete(j);
+            return api_fail(err, NULL, NULL,
+                            "invalid JSON body: unexpected data after the JSON value at byte %zu",
+                            (size_t)(p - body));
+        }
+    }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return api_fail(err, "invalid_type", NULL, "the request body must be a JSON object");
+    }
+    if ((rc = check_dups(j, 1, err)) < 0) {
+        cJSON_Delete(j);
+        return rc;
+    }
+    *root = j;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- fields */
+
+enum {
+    F_MODEL,
+    F_PROMPT,
+    F_MESSAGES,
+    F_MAX_TOKENS,
+    F_MAX_COMPLETION_TOKENS,
+    F_TEMPERATURE,
+    F_TOP_P,
+    F_TOP_K,
+    F_MIN_P,
+    F_N,
+    F_STOP,
+    F_SEED,
+    F_PRESENCE_PENALTY,
+    F_FREQUENCY_PENALTY,
+    F_REPETITION_PENALTY,
+    F_LOGIT_BIAS,
+    F_LOGPROBS,
+    F_TOP_LOGPROBS,
+    F_ECHO,
+    F_STREAM,
+    F_STREAM_OPTIONS,
+    F_USER,
+    F_IGNORE_EOS,
+    F_BEST_OF,
+    F_SUFFIX,
+    F_TOOLS,
+    F_FUNCTIONS,
+    F_RESPONSE_FORMAT,
+    F_COUNT
+};
+
+#define K_CMPL 1u
+#define K_CHAT 2u
+
+static const struct {
+    const char *name;
+    unsigned kinds; /* the endpoints that know the field */
+} api_fields[F_COUNT] = {
+    [F_MODEL] = {"model", K_CMPL | K_CHAT},
+    [F_PROMPT] = {"prompt", K_CMPL},
+    [F_MESSAGES] = {"messages", K_CHAT},
+    [F_MAX_TOKENS] = {"max_tokens", K_CMPL | K_CHAT},
+    [F_MAX_COMPLETION_TOKENS] = {"max_completion_tokens", K_CHAT},
+    [F_TEMPERATURE] = {"temperature", K_CMPL | K_CHAT},
+    [F_TOP_P] = {"top_p", K_CMPL | K_CHAT},
+    [F_TOP_K] = {"top_k", K_CMPL | K_CHAT},
+    [F_MIN_P] = {"min_p", K_CMPL | K_CHAT},
+    [F_N] = {"n", K_CMPL | K_CHAT},
+    [F_STOP] = {"stop", K_CMPL | K_CHAT},
+    [F_SEED] = {"seed", K_CMPL | K_CHAT},
+    [F_PRESENCE_PENALTY] = {"presence_penalty", K_CMPL | K_CHAT},
+    [F_FREQUENCY_PENALTY] = {"frequency_penalty", K_CMPL | K_CHAT},
+    [F_REPETITION_PENALTY] = {"repetition_penalty", K_CMPL | K_CHAT},
+    [F_LOGIT_BIAS] = {"logit_bias", K_CMPL | K_CHAT},
+    [F_LOGPROBS] = {"logprobs", K_CMPL | K_CHAT},
+    [F_TOP_LOGPROBS] = {"top_logprobs", K_CHAT},
+    [F_ECHO] = {"echo", K_CMPL},
+    [F_STREAM] = {"stream", K_CMPL | K_CHAT},
+    [F_STREAM_OPTIONS] = {"stream_options", K_CMPL | K_CHAT},
+    [F_USER] = {"user", K_CMPL | K_CHAT},
+    [F_IGNORE_EOS] = {"ignore_eos", K_CMPL | K_CHAT},
+    [F_BEST_OF] = {"best_of", K_CMPL},
+    [F_SUFFIX] = {"suffix", K_CMPL},
+    [F_TOOLS] = {"tools", K_CHAT},
+    [F_FUNCTIONS] = {"functions", K_CHAT},
+    [F_RESPONSE_FORMAT] = {"response_format", K_CHAT},
+};
+
+/* Sorts the top-level members into f[] (NULL: absent); JSON null counts as
+ * absent for every field. Returns the number of unknown members. */
+static int api_collect(const cJSON *root, unsigned kind, const cJSON *f[F_COUNT]) {
+    int unknown = 0;
+    for (int k = 0; k < F_COUNT; k++)
+        f[k] = NULL;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        int k = 0;
+        while (k < F_COUNT &&
+               (!(api_fields[k].kinds & kind) || strcmp(api_fields[k].name, c->string)))
+            k++;
+        if (k == F_COUNT)
+            unknown++;
+        else if (!cJSON_IsNull(c))
+            f[k] = c;
+    }
+    return unknown;
+}
+
+/* Typed getters: 0 when it is NULL (absent or null), 1 with *out set, or a
+ * negative code with *err filled. */
+
+static int get_number(const cJSON *it, const char *name, double lo, double hi, int lo_open,
+                      double *out, srv_api_error *err) {
+    if (!it)
+        return 0;
+    if (!cJSON_IsNumber(it))
+        return api_fail(err, "invalid_type", name, "'%s' must be a number", name);
+    double v = it->valuedouble;
+    if (!isfinite(v))
+        return api_fail(err, "invalid_value", name, "'%s' must be finite", name);
+    if ((lo_open ? v <= lo : v < lo) || v > hi)
+        return api_fail(err, "invalid_value", name, "'%s' must be %s %g and at most %g", name,
+                        lo_open ? "greater than" : "at least", lo, hi);
+    *out = v;
+    return 1;
+}
+
+static int get_float(const cJSON *it, const char *name, double lo, double hi, int lo_open,
+                     float *out, srv_api_error *err) {
+    double v;
+    int rc = get_number(it, name, lo, hi, lo_open, &v, err);
+    if (rc == 1)
+        *out = (float)v;
+    return rc;
+}
+
+/* An integer, given as a JSON number without a fractional part (2.0 is 2,
+ * 2.5 is an error). lo and hi must be exactly representable as doubles. */
+static int get_int(const cJSON *it, const char *name, long long lo, long long hi, long long *out,
+                   srv_api_error *err) {
+    if (!it)
+        return 0;
+    if (!cJSON_IsNumber(it))
+        return api_fail(err, "invalid_type", name, "'%s' must be an integer", name);
+    double v = it->valuedouble;
+    if (!isfinite(v) || v != floor(v))
+        return api_fail(err, "invalid_type", name, "'%s' must be an integer", name);
+    if (v < (double)lo || v > (double)hi)
+        return api_fail(err, "invalid_value", name, "'%s' must be between %lld and %lld", name, lo,
+                        hi);
+    *out = (long long)v;
+    return 1;
+}
+
+static int get_int32(const cJSON *it, const char *name, int lo, int hi, int *out,
+                     srv_api_error *err) {
+    long long v;
+    int rc = get_int(it, name, lo, hi, &v, err);
+    if (rc == 1)
+        *out = (int)v;
+    return rc;
+}
+
+static int get_bool(const cJSON *it, const char *name, int *out, srv_api_error *err) {
+    if (!it)
+        return 0;
+    if (!cJSON_IsBool(it))
+        return api_fail(err, "invalid_type", name, "'%s' must be a boolean", name);
+    *out = cJSON_IsTrue(it);
+    return 1;
+}
+
+static int get_string(const cJSON *it, const char *name, const char **out, srv_api_error *err) {
+    if (!it)
+        return 0;
+    if (!cJSON_IsString(it))
+        return api_fail(err, "invalid_type", name, "'%s' must be a string", name);
+    *out = it->valuestring;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- parameters */
+
+static void params_default(srv_gen_params *p) {
+    memset(p, 0, sizeof *p);
+    p->max_tokens = -1;
+    p->temperature = 1.0f;
+    p->top_p = 1.0f;
+    p->top_k = -1;
+    p->n = 1;
+    p->repetition_penalty = 1.0f;
+    p->logprobs = -1;
+}
+
+static void params_free(srv_gen_params *p) {
+    free(p->model);
+    for (int i = 0; i < p->n_stop; i++)
+        free(p->stop[i]);
+    free(p->stop);
+    free(p->logit_bias_ids);
+    free(p->logit_bias);
+    memset(p, 0, sizeof *p);
+}
+
+static int parse_one_stop(const cJSON *it, const srv_api_limits *lim, srv_gen_params *p,
+                          srv_api_error *err) {
+    if (!cJSON_IsString(it))
+        return api_fail(err, "invalid_type", "stop",
+                        "'stop' must be a string or an array of strings");
+    size_t n = strlen(it->valuestring);
+    if (n == 0)
+        return api_fail(err, "invalid_value", "stop", "stop strings must not be empty");
+    if (n > (size_t)lim->max_stop_len)
+        return api_fail(err, "invalid_value", "stop", "stop strings must be at most %d bytes",
+                        lim->max_stop_len);
+    if (!(p->stop[p->n_stop] = strdup(it->valuestring)))
+        return api_oom(err);
+    p->n_stop++;
+    return 0;
+}
+
+static int parse_stop(const cJSON *it, const srv_api_limits *lim, srv_gen_params *p,
+                      srv_api_error *err) {
+    if (!it)
+        return 0;
+    int count = cJSON_IsArray(it) ? cJSON_GetArraySize(it) : 1;
+    if (count > lim->max_stop)
+        return api_fail(err, "invalid_value", "stop", "at most %d stop strings are allowed",
+                        lim->max_stop);
+    if (count == 0)
+        return 0;
+    if (!(p->stop = calloc((size_t)count, sizeof *p->stop)))
+        return api_oom(err);
+    if (!cJSON_IsArray(it))
+        return parse_one_stop(it, lim, p, err);
+    int rc;
+    for (const cJSON *c = it->child; c; c = c->next)
+        if ((rc = parse_one_stop(c, lim, p, err)) < 0)
+            return rc;
+    return 0;
+}
+
+/* A logit_bias key: a token id in canonical decimal ("0", "17"; no sign,
+ * leading zero or spaces, so two keys never name one token). */
+static int parse_token_key(const char *s, int n_vocab, int32_t *id) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 10 || (n > 1 && s[0] == '0'))
+        return 0;
+    long long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!scan_is_digit(s[i]))
+            return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v >= n_vocab)
+        return 0;
+    *id = (int32_t)v;
+    return 1;
+}
+
+static int parse_logit_bias(const cJSON *it, const srv_api_limits *lim, srv_gen_params *p,
+                            srv_api_error *err) {
+    if (!it)
+        return 0;
+    if (!cJSON_IsObject(it))
+        return api_fail(err, "invalid_type", "logit_bias",
+                        "'logit_bias' must be an object mapping token ids to numbers");
+    int count = cJSON_GetArraySize(it);
+    if (count > lim->max_logit_bias)
+        return api_fail(err, "invalid_value", "logit_bias",
+                        "'logit_bias' may have at most %d entries", lim->max_logit_bias);
+    if (count == 0)
+        return 0;
+    p->logit_bias_ids = malloc((size_t)count * sizeof *p->logit_bias_ids);
+    p->logit_bias = malloc((size_t)count * sizeof *p->logit_bias);
+    if (!p->logit_bias_ids || !p->logit_bias)
+        return api_oom(err);
+    for (const cJSON *c = it->child; c; c = c->next) {
+        int32_t id;
+        if (!parse_token_key(c->string, lim->n_vocab, &id)) {
+            char q[API_SNIP_BYTES + 1];
+            return api_fail(err, "invalid_value", "logit_bias",
+                            "'logit_bias' keys must be token ids in [0, %d); got '%s'",
+                            lim->n_vocab, api_snip(c->string, q));
+        }
+        if (!cJSON_IsNumber(c))
+            return api_fail(err, "invalid_type", "logit_bias",
+                            "'logit_bias' values must be numbers");
+        float b = 0;
+        int rc = get_float(c, "logit_bias", -API_LOGIT_BIAS_MAX, API_LOGIT_BIAS_MAX, 0, &b, err);
+        if (rc < 0)
+            return rc; /* c is never NULL, so rc is 1 otherwise */
+        p->logit_bias_ids[p->n_logit_bias] = id;
+        p->logit_bias[p->n_logit_bias] = b;
+        p->n_logit_bias++;
+    }
+    return 0;
+}
+
+static int parse_stream_options(const cJSON *it, srv_gen_params *p, srv_api_error *err) {
+    if (!it)
+        return 0;
+    if (!cJSON_IsObject(it))
+        return api_fail(err, "invalid_type", "stream_options",
+                        "'stream_options' must be an object");
+    if (!p->stream)
+        return api_fail(err, "invalid_value", "stream_options",
+                        "'stream_options' is only allowed when 'stream' is true");
+    for (const cJSON *c = it->child; c; c = c->next) {
+        if (strcmp(c->string, "include_usage") || cJSON_IsNull(c))
+            continue;
+        int rc = get_bool(c, "stream_options.include_usage", &p->include_usage, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* A field the server does not implement: null or an empty list is harmless,
+ * anything else is refused rather than silently ignored. */
+static int parse_unsupported_list(const cJSON *it, const char *name, srv_api_error *err) {
+    if (!it)
+        return 0;
+    if (!cJSON_IsArray(it))
+        return api_fail(err, "invalid_type", name, "'%s' must be an array", name);
+    if (cJSON_GetArraySize(it) > 0)
+        return api_fail(err, "unsupported_value", name, "'%s' is not supported by this server",
+                        name);
+    return 0;
+}
+
+static int parse_response_format(const cJSON *it, srv_api_error *err) {
+    if (!it)
+        return 0;
+    if (!cJSON_IsObject(it))
+        return api_fail(err, "invalid_type", "response_format",
+                        "'response_format' must be an object");
+    const char *type = NULL;
+    for (const cJSON *c = it->child; c; c = c->next)
+        if (!strcmp(c->string, "type") && cJSON_IsString(c))
+            type = c->valuestring;
+    if (!type || strcmp(type, "text"))
+        return api_fail(err, "unsupported_value", "response_format",
+                        "only 'response_format' {\"type\": \"text\"} is supported");
+    return 0;
+}
+
+/* The fields both endpoints share, in an order where each check can rely on
+ * the ones before it (stream before stream_options). */
+static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_limits *lim,
+                        srv_gen_params *p, srv_api_error *err) {
+    int rc;
+    long long v64 = 0;
+    const char *s = NULL;
+    if ((rc = get_string(f[F_MODEL], "model", &s, err)) < 0)
+        return rc;
+    if (rc == 1 && !(p->model = strdup(s)))
+        return api_oom(err);
+    if ((rc = get_int32(f[F_MAX_TOKENS], "max_tokens", 1, INT32_MAX, &p->max_tokens, err)) < 0)
+        return rc;
+    if (kind == K_CHAT && (rc = get_int32(f[F_MAX_COMPLETION_TOKENS], "max_completion_tokens", 1,
+                                          INT32_MAX, &p->max_tokens, err)) < 0)
+        return rc;
+    if ((rc = get_float(f[F_TEMPERATURE], "temperature", 0, API_TEMPERATURE_MAX, 0, &p->temperature,
+                        err)) < 0)
+        return rc;
+    if ((rc = get_float(f[F_TOP_P], "top_p", 0, 1, 1, &p->top_p, err)) < 0)
+        return rc;
+    if ((rc = get_int32(f[F_TOP_K], "top_k", -1, INT32_MAX, &p->top_k, err)) < 0)
+        return rc;
+    if (p->top_k == 0)
+        p->top_k = -1;
+    if ((rc = get_float(f[F_MIN_P], "min_p", 0, 1, 0, &p->min_p, err)) < 0)
+        return rc;
+    if ((rc = get_int32(f[F_N], "n", 1, lim->max_n, &p->n, err)) < 0)
+        return rc;
+    if ((rc = parse_stop(f[F_STOP], lim, p, err)) < 0)
+        return rc;
+    /* int64 seeds: a JSON number is a double here, so seeds beyond 2^53 are
+     * rounded; [-2^63, 2^63) as doubles are exact bounds. */
+    if (f[F_SEED]) {
+        const cJSON *it = f[F_SEED];
+        double v = it->valuedouble; /* 0 for a non-number */
+        if (!cJSON_IsNumber(it) || !isfinite(v) || v != floor(v))
+            return api_fail(err, "invalid_type", "seed", "'seed' must be an integer");
+        if (v < -0x1p63 || v >= 0x1p63)
+            return api_fail(err, "invalid_value", "seed",
+                            "'seed' must fit in a signed 64-bit integer");
+        p->has_seed = 1;
+        p->seed = (uint64_t)(int64_t)v;
+    }
+    if ((rc = get_float(f[F_PRESENCE_PENALTY], "presence_penalty", -API_PENALTY_MAX,
+                        API_PENALTY_MAX, 0, &p->presence_penalty, err)) < 0)
+        return rc;
+    if ((rc = get_float(f[F_FREQUENCY_PENALTY], "frequency_penalty", -API_PENALTY_MAX,
+                        API_PENALTY_MAX, 0, &p->frequency_penalty, err)) < 0)
+        return rc;
+    if ((rc = get_float(f[F_REPETITION_PENALTY], "repetition_penalty", 0, API_REPETITION_MAX, 1,
+                        &p->repetition_penalty, err)) < 0)
+        return rc;
+    if ((rc = parse_logit_bias(f[F_LOGIT_BIAS], lim, p, err)) < 0)
+        return rc;
+    if (kind == K_CMPL) {
+        /* logprobs: how many alternatives per token; 0 = the chosen token only. */
+        if ((rc = get_int32(f[F_LOGPROBS], "logprobs", 0, lim->max_logprobs, &p->logprobs, err)) <
+            0)
+            return rc;
+        if ((rc = get_bool(f[F_ECHO], "echo", &p->echo, err)) < 0)
+            return rc;
+        if ((rc = get_int(f[F_BEST_OF], "best_of", 1, INT32_MAX, &v64, err)) < 0)
+            return rc;
+        if (rc == 1 && v64 != p->n)
+            return api_fail(err, "unsupported_value", "best_of",
+                            "'best_of' is not supported (it may only equal 'n')");
+        if ((rc = get_string(f[F_SUFFIX], "suffix", &s, err)) < 0)
+            return rc;
+        if (rc == 1 && s[0])
+            return api_fail(err, "unsupported_value", "suffix", "'suffix' is not supported");
+    } else {
+        int want = 0, top = 0;
+        if ((rc = get_bool(f[F_LOGPROBS], "logprobs", &want, err)) < 0)
+            return rc;
+        if ((rc = get_int32(f[F_TOP_LOGPROBS], "top_logprobs", 0, lim->max_logprobs, &top, err)) <
+            0)
+            return rc;
+        if (rc == 1 && !want)
+            return api_fail(err, "invalid_value", "top_logprobs",
+                            "'top_logprobs' requires 'logprobs' to be true");
+        p->logprobs = want ? top : -1;
+        if ((rc = parse_unsupported_list(f[F_TOOLS], "tools", err)) < 0)
+            return rc;
+        if ((rc = parse_unsupported_list(f[F_FUNCTIONS], "functions", err)) < 0)
+            return rc;
+        if ((rc = parse_response_format(f[F_RESPONSE_FORMAT], err)) < 0)
+            return rc;
+    }
+    if ((rc = get_bool(f[F_STREAM], "stream", &p->stream, err)) < 0)
+        return rc;
+    if ((rc = parse_stream_options(f[F_STREAM_OPTIONS], p, err)) < 0)
+        return rc;
+    if ((rc = get_string(f[F_USER], "user", &s, err)) < 0)
+        return rc;
+    if ((rc = get_bool(f[F_IGNORE_EOS], "ignore_eos", &p->ignore_eos, err)) < 0)
+        return rc;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- prompts */
+
+static int parse_token_ids(const cJSON *arr, int which, const srv_api_limits *lim, srv_prompt *pr,
+                           srv_api_error *err) {
+    int n = cJSON_GetArraySize(arr);
+    if (n == 0)
+        return api_fail(err, "invalid_value", "prompt", "prompt %d is empty", which);
+    if (!(pr->ids = malloc((size_t)n * sizeof *pr->ids)))
+        return api_oom(err);
+    pr->is_tokens = 1;
+    for (const cJSON *c = arr->child; c; c = c->next) {
+        double v = c->valuedouble;
+        if (!cJSON_IsNumber(c) || !isfinite(v) || v != floor(v) || v < 0 || v >= lim->n_vocab)
+            return api_fail(err, "invalid_value", "prompt",
+                            "token ids in 'prompt' must be integers in [0, %d)", lim->n_vocab);
+        pr->ids[pr->n_ids++] = (int32_t)v;
+    }
+    return 0;
+}
+
+static int parse_text_prompt(const cJSON *it, int which, srv_prompt *pr, srv_api_error *err) {
+    size_t n = strlen(it->valuestring);
+    if (n == 0)
+        return api_fail(err, "invalid_value", "prompt", "prompt %d is empty", which);
+    if (!(pr->text = strdup(it->valuestring)))
+        return api_oom(err);
+    pr->text_len = n;
+    return 0;
+}
+
+static int parse_prompt(const cJSON *it, const srv_api_limits *lim, srv_completion_req *r,
+                        srv_api_error *err) {
+    static const char *forms = "'prompt' must be a string, an array of strings, an array of "
+                               "token ids or an array of token-id arrays";
+    if (!it)
+        return api_fail(err, "missing_required_parameter", "prompt", "'prompt' is required");
+    if (cJSON_IsString(it)) {
+        if (!(r->prompts = calloc(1, sizeof *r->prompts)))
+            return api_oom(err);
+        r->n_prompts = 1;
+        return parse_text_prompt(it, 0, &r->prompts[0], err);
+    }
+    if (!cJSON_IsArray(it))
+        return api_fail(err, "invalid_type", "prompt", "%s", forms);
+    const cJSON *first = it->child;
+    if (!first)
+        return api_fail(err, "invalid_value", "prompt", "'prompt' must not be empty");
+    if (cJSON_IsNumber(first)) { /* one prompt of token ids */
+        if (!(r->prompts = calloc(1, sizeof *r->prompts)))
+            return api_oom(err);
+        r->n_prompts = 1;
+        return parse_token_ids(it, 0, lim, &r->prompts[0], err);
+    }
+    int n = cJSON_GetArraySize(it);
+    if (n > lim->max_prompts)
+        return api_fail(err, "invalid_value", "prompt", "at most %d prompts are allowed",
+                        lim->max_prompts);
+    if (!(r->prompts = calloc((size_t)n, sizeof *r->prompts)))
+        return api_oom(err);
+    int is_text = cJSON_IsString(first), rc;
+    if (!is_text && !cJSON_IsArray(first))
+        return api_fail(err, "invalid_type", "prompt", "%s", forms);
+    for (const cJSON *c = it->child; c; c = c->next) {
+        srv_prompt *pr = &r->prompts[r->n_prompts];
+        if (is_text ? !cJSON_IsString(c) : !cJSON_IsArray(c))
+            return api_fail(err, "invalid_type", "prompt", "%s (not mixed)", forms);
+        r->n_prompts++; /* counted before filling, so a partial prompt is freed */
+        rc = is_text ? parse_text_prompt(c, r->n_prompts - 1, pr, err)
+                     : parse_token_ids(c, r->n_prompts - 1, lim, pr, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- messages */
+
+/* Content as a string or as text parts, concatenated. */
+static int parse_content(const cJSON *it, int i, srv_chat_msg *m, srv_api_error *err) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (!it)
+        return api_fail(err, "missing_required_parameter", param, "'%s' is required", param);
+    if (cJSON_IsString(it)) {
+        m->content_len = strlen(it->valuestring);
+        if (!(m->content = strdup(it->valuestring)))
+            return api_oom(err);
+        return 0;
+    }
+    if (!cJSON_IsArray(it))
+        return api_fail(err, "invalid_type", param,
+                        "'%s' must be a string or an array of content parts", param);
+    if (!it->child)
+        return api_fail(err, "invalid_value", param, "'%s' must not be an empty array", param);
+    size_t total = 0;
+    for (const cJSON *part = it->child; part; part = part->next) {
+        const char *type = NULL, *text = NULL;
+        if (!cJSON_IsObject(part))
+            return api_fail(err, "invalid_type", param, "content parts of '%s' must be objects",
+                            param);
+        for (const cJSON *c = part->child; c; c = c->next) {
+            if (!strcmp(c->string, "type") && cJSON_IsString(c))
+                type = c->valuestring;
+            if (!strcmp(c->string, "text") && cJSON_IsString(c))
+                text = c->valuestring;
+        }
+        if (!type)
+            return api_fail(err, "invalid_value", param,
+                            "every content part of '%s' needs a string 'type'", param);
+        if (strcmp(type, "text")) {
+            char q[API_SNIP_BYTES + 1];
+            return api_fail(
+                err, "unsupported_value", param,
+                "content part type '%s' in '%s' is not supported; only 'text' parts are",
+                api_snip(type, q), param);
+        }
+        if (!text)
+            return api_fail(err, "invalid_value", param, "text parts of '%s' need a string 'text'",
+                            param);
+        total += strlen(text);
+    }
+    if (!(m->content = malloc(total + 1)))
+        return api_oom(err);
+    size_t off = 0;
+    for (const cJSON *part = it->child; part; part = part->next) {
+        for (const cJSON *c = part->child; c; c = c->next) {
+            if (strcmp(c->string, "text") || !cJSON_IsString(c))
+                continue;
+            size_t n = strlen(c->valuestring);
+            memcpy(m->content + off, c->valuestring, n);
+            off += n;
+        }
+    }
+    m->content[off] = '\0';
+    m->content_len = off;
+    return 0;
+}
+
+static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error *err) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d]", i);
+    if (!cJSON_IsObject(it))
+        return api_fail(err, "invalid_type", param, "'%s' must be an object", param);
+    const cJSON *role = NULL, *content = NULL, *name = NULL;
+    for (const cJSON *c = it->child; c; c = c->next) {
+        if (cJSON_IsNull(c))
+            continue;
+        if (!strcmp(c->string, "role"))
+            role = c;
+        if (!strcmp(c->string, "content"))
+            content = c;
+        if (!strcmp(c->string, "name"))
+            name = c;
+    }
+    snprintf(param, sizeof param, "messages[%d].role", i);
+    if (!role)
+        return api_fail(err, "missing_required_parameter", param, "'%s' is required", param);
+    if (!cJSON_IsString(role))
+        return api_fail(err, "invalid_type", param, "'%s' must be a string", param);
+    const char *r = role->valuestring;
+    if (!strcmp(r, "system") || !strcmp(r, "developer")) {
+        m->role = "system";
+    } else if (!strcmp(r, "user")) {
+        m->role = "user";
+    } else if (!strcmp(r, "assistant")) {
+        m->role = "assistant";
+    } else if (!strcmp(r, "tool") || !strcmp(r, "function")) {
+        return api_fail(err, "unsupported_value", param,
+                        "role '%s' in '%s' is not supported (no tool calling)", r, param);
+    } else {
+        char q[API_SNIP_BYTES + 1];
+        return api_fail(err, "invalid_value", param,
+                        "'%s' must be 'system', 'developer', 'user' or 'assistant'; got '%s'",
+                        param, api_snip(r, q));
+    }
+    snprintf(param, sizeof param, "messages[%d].name", i);
+    if (name && !cJSON_IsString(name))
+        return api_fail(err, "invalid_type", param, "'%s' must be a string", param);
+    return parse_content(content, i, m, err);
+}
+
+static int parse_messages(const cJSON *it, const srv_api_limits *lim, srv_chat_req *r,
+                          srv_api_error *err) {
+    if (!it)
+        return api_fail(err, "missing_required_parameter", "messages", "'messages' is required");
+    if (!cJSON_IsArray(it))
+        return api_fail(err, "invalid_type", "messages", "'messages' must be an array");
+    int n = cJSON_GetArraySize(it);
+    if (n == 0)
+        return api_fail(err, "invalid_value", "messages", "'messages' must not be empty");
+    if (n > lim->max_messages)
+        return api_fail(err, "invalid_value", "messages", "at most %d messages are allowed",
+                        lim->max_messages);
+    if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs)))
+        return api_oom(err);
+    int rc;
+    for (const cJSON *c = it->child; c; c = c->next) {
+        r->n_msgs++;
+        if ((rc = parse_message(c, r->n_msgs - 1, &r->msgs[r->n_msgs - 1], err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+static void api_limits_check(const srv_api_limits *lim) {
+    /* The limits come from the app, not from the request: an invariant. */
+    assert(lim && lim->n_vocab > 0 && lim->max_n >= 1 && lim->max_logprobs >= 0 &&
+           lim->max_stop >= 0 && lim->max_stop_len >= 1 && lim->max_logit_bias >= 0 &&
+           lim->max_prompts >= 1 && lim->max_messages >= 1 && lim->max_json_depth >= 1);
+    (void)lim;
+}
+
+int srv_api_parse_completion(const char *body, size_t len, const srv_api_limits *lim,
+                             srv_completion_req *out, srv_api_error *err) {
+    api_limits_check(lim);
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    params_default(&out->params);
+    cJSON *root;
+    int rc = api_parse_tree(body, len, lim, &root, err);
+    if (rc == 0) {
+        const cJSON *f[F_COUNT];
+        out->params.n_unknown_fields = api_collect(root, K_CMPL, f);
+        rc = parse_params(f, K_CMPL, lim, &out->params, err);
+        if (rc == 0)
+            rc = parse_prompt(f[F_PROMPT], lim, out, err);
+        cJSON_Delete(root);
+    }
+    if (rc < 0)
+        srv_completion_req_free(out);
+    return rc;
+}
+
+int srv_api_parse_chat(const char *body, size_t len, const srv_api_limits *lim, srv_chat_req *out,
+                       srv_api_error *err) {
+    api_limits_check(lim);
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    params_default(&out->params);
+    cJSON *root;
+    int rc = api_parse_tree(body, len, lim, &root, err);
+    if (rc == 0) {
+        const cJSON *f[F_COUNT];
+        out->params.n_unknown_fields = api_collect(root, K_CHAT, f);
+        rc = parse_params(f, K_CHAT, lim, &out->params, err);
+        if (rc == 0)
+            rc = parse_messages(f[F_MESSAGES], lim, out, err);
+        cJSON_Delete(root);
+    }
+    if (rc < 0)
+        srv_chat_req_free(out);
+    return rc;
+}
+
+void srv_completion_req_free(srv_completion_req *r) {
+    if (!r)
+        return;
+    params_free(&r->params);
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
+    memset(r, 0, sizeof *r);
+}
+
+void srv_chat_req_free(srv_chat_req *r) {
+    if (!r)
+        return;
+    params_free(&r->params);
+    for (int i = 0; i < r->n_msgs; i++)
+        free(r->msgs[i].content);
+    free(r->msgs);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,589 @@
+/* srv_api_resp.c - OpenAI response bodies, streaming chunks, SSE framing and
+ * UTF-8 sanitising.
+ *
+ * The JSON is written directly into a growing buffer rather than through a
+ * cJSON tree: a streaming request builds one chunk per token, and a tree costs
+ * an allocation per node. Writing it ourselves also lets a string carry any
+ * byte: token pieces are raw bytes (a NUL from a byte-fallback token, half of
+ * a UTF-8 sequence), and every string goes through one function that replaces
+ * ill-formed UTF-8 with U+FFFD and escapes what JSON requires. Numbers are
+ * written only from finite values, so no NaN or Infinity can reach a client. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_api.h"
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+int srv_utf8_next(const char *s, size_t len, size_t *n) {
+    const unsigned char *u = (const unsigned char *)s;
+    unsigned c = u[0];
+    if (c < 0x80) {
+        *n = 1;
+        return 1;
+    }
+    /* The lead byte fixes the length and the range of the first continuation
+     * byte; the narrowed ranges exclude overlong forms, surrogates and code
+     * points above U+10FFFF (Unicode table 3-7). */
+    size_t need;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0)
+            lo = 0xA0;
+        if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0)
+            lo = 0x90;
+        if (c == 0xF4)
+            hi = 0x8F;
+    } else {
+        *n = 1;
+        return 0;
+    }
+    for (size_t i = 1; i <= need; i++) {
+        if (i >= len) {
+            *n = len;
+            return -1;
+        }
+        if (u[i] < lo || u[i] > hi) {
+            *n = i;
+            return 0;
+        }
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    *n = need + 1;
+    return 1;
+}
+
+int srv_utf8_valid(const char *s, size_t len) {
+    size_t i = 0, n;
+    while (i < len) {
+        if ((unsigned char)s[i] < 0x80) { /* ASCII runs are the common case */
+            i++;
+            continue;
+        }
+        if (srv_utf8_next(s + i, len - i, &n) != 1)
+            return 0;
+        i += n;
+    }
+    return 1;
+}
+
+size_t srv_utf8_sanitize(const char *s, size_t len, char *out) {
+    size_t i = 0, o = 0, n;
+    while (i < len) {
+        if (srv_utf8_next(s + i, len - i, &n) == 1) {
+            memcpy(out + o, s + i, n);
+            o += n;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+        }
+        i += n;
+    }
+    return o;
+}
+
+char *srv_utf8_sanitize_dup(const char *s, size_t len, size_t *out_len) {
+    if (len > (SIZE_MAX - 1) / 3)
+        return NULL;
+    char *out = malloc(3 * len + 1);
+    if (!out)
+        return NULL;
+    size_t n = srv_utf8_sanitize(s, len, out);
+    out[n] = '\0';
+    if (out_len)
+        *out_len = n;
+    return out;
+}
+
+size_t srv_utf8_complete_prefix(const char *s, size_t len) {
+    /* Only the last unit can be incomplete. Any byte that is not a
+     * continuation byte starts a new unit, so step back over at most three
+     * continuation bytes to such a byte and classify from there: the rest of
+     * s never needs to be read again, whatever its length. */
+    size_t j = len, k = 0;
+    while (j > 0 && k < 4 && ((unsigned char)s[j - 1] & 0xC0) == 0x80) {
+        j--;
+        k++;
+    }
+    if (j == 0 || k == 4)
+        return len; /* no lead byte within reach */
+    size_t start = j - 1, i = start, n;
+    while (i < len) {
+        if (srv_utf8_next(s + i, len - i, &n) == -1)
+            return i;
+        i += n;
+    }
+    return len;
+}
+
+/* ---------------------------------------------------------------- writer */
+
+typedef struct api_w {
+    char *p;
+    size_t len, cap;
+    int oom; /* sticky: once set, every write is a no-op and finish gives NULL */
+} api_w;
+
+static int w_reserve(api_w *w, size_t extra) {
+    if (w->oom)
+        return 0;
+    if (w->len + extra + 1 <= w->cap)
+        return 1;
+    size_t cap = w->cap ? w->cap : 256;
+    while (cap < w->len + extra + 1) {
+        if (cap > SIZE_MAX / 2) {
+            w->oom = 1;
+            return 0;
+        }
+        cap *= 2;
+    }
+    char *p = realloc(w->p, cap);
+    if (!p) {
+        w->oom = 1;
+        return 0;
+    }
+    w->p = p;
+    w->cap = cap;
+    return 1;
+}
+
+static void w_raw(api_w *w, const char *s, size_t n) {
+    if (!w_reserve(w, n))
+        return;
+    memcpy(w->p + w->len, s, n);
+    w->len += n;
+}
+
+static void w_lit(api_w *w, const char *s) {
+    w_raw(w, s, strlen(s));
+}
+
+static void w_int(api_w *w, long long v) {
+    char b[32];
+    int n = snprintf(b, sizeof b, "%lld", v);
+    w_raw(w, b, (size_t)n);
+}
+
+/* A JSON string of the bytes s[0..n): ill-formed UTF-8 becomes U+FFFD, '"',
+ * '\\' and control characters are escaped. s == NULL writes null. */
+static void w_str(api_w *w, const char *s, size_t n) {
+    if (!s) {
+        w_lit(w, "null");
+        return;
+    }
+    /* Worst case 6 bytes out per byte in (a control character as \u00XX). */
+    if (n > (SIZE_MAX - 2) / 6 || !w_reserve(w, 6 * n + 2)) {
+        w->oom = 1;
+        return;
+    }
+    static const char hex[] = "0123456789abcdef";
+    char *o = w->p + w->len;
+    *o++ = '"';
+    size_t i = 0, k;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            i++;
+            continue;
+        }
+        if (c >= 0x80) {
+            if (srv_utf8_next(s + i, n - i, &k) == 1) {
+                memcpy(o, s + i, k);
+                o += k;
+            } else {
+                memcpy(o, "\xEF\xBF\xBD", 3);
+                o += 3;
+            }
+            i += k;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\r': *o++ = 'r'; break;
+        case '\t': *o++ = 't'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\f': *o++ = 'f'; break;
+        default:
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+        i++;
+    }
+    *o++ = '"';
+    w->len = (size_t)(o - w->p);
+}
+
+static void w_cstr(api_w *w, const char *s) {
+    w_str(w, s, s ? strlen(s) : 0);
+}
+
+/* A logprob: finite by construction (-inf, as OpenAI, and NaN become -9999),
+ * and printed with the 9 significant digits that round-trip a float. */
+static void w_logprob(api_w *w, float v) {
+    char b[32];
+    if (!isfinite(v) || v < -9999.0f)
+        v = -9999.0f;
+    int n = snprintf(b, sizeof b, "%.9g", (double)v);
+    w_raw(w, b, (size_t)n);
+}
+
+/* The common head of every object: {"id":..,"object":..,"created":..,"model":.. */
+static void w_head(api_w *w, const char *id, const char *object, int64_t created,
+                   const char *model) {
+    w_lit(w, "{\"id\":");
+    w_cstr(w, id);
+    w_lit(w, ",\"object\":\"");
+    w_lit(w, object);
+    w_lit(w, "\",\"created\":");
+    w_int(w, (long long)created);
+    w_lit(w, ",\"model\":");
+    w_cstr(w, model);
+}
+
+static void w_usage(api_w *w, const srv_usage *u) {
+    w_lit(w, ",\"usage\":{\"prompt_tokens\":");
+    w_int(w, u->prompt_tokens);
+    w_lit(w, ",\"completion_tokens\":");
+    w_int(w, u->completion_tokens);
+    w_lit(w, ",\"total_tokens\":");
+    w_int(w, (long long)u->prompt_tokens + u->completion_tokens);
+    w_lit(w, "}");
+}
+
+static void w_finish_reason(api_w *w, const char *fr) {
+    w_lit(w, ",\"finish_reason\":");
+    w_cstr(w, fr);
+}
+
+static char *w_finish(api_w *w, size_t *len) {
+    if (w->oom || !w_reserve(w, 0)) {
+        free(w->p);
+        return NULL;
+    }
+    w->p[w->len] = '\0';
+    if (len)
+        *len = w->len;
+    return w->p;
+}
+
+/* ---------------------------------------------------------------- logprobs */
+
+/* One unit of the sanitised form of s: a well-formed sequence, or U+FFFD for
+ * an ill-formed subpart. Advances *i. */
+static const char *utf8_unit(const char *s, size_t len, size_t *i, size_t *unit_len) {
+    size_t n;
+    const char *u = s + *i;
+    if (srv_utf8_next(u, len - *i, &n) != 1) {
+        u = "\xEF\xBF\xBD";
+        *unit_len = 3;
+    } else {
+        *unit_len = n;
+    }
+    *i += n;
+    return u;
+}
+
+/* Whether a and b sanitise to the same text, without allocating: UTF-8 is
+ * prefix-free, so equal texts have equal unit sequences. */
+static int sanitized_equal(const char *a, size_t na, const char *b, size_t nb) {
+    size_t i = 0, j = 0, la, lb;
+    while (i < na && j < nb) {
+        const char *ua = utf8_unit(a, na, &i, &la), *ub = utf8_unit(b, nb, &j, &lb);
+        if (la != lb || memcmp(ua, ub, la) != 0)
+            return 0;
+    }
+    return i == na && j == nb;
+}
+
+/* True when top[i]'s text equals an earlier one's: two tokens can decode to
+ * the same text, and a JSON object must not repeat a key, so only the first
+ * (the likelier) is kept. n_top is at most max_logprobs (20). */
+static int top_is_repeat(const srv_top_logprob *top, int i) {
+    for (int j = 0; j < i; j++)
+        if (sanitized_equal(top[j].token, top[j].token_len, top[i].token, top[i].token_len))
+            return 1;
+    return 0;
+}
+
+/* /v1/completions logprobs: parallel arrays over the tokens. */
+static void w_completion_logprobs(api_w *w, const srv_token_logprob *lps, int n) {
+    w_lit(w, "{\"tokens\":[");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            w_lit(w, ",");
+        w_str(w, lps[i].token, lps[i].token_len);
+    }
+    w_lit(w, "],\"token_logprobs\":[");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            w_lit(w, ",");
+        if (lps[i].has_logprob)
+            w_logprob(w, lps[i].logprob);
+        else
+            w_lit(w, "null");
+    }
+    w_lit(w, "],\"top_logprobs\":[");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            w_lit(w, ",");
+        if (!lps[i].has_logprob) {
+            w_lit(w, "null");
+            continue;
+        }
+        w_lit(w, "{");
+        int first = 1;
+        for (int t = 0; t < lps[i].n_top; t++) {
+            if (top_is_repeat(lps[i].top, t))
+                continue;
+            if (!first)
+                w_lit(w, ",");
+            first = 0;
+            w_str(w, lps[i].top[t].token, lps[i].top[t].token_len);
+            w_lit(w, ":");
+            w_logprob(w, lps[i].top[t].logprob);
+        }
+        w_lit(w, "}");
+    }
+    w_lit(w, "],\"text_offset\":[");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            w_lit(w, ",");
+        w_int(w, (long long)lps[i].text_offset);
+    }
+    w_lit(w, "]}");
+}
+
+static void w_bytes(api_w *w, const char *s, size_t n) {
+    w_lit(w, "[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            w_lit(w, ",");
+        w_int(w, (unsigned char)s[i]);
+    }
+    w_lit(w, "]");
+}
+
+/* /v1/chat/completions logprobs: {"content":[{token, logprob, bytes, top_logprobs}]}. */
+static void w_chat_logprobs(api_w *w, const srv_token_logprob *lps, int n) {
+    w_lit(w, "{\"content\":[");
+    for (int i = 0; i < n; i++) {
+        const srv_token_logprob *l = &lps[i];
+        if (i)
+            w_lit(w, ",");
+        w_lit(w, "{\"token\":");
+        w_str(w, l->token, l->token_len);
+        w_lit(w, ",\"logprob\":");
+        w_logprob(w, l->has_logprob ? l->logprob : -INFINITY);
+        w_lit(w, ",\"bytes\":");
+        w_bytes(w, l->token, l->token_len);
+        w_lit(w, ",\"top_logprobs\":[");
+        for (int t = 0; t < l->n_top; t++) {
+            if (t)
+                w_lit(w, ",");
+            w_lit(w, "{\"token\":");
+            w_str(w, l->top[t].token, l->top[t].token_len);
+            w_lit(w, ",\"logprob\":");
+            w_logprob(w, l->top[t].logprob);
+            w_lit(w, ",\"bytes\":");
+            w_bytes(w, l->top[t].token, l->top[t].token_len);
+            w_lit(w, "}");
+        }
+        w_lit(w, "]}");
+    }
+    w_lit(w, "]}");
+}
+
+/* ---------------------------------------------------------------- choices */
+
+static void w_completion_choice(api_w *w, const srv_choice *c, int want_logprobs) {
+    w_lit(w, "{\"text\":");
+    w_str(w, c->text ? c->text : "", c->text ? c->text_len : 0);
+    w_lit(w, ",\"index\":");
+    w_int(w, c->index);
+    w_lit(w, ",\"logprobs\":");
+    if (want_logprobs)
+        w_completion_logprobs(w, c->lps, c->n_lps);
+    else
+        w_lit(w, "null");
+    w_finish_reason(w, c->finish_reason);
+    w_lit(w, "}");
+}
+
+static void w_chat_logprobs_field(api_w *w, const srv_choice *c, int want_logprobs) {
+    w_lit(w, ",\"logprobs\":");
+    if (want_logprobs)
+        w_chat_logprobs(w, c->lps, c->n_lps);
+    else
+        w_lit(w, "null");
+}
+
+char *srv_api_completion_json(const char *id, int64_t created, const char *model,
+                              const srv_choice *choices, int n, const srv_usage *usage,
+                              int want_logprobs) {
+    api_w w = {0};
+    w_head(&w, id, "text_completion", created, model);
+    w_lit(&w, ",\"choices\":[");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            w_lit(&w, ",");
+        w_completion_choice(&w, &choices[i], want_logprobs);
+    }
+    w_lit(&w, "]");
+    if (usage)
+        w_usage(&w, usage);
+    w_lit(&w, "}");
+    return w_finish(&w, NULL);
+}
+
+char *srv_api_chat_json(const char *id, int64_t created, const char *model,
+                        const srv_choice *choices, int n, const srv_usage *usage,
+                        int want_logprobs) {
+    api_w w = {0};
+    w_head(&w, id, "chat.completion", created, model);
+    w_lit(&w, ",\"choices\":[");
+    for (int i = 0; i < n; i++) {
+        const srv_choice *c = &choices[i];
+        if (i)
+            w_lit(&w, ",");
+        w_lit(&w, "{\"index\":");
+        w_int(&w, c->index);
+        w_lit(&w, ",\"message\":{\"role\":\"assistant\",\"content\":");
+        w_str(&w, c->text ? c->text : "", c->text ? c->text_len : 0);
+        w_lit(&w, "}");
+        w_chat_logprobs_field(&w, c, want_logprobs);
+        w_finish_reason(&w, c->finish_reason);
+        w_lit(&w, "}");
+    }
+    w_lit(&w, "]");
+    if (usage)
+        w_usage(&w, usage);
+    w_lit(&w, "}");
+    return w_finish(&w, NULL);
+}
+
+char *srv_api_completion_chunk_json(const char *id, int64_t created, const char *model,
+                                    const srv_choice *c, const srv_usage *usage,
+                                    int want_logprobs) {
+    api_w w = {0};
+    w_head(&w, id, "text_completion", created, model);
+    w_lit(&w, ",\"choices\":[");
+    if (c)
+        w_completion_choice(&w, c, want_logprobs);
+    w_lit(&w, "]");
+    if (usage)
+        w_usage(&w, usage);
+    w_lit(&w, "}");
+    return w_finish(&w, NULL);
+}
+
+char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model,
+                              const srv_choice *c, int first, const srv_usage *usage,
+                              int want_logprobs) {
+    api_w w = {0};
+    w_head(&w, id, "chat.completion.chunk", created, model);
+    w_lit(&w, ",\"choices\":[");
+    if (c) {
+        w_lit(&w, "{\"index\":");
+        w_int(&w, c->index);
+        w_lit(&w, ",\"delta\":{");
+        if (first)
+            w_lit(&w, "\"role\":\"assistant\"");
+        if (c->text || first) {
+            if (first)
+                w_lit(&w, ",");
+            w_lit(&w, "\"content\":");
+            w_str(&w, c->text ? c->text : "", c->text ? c->text_len : 0);
+        }
+        w_lit(&w, "}");
+        w_chat_logprobs_field(&w, c, want_logprobs);
+        w_finish_reason(&w, c->finish_reason);
+        w_lit(&w, "}");
+    }
+    w_lit(&w, "]");
+    if (usage)
+        w_usage(&w, usage);
+    w_lit(&w, "}");
+    return w_finish(&w, NULL);
+}
+
+char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,
+                          int max_model_len) {
+    api_w w = {0};
+    w_lit(&w, "{\"object\":\"list\",\"data\":[{\"id\":");
+    w_cstr(&w, model_id);
+    w_lit(&w, ",\"object\":\"model\",\"created\":");
+    w_int(&w, (long long)created);
+    w_lit(&w, ",\"owned_by\":");
+    w_cstr(&w, owned_by);
+    if (max_model_len > 0) {
+        w_lit(&w, ",\"max_model_len\":");
+        w_int(&w, max_model_len);
+    }
+    w_lit(&w, "}]}");
+    return w_finish(&w, NULL);
+}
+
+/* ---------------------------------------------------------------- errors, SSE */
+
+static void w_error(api_w *w, const srv_api_error *e) {
+    w_lit(w, "{\"error\":{\"message\":");
+    w_str(w, e->message, strnlen(e->message, sizeof e->message));
+    w_lit(w, ",\"type\":");
+    w_cstr(w, e->type ? e->type : "invalid_request_error");
+    w_lit(w, ",\"param\":");
+    size_t plen = strnlen(e->param, sizeof e->param);
+    if (plen)
+        w_str(w, e->param, plen);
+    else
+        w_lit(w, "null");
+    w_lit(w, ",\"code\":");
+    w_cstr(w, e->code);
+    w_lit(w, "}}");
+}
+
+char *srv_api_error_json(const srv_api_error *e) {
+    api_w w = {0};
+    w_error(&w, e);
+    return w_finish(&w, NULL);
+}
+
+char *srv_sse_event(const char *json, size_t *len) {
+    api_w w = {0};
+    w_lit(&w, "data: ");
+    w_lit(&w, json);
+    w_lit(&w, "\n\n");
+    return w_finish(&w, len);
+}
+
+const char *srv_sse_done(size_t *len) {
+    static const char done[] = "data: [DONE]\n\n";
+    if (len)
+        *len = sizeof done - 1;
+    return done;
+}
+
+char *srv_sse_error(const srv_api_error *e, size_t *len) {
+    api_w w = {0};
+    w_lit(&w, "data: ");
+    w_error(&w, e);
+    w_lit(&w, "\n\n");
+    return w_finish(&w, len);
+}

@@ -1,0 +1,369 @@
+/* srv_http.c - the HTTP server object: configuration, the listener, the
+ * route table (matching, 404/405, bearer-key auth), draining, statistics and
+ * teardown. Connections live in srv_conn.c, requests and responses in
+ * srv_resp.c. Everything runs on the loop thread. */
+#include <assert.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "common/brisk_error.h"
+#include "common/brisk_log.h"
+#include "server/srv_http_int.h"
+
+srv_http_config srv_http_config_default(void) {
+    srv_http_config c;
+    memset(&c, 0, sizeof c);
+    c.max_header_bytes = 32 * 1024;
+    c.max_uri_bytes = 8 * 1024;
+    c.max_headers = 100;
+    c.max_body_bytes = 4 * 1024 * 1024;
+    c.head_timeout_ms = 10000;
+    c.body_idle_timeout_ms = 5000;
+    c.keepalive_idle_ms = 75000;
+    c.max_requests_per_conn = 1000;
+    c.max_connections = 1024;
+    c.max_write_queue_bytes = 8 * 1024 * 1024;
+    c.api_key = NULL;
+    c.log_format = SRV_LOG_TEXT;
+    c.access_log = 1;
+    return c;
+}
+
+static int config_check(const srv_http_config *c, char *err, size_t err_len) {
+    if (c->max_header_bytes == 0 || c->max_uri_bytes == 0 || c->max_headers <= 0 ||
+        c->head_timeout_ms <= 0 || c->body_idle_timeout_ms <= 0 || c->keepalive_idle_ms <= 0 ||
+        c->max_requests_per_conn <= 0 || c->max_connections <= 0 || c->max_write_queue_bytes == 0)
+        return brisk_set_err(err, err_len, BRISK_EINVAL,
+                             "http config: limits and timeouts must be positive");
+    /* Header offsets are stored in 32 bits; 1 GiB of head is absurd anyway. */
+    if (c->max_header_bytes > (1u << 30) || c->max_uri_bytes > (1u << 30) ||
+        c->max_headers > (1 << 20))
+        return brisk_set_err(err, err_len, BRISK_EINVAL, "http config: head limits too large");
+    if (c->log_format != SRV_LOG_TEXT && c->log_format != SRV_LOG_JSON)
+        return brisk_set_err(err, err_len, BRISK_EINVAL, "http config: unknown log format");
+    return 0;
+}
+
+srv_http *srv_http_create(uv_loop_t *loop, const srv_http_config *cfg, const srv_route *routes,
+                          int n_routes, void *app, char *err, size_t err_len) {
+    if (!loop || n_routes < 0 || (n_routes > 0 && !routes)) {
+        brisk_set_err(err, err_len, BRISK_EINVAL, "http: invalid arguments");
+        return NULL;
+    }
+    srv_http_config c = cfg ? *cfg : srv_http_config_default();
+    if (config_check(&c, err, err_len) < 0)
+        return NULL;
+    for (int i = 0; i < n_routes; i++) {
+        const srv_route *rt = &routes[i];
+        if (!rt->method || !rt->method[0] || !rt->path || rt->path[0] != '/' || !rt->handler) {
+            brisk_set_err(err, err_len, BRISK_EINVAL,
+                          "http: route %d needs a method, a path starting with '/' and a handler",
+                          i);
+            return NULL;
+        }
+    }
+    srv_http *h = calloc(1, sizeof *h);
+    if (!h)
+        goto oom;
+    h->loop = loop;
+    h->cfg = c;
+    h->app = app;
+    h->port = -1;
+    if (c.api_key && c.api_key[0]) {
+        h->api_key_len = strlen(c.api_key);
+        h->api_key = malloc(h->api_key_len + 1);
+        if (!h->api_key)
+            goto oom;
+        memcpy(h->api_key, c.api_key, h->api_key_len + 1);
+    }
+    /* The config keeps no pointer to the caller's key string. */
+    h->cfg.api_key = NULL;
+    if (n_routes > 0) {
+        h->routes = malloc((size_t)n_routes * sizeof *h->routes);
+        if (!h->routes)
+            goto oom;
+        memcpy(h->routes, routes, (size_t)n_routes * sizeof *h->routes);
+    }
+    h->n_routes = n_routes;
+    srv_conn_parser_settings(&h->settings);
+    return h;
+oom:
+    if (h) {
+        free(h->api_key);
+        free(h);
+    }
+    brisk_set_err(err, err_len, BRISK_ENOMEM, "http: out of memory");
+    return NULL;
+}
+
+static void free_now(srv_http *h) {
+    if (h->api_key) {
+        /* Do not leave the key lying around in freed memory. */
+        volatile char *k = h->api_key;
+        for (size_t i = 0; i < h->api_key_len; i++)
+            k[i] = 0;
+    }
+    free(h->api_key);
+    free(h->routes);
+    free(h);
+}
+
+void srv_http_handle_closed(srv_http *h) {
+    assert(h->open_handles > 0);
+    h->open_handles--;
+    if (h->freeing && h->open_handles == 0)
+        free_now(h);
+}
+
+static void on_listener_closed(uv_handle_t *handle) {
+    srv_http_handle_closed(handle->data);
+}
+
+static void close_listener(srv_http *h) {
+    if (!h->listener_open)
+        return;
+    h->listener_open = 0;
+    h->listening = 0;
+    uv_close((uv_handle_t *)&h->listener, on_listener_closed);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+    srv_http *h = server->data;
+    if (status < 0) {
+        BRISK_WARN("http: accept failed: %s", uv_strerror(status));
+        return;
+    }
+    if (!h->listening)
+        return;
+    srv_conn_accept(h);
+}
+
+int srv_http_listen(srv_http *h, const char *host, int port, char *err, size_t err_len) {
+    if (!h || !host || port < 0 || port > 65535)
+        return brisk_set_err(err, err_len, BRISK_EINVAL, "http: invalid listen address");
+    if (h->listener_open || h->stopping || h->freeing)
+        return brisk_set_err(err, err_len, BRISK_EINVAL, "http: already listening or stopped");
+    /* A write to a socket the peer has reset must fail with EPIPE, not kill
+     * the server: ignore SIGPIPE for the process (as every server must). */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, NULL);
+    char portstr[8];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int gai = getaddrinfo(host, portstr, &hints, &res);
+    if (gai != 0 || !res)
+        return brisk_set_err(err, err_len, BRISK_EINVAL, "http: cannot resolve '%s': %s", host,
+                             gai_strerror(gai));
+    int rc = uv_tcp_init(h->loop, &h->listener);
+    if (rc < 0) {
+        freeaddrinfo(res);
+        return brisk_set_err(err, err_len, BRISK_EIO, "http: %s", uv_strerror(rc));
+    }
+    h->listener.data = h;
+    h->listener_open = 1;
+    h->open_handles++;
+    rc = UV_EADDRNOTAVAIL;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
+            continue;
+        rc = uv_tcp_bind(&h->listener, ai->ai_addr, 0);
+        if (rc == 0)
+            break;
+    }
+    freeaddrinfo(res);
+    /* Listen backlog: the kernel caps it at somaxconn anyway. */
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&h->listener, 511, on_connection);
+    if (rc < 0) {
+        close_listener(h);
+        return brisk_set_err(err, err_len, BRISK_EIO, "http: cannot listen on %s:%d: %s", host,
+                             port, uv_strerror(rc));
+    }
+    struct sockaddr_storage ss;
+    int sslen = (int)sizeof ss;
+    rc = uv_tcp_getsockname(&h->listener, (struct sockaddr *)&ss, &sslen);
+    if (rc < 0) {
+        close_listener(h);
+        return brisk_set_err(err, err_len, BRISK_EIO, "http: getsockname: %s", uv_strerror(rc));
+    }
+    if (ss.ss_family == AF_INET6)
+        h->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    else
+        h->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    h->listening = 1;
+    BRISK_INFO("http: listening on %s port %d", host, h->port);
+    return 0;
+}
+
+void srv_http_assert_loop(const srv_http *h) {
+    if (!h->loop_thread_known)
+        return;
+    uv_thread_t self = uv_thread_self();
+    assert(uv_thread_equal(&self, &h->loop_thread) && "srv_http used off its loop thread");
+    (void)self;
+}
+
+int srv_http_port(const srv_http *h) {
+    return h && h->listening ? h->port : -1;
+}
+
+uv_loop_t *srv_http_loop(const srv_http *h) {
+    return h->loop;
+}
+
+int srv_http_n_active(const srv_http *h) {
+    SRV_ASSERT_LOOP(h);
+    return h->n_active;
+}
+
+void srv_http_stop_accepting(srv_http *h) {
+    if (!h || h->stopping)
+        return;
+    SRV_ASSERT_LOOP(h);
+    h->stopping = 1;
+    close_listener(h);
+    /* Connections are unlinked only in close callbacks, so the list is stable. */
+    for (srv_conn *c = h->conns; c; c = c->next)
+        srv_conn_close_idle(c);
+}
+
+void srv_http_free(srv_http *h) {
+    if (!h || h->freeing)
+        return;
+    SRV_ASSERT_LOOP(h);
+    h->freeing = 1;
+    h->stopping = 1;
+    /* Abort callbacks first, while the application can still cancel work;
+     * then close every handle. Memory goes in the close callbacks. */
+    for (srv_conn *c = h->conns; c; c = c->next)
+        srv_conn_abort_now(c);
+    for (srv_conn *c = h->conns; c; c = c->next)
+        srv_conn_close(c);
+    close_listener(h);
+    if (h->open_handles == 0)
+        free_now(h);
+}
+
+int srv_http_parser_is_strict(void) {
+    llhttp_settings_t s;
+    llhttp_t p;
+    srv_conn_parser_settings(&s);
+    srv_conn_parser_init(&p, &s, NULL);
+    return p.lenient_flags == 0;
+}
+
+static const int stat_codes[SRV_HTTP_N_STAT_CODES] = SRV_HTTP_STAT_CODES;
+
+void srv_http_count_response(srv_http *h, int status) {
+    if (status >= 100 && status < 600)
+        h->stats.by_class[status / 100]++;
+    for (int i = 0; i < SRV_HTTP_N_STAT_CODES; i++)
+        if (stat_codes[i] == status)
+            h->stats.by_code[i]++;
+}
+
+void srv_http_stats(const srv_http *h, srv_http_stats_t *out) {
+    SRV_ASSERT_LOOP(h);
+    *out = h->stats;
+    out->open_connections = h->n_conns;
+    out->active_requests = h->n_active;
+}
+
+const char *srv_http_date(srv_http *h) {
+    time_t now = time(NULL);
+    if (now != h->date_sec || !h->date[0]) {
+        struct tm tm;
+        if (gmtime_r(&now, &tm) &&
+            strftime(h->date, sizeof h->date, "%a, %d %b %Y %H:%M:%S GMT", &tm) > 0) {
+            h->date_sec = now;
+        } else {
+            snprintf(h->date, sizeof h->date, "Thu, 01 Jan 1970 00:00:00 GMT");
+        }
+    }
+    return h->date;
+}
+
+/* Compares the presented key with the configured one in time that depends
+ * only on the configured key's length: every byte is visited, no early exit,
+ * and a length mismatch still runs the full loop. */
+static int key_equal(const char *given, size_t glen, const char *key, size_t klen) {
+    volatile unsigned char diff = 0;
+    for (size_t i = 0; i < klen; i++) {
+        unsigned char g = i < glen ? (unsigned char)given[i] : 0;
+        diff |= (unsigned char)(g ^ (unsigned char)key[i]);
+    }
+    return diff == 0 && glen == klen;
+}
+
+static int auth_ok(const srv_http *h, const srv_req *r) {
+    size_t n = 0;
+    const char *v = srv_req_header(r, "Authorization", &n);
+    const char *tok = "";
+    size_t tlen = 0;
+    /* The scheme is case-insensitive (RFC 9110 11.1); spaces before the token. */
+    if (v && n > 6 && strncasecmp(v, "Bearer", 6) == 0 && (v[6] == ' ' || v[6] == '\t')) {
+        size_t i = 6;
+        while (i < n && (v[i] == ' ' || v[i] == '\t'))
+            i++;
+        tok = v + i;
+        tlen = n - i;
+    }
+    return key_equal(tok, tlen, h->api_key, h->api_key_len);
+}
+
+const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status) {
+    const char *path = srv_req_path(r);
+    const char *method = srv_req_method(r);
+    const srv_route *match = NULL;
+    int path_known = 0;
+    for (int i = 0; i < h->n_routes && !match; i++) {
+        if (strcmp(h->routes[i].path, path) != 0)
+            continue;
+        path_known = 1;
+        if (strcmp(h->routes[i].method, method) == 0)
+            match = &h->routes[i];
+    }
+    *status = 0;
+    if (!match) {
+        *status = path_known ? 405 : 404;
+        return NULL;
+    }
+    if ((match->flags & SRV_ROUTE_AUTH) && h->api_key && !auth_ok(h, r))
+        *status = 401;
+    return match;
+}
+
+int srv_http_allow_list(const srv_http *h, const char *path, char *out, size_t cap) {
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < h->n_routes; i++) {
+        if (strcmp(h->routes[i].path, path) != 0)
+            continue;
+        int dup = 0;
+        for (int j = 0; j < i && !dup; j++)
+            dup = strcmp(h->routes[j].path, path) == 0 &&
+                  strcmp(h->routes[j].method, h->routes[i].method) == 0;
+        if (dup)
+            continue;
+        int w = snprintf(out + len, cap - len, "%s%s", len ? ", " : "", h->routes[i].method);
+        if (w < 0 || (size_t)w >= cap - len) {
+            out[len] = '\0';
+            return BRISK_ENOSPC;
+        }
+        len += (size_t)w;
+    }
+    return 0;
+}

@@ -1,0 +1,182 @@
+/* srv_http_int.h - internals shared by srv_http.c (server, routing),
+ * srv_conn.c (one connection: reading, parsing, timers, writing, closing) and
+ * srv_resp.c (the request object and the response API). Not a public API. */
+#ifndef SRV_HTTP_INT_H
+#define SRV_HTTP_INT_H
+
+#include <llhttp.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "server/srv_http.h"
+
+/* Bytes read from a socket and not yet parsed. While a request is being
+ * served, pipelined bytes wait here; reading stops once it is full. */
+#define SRV_RBUF_BYTES (16 * 1024)
+/* After the last response of a connection: how long we keep draining what the
+ * client still sends before closing (lingering close, RFC 9112 9.6), and how
+ * much we are willing to throw away. */
+#define SRV_LINGER_MS 2000
+#define SRV_LINGER_MAX_BYTES (256 * 1024)
+/* Connections answered 503 at the same time; beyond, they are just closed. */
+#define SRV_MAX_REJECTING 64
+
+typedef struct srv_conn srv_conn;
+
+typedef struct srv_hdr {
+    uint32_t name_off, name_len, val_off, val_len; /* into srv_req.head */
+} srv_hdr;
+
+struct srv_req {
+    srv_conn *conn; /* NULL once detached from an aborted connection */
+    void *app;
+    const char *method; /* static string from llhttp, "-" until parsed */
+
+    /* URL and header bytes, each piece NUL-terminated: offsets below. */
+    char *head;
+    size_t head_len, head_cap;
+    size_t head_bytes; /* counted against max_header_bytes (NULs excluded) */
+    size_t url_off, url_len, query_off;
+    int url_done;
+    srv_hdr *hdrs;
+    int n_hdrs, cap_hdrs;
+    int in_field, in_value;
+
+    char *body;
+    size_t body_len, body_cap;
+
+    char id[72];
+    double t_start;
+    int http_minor;
+    int keep_alive;  /* what the client asked for (llhttp_should_keep_alive) */
+    int force_close; /* this layer decided the connection ends after it */
+
+    const srv_route *route; /* matched route, NULL for layer errors */
+    int err_status;         /* != 0: the layer answers this instead of a handler */
+
+    int dispatched; /* handed to the application (it must finish it) */
+    int aborted;
+    int counted_active; /* included in srv_http.n_active */
+    int head_sent, streaming, chunked;
+    int head_only; /* HEAD request: the head is sent, never a body */
+    int status;
+    size_t bytes_out;
+
+    void (*abort_cb)(srv_req *r, void *user);
+    void *abort_user;
+
+    char log_route[64];
+    int log_prompt_tokens, log_completion_tokens;
+    double log_ttft_s;
+};
+
+typedef enum {
+    SRV_T_NONE = 0,
+    SRV_T_IDLE,    /* keep-alive wait for the next request */
+    SRV_T_HEAD,    /* the head must be complete before it fires */
+    SRV_T_BODY,    /* reset by every body byte */
+    SRV_T_LINGER,  /* closing: bounds the final write + drain */
+    SRV_T_PROCESS, /* 0 ms: parse buffered pipelined bytes at a safe point */
+} srv_timer_mode;
+
+struct srv_conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_shutdown_t shutdown_req;
+    srv_http *h;
+    srv_conn *prev, *next;
+    llhttp_t parser;
+
+    char *rbuf; /* SRV_RBUF_BYTES, unparsed input */
+    size_t rlen;
+    size_t discarded; /* bytes drained while lingering */
+
+    srv_req *req;   /* the request being parsed or served */
+    int n_requests; /* requests started on this connection */
+    int serving;    /* req dispatched, parsing paused */
+    int in_process; /* inside conn_process (re-entrancy guard) */
+    int reading;    /* uv_read_start active */
+    int rejected;   /* over max_connections: 503 then close */
+    int close_after_write;
+    int shutting_down; /* uv_shutdown issued */
+    int lingering;
+    int closing;      /* uv_close issued */
+    int open_handles; /* tcp + timer still to close */
+    int n_writes;     /* uv_write requests in flight */
+    srv_timer_mode tmode;
+    int parse_status; /* status chosen by a parser callback that failed */
+};
+
+struct srv_http {
+    uv_loop_t *loop;
+    srv_http_config cfg;
+    char *api_key;
+    size_t api_key_len;
+    srv_route *routes;
+    int n_routes;
+    void *app;
+    llhttp_settings_t settings;
+
+    uv_tcp_t listener;
+    int listener_open; /* initialised and not yet closed */
+    int listening;
+    int port;
+    int open_handles; /* listener (if open) + connections still to be freed */
+
+    srv_conn *conns;
+    int n_conns; /* excluding rejected */
+    int n_rejecting;
+    int n_active;
+    int stopping; /* stop_accepting called */
+    int freeing;  /* srv_http_free called */
+    uint64_t req_counter;
+
+    /* The loop thread, learnt from the first accept; debug builds assert
+     * that public calls come from it. */
+    uv_thread_t loop_thread;
+    int loop_thread_known;
+
+    srv_http_stats_t stats;
+    time_t date_sec;
+    char date[40];
+};
+
+#ifndef NDEBUG
+#define SRV_ASSERT_LOOP(h) srv_http_assert_loop(h)
+#else
+#define SRV_ASSERT_LOOP(h) ((void)0)
+#endif
+
+/* srv_http.c */
+void srv_http_assert_loop(const srv_http *h);
+void srv_http_handle_closed(srv_http *h);
+const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status);
+int srv_http_allow_list(const srv_http *h, const char *path, char *out, size_t cap);
+void srv_http_count_response(srv_http *h, int status);
+const char *srv_http_date(srv_http *h);
+
+/* srv_conn.c */
+void srv_conn_accept(srv_http *h);
+void srv_conn_close(srv_conn *c);
+void srv_conn_close_idle(srv_conn *c);
+/* Queues a+b+t (copied) as one write. limit_queue: close the connection
+ * when the unsent bytes exceed max_write_queue_bytes. Returns 0 or a negative
+ * BRISK_E* code, in which case the connection is being closed. */
+int srv_conn_write(srv_conn *c, const char *a, size_t alen, const char *b, size_t blen,
+                   const char *t, size_t tlen, int limit_queue);
+void srv_conn_request_done(srv_conn *c, int close_after);
+void srv_conn_abort_now(srv_conn *c);
+void srv_conn_dispatch(srv_conn *c);
+void srv_conn_parser_settings(llhttp_settings_t *s);
+void srv_conn_parser_init(llhttp_t *p, const llhttp_settings_t *s, void *data);
+
+/* srv_resp.c */
+srv_req *srv_req_create(srv_conn *c);
+void srv_req_free(srv_req *r);
+void srv_req_log(srv_http *h, const srv_req *r);
+const char *srv_status_reason(int status);
+int srv_req_append_head(srv_req *r, const char *at, size_t len);
+void srv_req_mark_aborted(srv_http *h, srv_req *r);
+void srv_respond_layer_error(srv_req *r, const char *msg);
+
+#endif
