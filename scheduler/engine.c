@@ -340,8 +340,10 @@ static void admit(sched_engine *e) {
         s->cap_hist = s->p.n_prompt + s->p.max_tokens;
         s->hist = malloc((size_t)s->cap_hist * sizeof *s->hist);
         s->sampler = model_sampler_create(&s->p.sampling, c->n_vocab);
-        if (s->p.prompt_logprobs && s->p.logprobs >= 0 && s->p.n_prompt > 1)
+        if (s->p.prompt_logprobs && s->p.logprobs >= 0 && s->p.n_prompt > 1) {
             s->ptoks = calloc((size_t)s->p.n_prompt - 1, sizeof *s->ptoks);
+            s->n_ptoks = s->ptoks ? s->p.n_prompt - 1 : 0;
+        }
         int bad = !s->hist || !s->sampler ||
                   (s->p.prompt_logprobs && s->p.logprobs >= 0 && s->p.n_prompt > 1 && !s->ptoks) ||
                   seq_text_init(&s->text, model_get_vocab(e->m), (const char *const *)s->p.stop,

@@ -1,8 +1,197 @@
-/* cmd_serve.c - `brisk serve`: the HTTP server arrives with the server issue;
- * until then the subcommand says so plainly instead of pretending. */
+/* cmd_serve.c - `brisk serve`: parses the server's options and runs it
+ * (server/srv_app.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/brisk_log.h"
 #include "server/cli.h"
+#include "server/srv_app.h"
+
+static void serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: brisk serve [--model PATH] [--host 127.0.0.1] [--port 8080] [options]\n"
+            "model and engine:\n"
+            "  --model PATH                 GGUF file (default: $BRISK_MODEL or the fetched SmolLM2)\n"
+            "  --served-model-name NAME     name in the API (default: the file name without .gguf)\n"
+            "  --weights auto|f32|f16|int8  compute format of the weights (auto)\n"
+            "  --threads N                  compute threads (all cores)\n"
+            "  --ctx N                      positions per sequence, prompt + output (min(train, 4096))\n"
+            "  --max-num-seqs N             sequences decoded together (8)\n"
+            "  --max-num-batched-tokens N   tokens per engine step (512)\n"
+            "  --max-queued-requests N      waiting sequences before 429 (1024)\n"
+            "  --max-queued-tokens N        waiting prompt tokens before 429 (4194304)\n"
+            "  --chat-template NAME         chatml|llama2|llama3|mistral|zephyr|gemma|phi3 (from GGUF)\n"
+            "security and operations:\n"
+            "  --api-key KEY | --api-key-file F   Bearer key for /v1/* (and /metrics with --metrics-auth)\n"
+            "  --metrics-auth               /metrics needs the key too\n"
+            "  --drain-timeout S            seconds to finish in-flight requests after SIGTERM (30)\n"
+            "  --log-format text|json       access log format (text)\n"
+            "HTTP limits:\n"
+            "  --max-body-bytes N (4 MiB)  --max-header-bytes N (32 KiB)  --max-headers N (100)\n"
+            "  --max-connections N (1024)  --head-timeout-ms N (10000)  --body-timeout-ms N (5000)\n"
+            "  --keepalive-timeout-ms N (75000)  --max-requests-per-conn N (1000)\n");
+}
+
+/* Reads the first line of a key file (no trailing newline/CR). */
+static char *read_key_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    if (!buf[0]) return NULL;
+    char *k = malloc(strlen(buf) + 1);
+    if (k) strcpy(k, buf);
+    return k;
+}
 
 int cmd_serve(int argc, char **argv) {
-    cli_error("serve: the HTTP server is not part of this build yet; use 'brisk generate'");
-    return 1;
+    srv_app_config c;
+    memset(&c, 0, sizeof c);
+    c.host = "127.0.0.1";
+    c.port = 8080;
+    c.drain_timeout_s = 30;
+    c.engine = sched_engine_config_default();
+    c.http = srv_http_config_default();
+    char *key_alloc = NULL;
+    int rc = 2;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long iv;
+        double fv;
+#define VAL()                                                                                      \
+    if (!(v = cli_value(argc, argv, &i))) goto done
+#define INT(lo, hi)                                                                                \
+    VAL();                                                                                         \
+    if (cli_parse_int(a, v, lo, hi, &iv)) goto done
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            serve_usage(stdout);
+            rc = 0;
+            goto done;
+        } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
+            VAL();
+            c.model_path = v;
+        } else if (!strcmp(a, "--host")) {
+            VAL();
+            c.host = v;
+        } else if (!strcmp(a, "--port")) {
+            INT(0, 65535);
+            c.port = (int)iv;
+        } else if (!strcmp(a, "--served-model-name")) {
+            VAL();
+            if (!v[0] || strlen(v) > 200) {
+                cli_error("--served-model-name: 1 to 200 characters");
+                goto done;
+            }
+            c.served_name = v;
+        } else if (!strcmp(a, "--weights")) {
+            VAL();
+            if (model_weights_fmt_parse(v, &c.engine.weights) < 0) {
+                cli_error("--weights: '%s' is not one of auto, f32, f16, int8", v);
+                goto done;
+            }
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            INT(1, 1024);
+            c.engine.n_threads = (int)iv;
+        } else if (!strcmp(a, "--ctx")) {
+            INT(16, 1 << 20);
+            c.engine.max_ctx = (int)iv;
+        } else if (!strcmp(a, "--max-num-seqs") || !strcmp(a, "--parallel")) {
+            INT(1, 4096);
+            c.engine.max_seqs = (int)iv;
+        } else if (!strcmp(a, "--max-num-batched-tokens")) {
+            INT(1, 1 << 20);
+            c.engine.max_batch_tokens = (int)iv;
+        } else if (!strcmp(a, "--max-queued-requests")) {
+            INT(0, 1 << 24);
+            c.engine.max_waiting = (int)iv;
+        } else if (!strcmp(a, "--max-queued-tokens")) {
+            INT(1, 1L << 40);
+            c.engine.max_waiting_tokens = iv;
+        } else if (!strcmp(a, "--chat-template")) {
+            VAL();
+            model_chat_kind k;
+            if (model_chat_kind_parse(v, &k) < 0) {
+                cli_error("--chat-template: '%s' is not one of chatml, llama2, llama3, mistral, zephyr, "
+                          "gemma, phi3",
+                          v);
+                goto done;
+            }
+            c.chat_template = v;
+        } else if (!strcmp(a, "--api-key")) {
+            VAL();
+            c.http.api_key = v;
+        } else if (!strcmp(a, "--api-key-file")) {
+            VAL();
+            free(key_alloc);
+            key_alloc = read_key_file(v);
+            if (!key_alloc) {
+                cli_error("--api-key-file: cannot read a key from '%s'", v);
+                rc = 1;
+                goto done;
+            }
+            c.http.api_key = key_alloc;
+        } else if (!strcmp(a, "--metrics-auth")) {
+            c.metrics_auth = 1;
+        } else if (!strcmp(a, "--drain-timeout")) {
+            VAL();
+            if (cli_parse_float(a, v, 0, 86400, &fv)) goto done;
+            c.drain_timeout_s = fv;
+        } else if (!strcmp(a, "--log-format")) {
+            VAL();
+            if (!strcmp(v, "text")) c.http.log_format = SRV_LOG_TEXT;
+            else if (!strcmp(v, "json")) c.http.log_format = SRV_LOG_JSON;
+            else {
+                cli_error("--log-format: '%s' is not text or json", v);
+                goto done;
+            }
+        } else if (!strcmp(a, "--max-body-bytes")) {
+            INT(1, 1L << 32);
+            c.http.max_body_bytes = (size_t)iv;
+        } else if (!strcmp(a, "--max-header-bytes")) {
+            INT(256, 1 << 24);
+            c.http.max_header_bytes = (size_t)iv;
+        } else if (!strcmp(a, "--max-headers")) {
+            INT(1, 10000);
+            c.http.max_headers = (int)iv;
+        } else if (!strcmp(a, "--max-connections")) {
+            INT(1, 1 << 20);
+            c.http.max_connections = (int)iv;
+        } else if (!strcmp(a, "--head-timeout-ms")) {
+            INT(1, 3600000);
+            c.http.head_timeout_ms = (int)iv;
+        } else if (!strcmp(a, "--body-timeout-ms")) {
+            INT(1, 3600000);
+            c.http.body_idle_timeout_ms = (int)iv;
+        } else if (!strcmp(a, "--keepalive-timeout-ms")) {
+            INT(1, 3600000);
+            c.http.keepalive_idle_ms = (int)iv;
+        } else if (!strcmp(a, "--max-requests-per-conn")) {
+            INT(1, 1 << 30);
+            c.http.max_requests_per_conn = (int)iv;
+        } else {
+            cli_error("serve: unknown option '%s'", a);
+            serve_usage(stderr);
+            goto done;
+        }
+#undef VAL
+#undef INT
+    }
+    if (!c.model_path) c.model_path = cli_default_model();
+    if (!c.model_path) {
+        cli_error("serve: no model: pass --model PATH or run scripts/fetch-model.sh");
+        goto done;
+    }
+    if (c.engine.max_batch_tokens < c.engine.max_seqs) {
+        cli_error("--max-num-batched-tokens (%d) must be >= --max-num-seqs (%d)", c.engine.max_batch_tokens,
+                  c.engine.max_seqs);
+        goto done;
+    }
+    rc = srv_app_run(&c);
+done:
+    free(key_alloc);
+    return rc;
 }

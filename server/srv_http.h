@@ -63,6 +63,9 @@ typedef struct srv_http_config {
     const char *api_key;          /* NULL or "": no auth. Copied by srv_http_create. */
     srv_log_format log_format;    /* access-log line format (SRV_LOG_TEXT) */
     int access_log;               /* 1: one INFO line per finished request (1) */
+    /* Called once per finished request (answered or aborted: 499) with its
+     * status, on the loop thread, e.g. to count responses; NULL: none. */
+    void (*on_finish)(void *app, int status);
 } srv_http_config;
 
 srv_http_config srv_http_config_default(void);

@@ -130,10 +130,12 @@ void srv_req_set_log_fields(srv_req *r, const char *route, int prompt_tokens, in
 /* ---- access log ---- */
 
 void srv_req_log(srv_http *h, const srv_req *r) {
-    if (!h->cfg.access_log)
-        return;
     /* 499: the client went away before any response (nginx's convention). */
     int status = r->head_sent ? r->status : (r->aborted ? 499 : r->status);
+    if (h->cfg.on_finish)
+        h->cfg.on_finish(h->app, status);
+    if (!h->cfg.access_log)
+        return;
     const char *path = srv_req_path(r);
     if (!path[0])
         path = "-";

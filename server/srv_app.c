@@ -1,0 +1,246 @@
+/* srv_app.c - the server's lifecycle: the route table, the engine thread and
+ * its wake-ups, health/readiness, /v1/models, /metrics, signals and the
+ * graceful drain. Generation endpoints live in srv_gen.c. */
+#include "server/srv_app.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/brisk_error.h"
+#include "common/brisk_log.h"
+
+/* ---- small routes ------------------------------------------------------ */
+
+static void json_reply(srv_req *r, int status, const char *body) {
+    srv_respond(r, status, "application/json", body, strlen(body), NULL);
+}
+
+static void h_health(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    if (app->ready) json_reply(r, 200, "{\"status\":\"ok\"}");
+    else json_reply(r, 503, "{\"status\":\"loading\"}");
+}
+
+static void h_livez(srv_req *r) {
+    json_reply(r, 200, "{\"status\":\"alive\"}");
+}
+
+static void h_readyz(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    if (app->ready && !app->draining) json_reply(r, 200, "{\"status\":\"ready\"}");
+    else json_reply(r, 503, app->draining ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}");
+}
+
+static void h_models(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    char *json = srv_api_models_json(app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0);
+    if (!json) {
+        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    json_reply(r, 200, json);
+    free(json);
+}
+
+static void h_metrics(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    srv_metrics_gauges g;
+    memset(&g, 0, sizeof g);
+    if (app->ready) {
+        sched_engine_stats st;
+        sched_engine_get_stats(app->eng, &st);
+        g.running = st.running;
+        g.waiting = st.waiting;
+        g.kv_usage = st.kv_usage;
+    }
+    size_t len;
+    char *text = srv_metrics_render(app->metrics, &g, brisk_now(), &len);
+    if (!text) {
+        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    srv_respond(r, 200, SRV_METRICS_CONTENT_TYPE, text, len, NULL);
+    free(text);
+}
+
+/* ---- engine wake-ups ---------------------------------------------------- */
+
+static void shutdown_now(srv_app *app);
+
+static void on_engine(uv_async_t *a) {
+    srv_app *app = a->data;
+    if (!app->ready && !app->shutting_down) {
+        char err[256];
+        sched_state s = sched_engine_state(app->eng, err, sizeof err);
+        if (s == SCHED_FAILED) {
+            BRISK_ERROR("cannot load the model: %s", err);
+            app->exit_code = 1;
+            shutdown_now(app);
+            return;
+        }
+        if (s == SCHED_READY) {
+            app->m = sched_engine_model(app->eng);
+            app->vocab = model_get_vocab(app->m);
+            app->max_ctx = sched_engine_max_ctx(app->eng);
+            app->limits = srv_api_limits_default(tok_n_vocab(app->vocab));
+            if (app->cfg.chat_template) {
+                model_chat_kind k;
+                model_chat_kind_parse(app->cfg.chat_template, &k); /* checked by the CLI */
+                model_chat_format_default(k, &app->chat);
+            } else {
+                model_chat_format_detect(model_chat_template(app->m), &app->chat);
+            }
+            BRISK_INFO("serving '%s' (context %d, chat template %s)", app->served_name, app->max_ctx,
+                       model_chat_kind_name(app->chat.kind));
+            app->ready = 1;
+        }
+    }
+    if (app->ready) srv_gen_on_events(app);
+}
+
+/* ---- shutdown ----------------------------------------------------------- */
+
+static void close_cb(uv_handle_t *h) {
+    (void)h;
+}
+
+static void shutdown_now(srv_app *app) {
+    if (app->shutting_down) return;
+    app->shutting_down = 1;
+    /* Aborts every request still open (their abort callbacks cancel engine
+     * work), then the engine thread stops; requests waiting on engine events
+     * are freed without them. */
+    if (app->http) {
+        srv_http_free(app->http);
+        app->http = NULL;
+    }
+    if (app->eng) {
+        sched_engine_free(app->eng);
+        app->eng = NULL;
+    }
+    srv_gen_free_all(app);
+    uv_close((uv_handle_t *)&app->eng_async, close_cb);
+    uv_close((uv_handle_t *)&app->sig_term, close_cb);
+    uv_close((uv_handle_t *)&app->sig_int, close_cb);
+    uv_close((uv_handle_t *)&app->drain_timer, close_cb);
+}
+
+static void on_drain_tick(uv_timer_t *t) {
+    srv_app *app = t->data;
+    double waited = brisk_now() - app->t_drain_start;
+    int active = app->http ? srv_http_n_active(app->http) : 0;
+    if (app->n_live == 0 && active == 0) {
+        BRISK_INFO("drained; exiting");
+        shutdown_now(app);
+    } else if (waited >= app->cfg.drain_timeout_s) {
+        BRISK_WARN("drain timeout (%.0f s) with %d requests in flight; exiting", app->cfg.drain_timeout_s,
+                   active);
+        shutdown_now(app);
+    }
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+    srv_app *app = s->data;
+    app->n_signals++;
+    if (app->n_signals > 1 || !app->ready) {
+        BRISK_WARN("signal %d again: exiting now", signum);
+        shutdown_now(app);
+        return;
+    }
+    BRISK_INFO("signal %d: draining (readiness off, no new connections, up to %.0f s)", signum,
+               app->cfg.drain_timeout_s);
+    app->draining = 1;
+    app->t_drain_start = brisk_now();
+    srv_http_stop_accepting(app->http);
+    uv_timer_start(&app->drain_timer, on_drain_tick, 0, 50);
+}
+
+static void on_http_finish(void *user, int status) {
+    srv_app *app = user;
+    if (app->metrics) srv_metrics_observe_http(app->metrics, status);
+}
+
+/* ---- run ------------------------------------------------------------------- */
+
+static const char *base_name(const char *path, char *out, size_t cap) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(out, cap, "%s", b);
+    size_t n = strlen(out);
+    if (n > 5 && strcmp(out + n - 5, ".gguf") == 0) out[n - 5] = '\0';
+    return out;
+}
+
+int srv_app_run(const srv_app_config *cfg) {
+    srv_app *app = calloc(1, sizeof *app);
+    if (!app) return 1;
+    app->cfg = *cfg;
+    app->created = (int64_t)time(NULL);
+    if (cfg->served_name) snprintf(app->served_name, sizeof app->served_name, "%s", cfg->served_name);
+    else base_name(cfg->model_path, app->served_name, sizeof app->served_name);
+    app->loop = uv_default_loop();
+    srv_metrics_config mc = srv_metrics_config_default();
+    mc.model_name = app->served_name;
+    mc.max_model_len = cfg->engine.max_ctx > 0 ? cfg->engine.max_ctx : 8192;
+    app->metrics = srv_metrics_create(&mc, brisk_now());
+
+    static const srv_route routes[] = {
+        {"POST", "/v1/completions", srv_gen_completions, SRV_ROUTE_AUTH},
+        {"POST", "/v1/chat/completions", srv_gen_chat, SRV_ROUTE_AUTH},
+        {"GET", "/v1/models", h_models, SRV_ROUTE_AUTH},
+        {"GET", "/health", h_health, 0},
+        {"GET", "/livez", h_livez, 0},
+        {"GET", "/readyz", h_readyz, 0},
+        {"GET", "/metrics", h_metrics, 0},
+    };
+    srv_route table[sizeof routes / sizeof routes[0]];
+    memcpy(table, routes, sizeof routes);
+    int n_routes = (int)(sizeof routes / sizeof routes[0]);
+    if (cfg->metrics_auth) table[n_routes - 1].flags = SRV_ROUTE_AUTH;
+
+    srv_http_config hc = cfg->http;
+    hc.on_finish = on_http_finish;
+    char err[256];
+    int rc = 1;
+    app->http = srv_http_create(app->loop, &hc, table, n_routes, app, err, sizeof err);
+    if (!app->http || !app->metrics) {
+        BRISK_ERROR("%s", app->http ? "out of memory" : err);
+        goto out;
+    }
+    if (srv_http_listen(app->http, cfg->host, cfg->port, err, sizeof err) < 0) {
+        BRISK_ERROR("%s", err);
+        goto out;
+    }
+    BRISK_INFO("listening on http://%s%s%s:%d", strchr(cfg->host, ':') ? "[" : "", cfg->host,
+               strchr(cfg->host, ':') ? "]" : "", srv_http_port(app->http));
+    uv_async_init(app->loop, &app->eng_async, on_engine);
+    app->eng_async.data = app;
+    uv_signal_init(app->loop, &app->sig_term);
+    uv_signal_init(app->loop, &app->sig_int);
+    app->sig_term.data = app->sig_int.data = app;
+    uv_signal_start(&app->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&app->sig_int, on_signal, SIGINT);
+    uv_timer_init(app->loop, &app->drain_timer);
+    app->drain_timer.data = app;
+    sched_engine_config ec = cfg->engine;
+    ec.model_path = cfg->model_path;
+    if (sched_engine_create(&ec, &app->eng_async, &app->eng, err, sizeof err) < 0) {
+        BRISK_ERROR("%s", err);
+        app->exit_code = 1;
+        shutdown_now(app);
+    }
+    uv_run(app->loop, UV_RUN_DEFAULT);
+    rc = app->exit_code;
+out:
+    if (app->http) { /* listen failed: close what was opened */
+        srv_http_free(app->http);
+        uv_run(app->loop, UV_RUN_DEFAULT);
+    }
+    srv_metrics_free(app->metrics);
+    uv_loop_close(app->loop);
+    free(app);
+    return rc;
+}

@@ -1,0 +1,71 @@
+/* srv_app.h - the server application: the state the route handlers share
+ * (engine, metrics, chat format, limits) and the glue between the HTTP layer
+ * (srv_http.h) and the engine thread (scheduler/engine.h).
+ *
+ * Everything here runs on the libuv loop thread, except what the engine
+ * reads through sched_engine_* calls. */
+#ifndef SRV_APP_H
+#define SRV_APP_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "models/chat_template.h"
+#include "scheduler/engine.h"
+#include "server/srv_api.h"
+#include "server/srv_http.h"
+#include "server/srv_metrics.h"
+
+typedef struct srv_app_config {
+    const char *model_path;
+    const char *host;
+    int port;
+    const char *served_name;   /* NULL: the model file's base name without .gguf */
+    const char *chat_template; /* NULL: from the GGUF metadata */
+    int metrics_auth;          /* 1: /metrics needs the API key too */
+    double drain_timeout_s;
+    sched_engine_config engine;
+    srv_http_config http;
+} srv_app_config;
+
+typedef struct gen_req gen_req;
+
+typedef struct srv_app {
+    srv_app_config cfg;
+    uv_loop_t *loop;
+    srv_http *http;
+    sched_engine *eng;
+    uv_async_t eng_async;
+    uv_signal_t sig_term, sig_int;
+    uv_timer_t drain_timer;
+    srv_metrics *metrics;
+    char served_name[256];
+    int64_t created;
+    int ready;    /* engine loaded */
+    int draining; /* a signal came: readyz false, no new work */
+    int n_signals;
+    int exit_code;
+    int shutting_down;
+    double t_drain_start;
+    const model *m;
+    const tok_vocab *vocab;
+    int max_ctx;
+    model_chat_format chat;
+    srv_api_limits limits;
+    gen_req *live; /* generation requests waiting for engine events */
+    int n_live;
+    uint64_t n_ids;
+} srv_app;
+
+/* Runs the server until it has drained after a signal; returns the exit
+ * code (0 after a clean drain, 1 when the model could not be loaded). */
+int srv_app_run(const srv_app_config *cfg);
+
+/* srv_gen.c: the generation endpoints and the engine-event pump. */
+void srv_gen_completions(srv_req *r);
+void srv_gen_chat(srv_req *r);
+void srv_gen_on_events(srv_app *app);
+/* Frees every live generation request (shutdown, engine gone). */
+void srv_gen_free_all(srv_app *app);
+
+#endif

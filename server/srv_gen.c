@@ -1,0 +1,804 @@
+/* srv_gen.c - POST /v1/completions and /v1/chat/completions: validated
+ * requests become engine sequences (one per prompt x n), engine events become
+ * SSE chunks or one JSON response, and a client that leaves cancels its
+ * sequences at once. Runs on the loop thread. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/brisk_error.h"
+#include "common/brisk_log.h"
+#include "server/srv_app.h"
+
+#define GEN_MAX_CHOICES 128
+
+typedef struct gen_choice {
+    gen_req *req;
+    int index;
+    int prompt_idx;
+    int live;             /* submitted, final event not yet seen */
+    sched_finish finish;
+    char *text;           /* the whole output (non-streaming responses, echo included) */
+    size_t len, cap;
+    sched_token *toks;    /* every output token, for logprobs */
+    int n_toks, cap_toks;
+    sched_token *ptoks;   /* prompt log-probs (echo) */
+    int n_ptoks;
+    int completion_len;
+    int started;          /* streaming: first chunk sent */
+    double t_last;
+} gen_choice;
+
+struct gen_req {
+    gen_req *next, *prev;
+    srv_app *app;
+    srv_req *http; /* NULL once answered or aborted */
+    int is_chat, stream, include_usage, logprobs, echo;
+    char id[64];
+    int64_t created;
+    int n_choices, n_live;
+    gen_choice *choices;
+    int n_prompts;
+    int32_t **pids; /* per prompt token ids (echo, usage) */
+    int *n_pids;
+    char **ptext; /* per prompt text for echo */
+    size_t *ptext_len;
+    int prompt_tokens;
+    double t_start, t_first, t_admit;
+    int failed;
+    char err[160];
+    int streamed_ok;
+};
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n + 1) c *= 2;
+        char *p = realloc(*b, c);
+        if (!p) return BRISK_ENOMEM;
+        *b = p;
+        *cap = c;
+    }
+    if (n) memcpy(*b + *len, s, n);
+    *len += n;
+    (*b)[*len] = '\0';
+    return 0;
+}
+
+static void gen_link(srv_app *app, gen_req *g) {
+    g->next = app->live;
+    if (app->live) app->live->prev = g;
+    app->live = g;
+    app->n_live++;
+}
+
+static void gen_unlink(srv_app *app, gen_req *g) {
+    if (g->prev) g->prev->next = g->next;
+    else app->live = g->next;
+    if (g->next) g->next->prev = g->prev;
+    app->n_live--;
+}
+
+static void gen_free(gen_req *g) {
+    for (int i = 0; i < g->n_choices; i++) {
+        free(g->choices[i].text);
+        free(g->choices[i].toks);
+        free(g->choices[i].ptoks);
+    }
+    free(g->choices);
+    for (int i = 0; i < g->n_prompts; i++) {
+        free(g->pids ? g->pids[i] : NULL);
+        free(g->ptext ? g->ptext[i] : NULL);
+    }
+    free(g->pids);
+    free(g->n_pids);
+    free(g->ptext);
+    free(g->ptext_len);
+    free(g);
+}
+
+static uint64_t random_seed(srv_app *app) {
+    uint64_t x = uv_hrtime() ^ ((uint64_t)time(NULL) << 32) ^ (++app->n_ids * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    return x ^ (x >> 29);
+}
+
+/* The piece text of a token (raw bytes, may be partial UTF-8). */
+static char *piece(const tok_vocab *v, int32_t id, size_t *len) {
+    char buf[256];
+    int n = tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, buf, sizeof buf);
+    if (n < 0) n = 0;
+    char *s = malloc((size_t)n + 1);
+    if (!s) return NULL;
+    if (n <= (int)sizeof buf) memcpy(s, buf, (size_t)n);
+    else if (tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, s, (size_t)n + 1) != n) n = 0;
+    s[n] = '\0';
+    *len = (size_t)n;
+    return s;
+}
+
+/* Logprob structs for toks; the strings are malloc'd into *pool (freed by
+ * free_lps). text_offset counts from base. */
+typedef struct lp_set {
+    srv_token_logprob *lps;
+    srv_top_logprob *tops;
+    char **strs;
+    int n_strs;
+} lp_set;
+
+static void free_lps(lp_set *s) {
+    for (int i = 0; i < s->n_strs; i++) free(s->strs[i]);
+    free(s->strs);
+    free(s->lps);
+    free(s->tops);
+    memset(s, 0, sizeof *s);
+}
+
+static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int first_null, size_t base,
+                     lp_set *out) {
+    memset(out, 0, sizeof *out);
+    if (n <= 0) return 0;
+    int n_top = 0;
+    for (int i = 0; i < n; i++) n_top += toks[i].n_top;
+    out->lps = calloc((size_t)n, sizeof *out->lps);
+    out->tops = calloc((size_t)n_top + 1, sizeof *out->tops);
+    out->strs = calloc((size_t)(n + n_top), sizeof *out->strs);
+    if (!out->lps || !out->tops || !out->strs) return BRISK_ENOMEM;
+    size_t off = base;
+    int t = 0;
+    for (int i = 0; i < n; i++) {
+        srv_token_logprob *l = &out->lps[i];
+        size_t len;
+        char *s = piece(v, toks[i].id, &len);
+        if (!s) return BRISK_ENOMEM;
+        out->strs[out->n_strs++] = s;
+        l->token = s;
+        l->token_len = len;
+        l->logprob = toks[i].logprob;
+        l->has_logprob = !(first_null && i == 0);
+        l->text_offset = off;
+        off += len;
+        l->top = &out->tops[t];
+        l->n_top = toks[i].n_top;
+        for (int k = 0; k < toks[i].n_top; k++) {
+            char *ts = piece(v, toks[i].top_id[k], &len);
+            if (!ts) return BRISK_ENOMEM;
+            out->strs[out->n_strs++] = ts;
+            out->tops[t].token = ts;
+            out->tops[t].token_len = len;
+            out->tops[t].logprob = toks[i].top_logprob[k];
+            t++;
+        }
+    }
+    return 0;
+}
+
+static const char *finish_str(sched_finish f) {
+    return f == SCHED_FINISH_LENGTH ? "length" : "stop";
+}
+
+static srv_metrics_finish metrics_finish(sched_finish f) {
+    switch (f) {
+    case SCHED_FINISH_STOP: return SRV_METRICS_FINISH_STOP;
+    case SCHED_FINISH_LENGTH: return SRV_METRICS_FINISH_LENGTH;
+    case SCHED_FINISH_ABORT: return SRV_METRICS_FINISH_ABORT;
+    default: return SRV_METRICS_FINISH_ERROR;
+    }
+}
+
+/* ---- abort ------------------------------------------------------------------ */
+
+static void gen_on_abort(srv_req *r, void *user) {
+    gen_req *g = user;
+    srv_app *app = g->app;
+    for (int i = 0; i < g->n_choices; i++)
+        if (g->choices[i].live) sched_engine_cancel(app->eng, &g->choices[i]);
+    g->http = NULL;
+    srv_req_release(r);
+}
+
+/* ---- streaming ---------------------------------------------------------------- */
+
+static void stream_send(gen_req *g, char *json) {
+    if (!json) {
+        g->failed = 1;
+        return;
+    }
+    size_t n;
+    char *ev = srv_sse_event(json, &n);
+    free(json);
+    if (ev && g->http) srv_stream_write(g->http, ev, n);
+    free(ev);
+}
+
+/* One chunk for choice c: text (len bytes) and the tokens since the last. */
+static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len, const sched_token *toks,
+                         int n_toks, const char *finish) {
+    srv_app *app = g->app;
+    lp_set lp;
+    memset(&lp, 0, sizeof lp);
+    int want_lp = g->logprobs >= 0;
+    if (want_lp && n_toks && build_lps(app->vocab, toks, n_toks, 0, c->len, &lp) < 0) {
+        free_lps(&lp);
+        g->failed = 1;
+        return;
+    }
+    srv_choice ch = {c->index, text, len, finish, lp.lps, want_lp ? n_toks : 0};
+    char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, &ch, !c->started,
+                                                      NULL, want_lp)
+                            : srv_api_completion_chunk_json(g->id, g->created, app->served_name, &ch, NULL,
+                                                            want_lp);
+    c->started = 1;
+    c->len += len; /* text offsets of later chunks */
+    stream_send(g, json);
+    free_lps(&lp);
+}
+
+/* ---- finishing ------------------------------------------------------------------ */
+
+static void gen_observe(gen_req *g) {
+    srv_app *app = g->app;
+    double now = brisk_now();
+    int completion = 0;
+    sched_finish f = SCHED_FINISH_STOP;
+    for (int i = 0; i < g->n_choices; i++) {
+        completion += g->choices[i].completion_len;
+        if (g->choices[i].finish == SCHED_FINISH_LENGTH) f = SCHED_FINISH_LENGTH;
+        if (g->choices[i].finish == SCHED_FINISH_ABORT && f != SCHED_FINISH_ERROR) f = SCHED_FINISH_ABORT;
+        if (g->choices[i].finish == SCHED_FINISH_ERROR) f = SCHED_FINISH_ERROR;
+    }
+    srv_metrics_request mr = {metrics_finish(f), g->prompt_tokens, completion,
+                              g->t_admit > 0 ? g->t_admit - g->t_start : -1, now - g->t_start};
+    srv_metrics_observe_request(app->metrics, &mr, now);
+    if (g->http)
+        srv_req_set_log_fields(g->http, g->is_chat ? "/v1/chat/completions" : "/v1/completions",
+                               g->prompt_tokens, completion, g->t_first > 0 ? g->t_first - g->t_start : -1);
+}
+
+static void gen_finish(gen_req *g) {
+    srv_app *app = g->app;
+    gen_observe(g);
+    int completion = 0;
+    for (int i = 0; i < g->n_choices; i++) completion += g->choices[i].completion_len;
+    srv_usage usage = {g->prompt_tokens, completion};
+    if (g->http && g->stream) {
+        if (g->failed) {
+            srv_api_error e = {500, "server_error", "", NULL, ""};
+            snprintf(e.message, sizeof e.message, "generation failed: %s", g->err[0] ? g->err : "internal error");
+            size_t n;
+            char *ev = srv_sse_error(&e, &n);
+            if (ev) srv_stream_write(g->http, ev, n);
+            free(ev);
+        } else if (g->include_usage) {
+            char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, NULL, 0,
+                                                              &usage, 0)
+                                    : srv_api_completion_chunk_json(g->id, g->created, app->served_name,
+                                                                    NULL, &usage, 0);
+            stream_send(g, json);
+        }
+        size_t n;
+        const char *done = srv_sse_done(&n);
+        if (g->http) srv_stream_write(g->http, done, n);
+        if (g->http) srv_stream_end(g->http);
+        g->http = NULL;
+    } else if (g->http) {
+        if (g->failed) {
+            srv_respond_error(g->http, 500, "server_error", NULL, NULL, "generation failed: %s",
+                              g->err[0] ? g->err : "internal error");
+        } else {
+            srv_choice *ch = calloc((size_t)g->n_choices, sizeof *ch);
+            lp_set *lps = calloc((size_t)g->n_choices, sizeof *lps);
+            int ok = ch && lps;
+            for (int i = 0; ok && i < g->n_choices; i++) {
+                gen_choice *c = &g->choices[i];
+                ch[i].index = c->index;
+                ch[i].text = c->text ? c->text : "";
+                ch[i].text_len = c->len;
+                ch[i].finish_reason = finish_str(c->finish);
+                if (g->logprobs >= 0) {
+                    /* echo: prompt tokens (first without a log-prob), then output */
+                    int np = g->echo ? g->n_pids[c->prompt_idx] : 0;
+                    sched_token *all = calloc((size_t)(np + c->n_toks) + 1, sizeof *all);
+                    if (!all) {
+                        ok = 0;
+                        break;
+                    }
+                    if (np) {
+                        all[0].id = g->pids[c->prompt_idx][0];
+                        for (int k = 1; k < np; k++) {
+                            if (c->ptoks && k - 1 < c->n_ptoks) all[k] = c->ptoks[k - 1];
+                            else all[k].id = g->pids[c->prompt_idx][k];
+                        }
+                    }
+                    memcpy(all + np, c->toks, (size_t)c->n_toks * sizeof *all);
+                    if (build_lps(app->vocab, all, np + c->n_toks, np > 0, 0, &lps[i]) < 0) ok = 0;
+                    free(all);
+                    ch[i].lps = lps[i].lps;
+                    ch[i].n_lps = np + c->n_toks;
+                }
+            }
+            char *json = NULL;
+            if (ok)
+                json = g->is_chat ? srv_api_chat_json(g->id, g->created, app->served_name, ch, g->n_choices,
+                                                      &usage, g->logprobs >= 0)
+                                  : srv_api_completion_json(g->id, g->created, app->served_name, ch,
+                                                            g->n_choices, &usage, g->logprobs >= 0);
+            if (json) srv_respond(g->http, 200, "application/json", json, strlen(json), NULL);
+            else srv_respond_error(g->http, 500, "server_error", NULL, NULL, "out of memory");
+            free(json);
+            for (int i = 0; lps && i < g->n_choices; i++) free_lps(&lps[i]);
+            free(lps);
+            free(ch);
+        }
+        g->http = NULL;
+    }
+    gen_unlink(app, g);
+    gen_free(g);
+}
+
+/* ---- engine events ----------------------------------------------------------------- */
+
+static void on_event(srv_app *app, sched_event *ev) {
+    gen_choice *c = ev->user;
+    gen_req *g = c->req;
+    double now = ev->t_event;
+    if (ev->t_admitted > 0 && (g->t_admit == 0 || ev->t_admitted < g->t_admit)) g->t_admit = ev->t_admitted;
+    if (ev->n_tokens > 0) {
+        if (g->t_first == 0) {
+            g->t_first = now;
+            srv_metrics_observe_ttft(app->metrics, now - g->t_start, now);
+        } else if (c->t_last > 0) {
+            double gap = (now - c->t_last) / ev->n_tokens;
+            for (int i = 0; i < ev->n_tokens; i++) srv_metrics_observe_itl(app->metrics, gap, now);
+        }
+        c->t_last = now;
+        srv_metrics_observe_tokens(app->metrics, 0, ev->n_tokens, now);
+    }
+    if (ev->n_prompt_tokens) {
+        free(c->ptoks);
+        c->ptoks = ev->prompt_tokens;
+        c->n_ptoks = ev->n_prompt_tokens;
+        ev->prompt_tokens = NULL;
+    }
+    c->completion_len = ev->completion_len;
+    if (ev->finish == SCHED_FINISH_ERROR) {
+        g->failed = 1;
+        snprintf(g->err, sizeof g->err, "%s", ev->err);
+    }
+    if (g->stream && g->http) {
+        const char *fin = ev->finish == SCHED_FINISH_STOP || ev->finish == SCHED_FINISH_LENGTH
+                              ? finish_str(ev->finish)
+                              : NULL;
+        if (!c->started && g->echo && !g->is_chat) {
+            stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0, NULL);
+        }
+        if (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) || (!c->started && g->is_chat))
+            stream_chunk(g, c, ev->text, ev->text_len, ev->tokens, ev->n_tokens, fin);
+    } else {
+        if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0) g->failed = 1;
+        if (g->logprobs >= 0 && ev->n_tokens) {
+            if (c->n_toks + ev->n_tokens > c->cap_toks) {
+                int cap = c->cap_toks ? c->cap_toks : 16;
+                while (cap < c->n_toks + ev->n_tokens) cap *= 2;
+                sched_token *t = realloc(c->toks, (size_t)cap * sizeof *t);
+                if (!t) g->failed = 1;
+                else {
+                    c->toks = t;
+                    c->cap_toks = cap;
+                }
+            }
+            if (c->n_toks + ev->n_tokens <= c->cap_toks) {
+                memcpy(c->toks + c->n_toks, ev->tokens, (size_t)ev->n_tokens * sizeof *c->toks);
+                c->n_toks += ev->n_tokens;
+            }
+        }
+    }
+    if (ev->finish != SCHED_FINISH_NONE) {
+        c->finish = ev->finish;
+        c->live = 0;
+        if (--g->n_live == 0) gen_finish(g);
+    }
+}
+
+void srv_gen_on_events(srv_app *app) {
+    sched_event *ev = sched_engine_drain(app->eng);
+    while (ev) {
+        sched_event *n = ev->next;
+        on_event(app, ev);
+        sched_event_free(ev);
+        ev = n;
+    }
+}
+
+void srv_gen_free_all(srv_app *app) {
+    while (app->live) {
+        gen_req *g = app->live;
+        if (g->http) srv_req_release(g->http);
+        g->http = NULL;
+        gen_unlink(app, g);
+        gen_free(g);
+    }
+}
+
+/* ---- requests ---------------------------------------------------------------------- */
+
+static void respond_api_error(srv_req *r, const srv_api_error *e) {
+    srv_respond_error(r, e->status, e->type, e->param[0] ? e->param : NULL, e->code, "%s", e->message);
+}
+
+/* Common checks before parsing: ready and not draining. */
+static int gen_precheck(srv_app *app, srv_req *r) {
+    if (app->draining) {
+        srv_respond_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
+        return -1;
+    }
+    if (!app->ready) {
+        srv_respond_error(r, 503, "server_error", NULL, NULL, "the model is loading");
+        return -1;
+    }
+    size_t n;
+    const char *ct = srv_req_header(r, "Content-Type", &n);
+    if (ct && !(n >= 16 && strncasecmp(ct, "application/json", 16) == 0)) {
+        srv_respond_error(r, 400, "invalid_request_error", NULL, NULL,
+                          "Content-Type must be application/json");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_model(srv_app *app, srv_req *r, const char *name) {
+    if (name && strcmp(name, app->served_name) != 0) {
+        srv_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
+                          "The model '%.200s' does not exist; this server serves '%s'", name,
+                          app->served_name);
+        return -1;
+    }
+    return 0;
+}
+
+static int32_t *tokenize(srv_app *app, const char *text, size_t len, int flags, int *n_out) {
+    int cap = (int)(len < 1024 ? 1024 : len + 16);
+    if (len > (size_t)1 << 28) return NULL;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids) return NULL;
+    int n = tok_encode(app->vocab, text, len, flags, ids, cap);
+    if (n > cap) {
+        int32_t *t = realloc(ids, (size_t)n * sizeof *ids);
+        if (!t) {
+            free(ids);
+            return NULL;
+        }
+        ids = t;
+        n = tok_encode(app->vocab, text, len, flags, ids, n);
+    }
+    if (n < 0) {
+        free(ids);
+        return NULL;
+    }
+    *n_out = n;
+    return ids;
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n + 1);
+    return d;
+}
+
+/* Builds the engine params of choice c. */
+static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int prompt_idx, int j,
+                       int max_tokens, sched_seq_params *sp) {
+    memset(sp, 0, sizeof *sp);
+    int np = g->n_pids[prompt_idx];
+    sp->prompt = malloc((size_t)np * sizeof *sp->prompt);
+    if (!sp->prompt) return BRISK_ENOMEM;
+    memcpy(sp->prompt, g->pids[prompt_idx], (size_t)np * sizeof *sp->prompt);
+    sp->n_prompt = np;
+    sp->max_tokens = max_tokens;
+    model_sampling s = model_sampling_default();
+    s.temperature = p->temperature;
+    s.top_k = p->top_k > 0 ? p->top_k : 0;
+    s.top_p = p->top_p;
+    s.min_p = p->min_p;
+    s.repetition_penalty = p->repetition_penalty;
+    s.presence_penalty = p->presence_penalty;
+    s.frequency_penalty = p->frequency_penalty;
+    s.penalty_last_n = 0;
+    s.seed = p->has_seed ? p->seed + (uint64_t)j : random_seed(app);
+    if (p->n_logit_bias) {
+        int32_t *ids = malloc((size_t)p->n_logit_bias * sizeof *ids);
+        float *b = malloc((size_t)p->n_logit_bias * sizeof *b);
+        if (!ids || !b) {
+            free(ids);
+            free(b);
+            free(sp->prompt);
+            return BRISK_ENOMEM;
+        }
+        memcpy(ids, p->logit_bias_ids, (size_t)p->n_logit_bias * sizeof *ids);
+        memcpy(b, p->logit_bias, (size_t)p->n_logit_bias * sizeof *b);
+        s.n_logit_bias = p->n_logit_bias;
+        s.logit_bias_ids = ids;
+        s.logit_bias = b;
+    }
+    sp->sampling = s;
+    sp->logprobs = p->logprobs;
+    sp->prompt_logprobs = g->echo && p->logprobs >= 0;
+    sp->ignore_eos = p->ignore_eos;
+    if (p->n_stop) {
+        sp->stop = calloc((size_t)p->n_stop, sizeof *sp->stop);
+        if (!sp->stop) {
+            sched_seq_params_free(sp);
+            return BRISK_ENOMEM;
+        }
+        sp->n_stop = p->n_stop;
+        for (int i = 0; i < p->n_stop; i++)
+            if (!(sp->stop[i] = dup_str(p->stop[i]))) {
+                sched_seq_params_free(sp);
+                return BRISK_ENOMEM;
+            }
+    }
+    return 0;
+}
+
+/* max_tokens of a prompt of np tokens: as asked, else the endpoint's
+ * default (completions: 16, as OpenAI), else the rest of the context. */
+static int gen_max_tokens(const srv_app *app, const srv_gen_params *p, int np, int dflt) {
+    if (p->max_tokens > 0) return p->max_tokens;
+    if (dflt > 0) return dflt;
+    return app->max_ctx - np;
+}
+
+/* Validates lengths, submits every choice and starts the response.
+ * Takes ownership of g (freed or linked). */
+static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, int max_tokens_default) {
+    /* Context: every prompt + max_tokens must fit. */
+    for (int i = 0; i < g->n_prompts; i++) {
+        int np = g->n_pids[i];
+        int mt = gen_max_tokens(app, p, np, max_tokens_default);
+        if (np == 0) {
+            srv_respond_error(r, 400, "invalid_request_error", "prompt", NULL, "the prompt is empty");
+            gen_free(g);
+            return;
+        }
+        if (np + mt > app->max_ctx || np >= app->max_ctx) {
+            srv_respond_error(r, 400, "invalid_request_error", p->max_tokens > 0 ? "max_tokens" : "messages",
+                              "context_length_exceeded",
+                              "This model's maximum context length is %d tokens. However, you requested %d "
+                              "tokens (%d in the prompt, %d for the completion). Please reduce the prompt "
+                              "or max_tokens.",
+                              app->max_ctx, np + mt, np, mt);
+            gen_free(g);
+            return;
+        }
+        g->prompt_tokens += np;
+    }
+    g->n_choices = g->n_prompts * p->n;
+    if (g->n_choices > GEN_MAX_CHOICES) {
+        srv_respond_error(r, 400, "invalid_request_error", "n", NULL,
+                          "prompts x n = %d choices; at most %d in one request", g->n_choices, GEN_MAX_CHOICES);
+        gen_free(g);
+        return;
+    }
+    g->choices = calloc((size_t)g->n_choices, sizeof *g->choices);
+    if (!g->choices) {
+        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        gen_free(g);
+        return;
+    }
+    g->http = r;
+    gen_link(app, g);
+    int rc = 0;
+    for (int i = 0; i < g->n_prompts && rc == 0; i++)
+        for (int j = 0; j < p->n && rc == 0; j++) {
+            gen_choice *c = &g->choices[i * p->n + j];
+            c->req = g;
+            c->index = i * p->n + j;
+            c->prompt_idx = i;
+            if (g->echo && !g->stream &&
+                buf_add(&c->text, &c->len, &c->cap, g->ptext[i], g->ptext_len[i]) < 0) {
+                rc = BRISK_ENOMEM;
+                break;
+            }
+            sched_seq_params sp;
+            rc = make_params(app, g, p, i, j, gen_max_tokens(app, p, g->n_pids[i], max_tokens_default), &sp);
+            if (rc < 0) break;
+            sp.user = c;
+            rc = sched_engine_submit(app->eng, &sp);
+            if (rc < 0) {
+                sched_seq_params_free(&sp);
+                break;
+            }
+            c->live = 1;
+            g->n_live++;
+        }
+    if (rc < 0) {
+        for (int i = 0; i < g->n_choices; i++)
+            if (g->choices[i].live) sched_engine_cancel(app->eng, &g->choices[i]);
+        if (rc == BRISK_ENOSPC)
+            srv_respond_error(r, 429, "rate_limit_error", NULL, "queue_full",
+                              "the server's waiting queue is full; retry later");
+        else
+            srv_respond_error(r, 500, "server_error", NULL, NULL, "cannot queue the request: %s",
+                              brisk_strerror(rc));
+        g->http = NULL;
+        if (g->n_live == 0) {
+            gen_unlink(app, g);
+            gen_free(g);
+        }
+        return;
+    }
+    srv_metrics_observe_tokens(app->metrics, g->prompt_tokens, 0, brisk_now());
+    srv_req_on_abort(r, gen_on_abort, g);
+    if (g->stream) {
+        srv_stream_begin(r, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
+        if (g->is_chat) /* the role comes first, as OpenAI sends it */
+            for (int i = 0; i < g->n_choices; i++) stream_chunk(g, &g->choices[i], "", 0, NULL, 0, NULL);
+    }
+}
+
+static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_params *p, int n_prompts) {
+    gen_req *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->app = app;
+    g->is_chat = is_chat;
+    g->stream = p->stream;
+    g->include_usage = p->include_usage;
+    g->logprobs = p->logprobs;
+    g->echo = p->echo && !is_chat;
+    g->created = (int64_t)time(NULL);
+    g->t_start = srv_req_t_start(r);
+    snprintf(g->id, sizeof g->id, "%s-%s", is_chat ? "chatcmpl" : "cmpl", srv_req_id(r));
+    g->n_prompts = n_prompts;
+    g->pids = calloc((size_t)n_prompts, sizeof *g->pids);
+    g->n_pids = calloc((size_t)n_prompts, sizeof *g->n_pids);
+    g->ptext = calloc((size_t)n_prompts, sizeof *g->ptext);
+    g->ptext_len = calloc((size_t)n_prompts, sizeof *g->ptext_len);
+    if (!g->pids || !g->n_pids || !g->ptext || !g->ptext_len) {
+        gen_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static int add_bos_flag(srv_app *app) {
+    return tok_add_bos_default(app->vocab) ? TOK_ADD_BOS : 0;
+}
+
+void srv_gen_completions(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    if (gen_precheck(app, r) < 0) return;
+    size_t len;
+    const char *body = srv_req_body(r, &len);
+    srv_completion_req cr;
+    srv_api_error e;
+    int rc = srv_api_parse_completion(body, len, &app->limits, &cr, &e);
+    if (rc < 0) {
+        if (rc == BRISK_ENOMEM) srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        else respond_api_error(r, &e);
+        return;
+    }
+    srv_metrics_count_unknown_fields(app->metrics, cr.params.n_unknown_fields);
+    if (check_model(app, r, cr.params.model) < 0) {
+        srv_completion_req_free(&cr);
+        return;
+    }
+    gen_req *g = gen_new(app, r, 0, &cr.params, cr.n_prompts);
+    if (!g) {
+        srv_completion_req_free(&cr);
+        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    for (int i = 0; i < cr.n_prompts; i++) {
+        srv_prompt *pr = &cr.prompts[i];
+        if (pr->is_tokens) {
+            g->pids[i] = malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
+            if (g->pids[i]) memcpy(g->pids[i], pr->ids, (size_t)pr->n_ids * sizeof(int32_t));
+            g->n_pids[i] = pr->n_ids;
+            if (g->echo) {
+                g->ptext[i] = tok_decode_all(app->vocab, pr->ids, pr->n_ids, 0);
+                g->ptext_len[i] = g->ptext[i] ? strlen(g->ptext[i]) : 0;
+            }
+        } else {
+            g->pids[i] = tokenize(app, pr->text, pr->text_len, add_bos_flag(app) | TOK_PARSE_SPECIAL, &g->n_pids[i]);
+            if (g->echo) {
+                g->ptext[i] = malloc(pr->text_len + 1);
+                if (g->ptext[i]) {
+                    memcpy(g->ptext[i], pr->text, pr->text_len);
+                    g->ptext[i][pr->text_len] = '\0';
+                }
+                g->ptext_len[i] = pr->text_len;
+            }
+        }
+        if (!g->pids[i] || (g->echo && !g->ptext[i])) {
+            gen_free(g);
+            srv_completion_req_free(&cr);
+            srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+            return;
+        }
+    }
+    gen_start(app, r, g, &cr.params, 16);
+    srv_completion_req_free(&cr);
+}
+
+void srv_gen_chat(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    if (gen_precheck(app, r) < 0) return;
+    if (app->chat.kind == MODEL_CHAT_NONE) {
+        srv_respond_error(r, 400, "invalid_request_error", "messages", "chat_template_missing",
+                          "this model has no chat template brisk can apply; use /v1/completions or start "
+                          "the server with --chat-template NAME");
+        return;
+    }
+    size_t len;
+    const char *body = srv_req_body(r, &len);
+    srv_chat_req cr;
+    srv_api_error e;
+    int rc = srv_api_parse_chat(body, len, &app->limits, &cr, &e);
+    if (rc < 0) {
+        if (rc == BRISK_ENOMEM) srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        else respond_api_error(r, &e);
+        return;
+    }
+    srv_metrics_count_unknown_fields(app->metrics, cr.params.n_unknown_fields);
+    if (check_model(app, r, cr.params.model) < 0) {
+        srv_chat_req_free(&cr);
+        return;
+    }
+    model_chat_msg *msgs = calloc((size_t)cr.n_msgs, sizeof *msgs);
+    if (!msgs) {
+        srv_chat_req_free(&cr);
+        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    for (int i = 0; i < cr.n_msgs; i++) {
+        msgs[i].role = cr.msgs[i].role;
+        msgs[i].content = cr.msgs[i].content;
+        msgs[i].content_len = cr.msgs[i].content_len;
+    }
+    char bos[128] = "", eos[128] = "", err[256];
+    int32_t b = tok_bos(app->vocab), eo = tok_eos(app->vocab);
+    if (b >= 0) {
+        int n = tok_token_to_piece(app->vocab, b, TOK_PARSE_SPECIAL, bos, sizeof bos - 1);
+        bos[n > 0 && n < (int)sizeof bos ? n : 0] = '\0';
+    }
+    if (eo >= 0) {
+        int n = tok_token_to_piece(app->vocab, eo, TOK_PARSE_SPECIAL, eos, sizeof eos - 1);
+        eos[n > 0 && n < (int)sizeof eos ? n : 0] = '\0';
+    }
+    char *text = NULL;
+    size_t text_len = 0;
+    int has_bos = 0;
+    rc = model_chat_format_render(&app->chat, msgs, cr.n_msgs, bos, eos, &text, &text_len, &has_bos, err,
+                                  sizeof err);
+    free(msgs);
+    if (rc < 0) {
+        srv_chat_req_free(&cr);
+        if (rc == BRISK_ENOMEM) srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        else srv_respond_error(r, 400, "invalid_request_error", "messages", NULL, "%s", err);
+        return;
+    }
+    gen_req *g = gen_new(app, r, 1, &cr.params, 1);
+    if (!g) {
+        free(text);
+        srv_chat_req_free(&cr);
+        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    int flags = TOK_PARSE_SPECIAL | (has_bos ? 0 : add_bos_flag(app));
+    g->pids[0] = tokenize(app, text, text_len, flags, &g->n_pids[0]);
+    free(text);
+    if (!g->pids[0]) {
+        gen_free(g);
+        srv_chat_req_free(&cr);
+        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    gen_start(app, r, g, &cr.params, 0);
+    srv_chat_req_free(&cr);
+}
