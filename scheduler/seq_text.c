@@ -104,7 +104,7 @@ int seq_text_take(seq_text *t, int final, char **out, size_t *len) {
     if (!s) return BRISK_ENOMEM;
     if (take) memcpy(s, t->pend, take);
     s[take] = '\0';
-    memmove(t->pend, t->pend + take, t->len - take);
+    if (t->len > take) memmove(t->pend, t->pend + take, t->len - take);
     t->len -= take;
     *out = s;
     *len = take;
