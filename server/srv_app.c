@@ -146,7 +146,7 @@ static void on_signal(uv_signal_t *s, int signum) {
     srv_app *app = s->data;
     app->n_signals++;
     if (app->n_signals > 1 || !app->ready) {
-        BRISK_WARN("signal %d again: exiting now", signum);
+        BRISK_WARN("signal %d %s: exiting now", signum, app->ready ? "again" : "while loading");
         shutdown_now(app);
         return;
     }
