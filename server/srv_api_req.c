@@ -417,7 +417,7 @@ static int get_number(const cJSON *it, const char *name, double lo, double hi, i
 
 static int get_float(const cJSON *it, const char *name, double lo, double hi, int lo_open,
                      float *out, srv_api_error *err) {
-    double v;
+    double v = 0;
     int rc = get_number(it, name, lo, hi, lo_open, &v, err);
     if (rc == 1)
         *out = (float)v;
