@@ -322,6 +322,12 @@ static void apply_cancel(sched_engine *e, void *user) {
         }
 }
 
+/* Whether the prompt holds more than a BOS: then the output continues text. */
+static int prompt_has_text(const sched_engine *e, const seq *s) {
+    const tok_vocab *v = model_get_vocab(e->m);
+    return s->p.n_prompt > 1 || s->p.prompt[0] != tok_bos(v);
+}
+
 /* Moves waiting sequences into free slots, first come first served. */
 static void admit(sched_engine *e) {
     const model_config *c = model_get_config(e->m);
@@ -347,7 +353,7 @@ static void admit(sched_engine *e) {
         int bad = !s->hist || !s->sampler ||
                   (s->p.prompt_logprobs && s->p.logprobs >= 0 && s->p.n_prompt > 1 && !s->ptoks) ||
                   seq_text_init(&s->text, model_get_vocab(e->m), (const char *const *)s->p.stop,
-                                s->p.n_stop) < 0;
+                                s->p.n_stop, prompt_has_text(e, s)) < 0;
         if (bad) {
             seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
             continue;

@@ -6,9 +6,10 @@
 
 #include "common/brisk_error.h"
 
-int seq_text_init(seq_text *t, const tok_vocab *v, const char *const *stop, int n_stop) {
+int seq_text_init(seq_text *t, const tok_vocab *v, const char *const *stop, int n_stop,
+                  int continuation) {
     memset(t, 0, sizeof *t);
-    tok_decoder_init(&t->dec, v, 0);
+    tok_decoder_init(&t->dec, v, continuation ? TOK_CONTINUATION : 0);
     t->stop = stop;
     t->n_stop = n_stop;
     if (n_stop > 0) {

@@ -22,8 +22,11 @@ typedef struct seq_text {
     int stopped; /* a stop string matched: pend ends before it */
 } seq_text;
 
-/* stop (n_stop non-empty strings) must outlive t. */
-int seq_text_init(seq_text *t, const tok_vocab *v, const char *const *stop, int n_stop);
+/* stop (n_stop non-empty strings) must outlive t. continuation: the output
+ * continues a prompt with text, so an SPM first piece keeps its leading space
+ * (from BOS alone it is dropped, as SentencePiece decoding does). */
+int seq_text_init(seq_text *t, const tok_vocab *v, const char *const *stop, int n_stop,
+                  int continuation);
 void seq_text_free(seq_text *t);
 /* Decodes id. Returns 1 when a stop string is now complete (the text is cut
  * where it begins and nothing more may be pushed), 0, or BRISK_ENOMEM. */

@@ -620,9 +620,14 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
     if (rc < 0) {
         for (int i = 0; i < g->n_choices; i++)
             if (g->choices[i].live) sched_engine_cancel(app->eng, &g->choices[i]);
-        if (rc == BRISK_ENOSPC)
-            srv_respond_error(r, 429, "rate_limit_error", NULL, "queue_full",
-                              "the server's waiting queue is full; retry later");
+        if (rc == BRISK_ENOSPC) {
+            srv_api_error qe = {429, "rate_limit_error", "", "queue_full",
+                                "the server's waiting queue is full; retry later"};
+            char *json = srv_api_error_json(&qe);
+            if (json) srv_respond(r, 429, "application/json", json, strlen(json), "Retry-After: 1\r\n");
+            else srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+            free(json);
+        }
         else
             srv_respond_error(r, 500, "server_error", NULL, NULL, "cannot queue the request: %s",
                               brisk_strerror(rc));
