@@ -553,7 +553,7 @@ static void *engine_main(void *arg) {
         seq *in;
         cancel_msg *cancels;
         pthread_mutex_lock(&e->mu);
-        while (!e->quit && !e->inbox_head && !e->cancels && e->n_running == 0)
+        while (!e->quit && !e->inbox_head && !e->cancels && e->n_running == 0 && !e->wait_head)
             pthread_cond_wait(&e->cv, &e->mu);
         int quit = e->quit;
         drain_inbox(e, &in, &cancels);
