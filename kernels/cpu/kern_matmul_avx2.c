@@ -439,6 +439,16 @@ AI void q8_tile1(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint8
         q8_tile1_(a, w, rs, pf, t0, K, 0, out);
 }
 
+/* Decode: a task's first tile, which no earlier tile of the task prefetched,
+ * is prefetched whole (rows r0.. up to R of them, contiguous). */
+AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R)
+{
+    const char *f = (const char *)(a->W + (size_t)r0 * a->row_bytes);
+    size_t nl = ((size_t)(r1 - r0 < R ? r1 - r0 : R) * a->row_bytes + 63) / 64;
+    for (size_t l = 0; l < nl; l++)
+        _mm_prefetch(f + 64 * l, _MM_HINT_NTA);
+}
+
 /* Runs tiles of R rows x T tokens over rows [r0, r1) for tokens t0..t0+T.
  * With P, sd/sm hold the rows' float scales, [d_row0, d_row1] per block. */
 #define DEFINE_Q8_SPAN(NAME, K, P, R, T)                                                           \
@@ -446,12 +456,8 @@ AI void q8_tile1(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint8
                                                  const float *sd, const float *sm)                 \
     {                                                                                              \
         const size_t sstride = (size_t)(a->n_in / 32) * 2;                                         \
-        if (T == 1) { /* the first tile, which no earlier tile of this task prefetched */          \
-            const char *f = (const char *)(a->W + (size_t)r0 * a->row_bytes);                      \
-            size_t nl = ((size_t)(r1 - r0 < R ? r1 - r0 : R) * a->row_bytes + 63) / 64;            \
-            for (size_t l = 0; l < nl; l++)                                                        \
-                _mm_prefetch(f + 64 * l, _MM_HINT_NTA);                                            \
-        }                                                                                          \
+        if (T == 1)                                                                                \
+            prefetch_first_tile(a, r0, r1, R);                                                     \
         for (int o = r0; o < r1; o += R) {                                                         \
             const uint8_t *wr[R];                                                                  \
             for (int r = 0; r < R; r++)                                                            \
@@ -764,12 +770,8 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, co
 #define DEFINE_F_SPAN(NAME, WT, R, T)                                                              \
     static void f_span_##NAME##_##R##x##T(const kern_mm_args *a, int r0, int r1, int t0)           \
     {                                                                                              \
-        if (T == 1 && WT != KERN_TYPE_F32) { /* the first tile (see f_tile) */                    \
-            const char *f = (const char *)(a->W + (size_t)r0 * a->row_bytes);                      \
-            size_t nl = ((size_t)(r1 - r0 < R ? r1 - r0 : R) * a->row_bytes + 63) / 64;            \
-            for (size_t l = 0; l < nl; l++)                                                        \
-                _mm_prefetch(f + 64 * l, _MM_HINT_NTA);                                            \
-        }                                                                                          \
+        if (T == 1 && WT != KERN_TYPE_F32) /* see f_tile */                                        \
+            prefetch_first_tile(a, r0, r1, R);                                                     \
         for (int o = r0; o < r1; o += R) {                                                         \
             const uint8_t *wr[R];                                                                  \
             for (int r = 0; r < R; r++)                                                            \
