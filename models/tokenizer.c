@@ -764,6 +764,18 @@ static const char *piece_of(const tok_vocab *v, int32_t id, int flags, size_t *n
  * text: the first piece that has any bytes loses a leading ' '. */
 static int drops_first_space(const tok_vocab *v) { return v->type == TOK_TYPE_SPM && v->add_space_prefix; }
 
+int tok_vocab_drops_first_space(const tok_vocab *v) { return v && drops_first_space(v); }
+
+int tok_ids_have_text(const tok_vocab *v, const int32_t *ids, int n) {
+    if (!v || !ids) return 0;
+    for (int i = 0; i < n; i++) {
+        size_t k = 0;
+        if (ids[i] >= 0 && ids[i] < v->n) piece_of(v, ids[i], 0, &k);
+        if (k) return 1;
+    }
+    return 0;
+}
+
 int tok_token_to_piece(const tok_vocab *v, int32_t id, int flags, char *buf, size_t cap) {
     if (!v || id < 0 || id >= v->n) return BRISK_EINVAL;
     size_t n;

@@ -44,6 +44,12 @@ int tok_is_eog(const tok_vocab *v, int32_t id);
 /* 1 if the GGUF asks for BOS to be added (tokenizer.ggml.add_bos_token;
  * default true for SPM, false for BPE). */
 int tok_add_bos_default(const tok_vocab *v);
+/* 1 if decoding drops the leading space of the first text piece (SPM with
+ * a space prefix, as SentencePiece does). */
+int tok_vocab_drops_first_space(const tok_vocab *v);
+/* 1 if ids decode (without control-token text) to at least one byte: text
+ * generated after them continues a text (see TOK_CONTINUATION). */
+int tok_ids_have_text(const tok_vocab *v, const int32_t *ids, int n);
 /* Token id of an exact piece text (e.g. "<|im_end|>"), or -1. */
 int32_t tok_find_piece(const tok_vocab *v, const char *text, size_t len);
 

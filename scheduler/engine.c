@@ -322,10 +322,9 @@ static void apply_cancel(sched_engine *e, void *user) {
         }
 }
 
-/* Whether the prompt holds more than a BOS: then the output continues text. */
+/* Whether the prompt decodes to some text: then the output continues it. */
 static int prompt_has_text(const sched_engine *e, const seq *s) {
-    const tok_vocab *v = model_get_vocab(e->m);
-    return s->p.n_prompt > 1 || s->p.prompt[0] != tok_bos(v);
+    return tok_ids_have_text(model_get_vocab(e->m), s->p.prompt, s->p.n_prompt);
 }
 
 /* Moves waiting sequences into free slots, first come first served. */

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 PKGS=(
-    build-essential cmake pkg-config git
+    build-essential cmake pkg-config git curl
     libuv1-dev libcjson-dev node-llhttp
     python3 python3-venv python3-pip
     prometheus  # for promtool: the unit tests lint GET /metrics; the daemon is never started

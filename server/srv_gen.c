@@ -28,6 +28,8 @@ typedef struct gen_choice {
     int n_ptoks;
     int completion_len;
     int started;          /* streaming: first chunk sent */
+    size_t lp_off;        /* streaming: text bytes of the tokens sent so far */
+    int lp_strip;         /* streaming: no text token sent yet, and the text starts afresh */
     double t_last;
 } gen_choice;
 
@@ -123,7 +125,11 @@ static char *piece(const tok_vocab *v, int32_t id, size_t *len) {
 }
 
 /* Logprob structs for toks; the strings are malloc'd into *pool (freed by
- * free_lps). text_offset counts from base. */
+ * free_lps). Token strings show control tokens by their text; text_offset
+ * counts, from *off (advanced), the bytes of text before the token (control tokens add
+ * none). *strip says the next text piece starts the text, so it loses the
+ * space SentencePiece decoding drops there: the joined strings of text
+ * tokens then equal the text. */
 typedef struct lp_set {
     srv_token_logprob *lps;
     srv_top_logprob *tops;
@@ -139,8 +145,14 @@ static void free_lps(lp_set *s) {
     memset(s, 0, sizeof *s);
 }
 
-static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int first_null, size_t base,
-                     lp_set *out) {
+/* Bytes id adds to the text (0 for control tokens). */
+static size_t text_len(const tok_vocab *v, int32_t id) {
+    int n = tok_token_to_piece(v, id, 0, NULL, 0);
+    return n > 0 ? (size_t)n : 0;
+}
+
+static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int first_null, size_t *off,
+                     int *strip, lp_set *out) {
     memset(out, 0, sizeof *out);
     if (n <= 0) return 0;
     int n_top = 0;
@@ -149,7 +161,6 @@ static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int fir
     out->tops = calloc((size_t)n_top + 1, sizeof *out->tops);
     out->strs = calloc((size_t)(n + n_top), sizeof *out->strs);
     if (!out->lps || !out->tops || !out->strs) return BRISK_ENOMEM;
-    size_t off = base;
     int t = 0;
     for (int i = 0; i < n; i++) {
         srv_token_logprob *l = &out->lps[i];
@@ -157,17 +168,29 @@ static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int fir
         char *s = piece(v, toks[i].id, &len);
         if (!s) return BRISK_ENOMEM;
         out->strs[out->n_strs++] = s;
+        size_t tl = text_len(v, toks[i].id);
+        int first_text = tl && *strip && tok_vocab_drops_first_space(v);
+        if (tl) *strip = 0;
+        if (first_text && s[0] == ' ') {
+            memmove(s, s + 1, len); /* the NUL too */
+            len--;
+            tl--;
+        }
         l->token = s;
         l->token_len = len;
         l->logprob = toks[i].logprob;
         l->has_logprob = !(first_null && i == 0);
-        l->text_offset = off;
-        off += len;
+        l->text_offset = *off;
+        *off += tl;
         l->top = &out->tops[t];
         l->n_top = toks[i].n_top;
         for (int k = 0; k < toks[i].n_top; k++) {
             char *ts = piece(v, toks[i].top_id[k], &len);
             if (!ts) return BRISK_ENOMEM;
+            if (first_text && ts[0] == ' ') { /* alternatives at the same place */
+                memmove(ts, ts + 1, len);
+                len--;
+            }
             out->strs[out->n_strs++] = ts;
             out->tops[t].token = ts;
             out->tops[t].token_len = len;
@@ -223,7 +246,7 @@ static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len
     lp_set lp;
     memset(&lp, 0, sizeof lp);
     int want_lp = g->logprobs >= 0;
-    if (want_lp && n_toks && build_lps(app->vocab, toks, n_toks, 0, c->len, &lp) < 0) {
+    if (want_lp && n_toks && build_lps(app->vocab, toks, n_toks, 0, &c->lp_off, &c->lp_strip, &lp) < 0) {
         free_lps(&lp);
         g->failed = 1;
         return;
@@ -234,7 +257,7 @@ static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len
                             : srv_api_completion_chunk_json(g->id, g->created, app->served_name, &ch, NULL,
                                                             want_lp);
     c->started = 1;
-    c->len += len; /* text offsets of later chunks */
+    c->len += len;
     stream_send(g, json);
     free_lps(&lp);
 }
@@ -316,7 +339,10 @@ static void gen_finish(gen_req *g) {
                         }
                     }
                     memcpy(all + np, c->toks, (size_t)c->n_toks * sizeof *all);
-                    if (build_lps(app->vocab, all, np + c->n_toks, np > 0, 0, &lps[i]) < 0) ok = 0;
+                    size_t off = 0;
+                    int strip = np > 0 || !tok_ids_have_text(app->vocab, g->pids[c->prompt_idx],
+                                                             g->n_pids[c->prompt_idx]);
+                    if (build_lps(app->vocab, all, np + c->n_toks, np > 0, &off, &strip, &lps[i]) < 0) ok = 0;
                     free(all);
                     ch[i].lps = lps[i].lps;
                     ch[i].n_lps = np + c->n_toks;
@@ -600,6 +626,8 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
             c->req = g;
             c->index = i * p->n + j;
             c->prompt_idx = i;
+            c->lp_strip = !tok_ids_have_text(app->vocab, g->pids[i], g->n_pids[i]);
+            c->lp_off = g->echo && g->stream && !g->is_chat ? g->ptext_len[i] : 0;
             if (g->echo && !g->stream &&
                 buf_add(&c->text, &c->len, &c->cap, g->ptext[i], g->ptext_len[i]) < 0) {
                 rc = BRISK_ENOMEM;
