@@ -258,11 +258,14 @@ static int forward_validate(const model *m, const model_state *st, kv_cache *kv,
                             const model_batch *b) {
     if (b->n_tokens <= 0 || b->n_tokens > st->max_tokens) return BRISK_ERANGE;
     int n_seqs = kv_cache_n_seqs(kv);
-    int max_ctx = kv_cache_max_ctx(kv) < st->max_ctx ? kv_cache_max_ctx(kv) : st->max_ctx;
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab) return BRISK_EINVAL;
         if (b->seq[i] < 0 || b->seq[i] >= n_seqs) return BRISK_ERANGE;
-        if (b->pos[i] < 0 || b->pos[i] >= max_ctx) return BRISK_ERANGE;
+        /* Only positions the slot has blocks for can be written (a paged
+         * slot grows through kv_cache_seq_grow before its step). */
+        if (b->pos[i] < 0 || b->pos[i] >= st->max_ctx ||
+            b->pos[i] >= kv_cache_seq_capacity(kv, b->seq[i]))
+            return BRISK_ERANGE;
     }
     return 0;
 }

@@ -11,20 +11,16 @@
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_pool.h"
 #include "scheduler/kv_cache.h"
+#include "scheduler/sched_core.h"
 #include "scheduler/seq_text.h"
 
-typedef enum { SEQ_WAITING = 0, SEQ_PREFILL, SEQ_DECODE } seq_phase;
-
 typedef struct seq {
-    struct seq *next; /* waiting queue / inbox link */
+    sched_req req;        /* the scheduler's view: tokens = hist */
+    struct seq *next;     /* inbox link */
     sched_seq_params p;
-    seq_phase phase;
-    int slot;
-    int n_past;           /* positions in the KV cache */
     int32_t *hist;        /* prompt then generated tokens */
     int n_hist, cap_hist;
     int n_gen;
-    int last_token;       /* the token to feed next (decode) */
     model_sampler *sampler;
     seq_text text;        /* detokenizer + stop strings + UTF-8 hold-back */
     sched_token *toks;    /* tokens since the last event */
@@ -32,6 +28,7 @@ typedef struct seq {
     sched_token *ptoks;   /* prompt log-probs, sent with the first event */
     int n_ptoks;
     int sent_ptoks;
+    int ready;            /* hist, sampler and text set up (on entering the engine) */
     double t_submit, t_admit;
 } seq;
 
@@ -61,11 +58,9 @@ struct sched_engine {
     model *m;
     model_state *st;
     kv_cache *kv;
+    sched_core *core;
     kern_pool *pool;
     int max_ctx;
-    seq *wait_head, *wait_tail;
-    seq **running; /* [max_seqs], NULL = free slot */
-    int n_running;
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
     seq **b_owner;  /* per batch token: its sequence */
@@ -76,9 +71,12 @@ sched_engine_config sched_engine_config_default(void) {
     sched_engine_config c;
     memset(&c, 0, sizeof c);
     c.weights = MODEL_WEIGHTS_AUTO;
-    c.max_seqs = 8;
+    c.max_seqs = 32;
     c.max_ctx = 0;
     c.max_batch_tokens = 512;
+    c.block_size = 16;
+    c.kv_cache_bytes = 0;
+    c.prefix_caching = 1;
     c.max_waiting = 1024;
     c.max_waiting_tokens = 4L << 20;
     return c;
@@ -188,7 +186,7 @@ int sched_engine_submit(sched_engine *e, sched_seq_params *p) {
     if (rc == 0) {
         s->p = *p;
         memset(p, 0, sizeof *p);
-        s->slot = -1;
+        s->req.slot = -1;
         s->t_submit = brisk_now();
         if (e->inbox_tail) e->inbox_tail->next = s;
         else e->inbox_head = s;
@@ -238,11 +236,9 @@ void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out) {
 
 /* ---- engine thread ---------------------------------------------------- */
 
+/* Ends s: out of the scheduler (its KV blocks freed now), final event, freed. */
 static void seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err) {
-    if (s->slot >= 0) {
-        e->running[s->slot] = NULL;
-        e->n_running--;
-    }
+    if (s->ready) sched_core_remove(e->core, &s->req);
     if (seq_emit(e, s, f, err) < 0) {
         /* Out of memory for the final event: one bare final event so the
          * server can release its request. */
@@ -302,24 +298,31 @@ static void drain_inbox(sched_engine *e, seq **in, cancel_msg **cancels) {
     e->cancels = NULL;
 }
 
+/* The sequence with this user pointer, waiting or running, or NULL. */
+static seq *find_seq(sched_engine *e, const void *user) {
+    sched_req *const *run = sched_core_running(e->core);
+    for (int i = 0; i < sched_core_n_running(e->core); i++)
+        if (((seq *)run[i])->p.user == user) return (seq *)run[i];
+    for (sched_req *r = sched_core_waiting_head(e->core); r; r = r->next)
+        if (((seq *)r)->p.user == user) return (seq *)r;
+    return NULL;
+}
+
+/* A sequence leaves the submit-side waiting count when it first runs or ends. */
+static void uncount_waiting(sched_engine *e, seq *s) {
+    if (s->t_admit != 0) return;
+    s->t_admit = -1; /* counted out; brisk_now() once really admitted */
+    pthread_mutex_lock(&e->mu);
+    e->n_waiting--;
+    e->waiting_tokens -= s->p.n_prompt;
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void apply_cancel(sched_engine *e, void *user) {
-    for (seq **pp = &e->wait_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
-        if ((*pp)->p.user != user) continue;
-        seq *s = *pp;
-        *pp = s->next;
-        if (e->wait_tail == s) e->wait_tail = prev;
-        pthread_mutex_lock(&e->mu);
-        e->n_waiting--;
-        e->waiting_tokens -= s->p.n_prompt;
-        pthread_mutex_unlock(&e->mu);
-        seq_finish(e, s, SCHED_FINISH_ABORT, NULL);
-        return;
-    }
-    for (int i = 0; i < e->cfg.max_seqs; i++)
-        if (e->running[i] && e->running[i]->p.user == user) {
-            seq_finish(e, e->running[i], SCHED_FINISH_ABORT, NULL);
-            return;
-        }
+    seq *s = find_seq(e, user);
+    if (!s) return;
+    uncount_waiting(e, s);
+    seq_finish(e, s, SCHED_FINISH_ABORT, NULL);
 }
 
 /* Whether the prompt decodes to some text: then the output continues it. */
@@ -327,54 +330,51 @@ static int prompt_has_text(const sched_engine *e, const seq *s) {
     return tok_ids_have_text(model_get_vocab(e->m), s->p.prompt, s->p.n_prompt);
 }
 
-/* Moves waiting sequences into free slots, first come first served. */
-static void admit(sched_engine *e) {
+/* Sets up a sequence arriving from the inbox and queues it; on failure it
+ * ends at once with an error event. */
+static void seq_enter(sched_engine *e, seq *s) {
     const model_config *c = model_get_config(e->m);
-    for (int slot = 0; slot < e->cfg.max_seqs && e->wait_head; slot++) {
-        if (e->running[slot]) continue;
-        seq *s = e->wait_head;
-        e->wait_head = s->next;
-        if (!e->wait_head) e->wait_tail = NULL;
-        s->next = NULL;
-        pthread_mutex_lock(&e->mu);
-        e->n_waiting--;
-        e->waiting_tokens -= s->p.n_prompt;
-        pthread_mutex_unlock(&e->mu);
-        int max_new = e->max_ctx - s->p.n_prompt;
-        if (s->p.max_tokens > max_new) s->p.max_tokens = max_new;
-        s->cap_hist = s->p.n_prompt + s->p.max_tokens;
-        s->hist = malloc((size_t)s->cap_hist * sizeof *s->hist);
-        s->sampler = model_sampler_create(&s->p.sampling, c->n_vocab);
-        if (s->p.prompt_logprobs && s->p.logprobs >= 0 && s->p.n_prompt > 1) {
-            s->ptoks = calloc((size_t)s->p.n_prompt - 1, sizeof *s->ptoks);
-            s->n_ptoks = s->ptoks ? s->p.n_prompt - 1 : 0;
-        }
-        int bad = !s->hist || !s->sampler ||
-                  (s->p.prompt_logprobs && s->p.logprobs >= 0 && s->p.n_prompt > 1 && !s->ptoks) ||
-                  seq_text_init(&s->text, model_get_vocab(e->m), (const char *const *)s->p.stop,
-                                s->p.n_stop, prompt_has_text(e, s)) < 0;
-        if (bad) {
-            seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
-            continue;
-        }
-        memcpy(s->hist, s->p.prompt, (size_t)s->p.n_prompt * sizeof *s->hist);
-        s->n_hist = s->p.n_prompt;
-        s->slot = slot;
-        s->phase = SEQ_PREFILL;
-        s->t_admit = brisk_now();
-        e->running[slot] = s;
-        e->n_running++;
+    int max_new = e->max_ctx - s->p.n_prompt;
+    if (s->p.max_tokens > max_new) s->p.max_tokens = max_new;
+    s->cap_hist = s->p.n_prompt + s->p.max_tokens;
+    s->hist = malloc((size_t)s->cap_hist * sizeof *s->hist);
+    s->sampler = model_sampler_create(&s->p.sampling, c->n_vocab);
+    int want_ptoks = s->p.prompt_logprobs && s->p.logprobs >= 0 && s->p.n_prompt > 1;
+    if (want_ptoks) {
+        s->ptoks = calloc((size_t)s->p.n_prompt - 1, sizeof *s->ptoks);
+        s->n_ptoks = s->ptoks ? s->p.n_prompt - 1 : 0;
     }
+    if (!s->hist || !s->sampler || (want_ptoks && !s->ptoks) ||
+        seq_text_init(&s->text, model_get_vocab(e->m), (const char *const *)s->p.stop, s->p.n_stop,
+                      prompt_has_text(e, s)) < 0) {
+        uncount_waiting(e, s);
+        seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+        return;
+    }
+    memcpy(s->hist, s->p.prompt, (size_t)s->p.n_prompt * sizeof *s->hist);
+    s->n_hist = s->p.n_prompt;
+    s->req.tokens = s->hist;
+    s->req.n_tokens = s->n_hist;
+    s->req.n_prompt = s->p.n_prompt;
+    s->req.fork_of = NULL;
+    if (s->p.fork_of && !want_ptoks) {
+        seq *src = find_seq(e, s->p.fork_of);
+        if (src) s->req.fork_of = &src->req;
+    }
+    s->ready = 1;
+    sched_core_add(e->core, &s->req);
 }
 
 /* Handles the sampled token of s. Returns 1 if s finished (and was freed). */
-static int seq_accept(sched_engine *e, seq *s, const float *row_raw, float *row) {
+static int seq_accept(sched_engine *e, seq *s, const float *row) {
     const model_config *c = model_get_config(e->m);
     const tok_vocab *v = model_get_vocab(e->m);
     sched_token t;
     memset(&t, 0, sizeof t);
-    if (s->p.logprobs >= 0) memcpy(e->lp_row, row_raw, (size_t)c->n_vocab * sizeof(float));
-    int32_t id = model_sampler_sample(s->sampler, row, s->hist, s->n_hist);
+    if (s->p.logprobs >= 0) memcpy(e->lp_row, row, (size_t)c->n_vocab * sizeof(float));
+    /* The sampler may modify the row (penalties, temperature): log-probs
+     * come from the copy of the raw logits. */
+    int32_t id = model_sampler_sample(s->sampler, (float *)row, s->hist, s->n_hist);
     if (s->p.logprobs >= 0) fill_logprobs(e->lp_row, c->n_vocab, id, s->p.logprobs, &t);
     t.id = id;
     if (push_token(s, &t) < 0) {
@@ -382,8 +382,8 @@ static int seq_accept(sched_engine *e, seq *s, const float *row_raw, float *row)
         return 1;
     }
     s->hist[s->n_hist++] = id;
+    s->req.n_tokens = s->n_hist;
     s->n_gen++;
-    s->last_token = id;
     if (!s->p.ignore_eos && tok_is_eog(v, id)) {
         seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
@@ -397,108 +397,122 @@ static int seq_accept(sched_engine *e, seq *s, const float *row_raw, float *row)
         seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
     }
-    if (s->n_gen >= s->p.max_tokens || s->n_past + 1 >= e->max_ctx) {
+    /* n_hist - 1 positions computed; the next step computes one more. */
+    if (s->n_gen >= s->p.max_tokens || s->n_hist >= e->max_ctx) {
         seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
         return 1;
     }
     return 0;
 }
 
-/* One engine step: a batch of every running sequence's next tokens. */
+/* One engine step: schedule, one forward pass, sample, emit. */
 static void step(sched_engine *e) {
-    int n = 0, budget = e->cfg.max_batch_tokens;
-    /* Decodes first (one token each), then prompt chunks in slot order. */
-    for (int i = 0; i < e->cfg.max_seqs; i++) {
-        seq *s = e->running[i];
-        if (!s || s->phase != SEQ_DECODE) continue;
-        e->b_tok[n] = s->last_token;
-        e->b_pos[n] = s->n_past;
-        e->b_seq[n] = s->slot;
-        e->b_want[n] = 1;
-        e->b_owner[n] = s;
-        n++;
-        budget--;
-    }
-    for (int i = 0; i < e->cfg.max_seqs && budget > 0; i++) {
-        seq *s = e->running[i];
-        if (!s || s->phase != SEQ_PREFILL) continue;
-        int chunk = s->p.n_prompt - s->n_past;
-        if (chunk > budget) chunk = budget;
-        for (int k = 0; k < chunk; k++) {
-            int pos = s->n_past + k;
-            e->b_tok[n] = s->p.prompt[pos];
+    sched_plan plan;
+    sched_core_schedule(e->core, &plan);
+    double now = brisk_now();
+    for (int i = 0; i < plan.n_starved; i++) /* its context outgrew the whole KV pool */
+        seq_finish(e, (seq *)plan.starved[i], SCHED_FINISH_LENGTH, NULL);
+    int n = 0;
+    for (int i = 0; i < plan.n_entries; i++) {
+        seq *s = (seq *)plan.entries[i].req;
+        if (s->t_admit <= 0) {
+            uncount_waiting(e, s);
+            s->t_admit = now;
+        }
+        for (int k = 0; k < plan.entries[i].n; k++) {
+            int pos = plan.entries[i].pos + k;
+            e->b_tok[n] = s->hist[pos];
             e->b_pos[n] = pos;
-            e->b_seq[n] = s->slot;
-            e->b_want[n] = pos == s->p.n_prompt - 1 || (s->ptoks != NULL);
-            e->b_owner[n] = s;
+            e->b_seq[n] = s->req.slot;
+            e->b_want[n] = pos == s->n_hist - 1 || (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt);
             n++;
         }
-        budget -= chunk;
     }
     if (n == 0) return;
     model_batch b = {n, e->b_tok, e->b_pos, e->b_seq, e->b_want};
     float *logits = NULL;
     int n_out = 0;
+    double t0 = brisk_now();
     int rc = model_forward(e->m, e->st, e->kv, e->pool, &b, &logits, &n_out);
+    double t_fwd = brisk_now() - t0;
     if (rc < 0) { /* every sequence of the batch is in an unknown state */
         BRISK_ERROR("engine: forward pass failed: %s", brisk_strerror(rc));
-        for (int i = 0; i < e->cfg.max_seqs; i++)
-            if (e->running[i]) seq_finish(e, e->running[i], SCHED_FINISH_ERROR, brisk_strerror(rc));
+        for (int i = 0; i < plan.n_entries; i++) {
+            seq *s = (seq *)plan.entries[i].req;
+            if (s->req.running) seq_finish(e, s, SCHED_FINISH_ERROR, brisk_strerror(rc));
+        }
         return;
     }
+    sched_core_commit(e->core, &plan);
     const model_config *c = model_get_config(e->m);
     long long n_prompt = 0, n_gen = 0;
-    int row = 0;
-    for (int i = 0; i < n;) {
-        seq *s = e->b_owner[i];
-        int j = i;
-        while (j < n && e->b_owner[j] == s) j++;
-        /* Tokens i..j-1 belong to s (one decode token, or a prompt chunk). */
-        if (s->phase == SEQ_DECODE) {
-            float *r = logits + (size_t)row * c->n_vocab;
-            row++;
-            s->n_past++;
-            n_gen++;
-            if (!seq_accept(e, s, r, r)) seq_emit(e, s, SCHED_FINISH_NONE, NULL);
-            i = j;
-            continue;
-        }
-        int finished = 0;
-        for (int k = i; k < j; k++) {
-            int pos = e->b_pos[k];
-            if (!e->b_want[k]) continue;
-            float *r = logits + (size_t)row * c->n_vocab;
-            row++;
-            if (s->ptoks && pos + 1 < s->p.n_prompt)
+    int row = 0, t = 0;
+    for (int i = 0; i < plan.n_entries; i++) {
+        seq *s = (seq *)plan.entries[i].req;
+        int pos0 = plan.entries[i].pos, cnt = plan.entries[i].n;
+        int sample_row = -1;
+        for (int k = 0; k < cnt; k++, t++) {
+            if (!e->b_want[t]) continue;
+            int pos = pos0 + k;
+            float *r = logits + (size_t)row++ * c->n_vocab;
+            if (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt)
                 fill_logprobs(r, c->n_vocab, s->p.prompt[pos + 1], s->p.logprobs, &s->ptoks[pos]);
-            if (pos == s->p.n_prompt - 1) {
-                s->n_past = s->p.n_prompt;
-                s->phase = SEQ_DECODE;
-                n_prompt += s->p.n_prompt;
-                finished = seq_accept(e, s, r, r);
-                if (!finished) seq_emit(e, s, SCHED_FINISH_NONE, NULL);
-                break; /* the prompt's last token ends the chunk */
-            }
+            if (pos == s->n_hist - 1) sample_row = row - 1;
         }
-        if (!finished && s->phase == SEQ_PREFILL) s->n_past += j - i;
-        i = j;
+        /* Prompt tokens count once, when first computed; recomputation after
+         * a preemption is not new prompt work. */
+        if (s->req.n_preempted == 0 && pos0 < s->p.n_prompt)
+            n_prompt += (pos0 + cnt < s->p.n_prompt ? pos0 + cnt : s->p.n_prompt) - pos0;
+        if (sample_row < 0) continue;
+        n_gen++;
+        if (!seq_accept(e, s, logits + (size_t)sample_row * c->n_vocab)) seq_emit(e, s, SCHED_FINISH_NONE, NULL);
     }
+    kv_cache_stats ks;
+    kv_cache_get_stats(e->kv, &ks);
     pthread_mutex_lock(&e->mu);
     e->stats.steps++;
     e->stats.prompt_tokens += n_prompt;
     e->stats.generation_tokens += n_gen;
+    e->stats.forward_s += t_fwd;
+    e->stats.batch_tokens += n;
+    e->stats.kv_slots_allocated += ks.slots_allocated;
+    e->stats.kv_slots_filled += ks.slots_filled;
     pthread_mutex_unlock(&e->mu);
 }
 
 static void publish_stats(sched_engine *e) {
-    long used = 0;
-    for (int i = 0; i < e->cfg.max_seqs; i++)
-        if (e->running[i]) used += e->running[i]->n_past;
+    kv_cache_stats ks;
+    kv_cache_get_stats(e->kv, &ks);
     pthread_mutex_lock(&e->mu);
-    e->stats.running = e->n_running;
-    e->stats.waiting = e->n_waiting;
-    e->stats.kv_usage = (double)used / ((double)e->max_ctx * e->cfg.max_seqs);
+    e->stats.running = sched_core_n_running(e->core);
+    e->stats.waiting = sched_core_n_waiting(e->core) + (int)(e->inbox_head != NULL);
+    e->stats.kv_usage = ks.blocks_total ? (double)ks.blocks_used / ks.blocks_total : 0;
+    e->stats.kv_blocks_total = ks.blocks_total;
+    e->stats.kv_blocks_used = ks.blocks_used;
+    e->stats.kv_blocks_cached = ks.blocks_cached;
+    e->stats.kv_block_size = kv_cache_block_size(e->kv);
+    e->stats.preemptions = sched_core_n_preemptions(e->core);
+    e->stats.prefix_queries = ks.prefix_queries;
+    e->stats.prefix_hits = ks.prefix_hits;
     pthread_mutex_unlock(&e->mu);
+}
+
+/* The KV pool: --kv-cache-bytes, else min(1 GiB, max_seqs full contexts),
+ * and never less than one full context. */
+static long kv_pool_blocks(const sched_engine *e, int kv_dim, int n_layers) {
+    int bs = e->cfg.block_size;
+    size_t per_block = kv_cache_pool_bytes(n_layers, kv_dim, bs, 1);
+    long ctx_blocks = (e->max_ctx + bs - 1) / bs;
+    long want;
+    if (e->cfg.kv_cache_bytes > 0) {
+        want = (long)(e->cfg.kv_cache_bytes / (long long)per_block);
+    } else {
+        long full = ctx_blocks * e->cfg.max_seqs;
+        long cap = (long)(((size_t)1 << 30) / per_block);
+        want = full < cap ? full : cap;
+        if (want < ctx_blocks) want = ctx_blocks;
+    }
+    return want;
 }
 
 static int engine_load(sched_engine *e) {
@@ -518,25 +532,37 @@ static int engine_load(sched_engine *e) {
     int ctx = e->cfg.max_ctx > 0 ? e->cfg.max_ctx : (c->n_ctx_train < 4096 ? c->n_ctx_train : 4096);
     if (ctx < 2) ctx = 2;
     e->max_ctx = ctx;
+    int kv_dim = c->n_kv_heads * c->head_dim, bs = e->cfg.block_size;
+    long n_blocks = kv_pool_blocks(e, kv_dim, c->n_layers);
+    if (n_blocks < 2 || n_blocks > (1L << 30)) {
+        snprintf(e->load_err, sizeof e->load_err,
+                 "the KV cache holds %ld blocks of %d positions (%.1f MB each); it needs at least 2",
+                 n_blocks, bs, kv_cache_pool_bytes(c->n_layers, kv_dim, bs, 1) / 1e6);
+        return BRISK_EINVAL;
+    }
+    /* A sequence may not hold more positions than the pool. */
+    if ((long)ctx > n_blocks * bs) e->max_ctx = ctx = (int)(n_blocks * bs);
+    kv_cache_config kc = {c->n_layers, kv_dim, bs, (int)n_blocks, e->cfg.max_seqs, (ctx + bs - 1) / bs,
+                          e->cfg.prefix_caching};
     int mbt = e->cfg.max_batch_tokens;
     e->st = model_state_create(e->m, mbt, ctx);
-    e->kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, e->cfg.max_seqs, ctx);
-    e->running = calloc((size_t)e->cfg.max_seqs, sizeof *e->running);
+    e->kv = kv_cache_create_paged(&kc);
+    sched_core_config sc = {e->cfg.max_seqs, mbt, e->cfg.prefix_caching};
+    e->core = e->kv ? sched_core_create(e->kv, &sc) : NULL;
     e->b_tok = malloc((size_t)mbt * sizeof *e->b_tok);
     e->b_pos = malloc((size_t)mbt * sizeof *e->b_pos);
     e->b_seq = malloc((size_t)mbt * sizeof *e->b_seq);
     e->b_want = malloc((size_t)mbt);
-    e->b_owner = malloc((size_t)mbt * sizeof *e->b_owner);
     e->lp_row = malloc((size_t)c->n_vocab * sizeof *e->lp_row);
-    if (!e->st || !e->kv || !e->running || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want ||
-        !e->b_owner || !e->lp_row) {
-        snprintf(e->load_err, sizeof e->load_err,
-                 "out of memory for the KV cache or scratch (%d sequences x %d positions)",
-                 e->cfg.max_seqs, ctx);
+    if (!e->st || !e->kv || !e->core || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->lp_row) {
+        snprintf(e->load_err, sizeof e->load_err, "out of memory for the KV cache (%ld blocks, %.1f MB) or scratch",
+                 n_blocks, kv_cache_pool_bytes(c->n_layers, kv_dim, bs, n_blocks) / 1e6);
         return BRISK_ENOMEM;
     }
-    BRISK_INFO("engine: %s ready: %d sequences x %d positions, KV cache %.1f MB, batch %d tokens",
-               model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6, mbt);
+    BRISK_INFO("engine: %s ready: up to %d sequences x %d positions; KV cache %.1f MB = %ld blocks x %d "
+               "positions (%ld positions), prefix caching %s; batch %d tokens",
+               model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6, n_blocks, bs,
+               n_blocks * bs, e->cfg.prefix_caching ? "on" : "off", mbt);
     return 0;
 }
 
@@ -546,13 +572,17 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     e->state = rc < 0 ? SCHED_FAILED : SCHED_READY;
     pthread_mutex_unlock(&e->mu);
+    if (rc == 0) publish_stats(e);
     uv_async_send(e->async);
     if (rc < 0) return NULL;
     for (;;) {
         seq *in;
         cancel_msg *cancels;
         pthread_mutex_lock(&e->mu);
-        while (!e->quit && !e->inbox_head && !e->cancels && e->n_running == 0 && !e->wait_head)
+        /* Sleep only with nothing to do: no new work, and nothing running or
+         * waiting (a waiting sequence is admitted as soon as it fits). */
+        while (!e->quit && !e->inbox_head && !e->cancels && sched_core_n_running(e->core) == 0 &&
+               sched_core_n_waiting(e->core) == 0)
             pthread_cond_wait(&e->cv, &e->mu);
         int quit = e->quit;
         drain_inbox(e, &in, &cancels);
@@ -570,12 +600,11 @@ static void *engine_main(void *arg) {
             }
             break;
         }
+        double t0 = brisk_now();
         while (in) { /* arrival order into the waiting queue */
             seq *n = in->next;
             in->next = NULL;
-            if (e->wait_tail) e->wait_tail->next = in;
-            else e->wait_head = in;
-            e->wait_tail = in;
+            seq_enter(e, in);
             in = n;
         }
         while (cancels) {
@@ -584,9 +613,12 @@ static void *engine_main(void *arg) {
             free(cancels);
             cancels = n;
         }
-        admit(e);
         step(e);
         publish_stats(e);
+        double busy = brisk_now() - t0;
+        pthread_mutex_lock(&e->mu);
+        e->stats.busy_s += busy;
+        pthread_mutex_unlock(&e->mu);
         uv_async_send(e->async);
     }
     return NULL;
@@ -596,9 +628,11 @@ int sched_engine_create(const sched_engine_config *cfg, uv_async_t *async, sched
                         char *err, size_t err_len) {
     *out = NULL;
     if (!cfg || !cfg->model_path || !async || cfg->max_seqs < 1 || cfg->max_seqs > 4096 ||
-        cfg->max_batch_tokens < cfg->max_seqs || cfg->max_ctx < 0 || cfg->max_waiting < 0)
+        cfg->max_batch_tokens < cfg->max_seqs || cfg->max_ctx < 0 || cfg->max_waiting < 0 ||
+        cfg->block_size < 1 || cfg->block_size > 1024 || cfg->kv_cache_bytes < 0)
         return brisk_set_err(err, err_len, BRISK_EINVAL,
-                             "engine: bad configuration (max batch tokens must be >= max sequences)");
+                             "engine: bad configuration (max batch tokens must be >= max sequences; "
+                             "block size 1..1024)");
     sched_engine *e = calloc(1, sizeof *e);
     if (!e) return brisk_set_err(err, err_len, BRISK_ENOMEM, "engine: out of memory");
     e->cfg = *cfg;
@@ -624,22 +658,27 @@ void sched_engine_free(sched_engine *e) {
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
-    for (seq *s = e->wait_head, *n; s; s = n) {
-        n = s->next;
-        seq_free(s);
+    if (e->core) {
+        for (sched_req *r; (r = sched_core_waiting_head(e->core));) {
+            sched_core_remove(e->core, r);
+            seq_free((seq *)r);
+        }
+        while (sched_core_n_running(e->core) > 0) {
+            sched_req *r = sched_core_running(e->core)[0];
+            sched_core_remove(e->core, r);
+            seq_free((seq *)r);
+        }
     }
-    for (int i = 0; e->running && i < e->cfg.max_seqs; i++) seq_free(e->running[i]);
     for (sched_event *ev = e->out_head, *n; ev; ev = n) {
         n = ev->next;
         sched_event_free(ev);
     }
-    free(e->running);
     free(e->b_tok);
     free(e->b_pos);
     free(e->b_seq);
     free(e->b_want);
-    free(e->b_owner);
     free(e->lp_row);
+    sched_core_free(e->core);
     model_state_free(e->st);
     kv_cache_free(e->kv);
     model_free(e->m);

@@ -14,9 +14,14 @@
  * ERROR). The caller's `user` pointer must stay valid until that final event
  * has been drained; cancelling only hastens it.
  *
- * Scheduling (this version): first come first served into a fixed number of
- * KV slots; every step batches one decode token of each running sequence with
- * prompt chunks of admitted ones up to max_batch_tokens, in one forward call.
+ * Scheduling: continuous (iteration-level) batching over the paged KV cache
+ * (kv_cache.h), by the policy in sched_core.h: every step is one forward
+ * call over the decode tokens of running sequences and prefill chunks of new
+ * ones, within max_batch_tokens and max_seqs; admission is first come first
+ * served while KV blocks allow; prompts reuse prefix-cached blocks; when the
+ * pool runs out the newest sequence is preempted and recomputed later (its
+ * output does not change: the kernels are batch-invariant and its sampler
+ * state is kept).
  */
 #ifndef SCHED_ENGINE_H
 #define SCHED_ENGINE_H
@@ -36,9 +41,12 @@ typedef struct sched_engine_config {
     const char *model_path;
     model_weights_fmt weights;
     int n_threads;        /* <= 0: all cores */
-    int max_seqs;         /* sequences running at once (KV slots) */
+    int max_seqs;         /* sequences running at once */
     int max_ctx;          /* positions per sequence (prompt + output); 0: min(train ctx, 4096) */
     int max_batch_tokens; /* tokens per forward call (prefill chunk budget) */
+    int block_size;       /* KV positions per block */
+    long long kv_cache_bytes; /* KV pool size; 0: min(1 GiB, max_seqs * max_ctx positions) */
+    int prefix_caching;   /* reuse KV blocks of earlier prompts with the same prefix */
     int max_waiting;      /* sequences allowed to wait; beyond: submit returns BRISK_ENOSPC */
     long max_waiting_tokens; /* prompt tokens allowed to wait */
 } sched_engine_config;
@@ -69,6 +77,8 @@ typedef struct sched_seq_params {
     char **stop;              /* n_stop malloc'd strings (the array is malloc'd too) */
     int n_stop;
     void *user;               /* handed back in every event */
+    void *fork_of;            /* or the user pointer of an earlier submitted sequence with the
+                                 same prompt (n > 1 choices): share its prompt KV blocks */
 } sched_seq_params;
 
 /* Frees what a params struct owns (for callers whose submit failed). */
@@ -112,6 +122,7 @@ typedef enum { SCHED_LOADING = 0, SCHED_READY, SCHED_FAILED } sched_state;
 sched_state sched_engine_state(const sched_engine *e, char *err, size_t err_len);
 /* Valid once READY (immutable, safe to read from any thread). */
 const model *sched_engine_model(const sched_engine *e);
+/* Positions one sequence may use: the context, or the KV pool if smaller. */
 int sched_engine_max_ctx(const sched_engine *e);
 
 /* Queues p. BRISK_ENOSPC when the waiting queue is full (the server answers
@@ -126,8 +137,19 @@ sched_event *sched_engine_drain(sched_engine *e);
 
 typedef struct sched_engine_stats {
     int running, waiting;
-    double kv_usage;              /* fraction of KV positions in use */
+    double kv_usage;              /* fraction of KV blocks in use */
+    int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
+    int kv_block_size;
     long long steps, prompt_tokens, generation_tokens;
+    long long preemptions;
+    long long prefix_queries, prefix_hits; /* tokens */
+    /* KV waste: summed over steps, the positions in used blocks and those of
+     * them holding a token; 1 - filled/allocated is the run's waste. */
+    long long kv_slots_allocated, kv_slots_filled;
+    /* Engine-thread time: busy (steps, from taking work to publishing
+     * events) and, of it, inside model_forward. */
+    double busy_s, forward_s;
+    long long batch_tokens;       /* summed over steps */
 } sched_engine_stats;
 void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out);
 

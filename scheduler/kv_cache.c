@@ -1,42 +1,316 @@
+/* kv_cache.c - the paged KV cache: a pool of blocks, per-slot block tables,
+ * reference counts, copy-on-write and a prefix cache (see kv_cache.h).
+ *
+ * Every block is in exactly one of three states:
+ *   used    ref > 0; held by one or more slot tables;
+ *   cached  ref == 0 and registered: in the LRU list, reusable by a match;
+ *   free    ref == 0 and not registered: on the free stack.
+ * A fresh block comes from the free stack first, else it is the least
+ * recently released cached block (evicted: unregistered on the spot).
+ *
+ * The prefix cache maps a 64-bit chained hash (a block's tokens hashed with
+ * the hash of the block before it) to a block id through an open-addressing
+ * table with linear probing and backward-shift deletion. The table stores
+ * only block ids; an entry's key is the hash kept in the block's metadata. */
 #include "scheduler/kv_cache.h"
 
+#include <assert.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/brisk_error.h"
 
+#define KV_NONE (-1)
+/* The chain value before a slot's first block: an arbitrary odd constant,
+ * so that the first block's hash still depends on a "parent". */
+#define KV_HASH_ROOT 0x9e3779b97f4a7c15ull
+#define KV_DEFAULT_BLOCK 16 /* positions per block of kv_cache_create */
+
+typedef struct kv_slot {
+    int32_t *table;   /* max_seq_blocks entries, n_blocks valid */
+    int n_blocks;
+    int n_pos;
+    int n_checked;    /* leading blocks already registered or looked up by commit */
+    uint64_t chain;   /* hash of block n_checked - 1 (KV_HASH_ROOT for none) */
+} kv_slot;
+
 struct kv_cache {
-    int n_layers, kv_dim, n_seqs, max_ctx;
-    size_t seq_floats;   /* floats of one (layer, seq) K or V region */
-    float *k, *v;        /* [n_layers][n_seqs][max_ctx][kv_dim] */
-    int32_t zero_block;  /* the one-entry block table of a contiguous slot */
+    kv_cache_config cfg;
+    size_t block_floats;  /* block_size * kv_dim: floats of one block in one layer */
+    size_t layer_floats;  /* n_blocks * block_floats */
+    size_t pool_bytes;    /* bytes of K plus V */
+    float *k, *v;         /* [n_layers][n_blocks][block_size][kv_dim] */
+
+    /* Per block. */
+    int32_t *ref;
+    int32_t *fill;        /* rows holding a token; 0 for a free block */
+    uint8_t *registered;
+    uint64_t *hash;       /* valid while registered */
+    uint64_t *parent;     /* chain value of the block before it */
+    int32_t *tokens;      /* [n_blocks][block_size]: the tokens it was registered with */
+    int32_t *lru_prev, *lru_next;
+    int lru_head, lru_tail; /* head = released longest ago = evicted first */
+    int n_cached;
+    int32_t *free_stack;
+    int n_free;
+    long long filled;     /* sum of fill over used blocks */
+
+    int32_t *ht;          /* ht_mask + 1 entries: block id or KV_NONE */
+    size_t ht_mask;
+
+    kv_slot *slots;
+    int32_t *tables;      /* [max_seqs][max_seq_blocks] */
+
+    long long prefix_queries, prefix_hits, cow_copies, evictions;
 };
 
-kv_cache *kv_cache_create(int n_layers, int kv_dim, int n_seqs, int max_ctx) {
-    if (n_layers <= 0 || kv_dim <= 0 || n_seqs <= 0 || max_ctx <= 0) return NULL;
-    size_t seq_floats = (size_t)max_ctx * (size_t)kv_dim;
-    size_t total = seq_floats * (size_t)n_seqs * (size_t)n_layers;
-    if (total / (size_t)n_layers / (size_t)n_seqs != seq_floats || total > ((size_t)1 << 40)) return NULL;
+/* ---- sizes ---------------------------------------------------------------- */
+
+/* *out = a * b; 0 on overflow. */
+static int kv_mul(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_blocks) {
+    size_t s = 2 * sizeof(float);
+    if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0) return 0;
+    if (!kv_mul(s, (size_t)n_layers, &s) || !kv_mul(s, (size_t)kv_dim, &s) ||
+        !kv_mul(s, (size_t)block_size, &s) || !kv_mul(s, (size_t)n_blocks, &s))
+        return 0;
+    return s;
+}
+
+/* ---- hashing -------------------------------------------------------------- */
+
+/* FNV-1a over the parent hash and the token bytes (little-endian, so the
+ * value does not depend on the host), then the splitmix64 finalizer to
+ * spread FNV's weak low bits over the whole word (the table indexes by them). */
+static uint64_t kv_hash_block(uint64_t parent, const int32_t *tok, int n) {
+    const uint64_t prime = 1099511628211ull;
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 0; i < 8; i++) h = (h ^ ((parent >> (8 * i)) & 0xff)) * prime;
+    for (int t = 0; t < n; t++) {
+        uint32_t u = (uint32_t)tok[t];
+        for (int i = 0; i < 4; i++) h = (h ^ ((u >> (8 * i)) & 0xff)) * prime;
+    }
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    return h;
+}
+
+static int kv_ht_find(const kv_cache *kv, uint64_t h) {
+    for (size_t i = (size_t)h & kv->ht_mask;; i = (i + 1) & kv->ht_mask) {
+        int32_t id = kv->ht[i];
+        if (id == KV_NONE) return KV_NONE;
+        if (kv->hash[id] == h) return id;
+    }
+}
+
+static void kv_ht_insert(kv_cache *kv, int32_t id) {
+    size_t i = (size_t)kv->hash[id] & kv->ht_mask;
+    while (kv->ht[i] != KV_NONE) i = (i + 1) & kv->ht_mask;
+    kv->ht[i] = id;
+}
+
+/* Backward-shift deletion: entries after the hole move back into it unless
+ * their home slot lies cyclically in (hole, entry], where they must stay. */
+static void kv_ht_remove(kv_cache *kv, int32_t id) {
+    size_t mask = kv->ht_mask, i = (size_t)kv->hash[id] & mask;
+    while (kv->ht[i] != id) {
+        assert(kv->ht[i] != KV_NONE);
+        i = (i + 1) & mask;
+    }
+    for (size_t j = (i + 1) & mask; kv->ht[j] != KV_NONE; j = (j + 1) & mask) {
+        size_t home = (size_t)kv->hash[kv->ht[j]] & mask;
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            kv->ht[i] = kv->ht[j];
+            i = j;
+        }
+    }
+    kv->ht[i] = KV_NONE;
+}
+
+/* ---- block states --------------------------------------------------------- */
+
+static void kv_lru_unlink(kv_cache *kv, int32_t id) {
+    int32_t p = kv->lru_prev[id], n = kv->lru_next[id];
+    if (p != KV_NONE)
+        kv->lru_next[p] = n;
+    else
+        kv->lru_head = n;
+    if (n != KV_NONE)
+        kv->lru_prev[n] = p;
+    else
+        kv->lru_tail = p;
+    kv->lru_prev[id] = kv->lru_next[id] = KV_NONE;
+    kv->n_cached--;
+}
+
+static void kv_lru_append(kv_cache *kv, int32_t id) {
+    kv->lru_prev[id] = kv->lru_tail;
+    kv->lru_next[id] = KV_NONE;
+    if (kv->lru_tail != KV_NONE)
+        kv->lru_next[kv->lru_tail] = id;
+    else
+        kv->lru_head = id;
+    kv->lru_tail = id;
+    kv->n_cached++;
+}
+
+static void kv_unregister(kv_cache *kv, int32_t id) {
+    kv_ht_remove(kv, id);
+    kv->registered[id] = 0;
+}
+
+/* A fresh block (ref 1, fill 0): a free one, else the LRU cached one. The
+ * caller has checked kv_cache_n_available. */
+static int32_t kv_alloc(kv_cache *kv) {
+    int32_t id;
+    if (kv->n_free > 0) {
+        id = kv->free_stack[--kv->n_free];
+    } else {
+        id = kv->lru_head;
+        assert(id != KV_NONE);
+        kv_lru_unlink(kv, id);
+        kv_unregister(kv, id);
+        kv->evictions++;
+    }
+    assert(kv->ref[id] == 0 && !kv->registered[id]);
+    kv->ref[id] = 1;
+    kv->fill[id] = 0;
+    return id;
+}
+
+/* One more holder; a cached block becomes used. */
+static void kv_ref(kv_cache *kv, int32_t id) {
+    if (kv->ref[id] == 0) {
+        assert(kv->registered[id]);
+        kv_lru_unlink(kv, id);
+        kv->filled += kv->fill[id];
+    }
+    kv->ref[id]++;
+}
+
+/* One holder fewer; at zero the block becomes cached (registered, newest in
+ * the LRU) or free. */
+static void kv_unref(kv_cache *kv, int32_t id) {
+    assert(kv->ref[id] > 0);
+    if (--kv->ref[id] > 0) return;
+    kv->filled -= kv->fill[id];
+    if (kv->registered[id]) {
+        kv_lru_append(kv, id);
+    } else {
+        kv->fill[id] = 0;
+        kv->free_stack[kv->n_free++] = id;
+    }
+}
+
+static void kv_set_fill(kv_cache *kv, int32_t id, int rows) {
+    if (rows <= kv->fill[id]) return;
+    if (kv->ref[id] > 0) kv->filled += rows - kv->fill[id];
+    kv->fill[id] = rows;
+}
+
+/* ---- create / free -------------------------------------------------------- */
+
+static void *kv_calloc(size_t n, size_t size) {
+    return calloc(n ? n : 1, size);
+}
+
+kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
+    if (!cfg || cfg->n_layers <= 0 || cfg->kv_dim <= 0 || cfg->block_size <= 0 ||
+        cfg->n_blocks <= 0 || cfg->max_seqs <= 0 || cfg->max_seq_blocks <= 0)
+        return NULL;
+    /* Capacities are ints: a slot's positions must fit one. */
+    if (cfg->max_seq_blocks > INT_MAX / cfg->block_size) return NULL;
+    size_t block_floats, layer_floats, pool_floats, pool_bytes, kv_bytes, n_tokens, n_table;
+    if (!kv_mul((size_t)cfg->block_size, (size_t)cfg->kv_dim, &block_floats) ||
+        !kv_mul(block_floats, (size_t)cfg->n_blocks, &layer_floats) ||
+        !kv_mul(layer_floats, (size_t)cfg->n_layers, &pool_floats) ||
+        !kv_mul(pool_floats, sizeof(float), &pool_bytes) || pool_bytes > SIZE_MAX - 63 ||
+        !kv_mul(pool_bytes, 2, &kv_bytes) ||
+        !kv_mul((size_t)cfg->n_blocks, (size_t)cfg->block_size, &n_tokens) ||
+        !kv_mul((size_t)cfg->max_seqs, (size_t)cfg->max_seq_blocks, &n_table))
+        return NULL;
+    size_t ht_cap = 1;
+    while (ht_cap < 2 * (size_t)cfg->n_blocks) ht_cap *= 2; /* n_blocks <= INT_MAX: no overflow */
+
     kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return NULL;
-    kv->n_layers = n_layers;
-    kv->kv_dim = kv_dim;
-    kv->n_seqs = n_seqs;
-    kv->max_ctx = max_ctx;
-    kv->seq_floats = seq_floats;
-    /* 64-byte alignment keeps every row start friendly to AVX-512 loads. */
-    size_t bytes = (total * sizeof(float) + 63) & ~(size_t)63;
+    kv->cfg = *cfg;
+    kv->cfg.prefix_cache = cfg->prefix_cache != 0;
+    kv->block_floats = block_floats;
+    kv->layer_floats = layer_floats;
+    kv->pool_bytes = kv_bytes;
+    /* 64-byte alignment keeps every row start friendly to AVX-512 loads;
+     * aligned_alloc wants a size that is a multiple of the alignment. */
+    size_t bytes = (pool_bytes + 63) & ~(size_t)63;
     kv->k = aligned_alloc(64, bytes);
     kv->v = aligned_alloc(64, bytes);
-    if (!kv->k || !kv->v) {
+    size_t nb = (size_t)cfg->n_blocks;
+    kv->ref = kv_calloc(nb, sizeof *kv->ref);
+    kv->fill = kv_calloc(nb, sizeof *kv->fill);
+    kv->registered = kv_calloc(nb, sizeof *kv->registered);
+    kv->hash = kv_calloc(nb, sizeof *kv->hash);
+    kv->parent = kv_calloc(nb, sizeof *kv->parent);
+    kv->tokens = kv_calloc(n_tokens, sizeof *kv->tokens);
+    kv->lru_prev = kv_calloc(nb, sizeof *kv->lru_prev);
+    kv->lru_next = kv_calloc(nb, sizeof *kv->lru_next);
+    kv->free_stack = kv_calloc(nb, sizeof *kv->free_stack);
+    kv->ht = kv_calloc(ht_cap, sizeof *kv->ht);
+    kv->slots = kv_calloc((size_t)cfg->max_seqs, sizeof *kv->slots);
+    kv->tables = kv_calloc(n_table, sizeof *kv->tables);
+    if (!kv->k || !kv->v || !kv->ref || !kv->fill || !kv->registered || !kv->hash || !kv->parent ||
+        !kv->tokens || !kv->lru_prev || !kv->lru_next || !kv->free_stack || !kv->ht || !kv->slots ||
+        !kv->tables) {
         kv_cache_free(kv);
         return NULL;
     }
-    /* Unwritten positions are never read (attention stops at pos), but zeroing
-     * keeps sanitizer and valgrind runs free of uninitialised-read noise. */
+    /* Unwritten rows are never read (attention stops at the position), but
+     * zeroing keeps sanitizer and valgrind runs free of uninitialised reads. */
     memset(kv->k, 0, bytes);
     memset(kv->v, 0, bytes);
-    kv->zero_block = 0;
+    kv->ht_mask = ht_cap - 1;
+    for (size_t i = 0; i < ht_cap; i++) kv->ht[i] = KV_NONE;
+    kv->lru_head = kv->lru_tail = KV_NONE;
+    /* Pushed last id first, so blocks are handed out 0, 1, 2...: the slots
+     * of kv_cache_create each get one run of consecutive blocks. */
+    for (int i = 0; i < cfg->n_blocks; i++) {
+        kv->lru_prev[i] = kv->lru_next[i] = KV_NONE;
+        kv->free_stack[i] = cfg->n_blocks - 1 - i;
+    }
+    kv->n_free = cfg->n_blocks;
+    for (int s = 0; s < cfg->max_seqs; s++) {
+        kv->slots[s].table = kv->tables + (size_t)s * (size_t)cfg->max_seq_blocks;
+        kv->slots[s].chain = KV_HASH_ROOT;
+    }
+    return kv;
+}
+
+kv_cache *kv_cache_create(int n_layers, int kv_dim, int n_seqs, int max_ctx) {
+    if (n_layers <= 0 || kv_dim <= 0 || n_seqs <= 0 || max_ctx <= 0) return NULL;
+    int per_seq = max_ctx / KV_DEFAULT_BLOCK + (max_ctx % KV_DEFAULT_BLOCK != 0);
+    if (per_seq > INT_MAX / n_seqs) return NULL;
+    kv_cache_config cfg = {.n_layers = n_layers,
+                           .kv_dim = kv_dim,
+                           .block_size = KV_DEFAULT_BLOCK,
+                           .n_blocks = per_seq * n_seqs,
+                           .max_seqs = n_seqs,
+                           .max_seq_blocks = per_seq,
+                           .prefix_cache = 0};
+    kv_cache *kv = kv_cache_create_paged(&cfg);
+    for (int s = 0; kv && s < n_seqs; s++) {
+        if (kv_cache_seq_grow(kv, s, max_ctx) < 0) {
+            kv_cache_free(kv);
+            return NULL;
+        }
+    }
     return kv;
 }
 
@@ -44,23 +318,352 @@ void kv_cache_free(kv_cache *kv) {
     if (!kv) return;
     free(kv->k);
     free(kv->v);
+    free(kv->ref);
+    free(kv->fill);
+    free(kv->registered);
+    free(kv->hash);
+    free(kv->parent);
+    free(kv->tokens);
+    free(kv->lru_prev);
+    free(kv->lru_next);
+    free(kv->free_stack);
+    free(kv->ht);
+    free(kv->slots);
+    free(kv->tables);
     free(kv);
 }
 
-int kv_cache_n_seqs(const kv_cache *kv) { return kv->n_seqs; }
-int kv_cache_max_ctx(const kv_cache *kv) { return kv->max_ctx; }
-size_t kv_cache_bytes(const kv_cache *kv) {
-    return 2 * kv->seq_floats * (size_t)kv->n_seqs * (size_t)kv->n_layers * sizeof(float);
+/* ---- geometry ------------------------------------------------------------- */
+
+int kv_cache_n_seqs(const kv_cache *kv) { return kv->cfg.max_seqs; }
+int kv_cache_block_size(const kv_cache *kv) { return kv->cfg.block_size; }
+int kv_cache_n_blocks(const kv_cache *kv) { return kv->cfg.n_blocks; }
+int kv_cache_max_ctx(const kv_cache *kv) { return kv->cfg.max_seq_blocks * kv->cfg.block_size; }
+size_t kv_cache_bytes(const kv_cache *kv) { return kv->pool_bytes; }
+
+static int kv_bad_seq(const kv_cache *kv, int seq) {
+    return seq < 0 || seq >= kv->cfg.max_seqs;
 }
 
 int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out) {
-    if (layer < 0 || layer >= kv->n_layers || seq < 0 || seq >= kv->n_seqs) return BRISK_ERANGE;
-    size_t off = ((size_t)layer * (size_t)kv->n_seqs + (size_t)seq) * kv->seq_floats;
+    if (!out) return BRISK_EINVAL;
+    if (layer < 0 || layer >= kv->cfg.n_layers || kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    size_t off = (size_t)layer * kv->layer_floats;
     out->k = kv->k + off;
     out->v = kv->v + off;
-    out->block_table = &kv->zero_block;
-    out->block_size = kv->max_ctx;
-    out->block_stride = kv->seq_floats;
-    out->row_stride = (size_t)kv->kv_dim;
+    out->block_table = kv->slots[seq].table;
+    out->block_size = kv->cfg.block_size;
+    out->block_stride = kv->block_floats;
+    out->row_stride = (size_t)kv->cfg.kv_dim;
     return 0;
+}
+
+/* ---- slots ---------------------------------------------------------------- */
+
+int kv_cache_seq_capacity(const kv_cache *kv, int seq) {
+    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    return kv->slots[seq].n_blocks * kv->cfg.block_size;
+}
+
+int kv_cache_seq_n_pos(const kv_cache *kv, int seq) {
+    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    return kv->slots[seq].n_pos;
+}
+
+int kv_cache_seq_n_blocks(const kv_cache *kv, int seq) {
+    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    return kv->slots[seq].n_blocks;
+}
+
+const int32_t *kv_cache_seq_blocks(const kv_cache *kv, int seq) {
+    if (kv_bad_seq(kv, seq)) return NULL;
+    return kv->slots[seq].table;
+}
+
+/* Whether a slot must copy its block id before writing into it: another
+ * slot shares it, or it is registered (a slot holding its own registered
+ * block writes into it only after set_pos moved n_pos back into it, and a
+ * cached prefix must not change under its hash). */
+static int kv_must_copy(const kv_cache *kv, int32_t id) {
+    return kv->ref[id] > 1 || kv->registered[id];
+}
+
+/* Blocks grow takes for n_new more positions (held blocks of the range that
+ * must be copied, then blocks to append), or BRISK_ERANGE. Normally at most
+ * one held block lies in the range: the partly-filled last one. */
+static int kv_grow_plan(const kv_cache *kv, const kv_slot *s, int n_new, int *n_copy, int *n_add) {
+    long long bs = kv->cfg.block_size;
+    long long need = ((long long)s->n_pos + n_new + bs - 1) / bs;
+    if (need > kv->cfg.max_seq_blocks) return BRISK_ERANGE;
+    *n_copy = 0;
+    for (int b = s->n_pos / (int)bs; b < s->n_blocks && b < need; b++)
+        *n_copy += kv_must_copy(kv, s->table[b]);
+    *n_add = need > s->n_blocks ? (int)need - s->n_blocks : 0;
+    return 0;
+}
+
+int kv_cache_seq_blocks_needed(const kv_cache *kv, int seq, int n_new) {
+    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    if (n_new < 0) return BRISK_EINVAL;
+    if (n_new == 0) return 0;
+    int n_copy, n_add, rc = kv_grow_plan(kv, &kv->slots[seq], n_new, &n_copy, &n_add);
+    return rc < 0 ? rc : n_copy + n_add;
+}
+
+/* Gives slot s a private copy of its block b: the rows below n_pos of every
+ * layer, K and V. Rows past n_pos are not copied: nothing reads them before
+ * this slot writes them. */
+static void kv_cow(kv_cache *kv, kv_slot *s, int b) {
+    int32_t old = s->table[b], id = kv_alloc(kv);
+    int bs = kv->cfg.block_size, rows = s->n_pos - b * bs;
+    rows = rows < 0 ? 0 : rows > bs ? bs : rows;
+    size_t n = (size_t)rows * (size_t)kv->cfg.kv_dim * sizeof(float);
+    for (int l = 0; l < kv->cfg.n_layers; l++) {
+        size_t to = (size_t)l * kv->layer_floats + (size_t)id * kv->block_floats;
+        size_t from = (size_t)l * kv->layer_floats + (size_t)old * kv->block_floats;
+        memcpy(kv->k + to, kv->k + from, n);
+        memcpy(kv->v + to, kv->v + from, n);
+    }
+    kv_set_fill(kv, id, rows);
+    s->table[b] = id;
+    kv_unref(kv, old);
+    kv->cow_copies++;
+}
+
+int kv_cache_seq_grow(kv_cache *kv, int seq, int n_new) {
+    int need = kv_cache_seq_blocks_needed(kv, seq, n_new);
+    if (need < 0) return need;
+    if (need > kv_cache_n_available(kv)) return BRISK_ENOSPC;
+    if (n_new == 0) return 0;
+    kv_slot *s = &kv->slots[seq];
+    int n_copy, n_add, bs = kv->cfg.block_size;
+    kv_grow_plan(kv, s, n_new, &n_copy, &n_add);
+    for (int b = s->n_pos / bs; n_copy > 0; b++) {
+        if (kv_must_copy(kv, s->table[b])) {
+            kv_cow(kv, s, b);
+            n_copy--;
+        }
+    }
+    while (n_add-- > 0) s->table[s->n_blocks++] = kv_alloc(kv);
+    return 0;
+}
+
+void kv_cache_seq_set_pos(kv_cache *kv, int seq, int n_pos) {
+    if (kv_bad_seq(kv, seq)) return;
+    kv_slot *s = &kv->slots[seq];
+    int bs = kv->cfg.block_size;
+    if (n_pos < 0 || n_pos > s->n_blocks * bs) return;
+    /* Blocks below the old n_pos already have their fill (each call and each
+     * way a slot gets blocks keeps fill >= rows covered); only the new ones
+     * need it. */
+    for (int b = s->n_pos / bs; b * bs < n_pos; b++)
+        kv_set_fill(kv, s->table[b], n_pos - b * bs < bs ? n_pos - b * bs : bs);
+    /* Moving back into checked blocks: they may be rewritten, so commit
+     * starts over (registered blocks are skipped again in O(1) each). */
+    if (n_pos < s->n_checked * bs) {
+        s->n_checked = 0;
+        s->chain = KV_HASH_ROOT;
+    }
+    s->n_pos = n_pos;
+}
+
+void kv_cache_seq_commit(kv_cache *kv, int seq, const int32_t *tokens, int n) {
+    if (kv_bad_seq(kv, seq) || !kv->cfg.prefix_cache || !tokens || n <= 0) return;
+    kv_slot *s = &kv->slots[seq];
+    int bs = kv->cfg.block_size;
+    if (n > s->n_pos) n = s->n_pos;
+    for (; s->n_checked < n / bs; s->n_checked++) {
+        int32_t id = s->table[s->n_checked];
+        if (kv->registered[id]) { /* shared by a fork or a match */
+            s->chain = kv->hash[id];
+            continue;
+        }
+        const int32_t *tok = tokens + (size_t)s->n_checked * (size_t)bs;
+        uint64_t h = kv_hash_block(s->chain, tok, bs);
+        /* The same prefix computed by another slot (or a 64-bit collision):
+         * keep the registered one; this block stays private and is freed
+         * when released. */
+        if (kv_ht_find(kv, h) == KV_NONE) {
+            kv->registered[id] = 1;
+            kv->hash[id] = h;
+            kv->parent[id] = s->chain;
+            memcpy(kv->tokens + (size_t)id * (size_t)bs, tok, (size_t)bs * sizeof *tok);
+            kv_set_fill(kv, id, bs);
+            kv_ht_insert(kv, id);
+        }
+        s->chain = h;
+    }
+}
+
+void kv_cache_seq_release(kv_cache *kv, int seq) {
+    if (kv_bad_seq(kv, seq)) return;
+    kv_slot *s = &kv->slots[seq];
+    /* Last block first: the tail of a prefix becomes older in the LRU than
+     * its head, so eviction eats prefixes from the end and the head, shared
+     * by more prompts, stays matchable longest. */
+    while (s->n_blocks > 0) kv_unref(kv, s->table[--s->n_blocks]);
+    s->n_pos = 0;
+    s->n_checked = 0;
+    s->chain = KV_HASH_ROOT;
+}
+
+int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int max_tokens) {
+    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    kv_slot *s = &kv->slots[seq];
+    if (s->n_blocks != 0 || n < 0 || (n > 0 && !tokens)) return BRISK_EINVAL;
+    if (!kv->cfg.prefix_cache) return 0;
+    int bs = kv->cfg.block_size;
+    int limit = max_tokens < n ? max_tokens : n;
+    if (limit > kv->cfg.max_seq_blocks * bs) limit = kv->cfg.max_seq_blocks * bs;
+    uint64_t chain = KV_HASH_ROOT;
+    while (s->n_blocks < limit / bs) {
+        const int32_t *tok = tokens + (size_t)s->n_blocks * (size_t)bs;
+        uint64_t h = kv_hash_block(chain, tok, bs);
+        int32_t id = kv_ht_find(kv, h);
+        if (id == KV_NONE || kv->parent[id] != chain ||
+            memcmp(kv->tokens + (size_t)id * (size_t)bs, tok, (size_t)bs * sizeof *tok) != 0)
+            break;
+        kv_ref(kv, id);
+        s->table[s->n_blocks++] = id;
+        chain = h;
+    }
+    s->n_pos = s->n_blocks * bs;
+    s->n_checked = s->n_blocks;
+    s->chain = chain;
+    kv->prefix_queries += n;
+    kv->prefix_hits += s->n_pos;
+    return s->n_pos;
+}
+
+int kv_cache_seq_fork(kv_cache *kv, int dst, int src, int n_pos) {
+    if (kv_bad_seq(kv, dst) || kv_bad_seq(kv, src)) return BRISK_ERANGE;
+    kv_slot *d = &kv->slots[dst];
+    const kv_slot *s = &kv->slots[src];
+    if (dst == src || d->n_blocks != 0) return BRISK_EINVAL;
+    if (n_pos < 0 || n_pos > s->n_pos) return BRISK_ERANGE;
+    int bs = kv->cfg.block_size;
+    for (int b = 0; b * bs < n_pos; b++) {
+        kv_ref(kv, s->table[b]);
+        d->table[d->n_blocks++] = s->table[b];
+    }
+    d->n_pos = n_pos;
+    /* The source's commit cursor carries over when it lies within the fork. */
+    if (s->n_checked * bs <= n_pos) {
+        d->n_checked = s->n_checked;
+        d->chain = s->chain;
+    }
+    return 0;
+}
+
+/* ---- accounting ----------------------------------------------------------- */
+
+int kv_cache_n_available(const kv_cache *kv) { return kv->n_free + kv->n_cached; }
+
+void kv_cache_get_stats(const kv_cache *kv, kv_cache_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->blocks_total = kv->cfg.n_blocks;
+    out->blocks_cached = kv->n_cached;
+    out->blocks_free = kv->n_free;
+    out->blocks_used = kv->cfg.n_blocks - kv->n_cached - kv->n_free;
+    out->slots_allocated = (long long)out->blocks_used * kv->cfg.block_size;
+    out->slots_filled = kv->filled;
+    out->prefix_queries = kv->prefix_queries;
+    out->prefix_hits = kv->prefix_hits;
+    out->cow_copies = kv->cow_copies;
+    out->evictions = kv->evictions;
+}
+
+/* Codes of kv_cache_check, one per invariant. */
+enum {
+    KV_BAD_SLOT = -1,     /* slot counters out of range or a bad block id */
+    KV_BAD_REF = -2,      /* a reference count differs from the table entries */
+    KV_BAD_FILL = -3,     /* fill out of range or below a slot's n_pos */
+    KV_BAD_HASH = -4,     /* hash table and registered flags disagree */
+    KV_BAD_LRU = -5,      /* LRU list is not exactly the cached blocks */
+    KV_BAD_FREE = -6,     /* free stack is not exactly the free blocks */
+    KV_BAD_COUNT = -7,    /* counters disagree with the blocks */
+    KV_BAD_NOMEM = -8,    /* the check itself could not allocate */
+};
+
+static int kv_check_slots(const kv_cache *kv, int32_t *count) {
+    int bs = kv->cfg.block_size;
+    for (int q = 0; q < kv->cfg.max_seqs; q++) {
+        const kv_slot *s = &kv->slots[q];
+        if (s->n_blocks < 0 || s->n_blocks > kv->cfg.max_seq_blocks || s->n_pos < 0 ||
+            s->n_pos > s->n_blocks * bs || s->n_checked < 0 || s->n_checked > s->n_blocks ||
+            s->n_checked * bs > s->n_pos)
+            return KV_BAD_SLOT;
+        for (int b = 0; b < s->n_blocks; b++) {
+            int32_t id = s->table[b];
+            if (id < 0 || id >= kv->cfg.n_blocks) return KV_BAD_SLOT;
+            count[id]++;
+            int rows = s->n_pos - b * bs;
+            if (rows > 0 && kv->fill[id] < (rows < bs ? rows : bs)) return KV_BAD_FILL;
+        }
+    }
+    return 0;
+}
+
+static int kv_check_blocks(const kv_cache *kv, const int32_t *count, uint8_t *seen) {
+    int n = kv->cfg.n_blocks, n_reg = 0, n_cached = 0, n_free = 0;
+    long long filled = 0;
+    for (int id = 0; id < n; id++) {
+        if (count[id] != kv->ref[id]) return KV_BAD_REF;
+        if (kv->fill[id] < 0 || kv->fill[id] > kv->cfg.block_size) return KV_BAD_FILL;
+        if (kv->ref[id] > 0) filled += kv->fill[id];
+        if (kv->registered[id]) {
+            n_reg++;
+            if (kv_ht_find(kv, kv->hash[id]) != id) return KV_BAD_HASH;
+            if (kv->fill[id] != kv->cfg.block_size) return KV_BAD_FILL;
+        } else if (kv->ref[id] == 0 && kv->fill[id] != 0) {
+            return KV_BAD_FILL;
+        }
+        n_cached += kv->ref[id] == 0 && kv->registered[id];
+        n_free += kv->ref[id] == 0 && !kv->registered[id];
+    }
+    size_t n_ht = 0;
+    for (size_t i = 0; i <= kv->ht_mask; i++) {
+        int32_t id = kv->ht[i];
+        if (id == KV_NONE) continue;
+        if (id < 0 || id >= n || !kv->registered[id]) return KV_BAD_HASH;
+        n_ht++;
+    }
+    if (n_ht != (size_t)n_reg) return KV_BAD_HASH;
+    /* LRU: walk it forwards, checking the back links and the members. */
+    int walked = 0;
+    int32_t prev = KV_NONE;
+    for (int32_t id = kv->lru_head; id != KV_NONE; prev = id, id = kv->lru_next[id]) {
+        if (id < 0 || id >= n || seen[id] || walked >= n) return KV_BAD_LRU;
+        if (kv->lru_prev[id] != prev || kv->ref[id] != 0 || !kv->registered[id]) return KV_BAD_LRU;
+        if (kv->lru_next[id] == KV_NONE && kv->lru_tail != id) return KV_BAD_LRU;
+        seen[id] = 1;
+        walked++;
+    }
+    if (walked != n_cached || kv->n_cached != n_cached ||
+        (kv->lru_head == KV_NONE) != (kv->lru_tail == KV_NONE))
+        return KV_BAD_LRU;
+    if (kv->n_free != n_free) return KV_BAD_FREE;
+    for (int i = 0; i < kv->n_free; i++) {
+        int32_t id = kv->free_stack[i];
+        if (id < 0 || id >= n || seen[id] || kv->ref[id] != 0 || kv->registered[id])
+            return KV_BAD_FREE;
+        seen[id] = 1;
+    }
+    int used = 0;
+    for (int id = 0; id < n; id++) used += kv->ref[id] > 0;
+    if (used + n_cached + n_free != n || filled != kv->filled) return KV_BAD_COUNT;
+    return 0;
+}
+
+int kv_cache_check(const kv_cache *kv) {
+    int32_t *count = kv_calloc((size_t)kv->cfg.n_blocks, sizeof *count);
+    uint8_t *seen = kv_calloc((size_t)kv->cfg.n_blocks, 1);
+    int rc = KV_BAD_NOMEM;
+    if (count && seen) {
+        rc = kv_check_slots(kv, count);
+        if (rc == 0) rc = kv_check_blocks(kv, count, seen);
+    }
+    free(count);
+    free(seen);
+    return rc;
 }

@@ -1,13 +1,35 @@
-/* kv_cache.h - the key/value cache behind a small interface.
+/* kv_cache.h - the paged key/value cache: one pool of fixed-size blocks,
+ * a block table per sequence slot, reference counts, and a prefix cache.
  *
- * The model never owns KV memory: it asks the cache for a view of one
- * (layer, sequence) pair and reads/writes rows through the block table in
- * kern_kv_view. This version is contiguous (one block of max_ctx positions
- * per sequence slot); the paged cache of the scheduler issue implements the
- * same view with many small blocks, so the forward pass does not change.
+ * Memory. K and V are two arrays allocated once at create time, laid out
+ * [n_layers][n_blocks][block_size][kv_dim] floats. A sequence slot owns an
+ * ordered list of block ids (its block table); position p of the slot lives
+ * in block table[p / block_size] at row p % block_size. The forward pass
+ * reads and writes K/V only through kv_cache_view, whose kern_kv_view the
+ * attention kernels walk block by block (paged attention).
  *
- * Memory: n_layers * n_seqs * max_ctx * kv_dim * 2 (K and V) floats,
- * allocated once by kv_cache_create and freed by kv_cache_free. */
+ * Slots. kv_cache has max_seqs sequence slots (0..max_seqs-1), each empty at
+ * start. A slot holds n_pos positions ("tokens held"); kv_cache_seq_grow
+ * makes room for more, allocating blocks all-or-nothing. The forward pass may
+ * write any position < capacity (n_blocks * block_size) of a slot; n_pos is
+ * bookkeeping the owner sets with kv_cache_seq_set_pos after a step.
+ *
+ * Sharing. Blocks carry reference counts. kv_cache_seq_fork makes one slot
+ * share another's blocks; writing into a shared partly-filled block copies it
+ * first (copy-on-write, done by kv_cache_seq_grow, which is the only place
+ * positions are made writable). Full blocks are never written again.
+ *
+ * Prefix cache. A full block whose tokens are known (kv_cache_seq_commit) is
+ * registered under a 64-bit hash of its tokens chained with the hash of the
+ * block before it, so a hash names a whole prefix. kv_cache_seq_match
+ * attaches registered blocks matching a new prompt's leading full blocks
+ * instead of recomputing them (the tokens are compared too, not only the
+ * hash). A block whose reference count drops to zero stays registered
+ * ("cached") and is evicted least-recently-used only when a fresh block is
+ * needed and no never-registered free block is left.
+ *
+ * Threading: none. The engine thread alone calls every function here.
+ */
 #ifndef KV_CACHE_H
 #define KV_CACHE_H
 
@@ -18,16 +40,96 @@
 
 typedef struct kv_cache kv_cache;
 
+typedef struct kv_cache_config {
+    int n_layers;
+    int kv_dim;          /* floats per position per layer: n_kv_heads * head_dim */
+    int block_size;      /* positions per block (16 by default) */
+    int n_blocks;        /* blocks in the pool */
+    int max_seqs;        /* sequence slots */
+    int max_seq_blocks;  /* most blocks one slot may hold (its context / block_size, rounded up) */
+    int prefix_cache;    /* 1: register full blocks and match prompts against them */
+} kv_cache_config;
+
+/* Bytes a pool of n_blocks blocks takes (K and V). */
+size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_blocks);
+
 /* Returns NULL if an argument is out of range or allocation fails. */
+kv_cache *kv_cache_create_paged(const kv_cache_config *cfg);
+/* The fixed layout the single-stream tools use: n_seqs slots, each grown to
+ * max_ctx positions at creation (no prefix cache). */
 kv_cache *kv_cache_create(int n_layers, int kv_dim, int n_seqs, int max_ctx);
 void kv_cache_free(kv_cache *kv);
 
-int kv_cache_n_seqs(const kv_cache *kv);
-/* Positions one sequence can hold. */
+int kv_cache_n_seqs(const kv_cache *kv);       /* slots */
+int kv_cache_block_size(const kv_cache *kv);
+int kv_cache_n_blocks(const kv_cache *kv);
+/* Most positions one slot can hold (max_seq_blocks * block_size). */
 int kv_cache_max_ctx(const kv_cache *kv);
 size_t kv_cache_bytes(const kv_cache *kv);
 
-/* Fills *out for (layer, seq). Returns 0, or BRISK_ERANGE for a bad index. */
+/* Fills *out for (layer, slot). Returns 0, or BRISK_ERANGE for a bad index. */
 int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out);
+
+/* ---- slots --------------------------------------------------------------- */
+
+/* Positions the slot can be written at without growing: its blocks * block_size. */
+int kv_cache_seq_capacity(const kv_cache *kv, int seq);
+int kv_cache_seq_n_pos(const kv_cache *kv, int seq);
+int kv_cache_seq_n_blocks(const kv_cache *kv, int seq);
+/* Block ids of the slot (n_blocks of them); valid until the slot changes. */
+const int32_t *kv_cache_seq_blocks(const kv_cache *kv, int seq);
+
+/* Blocks kv_cache_seq_grow(kv, seq, n_new) would take from the pool:
+ * new blocks plus one for a copy-on-write of a shared partial last block. */
+int kv_cache_seq_blocks_needed(const kv_cache *kv, int seq, int n_new);
+/* Makes positions [n_pos, n_pos + n_new) writable: copies a shared
+ * partly-filled last block (copy-on-write), then appends blocks. All or
+ * nothing: BRISK_ENOSPC (slot unchanged) when the pool cannot supply them,
+ * BRISK_ERANGE past max_seq_blocks. Does not change n_pos. */
+int kv_cache_seq_grow(kv_cache *kv, int seq, int n_new);
+/* Sets the positions the slot holds (<= capacity). */
+void kv_cache_seq_set_pos(kv_cache *kv, int seq, int n_pos);
+/* Registers the slot's full blocks that are not registered yet, given the
+ * tokens at positions [0, n) (n <= n_pos; only blocks fully inside n count).
+ * Safe to call every step: already-registered blocks are skipped in O(1). */
+void kv_cache_seq_commit(kv_cache *kv, int seq, const int32_t *tokens, int n);
+/* Drops every block of the slot (reference counts fall; full registered
+ * blocks become cached, the last block first in eviction order) and empties it. */
+void kv_cache_seq_release(kv_cache *kv, int seq);
+
+/* For an empty slot: attaches the longest run of registered blocks matching
+ * the leading full blocks of tokens[0, n), never more than max_tokens
+ * positions (the caller keeps at least one token to compute). Returns the
+ * positions attached (a multiple of block_size; n_pos is set to it). Counts
+ * a prefix-cache query of n tokens and a hit of the returned count. */
+int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int max_tokens);
+/* For an empty dst: shares the blocks of src covering positions [0, n_pos)
+ * (n_pos <= src's n_pos) and sets dst's n_pos to n_pos. A partly-filled last
+ * block is shared too; kv_cache_seq_grow copies it before dst writes. */
+int kv_cache_seq_fork(kv_cache *kv, int dst, int src, int n_pos);
+
+/* ---- accounting ----------------------------------------------------------- */
+
+typedef struct kv_cache_stats {
+    int blocks_total;
+    int blocks_used;      /* reference count > 0 */
+    int blocks_cached;    /* reference count 0, registered (reusable by a match) */
+    int blocks_free;      /* reference count 0, not registered */
+    long long slots_allocated; /* positions in used blocks (blocks_used * block_size) */
+    long long slots_filled;    /* of those, positions that hold a token (each physical block once) */
+    long long prefix_queries;  /* tokens looked up by kv_cache_seq_match */
+    long long prefix_hits;     /* tokens found */
+    long long cow_copies;
+    long long evictions;
+} kv_cache_stats;
+
+void kv_cache_get_stats(const kv_cache *kv, kv_cache_stats *out);
+/* Blocks an allocation can take now: free plus cached (evictable). */
+int kv_cache_n_available(const kv_cache *kv);
+
+/* Checks every internal invariant (reference counts equal the table
+ * entries that hold each block, lists and hash table consistent, fill counts
+ * within bounds). Returns 0 or a negative code; for tests. */
+int kv_cache_check(const kv_cache *kv);
 
 #endif

@@ -1,10 +1,12 @@
 #include "server/cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 void cli_error(const char *fmt, ...) {
@@ -22,6 +24,34 @@ int cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out) 
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
         cli_error("%s: '%s' is not an integer in [%ld, %ld]", flag, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_bytes(const char *flag, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    int ok = !errno && end != s && v >= 0 && s[0] >= '0' && s[0] <= '9';
+    int shift = 0;
+    if (ok && *end) {
+        const char *units = "KMGT";
+        const char *u = strchr(units, *end >= 'a' ? *end - 32 : *end);
+        if (!u || !*u) ok = 0;
+        else {
+            shift = 10 * (int)(u - units + 1);
+            end++;
+            if (!strcmp(end, "i") || !strcmp(end, "iB") || !strcmp(end, "B")) end += strlen(end);
+            ok = !*end;
+        }
+    }
+    if (ok && shift && v > (LLONG_MAX >> shift)) ok = 0;
+    if (ok) v <<= shift;
+    if (!ok || v < lo || v > hi) {
+        cli_error("%s: '%s' is not a byte count in [%lld, %lld] (digits with an optional K, M, G or T)", flag,
+                  s, lo, hi);
         return -1;
     }
     *out = v;

@@ -20,6 +20,9 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *flag, const char *s, double lo, double hi, double *out);
 int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
+/* A byte count: digits with an optional K, M, G or T suffix (powers of 1024,
+ * an optional trailing "i"/"iB"/"B"), in [lo, hi]. */
+int cli_parse_bytes(const char *flag, const char *s, long long lo, long long hi, long long *out);
 
 /* Returns the value after argv[*i] (advancing *i) or prints a usage error
  * and returns NULL when the flag has no value. */

@@ -17,8 +17,11 @@ static void serve_usage(FILE *f) {
             "  --weights auto|f32|f16|int8  compute format of the weights (auto)\n"
             "  --threads N                  compute threads (all cores)\n"
             "  --ctx N                      positions per sequence, prompt + output (min(train, 4096))\n"
-            "  --max-num-seqs N             sequences decoded together (8)\n"
+            "  --max-num-seqs N             sequences running together (32)\n"
             "  --max-num-batched-tokens N   tokens per engine step (512)\n"
+            "  --kv-cache-bytes N[K|M|G]    KV cache pool (min(1G, max-num-seqs full contexts))\n"
+            "  --block-size N               positions per KV block (16)\n"
+            "  --no-prefix-caching          do not reuse KV blocks of earlier prompts\n"
             "  --max-queued-requests N      waiting sequences before 429 (1024)\n"
             "  --max-queued-tokens N        waiting prompt tokens before 429 (4194304)\n"
             "  --chat-template NAME         chatml|llama2|llama3|mistral|zephyr|gemma|phi3 (from GGUF)\n"
@@ -105,6 +108,18 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-num-batched-tokens")) {
             INT(1, 1 << 20);
             c.engine.max_batch_tokens = (int)iv;
+        } else if (!strcmp(a, "--kv-cache-bytes")) {
+            VAL();
+            long long bytes;
+            if (cli_parse_bytes(a, v, 1, 1LL << 50, &bytes)) goto done;
+            c.engine.kv_cache_bytes = bytes;
+        } else if (!strcmp(a, "--block-size")) {
+            INT(1, 1024);
+            c.engine.block_size = (int)iv;
+        } else if (!strcmp(a, "--no-prefix-caching")) {
+            c.engine.prefix_caching = 0;
+        } else if (!strcmp(a, "--enable-prefix-caching")) {
+            c.engine.prefix_caching = 1;
         } else if (!strcmp(a, "--max-queued-requests")) {
             INT(0, 1 << 24);
             c.engine.max_waiting = (int)iv;

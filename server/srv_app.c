@@ -55,6 +55,18 @@ static void h_metrics(srv_req *r) {
         g.running = st.running;
         g.waiting = st.waiting;
         g.kv_usage = st.kv_usage;
+        g.preemptions = st.preemptions;
+        g.prefix_queries = st.prefix_queries;
+        g.prefix_hits = st.prefix_hits;
+        g.kv_blocks_total = st.kv_blocks_total;
+        g.kv_blocks_used = st.kv_blocks_used;
+        g.kv_blocks_cached = st.kv_blocks_cached;
+        g.kv_slots_allocated = st.kv_slots_allocated;
+        g.kv_slots_filled = st.kv_slots_filled;
+        g.engine_busy_s = st.busy_s;
+        g.engine_forward_s = st.forward_s;
+        g.engine_steps = st.steps;
+        g.engine_batch_tokens = st.batch_tokens;
     }
     size_t len;
     char *text = srv_metrics_render(app->metrics, &g, brisk_now(), &len);

@@ -637,6 +637,8 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
             rc = make_params(app, g, p, i, j, gen_max_tokens(app, p, g->n_pids[i], max_tokens_default), &sp);
             if (rc < 0) break;
             sp.user = c;
+            /* Later choices of a prompt share the first one's prompt KV blocks. */
+            sp.fork_of = j > 0 ? &g->choices[i * p->n] : NULL;
             rc = sched_engine_submit(app->eng, &sp);
             if (rc < 0) {
                 sched_seq_params_free(&sp);

@@ -669,6 +669,32 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
                        "Prefix cache hits, in terms of number of cached tokens.",
                        (double)g->prefix_hits);
 
+    if (g->kv_blocks_total > 0) {
+        metrics_put_family(&b, "brisk_kv_cache_blocks", "gauge",
+                           "KV cache blocks by state: used (referenced), cached (reusable prefix), free.");
+        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"total\"", g->kv_blocks_total);
+        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"used\"", g->kv_blocks_used);
+        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"cached\"", g->kv_blocks_cached);
+        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"free\"",
+                           g->kv_blocks_total - g->kv_blocks_used - g->kv_blocks_cached);
+        metrics_put_scalar(&b, m, "brisk_kv_cache_slots_allocated_total", "counter",
+                           "KV positions in used blocks, summed over engine steps.",
+                           (double)g->kv_slots_allocated);
+        metrics_put_scalar(&b, m, "brisk_kv_cache_slots_filled_total", "counter",
+                           "KV positions in used blocks that hold a token, summed over engine steps.",
+                           (double)g->kv_slots_filled);
+        metrics_put_scalar(&b, m, "brisk_engine_busy_seconds_total", "counter",
+                           "Engine-thread seconds spent on steps (scheduling, forward pass, sampling).",
+                           g->engine_busy_s);
+        metrics_put_scalar(&b, m, "brisk_engine_forward_seconds_total", "counter",
+                           "Engine-thread seconds inside the forward pass.", g->engine_forward_s);
+        metrics_put_scalar(&b, m, "brisk_engine_steps_total", "counter", "Engine steps (forward passes).",
+                           (double)g->engine_steps);
+        metrics_put_scalar(&b, m, "brisk_engine_batch_tokens_total", "counter",
+                           "Tokens computed by forward passes, summed over steps.",
+                           (double)g->engine_batch_tokens);
+    }
+
     /* Token and request counters. */
     metrics_put_scalar(&b, m, "vllm:prompt_tokens_total", "counter",
                        "Number of prefill tokens processed.", (double)m->prompt_total);

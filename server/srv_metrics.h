@@ -35,6 +35,13 @@
  *   brisk_prompt_tokens_per_second          brisk_generation_tokens_per_second
  *   brisk_http_requests_total{code="200"}   counter, one series per status code seen
  *   brisk_unknown_request_fields_total      counter
+ *   brisk_kv_cache_blocks{state="total|used|cached|free"}  gauge (when the engine runs)
+ *   brisk_kv_cache_slots_allocated_total    counter: positions in used KV blocks, summed per step
+ *   brisk_kv_cache_slots_filled_total       counter: of those, positions holding a token; the
+ *                                           KV waste of a period = 1 - d(filled) / d(allocated)
+ *   brisk_engine_busy_seconds_total         counter: engine-thread time spent on steps
+ *   brisk_engine_forward_seconds_total      counter: of it, inside the forward pass
+ *   brisk_engine_steps_total, brisk_engine_batch_tokens_total  counters
  * The quantiles are separate gauge families rather than one gauge with a
  * `quantile` label: promtool rejects `quantile` on anything but a summary, and
  * a summary's _sum/_count would duplicate the histograms.
@@ -138,6 +145,11 @@ typedef struct srv_metrics_gauges {
     long long preemptions;    /* cumulative preemptions */
     long long prefix_queries; /* cumulative prefix-cache tokens queried */
     long long prefix_hits;    /* cumulative prefix-cache tokens hit */
+    /* brisk_ engine families (rendered only when kv_blocks_total > 0) */
+    int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
+    long long kv_slots_allocated, kv_slots_filled; /* summed over engine steps */
+    double engine_busy_s, engine_forward_s;        /* cumulative engine-thread seconds */
+    long long engine_steps, engine_batch_tokens;
 } srv_metrics_gauges;
 
 /* Renders the whole exposition. g may be NULL (all zero). Expires window

@@ -1,7 +1,11 @@
 /* test_engine.c - the engine thread on a real model (stories260K): the
  * golden greedy text through the engine, alone and with concurrent
  * sequences (batching must not change a token), stop strings across token
- * boundaries, cancellation, log-probs, max_tokens, the waiting-queue cap. */
+ * boundaries, cancellation, log-probs, max_tokens, the waiting-queue cap;
+ * then the paged KV cache under pressure: 16 different prompts batched give
+ * each one's solo tokens, a pool for about 4 sequences runs 16 with
+ * preemptions and unchanged outputs, prefix-cache reuse, forks (n > 1) with
+ * seeded sampling equal to solo runs, and KV blocks freed by cancellation. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +15,7 @@
 #include "common/brisk_error.h"
 #include "models/llama2c.h"
 #include "scheduler/engine.h"
+#include "scheduler/kv_cache.h"
 
 static const char *GOLDEN =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
@@ -32,7 +37,7 @@ typedef struct result {
 static uv_loop_t loop;
 static uv_async_t async;
 static sched_engine *eng;
-static result res[16];
+static result res[32];
 static int n_done_target;
 
 static void on_async(uv_async_t *a) {
@@ -82,7 +87,7 @@ static sched_seq_params params(int32_t *prompt, int n, int max_tokens, result *u
 }
 
 static void reset(int n) {
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < 32; i++) {
         free(res[i].text);
         memset(&res[i], 0, sizeof res[i]);
         res[i].lp_ok = 1;
@@ -99,6 +104,161 @@ static char **stops(const char *a, const char *b) {
     s[0] = strdup(a);
     s[1] = b ? strdup(b) : NULL;
     return s;
+}
+
+static sched_engine *start_engine(const char *path, int max_seqs, long long kv_bytes, int mbt) {
+    char err[256];
+    sched_engine_config cfg = sched_engine_config_default();
+    cfg.model_path = path;
+    cfg.weights = MODEL_WEIGHTS_F32;
+    cfg.n_threads = 2;
+    cfg.max_seqs = max_seqs;
+    cfg.max_ctx = 256;
+    cfg.max_batch_tokens = mbt;
+    cfg.kv_cache_bytes = kv_bytes;
+    sched_engine *e = NULL;
+    CHECK(sched_engine_create(&cfg, &async, &e, err, sizeof err) == 0, "create: %s", err);
+    while (e && sched_engine_state(e, NULL, 0) == SCHED_LOADING) uv_run(&loop, UV_RUN_ONCE);
+    CHECK(e && sched_engine_state(e, err, sizeof err) == SCHED_READY, "ready: %s", err);
+    return e;
+}
+
+/* 16 different prompts (a BOS then pseudo-random tokens of varied lengths). */
+static int prompt16(int i, int32_t *out) {
+    int n = 1 + (i * 7) % 23;
+    out[0] = 1;
+    for (int k = 1; k < n; k++) out[k] = 3 + (i * 131 + k * 57) % 500;
+    return n;
+}
+
+/* Runs the 16 prompts (greedy, 120 tokens; seeded when temp > 0) on eng and
+ * returns their texts (malloc'd). */
+static void run16(char **out, float temp) {
+    reset(16);
+    for (int i = 0; i < 16; i++) {
+        int32_t pr[32];
+        int n = prompt16(i, pr);
+        sched_seq_params p = params(pr, n, 120, &res[i]);
+        p.sampling.temperature = temp;
+        p.sampling.seed = 1000 + (uint64_t)i;
+        CHECK_COND(sched_engine_submit(eng, &p) == 0);
+    }
+    run_until_done();
+    for (int i = 0; i < 16; i++) {
+        out[i] = res[i].text ? strdup(res[i].text) : strdup("");
+        CHECK(res[i].finish == SCHED_FINISH_LENGTH && res[i].n_tokens == 120, "seq %d: finish %d, %d tokens", i,
+              res[i].finish, res[i].n_tokens);
+    }
+}
+
+static void test_paged(const char *path) {
+    char *solo[16], *batched[16], *tight[16];
+    /* Each prompt alone (one sequence at a time). */
+    eng = start_engine(path, 1, 0, 64);
+    for (int i = 0; i < 16; i++) {
+        reset(1);
+        int32_t pr[32];
+        int n = prompt16(i, pr);
+        sched_seq_params p = params(pr, n, 120, &res[0]);
+        CHECK_COND(sched_engine_submit(eng, &p) == 0);
+        run_until_done();
+        solo[i] = strdup(res[0].text ? res[0].text : "");
+    }
+    sched_engine_free(eng);
+    /* All 16 at once: the same tokens (batch invariance). */
+    eng = start_engine(path, 16, 0, 64);
+    run16(batched, 0);
+    sched_engine_stats st;
+    sched_engine_get_stats(eng, &st);
+    CHECK(st.preemptions == 0 && st.kv_blocks_used == 0, "roomy pool: %lld preemptions, %d blocks left",
+          st.preemptions, st.kv_blocks_used);
+    for (int i = 0; i < 16; i++) CHECK(!strcmp(solo[i], batched[i]), "prompt %d batched differs", i);
+
+    /* Cancelling frees every block in the step: 8 long ones, cancelled mid-way. */
+    reset(8);
+    for (int i = 0; i < 8; i++) {
+        int32_t pr[32];
+        int n = prompt16(i, pr);
+        sched_seq_params p = params(pr, n, 250, &res[i]);
+        CHECK_COND(sched_engine_submit(eng, &p) == 0);
+    }
+    while (res[0].n_tokens < 5) uv_run(&loop, UV_RUN_ONCE);
+    for (int i = 0; i < 8; i++) sched_engine_cancel(eng, &res[i]);
+    run_until_done();
+    usleep(20000);
+    sched_engine_get_stats(eng, &st);
+    CHECK(st.kv_blocks_used == 0 && st.running == 0, "after cancel: %d blocks used", st.kv_blocks_used);
+    sched_engine_free(eng);
+
+    /* A pool of 40 blocks (640 positions) for 16 sequences needing up to 9
+     * blocks each: preemptions, and still every sequence's solo tokens. */
+    long long block_bytes = (long long)kv_cache_pool_bytes(5, 32, 16, 1);
+    eng = start_engine(path, 16, 40 * block_bytes, 64);
+    run16(tight, 0);
+    sched_engine_get_stats(eng, &st);
+    CHECK(st.kv_blocks_total == 40 && st.preemptions > 0, "tight pool: %d blocks, %lld preemptions",
+          st.kv_blocks_total, st.preemptions);
+    for (int i = 0; i < 16; i++) CHECK(!strcmp(solo[i], tight[i]), "prompt %d differs after preemption", i);
+    printf("test_engine: 16 sequences in a 40-block pool: %lld preemptions, all outputs unchanged\n",
+           st.preemptions);
+    for (int i = 0; i < 16; i++) {
+        free(batched[i]);
+        free(tight[i]);
+    }
+    /* Seeded sampling under preemption: equal to the roomy pool's. */
+    run16(tight, 0.9f);
+    sched_engine_free(eng);
+    eng = start_engine(path, 16, 0, 64);
+    run16(batched, 0.9f);
+    for (int i = 0; i < 16; i++) CHECK(!strcmp(batched[i], tight[i]), "seeded prompt %d differs", i);
+
+    /* Prefix cache: a 100-token prompt, then the same prompt again. */
+    int32_t longp[100];
+    for (int k = 0; k < 100; k++) longp[k] = k ? 3 + (k * 37) % 500 : 1;
+    sched_engine_get_stats(eng, &st);
+    long long hits0 = st.prefix_hits;
+    for (int rep = 0; rep < 2; rep++) {
+        reset(1);
+        sched_seq_params p = params(longp, 100, 10, &res[0]);
+        CHECK_COND(sched_engine_submit(eng, &p) == 0);
+        run_until_done();
+    }
+    sched_engine_get_stats(eng, &st);
+    CHECK(st.prefix_hits - hits0 == 96, "prefix hits %lld (want 6 blocks = 96)", st.prefix_hits - hits0);
+
+    /* Forks: 4 seeded choices of one prompt share its blocks and each equals
+     * the same seed run alone. */
+    reset(4);
+    for (int j = 0; j < 4; j++) {
+        sched_seq_params p = params(longp, 45, 60, &res[j]);
+        p.sampling.temperature = 0.9f;
+        p.sampling.seed = 77 + (uint64_t)j;
+        p.fork_of = j ? &res[0] : NULL;
+        CHECK_COND(sched_engine_submit(eng, &p) == 0);
+    }
+    run_until_done();
+    char *forked[4];
+    for (int j = 0; j < 4; j++) forked[j] = strdup(res[j].text ? res[j].text : "");
+    for (int j = 0; j < 4; j++) {
+        reset(1);
+        sched_seq_params p = params(longp, 45, 60, &res[0]);
+        p.sampling.temperature = 0.9f;
+        p.sampling.seed = 77 + (uint64_t)j;
+        CHECK_COND(sched_engine_submit(eng, &p) == 0);
+        run_until_done();
+        CHECK(!strcmp(forked[j], res[0].text ? res[0].text : ""), "fork %d differs from its solo run", j);
+        free(forked[j]);
+    }
+    CHECK(strcmp(res[0].text ? res[0].text : "", solo[0]) != 0, "%s", "sanity: seeded differs from greedy");
+    sched_engine_get_stats(eng, &st);
+    CHECK(st.kv_blocks_used == 0, "blocks left %d", st.kv_blocks_used);
+    sched_engine_free(eng);
+    eng = NULL;
+    for (int i = 0; i < 16; i++) {
+        free(solo[i]);
+        free(batched[i]);
+        free(tight[i]);
+    }
 }
 
 int main(void) {
@@ -223,6 +383,8 @@ int main(void) {
         sched_engine_submit(eng, &p);
     }
     sched_engine_free(eng);
+    reset(0);
+    test_paged(path);
     uv_close((uv_handle_t *)&async, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);

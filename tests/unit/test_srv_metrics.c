@@ -257,8 +257,19 @@ static void test_escaping_and_counters(void) {
     srv_metrics_count_unknown_fields(m, 1);
     srv_metrics_observe_tokens(m, 100, 7, 1.0);
     srv_metrics_observe_tokens(m, -3, 2, 2.0);
-    srv_metrics_gauges g = {3, 4, 0.25, 5, 1000, 600};
+    srv_metrics_gauges g = {3, 4, 0.25, 5, 1000, 600, 10, 4, 3, 1000, 900, 2.5, 2.0, 7, 70};
     t = render(m, &g, 2.0);
+    CHECK(val(t, "brisk_kv_cache_blocks", "state=\"total\"") == 10 &&
+              val(t, "brisk_kv_cache_blocks", "state=\"used\"") == 4 &&
+              val(t, "brisk_kv_cache_blocks", "state=\"cached\"") == 3 &&
+              val(t, "brisk_kv_cache_blocks", "state=\"free\"") == 3,
+          "kv blocks");
+    CHECK(val(t, "brisk_kv_cache_slots_allocated_total", NULL) == 1000 &&
+              val(t, "brisk_kv_cache_slots_filled_total", NULL) == 900 &&
+              val(t, "brisk_engine_busy_seconds_total", NULL) == 2.5 &&
+              val(t, "brisk_engine_forward_seconds_total", NULL) == 2.0 &&
+              val(t, "brisk_engine_steps_total", NULL) == 7 && val(t, "brisk_engine_batch_tokens_total", NULL) == 70,
+          "engine families");
     CHECK(val(t, "brisk_http_requests_total", "code=\"200\"") == 3, "200");
     CHECK(val(t, "brisk_http_requests_total", "code=\"404\"") == 1, "404");
     CHECK(isnan(val(t, "brisk_http_requests_total", "code=\"500\"")), "500 absent");
@@ -514,7 +525,7 @@ static void test_promtool(void) {
         srv_metrics_observe_http(m, i % 7 ? 200 : 400 + i % 100);
     }
     srv_metrics_count_unknown_fields(m, 3);
-    srv_metrics_gauges g = {7, 2, 0.625, 12, 123456789, 98765432};
+    srv_metrics_gauges g = {7, 2, 0.625, 12, 123456789, 98765432, 64, 40, 20, 5000, 4800, 12.5, 11.0, 99, 999};
     char *t = render(m, &g, 50.0);
     static char out[65536];
     int rc = promtool_check(t, out, sizeof out);
