@@ -11,6 +11,7 @@ PKGS=(
     libuv1-dev libcjson-dev node-llhttp
     python3 python3-venv python3-pip
     prometheus  # for promtool: the unit tests lint GET /metrics; the daemon is never started
+    gnuplot-nox # brisk-bench --plot draws its PNG charts with it
 )
 
 missing=()
