@@ -2,6 +2,8 @@
  * bench_workload.h). */
 #include "clients/bench_workload.h"
 
+#include "common/brisk_rng.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,38 +16,16 @@
 
 /* ---- random numbers ---- */
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void bench_rng_seed(bench_rng *r, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
+    brisk_rng_seed(r->s, seed);
 }
 
 uint64_t bench_rng_next(bench_rng *r) {
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
+    return brisk_rng_next(r->s);
 }
 
 double bench_rng_uniform(bench_rng *r) {
-    return (double)(bench_rng_next(r) >> 11) * 0x1.0p-53;
+    return brisk_rng_uniform(r->s);
 }
 
 int64_t bench_rng_range(bench_rng *r, int64_t lo, int64_t hi) {

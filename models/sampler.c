@@ -2,6 +2,8 @@
  * min-p, and a seeded xoshiro256** generator so a seed reproduces output. */
 #include "models/sampler.h"
 
+#include "common/brisk_rng.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,30 +30,7 @@ model_sampling model_sampling_default(void) {
     return p;
 }
 
-/* splitmix64 expands the 64-bit seed into the generator's 256-bit state. */
-static uint64_t sampler_splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t sampler_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t sampler_next(uint64_t s[4]) {
-    uint64_t result = sampler_rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = sampler_rotl(s[3], 45);
-    return result;
-}
-
-/* Uniform double in [0, 1) from the top 53 bits. */
-static double sampler_uniform(uint64_t s[4]) { return (double)(sampler_next(s) >> 11) * 0x1.0p-53; }
+static double sampler_uniform(uint64_t s[4]) { return brisk_rng_uniform(s); }
 
 model_sampler *model_sampler_create(const model_sampling *p, int n_vocab) {
     if (n_vocab <= 0) return NULL;
@@ -65,8 +44,7 @@ model_sampler *model_sampler_create(const model_sampling *p, int n_vocab) {
         model_sampler_free(s);
         return NULL;
     }
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = sampler_splitmix(&x);
+    brisk_rng_seed(s->rng, p->seed); /* splitmix64 expands the seed into the 256-bit state */
     return s;
 }
 

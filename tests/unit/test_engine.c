@@ -42,6 +42,7 @@ static int n_done_target;
 
 static void on_async(uv_async_t *a) {
     (void)a;
+    if (!eng) return; /* a wake-up left over from an engine already freed */
     for (sched_event *ev = sched_engine_drain(eng), *n; ev; ev = n) {
         n = ev->next;
         result *r = ev->user;
@@ -118,6 +119,7 @@ static sched_engine *start_engine(const char *path, int max_seqs, long long kv_b
     cfg.kv_cache_bytes = kv_bytes;
     sched_engine *e = NULL;
     CHECK(sched_engine_create(&cfg, &async, &e, err, sizeof err) == 0, "create: %s", err);
+    eng = e; /* on_async drains the current engine */
     while (e && sched_engine_state(e, NULL, 0) == SCHED_LOADING) uv_run(&loop, UV_RUN_ONCE);
     CHECK(e && sched_engine_state(e, err, sizeof err) == SCHED_READY, "ready: %s", err);
     return e;
@@ -154,6 +156,7 @@ static void run16(char **out, float temp) {
 static void test_paged(const char *path) {
     char *solo[16], *batched[16], *tight[16];
     /* Each prompt alone (one sequence at a time). */
+    eng = NULL; /* the previous engine was freed */
     eng = start_engine(path, 1, 0, 64);
     for (int i = 0; i < 16; i++) {
         reset(1);
@@ -165,6 +168,7 @@ static void test_paged(const char *path) {
         solo[i] = strdup(res[0].text ? res[0].text : "");
     }
     sched_engine_free(eng);
+    eng = NULL;
     /* All 16 at once: the same tokens (batch invariance). */
     eng = start_engine(path, 16, 0, 64);
     run16(batched, 0);
@@ -189,6 +193,7 @@ static void test_paged(const char *path) {
     sched_engine_get_stats(eng, &st);
     CHECK(st.kv_blocks_used == 0 && st.running == 0, "after cancel: %d blocks used", st.kv_blocks_used);
     sched_engine_free(eng);
+    eng = NULL;
 
     /* A pool of 40 blocks (640 positions) for 16 sequences needing up to 9
      * blocks each: preemptions, and still every sequence's solo tokens. */
@@ -208,6 +213,7 @@ static void test_paged(const char *path) {
     /* Seeded sampling under preemption: equal to the roomy pool's. */
     run16(tight, 0.9f);
     sched_engine_free(eng);
+    eng = NULL;
     eng = start_engine(path, 16, 0, 64);
     run16(batched, 0.9f);
     for (int i = 0; i < 16; i++) CHECK(!strcmp(batched[i], tight[i]), "seeded prompt %d differs", i);
@@ -383,6 +389,7 @@ int main(void) {
         sched_engine_submit(eng, &p);
     }
     sched_engine_free(eng);
+    eng = NULL;
     reset(0);
     test_paged(path);
     uv_close((uv_handle_t *)&async, NULL);
