@@ -175,6 +175,19 @@ static inline const float *attn_row(const float *base, const kern_kv_view *kv, i
            (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
 }
 
+/* Software prefetch of the K/V rows ATTN_PF positions ahead: a head's slice
+ * of a row is head_dim floats inside a row of all KV heads, so successive
+ * positions are strided and, across blocks, scattered; the hardware
+ * prefetcher alone leaves the loads waiting on memory. Prefetching changes
+ * no result. */
+#define ATTN_PF 8
+
+AI void attn_prefetch_row(const float *row, int head_dim)
+{
+    for (int i = 0; i < head_dim; i += 16)
+        _mm_prefetch((const char *)(row + i), _MM_HINT_T0);
+}
+
 /* q . k over nv vectors with two accumulators (even and odd vectors), so the
  * FMA chain is half as long as with one; returns the eight lanes that
  * hsum8 turns into the score. */
@@ -228,6 +241,8 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
         /* Rows before rfirst end before this block. */
         int rfirst = p - pos0 > r0 ? p - pos0 : r0;
         for (int i = 0; i < ATTN_PB; i++) {
+            if (p + i + ATTN_PF <= last)
+                attn_prefetch_row(attn_row(kv->k, kv, kv_head, head_dim, p + i + ATTN_PF), head_dim);
             const float *kp = attn_row(kv->k, kv, kv_head, head_dim, p + i);
             for (int d = 0; d < nv; d++)
                 k[d] = _mm256_loadu_ps(kp + 8 * d);
@@ -270,9 +285,15 @@ AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const 
     for (int b0 = 0, n; b0 < n_ctx; b0 += n) {
         n = n_ctx - b0 < kv->block_size ? n_ctx - b0 : kv->block_size;
         const float *vb = attn_row(kv->v, kv, kv_head, head_dim, b0) + 8 * c0;
+        /* the rows ATTN_PF ahead may lie in the next block */
+        const float *vnext = b0 + n < n_ctx ? attn_row(kv->v, kv, kv_head, head_dim, b0 + n) + 8 * c0 : NULL;
         const float *wb = w + b0;
         for (int p = 0; p < n; p++) {
             const float *vp = vb + (size_t)p * kv->row_stride;
+            if (p + ATTN_PF < n)
+                attn_prefetch_row(vp + (size_t)ATTN_PF * kv->row_stride, 8 * cv);
+            else if (vnext && p + ATTN_PF - n < n_ctx - b0 - n && p + ATTN_PF - n < kv->block_size)
+                attn_prefetch_row(vnext + (size_t)(p + ATTN_PF - n) * kv->row_stride, 8 * cv);
             __m256 wp[3];
             for (int h = 0; h < hg; h++)
                 wp[h] = _mm256_broadcast_ss(wb + (size_t)h * w_stride + p);
