@@ -53,7 +53,7 @@ static inline int kern_is_int_weight(kern_type t)
  * (whose AVX2 kernel broadcasts pairs of values from plain rows) and every
  * token at the other levels are stored plainly. For the float types x is
  * used directly. */
-#define KERN_AVX2_PLAIN_MIN_TOK 16
+#define KERN_AVX2_PLAIN_MIN_TOK 6
 typedef struct kern_mm_args {
     kern_type wt;
     const uint8_t *W;
