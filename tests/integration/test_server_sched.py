@@ -137,3 +137,22 @@ def test_n_choices_share_prompt_blocks(start_server, stories260k_gguf):
         assert c.text == solo.choices[0].text, j
     assert kv_used(srv) == 0
     srv.stop()
+
+
+def cpu_seconds(pid):
+    """utime + stime of every thread of pid, in seconds."""
+    import os
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_idle_engine_does_not_spin(start_server, stories260k_gguf):
+    srv = start_server(stories260k_gguf)
+    client = srv.client()
+    client.completions.create(model=STORIES, prompt="Once", max_tokens=20)  # engine has run
+    time.sleep(0.3)
+    c0 = cpu_seconds(srv.proc.pid)
+    time.sleep(2.0)
+    idle = cpu_seconds(srv.proc.pid) - c0
+    assert idle < 0.1, f"{idle:.2f} s of CPU in 2 s idle: something spins"
+    srv.stop()
