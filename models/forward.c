@@ -185,8 +185,13 @@ static void forward_qkv_post_task(void *ctx, int t, int thread) {
     kv_cache_view(j->kv, j->layer, j->b->seq[t], &view); /* indices validated up front */
     size_t row = (size_t)view.block_table[pos / view.block_size] * view.block_stride +
                  (size_t)(pos % view.block_size) * view.row_stride;
-    memcpy(view.k + row, k, (size_t)kv_dim * sizeof(float));
-    memcpy(view.v + row, v, (size_t)kv_dim * sizeof(float));
+    if (view.k16) { /* an f16 cache: round to nearest even, as F16C does */
+        kern_quantize_row(KERN_TYPE_F16, k, view.k16 + row, kv_dim);
+        kern_quantize_row(KERN_TYPE_F16, v, view.v16 + row, kv_dim);
+    } else {
+        memcpy(view.k + row, k, (size_t)kv_dim * sizeof(float));
+        memcpy(view.v + row, v, (size_t)kv_dim * sizeof(float));
+    }
 }
 
 typedef struct attn_job {

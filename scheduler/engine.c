@@ -501,7 +501,7 @@ static void publish_stats(sched_engine *e) {
  * and never less than one full context. */
 static long kv_pool_blocks(const sched_engine *e, int kv_dim, int n_layers) {
     int bs = e->cfg.block_size;
-    size_t per_block = kv_cache_pool_bytes(n_layers, kv_dim, bs, 1);
+    size_t per_block = kv_cache_pool_bytes_dtype(n_layers, kv_dim, bs, 1, e->cfg.kv_f16);
     long ctx_blocks = (e->max_ctx + bs - 1) / bs;
     long want;
     if (e->cfg.kv_cache_bytes > 0) {
@@ -537,13 +537,13 @@ static int engine_load(sched_engine *e) {
     if (n_blocks < 2 || n_blocks > (1L << 30)) {
         snprintf(e->load_err, sizeof e->load_err,
                  "the KV cache holds %ld blocks of %d positions (%.1f MB each); it needs at least 2",
-                 n_blocks, bs, kv_cache_pool_bytes(c->n_layers, kv_dim, bs, 1) / 1e6);
+                 n_blocks, bs, kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, 1, e->cfg.kv_f16) / 1e6);
         return BRISK_EINVAL;
     }
     /* A sequence may not hold more positions than the pool. */
     if ((long)ctx > n_blocks * bs) e->max_ctx = ctx = (int)(n_blocks * bs);
     kv_cache_config kc = {c->n_layers, kv_dim, bs, (int)n_blocks, e->cfg.max_seqs, (ctx + bs - 1) / bs,
-                          e->cfg.prefix_caching};
+                          e->cfg.prefix_caching, e->cfg.kv_f16};
     int mbt = e->cfg.max_batch_tokens;
     e->st = model_state_create(e->m, mbt, ctx);
     e->kv = kv_cache_create_paged(&kc);
@@ -556,13 +556,13 @@ static int engine_load(sched_engine *e) {
     e->lp_row = malloc((size_t)c->n_vocab * sizeof *e->lp_row);
     if (!e->st || !e->kv || !e->core || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->lp_row) {
         snprintf(e->load_err, sizeof e->load_err, "out of memory for the KV cache (%ld blocks, %.1f MB) or scratch",
-                 n_blocks, kv_cache_pool_bytes(c->n_layers, kv_dim, bs, n_blocks) / 1e6);
+                 n_blocks, kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, n_blocks, e->cfg.kv_f16) / 1e6);
         return BRISK_ENOMEM;
     }
-    BRISK_INFO("engine: %s ready: up to %d sequences x %d positions; KV cache %.1f MB = %ld blocks x %d "
+    BRISK_INFO("engine: %s ready: up to %d sequences x %d positions; KV cache %.1f MB %s = %ld blocks x %d "
                "positions (%ld positions), prefix caching %s; batch %d tokens",
-               model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6, n_blocks, bs,
-               n_blocks * bs, e->cfg.prefix_caching ? "on" : "off", mbt);
+               model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6, e->cfg.kv_f16 ? "f16" : "f32",
+               n_blocks, bs, n_blocks * bs, e->cfg.prefix_caching ? "on" : "off", mbt);
     return 0;
 }
 

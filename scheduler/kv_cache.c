@@ -37,10 +37,11 @@ typedef struct kv_slot {
 
 struct kv_cache {
     kv_cache_config cfg;
-    size_t block_floats;  /* block_size * kv_dim: floats of one block in one layer */
+    size_t block_floats;  /* block_size * kv_dim: elements of one block in one layer */
     size_t layer_floats;  /* n_blocks * block_floats */
     size_t pool_bytes;    /* bytes of K plus V */
-    float *k, *v;         /* [n_layers][n_blocks][block_size][kv_dim] */
+    size_t elem;          /* bytes per element: 4 (f32) or 2 (f16) */
+    unsigned char *k, *v; /* [n_layers][n_blocks][block_size][kv_dim] elements */
 
     /* Per block. */
     int32_t *ref;
@@ -75,7 +76,11 @@ static int kv_mul(size_t a, size_t b, size_t *out) {
 }
 
 size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_blocks) {
-    size_t s = 2 * sizeof(float);
+    return kv_cache_pool_bytes_dtype(n_layers, kv_dim, block_size, n_blocks, 0);
+}
+
+size_t kv_cache_pool_bytes_dtype(int n_layers, int kv_dim, int block_size, long n_blocks, int f16) {
+    size_t s = 2 * (f16 ? sizeof(uint16_t) : sizeof(float));
     if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0) return 0;
     if (!kv_mul(s, (size_t)n_layers, &s) || !kv_mul(s, (size_t)kv_dim, &s) ||
         !kv_mul(s, (size_t)block_size, &s) || !kv_mul(s, (size_t)n_blocks, &s))
@@ -233,7 +238,8 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     if (!kv_mul((size_t)cfg->block_size, (size_t)cfg->kv_dim, &block_floats) ||
         !kv_mul(block_floats, (size_t)cfg->n_blocks, &layer_floats) ||
         !kv_mul(layer_floats, (size_t)cfg->n_layers, &pool_floats) ||
-        !kv_mul(pool_floats, sizeof(float), &pool_bytes) || pool_bytes > SIZE_MAX - 63 ||
+        !kv_mul(pool_floats, cfg->f16 ? sizeof(uint16_t) : sizeof(float), &pool_bytes) ||
+        pool_bytes > SIZE_MAX - 63 ||
         !kv_mul(pool_bytes, 2, &kv_bytes) ||
         !kv_mul((size_t)cfg->n_blocks, (size_t)cfg->block_size, &n_tokens) ||
         !kv_mul((size_t)cfg->max_seqs, (size_t)cfg->max_seq_blocks, &n_table))
@@ -246,6 +252,7 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     kv->cfg = *cfg;
     kv->cfg.prefix_cache = cfg->prefix_cache != 0;
     kv->block_floats = block_floats;
+    kv->elem = cfg->f16 ? sizeof(uint16_t) : sizeof(float);
     kv->layer_floats = layer_floats;
     kv->pool_bytes = kv_bytes;
     /* 64-byte alignment keeps every row start friendly to AVX-512 loads;
@@ -348,9 +355,11 @@ static int kv_bad_seq(const kv_cache *kv, int seq) {
 int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out) {
     if (!out) return BRISK_EINVAL;
     if (layer < 0 || layer >= kv->cfg.n_layers || kv_bad_seq(kv, seq)) return BRISK_ERANGE;
-    size_t off = (size_t)layer * kv->layer_floats;
-    out->k = kv->k + off;
-    out->v = kv->v + off;
+    size_t off = (size_t)layer * kv->layer_floats * kv->elem;
+    out->k = kv->elem == sizeof(float) ? (float *)(void *)(kv->k + off) : NULL;
+    out->v = kv->elem == sizeof(float) ? (float *)(void *)(kv->v + off) : NULL;
+    out->k16 = kv->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(kv->k + off);
+    out->v16 = kv->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(kv->v + off);
     out->block_table = kv->slots[seq].table;
     out->block_size = kv->cfg.block_size;
     out->block_stride = kv->block_floats;
@@ -417,10 +426,10 @@ static void kv_cow(kv_cache *kv, kv_slot *s, int b) {
     int32_t old = s->table[b], id = kv_alloc(kv);
     int bs = kv->cfg.block_size, rows = s->n_pos - b * bs;
     rows = rows < 0 ? 0 : rows > bs ? bs : rows;
-    size_t n = (size_t)rows * (size_t)kv->cfg.kv_dim * sizeof(float);
+    size_t n = (size_t)rows * (size_t)kv->cfg.kv_dim * kv->elem;
     for (int l = 0; l < kv->cfg.n_layers; l++) {
-        size_t to = (size_t)l * kv->layer_floats + (size_t)id * kv->block_floats;
-        size_t from = (size_t)l * kv->layer_floats + (size_t)old * kv->block_floats;
+        size_t to = ((size_t)l * kv->layer_floats + (size_t)id * kv->block_floats) * kv->elem;
+        size_t from = ((size_t)l * kv->layer_floats + (size_t)old * kv->block_floats) * kv->elem;
         memcpy(kv->k + to, kv->k + from, n);
         memcpy(kv->v + to, kv->v + from, n);
     }

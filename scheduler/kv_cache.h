@@ -2,7 +2,8 @@
  * a block table per sequence slot, reference counts, and a prefix cache.
  *
  * Memory. K and V are two arrays allocated once at create time, laid out
- * [n_layers][n_blocks][block_size][kv_dim] floats. A sequence slot owns an
+ * [n_layers][n_blocks][block_size][kv_dim] elements: f32, or IEEE f16 with
+ * cfg.f16 (half the memory; the view then carries k16/v16). A sequence slot owns an
  * ordered list of block ids (its block table); position p of the slot lives
  * in block table[p / block_size] at row p % block_size. The forward pass
  * reads and writes K/V only through kv_cache_view, whose kern_kv_view the
@@ -48,10 +49,13 @@ typedef struct kv_cache_config {
     int max_seqs;        /* sequence slots */
     int max_seq_blocks;  /* most blocks one slot may hold (its context / block_size, rounded up) */
     int prefix_cache;    /* 1: register full blocks and match prompts against them */
+    int f16;             /* 1: store K and V as f16 (default f32) */
 } kv_cache_config;
 
-/* Bytes a pool of n_blocks blocks takes (K and V). */
+/* Bytes a pool of n_blocks blocks takes (K and V), f32 or (f16 = 1) f16;
+ * 0 for a bad argument or an overflow. */
 size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_blocks);
+size_t kv_cache_pool_bytes_dtype(int n_layers, int kv_dim, int block_size, long n_blocks, int f16);
 
 /* Returns NULL if an argument is out of range or allocation fails. */
 kv_cache *kv_cache_create_paged(const kv_cache_config *cfg);

@@ -22,6 +22,7 @@ static void serve_usage(FILE *f) {
             "  --kv-cache-bytes N[K|M|G]    KV cache pool (min(1G, max-num-seqs full contexts))\n"
             "  --block-size N               positions per KV block (16)\n"
             "  --no-prefix-caching          do not reuse KV blocks of earlier prompts\n"
+            "  --kv-cache-dtype f32|f16     KV cache element type (f32; f16 halves its memory)\n"
             "  --max-queued-requests N      waiting sequences before 429 (1024)\n"
             "  --max-queued-tokens N        waiting prompt tokens before 429 (4194304)\n"
             "  --chat-template NAME         chatml|llama2|llama3|mistral|zephyr|gemma|phi3 (from GGUF)\n"
@@ -118,6 +119,14 @@ int cmd_serve(int argc, char **argv) {
             c.engine.block_size = (int)iv;
         } else if (!strcmp(a, "--no-prefix-caching")) {
             c.engine.prefix_caching = 0;
+        } else if (!strcmp(a, "--kv-cache-dtype")) {
+            VAL();
+            if (!strcmp(v, "f16")) c.engine.kv_f16 = 1;
+            else if (!strcmp(v, "f32")) c.engine.kv_f16 = 0;
+            else {
+                cli_error("--kv-cache-dtype: '%s' is not one of f32, f16", v);
+                goto done;
+            }
         } else if (!strcmp(a, "--enable-prefix-caching")) {
             c.engine.prefix_caching = 1;
         } else if (!strcmp(a, "--max-queued-requests")) {

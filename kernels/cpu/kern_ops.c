@@ -170,27 +170,36 @@ void kern_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float ba
 
 /* ---- attention ---------------------------------------------------------------- */
 
-static inline const float *kv_row(const float *base, const kern_kv_view *kv, int kv_head, int head_dim, int p)
+/* Element offset of position p, KV head kv_head, in the view's K or V. */
+static inline size_t kv_off(const kern_kv_view *kv, int kv_head, int head_dim, int p)
 {
-    return base + (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
+    return (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
            (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
+}
+
+/* Element i of K (is_v = 0) or V as f32, from an f32 or an f16 cache. */
+static inline float kv_at(const kern_kv_view *kv, int is_v, size_t i)
+{
+    if (kv->k16)
+        return kern_fp16_to_fp32((is_v ? kv->v16 : kv->k16)[i]);
+    return (is_v ? kv->v : kv->k)[i];
 }
 
 void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx,
                              int head_dim, float scale, float *scratch)
 {
     for (int p = 0; p < n_ctx; p++) {
-        const float *k = kv_row(kv->k, kv, kv_head, head_dim, p);
+        size_t ko = kv_off(kv, kv_head, head_dim, p);
         double s = 0.0;
         for (int d = 0; d < head_dim; d++)
-            s += (double)q[d] * k[d];
+            s += (double)q[d] * kv_at(kv, 0, ko + (size_t)d);
         scratch[p] = (float)s * scale;
     }
     kern_softmax_ref(scratch, n_ctx);
     for (int d = 0; d < head_dim; d++) {
         double acc = 0.0;
         for (int p = 0; p < n_ctx; p++)
-            acc += (double)scratch[p] * kv_row(kv->v, kv, kv_head, head_dim, p)[d];
+            acc += (double)scratch[p] * kv_at(kv, 1, kv_off(kv, kv_head, head_dim, p) + (size_t)d);
         out[d] = (float)acc;
     }
 }
@@ -209,19 +218,19 @@ static void attention_rows_c(float *out, size_t out_stride, const float *q, size
             float *sr = scratch + ((size_t)h * n_rows + r) * n_ctx_max;
             int n_ctx = pos0 + r + 1;
             for (int p = 0; p < n_ctx; p++) {
-                const float *k = kv_row(kv->k, kv, kv_head, head_dim, p);
+                size_t ko = kv_off(kv, kv_head, head_dim, p);
                 float s = 0.0f;
                 for (int d = 0; d < head_dim; d++)
-                    s += qr[d] * k[d];
+                    s += qr[d] * kv_at(kv, 0, ko + (size_t)d);
                 sr[p] = s * scale;
             }
             kern_softmax(sr, n_ctx);
             float *o = out + (size_t)r * out_stride + (size_t)h * head_dim;
             memset(o, 0, (size_t)head_dim * sizeof(float));
             for (int p = 0; p < n_ctx; p++) {
-                const float *v = kv_row(kv->v, kv, kv_head, head_dim, p);
+                size_t vo = kv_off(kv, kv_head, head_dim, p);
                 for (int d = 0; d < head_dim; d++)
-                    o[d] += sr[p] * v[d];
+                    o[d] += sr[p] * kv_at(kv, 1, vo + (size_t)d);
             }
         }
 }

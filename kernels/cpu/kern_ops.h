@@ -84,14 +84,18 @@ void kern_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float ba
  * The cache for one layer and one sequence is seen through a block table:
  * the K row of position p and KV head g starts at
  *   k + block_table[p / block_size] * block_stride + (p % block_size) * row_stride + g * head_dim
- * (V likewise). A contiguous cache is one block of block_size >= n_ctx. */
+ * (V likewise). A contiguous cache is one block of block_size >= n_ctx.
+ * An f16 cache sets k16/v16 (IEEE half, same element offsets) and leaves k/v
+ * NULL; the kernels convert each element to f32 as they load it. */
 typedef struct kern_kv_view {
     float *k;
     float *v;
     const int32_t *block_table;
     int block_size;
-    size_t block_stride; /* floats between blocks */
-    size_t row_stride;   /* floats between positions in a block (>= n_kv_head * head_dim) */
+    size_t block_stride; /* elements between blocks */
+    size_t row_stride;   /* elements between positions in a block (>= n_kv_head * head_dim) */
+    uint16_t *k16;       /* f16 storage (k and v NULL then) */
+    uint16_t *v16;
 } kern_kv_view;
 
 /* One query head against positions [0, n_ctx) of KV head kv_head:

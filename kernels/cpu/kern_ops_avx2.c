@@ -169,10 +169,20 @@ void kern_axpy_avx2(float *y, float alpha, const float *x, int n)
 #define ATTN_HEADS 4 /* query heads per K row load */
 #define ATTN_PB 8    /* positions whose scores are reduced together */
 
-static inline const float *attn_row(const float *base, const kern_kv_view *kv, int kv_head, int head_dim, int p)
+/* Element offset of position p, KV head kv_head, in the view's K or V. */
+static inline size_t attn_off(const kern_kv_view *kv, int kv_head, int head_dim, int p)
 {
-    return base + (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
+    return (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
            (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
+}
+
+/* Eight elements of K (is_v = 0) or V from element offset off, as f32; an
+ * f16 cache (f16 = 1) converts with F16C, exactly as kern_fp16_to_fp32. */
+AI __m256 kv_load8(const kern_kv_view *kv, int is_v, size_t off, const int f16)
+{
+    if (f16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((is_v ? kv->v16 : kv->k16) + off)));
+    return _mm256_loadu_ps((is_v ? kv->v : kv->k) + off);
 }
 
 /* Software prefetch of the K/V rows ATTN_PF positions ahead: a head's slice
@@ -182,10 +192,14 @@ static inline const float *attn_row(const float *base, const kern_kv_view *kv, i
  * no result. */
 #define ATTN_PF 8
 
-AI void attn_prefetch_row(const float *row, int head_dim)
+/* Prefetches n elements of K or V from element offset off. */
+AI void attn_prefetch(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16)
 {
-    for (int i = 0; i < head_dim; i += 16)
-        _mm_prefetch((const char *)(row + i), _MM_HINT_T0);
+    const char *p = f16 ? (const char *)((is_v ? kv->v16 : kv->k16) + off)
+                        : (const char *)((is_v ? kv->v : kv->k) + off);
+    size_t bytes = (size_t)n * (f16 ? 2 : 4);
+    for (size_t i = 0; i < bytes; i += 64)
+        _mm_prefetch(p + i, _MM_HINT_T0);
 }
 
 /* q . k over nv vectors with two accumulators (even and odd vectors), so the
@@ -229,7 +243,8 @@ AI __m256 hsum8x8(const __m256 *v)
  * the scores past their end: those land inside their own scratch row (the
  * block ends at or before the tile's last position) and are never read. */
 AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const kern_kv_view *kv, int kv_head,
-                    int head_dim, float scale, float *scratch, int h0, int nh, int r0, int nt, const int nv)
+                    int head_dim, float scale, float *scratch, int h0, int nh, int r0, int nt, const int nv,
+                    const int f16)
 {
     size_t n_ctx_max = (size_t)(pos0 + n_rows);
     int last = pos0 + r0 + nt - 1; /* the tile's longest causal span */
@@ -242,10 +257,10 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
         int rfirst = p - pos0 > r0 ? p - pos0 : r0;
         for (int i = 0; i < ATTN_PB; i++) {
             if (p + i + ATTN_PF <= last)
-                attn_prefetch_row(attn_row(kv->k, kv, kv_head, head_dim, p + i + ATTN_PF), head_dim);
-            const float *kp = attn_row(kv->k, kv, kv_head, head_dim, p + i);
+                attn_prefetch(kv, 0, attn_off(kv, kv_head, head_dim, p + i + ATTN_PF), head_dim, f16);
+            size_t ko = attn_off(kv, kv_head, head_dim, p + i);
             for (int d = 0; d < nv; d++)
-                k[d] = _mm256_loadu_ps(kp + 8 * d);
+                k[d] = kv_load8(kv, 0, ko + 8 * (size_t)d, f16);
             int j = 0;
             for (int r = rfirst; r < r0 + nt; r++)
                 for (int h = h0; h < h0 + nh; h++)
@@ -258,9 +273,9 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
                                  _mm256_mul_ps(hsum8x8(part[j++]), vscale));
     }
     for (; p <= last; p++) {
-        const float *kp = attn_row(kv->k, kv, kv_head, head_dim, p);
+        size_t ko = attn_off(kv, kv_head, head_dim, p);
         for (int d = 0; d < nv; d++)
-            k[d] = _mm256_loadu_ps(kp + 8 * d);
+            k[d] = kv_load8(kv, 0, ko + 8 * (size_t)d, f16);
         int rfirst = p - pos0 > r0 ? p - pos0 : r0;
         for (int r = rfirst; r < r0 + nt; r++)
             for (int h = h0; h < h0 + nh; h++)
@@ -276,7 +291,7 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
  * and splitting head_dim into chunks changes no lane's sequence. Positions
  * are walked block by block of the paged view, without a division each. */
 AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const kern_kv_view *kv, int kv_head,
-                    int head_dim, int c0, const int hg, const int cv)
+                    int head_dim, int c0, const int hg, const int cv, const int f16)
 {
     __m256 acc[3][8];
     for (int h = 0; h < hg; h++)
@@ -284,21 +299,22 @@ AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const 
             acc[h][i] = _mm256_setzero_ps();
     for (int b0 = 0, n; b0 < n_ctx; b0 += n) {
         n = n_ctx - b0 < kv->block_size ? n_ctx - b0 : kv->block_size;
-        const float *vb = attn_row(kv->v, kv, kv_head, head_dim, b0) + 8 * c0;
+        size_t vb = attn_off(kv, kv_head, head_dim, b0) + 8 * (size_t)c0;
         /* the rows ATTN_PF ahead may lie in the next block */
-        const float *vnext = b0 + n < n_ctx ? attn_row(kv->v, kv, kv_head, head_dim, b0 + n) + 8 * c0 : NULL;
+        int has_next = b0 + n < n_ctx;
+        size_t vnext = has_next ? attn_off(kv, kv_head, head_dim, b0 + n) + 8 * (size_t)c0 : 0;
         const float *wb = w + b0;
         for (int p = 0; p < n; p++) {
-            const float *vp = vb + (size_t)p * kv->row_stride;
+            size_t vp = vb + (size_t)p * kv->row_stride;
             if (p + ATTN_PF < n)
-                attn_prefetch_row(vp + (size_t)ATTN_PF * kv->row_stride, 8 * cv);
-            else if (vnext && p + ATTN_PF - n < n_ctx - b0 - n && p + ATTN_PF - n < kv->block_size)
-                attn_prefetch_row(vnext + (size_t)(p + ATTN_PF - n) * kv->row_stride, 8 * cv);
+                attn_prefetch(kv, 1, vp + (size_t)ATTN_PF * kv->row_stride, 8 * cv, f16);
+            else if (has_next && p + ATTN_PF - n < n_ctx - b0 - n && p + ATTN_PF - n < kv->block_size)
+                attn_prefetch(kv, 1, vnext + (size_t)(p + ATTN_PF - n) * kv->row_stride, 8 * cv, f16);
             __m256 wp[3];
             for (int h = 0; h < hg; h++)
                 wp[h] = _mm256_broadcast_ss(wb + (size_t)h * w_stride + p);
             for (int i = 0; i < cv; i++) {
-                __m256 v = _mm256_loadu_ps(vp + 8 * i);
+                __m256 v = kv_load8(kv, 1, vp + 8 * (size_t)i, f16);
                 for (int h = 0; h < hg; h++)
                     acc[h][i] = _mm256_fmadd_ps(wp[h], v, acc[h][i]);
             }
@@ -312,19 +328,19 @@ AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const 
 /* Phase 3 over all of head_dim in chunks that keep hg x cv accumulators,
  * the hg weights and one V vector within the 16 ymm registers. */
 AI void attn_values_heads(float *o, const float *w, size_t w_stride, int n_ctx, const kern_kv_view *kv,
-                          int kv_head, int head_dim, const int hg, const int nv)
+                          int kv_head, int head_dim, const int hg, const int nv, const int f16)
 {
     const int cv = hg == 1 ? 8 : 4;
     int c0 = 0;
     for (; c0 + cv <= nv; c0 += cv)
-        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, cv);
+        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, cv, f16);
     if (c0 < nv)
-        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, nv - c0);
+        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, nv - c0, f16);
 }
 
 AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int n_heads,
                      int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale, float *scratch,
-                     const int nv)
+                     const int nv, const int f16)
 {
     size_t n_ctx_max = (size_t)(pos0 + n_rows);
     size_t w_stride = (size_t)n_rows * n_ctx_max; /* floats between heads in scratch */
@@ -333,7 +349,7 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
         int nh = n_heads - h0 < ATTN_HEADS ? n_heads - h0 : ATTN_HEADS;
         for (int r0 = 0; r0 < n_rows; r0 += ATTN_TILE) {
             int nt = n_rows - r0 < ATTN_TILE ? n_rows - r0 : ATTN_TILE;
-            attn_scores(q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, h0, nh, r0, nt, nv);
+            attn_scores(q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, h0, nh, r0, nt, nv, f16);
         }
     }
     /* Phases 2 and 3, row by row. */
@@ -348,12 +364,38 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
             float *oh = o + (size_t)h * head_dim;
             const float *wh = w + (size_t)h * w_stride;
             if (hg == 3)
-                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 3, nv);
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 3, nv, f16);
             else if (hg == 2)
-                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 2, nv);
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 2, nv, f16);
             else
-                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 1, nv);
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 1, nv, f16);
         }
+    }
+}
+
+/* The head sizes as constants, so the compiler keeps K and the outputs in
+ * registers for the common ones. */
+AI void attn_rows_dispatch(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int n_heads,
+                           int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale, float *scratch,
+                           const int f16)
+{
+    switch (head_dim) {
+    case 64:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch, 8,
+                     f16);
+        break;
+    case 128:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch,
+                     16, f16);
+        break;
+    case 32:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch, 4,
+                     f16);
+        break;
+    default:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch,
+                     head_dim / 8, f16);
+        break;
     }
 }
 
@@ -361,22 +403,10 @@ void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, siz
                               int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
                               float scale, float *scratch)
 {
-    /* Constant vector counts let the compiler keep K and the outputs in
-     * registers for the common head sizes. */
-    switch (head_dim) {
-    case 64:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch, 8);
-        break;
-    case 128:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch,
-                     16);
-        break;
-    case 32:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch, 4);
-        break;
-    default:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch,
-                     head_dim / 8);
-        break;
-    }
+    if (kv->k16)
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale,
+                           scratch, 1);
+    else
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale,
+                           scratch, 0);
 }

@@ -107,6 +107,8 @@ static char **stops(const char *a, const char *b) {
     return s;
 }
 
+static int g_kv_f16; /* start_engine: f16 KV cache */
+
 static sched_engine *start_engine(const char *path, int max_seqs, long long kv_bytes, int mbt) {
     char err[256];
     sched_engine_config cfg = sched_engine_config_default();
@@ -117,6 +119,7 @@ static sched_engine *start_engine(const char *path, int max_seqs, long long kv_b
     cfg.max_ctx = 256;
     cfg.max_batch_tokens = mbt;
     cfg.kv_cache_bytes = kv_bytes;
+    cfg.kv_f16 = g_kv_f16;
     sched_engine *e = NULL;
     CHECK(sched_engine_create(&cfg, &async, &e, err, sizeof err) == 0, "create: %s", err);
     eng = e; /* on_async drains the current engine */
@@ -260,6 +263,19 @@ static void test_paged(const char *path) {
     CHECK(st.kv_blocks_used == 0, "blocks left %d", st.kv_blocks_used);
     sched_engine_free(eng);
     eng = NULL;
+
+    /* An f16 KV cache (half the memory) keeps the golden greedy text. */
+    g_kv_f16 = 1;
+    eng = start_engine(path, 4, 0, 64);
+    reset(1);
+    int32_t bos = 1;
+    sched_seq_params p = params(&bos, 1, 200, &res[0]);
+    CHECK_COND(sched_engine_submit(eng, &p) == 0);
+    run_until_done();
+    CHECK(res[0].text && strcmp(res[0].text, GOLDEN) == 0, "f16 KV golden: got '%s'", res[0].text);
+    sched_engine_free(eng);
+    eng = NULL;
+    g_kv_f16 = 0;
     for (int i = 0; i < 16; i++) {
         free(solo[i]);
         free(batched[i]);

@@ -168,8 +168,8 @@ static void test_attention(kern_level top)
                     memcpy(vp + off, vc + p * row, sizeof(float) * row);
                 }
                 int32_t zero = 0;
-                kern_kv_view contig = {kc, vc, &zero, 1 << 30, 0, row};
-                kern_kv_view paged = {kp, vp, table, block_size, (size_t)block_size * prow, prow};
+                kern_kv_view contig = {kc, vc, &zero, 1 << 30, 0, row, NULL, NULL};
+                kern_kv_view paged = {kp, vp, table, block_size, (size_t)block_size * prow, prow, NULL, NULL};
                 float q[64], o1[64], o2[64], oref[64], scratch[128];
                 fill_normal(q, hd, 1.0f);
                 float scale = 1.0f / sqrtf((float)hd);
@@ -218,7 +218,7 @@ static void test_attention_rows(kern_level top)
             fill_normal(v, row * n_ctx, 1.0f);
             fill_normal(q, (size_t)hd * n_rows, 1.0f);
             int32_t zero = 0;
-            kern_kv_view view = {k, v, &zero, 1 << 30, 0, row};
+            kern_kv_view view = {k, v, &zero, 1 << 30, 0, row, NULL, NULL};
             float scale = 1.0f / sqrtf((float)hd);
             /* Split the rows at a few places: 1+22, 5+18, 23. */
             const int splits[] = {1, 5, 23};
@@ -278,7 +278,7 @@ static void test_attention_gqa(kern_level top)
                 fill_normal(k, (size_t)phys * block_size * prow, 1.0f);
                 fill_normal(v, (size_t)phys * block_size * prow, 1.0f);
                 fill_normal(q, q_dim * n_rows, 1.0f);
-                kern_kv_view view = {k, v, table, block_size, (size_t)block_size * prow, prow};
+                kern_kv_view view = {k, v, table, block_size, (size_t)block_size * prow, prow, NULL, NULL};
                 float scale = 1.0f / sqrtf((float)hd);
                 const int splits[] = {1, 4, 9, 21};
                 for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
@@ -314,6 +314,68 @@ static void test_attention_gqa(kern_level top)
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
 }
 
+/* An f16 KV cache: the kernels convert each element as they load it, so an
+ * f16 view gives bit for bit what an f32 view of the same (f16-rounded)
+ * values gives, at every level, paged and with GQA groups; and the float64
+ * reference reading the f16 view agrees within 1e-5. */
+static void test_attention_f16(kern_level top)
+{
+    const int hds[] = {64, 32, 40, 12};
+    const int group = 3, n_kv_head = 2, n_rows = 13, pos0 = 7, n_ctx = pos0 + n_rows, block_size = 6;
+    const int n_blocks = (n_ctx + block_size - 1) / block_size, phys = n_blocks + 1;
+    for (int lv = 0; lv <= (int)top; lv++) {
+        kern_cpu_set_max_level((kern_level)lv);
+        int mismatches = 0;
+        double worst = 0;
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+            int hd = hds[hi], n_heads = group * n_kv_head;
+            size_t prow = (size_t)n_kv_head * hd, q_dim = (size_t)n_heads * hd;
+            size_t n_el = (size_t)phys * block_size * prow;
+            int32_t table[16];
+            for (int i = 0; i < n_blocks; i++)
+                table[i] = (i * 2 + 1) % phys;
+            float *k = malloc(sizeof(float) * n_el), *v = malloc(sizeof(float) * n_el);
+            uint16_t *k16 = malloc(sizeof(uint16_t) * n_el), *v16 = malloc(sizeof(uint16_t) * n_el);
+            fill_normal(k, n_el, 1.0f);
+            fill_normal(v, n_el, 1.0f);
+            for (size_t i = 0; i < n_el; i++) { /* the f32 view holds the f16-rounded values */
+                k16[i] = kern_fp32_to_fp16(k[i]);
+                v16[i] = kern_fp32_to_fp16(v[i]);
+                k[i] = kern_fp16_to_fp32(k16[i]);
+                v[i] = kern_fp16_to_fp32(v16[i]);
+            }
+            kern_kv_view v32 = {k, v, table, block_size, (size_t)block_size * prow, prow, NULL, NULL};
+            kern_kv_view vh = {NULL, NULL, table, block_size, (size_t)block_size * prow, prow, k16, v16};
+            float *q = malloc(sizeof(float) * q_dim * n_rows);
+            float *o32 = malloc(sizeof(float) * q_dim * n_rows), *oh = malloc(sizeof(float) * q_dim * n_rows);
+            float *ref = malloc(sizeof(float) * hd), *scratch = malloc(sizeof(float) * (size_t)group * n_rows * n_ctx);
+            fill_normal(q, q_dim * n_rows, 1.0f);
+            float scale = 1.0f / sqrtf((float)hd);
+            for (int g = 0; g < n_kv_head; g++) {
+                size_t off = (size_t)g * group * hd;
+                kern_attention_rows_gqa(o32 + off, q_dim, q + off, q_dim, n_rows, group, pos0, &v32, g, hd, scale,
+                                        scratch);
+                kern_attention_rows_gqa(oh + off, q_dim, q + off, q_dim, n_rows, group, pos0, &vh, g, hd, scale,
+                                        scratch);
+            }
+            mismatches += memcmp(o32, oh, sizeof(float) * q_dim * n_rows) != 0;
+            for (int r = 0; r < n_rows; r++)
+                for (int h = 0; h < n_heads; h++) {
+                    kern_attention_head_ref(ref, q + r * q_dim + (size_t)h * hd, &vh, h / group, pos0 + r + 1, hd,
+                                            scale, scratch);
+                    double e = norm_err(oh + r * q_dim + (size_t)h * hd, ref, hd);
+                    worst = e > worst ? e : worst;
+                }
+            free(k), free(v), free(k16), free(v16), free(q), free(o32), free(oh), free(ref), free(scratch);
+        }
+        printf("level %-6s attention f16 KV: worst error %.1e, f16 vs f32-of-same-values mismatches %d\n",
+               kern_level_name((kern_level)lv), worst, mismatches);
+        CHECK(worst <= 1e-5, "f16 attention err %g", worst);
+        CHECK(mismatches == 0, "f16 view differs from the f32 view of the same values in %d head sizes", mismatches);
+    }
+    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+}
+
 int main(void)
 {
     kern_level top = detected_level();
@@ -323,5 +385,6 @@ int main(void)
     test_attention(top);
     test_attention_rows(top);
     test_attention_gqa(top);
+    test_attention_f16(top);
     return finish("test_kern_ops");
 }

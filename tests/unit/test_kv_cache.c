@@ -87,7 +87,7 @@ static kv_cache_stats stats(const kv_cache *kv) {
 /* ---- allocator ------------------------------------------------------------ */
 
 static void test_bad_config(void) {
-    kv_cache_config ok = {2, 8, 4, 8, 3, 5, 1};
+    kv_cache_config ok = {2, 8, 4, 8, 3, 5, 1, 0};
     kv_cache *kv = kv_cache_create_paged(&ok);
     CHECK(kv != NULL, "valid config");
     kv_cache_free(kv);
@@ -732,6 +732,51 @@ static void test_stress(void) {
     kv_cache_free(kv);
 }
 
+/* An f16 cache: views carry k16/v16 (k/v NULL), half the bytes, rows of
+ * different slots apart, and copy-on-write copies the f16 rows of every
+ * layer. */
+static void test_f16(void) {
+    const int L = 2, D = 8, BS = 4;
+    kv_cache_config c = {L, D, BS, 8, 3, 4, 1, 1};
+    kv_cache *kv = kv_cache_create_paged(&c);
+    CHECK(kv != NULL, "f16 cache");
+    if (!kv) return;
+    CHECK(kv_cache_bytes(kv) == kv_cache_pool_bytes_dtype(L, D, BS, 8, 1) &&
+              kv_cache_pool_bytes_dtype(L, D, BS, 8, 1) * 2 == kv_cache_pool_bytes(L, D, BS, 8),
+          "f16 pool is half the f32 one");
+    CHECK(kv_cache_seq_grow(kv, 0, 6) == 0, "grow");
+    for (int l = 0; l < L; l++) {
+        kern_kv_view v;
+        CHECK(kv_cache_view(kv, l, 0, &v) == 0 && v.k == NULL && v.v == NULL && v.k16 && v.v16, "f16 view");
+        for (int p = 0; p < 6; p++)
+            for (int d = 0; d < D; d++) {
+                size_t o = (size_t)v.block_table[p / v.block_size] * v.block_stride +
+                           (size_t)(p % v.block_size) * v.row_stride + (size_t)d;
+                v.k16[o] = kern_fp32_to_fp16((float)(100 * l + 10 * p + d));
+                v.v16[o] = kern_fp32_to_fp16((float)-(100 * l + 10 * p + d));
+            }
+    }
+    kv_cache_seq_set_pos(kv, 0, 6);
+    CHECK(kv_cache_seq_fork(kv, 1, 0, 6) == 0 && kv_cache_seq_grow(kv, 1, 1) == 0, "fork + grow");
+    CHECK(stats(kv).cow_copies == 1 && kv_cache_seq_blocks(kv, 1)[1] != kv_cache_seq_blocks(kv, 0)[1],
+          "partial block copied");
+    int bad = 0;
+    for (int l = 0; l < L; l++) {
+        kern_kv_view v;
+        kv_cache_view(kv, l, 1, &v);
+        for (int p = 0; p < 6; p++)
+            for (int d = 0; d < D; d++) {
+                size_t o = (size_t)v.block_table[p / v.block_size] * v.block_stride +
+                           (size_t)(p % v.block_size) * v.row_stride + (size_t)d;
+                bad += kern_fp16_to_fp32(v.k16[o]) != (float)(100 * l + 10 * p + d) ||
+                       kern_fp16_to_fp32(v.v16[o]) != (float)-(100 * l + 10 * p + d);
+            }
+    }
+    CHECK(bad == 0, "the copy holds the source's f16 rows (%d wrong)", bad);
+    CHECK(kv_cache_check(kv) == 0, "invariants");
+    kv_cache_free(kv);
+}
+
 int main(void) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -744,6 +789,7 @@ int main(void) {
     test_fork_cow();
     test_stats();
     test_stress();
+    test_f16();
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("test_kv_cache: %.3f s\n",
            (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
