@@ -156,3 +156,26 @@ def test_idle_engine_does_not_spin(start_server, stories260k_gguf):
     idle = cpu_seconds(srv.proc.pid) - c0
     assert idle < 0.1, f"{idle:.2f} s of CPU in 2 s idle: something spins"
     srv.stop()
+
+
+@pytest.mark.parametrize("args", [
+    ["--kv-cache-dtype", "f8"], ["--kv-cache-bytes", "12Q"], ["--kv-cache-bytes", "-5"],
+    ["--kv-cache-bytes", "0"], ["--block-size", "0"], ["--block-size", "2000"],
+])
+def test_kv_flags_rejected(brisk, stories260k_gguf, args):
+    r = brisk.run("serve", "--model", stories260k_gguf, "--port", "0", *args, check=False)
+    assert r.returncode == 2, r.err
+    lines = r.err_lines()
+    assert len(lines) == 1 and args[0] in lines[0], lines
+
+
+def test_kv_flags_size_the_pool(start_server, stories260k_gguf):
+    # a 16-position block of stories260K: 20 KiB in f32, 10 KiB in f16; 1 MiB -> 102 blocks
+    srv = start_server(stories260k_gguf, "--kv-cache-bytes", "1M", "--kv-cache-dtype", "f16",
+                       "--block-size", "16")
+    s = srv.metrics()
+    assert metric_value(s, "brisk_kv_cache_blocks", state="total") == (1 << 20) // (STORIES_BLOCK_BYTES // 2)
+    assert "f16" in srv.log()
+    r = srv.client().completions.create(model=STORIES, prompt=[1], max_tokens=200, temperature=0)
+    assert r.choices[0].text.startswith("Once upon a time, there was a little girl named Lily.")
+    srv.stop()
