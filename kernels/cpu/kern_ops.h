@@ -14,6 +14,10 @@
 #include "kernels/cpu/kern_pool.h"
 #include "kernels/cpu/kern_types.h"
 
+#ifdef __cplusplus /* the CUDA kernels include this header for kern_rope_mode */
+extern "C" {
+#endif
+
 /* ---- matmul ---------------------------------------------------------------
  * y[t][o] = sum_i W[o][i] * x[t][i]   for t < n_tok, o < n_out.
  *   W: n_out rows of n_in values of type wt (F32, F16, BF16, Q8_0, Q8_0M,
@@ -127,5 +131,9 @@ void kern_attention_rows(float *out, size_t out_stride, const float *q, size_t q
 void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
                              int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
                              float scale, float *scratch);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

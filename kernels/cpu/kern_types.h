@@ -21,6 +21,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The CUDA kernels (C++) include this header too: there the static
+ * assertion is spelled static_assert and the functions keep C linkage. */
+#ifdef __cplusplus
+#define KERN_STATIC_ASSERT static_assert
+extern "C" {
+#else
+#define KERN_STATIC_ASSERT _Static_assert
+#endif
+
 typedef enum kern_type {
     KERN_TYPE_F32 = 0,
     KERN_TYPE_F16 = 1,
@@ -53,10 +62,10 @@ typedef struct {
     int8_t qs[KERN_QK];
 } kern_block_q8_0m;
 
-_Static_assert(sizeof(kern_block_q8_0) == 34, "q8_0 block is 34 bytes");
-_Static_assert(sizeof(kern_block_q8_0m) == 36, "q8_0m block is 36 bytes");
-_Static_assert(sizeof(kern_block_q4_0) == 18, "q4_0 block is 18 bytes");
-_Static_assert(sizeof(kern_block_q4_1) == 20, "q4_1 block is 20 bytes");
+KERN_STATIC_ASSERT(sizeof(kern_block_q8_0) == 34, "q8_0 block is 34 bytes");
+KERN_STATIC_ASSERT(sizeof(kern_block_q8_0m) == 36, "q8_0m block is 36 bytes");
+KERN_STATIC_ASSERT(sizeof(kern_block_q4_0) == 18, "q4_0 block is 18 bytes");
+KERN_STATIC_ASSERT(sizeof(kern_block_q4_1) == 20, "q4_1 block is 20 bytes");
 
 /* 1 for the six GGML types above, 0 for anything else (e.g. an id read from
  * a file, and Q8_0M, which no file may hold). */
@@ -102,5 +111,9 @@ int kern_requantize_row_q8(kern_type src_type, const void *src, void *dst, int64
  * no Q8_0 form, so each block is dequantized in f32 and requantized (lossy:
  * prefer kern_requantize_row_q8, which makes Q8_0M). */
 void kern_requantize_row_q8_0(kern_type t, const void *src, kern_block_q8_0 *dst, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

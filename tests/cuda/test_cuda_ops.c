@@ -1,0 +1,740 @@
+/* test_cuda_ops.c - every CUDA op against its CPU reference, in the manner of
+ * ggml's test-backend-ops.
+ *
+ *   test_cuda_ops [test|perf] [-o OP]
+ *     OP: embedding, rmsnorm, rope, silu_mul, softmax or argmax (a substring
+ *     selects every op whose name contains it).
+ *
+ * test (the default) runs each op on random inputs (normal, never zero) over
+ * shapes 64, 576, 4096 and the odd 100 and 333 (plus vocabulary sizes for the
+ * row ops) and batches 1, 7 and 64, and compares the GPU's result with the CPU
+ * reference by normalised error ||gpu - ref|| / ||ref||. The bounds, and why:
+ *   embedding  exact: f16 -> f32 is exact on both sides; bad ids give zero
+ *              rows and set the flag.
+ *   rmsnorm    x after the residual add exact (one f32 add on both sides);
+ *              y 1e-6: an f32 sum of squares (<= 8 terms a thread + a 9-level
+ *              tree, ~17 roundings of 2^-24 worst case, halved by the sqrt)
+ *              against a double one, then 3 roundings.
+ *   rope       1e-6: angles, cos and sin in double rounded to float and an
+ *              unfused rotation, as on the CPU - bit-exact but where the
+ *              GPU's cos/sin (2 ulp in double) round to another float.
+ *   silu_mul   2e-6: the GPU's expf is within 2 ulp, libm's within 1; the
+ *              division and product round alike (~4 ulp per element).
+ *   softmax    1e-5: the f32 sum of up to 149 terms a thread and a 10-level
+ *              tree (159 roundings worst case: 9.5e-6) against a double sum.
+ *   argmax     exact ids: the CPU sampler's greedy loop (ties to the lowest
+ *              index, NaN never chosen, a NaN first logit gives 0).
+ * perf times each op on model-sized shapes with CUDA events and prints the
+ * time per call, the bytes it must move over that time (GB/s), and that as a
+ * fraction of the device-to-device copy bandwidth measured in the same run.
+ *
+ * Without a CUDA device it prints "test_cuda_ops: SKIP: no CUDA device" and
+ * exits 0. Exit status 1 when any case fails. */
+#include <cuda_runtime_api.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "../unit/test_kern_util.h"
+#include "common/brisk_error.h"
+#include "kernels/cpu/kern_ops.h"
+#include "kernels/cpu/kern_types.h"
+#include "kernels/cuda/kern_cuda.h"
+#include "kernels/cuda/kern_cuda_argmax.cuh"
+#include "kernels/cuda/kern_cuda_buf.h"
+#include "kernels/cuda/kern_cuda_embed.cuh"
+#include "kernels/cuda/kern_cuda_rmsnorm.cuh"
+#include "kernels/cuda/kern_cuda_rope.cuh"
+#include "kernels/cuda/kern_cuda_silu.cuh"
+#include "kernels/cuda/kern_cuda_softmax.cuh"
+#include "models/sampler.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static cudaStream_t g_stream;
+static const char *g_filter; /* -o OP, or NULL for every op */
+static int g_cases, g_passed;
+
+/* ---- helpers ---------------------------------------------------------------
+ * A CUDA failure here is a broken device or a broken kernel, not a result to
+ * compare: report it and stop. */
+
+static void must(int rc, const char *what) {
+    if (rc != 0) {
+        fprintf(stderr, "test_cuda_ops: %s failed: %s (%s)\n", what, brisk_strerror(rc),
+                kern_cuda_last_error());
+        exit(1);
+    }
+}
+
+/* For the CUDA runtime calls the test makes itself (events, attributes). */
+static void cuda_must(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) {
+        fprintf(stderr, "test_cuda_ops: %s failed: %s\n", what, cudaGetErrorString(e));
+        exit(1);
+    }
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test_cuda_ops: out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static void *dev_alloc(size_t bytes) {
+    void *d = NULL;
+    must(kern_cuda_malloc(&d, bytes), "kern_cuda_malloc");
+    return d;
+}
+
+/* A device copy of host[0, bytes). */
+static void *dev_from(const void *host, size_t bytes) {
+    void *d = dev_alloc(bytes);
+    must(kern_cuda_upload(d, host, bytes, g_stream), "kern_cuda_upload");
+    return d;
+}
+
+/* Waits for the stream (a kernel fault surfaces here), then copies back. */
+static void to_host(void *host, const void *dev, size_t bytes) {
+    must(kern_cuda_download(host, dev, bytes, g_stream), "kern_cuda_download");
+    must(kern_cuda_sync(g_stream), "kern_cuda_sync");
+}
+
+static void dev_free(void *d) {
+    must(kern_cuda_free(d), "kern_cuda_free");
+}
+
+/* Normal values times scale, never exactly zero: a zero input hides a kernel
+ * that forgets to write or to read. */
+static void fill(float *x, size_t n, float scale) {
+    fill_normal(x, n, scale);
+    for (size_t i = 0; i < n; i++)
+        if (x[i] == 0.0f)
+            x[i] = 1e-3f * scale;
+}
+
+static int rng_int(int n) {
+    return (int)(rng_u64() % (uint64_t)n);
+}
+
+static int selected(const char *op) {
+    return !g_filter || strstr(op, g_filter) != NULL;
+}
+
+/* One result line, test-backend-ops style: OP(params): err (bound) OK|FAIL. */
+__attribute__((format(printf, 4, 5))) static void report(const char *op, double err, double bound,
+                                                         const char *fmt, ...) {
+    char params[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(params, sizeof params, fmt, ap);
+    va_end(ap);
+    int ok = err <= bound; /* a NaN error fails */
+    g_cases++;
+    g_passed += ok;
+    if (bound == 0.0)
+        printf("  %s(%s): %s (bound: exact) %s\n", op, params, ok ? "exact" : "differs",
+               ok ? "OK" : "FAIL");
+    else
+        printf("  %s(%s): err %.2e (bound %.0e) %s\n", op, params, err, bound, ok ? "OK" : "FAIL");
+    if (!ok)
+        g_failures++;
+}
+
+static const int k_batches[] = {1, 7, 64};
+static const int k_dims[] = {64, 100, 333, 576, 4096};
+/* Row ops over logits also get vocabulary sizes: SmolLM2 and llama-3/qwen2. */
+static const int k_cols[] = {64, 100, 333, 576, 4096, 49152, 151936};
+
+/* ---- embedding ------------------------------------------------------------- */
+
+/* Runs one gather and compares with kern_dequantize_row (zero rows for bad
+ * ids). Returns the number of mismatching floats; *flag gets the GPU's flag. */
+static size_t embedding_case(kern_type type, int n_vocab, int dim, const int32_t *ids, int n_tok,
+                             const void *table, int *flag) {
+    size_t row_bytes = kern_row_bytes(type, dim), n = (size_t)n_tok * dim;
+    float *ref = xmalloc(n * sizeof(float)), *got = xmalloc(n * sizeof(float));
+    for (int t = 0; t < n_tok; t++) {
+        float *r = ref + (size_t)t * dim;
+        if (ids[t] >= 0 && ids[t] < n_vocab)
+            kern_dequantize_row(type, (const char *)table + (size_t)ids[t] * row_bytes, r, dim);
+        else
+            memset(r, 0, (size_t)dim * sizeof(float));
+    }
+    void *d_table = dev_from(table, (size_t)n_vocab * row_bytes);
+    int32_t *d_ids = dev_from(ids, (size_t)n_tok * sizeof(int32_t));
+    float *d_out = dev_alloc(n * sizeof(float));
+    int *d_flag = dev_alloc(sizeof(int));
+    must(kern_cuda_memset(d_flag, 0, sizeof(int), g_stream), "kern_cuda_memset");
+    must(kern_cuda_memset(d_out, 0x7f, n * sizeof(float), g_stream), "kern_cuda_memset");
+    must(kern_cuda_embedding(d_out, d_table, type, n_vocab, dim, d_ids, n_tok, d_flag, g_stream),
+         "kern_cuda_embedding");
+    to_host(got, d_out, n * sizeof(float));
+    to_host(flag, d_flag, sizeof(int));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+    dev_free(d_table);
+    dev_free(d_ids);
+    dev_free(d_out);
+    dev_free(d_flag);
+    free(ref);
+    free(got);
+    return bad;
+}
+
+static void test_embedding(void) {
+    const int n_vocab = 1000;
+    const kern_type types[] = {KERN_TYPE_F32, KERN_TYPE_F16};
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
+        for (size_t di = 0; di < ARRAY_LEN(k_dims); di++) {
+            int dim = k_dims[di];
+            size_t n = (size_t)n_vocab * dim;
+            float *f = xmalloc(n * sizeof(float));
+            fill(f, n, 1.0f);
+            void *table = f;
+            uint16_t *h = NULL;
+            if (types[ti] == KERN_TYPE_F16) {
+                h = xmalloc(n * sizeof(uint16_t));
+                for (size_t i = 0; i < n; i++)
+                    h[i] = kern_fp32_to_fp16(f[i]);
+                table = h;
+            }
+            for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++) {
+                int n_tok = k_batches[bi], flag = -1;
+                int32_t ids[64];
+                for (int t = 0; t < n_tok; t++)
+                    ids[t] = rng_int(n_vocab);
+                ids[0] = n_vocab - 1; /* the last row: its end is the table's end */
+                size_t bad = embedding_case(types[ti], n_vocab, dim, ids, n_tok, table, &flag);
+                report("EMBEDDING", (double)bad + (flag != 0), 0.0, "%s,dim=%d,n_tok=%d",
+                       kern_type_name(types[ti]), dim, n_tok);
+            }
+            /* Out-of-range ids: zero rows, flag set, good rows still right. */
+            int32_t ids[7] = {5, -1, n_vocab, 3, INT_MAX, INT_MIN, n_vocab - 1};
+            int flag = 0;
+            size_t bad = embedding_case(types[ti], n_vocab, dim, ids, 7, table, &flag);
+            report("EMBEDDING", (double)bad + (flag != 1), 0.0, "%s,dim=%d,bad_ids=4",
+                   kern_type_name(types[ti]), dim);
+            free(f);
+            free(h);
+        }
+}
+
+/* ---- RMSNorm + residual ---------------------------------------------------- */
+
+static void test_rmsnorm(void) {
+    const float eps = 1e-5f;
+    /* 0: y = norm(x); 1: x += r, y = norm(x); 2: the same with y == x. */
+    const char *variant[] = {"plain", "residual", "residual,inplace"};
+    for (size_t di = 0; di < ARRAY_LEN(k_dims); di++)
+        for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++)
+            for (int v = 0; v < 3; v++) {
+                int dim = k_dims[di], rows = k_batches[bi];
+                size_t n = (size_t)rows * dim;
+                float *x = xmalloc(n * sizeof(float)), *r = xmalloc(n * sizeof(float));
+                float *w = xmalloc((size_t)dim * sizeof(float));
+                float *ref_x = xmalloc(n * sizeof(float)), *ref_y = xmalloc(n * sizeof(float));
+                float *got_x = xmalloc(n * sizeof(float)), *got_y = xmalloc(n * sizeof(float));
+                fill(x, n, 2.0f);
+                fill(r, n, 1.0f);
+                fill(w, (size_t)dim, 0.2f);
+                for (int i = 0; i < dim; i++)
+                    w[i] += 1.0f; /* norm weights sit near 1 */
+                for (size_t i = 0; i < n; i++)
+                    ref_x[i] = v ? x[i] + r[i] : x[i];
+                for (int row = 0; row < rows; row++)
+                    kern_rmsnorm_ref(ref_y + (size_t)row * dim, ref_x + (size_t)row * dim, w, dim,
+                                     eps);
+
+                float *d_x = dev_from(x, n * sizeof(float)), *d_r = dev_from(r, n * sizeof(float));
+                float *d_w = dev_from(w, (size_t)dim * sizeof(float));
+                float *d_y = v == 2 ? d_x : dev_alloc(n * sizeof(float));
+                must(kern_cuda_rmsnorm(d_y, d_x, v ? d_r : NULL, d_w, rows, dim, eps, g_stream),
+                     "kern_cuda_rmsnorm");
+                to_host(got_y, d_y, n * sizeof(float));
+                to_host(got_x, d_x, n * sizeof(float));
+                /* x after the add must be the CPU's x + r bit for bit (and
+                 * untouched without a residual); in place it holds y. */
+                double x_bad = 0;
+                if (v != 2)
+                    for (size_t i = 0; i < n; i++)
+                        x_bad += memcmp(&got_x[i], &ref_x[i], sizeof(float)) != 0;
+                report("RMS_NORM", norm_err(got_y, ref_y, n) + x_bad, 1e-6,
+                       "%s,dim=%d,rows=%d; x: %.0f floats differ", variant[v], dim, rows, x_bad);
+
+                dev_free(d_x);
+                dev_free(d_r);
+                dev_free(d_w);
+                if (v != 2)
+                    dev_free(d_y);
+                free(x), free(r), free(w), free(ref_x), free(ref_y), free(got_x), free(got_y);
+            }
+}
+
+/* ---- RoPE ------------------------------------------------------------------ */
+
+static void test_rope(void) {
+    /* (heads, head_dim, n_rot): a decode row, SmolLM2's 9 x 64 = 576, llama's
+     * 32 x 128 = 4096, an odd head size, partial rotation, an odd n_rot. */
+    const int shapes[][3] = {{1, 64, 64},   {9, 64, 64},  {32, 128, 128},
+                             {3, 100, 100}, {4, 128, 64}, {2, 80, 33}};
+    for (size_t si = 0; si < ARRAY_LEN(shapes); si++)
+        for (int mode = 0; mode < 2; mode++)
+            for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++)
+                for (int freq = 0; freq < 2; freq++) {
+                    int n_heads = shapes[si][0], head_dim = shapes[si][1], n_rot = shapes[si][2];
+                    int n_tok = k_batches[bi], width = n_heads * head_dim;
+                    /* Batch 7 sits inside wider rows (q of a fused QKV row):
+                     * the gap must come back untouched. */
+                    size_t stride = n_tok == 7 ? (size_t)width + 24 : (size_t)width;
+                    size_t n = (size_t)n_tok * stride;
+                    /* freq 0: base 1e4, no scaling (llama 2); freq 1: base
+                     * 5e5, freq_scale 0.25 and per-pair factors (llama 3). */
+                    float base = freq ? 500000.0f : 10000.0f, scale = freq ? 0.25f : 1.0f;
+                    float factors[64]; /* n_rot / 2 of them are used */
+                    for (int i = 0; i < 64; i++)
+                        factors[i] = 1.0f + 7.0f * (float)rng_uniform();
+                    int32_t pos[64];
+                    for (int t = 0; t < n_tok; t++)
+                        pos[t] = rng_int(131072);
+                    pos[0] = 0;
+                    float *x = xmalloc(n * sizeof(float)), *ref = xmalloc(n * sizeof(float));
+                    float *got = xmalloc(n * sizeof(float));
+                    fill(x, n, 1.0f);
+                    memcpy(ref, x, n * sizeof(float));
+                    for (int t = 0; t < n_tok; t++)
+                        kern_rope(ref + (size_t)t * stride, n_heads, head_dim, n_rot, pos[t], base,
+                                  scale, freq ? factors : NULL, (kern_rope_mode)mode);
+
+                    float *d_x = dev_from(x, n * sizeof(float));
+                    int32_t *d_pos = dev_from(pos, (size_t)n_tok * sizeof(int32_t));
+                    float *d_ff = dev_from(factors, sizeof factors);
+                    must(kern_cuda_rope(d_x, stride, n_tok, n_heads, head_dim, n_rot, d_pos, base,
+                                        scale, freq ? d_ff : NULL, (kern_rope_mode)mode, g_stream),
+                         "kern_cuda_rope");
+                    to_host(got, d_x, n * sizeof(float));
+                    size_t differ = 0;
+                    for (size_t i = 0; i < n; i++)
+                        differ += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+                    report("ROPE", norm_err(got, ref, n), 1e-6,
+                           "%s,heads=%d,head_dim=%d,n_rot=%d,n_tok=%d,%s; %zu of %zu differ",
+                           mode ? "split_half" : "adjacent", n_heads, head_dim, n_rot, n_tok,
+                           freq ? "llama3_freqs" : "plain", differ, n);
+                    dev_free(d_x);
+                    dev_free(d_pos);
+                    dev_free(d_ff);
+                    free(x), free(ref), free(got);
+                }
+}
+
+/* ---- SiLU gate --------------------------------------------------------------- */
+
+static void test_silu_mul(void) {
+    const int dims[] = {64, 100, 333, 576, 4096, 14336};
+    /* 0: separate buffers; 1: out == gate; 2: pointers one float off the
+     * 16-byte alignment (the scalar path). */
+    const char *variant[] = {"plain", "inplace", "unaligned"};
+    for (size_t di = 0; di < ARRAY_LEN(dims); di++)
+        for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++)
+            for (int v = 0; v < 3; v++) {
+                size_t n = (size_t)dims[di] * k_batches[bi], off = v == 2 ? 1 : 0;
+                float *g = xmalloc(n * sizeof(float)), *u = xmalloc(n * sizeof(float));
+                float *ref = xmalloc(n * sizeof(float)), *got = xmalloc(n * sizeof(float));
+                fill(g, n, 3.0f);
+                fill(u, n, 1.0f);
+                g[0] = -100.0f; /* exp(100) = inf: the result is -0 */
+                if (n > 1)
+                    g[1] = 95.0f;
+                kern_silu_mul_ref(ref, g, u, (int)n);
+                float *d_g = dev_alloc((n + off) * sizeof(float));
+                float *d_u = dev_alloc((n + off) * sizeof(float));
+                float *d_o = v == 1 ? d_g : dev_alloc((n + off) * sizeof(float));
+                must(kern_cuda_upload(d_g + off, g, n * sizeof(float), g_stream), "upload");
+                must(kern_cuda_upload(d_u + off, u, n * sizeof(float), g_stream), "upload");
+                must(kern_cuda_silu_mul(d_o + off, d_g + off, d_u + off, n, g_stream),
+                     "kern_cuda_silu_mul");
+                to_host(got, d_o + off, n * sizeof(float));
+                report("SILU_MUL", norm_err(got, ref, n), 2e-6, "%s,n=%d,rows=%d", variant[v],
+                       dims[di], k_batches[bi]);
+                dev_free(d_g);
+                dev_free(d_u);
+                if (v != 1)
+                    dev_free(d_o);
+                free(g), free(u), free(ref), free(got);
+            }
+}
+
+/* ---- softmax ------------------------------------------------------------------ */
+
+static void test_softmax(void) {
+    for (size_t ci = 0; ci < ARRAY_LEN(k_cols); ci++)
+        for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++) {
+            int cols = k_cols[ci], rows = k_batches[bi];
+            size_t n = (size_t)rows * cols;
+            float *x = xmalloc(n * sizeof(float)), *ref = xmalloc(n * sizeof(float));
+            float *got = xmalloc(n * sizeof(float));
+            fill(x, n, 5.0f);
+            /* Every other row is shifted far up: exp() without the max
+             * subtracted would overflow (f32 exp overflows past 88.7). */
+            for (int r = 1; r < rows; r += 2)
+                for (int i = 0; i < cols; i++)
+                    x[(size_t)r * cols + i] += 200.0f;
+            memcpy(ref, x, n * sizeof(float));
+            for (int r = 0; r < rows; r++)
+                kern_softmax_ref(ref + (size_t)r * cols, cols);
+            float *d_x = dev_from(x, n * sizeof(float));
+            must(kern_cuda_softmax(d_x, rows, cols, g_stream), "kern_cuda_softmax");
+            to_host(got, d_x, n * sizeof(float));
+            report("SOFT_MAX", norm_err(got, ref, n), 1e-5, "cols=%d,rows=%d", cols, rows);
+            dev_free(d_x);
+            free(x), free(ref), free(got);
+        }
+}
+
+/* ---- argmax -------------------------------------------------------------------- */
+
+/* The CPU reference is the sampler itself at temperature 0. */
+static int32_t cpu_greedy(const float *row, int cols, float *scratch) {
+    model_sampling p = model_sampling_default();
+    p.temperature = 0.0f;
+    model_sampler *s = model_sampler_create(&p, cols);
+    if (!s) {
+        fprintf(stderr, "test_cuda_ops: model_sampler_create failed\n");
+        exit(1);
+    }
+    memcpy(scratch, row, (size_t)cols * sizeof(float));
+    int32_t id = model_sampler_sample(s, scratch, NULL, 0);
+    model_sampler_free(s);
+    return id;
+}
+
+/* Row r gets a pattern by r % 6: 0 random; 1 the maximum tied at two random
+ * places; 2 a tie at up to three places in the row's upper half;
+ * 3 NaNs sprinkled, none first; 4 NaN first (the CPU answers 0); 5 constant
+ * (every column ties: 0). */
+static void argmax_fill_row(float *x, int cols, int kind) {
+    fill(x, (size_t)cols, 3.0f);
+    float top = 100.0f;
+    switch (kind) {
+    case 1: {
+        int i = rng_int(cols), j = rng_int(cols);
+        x[i] = x[j] = top;
+        break;
+    }
+    case 2:
+        for (int k = 0; k < 3; k++)
+            x[cols / 2 + rng_int(cols - cols / 2)] = top;
+        break;
+    case 3:
+        for (int k = 0; k < 1 + cols / 50; k++)
+            x[1 + rng_int(cols - 1)] = NAN;
+        break;
+    case 4: x[0] = NAN; break;
+    case 5:
+        for (int i = 0; i < cols; i++)
+            x[i] = 0.5f;
+        break;
+    default: break;
+    }
+}
+
+static void test_argmax(void) {
+    for (size_t ci = 0; ci < ARRAY_LEN(k_cols); ci++)
+        for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++) {
+            int cols = k_cols[ci], rows = k_batches[bi];
+            size_t n = (size_t)rows * cols;
+            float *x = xmalloc(n * sizeof(float)), *scratch = xmalloc((size_t)cols * sizeof(float));
+            int32_t *ref = xmalloc((size_t)rows * sizeof(int32_t));
+            int32_t *got = xmalloc((size_t)rows * sizeof(int32_t));
+            for (int r = 0; r < rows; r++) {
+                /* A batch of one cycles through the patterns over the sizes. */
+                int kind = rows == 1 ? (int)(ci % 6) : r % 6;
+                argmax_fill_row(x + (size_t)r * cols, cols, kind);
+                ref[r] = cpu_greedy(x + (size_t)r * cols, cols, scratch);
+            }
+            float *d_x = dev_from(x, n * sizeof(float));
+            int32_t *d_ids = dev_alloc((size_t)rows * sizeof(int32_t));
+            must(kern_cuda_argmax(d_ids, d_x, rows, cols, g_stream), "kern_cuda_argmax");
+            to_host(got, d_ids, (size_t)rows * sizeof(int32_t));
+            int wrong = 0;
+            for (int r = 0; r < rows; r++)
+                if (got[r] != ref[r]) {
+                    if (wrong++ < 3)
+                        fprintf(stderr, "    row %d: gpu %d, cpu %d\n", r, got[r], ref[r]);
+                }
+            report("ARGMAX", wrong, 0.0, "cols=%d,rows=%d; %d of %d ids differ", cols, rows, wrong,
+                   rows);
+            dev_free(d_x);
+            dev_free(d_ids);
+            free(x), free(scratch), free(ref), free(got);
+        }
+}
+
+/* ---- perf ---------------------------------------------------------------------- */
+
+/* One timed op: the call to repeat and what it must move per call. */
+typedef struct perf_op {
+    const char *name;
+    char shape[64];
+    double bytes; /* bytes the op must read + write per call, at least */
+    int kind;
+    void *a, *b, *c, *d; /* device buffers, by kind */
+    int i0, i1, i2;      /* sizes, by kind */
+} perf_op;
+
+enum { P_EMBED, P_RMSNORM, P_ROPE, P_SILU, P_SOFTMAX, P_ARGMAX };
+
+static int perf_call(const perf_op *p) {
+    switch (p->kind) {
+    case P_EMBED:
+        return kern_cuda_embedding(p->a, p->b, KERN_TYPE_F16, p->i0, p->i1, p->c, p->i2, p->d,
+                                   g_stream);
+    case P_RMSNORM: return kern_cuda_rmsnorm(p->d, p->a, p->b, p->c, p->i0, p->i1, 1e-5f, g_stream);
+    case P_ROPE:
+        return kern_cuda_rope(p->a, (size_t)p->i1 * 128, p->i0, p->i1, 128, 128, p->b, 500000.0f,
+                              1.0f, NULL, KERN_ROPE_ADJACENT, g_stream);
+    case P_SILU: return kern_cuda_silu_mul(p->a, p->b, p->c, (size_t)p->i0, g_stream);
+    case P_SOFTMAX: return kern_cuda_softmax(p->a, p->i0, p->i1, g_stream);
+    case P_ARGMAX: return kern_cuda_argmax(p->b, p->a, p->i0, p->i1, g_stream);
+    default: return BRISK_EINVAL;
+    }
+}
+
+/* Seconds per call: a warm-up, then back-to-back calls between two events,
+ * as many as fill ~50 ms (a launch is microseconds; one call alone would time
+ * mostly the event). */
+static double perf_time(const perf_op *p) {
+    cudaEvent_t e0, e1;
+    cuda_must(cudaEventCreate(&e0), "cudaEventCreate");
+    cuda_must(cudaEventCreate(&e1), "cudaEventCreate");
+    int iters = 1;
+    float ms = 0.0f;
+    for (;;) {
+        for (int i = 0; i < 3; i++)
+            must(perf_call(p), p->name);
+        cuda_must(cudaEventRecord(e0, g_stream), "cudaEventRecord");
+        for (int i = 0; i < iters; i++)
+            must(perf_call(p), p->name);
+        cuda_must(cudaEventRecord(e1, g_stream), "cudaEventRecord");
+        cuda_must(cudaEventSynchronize(e1), "cudaEventSynchronize");
+        cuda_must(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+        if (ms >= 50.0f || iters >= (1 << 20))
+            break;
+        iters *= ms < 1.0f ? 16 : 4;
+    }
+    must(kern_cuda_sync(g_stream), "kern_cuda_sync");
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return (double)ms * 1e-3 / iters;
+}
+
+/* Device-to-device copy of 256 MiB: the bandwidth the ops are held to. */
+static double copy_bandwidth(void) {
+    size_t bytes = (size_t)256 << 20;
+    void *a = dev_alloc(bytes), *b = dev_alloc(bytes);
+    must(kern_cuda_memset(a, 1, bytes, g_stream), "kern_cuda_memset");
+    cudaEvent_t e0, e1;
+    cuda_must(cudaEventCreate(&e0), "cudaEventCreate");
+    cuda_must(cudaEventCreate(&e1), "cudaEventCreate");
+    must(kern_cuda_copy(b, a, bytes, g_stream), "kern_cuda_copy");
+    cuda_must(cudaEventRecord(e0, g_stream), "cudaEventRecord");
+    for (int i = 0; i < 10; i++)
+        must(kern_cuda_copy(b, a, bytes, g_stream), "kern_cuda_copy");
+    cuda_must(cudaEventRecord(e1, g_stream), "cudaEventRecord");
+    cuda_must(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float ms = 0.0f;
+    cuda_must(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    dev_free(a);
+    dev_free(b);
+    return 10.0 * 2.0 * (double)bytes / ((double)ms * 1e-3); /* read + write */
+}
+
+/* A device buffer of n random floats (never zero). */
+static float *dev_random(size_t n, float scale) {
+    float *h = xmalloc(n * sizeof(float));
+    fill(h, n, scale);
+    float *d = dev_from(h, n * sizeof(float));
+    must(kern_cuda_sync(g_stream), "kern_cuda_sync");
+    free(h);
+    return d;
+}
+
+static double g_peak_bw; /* bytes/s from the memory clock and bus width */
+
+static void perf_run(perf_op *p, double copy_bw) {
+    if (!selected(p->name))
+        return;
+    double s = perf_time(p), bw = p->bytes / s;
+    printf("  %-10s %-24s %9.2f us %8.1f GB/s %5.1f%% of copy %5.1f%% of peak\n", p->name, p->shape,
+           s * 1e6, bw * 1e-9, 100.0 * bw / copy_bw, 100.0 * bw / g_peak_bw);
+}
+
+static void perf_all(void) {
+    int clock_khz = 0, bus_bits = 0;
+    cuda_must(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0), "attribute");
+    cuda_must(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0), "attribute");
+    /* DDR: two transfers a clock. The attribute may be 0 on some drivers:
+     * then the copy stands in for the peak. */
+    double peak = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
+    double copy_bw = copy_bandwidth();
+    printf("memory: %.0f GB/s peak (%d kHz x %d bits, DDR), device-to-device copy %.0f GB/s\n",
+           peak * 1e-9, clock_khz, bus_bits, copy_bw * 1e-9);
+    g_peak_bw = peak > 0 ? peak : copy_bw;
+
+    /* llama-3-8b shapes: dim 4096, 32 heads of 128, ffn 14336, vocabulary
+     * 128256; an f16 embedding table of ones (0x3c00). */
+    const int dim = 4096, heads = 32, ffn = 14336, vocab = 128256;
+    const int toks[] = {1, 64, 512}, logit_rows[] = {1, 64};
+    int32_t ids[512]; /* token ids, and positions for RoPE (all < 128256) */
+    for (int t = 0; t < 512; t++)
+        ids[t] = rng_int(vocab);
+    int32_t *d_ids = dev_from(ids, sizeof ids);
+    int *d_flag = dev_alloc(sizeof(int));
+    must(kern_cuda_memset(d_flag, 0, sizeof(int), g_stream), "kern_cuda_memset");
+    void *d_table = dev_alloc((size_t)vocab * dim * 2);
+    must(kern_cuda_memset(d_table, 0x3c, (size_t)vocab * dim * 2, g_stream), "kern_cuda_memset");
+
+    for (size_t k = 0; k < ARRAY_LEN(toks); k++) {
+        int nt = toks[k];
+        size_t n = (size_t)nt * dim, nf = (size_t)nt * ffn;
+        float *x = dev_random(n, 1.0f), *r = dev_random(n, 1.0f), *y = dev_random(n, 1.0f);
+        float *w = dev_random((size_t)dim, 1.0f);
+        float *g = dev_random(nf, 1.0f), *u = dev_random(nf, 1.0f), *h = dev_random(nf, 1.0f);
+        /* Minimal traffic: embedding reads f16 and writes f32; rmsnorm reads
+         * x and r and writes x and y (w once); rope reads and writes x;
+         * silu_mul reads two and writes one. */
+        perf_op ops[] = {
+            {.name = "embedding",
+             .bytes = (double)n * (2 + 4),
+             .kind = P_EMBED,
+             .a = x,
+             .b = d_table,
+             .c = d_ids,
+             .d = d_flag,
+             .i0 = vocab,
+             .i1 = dim,
+             .i2 = nt},
+            {.name = "rmsnorm",
+             .bytes = (double)n * 4 * 4 + dim * 4,
+             .kind = P_RMSNORM,
+             .a = x,
+             .b = r,
+             .c = w,
+             .d = y,
+             .i0 = nt,
+             .i1 = dim},
+            {.name = "rope",
+             .bytes = (double)n * 4 * 2,
+             .kind = P_ROPE,
+             .a = x,
+             .b = d_ids,
+             .i0 = nt,
+             .i1 = heads},
+            {.name = "silu_mul",
+             .bytes = (double)nf * 4 * 3,
+             .kind = P_SILU,
+             .a = h,
+             .b = g,
+             .c = u,
+             .i0 = (int)nf},
+        };
+        snprintf(ops[0].shape, sizeof ops[0].shape, "f16,dim=%d,n_tok=%d", dim, nt);
+        snprintf(ops[1].shape, sizeof ops[1].shape, "res,dim=%d,rows=%d", dim, nt);
+        snprintf(ops[2].shape, sizeof ops[2].shape, "%dx128,n_tok=%d", heads, nt);
+        snprintf(ops[3].shape, sizeof ops[3].shape, "n=%d,rows=%d", ffn, nt);
+        for (size_t i = 0; i < ARRAY_LEN(ops); i++)
+            perf_run(&ops[i], copy_bw);
+        dev_free(x), dev_free(r), dev_free(y), dev_free(w), dev_free(g), dev_free(u), dev_free(h);
+    }
+    for (size_t k = 0; k < ARRAY_LEN(logit_rows); k++) {
+        int rows = logit_rows[k];
+        size_t n = (size_t)rows * vocab;
+        float *l = dev_random(n, 3.0f);
+        int32_t *d_out = dev_alloc((size_t)rows * sizeof(int32_t));
+        perf_op ops[] = {
+            {.name = "softmax",
+             .bytes = (double)n * 4 * 2,
+             .kind = P_SOFTMAX,
+             .a = l,
+             .i0 = rows,
+             .i1 = vocab},
+            {.name = "argmax",
+             .bytes = (double)n * 4,
+             .kind = P_ARGMAX,
+             .a = l,
+             .b = d_out,
+             .i0 = rows,
+             .i1 = vocab},
+        };
+        snprintf(ops[0].shape, sizeof ops[0].shape, "cols=%d,rows=%d", vocab, rows);
+        snprintf(ops[1].shape, sizeof ops[1].shape, "cols=%d,rows=%d", vocab, rows);
+        for (size_t i = 0; i < ARRAY_LEN(ops); i++)
+            perf_run(&ops[i], copy_bw);
+        dev_free(l);
+        dev_free(d_out);
+    }
+    dev_free(d_table);
+    dev_free(d_ids);
+    dev_free(d_flag);
+}
+
+/* ---- main ---------------------------------------------------------------------- */
+
+static int usage(void) {
+    fprintf(stderr, "usage: test_cuda_ops [test|perf] [-o OP]\n"
+                    "  OP: embedding rmsnorm rope silu_mul softmax argmax (substring)\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    int perf = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "test"))
+            perf = 0;
+        else if (!strcmp(argv[i], "perf"))
+            perf = 1;
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc)
+            g_filter = argv[++i];
+        else
+            return usage();
+    }
+    /* No driver, no GPU, or a sanitizer build that hides it: not a failure
+     * of these kernels, so skip (ctest counts it as passed) and say why. */
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0 || kern_cuda_device_count() == 0) {
+        printf("test_cuda_ops: SKIP: no CUDA device\n");
+        printf("test_cuda_ops: (cudaGetDeviceCount: %s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 0;
+    }
+    char desc[256];
+    kern_cuda_describe(desc, sizeof desc);
+    printf("test_cuda_ops: %s, mode %s\n", desc, perf ? "perf" : "test");
+    must(kern_cuda_stream_create(&g_stream), "kern_cuda_stream_create");
+
+    if (perf) {
+        perf_all();
+        must(kern_cuda_stream_destroy(g_stream), "kern_cuda_stream_destroy");
+        return 0;
+    }
+    struct {
+        const char *name;
+        void (*run)(void);
+    } tests[] = {{"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
+                 {"silu_mul", test_silu_mul},   {"softmax", test_softmax}, {"argmax", test_argmax}};
+    for (size_t i = 0; i < ARRAY_LEN(tests); i++)
+        if (selected(tests[i].name)) {
+            printf("%s:\n", tests[i].name);
+            tests[i].run();
+        }
+    must(kern_cuda_stream_destroy(g_stream), "kern_cuda_stream_destroy");
+    printf("test_cuda_ops: %d/%d cases passed\n", g_passed, g_cases);
+    return g_failures ? 1 : 0;
+}
