@@ -2,8 +2,8 @@
  * ggml's test-backend-ops.
  *
  *   test_cuda_ops [test|perf] [-o OP]
- *     OP: embedding, rmsnorm, rope, silu_mul, softmax or argmax (a substring
- *     selects every op whose name contains it).
+ *     OP: embedding, rmsnorm, rope, silu_mul, softmax, argmax or attn_decode (a
+ *     substring selects every op whose name contains it).
  *
  * test (the default) runs each op on random inputs (normal, never zero) over
  * shapes 64, 576, 4096 and the odd 100 and 333 (plus vocabulary sizes for the
@@ -24,6 +24,9 @@
  *              tree (159 roundings worst case: 9.5e-6) against a double sum.
  *   argmax     exact ids: the CPU sampler's greedy loop (ties to the lowest
  *              index, NaN never chosen, a NaN first logit gives 0).
+ *   attn_decode 1e-5 against kern_attention_head_ref on the same f16 paged
+ *              view: f32 dots, softmax and sums against double ones (the
+ *              rounding count is at test_attn_decode); argument checks exact.
  * perf times each op on model-sized shapes with CUDA events and prints the
  * time per call, the bytes it must move over that time (GB/s), and that as a
  * fraction of the device-to-device copy bandwidth measured in the same run.
@@ -41,6 +44,7 @@
 #include "kernels/cpu/kern_types.h"
 #include "kernels/cuda/kern_cuda.h"
 #include "kernels/cuda/kern_cuda_argmax.cuh"
+#include "kernels/cuda/kern_cuda_attn_decode.cuh"
 #include "kernels/cuda/kern_cuda_buf.h"
 #include "kernels/cuda/kern_cuda_embed.cuh"
 #include "kernels/cuda/kern_cuda_rmsnorm.cuh"
@@ -474,6 +478,167 @@ static void test_argmax(void) {
         }
 }
 
+/* ---- paged decode attention ------------------------------------------------------
+ * A shuffled paged f16 pool: K and V rows of every position < len hold random
+ * halves (never zero); everything else - the padding of a row, the rest of a
+ * sequence's last block, blocks no table names - holds f16 NaN, and table
+ * entries past a sequence's blocks are -1, so a kernel that reads outside a
+ * sequence's blocks fails the case (a NaN error fails) or faults. */
+
+static uint16_t attn_half(void) {
+    float f;
+    fill(&f, 1, 1.0f);
+    uint16_t h = kern_fp32_to_fp16(f);
+    return (h & 0x7fffu) == 0 ? 0x1400u : h; /* an underflow to +-0 -> 2^-10 */
+}
+
+/* One call: n_seq sequences of lens[] over n_kv KV heads with `group` query
+ * heads each; row_pad extra elements per position row (4: rows not
+ * 8-element aligned, the scalar-load path). */
+static void attn_case(int head_dim, int n_kv, int group, const int *lens, int n_seq, int row_pad) {
+    const int bs = 16, n_heads = n_kv * group;
+    int max_len = 0, used = 0;
+    for (int s = 0; s < n_seq; s++) {
+        max_len = lens[s] > max_len ? lens[s] : max_len;
+        used += (lens[s] + bs - 1) / bs;
+    }
+    const int max_blocks = (max_len + bs - 1) / bs + 1; /* a spare entry: -1 */
+    const int n_pool = used + 3;                        /* 3 blocks nobody names */
+    const size_t row_stride = (size_t)n_kv * head_dim + (size_t)row_pad;
+    const size_t block_stride = (size_t)bs * row_stride;
+    const size_t pool_n = (size_t)n_pool * block_stride, q_n = (size_t)n_seq * n_heads * head_dim;
+    uint16_t *k = xmalloc(pool_n * sizeof(uint16_t)), *v = xmalloc(pool_n * sizeof(uint16_t));
+    for (size_t i = 0; i < pool_n; i++)
+        k[i] = v[i] = 0x7e00u; /* NaN */
+    int32_t *perm = xmalloc((size_t)n_pool * sizeof(int32_t));
+    for (int i = 0; i < n_pool; i++)
+        perm[i] = i;
+    for (int i = n_pool - 1; i > 0; i--) {
+        int j = rng_int(i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int32_t *bt = xmalloc((size_t)n_seq * max_blocks * sizeof(int32_t));
+    int next = 0;
+    for (int s = 0; s < n_seq; s++) {
+        int32_t *row = bt + (size_t)s * max_blocks;
+        for (int b = 0; b < max_blocks; b++)
+            row[b] = b < (lens[s] + bs - 1) / bs ? perm[next++] : -1;
+        for (int p = 0; p < lens[s]; p++) {
+            size_t o = (size_t)row[p / bs] * block_stride + (size_t)(p % bs) * row_stride;
+            for (size_t e = 0; e < (size_t)n_kv * head_dim; e++) {
+                k[o + e] = attn_half();
+                v[o + e] = attn_half();
+            }
+        }
+    }
+    float *q = xmalloc(q_n * sizeof(float)), *ref = xmalloc(q_n * sizeof(float));
+    float *got = xmalloc(q_n * sizeof(float)),
+          *scratch = xmalloc((size_t)(max_len + 1) * sizeof(float));
+    fill(q, q_n, 1.0f);
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    for (int s = 0; s < n_seq; s++) {
+        kern_kv_view view = {.block_table = bt + (size_t)s * max_blocks,
+                             .block_size = bs,
+                             .block_stride = block_stride,
+                             .row_stride = row_stride,
+                             .k16 = k,
+                             .v16 = v};
+        for (int h = 0; h < n_heads; h++) {
+            size_t o = ((size_t)s * n_heads + h) * head_dim;
+            if (lens[s] == 0)
+                memset(ref + o, 0, (size_t)head_dim * sizeof(float));
+            else
+                kern_attention_head_ref(ref + o, q + o, &view, h / group, lens[s], head_dim, scale,
+                                        scratch);
+        }
+    }
+    size_t ws = kern_cuda_attn_decode_workspace(n_seq, n_heads, head_dim, max_blocks, bs);
+    uint16_t *d_k = dev_from(k, pool_n * sizeof(uint16_t)),
+             *d_v = dev_from(v, pool_n * sizeof(uint16_t));
+    int32_t *d_bt = dev_from(bt, (size_t)n_seq * max_blocks * sizeof(int32_t));
+    int32_t *d_lens = dev_from(lens, (size_t)n_seq * sizeof(int32_t));
+    float *d_q = dev_from(q, q_n * sizeof(float)), *d_out = dev_alloc(q_n * sizeof(float));
+    float *d_ws = ws ? dev_alloc(ws) : NULL;
+    must(kern_cuda_memset(d_out, 0x7f, q_n * sizeof(float), g_stream), "kern_cuda_memset");
+    must(kern_cuda_attn_decode(d_out, d_q, d_k, d_v, d_bt, max_blocks, d_lens, n_seq, n_heads, n_kv,
+                               head_dim, bs, block_stride, row_stride, scale, d_ws, ws, g_stream),
+         "kern_cuda_attn_decode");
+    to_host(got, d_out, q_n * sizeof(float));
+    char lens_s[64];
+    int w = 0;
+    for (int s = 0; s < n_seq && w < (int)sizeof lens_s - 8; s++)
+        w += snprintf(lens_s + w, sizeof lens_s - (size_t)w, "%s%d", s ? "/" : "", lens[s]);
+    report("ATTN_DECODE", norm_err(got, ref, q_n), 1e-5, "hd=%d,kv=%d,group=%d,n_seq=%d,ctx=%s%s",
+           head_dim, n_kv, group, n_seq, lens_s, row_pad % 8 ? ",unaligned" : "");
+    dev_free(d_k), dev_free(d_v), dev_free(d_bt), dev_free(d_lens), dev_free(d_q), dev_free(d_out);
+    dev_free(d_ws);
+    free(k), free(v), free(perm), free(bt), free(q), free(ref), free(got), free(scratch);
+}
+
+/* Argument checks: each bad call returns BRISK_EINVAL before any launch, so
+ * host addresses stand in for the device pointers. */
+static void attn_invalid(void) {
+    float f[8];
+    uint16_t h[8];
+    int32_t i32[8];
+    const size_t ws = kern_cuda_attn_decode_workspace(1, 8, 128, 32, 16);
+    struct {
+        const char *what;
+        int head_dim, n_heads, n_kv, max_blocks;
+        size_t row_stride, ws_bytes;
+        int want;
+    } cases[] = {
+        {"ok,n_seq=0", 128, 8, 2, 32, 256, ws, BRISK_OK},
+        {"head_dim=60", 60, 8, 2, 32, 256, ws, BRISK_EINVAL},
+        {"head_dim=264", 264, 8, 2, 32, 528, ws, BRISK_EINVAL},
+        {"head_dim=0", 0, 8, 2, 32, 256, ws, BRISK_EINVAL},
+        {"n_heads%n_kv", 128, 8, 3, 32, 384, ws, BRISK_EINVAL},
+        {"row_stride", 128, 8, 2, 32, 255, ws, BRISK_EINVAL},
+        {"workspace", 128, 8, 2, 32, 256, ws - 4, BRISK_EINVAL},
+        {"max_blocks=0", 128, 8, 2, 0, 256, ws, BRISK_EINVAL},
+    };
+    for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+        int n_seq = c == 0 ? 0 : 1;
+        int rc = kern_cuda_attn_decode(f, f, h, h, i32, cases[c].max_blocks, i32, n_seq,
+                                       cases[c].n_heads, cases[c].n_kv, cases[c].head_dim, 16,
+                                       16 * cases[c].row_stride, cases[c].row_stride, 1.0f, f,
+                                       cases[c].ws_bytes, g_stream);
+        report("ATTN_DECODE", rc != cases[c].want, 0.0, "args:%s -> %d (want %d)", cases[c].what,
+               rc, cases[c].want);
+    }
+}
+
+/* Bound 1e-5: the reference has double dot products and sums; the GPU has
+ * f32 ones - a K dot is 8 products a thread plus a <= 5-level shuffle tree
+ * (~13 roundings of 2^-24 on a score near 1 after the 1/sqrt(d) scale; a
+ * score error e moves its weight by a factor ~(1 + e)), expf is within
+ * 2 ulp, l sums <= 8 terms a lane plus a 5-level tree, the V sum <= 256/n_grp
+ * terms a row group plus <= 256 group partials, and the combine <= 17
+ * partitions here: a few dozen roundings worst case, ~1e-6 typical. */
+static void test_attn_decode(void) {
+    const int lens[] = {1, 17, 255, 256, 257, 1000, 4100};
+    const int lens7[] = {257, 1, 4100, 17, 1000, 255, 256}; /* one batch of all */
+    const int dims[] = {64, 128}, groups[] = {1, 4, 8};
+    for (size_t di = 0; di < ARRAY_LEN(dims); di++)
+        for (size_t gi = 0; gi < ARRAY_LEN(groups); gi++) {
+            for (size_t li = 0; li < ARRAY_LEN(lens); li++)
+                attn_case(dims[di], 2, groups[gi], &lens[li], 1, 0);
+            attn_case(dims[di], 2, groups[gi], lens7, 7, 0);
+        }
+    /* Edges: an empty sequence (zeros) in a batch; head_dim 72 (9 of 16
+     * lanes of a row group work); head_dim 256 with a group of 16 (two head
+     * chunks per KV head, MQA); head_dim 8 (one lane a row); rows not
+     * 8-element aligned (2-byte loads). */
+    const int l0[] = {0, 300, 5}, l72[] = {1, 600}, l256[] = {513, 40}, l8[] = {300},
+              lun[] = {1000, 3};
+    attn_case(128, 2, 4, l0, 3, 0);
+    attn_case(72, 2, 3, l72, 2, 0);
+    attn_case(256, 1, 16, l256, 2, 0);
+    attn_case(8, 1, 2, l8, 1, 0);
+    attn_case(128, 2, 4, lun, 2, 4);
+    attn_invalid();
+}
+
 /* ---- perf ---------------------------------------------------------------------- */
 
 /* One timed op: the call to repeat and what it must move per call. */
@@ -482,11 +647,21 @@ typedef struct perf_op {
     char shape[64];
     double bytes; /* bytes the op must read + write per call, at least */
     int kind;
-    void *a, *b, *c, *d; /* device buffers, by kind */
-    int i0, i1, i2;      /* sizes, by kind */
+    void *a, *b, *c, *d;          /* device buffers, by kind */
+    int i0, i1, i2;               /* sizes, by kind */
+    const struct attn_perf *attn; /* P_ATTN */
 } perf_op;
 
-enum { P_EMBED, P_RMSNORM, P_ROPE, P_SILU, P_SOFTMAX, P_ARGMAX };
+/* kern_cuda_attn_decode's arguments for a perf case. */
+typedef struct attn_perf {
+    float *out, *q, *ws;
+    uint16_t *k, *v;
+    int32_t *bt, *lens;
+    int max_blocks, n_seq, n_heads, n_kv, head_dim, bs;
+    size_t block_stride, row_stride, ws_bytes;
+} attn_perf;
+
+enum { P_EMBED, P_RMSNORM, P_ROPE, P_SILU, P_SOFTMAX, P_ARGMAX, P_ATTN };
 
 static int perf_call(const perf_op *p) {
     switch (p->kind) {
@@ -500,6 +675,13 @@ static int perf_call(const perf_op *p) {
     case P_SILU: return kern_cuda_silu_mul(p->a, p->b, p->c, (size_t)p->i0, g_stream);
     case P_SOFTMAX: return kern_cuda_softmax(p->a, p->i0, p->i1, g_stream);
     case P_ARGMAX: return kern_cuda_argmax(p->b, p->a, p->i0, p->i1, g_stream);
+    case P_ATTN: {
+        const attn_perf *a = p->attn;
+        return kern_cuda_attn_decode(a->out, a->q, a->k, a->v, a->bt, a->max_blocks, a->lens,
+                                     a->n_seq, a->n_heads, a->n_kv, a->head_dim, a->bs,
+                                     a->block_stride, a->row_stride, 0.08838835f, a->ws,
+                                     a->ws_bytes, g_stream);
+    }
     default: return BRISK_EINVAL;
     }
 }
@@ -573,6 +755,47 @@ static void perf_run(perf_op *p, double copy_bw) {
     double s = perf_time(p), bw = p->bytes / s;
     printf("  %-10s %-24s %9.2f us %8.1f GB/s %5.1f%% of copy %5.1f%% of peak\n", p->name, p->shape,
            s * 1e6, bw * 1e-9, 100.0 * bw / copy_bw, 100.0 * bw / g_peak_bw);
+}
+
+/* Decode attention, llama-3-8b: 32 heads, 8 KV heads of 128, context 4096,
+ * block size 16, each sequence's blocks contiguous in the pool; the pool
+ * holds f16 0x3c3c (~1.06). Minimal traffic: every K and V element of the
+ * context once, q read and out written. */
+static void perf_attn(double copy_bw) {
+    const int heads = 32, kv = 8, hd = 128, ctx = 4096, bs = 16, batches[] = {1, 64};
+    for (size_t k = 0; k < ARRAY_LEN(batches); k++) {
+        attn_perf a = {.n_seq = batches[k], .n_heads = heads, .n_kv = kv, .head_dim = hd, .bs = bs};
+        a.max_blocks = ctx / bs;
+        a.row_stride = (size_t)kv * hd;
+        a.block_stride = (size_t)bs * a.row_stride;
+        size_t pool = (size_t)a.n_seq * a.max_blocks * a.block_stride * sizeof(uint16_t);
+        size_t q_n = (size_t)a.n_seq * heads * hd;
+        a.k = dev_alloc(pool);
+        a.v = dev_alloc(pool);
+        must(kern_cuda_memset(a.k, 0x3c, pool, g_stream), "kern_cuda_memset");
+        must(kern_cuda_memset(a.v, 0x3c, pool, g_stream), "kern_cuda_memset");
+        int32_t *bt = xmalloc((size_t)a.n_seq * a.max_blocks * sizeof(int32_t));
+        int32_t *lens = xmalloc((size_t)a.n_seq * sizeof(int32_t));
+        for (int i = 0; i < a.n_seq * a.max_blocks; i++)
+            bt[i] = i;
+        for (int s = 0; s < a.n_seq; s++)
+            lens[s] = ctx;
+        a.bt = dev_from(bt, (size_t)a.n_seq * a.max_blocks * sizeof(int32_t));
+        a.lens = dev_from(lens, (size_t)a.n_seq * sizeof(int32_t));
+        a.q = dev_random(q_n, 1.0f);
+        a.out = dev_alloc(q_n * sizeof(float));
+        a.ws_bytes = kern_cuda_attn_decode_workspace(a.n_seq, heads, hd, a.max_blocks, bs);
+        a.ws = a.ws_bytes ? dev_alloc(a.ws_bytes) : NULL;
+        perf_op op = {.name = "attn_decode",
+                      .bytes = 2.0 * (double)pool + 2.0 * (double)q_n * 4,
+                      .kind = P_ATTN,
+                      .attn = &a};
+        snprintf(op.shape, sizeof op.shape, "32/8x128,ctx=%d,seqs=%d", ctx, a.n_seq);
+        perf_run(&op, copy_bw);
+        dev_free(a.k), dev_free(a.v), dev_free(a.bt), dev_free(a.lens), dev_free(a.q);
+        dev_free(a.out), dev_free(a.ws);
+        free(bt), free(lens);
+    }
 }
 
 static void perf_all(void) {
@@ -682,13 +905,15 @@ static void perf_all(void) {
     dev_free(d_table);
     dev_free(d_ids);
     dev_free(d_flag);
+    perf_attn(copy_bw);
 }
 
 /* ---- main ---------------------------------------------------------------------- */
 
 static int usage(void) {
-    fprintf(stderr, "usage: test_cuda_ops [test|perf] [-o OP]\n"
-                    "  OP: embedding rmsnorm rope silu_mul softmax argmax (substring)\n");
+    fprintf(stderr,
+            "usage: test_cuda_ops [test|perf] [-o OP]\n"
+            "  OP: embedding rmsnorm rope silu_mul softmax argmax attn_decode (substring)\n");
     return 2;
 }
 
@@ -727,8 +952,10 @@ int main(int argc, char **argv) {
     struct {
         const char *name;
         void (*run)(void);
-    } tests[] = {{"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
-                 {"silu_mul", test_silu_mul},   {"softmax", test_softmax}, {"argmax", test_argmax}};
+    } tests[] = {
+        {"embedding", test_embedding},    {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
+        {"silu_mul", test_silu_mul},      {"softmax", test_softmax}, {"argmax", test_argmax},
+        {"attn_decode", test_attn_decode}};
     for (size_t i = 0; i < ARRAY_LEN(tests); i++)
         if (selected(tests[i].name)) {
             printf("%s:\n", tests[i].name);
