@@ -29,6 +29,7 @@ typedef struct seq {
     int n_ptoks;
     int sent_ptoks;
     int ready;            /* hist, sampler and text set up (on entering the engine) */
+    int left_waiting;     /* no longer counted against the submit-side waiting caps */
     double t_submit, t_admit;
 } seq;
 
@@ -310,8 +311,8 @@ static seq *find_seq(sched_engine *e, const void *user) {
 
 /* A sequence leaves the submit-side waiting count when it first runs or ends. */
 static void uncount_waiting(sched_engine *e, seq *s) {
-    if (s->t_admit != 0) return;
-    s->t_admit = -1; /* counted out; brisk_now() once really admitted */
+    if (s->left_waiting) return;
+    s->left_waiting = 1;
     pthread_mutex_lock(&e->mu);
     e->n_waiting--;
     e->waiting_tokens -= s->p.n_prompt;
@@ -415,7 +416,7 @@ static void step(sched_engine *e) {
     int n = 0;
     for (int i = 0; i < plan.n_entries; i++) {
         seq *s = (seq *)plan.entries[i].req;
-        if (s->t_admit <= 0) {
+        if (s->t_admit == 0) { /* first admission (not a return after preemption) */
             uncount_waiting(e, s);
             s->t_admit = now;
         }

@@ -435,6 +435,15 @@ static void w_chat_logprobs_field(api_w *w, const srv_choice *c, int want_logpro
         w_lit(w, "null");
 }
 
+/* Closes the choices array, adds usage when given, ends the object. */
+static char *w_choices_end(api_w *w, const srv_usage *usage) {
+    w_lit(w, "]");
+    if (usage)
+        w_usage(w, usage);
+    w_lit(w, "}");
+    return w_finish(w, NULL);
+}
+
 char *srv_api_completion_json(const char *id, int64_t created, const char *model,
                               const srv_choice *choices, int n, const srv_usage *usage,
                               int want_logprobs) {
@@ -446,11 +455,7 @@ char *srv_api_completion_json(const char *id, int64_t created, const char *model
             w_lit(&w, ",");
         w_completion_choice(&w, &choices[i], want_logprobs);
     }
-    w_lit(&w, "]");
-    if (usage)
-        w_usage(&w, usage);
-    w_lit(&w, "}");
-    return w_finish(&w, NULL);
+    return w_choices_end(&w, usage);
 }
 
 char *srv_api_chat_json(const char *id, int64_t created, const char *model,
@@ -472,11 +477,7 @@ char *srv_api_chat_json(const char *id, int64_t created, const char *model,
         w_finish_reason(&w, c->finish_reason);
         w_lit(&w, "}");
     }
-    w_lit(&w, "]");
-    if (usage)
-        w_usage(&w, usage);
-    w_lit(&w, "}");
-    return w_finish(&w, NULL);
+    return w_choices_end(&w, usage);
 }
 
 char *srv_api_completion_chunk_json(const char *id, int64_t created, const char *model,
@@ -487,11 +488,7 @@ char *srv_api_completion_chunk_json(const char *id, int64_t created, const char 
     w_lit(&w, ",\"choices\":[");
     if (c)
         w_completion_choice(&w, c, want_logprobs);
-    w_lit(&w, "]");
-    if (usage)
-        w_usage(&w, usage);
-    w_lit(&w, "}");
-    return w_finish(&w, NULL);
+    return w_choices_end(&w, usage);
 }
 
 char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model,
@@ -517,11 +514,7 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
         w_finish_reason(&w, c->finish_reason);
         w_lit(&w, "}");
     }
-    w_lit(&w, "]");
-    if (usage)
-        w_usage(&w, usage);
-    w_lit(&w, "}");
-    return w_finish(&w, NULL);
+    return w_choices_end(&w, usage);
 }
 
 char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,

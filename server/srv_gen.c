@@ -487,6 +487,19 @@ static int check_model(srv_app *app, srv_req *r, const char *name) {
     return 0;
 }
 
+/* The steps both endpoints take after parsing: answer a parse failure,
+ * count unknown fields, check the model name. Returns 0 to go on, -1 once
+ * the request has been answered (the caller frees what it parsed). */
+static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e, const srv_gen_params *p) {
+    if (rc < 0) {
+        if (rc == BRISK_ENOMEM) srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        else respond_api_error(r, e);
+        return -1;
+    }
+    srv_metrics_count_unknown_fields(app->metrics, p->n_unknown_fields);
+    return check_model(app, r, p->model);
+}
+
 static int32_t *tokenize(srv_app *app, const char *text, size_t len, int flags, int *n_out) {
     int cap = (int)(len < 1024 ? 1024 : len + 16);
     if (len > (size_t)1 << 28) return NULL;
@@ -713,14 +726,8 @@ void srv_gen_completions(srv_req *r) {
     srv_completion_req cr;
     srv_api_error e;
     int rc = srv_api_parse_completion(body, len, &app->limits, &cr, &e);
-    if (rc < 0) {
-        if (rc == BRISK_ENOMEM) srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
-        else respond_api_error(r, &e);
-        return;
-    }
-    srv_metrics_count_unknown_fields(app->metrics, cr.params.n_unknown_fields);
-    if (check_model(app, r, cr.params.model) < 0) {
-        srv_completion_req_free(&cr);
+    if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
+        if (rc == 0) srv_completion_req_free(&cr);
         return;
     }
     gen_req *g = gen_new(app, r, 0, &cr.params, cr.n_prompts);
@@ -775,14 +782,8 @@ void srv_gen_chat(srv_req *r) {
     srv_chat_req cr;
     srv_api_error e;
     int rc = srv_api_parse_chat(body, len, &app->limits, &cr, &e);
-    if (rc < 0) {
-        if (rc == BRISK_ENOMEM) srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
-        else respond_api_error(r, &e);
-        return;
-    }
-    srv_metrics_count_unknown_fields(app->metrics, cr.params.n_unknown_fields);
-    if (check_model(app, r, cr.params.model) < 0) {
-        srv_chat_req_free(&cr);
+    if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
+        if (rc == 0) srv_chat_req_free(&cr);
         return;
     }
     model_chat_msg *msgs = calloc((size_t)cr.n_msgs, sizeof *msgs);
