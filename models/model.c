@@ -34,7 +34,7 @@ const char *model_weights_fmt_name(model_weights_fmt f) {
     return "?";
 }
 
-static void *model_alloc_owned(model *m, size_t bytes) {
+void *model_alloc_owned(model *m, size_t bytes) {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? m->cap_owned * 2 : 64;
         void **p = realloc(m->owned, (size_t)cap * sizeof *p);
@@ -88,7 +88,7 @@ static int model_meta_f32(const gguf_file *gf, const char *arch, const char *suf
     return 0;
 }
 
-static int model_read_config(model *m, char *err, size_t err_len) {
+int model_read_config(model *m, char *err, size_t err_len) {
     const gguf_file *gf = m->gf;
     model_config *c = &m->cfg;
     gguf_str arch_s;
@@ -230,7 +230,7 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
     return 0;
 }
 
-static kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in) {
+kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in) {
     switch (fmt) {
     case MODEL_WEIGHTS_F32: return KERN_TYPE_F32;
     case MODEL_WEIGHTS_F16: return KERN_TYPE_F16;
@@ -393,7 +393,7 @@ static size_t model_matrix_bytes(const model_matrix *mm) {
     return kern_row_bytes(mm->type, mm->n_in) * (size_t)mm->n_out;
 }
 
-static void model_count_bytes(model *m) {
+void model_count_bytes(model *m) {
     const model_config *c = &m->cfg;
     size_t b = model_matrix_bytes(&m->w.output) + (size_t)c->dim * sizeof(float);
     for (int l = 0; l < c->n_layers; l++) {
@@ -409,6 +409,7 @@ static void model_count_bytes(model *m) {
 int model_load(const char *path, const model_load_opts *opts, model **out, char *err,
                size_t err_len) {
     *out = NULL;
+    if (opts && opts->dummy) return model_create_dummy(opts, out, err, err_len);
     model *m = calloc(1, sizeof *m);
     if (!m) return ERR(BRISK_ENOMEM, "model: out of memory");
     m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
@@ -447,6 +448,7 @@ void model_free(model *m) {
     free(m->w.layers);
     tok_vocab_free(m->vocab);
     gguf_close(m->gf);
+    gguf_close(m->tok_gf);
     free(m->name);
     free(m->chat_template);
     free(m);

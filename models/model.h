@@ -87,7 +87,23 @@ typedef struct model model;
 typedef struct model_load_opts {
     model_weights_fmt weights;
     kern_pool *pool; /* borrowed, used to convert weights in parallel; may be NULL */
+    /* Dummy weights (as vLLM's load_format=dummy): when set, model_load
+     * ignores path and builds the named shape (model_dummy_configs) with
+     * seeded random weights, so throughput can be measured on real sizes
+     * without weight files. The vocabulary comes from the GGUF file
+     * `tokenizer` (any model or vocab-only file with at most the shape's
+     * n_vocab tokens) or, when NULL, is a synthetic SentencePiece vocabulary
+     * (byte fallback, letters and letter pairs, fillers) of n_vocab tokens. */
+    const char *dummy;
+    const char *tokenizer;
+    uint64_t dummy_seed;
 } model_load_opts;
+
+/* The names --dummy-weights accepts, NULL-terminated. */
+extern const char *const model_dummy_configs[];
+/* The configuration of a dummy shape (n_vocab and tied_output included);
+ * BRISK_EINVAL for an unknown name. */
+int model_dummy_config(const char *name, model_config *out);
 
 /* Loads path (GGUF). On failure *out is NULL, err holds a one-line reason
  * and a negative BRISK_E* code is returned. */

@@ -11,6 +11,7 @@ struct model {
     model_weights_fmt fmt;
     tok_vocab *vocab;
     gguf_file *gf;        /* owns the mmap that unconverted weights point into */
+    gguf_file *tok_gf;    /* dummy models: the file the vocabulary came from, or NULL */
     void **owned;         /* buffers of converted tensors, freed with the model */
     int n_owned, cap_owned;
     char *name;
@@ -18,5 +19,13 @@ struct model {
     int64_t n_params;
     size_t weight_bytes;
 };
+
+/* Shared by model.c and model_dummy.c. */
+void *model_alloc_owned(model *m, size_t bytes); /* 64-byte aligned, freed with the model */
+int model_read_config(model *m, char *err, size_t err_len); /* from m->gf's metadata */
+void model_count_bytes(model *m);
+kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in);
+/* model_dummy.c: the model_load path for opts->dummy. */
+int model_create_dummy(const model_load_opts *opts, model **out, char *err, size_t err_len);
 
 #endif

@@ -523,7 +523,7 @@ static int engine_load(sched_engine *e) {
         snprintf(e->load_err, sizeof e->load_err, "cannot start the thread pool");
         return BRISK_ENOMEM;
     }
-    model_load_opts lo = {e->cfg.weights, e->pool};
+    model_load_opts lo = {.weights = e->cfg.weights, .pool = e->pool, .dummy = e->cfg.dummy, .tokenizer = e->cfg.tokenizer};
     int rc = model_load(e->model_path, &lo, &e->m, err, sizeof err);
     if (rc < 0) {
         snprintf(e->load_err, sizeof e->load_err, "%s", err);

@@ -39,6 +39,8 @@ typedef struct sched_engine sched_engine;
 
 typedef struct sched_engine_config {
     const char *model_path;
+    const char *dummy;     /* --dummy-weights CONFIG: random weights, model_path unused */
+    const char *tokenizer; /* vocabulary of a dummy model (NULL: synthetic) */
     model_weights_fmt weights;
     int n_threads;        /* <= 0: all cores */
     int max_seqs;         /* sequences running at once */

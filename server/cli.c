@@ -1,5 +1,7 @@
 #include "server/cli.h"
 
+#include "models/model.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -104,4 +106,25 @@ const char *cli_default_model(void) {
         return NULL;
     struct stat sb;
     return stat(path, &sb) == 0 ? path : NULL;
+}
+
+int cli_check_dummy(const char *dummy, const char *tokenizer, const char *model_path) {
+    if (!dummy) {
+        if (tokenizer) {
+            cli_error("--tokenizer only goes with --dummy-weights (a model file has its own vocabulary)");
+            return -1;
+        }
+        return 0;
+    }
+    if (model_path) {
+        cli_error("--model and --dummy-weights exclude each other");
+        return -1;
+    }
+    for (int i = 0; model_dummy_configs[i]; i++)
+        if (!strcmp(dummy, model_dummy_configs[i])) return 0;
+    char list[256] = "";
+    for (int i = 0; model_dummy_configs[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", model_dummy_configs[i]);
+    cli_error("--dummy-weights: unknown configuration '%s' (known: %s)", dummy, list);
+    return -1;
 }

@@ -28,6 +28,12 @@ int cli_parse_bytes(const char *flag, const char *s, long long lo, long long hi,
  * and returns NULL when the flag has no value. */
 const char *cli_value(int argc, char **argv, int *i);
 
+/* --dummy-weights / --tokenizer, shared by serve, generate and bench: after
+ * parsing, checks that dummy (may be NULL) names a known shape, that
+ * tokenizer is only given with it and that --model is not; prints the error
+ * and returns -1 otherwise. */
+int cli_check_dummy(const char *dummy, const char *tokenizer, const char *model_path);
+
 /* The default model path: $BRISK_MODEL, else the cache path the fetch script
  * uses, if that file exists; else NULL. */
 const char *cli_default_model(void);

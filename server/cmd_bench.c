@@ -77,13 +77,17 @@ static void bench_json_string(FILE *f, const char *s) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL;
+    const char *model_path = NULL, *dummy = NULL, *tokenizer = NULL;
     model_weights_fmt fmt = MODEL_WEIGHTS_AUTO;
     long threads = 0, n_pp = 512, n_tg = 128, reps = 3;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
             if (!(model_path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--dummy-weights")) {
+            if (!(dummy = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--tokenizer")) {
+            if (!(tokenizer = cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--weights")) {
             if (!(v = cli_value(argc, argv, &i))) return 2;
             if (model_weights_fmt_parse(v, &fmt) < 0) {
@@ -100,11 +104,13 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1000, &reps)) return 2;
         } else {
             cli_error("bench: unknown option '%s'", a);
-            fprintf(stderr, "usage: brisk bench --model PATH [--weights auto|f32|f16|int8] "
+            fprintf(stderr, "usage: brisk bench --model PATH | --dummy-weights CONFIG [--weights auto|f32|f16|int8] "
                             "[--threads N] [-p 512] [-n 128] [--reps 3]\n");
             return 2;
         }
     }
+    if (cli_check_dummy(dummy, tokenizer, model_path) < 0) return 2;
+    if (dummy) model_path = dummy;
     if (!model_path) model_path = cli_default_model();
     if (!model_path) {
         cli_error("bench: --model is required");
@@ -118,7 +124,7 @@ int cmd_bench(int argc, char **argv) {
     kv_cache *kv = NULL;
     int32_t *ids = NULL;
     if (!pool) goto out;
-    model_load_opts lo = {fmt, pool};
+    model_load_opts lo = {.weights = fmt, .pool = pool, .dummy = dummy, .tokenizer = tokenizer};
     if (model_load(model_path, &lo, &m, err, sizeof err) < 0) {
         cli_error("%s", err);
         goto out;

@@ -16,6 +16,7 @@
 static void generate_usage(void) {
     fprintf(stderr,
             "usage: brisk generate --model PATH [--prompt TEXT] [-n N] [--temp T] [--seed S]\n"
+            "         [--dummy-weights CONFIG [--tokenizer GGUF]] (random weights, see serve --help)\n"
             "         [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
             "         [--presence-penalty X] [--frequency-penalty X] [--weights auto|f32|f16|int8]\n"
             "         [--threads N] [--ctx N] [--ignore-eos] [--special] [--no-bos]\n"
@@ -25,7 +26,7 @@ static void generate_usage(void) {
 }
 
 typedef struct gen_opts {
-    const char *model, *prompt, *prompt_ids, *dump_logits;
+    const char *model, *prompt, *prompt_ids, *dump_logits, *dummy, *tokenizer;
     long n_predict, threads, ctx;
     int ignore_eos, special, no_bos;
     model_weights_fmt weights;
@@ -50,6 +51,8 @@ static int generate_parse(int argc, char **argv, gen_opts *o) {
         double fv;
 #define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
+        else if (!strcmp(a, "--dummy-weights")) { VAL(); o->dummy = v; }
+        else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
         else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
         else if (!strcmp(a, "--prompt-ids")) { VAL(); o->prompt_ids = v; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
@@ -90,6 +93,8 @@ static int generate_parse(int argc, char **argv, gen_opts *o) {
         else { cli_error("generate: unknown option '%s'", a); generate_usage(); return 2; }
 #undef VAL
     }
+    if (cli_check_dummy(o->dummy, o->tokenizer, o->model) < 0) return 2;
+    if (o->dummy) o->model = o->dummy;
     if (!o->model) o->model = cli_default_model();
     if (!o->model) {
         cli_error("generate: --model is required (or run scripts/fetch-model.sh for the default)");
@@ -205,7 +210,7 @@ int cmd_generate(int argc, char **argv) {
         cli_error("cannot start the thread pool");
         goto out;
     }
-    model_load_opts lo = {o.weights, pool};
+    model_load_opts lo = {.weights = o.weights, .pool = pool, .dummy = o.dummy, .tokenizer = o.tokenizer};
     double t_load = brisk_now();
     if (model_load(o.model, &lo, &m, err, sizeof err) < 0) {
         cli_error("%s", err);

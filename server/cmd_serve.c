@@ -13,6 +13,9 @@ static void serve_usage(FILE *f) {
             "usage: brisk serve [--model PATH] [--host 127.0.0.1] [--port 8080] [options]\n"
             "model and engine:\n"
             "  --model PATH                 GGUF file (default: $BRISK_MODEL or the fetched SmolLM2)\n"
+            "  --dummy-weights CONFIG       random weights in a real shape instead of --model:\n"
+            "                               llama-3-8b llama-3.2-1b qwen2.5-7b smollm2-135m stories110m\n"
+            "  --tokenizer GGUF             vocabulary for --dummy-weights (default: synthetic)\n"
             "  --served-model-name NAME     name in the API (default: the file name without .gguf)\n"
             "  --weights auto|f32|f16|int8  compute format of the weights (auto)\n"
             "  --threads N                  compute threads (all cores)\n"
@@ -78,6 +81,12 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
             VAL();
             c.model_path = v;
+        } else if (!strcmp(a, "--dummy-weights")) {
+            VAL();
+            c.dummy = v;
+        } else if (!strcmp(a, "--tokenizer")) {
+            VAL();
+            c.tokenizer = v;
         } else if (!strcmp(a, "--host")) {
             VAL();
             c.host = v;
@@ -204,6 +213,8 @@ int cmd_serve(int argc, char **argv) {
 #undef VAL
 #undef INT
     }
+    if (cli_check_dummy(c.dummy, c.tokenizer, c.model_path) < 0) goto done;
+    if (c.dummy) c.model_path = c.dummy; /* the engine's name for it; nothing is opened */
     if (!c.model_path) c.model_path = cli_default_model();
     if (!c.model_path) {
         cli_error("serve: no model: pass --model PATH or run scripts/fetch-model.sh");

@@ -192,6 +192,7 @@ int srv_app_run(const srv_app_config *cfg) {
     app->cfg = *cfg;
     app->created = (int64_t)time(NULL);
     if (cfg->served_name) snprintf(app->served_name, sizeof app->served_name, "%s", cfg->served_name);
+    else if (cfg->dummy) snprintf(app->served_name, sizeof app->served_name, "%s", cfg->dummy);
     else base_name(cfg->model_path, app->served_name, sizeof app->served_name);
     app->loop = uv_default_loop();
     srv_metrics_config mc = srv_metrics_config_default();
@@ -239,6 +240,8 @@ int srv_app_run(const srv_app_config *cfg) {
     app->drain_timer.data = app;
     sched_engine_config ec = cfg->engine;
     ec.model_path = cfg->model_path;
+    ec.dummy = cfg->dummy;
+    ec.tokenizer = cfg->tokenizer;
     if (sched_engine_create(&ec, &app->eng_async, &app->eng, err, sizeof err) < 0) {
         BRISK_ERROR("%s", err);
         app->exit_code = 1;

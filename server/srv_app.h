@@ -18,6 +18,8 @@
 
 typedef struct srv_app_config {
     const char *model_path;
+    const char *dummy;         /* --dummy-weights CONFIG instead of a model file */
+    const char *tokenizer;     /* --tokenizer GGUF for a dummy model */
     const char *host;
     int port;
     const char *served_name;   /* NULL: the model file's base name without .gguf */

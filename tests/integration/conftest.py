@@ -329,7 +329,7 @@ class RawConn:
 class BriskServer:
     def __init__(self, brisk, model, args, log_path, api_key=None):
         self.brisk = brisk
-        self.model = Path(model)
+        self.model = Path(model) if model else None  # None: the args name it (--dummy-weights)
         self.args = [str(a) for a in args]
         self.log_path = Path(log_path)
         self.api_key = api_key
@@ -351,8 +351,8 @@ class BriskServer:
         return self.url + "/v1"
 
     def start(self, wait_ready=True, timeout=60):
-        argv = [self.brisk.path, "serve", "--model", str(self.model), "--host", "127.0.0.1",
-                "--port", "0"] + self.args
+        argv = [self.brisk.path, "serve"] + (["--model", str(self.model)] if self.model else []) + [
+            "--host", "127.0.0.1", "--port", "0"] + self.args
         self._log_f = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log_f,
                                      stderr=subprocess.STDOUT)

@@ -1098,7 +1098,7 @@ static void test_smollm2_gguf(void) {
         return;
     }
     fclose(fp);
-    model_load_opts o = {MODEL_WEIGHTS_AUTO, NULL};
+    model_load_opts o = {.weights = MODEL_WEIGHTS_AUTO, .pool = NULL};
     model *md = NULL;
     char err[256] = "";
     int rc = model_load(path, &o, &md, err, sizeof err);

@@ -29,7 +29,7 @@ static const int32_t golden[200] = {
     426, 436, 13,  438, 310, 279, 292, 416, 439, 413, 391, 267, 281, 421, 427, 311, 357, 432, 384, 358};
 
 static model *load(const char *path, model_weights_fmt fmt, kern_pool *pool) {
-    model_load_opts o = {fmt, pool};
+    model_load_opts o = {.weights = fmt, .pool = pool};
     model *m = NULL;
     char err[256];
     if (model_load(path, &o, &m, err, sizeof err) < 0) fprintf(stderr, "load: %s\n", err);
@@ -203,7 +203,7 @@ int main(void) {
     snprintf(vocab_only, sizeof vocab_only, "%s/vocab/ggml-vocab-llama-spm.gguf", bt_shared_dir());
     model *bad = NULL;
     err[0] = 0;
-    model_load_opts o = {MODEL_WEIGHTS_AUTO, pool2};
+    model_load_opts o = {.weights = MODEL_WEIGHTS_AUTO, .pool = pool2};
     rc = model_load(vocab_only, &o, &bad, err, sizeof err);
     CHECK(rc < 0 && bad == NULL && err[0] && !strchr(err, '\n'), "vocab-only refused: %s", err);
 
