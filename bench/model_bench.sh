@@ -6,6 +6,9 @@
 #   bench/results/<YYYY-MM-DD>-<machine>-model-bench.json
 # where <machine> is $BRISK_MACHINE or the host name.
 #
+# DUMMY=stories110m (any --dummy-weights CONFIG) measures that shape with random
+# weights instead of SmolLM2; the file name then ends in -model-bench-<CONFIG>.json.
+#
 # Environment (defaults): BRISK_BIN (build/bin/brisk), THREADS (2),
 # WEIGHTS ("auto int8 f16 f32"), PP (512), TG (128), REPS (brisk's default),
 # BRISK_MACHINE (hostname).
@@ -20,28 +23,36 @@ TG=${TG:-128}
 MACHINE=${BRISK_MACHINE:-$(hostname)}
 DATE=$(date +%Y-%m-%d)
 OUT=bench/results/$DATE-$MACHINE-model-bench.json
+DUMMY=${DUMMY:-}
+[ -n "$DUMMY" ] && OUT=bench/results/$DATE-$MACHINE-model-bench-$DUMMY.json
 
 if [ ! -x "$BRISK" ]; then
     echo "model_bench: $BRISK not found; run scripts/build.sh first" >&2
     exit 1
 fi
-MODEL=$(bash scripts/fetch-model.sh --print-path)
+if [ -n "$DUMMY" ]; then
+    SRC=(--dummy-weights "$DUMMY")
+    TITLE="dummy $DUMMY (random weights)"
+else
+    SRC=(--model "$(bash scripts/fetch-model.sh --print-path)")
+    TITLE="SmolLM2-135M-Instruct"
+fi
 
 ROWS=$(mktemp)
 trap 'rm -f "$ROWS"' EXIT
 for w in $WEIGHTS; do
     echo "model_bench: $w, $THREADS threads, pp$PP tg$TG ..." >&2
-    args=(bench --model "$MODEL" --weights "$w" --threads "$THREADS" -p "$PP" -n "$TG")
+    args=(bench "${SRC[@]}" --weights "$w" --threads "$THREADS" -p "$PP" -n "$TG")
     [ -n "${REPS:-}" ] && args+=(--reps "$REPS")
     "$BRISK" "${args[@]}" | tr -d '\n' >> "$ROWS"
     echo >> "$ROWS"
 done
 
 mkdir -p bench/results
-python3 - "$ROWS" "$OUT" "$MACHINE" "$DATE" "$THREADS" <<'PYEOF'
+python3 - "$ROWS" "$OUT" "$MACHINE" "$DATE" "$THREADS" "$TITLE" <<'PYEOF'
 import json, os, subprocess, sys
 
-rows_path, out_path, machine, date, threads = sys.argv[1:6]
+rows_path, out_path, machine, date, threads, title = sys.argv[1:7]
 rows = [json.loads(line) for line in open(rows_path) if line.strip()]
 
 cpu = "unknown"
@@ -74,7 +85,7 @@ with open(out_path, "w") as f:
     json.dump(result, f, indent=2)
     f.write("\n")
 
-print(f"SmolLM2-135M-Instruct, {cpu}, {threads} threads, commit {commit[:12]}\n")
+print(f"{title}, {cpu}, {threads} threads, commit {commit[:12]}\n")
 pp = rows[0].get("pp", 512) if rows else 512
 tg = rows[0].get("tg", 128) if rows else 128
 print(f"| format | pp{pp} tok/s | tg{tg} tok/s | weight MB/token | read bandwidth GB/s "
