@@ -2,6 +2,7 @@
  * min-p, and a seeded xoshiro256** generator so a seed reproduces output. */
 #include "models/sampler.h"
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_rng.h"
 
 #include <math.h>
@@ -34,12 +35,12 @@ static double sampler_uniform(uint64_t s[4]) { return brisk_rng_uniform(s); }
 
 model_sampler *model_sampler_create(const model_sampling *p, int n_vocab) {
     if (n_vocab <= 0) return NULL;
-    model_sampler *s = calloc(1, sizeof *s);
+    model_sampler *s = brisk_calloc(1, sizeof *s);
     if (!s) return NULL;
     s->p = *p;
     s->n_vocab = n_vocab;
-    s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
-    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+    s->cands = brisk_malloc((size_t)n_vocab * sizeof *s->cands);
+    s->counts = brisk_calloc((size_t)n_vocab, sizeof *s->counts);
     if (!s->cands || !s->counts) {
         model_sampler_free(s);
         return NULL;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_pool.h"
@@ -28,6 +29,7 @@ typedef struct seq {
     sched_token *ptoks;   /* prompt log-probs, sent with the first event */
     int n_ptoks;
     int sent_ptoks;
+    sched_event *final_ev; /* allocated at submit: the final event never waits for memory */
     int ready;            /* hist, sampler and text set up (on entering the engine) */
     int left_waiting;     /* no longer counted against the submit-side waiting caps */
     double t_submit, t_admit;
@@ -119,6 +121,7 @@ static void seq_free(seq *s) {
     seq_text_free(&s->text);
     free(s->toks);
     free(s->ptoks);
+    sched_event_free(s->final_ev);
     free(s);
 }
 
@@ -141,15 +144,24 @@ sched_event *sched_engine_drain(sched_engine *e) {
 }
 
 /* Builds the event for s: new text, tokens since the last event and, on the
- * first event, the prompt log-probs. finish != NONE makes it the last. */
+ * first event, the prompt log-probs. finish != NONE makes it the last, and
+ * the last one always goes out: its record was allocated at submit, and when
+ * its text cannot be taken it ends the sequence as an error instead. A delta
+ * that fails leaves everything in s for the next event. */
 static int seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *err) {
-    sched_event *ev = calloc(1, sizeof *ev);
+    int final = finish != SCHED_FINISH_NONE;
+    sched_event *ev = final ? s->final_ev : brisk_calloc(1, sizeof *ev);
     if (!ev) return BRISK_ENOMEM;
+    if (final) s->final_ev = NULL;
     ev->user = s->p.user;
     ev->finish = finish;
-    if (seq_text_take(&s->text, finish != SCHED_FINISH_NONE, &ev->text, &ev->text_len) < 0) {
-        free(ev);
-        return BRISK_ENOMEM;
+    if (seq_text_take(&s->text, final, &ev->text, &ev->text_len) < 0) {
+        if (!final) {
+            free(ev);
+            return BRISK_ENOMEM;
+        }
+        ev->finish = SCHED_FINISH_ERROR;
+        err = "out of memory";
     }
     ev->n_tokens = s->n_toks;
     ev->tokens = s->toks;
@@ -175,8 +187,13 @@ static int seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *er
 int sched_engine_submit(sched_engine *e, sched_seq_params *p) {
     if (!e || !p || !p->prompt || p->n_prompt < 1 || p->max_tokens < 1 || p->logprobs > SCHED_MAX_TOP_LOGPROBS)
         return BRISK_EINVAL;
-    seq *s = calloc(1, sizeof *s);
+    seq *s = brisk_calloc(1, sizeof *s);
     if (!s) return BRISK_ENOMEM;
+    s->final_ev = brisk_calloc(1, sizeof *s->final_ev);
+    if (!s->final_ev) {
+        free(s);
+        return BRISK_ENOMEM;
+    }
     pthread_mutex_lock(&e->mu);
     int rc = 0;
     if (e->state != SCHED_READY) rc = BRISK_EUNSUPPORTED;
@@ -198,12 +215,15 @@ int sched_engine_submit(sched_engine *e, sched_seq_params *p) {
         pthread_cond_signal(&e->cv);
     }
     pthread_mutex_unlock(&e->mu);
-    if (rc) free(s);
+    if (rc) {
+        free(s->final_ev);
+        free(s);
+    }
     return rc;
 }
 
 void sched_engine_cancel(sched_engine *e, void *user) {
-    cancel_msg *c = calloc(1, sizeof *c);
+    cancel_msg *c = brisk_calloc(1, sizeof *c);
     if (!c) return; /* the sequence runs to its end instead */
     c->user = user;
     pthread_mutex_lock(&e->mu);
@@ -237,29 +257,19 @@ void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out) {
 
 /* ---- engine thread ---------------------------------------------------- */
 
-/* Ends s: out of the scheduler (its KV blocks freed now), final event, freed. */
+/* Ends s: out of the scheduler (its KV blocks freed now), final event, freed.
+ * The final event cannot fail (see seq_emit), so the server always learns
+ * that the sequence ended and can release its request. */
 static void seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err) {
     if (s->ready) sched_core_remove(e->core, &s->req);
-    if (seq_emit(e, s, f, err) < 0) {
-        /* Out of memory for the final event: one bare final event so the
-         * server can release its request. */
-        sched_event *ev = calloc(1, sizeof *ev);
-        if (ev) {
-            ev->user = s->p.user;
-            ev->finish = SCHED_FINISH_ERROR;
-            snprintf(ev->err, sizeof ev->err, "out of memory");
-            outbox_push(e, ev);
-        } else {
-            BRISK_ERROR("engine: out of memory; a request's final event was lost");
-        }
-    }
+    seq_emit(e, s, f, err);
     seq_free(s);
 }
 
 static int push_token(seq *s, const sched_token *t) {
     if (s->n_toks == s->cap_toks) {
         int cap = s->cap_toks ? 2 * s->cap_toks : 8;
-        sched_token *n = realloc(s->toks, (size_t)cap * sizeof *n);
+        sched_token *n = brisk_realloc(s->toks, (size_t)cap * sizeof *n);
         if (!n) return BRISK_ENOMEM;
         s->toks = n;
         s->cap_toks = cap;
@@ -338,11 +348,11 @@ static void seq_enter(sched_engine *e, seq *s) {
     int max_new = e->max_ctx - s->p.n_prompt;
     if (s->p.max_tokens > max_new) s->p.max_tokens = max_new;
     s->cap_hist = s->p.n_prompt + s->p.max_tokens;
-    s->hist = malloc((size_t)s->cap_hist * sizeof *s->hist);
+    s->hist = brisk_malloc((size_t)s->cap_hist * sizeof *s->hist);
     s->sampler = model_sampler_create(&s->p.sampling, c->n_vocab);
     int want_ptoks = s->p.prompt_logprobs && s->p.logprobs >= 0 && s->p.n_prompt > 1;
     if (want_ptoks) {
-        s->ptoks = calloc((size_t)s->p.n_prompt - 1, sizeof *s->ptoks);
+        s->ptoks = brisk_calloc((size_t)s->p.n_prompt - 1, sizeof *s->ptoks);
         s->n_ptoks = s->ptoks ? s->p.n_prompt - 1 : 0;
     }
     if (!s->hist || !s->sampler || (want_ptoks && !s->ptoks) ||

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 
 int seq_text_init(seq_text *t, const tok_vocab *v, const char *const *stop, int n_stop,
@@ -13,7 +14,7 @@ int seq_text_init(seq_text *t, const tok_vocab *v, const char *const *stop, int 
     t->stop = stop;
     t->n_stop = n_stop;
     if (n_stop > 0) {
-        t->stop_len = malloc((size_t)n_stop * sizeof *t->stop_len);
+        t->stop_len = brisk_malloc((size_t)n_stop * sizeof *t->stop_len);
         if (!t->stop_len) return BRISK_ENOMEM;
         for (int i = 0; i < n_stop; i++) t->stop_len[i] = strlen(stop[i]);
     }
@@ -30,7 +31,7 @@ static int reserve(seq_text *t, size_t extra) {
     if (t->len + extra + 1 <= t->cap) return 0;
     size_t cap = t->cap ? t->cap : 256;
     while (cap < t->len + extra + 1) cap *= 2;
-    char *p = realloc(t->pend, cap);
+    char *p = brisk_realloc(t->pend, cap);
     if (!p) return BRISK_ENOMEM;
     t->pend = p;
     t->cap = cap;
@@ -101,7 +102,7 @@ int seq_text_take(seq_text *t, int final, char **out, size_t *len) {
     }
     size_t take = t->len;
     if (!final && !t->stopped) take -= held_back(t);
-    char *s = malloc(take + 1);
+    char *s = brisk_malloc(take + 1);
     if (!s) return BRISK_ENOMEM;
     if (take) memcpy(s, t->pend, take);
     s[take] = '\0';

@@ -3,7 +3,7 @@
 #
 #   Release -> build/        (the default)
 #   Debug   -> build-debug/
-#   asan    -> build-asan/   ASan + UBSan, RelWithDebInfo
+#   asan    -> build-asan/   ASan + UBSan + allocation-failure injection, RelWithDebInfo
 #   tsan    -> build-tsan/   TSan, RelWithDebInfo
 # With CI=true warnings are errors (-DBRISK_WERROR=ON).
 # Extra arguments after the flavour go to cmake's configure step.
@@ -16,11 +16,18 @@ flavour=${1:-Release}
 case "$flavour" in
     Release|release) dir=build;       args=(-DCMAKE_BUILD_TYPE=Release) ;;
     Debug|debug)     dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug) ;;
-    asan|ASan)       dir=build-asan;  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_SANITIZE=ON);;
+    asan|ASan)       dir=build-asan;  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_SANITIZE=ON
+                                            -DBRISK_FAULT_INJECT=ON) ;;
     tsan|TSan)       dir=build-tsan;  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_TSAN=ON) ;;
     *) echo "usage: $0 [Release|Debug|asan|tsan] [cmake args...]" >&2; exit 2 ;;
 esac
 
+# Fault injection only where the flavour asks for it (a cached ON must not
+# reach a Release build).
+case " ${args[*]} " in
+    *" -DBRISK_FAULT_INJECT=ON "*) ;;
+    *) args+=(-DBRISK_FAULT_INJECT=OFF) ;;
+esac
 # Always explicit: a cached ON from a CI-style run must not stick to local builds.
 if [ "${CI:-}" = "true" ]; then
     args+=(-DBRISK_WERROR=ON)

@@ -12,6 +12,7 @@ PKGS=(
     python3 python3-venv python3-pip
     prometheus  # for promtool: the unit tests lint GET /metrics; the daemon is never started
     gnuplot-nox # brisk-bench --plot draws its PNG charts with it
+    valgrind    # scripts/valgrind-serve.sh: memcheck over a short serve session (CI)
 )
 
 missing=()

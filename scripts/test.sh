@@ -3,7 +3,9 @@
 #
 #   1. install the Debian dependencies (fast when present) and fetch SmolLM2
 #   2. Release build -> ctest -> pytest tests/integration
-#   3. ASan+UBSan build -> ctest -> pytest -m "not slow" on the sanitized binary
+#   3. a serve session under Valgrind memcheck (scripts/valgrind-serve.sh, its
+#      own Debug build); ASan+UBSan build (with allocation-failure injection
+#      compiled in) -> ctest -> pytest -m "not slow" on the sanitized binary
 #   4. TSan build -> ctest
 #
 # Every step runs even when an earlier one failed (except that nothing can be
@@ -12,7 +14,7 @@
 # counts as a failure.
 #
 # Environment:
-#   BRISK_TEST_QUICK=1   skip the sanitizer pass (local iteration)
+#   BRISK_TEST_QUICK=1   skip Valgrind and the sanitizer pass (local iteration)
 #   PYTEST_ARGS="..."    extra arguments for both pytest runs (e.g. "-k chat -x")
 #   PYTHON=python3       interpreter used to create .venv-test
 # shellcheck disable=SC2317  # functions run via step(), which shellcheck cannot follow
@@ -111,6 +113,10 @@ if [ "${BRISK_TEST_QUICK:-0}" = "1" ]; then
     SUMMARY+=("SKIP  sanitizer pass (BRISK_TEST_QUICK=1)")
     finish
 fi
+
+# Valgrind memcheck over a short serve session, on its own Debug build
+# (about 20 s with the build).
+step "valgrind serve session" bash scripts/valgrind-serve.sh
 
 # halt_on_error: the first report ends the process, so a test sees it.
 # abort_on_error=0: exit with an error code rather than SIGABRT (no core dumps).

@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "brisk_config.h"
+#include "common/brisk_alloc.h"
+#include "common/brisk_error.h"
+#include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
 #if BRISK_HAVE_CUDA
 #include "kernels/cuda/kern_cuda.h"
@@ -19,6 +22,9 @@ static void print_version(void) {
     if (kern_cuda_describe(cuda, sizeof cuda) == 0) printf(" %s", cuda);
 #endif
     printf("\n");
+    if (brisk_fault_compiled())
+        printf("fault injection: compiled in (BRISK_FAULT_ALLOC=nth:N|rate:P:SEED, SIGUSR2 "
+               "toggles it in serve)\n");
 }
 
 static void print_usage(FILE *f) {
@@ -39,6 +45,14 @@ int main(int argc, char **argv) {
         print_usage(stderr);
         return 2;
     }
+    char err[256];
+    int rc = brisk_alloc_init(err, sizeof err);
+    if (rc == BRISK_EINVAL) {
+        cli_error("%s", err);
+        return 2;
+    }
+    if (rc < 0) /* set in a build without the injector: nothing to inject */
+        BRISK_WARN("%s", err);
     const char *cmd = argv[1];
     int sub_argc = argc - 2;
     char **sub_argv = argv + 2;

@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "server/srv_api.h"
 
@@ -240,7 +241,7 @@ static int check_dups(const cJSON *node, int top, srv_api_error *err) {
                     if (!strcmp(a->string, b->string))
                         return dup_found(a->string, top, err);
         } else {
-            const char **names = malloc(n * sizeof *names);
+            const char **names = brisk_malloc(n * sizeof *names);
             if (!names)
                 return api_oom(err);
             size_t k = 0;
@@ -280,10 +281,14 @@ static int api_parse_tree(const char *body, size_t len, const srv_api_limits *li
     int rc = scan_body(body, len, lim->max_json_depth, err);
     if (rc < 0)
         return rc;
-    /* cJSON cannot tell a syntax error from a failed allocation; after the
-     * scan, a failure is almost surely syntax (a missing comma or colon). */
+    /* cJSON returns NULL both for a syntax error (after the scan, a missing
+     * comma or colon) and for a failed allocation; brisk's cJSON hooks count
+     * the failures, which tells the two apart. */
     const char *end = NULL;
+    unsigned long oom_before = brisk_alloc_cjson_failures();
     cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!j && brisk_alloc_cjson_failures() != oom_before)
+        return api_oom(err);
     if (!j)
         return api_fail(err, NULL, NULL, "invalid JSON body: the body is not valid JSON");
     for (const char *p = end; p < body + len; p++) {
@@ -503,7 +508,7 @@ static int parse_one_stop(const cJSON *it, const srv_api_limits *lim, srv_gen_pa
     if (n > (size_t)lim->max_stop_len)
         return api_fail(err, "invalid_value", "stop", "stop strings must be at most %d bytes",
                         lim->max_stop_len);
-    if (!(p->stop[p->n_stop] = strdup(it->valuestring)))
+    if (!(p->stop[p->n_stop] = brisk_strdup(it->valuestring)))
         return api_oom(err);
     p->n_stop++;
     return 0;
@@ -519,7 +524,7 @@ static int parse_stop(const cJSON *it, const srv_api_limits *lim, srv_gen_params
                         lim->max_stop);
     if (count == 0)
         return 0;
-    if (!(p->stop = calloc((size_t)count, sizeof *p->stop)))
+    if (!(p->stop = brisk_calloc((size_t)count, sizeof *p->stop)))
         return api_oom(err);
     if (!cJSON_IsArray(it))
         return parse_one_stop(it, lim, p, err);
@@ -561,8 +566,8 @@ static int parse_logit_bias(const cJSON *it, const srv_api_limits *lim, srv_gen_
                         "'logit_bias' may have at most %d entries", lim->max_logit_bias);
     if (count == 0)
         return 0;
-    p->logit_bias_ids = malloc((size_t)count * sizeof *p->logit_bias_ids);
-    p->logit_bias = malloc((size_t)count * sizeof *p->logit_bias);
+    p->logit_bias_ids = brisk_malloc((size_t)count * sizeof *p->logit_bias_ids);
+    p->logit_bias = brisk_malloc((size_t)count * sizeof *p->logit_bias);
     if (!p->logit_bias_ids || !p->logit_bias)
         return api_oom(err);
     for (const cJSON *c = it->child; c; c = c->next) {
@@ -644,7 +649,7 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
     const char *s = NULL;
     if ((rc = get_string(f[F_MODEL], "model", &s, err)) < 0)
         return rc;
-    if (rc == 1 && !(p->model = strdup(s)))
+    if (rc == 1 && !(p->model = brisk_strdup(s)))
         return api_oom(err);
     if ((rc = get_int32(f[F_MAX_TOKENS], "max_tokens", 1, INT32_MAX, &p->max_tokens, err)) < 0)
         return rc;
@@ -742,7 +747,7 @@ static int parse_token_ids(const cJSON *arr, int which, const srv_api_limits *li
     int n = cJSON_GetArraySize(arr);
     if (n == 0)
         return api_fail(err, "invalid_value", "prompt", "prompt %d is empty", which);
-    if (!(pr->ids = malloc((size_t)n * sizeof *pr->ids)))
+    if (!(pr->ids = brisk_malloc((size_t)n * sizeof *pr->ids)))
         return api_oom(err);
     pr->is_tokens = 1;
     for (const cJSON *c = arr->child; c; c = c->next) {
@@ -759,7 +764,7 @@ static int parse_text_prompt(const cJSON *it, int which, srv_prompt *pr, srv_api
     size_t n = strlen(it->valuestring);
     if (n == 0)
         return api_fail(err, "invalid_value", "prompt", "prompt %d is empty", which);
-    if (!(pr->text = strdup(it->valuestring)))
+    if (!(pr->text = brisk_strdup(it->valuestring)))
         return api_oom(err);
     pr->text_len = n;
     return 0;
@@ -772,7 +777,7 @@ static int parse_prompt(const cJSON *it, const srv_api_limits *lim, srv_completi
     if (!it)
         return api_fail(err, "missing_required_parameter", "prompt", "'prompt' is required");
     if (cJSON_IsString(it)) {
-        if (!(r->prompts = calloc(1, sizeof *r->prompts)))
+        if (!(r->prompts = brisk_calloc(1, sizeof *r->prompts)))
             return api_oom(err);
         r->n_prompts = 1;
         return parse_text_prompt(it, 0, &r->prompts[0], err);
@@ -783,7 +788,7 @@ static int parse_prompt(const cJSON *it, const srv_api_limits *lim, srv_completi
     if (!first)
         return api_fail(err, "invalid_value", "prompt", "'prompt' must not be empty");
     if (cJSON_IsNumber(first)) { /* one prompt of token ids */
-        if (!(r->prompts = calloc(1, sizeof *r->prompts)))
+        if (!(r->prompts = brisk_calloc(1, sizeof *r->prompts)))
             return api_oom(err);
         r->n_prompts = 1;
         return parse_token_ids(it, 0, lim, &r->prompts[0], err);
@@ -792,7 +797,7 @@ static int parse_prompt(const cJSON *it, const srv_api_limits *lim, srv_completi
     if (n > lim->max_prompts)
         return api_fail(err, "invalid_value", "prompt", "at most %d prompts are allowed",
                         lim->max_prompts);
-    if (!(r->prompts = calloc((size_t)n, sizeof *r->prompts)))
+    if (!(r->prompts = brisk_calloc((size_t)n, sizeof *r->prompts)))
         return api_oom(err);
     int is_text = cJSON_IsString(first), rc;
     if (!is_text && !cJSON_IsArray(first))
@@ -820,7 +825,7 @@ static int parse_content(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
         return api_fail(err, "missing_required_parameter", param, "'%s' is required", param);
     if (cJSON_IsString(it)) {
         m->content_len = strlen(it->valuestring);
-        if (!(m->content = strdup(it->valuestring)))
+        if (!(m->content = brisk_strdup(it->valuestring)))
             return api_oom(err);
         return 0;
     }
@@ -856,7 +861,7 @@ static int parse_content(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
                             param);
         total += strlen(text);
     }
-    if (!(m->content = malloc(total + 1)))
+    if (!(m->content = brisk_malloc(total + 1)))
         return api_oom(err);
     size_t off = 0;
     for (const cJSON *part = it->child; part; part = part->next) {
@@ -928,7 +933,7 @@ static int parse_messages(const cJSON *it, const srv_api_limits *lim, srv_chat_r
     if (n > lim->max_messages)
         return api_fail(err, "invalid_value", "messages", "at most %d messages are allowed",
                         lim->max_messages);
-    if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs)))
+    if (!(r->msgs = brisk_calloc((size_t)n, sizeof *r->msgs)))
         return api_oom(err);
     int rc;
     for (const cJSON *c = it->child; c; c = c->next) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/brisk_alloc.h"
 #include "server/srv_api.h"
 
 /* ---------------------------------------------------------------- UTF-8 */
@@ -96,7 +97,7 @@ size_t srv_utf8_sanitize(const char *s, size_t len, char *out) {
 char *srv_utf8_sanitize_dup(const char *s, size_t len, size_t *out_len) {
     if (len > (SIZE_MAX - 1) / 3)
         return NULL;
-    char *out = malloc(3 * len + 1);
+    char *out = brisk_malloc(3 * len + 1);
     if (!out)
         return NULL;
     size_t n = srv_utf8_sanitize(s, len, out);
@@ -148,7 +149,7 @@ static int w_reserve(api_w *w, size_t extra) {
         }
         cap *= 2;
     }
-    char *p = realloc(w->p, cap);
+    char *p = brisk_realloc(w->p, cap);
     if (!p) {
         w->oom = 1;
         return 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 
@@ -108,6 +109,11 @@ static void on_engine(uv_async_t *a) {
             BRISK_INFO("serving '%s' (context %d, chat template %s)", app->served_name, app->max_ctx,
                        model_chat_kind_name(app->chat.kind));
             app->ready = 1;
+            /* Injection starts only now: loading is not the request path. */
+            if (brisk_fault_configured()) {
+                brisk_fault_arm(1);
+                BRISK_WARN("fault injection armed: BRISK_FAULT_ALLOC=%s", brisk_fault_spec());
+            }
         }
     }
     if (app->ready) srv_gen_on_events(app);
@@ -119,9 +125,31 @@ static void close_cb(uv_handle_t *h) {
     (void)h;
 }
 
+static void log_fault_counts(const char *what) {
+    BRISK_WARN("fault injection %s: %lu of %lu allocations failed", what, brisk_fault_injected(),
+               brisk_fault_seen());
+}
+
+static void on_fault_signal(uv_signal_t *s, int signum) {
+    (void)signum;
+    srv_app *app = s->data;
+    if (!app->ready || !brisk_fault_configured()) return;
+    if (brisk_fault_armed()) {
+        brisk_fault_arm(0);
+        log_fault_counts("disarmed");
+    } else {
+        brisk_fault_arm(1);
+        BRISK_WARN("fault injection armed: BRISK_FAULT_ALLOC=%s", brisk_fault_spec());
+    }
+}
+
 static void shutdown_now(srv_app *app) {
     if (app->shutting_down) return;
     app->shutting_down = 1;
+    if (brisk_fault_armed()) { /* teardown is not the request path */
+        brisk_fault_arm(0);
+        log_fault_counts("disarmed at exit");
+    }
     /* Aborts every request still open (their abort callbacks cancel engine
      * work), then the engine thread stops; requests waiting on engine events
      * are freed without them. */
@@ -138,6 +166,7 @@ static void shutdown_now(srv_app *app) {
     uv_close((uv_handle_t *)&app->sig_term, close_cb);
     uv_close((uv_handle_t *)&app->sig_int, close_cb);
     uv_close((uv_handle_t *)&app->drain_timer, close_cb);
+    if (app->fault_signal_on) uv_close((uv_handle_t *)&app->sig_fault, close_cb);
 }
 
 static void on_drain_tick(uv_timer_t *t) {
@@ -187,7 +216,7 @@ static const char *base_name(const char *path, char *out, size_t cap) {
 }
 
 int srv_app_run(const srv_app_config *cfg) {
-    srv_app *app = calloc(1, sizeof *app);
+    srv_app *app = brisk_calloc(1, sizeof *app);
     if (!app) return 1;
     app->cfg = *cfg;
     app->created = (int64_t)time(NULL);
@@ -236,6 +265,12 @@ int srv_app_run(const srv_app_config *cfg) {
     app->sig_term.data = app->sig_int.data = app;
     uv_signal_start(&app->sig_term, on_signal, SIGTERM);
     uv_signal_start(&app->sig_int, on_signal, SIGINT);
+    if (brisk_fault_compiled()) {
+        uv_signal_init(app->loop, &app->sig_fault);
+        app->sig_fault.data = app;
+        uv_signal_start(&app->sig_fault, on_fault_signal, SIGUSR2);
+        app->fault_signal_on = 1;
+    }
     uv_timer_init(app->loop, &app->drain_timer);
     app->drain_timer.data = app;
     sched_engine_config ec = cfg->engine;

@@ -39,6 +39,8 @@ typedef struct srv_app {
     sched_engine *eng;
     uv_async_t eng_async;
     uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_fault; /* SIGUSR2: toggles allocation-failure injection (fault builds) */
+    int fault_signal_on;
     uv_timer_t drain_timer;
     srv_metrics *metrics;
     char served_name[256];

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "server/srv_http_int.h"
@@ -100,7 +101,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len) {
             return fail(p, 431, "too many header fields");
         if (r->n_hdrs == r->cap_hdrs) {
             int cap = r->cap_hdrs ? 2 * r->cap_hdrs : 16;
-            srv_hdr *n = realloc(r->hdrs, (size_t)cap * sizeof *n);
+            srv_hdr *n = brisk_realloc(r->hdrs, (size_t)cap * sizeof *n);
             if (!n)
                 return fail(p, 503, "out of memory");
             r->hdrs = n;
@@ -256,7 +257,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
             cap *= 2;
         if (cap > max + 1)
             cap = max + 1;
-        char *nb = realloc(r->body, cap);
+        char *nb = brisk_realloc(r->body, cap);
         if (!nb)
             return fail(p, 503, "out of memory");
         r->body = nb;
@@ -476,7 +477,7 @@ int srv_conn_write(srv_conn *c, const char *a, size_t alen, const char *b, size_
         srv_conn_close(c);
         return BRISK_ERANGE;
     }
-    srv_wbuf *w = malloc(sizeof *w + total);
+    srv_wbuf *w = brisk_malloc(sizeof *w + total);
     if (!w) {
         srv_conn_close(c);
         return BRISK_ENOMEM;
@@ -636,16 +637,14 @@ void srv_conn_abort_now(srv_conn *c) {
         cb(r, r->abort_user);
 }
 
-void srv_conn_accept(srv_http *h) {
-    srv_conn *c = calloc(1, sizeof *c);
-    if (!c) {
-        BRISK_WARN("http: out of memory accepting a connection");
-        return;
-    }
+int srv_conn_accept(srv_http *h) {
+    srv_conn *c = brisk_calloc(1, sizeof *c);
+    if (!c)
+        return BRISK_ENOMEM;
     c->h = h;
     if (uv_tcp_init(h->loop, &c->tcp) < 0) {
         free(c);
-        return;
+        return BRISK_EIO;
     }
     uv_timer_init(h->loop, &c->timer);
     c->tcp.data = c;
@@ -666,29 +665,30 @@ void srv_conn_accept(srv_http *h) {
     }
     if (uv_accept((uv_stream_t *)&h->listener, (uv_stream_t *)&c->tcp) < 0) {
         srv_conn_close(c);
-        return;
+        return 0;
     }
     if (over) {
         h->stats.rejected_connections++;
         if (h->n_rejecting > SRV_MAX_REJECTING) {
             srv_conn_close(c);
-            return;
+            return 0;
         }
         c->req = srv_req_create(c);
         if (!c->req) {
             srv_conn_close(c);
-            return;
+            return 0;
         }
         conn_fail(c, 503, "too many connections");
-        return;
+        return 0;
     }
-    c->rbuf = malloc(SRV_RBUF_BYTES);
+    c->rbuf = brisk_malloc(SRV_RBUF_BYTES);
     if (!c->rbuf) {
         srv_conn_close(c);
-        return;
+        return 0;
     }
     srv_conn_parser_init(&c->parser, &h->settings, c);
     uv_tcp_nodelay(&c->tcp, 1);
     conn_timer(c, SRV_T_HEAD, h->cfg.head_timeout_ms);
     conn_update_reading(c);
+    return 0;
 }

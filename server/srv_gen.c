@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "server/srv_app.h"
@@ -60,7 +61,7 @@ static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) 
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap : 256;
         while (c < *len + n + 1) c *= 2;
-        char *p = realloc(*b, c);
+        char *p = brisk_realloc(*b, c);
         if (!p) return BRISK_ENOMEM;
         *b = p;
         *cap = c;
@@ -86,7 +87,7 @@ static void gen_unlink(srv_app *app, gen_req *g) {
 }
 
 static void gen_free(gen_req *g) {
-    for (int i = 0; i < g->n_choices; i++) {
+    for (int i = 0; g->choices && i < g->n_choices; i++) {
         free(g->choices[i].text);
         free(g->choices[i].toks);
         free(g->choices[i].ptoks);
@@ -115,7 +116,7 @@ static char *piece(const tok_vocab *v, int32_t id, size_t *len) {
     char buf[256];
     int n = tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, buf, sizeof buf);
     if (n < 0) n = 0;
-    char *s = malloc((size_t)n + 1);
+    char *s = brisk_malloc((size_t)n + 1);
     if (!s) return NULL;
     if (n <= (int)sizeof buf) memcpy(s, buf, (size_t)n);
     else if (tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, s, (size_t)n + 1) != n) n = 0;
@@ -157,9 +158,9 @@ static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int fir
     if (n <= 0) return 0;
     int n_top = 0;
     for (int i = 0; i < n; i++) n_top += toks[i].n_top;
-    out->lps = calloc((size_t)n, sizeof *out->lps);
-    out->tops = calloc((size_t)n_top + 1, sizeof *out->tops);
-    out->strs = calloc((size_t)(n + n_top), sizeof *out->strs);
+    out->lps = brisk_calloc((size_t)n, sizeof *out->lps);
+    out->tops = brisk_calloc((size_t)n_top + 1, sizeof *out->tops);
+    out->strs = brisk_calloc((size_t)(n + n_top), sizeof *out->strs);
     if (!out->lps || !out->tops || !out->strs) return BRISK_ENOMEM;
     int t = 0;
     for (int i = 0; i < n; i++) {
@@ -214,7 +215,20 @@ static srv_metrics_finish metrics_finish(sched_finish f) {
     }
 }
 
-/* ---- abort ------------------------------------------------------------------ */
+/* ---- failure and abort ---------------------------------------------------------- */
+
+/* The request can no longer be answered right (out of memory for a chunk, a
+ * choice's text or its log-probs, or an engine error): remember why, and
+ * cancel the other choices at once, since nothing they produce can be sent.
+ * The client gets a 500, or in a stream an error event, when the last
+ * choice's final event arrives. */
+static void gen_fail(gen_req *g, const char *why) {
+    if (g->failed) return;
+    g->failed = 1;
+    snprintf(g->err, sizeof g->err, "%s", why);
+    for (int i = 0; i < g->n_choices; i++)
+        if (g->choices[i].live) sched_engine_cancel(g->app->eng, &g->choices[i]);
+}
 
 static void gen_on_abort(srv_req *r, void *user) {
     gen_req *g = user;
@@ -227,16 +241,36 @@ static void gen_on_abort(srv_req *r, void *user) {
 
 /* ---- streaming ---------------------------------------------------------------- */
 
-static void stream_send(gen_req *g, char *json) {
-    if (!json) {
-        g->failed = 1;
-        return;
-    }
+/* Sends one SSE event holding json (freed here). A chunk that cannot be
+ * built fails the request: a stream must never skip a piece silently. */
+static int stream_send(gen_req *g, char *json) {
     size_t n;
-    char *ev = srv_sse_event(json, &n);
+    char *ev = json ? srv_sse_event(json, &n) : NULL;
     free(json);
-    if (ev && g->http) srv_stream_write(g->http, ev, n);
+    if (!ev) {
+        gen_fail(g, "out of memory");
+        return BRISK_ENOMEM;
+    }
+    if (g->http) srv_stream_write(g->http, ev, n);
     free(ev);
+    return 0;
+}
+
+/* The error event that ends a failed stream; a fixed one when even that
+ * cannot be built. */
+static void stream_error(gen_req *g) {
+    srv_api_error e = {500, "server_error", "", NULL, ""};
+    snprintf(e.message, sizeof e.message, "generation failed: %s", g->err[0] ? g->err : "internal error");
+    size_t n;
+    char *ev = srv_sse_error(&e, &n);
+    if (ev) {
+        srv_stream_write(g->http, ev, n);
+        free(ev);
+    } else {
+        static const char oom[] = "data: {\"error\":{\"message\":\"generation failed: out of memory\","
+                                  "\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n";
+        srv_stream_write(g->http, oom, sizeof oom - 1);
+    }
 }
 
 /* One chunk for choice c: text (len bytes) and the tokens since the last. */
@@ -248,7 +282,7 @@ static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len
     int want_lp = g->logprobs >= 0;
     if (want_lp && n_toks && build_lps(app->vocab, toks, n_toks, 0, &c->lp_off, &c->lp_strip, &lp) < 0) {
         free_lps(&lp);
-        g->failed = 1;
+        gen_fail(g, "out of memory");
         return;
     }
     srv_choice ch = {c->index, text, len, finish, lp.lps, want_lp ? n_toks : 0};
@@ -275,6 +309,7 @@ static void gen_observe(gen_req *g) {
         if (g->choices[i].finish == SCHED_FINISH_ABORT && f != SCHED_FINISH_ERROR) f = SCHED_FINISH_ABORT;
         if (g->choices[i].finish == SCHED_FINISH_ERROR) f = SCHED_FINISH_ERROR;
     }
+    if (g->failed) f = SCHED_FINISH_ERROR;
     srv_metrics_request mr = {metrics_finish(f), g->prompt_tokens, completion,
                               g->t_admit > 0 ? g->t_admit - g->t_start : -1, now - g->t_start};
     srv_metrics_observe_request(app->metrics, &mr, now);
@@ -290,20 +325,14 @@ static void gen_finish(gen_req *g) {
     for (int i = 0; i < g->n_choices; i++) completion += g->choices[i].completion_len;
     srv_usage usage = {g->prompt_tokens, completion};
     if (g->http && g->stream) {
-        if (g->failed) {
-            srv_api_error e = {500, "server_error", "", NULL, ""};
-            snprintf(e.message, sizeof e.message, "generation failed: %s", g->err[0] ? g->err : "internal error");
-            size_t n;
-            char *ev = srv_sse_error(&e, &n);
-            if (ev) srv_stream_write(g->http, ev, n);
-            free(ev);
-        } else if (g->include_usage) {
+        if (!g->failed && g->include_usage) {
             char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, NULL, 0,
                                                               &usage, 0)
                                     : srv_api_completion_chunk_json(g->id, g->created, app->served_name,
                                                                     NULL, &usage, 0);
             stream_send(g, json);
         }
+        if (g->failed && g->http) stream_error(g);
         size_t n;
         const char *done = srv_sse_done(&n);
         if (g->http) srv_stream_write(g->http, done, n);
@@ -314,8 +343,8 @@ static void gen_finish(gen_req *g) {
             srv_respond_error(g->http, 500, "server_error", NULL, NULL, "generation failed: %s",
                               g->err[0] ? g->err : "internal error");
         } else {
-            srv_choice *ch = calloc((size_t)g->n_choices, sizeof *ch);
-            lp_set *lps = calloc((size_t)g->n_choices, sizeof *lps);
+            srv_choice *ch = brisk_calloc((size_t)g->n_choices, sizeof *ch);
+            lp_set *lps = brisk_calloc((size_t)g->n_choices, sizeof *lps);
             int ok = ch && lps;
             for (int i = 0; ok && i < g->n_choices; i++) {
                 gen_choice *c = &g->choices[i];
@@ -326,7 +355,7 @@ static void gen_finish(gen_req *g) {
                 if (g->logprobs >= 0) {
                     /* echo: prompt tokens (first without a log-prob), then output */
                     int np = g->echo ? g->n_pids[c->prompt_idx] : 0;
-                    sched_token *all = calloc((size_t)(np + c->n_toks) + 1, sizeof *all);
+                    sched_token *all = brisk_calloc((size_t)(np + c->n_toks) + 1, sizeof *all);
                     if (!all) {
                         ok = 0;
                         break;
@@ -392,27 +421,27 @@ static void on_event(srv_app *app, sched_event *ev) {
         ev->prompt_tokens = NULL;
     }
     c->completion_len = ev->completion_len;
-    if (ev->finish == SCHED_FINISH_ERROR) {
-        g->failed = 1;
-        snprintf(g->err, sizeof g->err, "%s", ev->err);
-    }
-    if (g->stream && g->http) {
+    if (ev->finish == SCHED_FINISH_ERROR) gen_fail(g, ev->err);
+    if (g->failed) {
+        /* nothing more to collect or send: the error goes out at the end */
+    } else if (g->stream && g->http) {
         const char *fin = ev->finish == SCHED_FINISH_STOP || ev->finish == SCHED_FINISH_LENGTH
                               ? finish_str(ev->finish)
                               : NULL;
         if (!c->started && g->echo && !g->is_chat) {
             stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0, NULL);
         }
-        if (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) || (!c->started && g->is_chat))
+        if (!g->failed &&
+            (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) || (!c->started && g->is_chat)))
             stream_chunk(g, c, ev->text, ev->text_len, ev->tokens, ev->n_tokens, fin);
     } else {
-        if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0) g->failed = 1;
+        if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0) gen_fail(g, "out of memory");
         if (g->logprobs >= 0 && ev->n_tokens) {
             if (c->n_toks + ev->n_tokens > c->cap_toks) {
                 int cap = c->cap_toks ? c->cap_toks : 16;
                 while (cap < c->n_toks + ev->n_tokens) cap *= 2;
-                sched_token *t = realloc(c->toks, (size_t)cap * sizeof *t);
-                if (!t) g->failed = 1;
+                sched_token *t = brisk_realloc(c->toks, (size_t)cap * sizeof *t);
+                if (!t) gen_fail(g, "out of memory");
                 else {
                     c->toks = t;
                     c->cap_toks = cap;
@@ -503,11 +532,11 @@ static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e, 
 static int32_t *tokenize(srv_app *app, const char *text, size_t len, int flags, int *n_out) {
     int cap = (int)(len < 1024 ? 1024 : len + 16);
     if (len > (size_t)1 << 28) return NULL;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int32_t *ids = brisk_malloc((size_t)cap * sizeof *ids);
     if (!ids) return NULL;
     int n = tok_encode(app->vocab, text, len, flags, ids, cap);
     if (n > cap) {
-        int32_t *t = realloc(ids, (size_t)n * sizeof *ids);
+        int32_t *t = brisk_realloc(ids, (size_t)n * sizeof *ids);
         if (!t) {
             free(ids);
             return NULL;
@@ -525,7 +554,7 @@ static int32_t *tokenize(srv_app *app, const char *text, size_t len, int flags, 
 
 static char *dup_str(const char *s) {
     size_t n = strlen(s);
-    char *d = malloc(n + 1);
+    char *d = brisk_malloc(n + 1);
     if (d) memcpy(d, s, n + 1);
     return d;
 }
@@ -535,7 +564,7 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
                        int max_tokens, sched_seq_params *sp) {
     memset(sp, 0, sizeof *sp);
     int np = g->n_pids[prompt_idx];
-    sp->prompt = malloc((size_t)np * sizeof *sp->prompt);
+    sp->prompt = brisk_malloc((size_t)np * sizeof *sp->prompt);
     if (!sp->prompt) return BRISK_ENOMEM;
     memcpy(sp->prompt, g->pids[prompt_idx], (size_t)np * sizeof *sp->prompt);
     sp->n_prompt = np;
@@ -551,8 +580,8 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
     s.penalty_last_n = 0;
     s.seed = p->has_seed ? p->seed + (uint64_t)j : random_seed(app);
     if (p->n_logit_bias) {
-        int32_t *ids = malloc((size_t)p->n_logit_bias * sizeof *ids);
-        float *b = malloc((size_t)p->n_logit_bias * sizeof *b);
+        int32_t *ids = brisk_malloc((size_t)p->n_logit_bias * sizeof *ids);
+        float *b = brisk_malloc((size_t)p->n_logit_bias * sizeof *b);
         if (!ids || !b) {
             free(ids);
             free(b);
@@ -570,7 +599,7 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
     sp->prompt_logprobs = g->echo && p->logprobs >= 0;
     sp->ignore_eos = p->ignore_eos;
     if (p->n_stop) {
-        sp->stop = calloc((size_t)p->n_stop, sizeof *sp->stop);
+        sp->stop = brisk_calloc((size_t)p->n_stop, sizeof *sp->stop);
         if (!sp->stop) {
             sched_seq_params_free(sp);
             return BRISK_ENOMEM;
@@ -617,19 +646,21 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
         }
         g->prompt_tokens += np;
     }
-    g->n_choices = g->n_prompts * p->n;
-    if (g->n_choices > GEN_MAX_CHOICES) {
+    /* n_choices is set only with the array: gen_free walks it. */
+    int n_choices = g->n_prompts * p->n;
+    if (n_choices > GEN_MAX_CHOICES) {
         srv_respond_error(r, 400, "invalid_request_error", "n", NULL,
-                          "prompts x n = %d choices; at most %d in one request", g->n_choices, GEN_MAX_CHOICES);
+                          "prompts x n = %d choices; at most %d in one request", n_choices, GEN_MAX_CHOICES);
         gen_free(g);
         return;
     }
-    g->choices = calloc((size_t)g->n_choices, sizeof *g->choices);
+    g->choices = brisk_calloc((size_t)n_choices, sizeof *g->choices);
     if (!g->choices) {
         srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
         gen_free(g);
         return;
     }
+    g->n_choices = n_choices;
     g->http = r;
     gen_link(app, g);
     int rc = 0;
@@ -691,7 +722,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
 }
 
 static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_params *p, int n_prompts) {
-    gen_req *g = calloc(1, sizeof *g);
+    gen_req *g = brisk_calloc(1, sizeof *g);
     if (!g) return NULL;
     g->app = app;
     g->is_chat = is_chat;
@@ -703,10 +734,10 @@ static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_par
     g->t_start = srv_req_t_start(r);
     snprintf(g->id, sizeof g->id, "%s-%s", is_chat ? "chatcmpl" : "cmpl", srv_req_id(r));
     g->n_prompts = n_prompts;
-    g->pids = calloc((size_t)n_prompts, sizeof *g->pids);
-    g->n_pids = calloc((size_t)n_prompts, sizeof *g->n_pids);
-    g->ptext = calloc((size_t)n_prompts, sizeof *g->ptext);
-    g->ptext_len = calloc((size_t)n_prompts, sizeof *g->ptext_len);
+    g->pids = brisk_calloc((size_t)n_prompts, sizeof *g->pids);
+    g->n_pids = brisk_calloc((size_t)n_prompts, sizeof *g->n_pids);
+    g->ptext = brisk_calloc((size_t)n_prompts, sizeof *g->ptext);
+    g->ptext_len = brisk_calloc((size_t)n_prompts, sizeof *g->ptext_len);
     if (!g->pids || !g->n_pids || !g->ptext || !g->ptext_len) {
         gen_free(g);
         return NULL;
@@ -739,7 +770,7 @@ void srv_gen_completions(srv_req *r) {
     for (int i = 0; i < cr.n_prompts; i++) {
         srv_prompt *pr = &cr.prompts[i];
         if (pr->is_tokens) {
-            g->pids[i] = malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
+            g->pids[i] = brisk_malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
             if (g->pids[i]) memcpy(g->pids[i], pr->ids, (size_t)pr->n_ids * sizeof(int32_t));
             g->n_pids[i] = pr->n_ids;
             if (g->echo) {
@@ -749,7 +780,7 @@ void srv_gen_completions(srv_req *r) {
         } else {
             g->pids[i] = tokenize(app, pr->text, pr->text_len, add_bos_flag(app) | TOK_PARSE_SPECIAL, &g->n_pids[i]);
             if (g->echo) {
-                g->ptext[i] = malloc(pr->text_len + 1);
+                g->ptext[i] = brisk_malloc(pr->text_len + 1);
                 if (g->ptext[i]) {
                     memcpy(g->ptext[i], pr->text, pr->text_len);
                     g->ptext[i][pr->text_len] = '\0';
@@ -786,7 +817,7 @@ void srv_gen_chat(srv_req *r) {
         if (rc == 0) srv_chat_req_free(&cr);
         return;
     }
-    model_chat_msg *msgs = calloc((size_t)cr.n_msgs, sizeof *msgs);
+    model_chat_msg *msgs = brisk_calloc((size_t)cr.n_msgs, sizeof *msgs);
     if (!msgs) {
         srv_chat_req_free(&cr);
         srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "server/srv_http_int.h"
@@ -68,7 +69,7 @@ srv_http *srv_http_create(uv_loop_t *loop, const srv_http_config *cfg, const srv
             return NULL;
         }
     }
-    srv_http *h = calloc(1, sizeof *h);
+    srv_http *h = brisk_calloc(1, sizeof *h);
     if (!h)
         goto oom;
     h->loop = loop;
@@ -77,7 +78,7 @@ srv_http *srv_http_create(uv_loop_t *loop, const srv_http_config *cfg, const srv
     h->port = -1;
     if (c.api_key && c.api_key[0]) {
         h->api_key_len = strlen(c.api_key);
-        h->api_key = malloc(h->api_key_len + 1);
+        h->api_key = brisk_malloc(h->api_key_len + 1);
         if (!h->api_key)
             goto oom;
         memcpy(h->api_key, c.api_key, h->api_key_len + 1);
@@ -85,7 +86,7 @@ srv_http *srv_http_create(uv_loop_t *loop, const srv_http_config *cfg, const srv
     /* The config keeps no pointer to the caller's key string. */
     h->cfg.api_key = NULL;
     if (n_routes > 0) {
-        h->routes = malloc((size_t)n_routes * sizeof *h->routes);
+        h->routes = brisk_malloc((size_t)n_routes * sizeof *h->routes);
         if (!h->routes)
             goto oom;
         memcpy(h->routes, routes, (size_t)n_routes * sizeof *h->routes);
@@ -133,6 +134,41 @@ static void close_listener(srv_http *h) {
     uv_close((uv_handle_t *)&h->listener, on_listener_closed);
 }
 
+static void take_connection(srv_http *h);
+
+static void on_spare_closed(uv_handle_t *handle) {
+    srv_http *h = handle->data;
+    h->spare_busy = 0;
+    if (h->accept_waiting && h->listening) {
+        h->accept_waiting = 0;
+        take_connection(h);
+    }
+    srv_http_handle_closed(h);
+}
+
+/* Out of memory for a connection: accept it into the spare handle and close
+ * it, so that the listener keeps being watched (see srv_http_int.h). */
+static void drop_connection(srv_http *h) {
+    /* uv_tcp_init creates no socket here (AF_UNSPEC), so it does not fail. */
+    if (h->spare_busy || uv_tcp_init(h->loop, &h->spare) < 0) {
+        h->accept_waiting = 1; /* taken when the spare has closed */
+        return;
+    }
+    h->spare.data = h;
+    h->spare_busy = 1;
+    h->open_handles++;
+    h->stats.total_connections++;
+    h->stats.rejected_connections++;
+    uv_accept((uv_stream_t *)&h->listener, (uv_stream_t *)&h->spare);
+    uv_close((uv_handle_t *)&h->spare, on_spare_closed);
+    BRISK_WARN("http: out of memory: a new connection was closed");
+}
+
+static void take_connection(srv_http *h) {
+    if (srv_conn_accept(h) < 0)
+        drop_connection(h);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
     srv_http *h = server->data;
     if (status < 0) {
@@ -141,7 +177,7 @@ static void on_connection(uv_stream_t *server, int status) {
     }
     if (!h->listening)
         return;
-    srv_conn_accept(h);
+    take_connection(h);
 }
 
 int srv_http_listen(srv_http *h, const char *host, int port, char *err, size_t err_len) {

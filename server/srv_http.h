@@ -36,7 +36,12 @@
  * stops when it is full.
  *
  * Errors the layer answers itself (400, 401, 404, 405, 408, 413, 414, 431,
- * 503, 505) never reach a handler. */
+ * 503, 505) never reach a handler.
+ *
+ * Out of memory: the layer answers 503 where it still can and otherwise
+ * closes the connection (a new one it cannot take is accepted and closed at
+ * once); it never stops accepting. A write that cannot get memory closes its
+ * connection, which aborts the request as a departed client would. */
 #ifndef SRV_HTTP_H
 #define SRV_HTTP_H
 

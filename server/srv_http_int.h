@@ -123,6 +123,15 @@ struct srv_http {
     int port;
     int open_handles; /* listener (if open) + connections still to be freed */
 
+    /* A connection that cannot get memory is accepted into `spare` and
+     * closed at once: libuv stops watching the listener until every
+     * connection it announced has been taken with uv_accept(), so leaving
+     * one there would make the server deaf. One announced while the spare is
+     * still closing waits (accept_waiting) for its close callback. */
+    uv_tcp_t spare;
+    int spare_busy;
+    int accept_waiting;
+
     srv_conn *conns;
     int n_conns; /* excluding rejected */
     int n_rejecting;
@@ -156,7 +165,9 @@ void srv_http_count_response(srv_http *h, int status);
 const char *srv_http_date(srv_http *h);
 
 /* srv_conn.c */
-void srv_conn_accept(srv_http *h);
+/* Takes the connection the listener announced. Returns 0, or a negative
+ * BRISK_E* code when it could not (out of memory), leaving it announced. */
+int srv_conn_accept(srv_http *h);
 void srv_conn_close(srv_conn *c);
 void srv_conn_close_idle(srv_conn *c);
 /* Queues a+b+t (copied) as one write. limit_queue: close the connection

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/brisk_alloc.h"
+
 #ifndef NDEBUG
 #include <pthread.h>
 #endif
@@ -128,7 +130,7 @@ static int metrics_buf_reserve(metrics_buf *b, size_t extra) {
         }
         cap *= 2;
     }
-    char *p = realloc(b->p, cap);
+    char *p = brisk_realloc(b->p, cap);
     if (!p) {
         b->oom = 1;
         return -1;
@@ -272,8 +274,8 @@ int srv_metrics_format_float(char *out, size_t n, double v) {
 
 static int metrics_hist_init(metrics_hist *h, const double *bounds, int n) {
     h->n = n;
-    h->bounds = malloc((size_t)(n > 0 ? n : 1) * sizeof *h->bounds);
-    h->counts = calloc((size_t)n + 1, sizeof *h->counts);
+    h->bounds = brisk_malloc((size_t)(n > 0 ? n : 1) * sizeof *h->bounds);
+    h->counts = brisk_calloc((size_t)n + 1, sizeof *h->counts);
     if (!h->bounds || !h->counts)
         return -1;
     if (n > 0)
@@ -317,8 +319,8 @@ static void metrics_hist_observe(metrics_hist *h, double v) {
 
 static int metrics_window_init(metrics_window *w, int cap) {
     w->cap = cap;
-    w->t = malloc((size_t)cap * sizeof *w->t);
-    w->v = malloc((size_t)cap * sizeof *w->v);
+    w->t = brisk_malloc((size_t)cap * sizeof *w->t);
+    w->v = brisk_malloc((size_t)cap * sizeof *w->v);
     return w->t && w->v ? 0 : -1;
 }
 
@@ -396,7 +398,7 @@ static char *metrics_label_pair(const char *name, const char *value) {
     size_t n = strlen(name) + 4;
     for (const char *c = value; *c; c++)
         n += (*c == '\\' || *c == '"' || *c == '\n') ? 2 : 1;
-    char *s = malloc(n);
+    char *s = brisk_malloc(n);
     if (!s)
         return NULL;
     size_t k = 0;
@@ -423,7 +425,7 @@ static char *metrics_label_pair(const char *name, const char *value) {
 srv_metrics *srv_metrics_create(const srv_metrics_config *cfg, double now) {
     if (!cfg || !cfg->model_name || !isfinite(cfg->window_s) || !isfinite(now))
         return NULL;
-    srv_metrics *m = calloc(1, sizeof *m);
+    srv_metrics *m = brisk_calloc(1, sizeof *m);
     if (!m)
         return NULL;
     m->window_s = cfg->window_s > 0 ? cfg->window_s : METRICS_DEFAULT_WINDOW_S;
@@ -448,9 +450,9 @@ srv_metrics *srv_metrics_create(const srv_metrics_config *cfg, double now) {
     /* Merging keeps at most about max_samples events inside the window; two
      * spare slots keep the boundary events from evicting each other. */
     m->tokens.cap = m->max_samples + 2;
-    m->tokens.ev = malloc((size_t)m->tokens.cap * sizeof *m->tokens.ev);
+    m->tokens.ev = brisk_malloc((size_t)m->tokens.cap * sizeof *m->tokens.ev);
     m->tokens.start = now;
-    m->scratch = malloc((size_t)m->max_samples * sizeof *m->scratch);
+    m->scratch = brisk_malloc((size_t)m->max_samples * sizeof *m->scratch);
     bad |= !m->tokens.ev || !m->scratch;
     if (bad) {
         srv_metrics_free(m);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "server/srv_http_int.h"
@@ -18,7 +19,7 @@
 /* ---- the request object ---- */
 
 srv_req *srv_req_create(srv_conn *c) {
-    srv_req *r = calloc(1, sizeof *r);
+    srv_req *r = brisk_calloc(1, sizeof *r);
     if (!r)
         return NULL;
     srv_http *h = c->h;
@@ -49,7 +50,7 @@ int srv_req_append_head(srv_req *r, const char *at, size_t len) {
         size_t cap = r->head_cap ? r->head_cap : 512;
         while (cap < r->head_len + len + 1)
             cap *= 2;
-        char *n = realloc(r->head, cap);
+        char *n = brisk_realloc(r->head, cap);
         if (!n)
             return BRISK_ENOMEM;
         r->head = n;
@@ -129,6 +130,11 @@ void srv_req_set_log_fields(srv_req *r, const char *route, int prompt_tokens, in
 
 /* ---- access log ---- */
 
+/* name: v, or null when v < 0 (not known). 0 when out of memory. */
+static int log_add_opt(cJSON *o, const char *name, double v) {
+    return (v >= 0 ? cJSON_AddNumberToObject(o, name, v) : cJSON_AddNullToObject(o, name)) != NULL;
+}
+
 void srv_req_log(srv_http *h, const srv_req *r) {
     /* 499: the client went away before any response (nginx's convention). */
     int status = r->head_sent ? r->status : (r->aborted ? 499 : r->status);
@@ -149,33 +155,26 @@ void srv_req_log(srv_http *h, const srv_req *r) {
     if (r->log_ttft_s >= 0)
         snprintf(tt, sizeof tt, "%.4f", r->log_ttft_s);
     if (h->cfg.log_format == SRV_LOG_JSON) {
+        /* A line missing fields would mislead whoever reads the log: when
+         * memory runs out, a short warning replaces it. */
         cJSON *o = cJSON_CreateObject();
-        if (!o)
-            return;
-        cJSON_AddStringToObject(o, "event", "access");
-        cJSON_AddStringToObject(o, "id", r->id);
-        cJSON_AddStringToObject(o, "method", r->method);
-        cJSON_AddStringToObject(o, "path", path);
-        cJSON_AddNumberToObject(o, "status", status);
-        cJSON_AddStringToObject(o, "route", route);
-        if (r->log_prompt_tokens >= 0)
-            cJSON_AddNumberToObject(o, "prompt_tokens", r->log_prompt_tokens);
-        else
-            cJSON_AddNullToObject(o, "prompt_tokens");
-        if (r->log_completion_tokens >= 0)
-            cJSON_AddNumberToObject(o, "completion_tokens", r->log_completion_tokens);
-        else
-            cJSON_AddNullToObject(o, "completion_tokens");
-        if (r->log_ttft_s >= 0)
-            cJSON_AddNumberToObject(o, "ttft_s", r->log_ttft_s);
-        else
-            cJSON_AddNullToObject(o, "ttft_s");
-        cJSON_AddNumberToObject(o, "duration_s", dur);
-        cJSON_AddNumberToObject(o, "bytes", (double)r->bytes_out);
-        cJSON_AddBoolToObject(o, "aborted", r->aborted);
-        char *s = cJSON_PrintUnformatted(o);
+        int ok = o && cJSON_AddStringToObject(o, "event", "access") &&
+                 cJSON_AddStringToObject(o, "id", r->id) &&
+                 cJSON_AddStringToObject(o, "method", r->method) &&
+                 cJSON_AddStringToObject(o, "path", path) &&
+                 cJSON_AddNumberToObject(o, "status", status) &&
+                 cJSON_AddStringToObject(o, "route", route);
+        ok = ok && log_add_opt(o, "prompt_tokens", r->log_prompt_tokens) &&
+             log_add_opt(o, "completion_tokens", r->log_completion_tokens) &&
+             log_add_opt(o, "ttft_s", r->log_ttft_s);
+        ok = ok && cJSON_AddNumberToObject(o, "duration_s", dur) &&
+             cJSON_AddNumberToObject(o, "bytes", (double)r->bytes_out) &&
+             cJSON_AddBoolToObject(o, "aborted", r->aborted);
+        char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
         if (s)
             BRISK_INFO("%s", s);
+        else
+            BRISK_WARN("access log: out of memory for the line of %s (status %d)", r->id, status);
         cJSON_free(s);
         cJSON_Delete(o);
     } else {
@@ -255,7 +254,7 @@ static char *build_head(srv_req *r, int status, const char *ctype, const char *e
     int need_crlf = elen >= 1 && (elen < 2 || strcmp(extra + elen - 2, "\r\n") != 0);
     /* Fixed lines below fit in 512 bytes with the 64-byte id and a 40-byte date. */
     size_t cap = 512 + (ctype ? strlen(ctype) : 0) + elen;
-    char *s = malloc(cap);
+    char *s = brisk_malloc(cap);
     if (!s)
         return NULL;
     char cl[48] = "";

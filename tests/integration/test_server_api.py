@@ -531,6 +531,18 @@ def test_client_bad_request(stories):
     assert ei.value.type == "invalid_request_error"
 
 
+def test_too_many_choices_400_and_server_up(stories_server):
+    """prompts x n over 128 is a 400, and the server lives on (it used to crash
+    freeing the request after answering)."""
+    for stream in (False, True):
+        r = stories_server.post("/v1/completions", {"prompt": ["a"] * 9, "n": 16, "max_tokens": 2,
+                                                    "stream": stream})
+        assert r.status == 400, r.body
+        assert r.json()["error"]["param"] == "n"
+    r = stories_server.post("/v1/completions", {"prompt": ["a"] * 8, "n": 16, "max_tokens": 1})
+    assert r.status == 200 and len(r.json()["choices"]) == 128
+
+
 def test_chat_bad_request(smol):
     with pytest.raises(openai.BadRequestError) as ei:
         smol.chat.completions.create(model=SMOLLM2, messages=[], max_tokens=1)
