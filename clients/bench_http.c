@@ -146,7 +146,8 @@ typedef struct bench_conn {
     int keep_alive; /* ... and the connection may carry another */
     int body_sse;   /* the body goes to the SSE parser (else to call->resp) */
     size_t head_bytes, body_max;
-    int fail_kind; /* set by a callback that stops the parser */
+    uint64_t n_sent; /* requests written on this connection (matches a write to its call) */
+    int fail_kind;   /* set by a callback that stops the parser */
     char fail_msg[160];
     double now; /* when the bytes being parsed arrived */
 } bench_conn;
@@ -315,6 +316,8 @@ static int on_headers_complete(llhttp_t *p) {
     k->body_max = c->status == 200 ? PLAIN_BODY_MAX_BYTES : ERROR_BODY_MAX_BYTES;
     if (k->body_sse)
         bench_sse_reset(&k->sse);
+    if (k->body_sse && c->abort_mode == BENCH_ABORT_AFTER && c->abort_events <= 0)
+        return stop(p, BENCH_ERR_ABORTED, "aborted by the client at the response head");
     return 0;
 }
 
@@ -399,6 +402,12 @@ static int on_sse_event(void *user, const char *data, size_t len) {
         c->n_content++;
         if (c->events)
             (*c->events)++;
+        if (c->abort_mode == BENCH_ABORT_AFTER && c->n_content >= c->abort_events) {
+            k->fail_kind = BENCH_ERR_ABORTED;
+            snprintf(k->fail_msg, sizeof k->fail_msg, "aborted by the client after %d tokens",
+                     c->n_content);
+            return 1;
+        }
     }
     if (ch.usage_completion >= 0)
         c->usage_completion = ch.usage_completion;
@@ -464,7 +473,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     char msg[200];
-    if (e == HPE_USER && k->fail_kind) {
+    if (k->fail_kind) {
+        /* One of our callbacks stopped the parser (HPE_USER, or
+         * HPE_CB_HEADERS_COMPLETE from the head callback) and said why. */
         conn_fail(k, k->fail_kind, k->fail_msg);
         return;
     }
@@ -474,16 +485,31 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     conn_fail(k, BENCH_ERR_PROTOCOL, msg);
 }
 
+typedef struct wreq {
+    uv_write_t req;
+    uint64_t seq; /* the connection's n_sent when it was written */
+    char data[];
+} wreq;
+
 static void on_write(uv_write_t *req, int status) {
+    wreq *w = (wreq *)req;
     bench_conn *k = req->data;
-    free(req);
+    /* The call this write belongs to, if it is still the connection's: a
+     * server may answer (and the connection carry the next call) before the
+     * write of a request is reported done. */
+    int current = w->seq == k->n_sent;
+    free(w);
     if (status < 0 && status != UV_ECANCELED && !k->closing && k->call) {
         if (conn_retry(k))
             return;
         char msg[160];
         snprintf(msg, sizeof msg, "write failed: %s", uv_strerror(status));
         conn_fail(k, BENCH_ERR_CLOSED, msg);
+        return;
     }
+    if (status == 0 && current && !k->closing && k->call &&
+        k->call->abort_mode == BENCH_ABORT_BEFORE_HEAD)
+        conn_fail(k, BENCH_ERR_ABORTED, "aborted by the client before the response head");
 }
 
 static void on_connect(uv_connect_t *req, int status) {
@@ -593,11 +619,6 @@ static bench_conn *conn_open(bench_client *cl, int *rc) {
     return k;
 }
 
-typedef struct wreq {
-    uv_write_t req;
-    char data[];
-} wreq;
-
 /* Writes the call's request (head and body in one buffer, one write). */
 static int conn_send(bench_conn *k) {
     bench_call *c = k->call;
@@ -645,6 +666,7 @@ static int conn_send(bench_conn *k) {
     k->body_sse = 0;
     bench_sse_reset(&k->sse);
     w->req.data = k;
+    w->seq = ++k->n_sent;
     uv_buf_t b = uv_buf_init(w->data, (unsigned)(p - w->data));
     int rc = uv_write(&w->req, (uv_stream_t *)&k->tcp, &b, 1, on_write);
     if (rc < 0)

@@ -39,6 +39,13 @@ int bench_target_parse(const char *base_url, bench_target *t, char *err, size_t 
 /* Resolves host (getaddrinfo, once, before the run). 0 or BRISK_EIO. */
 int bench_target_resolve(bench_target *t, char *err, size_t err_len);
 
+/* When a call aborts on purpose (bench_call.abort_mode). */
+enum {
+    BENCH_ABORT_NONE = 0,
+    BENCH_ABORT_BEFORE_HEAD, /* as soon as the request is written, before any answer */
+    BENCH_ABORT_AFTER,       /* after abort_events content events */
+};
+
 typedef struct bench_client bench_client;
 typedef struct bench_call bench_call;
 struct bench_conn;
@@ -56,6 +63,13 @@ struct bench_call {
     double timeout_s; /* the whole exchange, connect included; <= 0: none */
     bench_dvec *itl;  /* gaps between content events are pushed here (s); may be NULL */
     int64_t *events;  /* incremented at every content event (progress); may be NULL */
+    /* An abort on purpose (--abort-rate): the client closes the connection
+     * at the chosen point and the call ends with BENCH_ERR_ABORTED. A
+     * response that ends first, or fails first, ends the call as it would
+     * without the abort. */
+    int abort_mode;   /* BENCH_ABORT_NONE (0), BENCH_ABORT_BEFORE_HEAD, BENCH_ABORT_AFTER */
+    int abort_events; /* BENCH_ABORT_AFTER: after this many content events of a 200
+                         stream (0: as soon as its head has arrived) */
     void (*on_done)(bench_call *c);
     void *user;
 

@@ -36,6 +36,12 @@ static void usage(FILE *f) {
            "  --temperature T           (0)\n"
            "  --no-ignore-eos           do not send ignore_eos (outputs may end early)\n"
            "  --extra-body JSON         fields merged into every request body\n"
+           "  --abort-rate F            this fraction of requests is aborted by the client: a\n"
+           "                            quarter before the response head, the rest after k\n"
+           "                            tokens, k uniform in [0, output length) (0)\n"
+           "  --invalid-rate F          this fraction is deliberately invalid (bad JSON, a value\n"
+           "                            out of range, an unknown model, a wrong type): a 4xx\n"
+           "                            is right, anything else an error (0)\n"
            "load:\n"
            "  --request-rate R          arrivals per second, Poisson (inf: all at once) (inf)\n"
            "  --burstiness K            gamma-distributed gaps with shape K, mean 1/R (1)\n"
@@ -55,6 +61,8 @@ static void usage(FILE *f) {
            "  --sweep-rate LIST         highest level meeting the SLO (or each rate)\n"
            "  --json FILE               every figure and the run's parameters\n"
            "  --json-requests           ... with one record per request\n"
+           "  --interval S              figures per S seconds of a long run (\"intervals\" in\n"
+           "                            the JSON, a line on stderr and a table on stdout)\n"
            "  --plot DIR                PNG charts through gnuplot: latency CDFs, sweep curves\n"
            "  --label TEXT              a name for this run in the report and charts\n"
            "  --quiet                   no progress line on stderr\n"
@@ -192,6 +200,10 @@ static void parse_args(int argc, char **argv, bench_opts *o) {
             o->ignore_eos = 0;
         } else if (!strcmp(a, "--extra-body")) {
             o->extra_body = VAL();
+        } else if (!strcmp(a, "--abort-rate")) {
+            o->abort_rate = parse_num(a, VAL(), 0, 1);
+        } else if (!strcmp(a, "--invalid-rate")) {
+            o->invalid_rate = parse_num(a, VAL(), 0, 1);
         } else if (!strcmp(a, "--request-rate")) {
             const char *v = VAL();
             o->request_rate = !strcmp(v, "inf") ? INFINITY : parse_num(a, v, 1e-6, 1e9);
@@ -226,6 +238,8 @@ static void parse_args(int argc, char **argv, bench_opts *o) {
             o->json_path = VAL();
         } else if (!strcmp(a, "--json-requests")) {
             o->json_requests = 1;
+        } else if (!strcmp(a, "--interval")) {
+            o->interval_s = parse_num(a, VAL(), 0.01, 1e7);
         } else if (!strcmp(a, "--plot")) {
             o->plot_dir = VAL();
         } else if (!strcmp(a, "--label")) {
@@ -245,6 +259,8 @@ static void parse_args(int argc, char **argv, bench_opts *o) {
         o->num_prompts = 0; /* --duration alone: as many as fit */
     if (o->num_prompts == 0 && o->duration_s <= 0)
         die_usage("--num-prompts 0 needs --duration");
+    if (o->abort_rate + o->invalid_rate > 1 + 1e-9)
+        die_usage("--abort-rate + --invalid-rate: %g is over 1", o->abort_rate + o->invalid_rate);
     int rate_sweep = o->sweep == BENCH_SWEEP_RATE;
     int conc_sweep = o->sweep == BENCH_SWEEP_CONCURRENCY;
     if (o->num_prompts == 0 && !isfinite(o->request_rate) && o->max_concurrency == 0 &&
@@ -306,8 +322,9 @@ int main(int argc, char **argv) {
         o.model = o.model_buf;
     }
     bench_workload_cfg wc = {
-        o.chat,    o.model, o.input_len,   o.output_len, o.range_ratio, o.shared_prefix_len,
-        o.dataset, o.seed,  o.temperature, o.ignore_eos, o.extra_body};
+        o.chat,        o.model, o.input_len,   o.output_len, o.range_ratio, o.shared_prefix_len,
+        o.dataset,     o.seed,  o.temperature, o.ignore_eos, o.extra_body,  o.abort_rate,
+        o.invalid_rate};
     if (bench_workload_init(&w, &wc, err, sizeof err) < 0) {
         fprintf(stderr, "brisk-bench: error: %s\n", err);
         rc = 1;
@@ -315,8 +332,9 @@ int main(int argc, char **argv) {
     }
     have_w = 1;
     bench_run_cfg rcfg = {
-        o.path,      o.chat, o.num_prompts, o.duration_s,    o.burstiness,
-        o.timeout_s, o.seed, !o.quiet,      (size_t)64 << 20 /* 512 MiB of ITL samples at most */};
+        o.path,      o.chat, o.num_prompts, o.duration_s,     o.burstiness,
+        o.timeout_s, o.seed, !o.quiet,      (size_t)64 << 20, /* 512 MiB of ITL samples at most */
+        o.interval_s};
     r = bench_runner_create(&loop, cl, &w, &rcfg, 1);
     if (!r) {
         fprintf(stderr, "brisk-bench: error: out of memory\n");
@@ -364,6 +382,8 @@ int main(int argc, char **argv) {
             goto out;
         }
         bench_report_table(stdout, &o, &res[i]);
+        if (o.interval_s > 0)
+            bench_report_intervals(stdout, &res[i]);
         if (bench_runner_interrupted(r))
             break;
     }
@@ -381,9 +401,10 @@ int main(int argc, char **argv) {
         rc = 1;
     }
     if (rc == 0) {
+        /* Aborts and invalid requests answered 4xx went as planned too. */
         int64_t ok = 0;
         for (int i = 0; i < n_res; i++)
-            ok += res[i].m.completed;
+            ok += res[i].m.completed + res[i].m.aborted + res[i].m.invalid_ok;
         if (bench_runner_interrupted(r))
             rc = 130;
         else if (ok == 0)

@@ -28,6 +28,8 @@ typedef struct bench_opts {
     double temperature;
     int ignore_eos;
     const char *extra_body;
+    double abort_rate;   /* fraction aborted on purpose by the client */
+    double invalid_rate; /* fraction made invalid on purpose (a 4xx is expected) */
     /* load */
     double request_rate; /* INFINITY: all at once */
     double burstiness;
@@ -50,6 +52,7 @@ typedef struct bench_opts {
     const char *label;
     int quiet;
     int json_requests; /* per-request records in the JSON */
+    double interval_s; /* > 0: per-interval figures ("intervals" in the JSON) */
 } bench_opts;
 
 #endif

@@ -77,8 +77,12 @@ static void errors_line(FILE *f, const bench_metrics *m) {
         fprintf(f, "%sHTTP other: %lld", any ? ", " : "", (long long)m->status_other);
         any = 1;
     }
+    if (m->invalid_unexpected)
+        fprintf(f, " (%lld of them answers to deliberately invalid requests)",
+                (long long)m->invalid_unexpected);
     for (int k = BENCH_ERR_HTTP + 1; k < BENCH_ERR_N; k++) {
-        if (k == BENCH_ERR_CANCELLED || !m->by_kind[k])
+        /* invalid_unexpected requests are in the statuses above */
+        if (!bench_err_is_failure(k) || k == BENCH_ERR_INVALID_UNEXPECTED || !m->by_kind[k])
             continue;
         fprintf(f, "%s%s: %lld", any ? ", " : "", bench_err_name(k), (long long)m->by_kind[k]);
         any = 1;
@@ -107,6 +111,13 @@ void bench_report_table(FILE *f, const bench_opts *o, const bench_level_result *
     fprintf(f, ROW "%lld\n", "Failed requests:", (long long)m->failed);
     if (m->cancelled)
         fprintf(f, ROW "%lld\n", "Cancelled requests (not counted):", (long long)m->cancelled);
+    if (o->abort_rate > 0)
+        fprintf(f, ROW "%lld\n", "Aborted by the client (not counted):", (long long)m->aborted);
+    if (o->invalid_rate > 0) {
+        fprintf(f, ROW "%lld\n", "Invalid requests answered 4xx:", (long long)m->invalid_ok);
+        fprintf(f, ROW "%lld\n",
+                "Invalid requests answered otherwise:", (long long)m->invalid_unexpected);
+    }
     fprintf(f, ROW "%.2f\n", "Benchmark duration (s):", m->duration_s);
     fprintf(f, ROW "%lld\n", "Total input tokens:", (long long)m->total_input);
     fprintf(f, ROW "%lld\n", "Total generated tokens:", (long long)m->total_output);
@@ -132,6 +143,8 @@ void bench_report_table(FILE *f, const bench_opts *o, const bench_level_result *
     dist_row(f, "TPOT", &m->tpot_ms);
     dist_row(f, "ITL", &m->itl_ms);
     dist_row(f, "E2E", &m->e2e_ms);
+    if (m->invalid_ms.n)
+        dist_row(f, "4xx", &m->invalid_ms);
     fprintf(f, "---------------------------------------------------------------\n");
     fprintf(f, "Errors: ");
     errors_line(f, m);
@@ -151,6 +164,31 @@ void bench_report_table(FILE *f, const bench_opts *o, const bench_level_result *
     if (m->duration_s > 0 && res->cpu_s > 0.9 * m->duration_s)
         fprintf(f, "Warning: brisk-bench used %.0f%% of a core: the client may be the bottleneck\n",
                 100.0 * res->cpu_s / m->duration_s);
+    fprintf(f, "===============================================================\n");
+}
+
+void bench_report_intervals(FILE *f, const bench_level_result *res) {
+    fprintf(f, "============ brisk-bench: intervals ============\n");
+    fprintf(f, "%-15s %6s %5s %5s %6s %6s %9s %8s %8s %7s %7s %8s %8s\n", "seconds", "ok", "fail",
+            "abort", "inv4xx", "invbad", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",
+            "E2E p50", "E2E p99");
+    for (size_t i = 0; i < res->n_intervals; i++) {
+        const bench_interval *iv = &res->intervals[i];
+        const bench_metrics *m = &iv->m;
+        char span[48];
+        snprintf(span, sizeof span, "%.1f-%.1f%s", iv->t_start, iv->t_end, iv->partial ? "*" : "");
+        fprintf(f,
+                "%-15s %6lld %5lld %5lld %6lld %6lld %9.1f %8.1f %8.1f %7.2f %7.2f %8.1f %8.1f\n",
+                span, (long long)m->completed, (long long)m->failed, (long long)m->aborted,
+                (long long)m->invalid_ok, (long long)m->invalid_unexpected, m->output_throughput,
+                m->ttft_ms.p50, m->ttft_ms.p99, m->itl_ms.p50, m->itl_ms.p99, m->e2e_ms.p50,
+                m->e2e_ms.p99);
+    }
+    fprintf(f,
+            "(the requests that ended in each interval and their tokens, the ITL gaps that "
+            "arrived in it;\n ms; * the last, partial interval; inv4xx / invbad: invalid "
+            "requests answered 4xx / otherwise%s)\n",
+            res->intervals_truncated ? "; intervals were truncated" : "");
     fprintf(f, "===============================================================\n");
 }
 
@@ -235,6 +273,52 @@ static cJSON *dist_json(const bench_dist *d) {
     return o;
 }
 
+/* {"by_status": {...}, "by_kind": {...}}: by_status counts every failed
+ * request that had a status (invalid_unexpected ones included). */
+static cJSON *errors_json(const bench_metrics *m) {
+    cJSON *err = cJSON_CreateObject();
+    if (!err)
+        return NULL;
+    cJSON *st = cJSON_AddObjectToObject(err, "by_status");
+    for (int i = 0; st && i < m->n_status; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "%d", m->by_status[i].status);
+        cJSON_AddNumberToObject(st, k, (double)m->by_status[i].n);
+    }
+    if (st && m->status_other)
+        cJSON_AddNumberToObject(st, "other", (double)m->status_other);
+    cJSON *kind = cJSON_AddObjectToObject(err, "by_kind");
+    for (int k = BENCH_ERR_HTTP; kind && k < BENCH_ERR_N; k++)
+        if (bench_err_is_failure(k))
+            cJSON_AddNumberToObject(kind, bench_err_name(k), (double)m->by_kind[k]);
+    return err;
+}
+
+static cJSON *interval_json(const bench_interval *iv) {
+    const bench_metrics *m = &iv->m;
+    cJSON *x = cJSON_CreateObject();
+    if (!x)
+        return NULL;
+    cJSON_AddNumberToObject(x, "t_start_s", iv->t_start);
+    cJSON_AddNumberToObject(x, "t_end_s", iv->t_end);
+    cJSON_AddBoolToObject(x, "partial", iv->partial);
+    cJSON_AddNumberToObject(x, "completed", (double)m->completed);
+    cJSON_AddNumberToObject(x, "failed", (double)m->failed);
+    cJSON_AddNumberToObject(x, "aborted", (double)m->aborted);
+    cJSON_AddNumberToObject(x, "invalid_ok", (double)m->invalid_ok);
+    cJSON_AddNumberToObject(x, "invalid_unexpected", (double)m->invalid_unexpected);
+    cJSON_AddNumberToObject(x, "total_input_tokens", (double)m->total_input);
+    cJSON_AddNumberToObject(x, "total_output_tokens", (double)m->total_output);
+    cJSON_AddNumberToObject(x, "request_throughput", m->request_throughput);
+    cJSON_AddNumberToObject(x, "output_throughput", m->output_throughput);
+    cJSON_AddItemToObject(x, "ttft_ms", dist_json(&m->ttft_ms));
+    cJSON_AddItemToObject(x, "tpot_ms", dist_json(&m->tpot_ms));
+    cJSON_AddItemToObject(x, "itl_ms", dist_json(&m->itl_ms));
+    cJSON_AddItemToObject(x, "e2e_ms", dist_json(&m->e2e_ms));
+    cJSON_AddItemToObject(x, "errors", errors_json(m));
+    return x;
+}
+
 static cJSON *level_json(const bench_opts *o, const bench_level_result *res) {
     const bench_metrics *m = &res->m;
     cJSON *r = cJSON_CreateObject();
@@ -250,6 +334,9 @@ static cJSON *level_json(const bench_opts *o, const bench_level_result *res) {
     cJSON_AddNumberToObject(r, "completed", (double)m->completed);
     cJSON_AddNumberToObject(r, "failed", (double)m->failed);
     cJSON_AddNumberToObject(r, "cancelled", (double)m->cancelled);
+    cJSON_AddNumberToObject(r, "aborted", (double)m->aborted);
+    cJSON_AddNumberToObject(r, "invalid_ok", (double)m->invalid_ok);
+    cJSON_AddNumberToObject(r, "invalid_unexpected", (double)m->invalid_unexpected);
     cJSON_AddNumberToObject(r, "duration_s", m->duration_s);
     cJSON_AddNumberToObject(r, "total_input_tokens", (double)m->total_input);
     cJSON_AddNumberToObject(r, "total_output_tokens", (double)m->total_output);
@@ -266,6 +353,7 @@ static cJSON *level_json(const bench_opts *o, const bench_level_result *res) {
     cJSON_AddItemToObject(r, "tpot_ms", dist_json(&m->tpot_ms));
     cJSON_AddItemToObject(r, "itl_ms", dist_json(&m->itl_ms));
     cJSON_AddItemToObject(r, "e2e_ms", dist_json(&m->e2e_ms));
+    cJSON_AddItemToObject(r, "invalid_ms", dist_json(&m->invalid_ms));
     cJSON_AddBoolToObject(r, "itl_truncated", res->itl.truncated);
     cJSON *cost = cJSON_AddObjectToObject(r, "cost_usd");
     if (cost) {
@@ -274,26 +362,21 @@ static cJSON *level_json(const bench_opts *o, const bench_level_result *res) {
         add_num_or_null(cost, "per_1000_requests", m->cost_per_1k_requests_usd,
                         m->cost_per_1k_requests_usd >= 0);
     }
-    cJSON *err = cJSON_AddObjectToObject(r, "errors");
+    cJSON *err = errors_json(m);
     if (err) {
-        cJSON *st = cJSON_AddObjectToObject(err, "by_status");
-        for (int i = 0; st && i < m->n_status; i++) {
-            char k[16];
-            snprintf(k, sizeof k, "%d", m->by_status[i].status);
-            cJSON_AddNumberToObject(st, k, (double)m->by_status[i].n);
-        }
-        if (st && m->status_other)
-            cJSON_AddNumberToObject(st, "other", (double)m->status_other);
-        cJSON *kind = cJSON_AddObjectToObject(err, "by_kind");
-        for (int k = BENCH_ERR_HTTP; kind && k < BENCH_ERR_N; k++)
-            if (k != BENCH_ERR_CANCELLED)
-                cJSON_AddNumberToObject(kind, bench_err_name(k), (double)m->by_kind[k]);
+        cJSON_AddItemToObject(r, "errors", err);
         if (res->first_error[0])
             cJSON_AddStringToObject(err, "first", res->first_error);
         else
             cJSON_AddNullToObject(err, "first");
     }
     cJSON_AddNumberToObject(r, "client_cpu_s", res->cpu_s);
+    if (o->interval_s > 0) {
+        cJSON *ivs = cJSON_AddArrayToObject(r, "intervals");
+        for (size_t i = 0; ivs && i < res->n_intervals; i++)
+            cJSON_AddItemToArray(ivs, interval_json(&res->intervals[i]));
+        cJSON_AddBoolToObject(r, "intervals_truncated", res->intervals_truncated);
+    }
     if (o->json_requests) {
         cJSON *reqs = cJSON_AddArrayToObject(r, "requests");
         for (size_t i = 0; reqs && i < res->n_recs; i++) {
@@ -310,6 +393,15 @@ static cJSON *level_json(const bench_opts *o, const bench_level_result *res) {
             cJSON_AddNumberToObject(x, "content_events", q->n_content);
             cJSON_AddNumberToObject(x, "status", q->status);
             cJSON_AddStringToObject(x, "result", bench_err_name(q->err));
+            cJSON_AddNumberToObject(x, "index", (double)q->index);
+            cJSON_AddStringToObject(x, "kind",
+                                    q->kind == BENCH_REQ_ABORT     ? "abort"
+                                    : q->kind == BENCH_REQ_INVALID ? "invalid"
+                                                                   : "normal");
+            if (q->kind == BENCH_REQ_ABORT)
+                cJSON_AddNumberToObject(x, "abort_at", q->abort_at);
+            if (q->kind == BENCH_REQ_INVALID)
+                cJSON_AddStringToObject(x, "invalid", bench_invalid_name(q->invalid));
             cJSON_AddItemToArray(reqs, x);
         }
     }
@@ -360,6 +452,9 @@ static cJSON *params_json(const bench_opts *o) {
     cJSON_AddNumberToObject(p, "shared_prefix_len", o->shared_prefix_len);
     cJSON_AddNumberToObject(p, "temperature", o->temperature);
     cJSON_AddBoolToObject(p, "ignore_eos", o->ignore_eos);
+    cJSON_AddNumberToObject(p, "abort_rate", o->abort_rate);
+    cJSON_AddNumberToObject(p, "invalid_rate", o->invalid_rate);
+    add_num_or_null(p, "interval_s", o->interval_s, o->interval_s > 0);
     add_num_or_null(p, "request_rate", o->request_rate, isfinite(o->request_rate));
     cJSON_AddNumberToObject(p, "burstiness", o->burstiness);
     add_num_or_null(p, "max_concurrency", o->max_concurrency, o->max_concurrency > 0);

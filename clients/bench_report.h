@@ -15,6 +15,9 @@
 /* The table of one level. */
 void bench_report_table(FILE *f, const bench_opts *o, const bench_level_result *res);
 
+/* The --interval time series of one level: one row per interval. */
+void bench_report_intervals(FILE *f, const bench_level_result *res);
+
 /* A sweep: one row per level and the verdict. best: index of the highest
  * level that meets the SLO, or -1. */
 void bench_report_sweep(FILE *f, const bench_opts *o, const bench_level_result *res, int n,

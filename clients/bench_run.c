@@ -18,6 +18,7 @@
 typedef struct slot {
     bench_call call;
     bench_body body;
+    uint64_t index; /* the request's workload index */
     struct bench_runner *r;
     struct slot *next_free;
     struct slot *next_all;
@@ -28,7 +29,7 @@ struct bench_runner {
     bench_client *cl;
     bench_workload *w;
     bench_run_cfg cfg;
-    uv_timer_t arrival_timer, duration_timer, progress_timer;
+    uv_timer_t arrival_timer, duration_timer, progress_timer, interval_timer;
     uv_signal_t sigint;
     int n_handles; /* handles initialised (closed in bench_runner_free) */
     int handle_sigint;
@@ -51,6 +52,10 @@ struct bench_runner {
     double last_progress_t;
     int64_t last_progress_events;
     size_t progress_len;
+    /* The --interval in progress: it began at t_interval (since t0) with the
+     * records and ITL samples from these marks on. */
+    double t_interval;
+    size_t rec_mark, itl_mark;
 };
 
 /* CPU time of this thread: brisk-bench's whole load runs on it (and a test
@@ -64,6 +69,7 @@ static double cpu_seconds(void) {
 
 void bench_level_result_free(bench_level_result *res) {
     free(res->recs);
+    free(res->intervals);
     bench_dvec_free(&res->itl);
     bench_samples_free(&res->samples);
     memset(res, 0, sizeof *res);
@@ -133,6 +139,62 @@ static void on_progress(uv_timer_t *t) {
         progress_print(r, 0);
 }
 
+/* ---- intervals ---- */
+
+/* Closes the interval in progress at t (seconds since t0): its figures are
+ * the records that ended since the last mark (records are appended as
+ * requests end) and the ITL samples pushed since (gaps are pushed as their
+ * second token arrives). */
+static void interval_close(bench_runner *r, double t, int partial) {
+    bench_level_result *res = r->res;
+    if (res->n_intervals == BENCH_MAX_INTERVALS) {
+        res->intervals_truncated = 1;
+        return;
+    }
+    if (res->n_intervals == res->cap_intervals) {
+        size_t cap = res->cap_intervals ? 2 * res->cap_intervals : 64;
+        bench_interval *p = realloc(res->intervals, cap * sizeof *p);
+        if (!p) {
+            res->intervals_truncated = 1;
+            return;
+        }
+        res->intervals = p;
+        res->cap_intervals = cap;
+    }
+    bench_interval *iv = &res->intervals[res->n_intervals];
+    memset(iv, 0, sizeof *iv);
+    iv->t_start = r->t_interval;
+    iv->t_end = t;
+    iv->partial = partial;
+    size_t n_itl = res->itl.n > r->itl_mark ? res->itl.n - r->itl_mark : 0;
+    if (bench_metrics_compute(res->recs + r->rec_mark, res->n_recs - r->rec_mark,
+                              res->itl.v ? res->itl.v + r->itl_mark : NULL, n_itl,
+                              t - r->t_interval, NULL, 0, &iv->m, NULL) < 0) {
+        res->intervals_truncated = 1;
+        return;
+    }
+    res->n_intervals++;
+    r->t_interval = t;
+    r->rec_mark = res->n_recs;
+    r->itl_mark = res->itl.n;
+    if (r->cfg.progress) {
+        const bench_metrics *m = &iv->m;
+        progress_clear(r);
+        fprintf(stderr,
+                "brisk-bench: [%.0f-%.0f s] %lld ok, %lld failed, %lld aborted, %lld invalid 4xx, "
+                "%.1f tok/s, p99 TTFT %.0f ms, ITL %.1f ms, E2E %.0f ms\n",
+                iv->t_start, iv->t_end, (long long)m->completed, (long long)m->failed,
+                (long long)m->aborted, (long long)m->invalid_ok, m->output_throughput,
+                m->ttft_ms.p99, m->itl_ms.p99, m->e2e_ms.p99);
+    }
+}
+
+static void on_interval(uv_timer_t *t) {
+    bench_runner *r = t->data;
+    if (!r->level_done)
+        interval_close(r, bench_now() - r->t0, 0);
+}
+
 /* ---- the level ---- */
 
 static void level_end(bench_runner *r) {
@@ -142,6 +204,7 @@ static void level_end(bench_runner *r) {
     uv_timer_stop(&r->arrival_timer);
     uv_timer_stop(&r->duration_timer);
     uv_timer_stop(&r->progress_timer);
+    uv_timer_stop(&r->interval_timer);
     if (r->cfg.progress)
         progress_print(r, 1);
     uv_stop(r->loop);
@@ -167,11 +230,27 @@ static void record(bench_runner *r, slot *s) {
     rec.err = c->err;
     rec.n_content = c->n_content;
     rec.words = s->body.words;
-    if (c->err != BENCH_OK && c->err != BENCH_ERR_CANCELLED) {
+    rec.kind = s->body.kind;
+    rec.abort_at = s->body.abort_at;
+    rec.invalid = s->body.invalid;
+    rec.index = (int64_t)s->index;
+    if (s->body.kind == BENCH_REQ_INVALID && c->status != 0 &&
+        (c->err == BENCH_OK || c->err == BENCH_ERR_HTTP || c->err == BENCH_ERR_STREAM ||
+         c->err == BENCH_ERR_NO_CONTENT)) {
+        /* A whole answer to a deliberately invalid request: only a 4xx is right. */
+        if (c->status >= 400 && c->status < 500) {
+            rec.err = BENCH_ERR_INVALID_OK;
+        } else {
+            rec.err = BENCH_ERR_INVALID_UNEXPECTED;
+            snprintf(c->err_msg, sizeof c->err_msg, "invalid request (%s) answered HTTP %d",
+                     bench_invalid_name(s->body.invalid), c->status);
+        }
+    }
+    if (bench_err_is_failure(rec.err)) {
         r->errors++;
         if (!r->res->first_error[0])
             snprintf(r->res->first_error, sizeof r->res->first_error, "%s: %.180s",
-                     bench_err_name(c->err), c->err_msg);
+                     bench_err_name(rec.err), c->err_msg);
     }
     if (c->t_end > r->t_last_end)
         r->t_last_end = c->t_end;
@@ -226,6 +305,7 @@ static int start_one(bench_runner *r) {
         r->free_slots = s;
         return -1;
     }
+    s->index = index;
     r->next_index++;
     bench_call *c = &s->call;
     memset(c, 0, sizeof *c);
@@ -236,8 +316,13 @@ static int start_one(bench_runner *r) {
     c->stream = 1;
     c->chat = r->cfg.chat;
     c->timeout_s = r->cfg.timeout_s;
-    c->itl = &r->res->itl;
+    /* An aborted request is in no latency figure: its gaps are not kept. */
+    c->itl = s->body.kind == BENCH_REQ_ABORT ? NULL : &r->res->itl;
     c->events = &r->events;
+    if (s->body.kind == BENCH_REQ_ABORT) {
+        c->abort_mode = s->body.abort_at < 0 ? BENCH_ABORT_BEFORE_HEAD : BENCH_ABORT_AFTER;
+        c->abort_events = s->body.abort_at;
+    }
     c->on_done = on_call_done;
     c->user = s;
     r->issued++;
@@ -321,7 +406,7 @@ static void on_sigint(uv_signal_t *h, int signum) {
 }
 
 static void run_level(bench_runner *r, const bench_level *lv, bench_level_result *out, int warm,
-                      int64_t limit, double duration_s) {
+                      int64_t limit, double duration_s, double interval_s) {
     r->lv = *lv;
     r->res = out;
     r->warm = warm;
@@ -334,6 +419,8 @@ static void run_level(bench_runner *r, const bench_level *lv, bench_level_result
     r->last_progress_t = r->t0;
     r->last_progress_events = 0;
     r->cpu0 = cpu_seconds();
+    r->t_interval = 0;
+    r->rec_mark = r->itl_mark = 0;
     out->level = *lv;
     if (rate_mode(r)) {
         /* vLLM sends the first request at once, then waits a gap before each next one. */
@@ -350,6 +437,10 @@ static void run_level(bench_runner *r, const bench_level *lv, bench_level_result
         uint64_t every = r->tty ? 1000 : 10000;
         uv_timer_start(&r->progress_timer, on_progress, every, every);
     }
+    if (interval_s > 0) {
+        uint64_t ms = (uint64_t)ceil(interval_s * 1000.0);
+        uv_timer_start(&r->interval_timer, on_interval, ms, ms);
+    }
     dispatch(r);
     check_end(r);
     if (!r->level_done)
@@ -360,12 +451,15 @@ static void run_level(bench_runner *r, const bench_level *lv, bench_level_result
     out->duration_s = t_end - r->t0;
     out->cpu_s = cpu_seconds() - r->cpu0;
     out->interrupted = r->interrupted;
+    /* The rest: requests that ended after the last full interval. */
+    if (interval_s > 0 && (out->n_recs > r->rec_mark || out->duration_s > r->t_interval + 1e-3))
+        interval_close(r, out->duration_s > r->t_interval ? out->duration_s : r->t_interval, 1);
 }
 
 int bench_runner_level(bench_runner *r, const bench_level *lv, bench_level_result *out) {
     memset(out, 0, sizeof *out);
     out->itl.max = r->cfg.max_itl_samples;
-    run_level(r, lv, out, 0, r->cfg.num_prompts, r->cfg.duration_s);
+    run_level(r, lv, out, 0, r->cfg.num_prompts, r->cfg.duration_s, r->cfg.interval_s);
     return 0;
 }
 
@@ -375,7 +469,7 @@ int bench_runner_warmup(bench_runner *r, int n, int concurrency, char *first_err
     memset(&res, 0, sizeof res);
     res.itl.max = 1; /* warm-up gaps are not kept */
     bench_level lv = {concurrency > 0 ? concurrency : 1, 0};
-    run_level(r, &lv, &res, 1, n, 0);
+    run_level(r, &lv, &res, 1, n, 0, 0);
     int ok = 0;
     int64_t words = 0, tokens = 0;
     for (size_t i = 0; i < res.n_recs; i++) {
@@ -414,8 +508,10 @@ bench_runner *bench_runner_create(uv_loop_t *loop, bench_client *cl, bench_workl
     uv_timer_init(loop, &r->arrival_timer);
     uv_timer_init(loop, &r->duration_timer);
     uv_timer_init(loop, &r->progress_timer);
+    uv_timer_init(loop, &r->interval_timer);
     r->arrival_timer.data = r->duration_timer.data = r->progress_timer.data = r;
-    r->n_handles = 3;
+    r->interval_timer.data = r;
+    r->n_handles = 4;
     if (handle_sigint) {
         uv_signal_init(loop, &r->sigint);
         r->sigint.data = r;
@@ -446,6 +542,7 @@ void bench_runner_free(bench_runner *r) {
     uv_close((uv_handle_t *)&r->arrival_timer, on_handle_closed);
     uv_close((uv_handle_t *)&r->duration_timer, on_handle_closed);
     uv_close((uv_handle_t *)&r->progress_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&r->interval_timer, on_handle_closed);
     if (r->handle_sigint)
         uv_close((uv_handle_t *)&r->sigint, on_handle_closed);
 }

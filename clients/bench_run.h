@@ -33,7 +33,21 @@ typedef struct bench_run_cfg {
     uint64_t seed;          /* arrival times */
     int progress;           /* 1: a progress line on stderr */
     size_t max_itl_samples; /* bound on ITL samples kept per level (0: none) */
+    double interval_s;      /* > 0: figures per interval of this many seconds (--interval) */
 } bench_run_cfg;
+
+/* The figures of one --interval: the requests that ended in it and the ITL
+ * gaps whose second token arrived in it, computed as for a whole level (no
+ * SLO, no price). */
+typedef struct bench_interval {
+    double t_start, t_end; /* seconds since the level began */
+    int partial;           /* the last one, cut short by the end of the level */
+    bench_metrics m;
+} bench_interval;
+
+/* Intervals kept per level at most (a week of 1-second intervals); beyond it
+ * intervals_truncated is set. */
+#define BENCH_MAX_INTERVALS ((size_t)1 << 20)
 
 /* Everything measured at one level. Owns recs, itl and samples. */
 typedef struct bench_level_result {
@@ -47,6 +61,9 @@ typedef struct bench_level_result {
     char first_error[200]; /* the first failure's message; "" if none */
     bench_metrics m;       /* filled by bench_level_result_compute() */
     bench_samples samples;
+    bench_interval *intervals; /* [n_intervals] in time order, with cfg.interval_s > 0 */
+    size_t n_intervals, cap_intervals;
+    int intervals_truncated;
 } bench_level_result;
 
 void bench_level_result_free(bench_level_result *res);

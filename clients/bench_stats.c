@@ -17,9 +17,17 @@ const char *bench_err_name(int kind) {
     case BENCH_ERR_PROTOCOL: return "protocol";
     case BENCH_ERR_STREAM: return "stream_error";
     case BENCH_ERR_NO_CONTENT: return "no_content";
+    case BENCH_ERR_INVALID_UNEXPECTED: return "invalid_unexpected";
     case BENCH_ERR_CANCELLED: return "cancelled";
+    case BENCH_ERR_ABORTED: return "aborted";
+    case BENCH_ERR_INVALID_OK: return "invalid_ok";
     default: return "unknown";
     }
+}
+
+int bench_err_is_failure(int kind) {
+    return kind != BENCH_OK && kind != BENCH_ERR_CANCELLED && kind != BENCH_ERR_ABORTED &&
+           kind != BENCH_ERR_INVALID_OK;
 }
 
 int bench_dvec_push(bench_dvec *d, double x) {
@@ -146,34 +154,49 @@ int bench_metrics_compute(const bench_rec *recs, size_t n, const double *itl_s, 
         memset(samples, 0, sizeof *samples);
     m->duration_s = duration_s;
     m->has_slo = slo && (slo->ttft_ms > 0 || slo->tpot_ms > 0 || slo->e2e_ms > 0);
-    size_t n_ok = 0;
-    for (size_t i = 0; i < n; i++)
+    size_t n_ok = 0, n_inv = 0;
+    for (size_t i = 0; i < n; i++) {
         n_ok += recs[i].err == BENCH_OK;
+        n_inv += recs[i].err == BENCH_ERR_INVALID_OK;
+    }
     /* +1: malloc(0) may return NULL, which must not read as a failure. */
     double *ttft = malloc((n_ok + 1) * sizeof *ttft);
     double *tpot = malloc((n_ok + 1) * sizeof *tpot);
     double *e2e = malloc((n_ok + 1) * sizeof *e2e);
     double *itl = malloc((n_itl + 1) * sizeof *itl);
-    if (!ttft || !tpot || !e2e || !itl) {
+    double *inv = malloc((n_inv + 1) * sizeof *inv);
+    if (!ttft || !tpot || !e2e || !itl || !inv) {
         free(ttft);
         free(tpot);
         free(e2e);
         free(itl);
+        free(inv);
         return BRISK_ENOMEM;
     }
     size_t n_tpot = 0;
-    n_ok = 0;
+    n_ok = n_inv = 0;
     for (size_t i = 0; i < n; i++) {
         const bench_rec *r = &recs[i];
         if (r->err == BENCH_ERR_CANCELLED) {
             m->cancelled++;
             continue;
         }
+        if (r->err == BENCH_ERR_ABORTED) {
+            m->aborted++;
+            continue;
+        }
+        if (r->err == BENCH_ERR_INVALID_OK) {
+            m->invalid_ok++;
+            inv[n_inv++] = r->e2e * 1000.0;
+            continue;
+        }
         if (r->err != BENCH_OK) {
             m->failed++;
             if (r->err >= 0 && r->err < BENCH_ERR_N)
                 m->by_kind[r->err]++;
-            if (r->err == BENCH_ERR_HTTP)
+            if (r->err == BENCH_ERR_INVALID_UNEXPECTED)
+                m->invalid_unexpected++;
+            if (r->err == BENCH_ERR_HTTP || (r->err == BENCH_ERR_INVALID_UNEXPECTED && r->status))
                 tally_status(m, r->status);
             continue;
         }
@@ -197,6 +220,8 @@ int bench_metrics_compute(const bench_rec *recs, size_t n, const double *itl_s, 
     bench_dist_of(tpot, n_tpot, &m->tpot_ms);
     bench_dist_of(itl, n_itl, &m->itl_ms);
     bench_dist_of(e2e, n_ok, &m->e2e_ms);
+    bench_dist_of(inv, n_inv, &m->invalid_ms);
+    free(inv);
     if (duration_s > 0) {
         m->request_throughput = (double)m->completed / duration_s;
         m->request_goodput = (double)m->good / duration_s;

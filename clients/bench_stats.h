@@ -21,19 +21,27 @@
 /* Why a request did not succeed. */
 typedef enum {
     BENCH_OK = 0,
-    BENCH_ERR_HTTP,       /* a status other than 200 (tallied per status) */
-    BENCH_ERR_CONNECT,    /* the TCP connection could not be made */
-    BENCH_ERR_CLOSED,     /* the connection closed or reset before the response ended */
-    BENCH_ERR_TIMEOUT,    /* --timeout passed */
-    BENCH_ERR_PROTOCOL,   /* malformed HTTP, SSE or JSON, or a size bound hit */
-    BENCH_ERR_STREAM,     /* an {"error": ...} event inside a 200 stream */
-    BENCH_ERR_NO_CONTENT, /* a 200 stream that ended without a single token */
-    BENCH_ERR_CANCELLED,  /* cut off by Ctrl-C: neither success nor failure */
+    BENCH_ERR_HTTP,               /* a status other than 200 (tallied per status) */
+    BENCH_ERR_CONNECT,            /* the TCP connection could not be made */
+    BENCH_ERR_CLOSED,             /* the connection closed or reset before the response ended */
+    BENCH_ERR_TIMEOUT,            /* --timeout passed */
+    BENCH_ERR_PROTOCOL,           /* malformed HTTP, SSE or JSON, or a size bound hit */
+    BENCH_ERR_STREAM,             /* an {"error": ...} event inside a 200 stream */
+    BENCH_ERR_NO_CONTENT,         /* a 200 stream that ended without a single token */
+    BENCH_ERR_INVALID_UNEXPECTED, /* a deliberately invalid request (--invalid-rate)
+                                     answered with a status other than 4xx */
+    BENCH_ERR_CANCELLED,          /* cut off by Ctrl-C: neither success nor failure */
+    BENCH_ERR_ABORTED,    /* the client aborted it on purpose (--abort-rate): not a failure */
+    BENCH_ERR_INVALID_OK, /* a deliberately invalid request answered 4xx, as it should be */
     BENCH_ERR_N
 } bench_err_kind;
 
 /* "http", "connect", "closed", ... (static). */
 const char *bench_err_name(int kind);
+
+/* 1 for the kinds that count as failed requests: not BENCH_OK, cancelled,
+ * aborted on purpose, or an invalid request answered 4xx. */
+int bench_err_is_failure(int kind);
 
 /* A growable array of doubles. max bounds the count (0: no bound); a push
  * beyond it is dropped and sets truncated, so a hostile server that streams
@@ -61,6 +69,11 @@ typedef struct bench_rec {
     int32_t n_content;    /* content events received */
     int32_t usage_seen;   /* 1: out_tokens/in_tokens came from the server's usage */
     int32_t words;        /* prompt words sent (random workload; for calibration) */
+    int32_t kind;         /* bench_req_kind: normal, abort or invalid (bench_workload.h) */
+    int32_t abort_at;     /* abort requests: -1 before the response head, else after
+                             this many content events */
+    int32_t invalid;      /* invalid requests: bench_invalid_kind */
+    int64_t index;        /* the request's workload index (its body depends only on it) */
 } bench_rec;
 
 /* Latency targets in milliseconds; <= 0 means "not set". */
@@ -85,6 +98,9 @@ void bench_dist_of(double *v, size_t n, bench_dist *out);
 
 typedef struct bench_metrics {
     int64_t completed, failed, cancelled, good;
+    int64_t aborted;            /* aborted on purpose by the client (--abort-rate) */
+    int64_t invalid_ok;         /* invalid on purpose (--invalid-rate) and answered 4xx */
+    int64_t invalid_unexpected; /* invalid on purpose and answered otherwise (a failure) */
     int64_t total_input, total_output;
     int64_t expected_output; /* sum of max_tokens over successful requests */
     int64_t out_mismatch;    /* successful requests whose output tokens != max_tokens */
@@ -94,6 +110,7 @@ typedef struct bench_metrics {
     int has_slo;
     double slo_attainment; /* good / (completed + failed); 0 when there were none */
     bench_dist ttft_ms, tpot_ms, itl_ms, e2e_ms;
+    bench_dist invalid_ms; /* time to the 4xx answer of the invalid_ok requests */
     double cost_per_1m_output_usd, cost_per_1k_requests_usd; /* < 0: no price given */
     int64_t by_kind[BENCH_ERR_N];
     struct {
@@ -114,7 +131,10 @@ typedef struct bench_samples {
 void bench_samples_free(bench_samples *s);
 
 /* Computes every figure from n records, the ITL samples (seconds, any order)
- * and the duration. slo may be NULL; price_per_hour <= 0 means no cost
+ * and the duration. Successes are BENCH_OK records; aborted, invalid_ok and
+ * cancelled records are counted apart and are in no latency figure; a failed
+ * record is tallied by kind, and by status when it has one (BENCH_ERR_HTTP,
+ * BENCH_ERR_INVALID_UNEXPECTED). slo may be NULL; price_per_hour <= 0 means no cost
  * figures. samples may be NULL. Returns 0 or BRISK_ENOMEM. */
 int bench_metrics_compute(const bench_rec *recs, size_t n, const double *itl_s, size_t n_itl,
                           double duration_s, const bench_slo *slo, double price_per_hour,

@@ -255,6 +255,11 @@ int bench_workload_init(bench_workload *w, const bench_workload_cfg *cfg, char *
         return brisk_set_err(err, err_len, BRISK_EINVAL, "input and output lengths must be >= 1");
     if (!(cfg->range_ratio >= 0 && cfg->range_ratio < 1))
         return brisk_set_err(err, err_len, BRISK_EINVAL, "--range-ratio must be in [0, 1)");
+    if (!(cfg->abort_rate >= 0 && cfg->abort_rate <= 1) ||
+        !(cfg->invalid_rate >= 0 && cfg->invalid_rate <= 1) ||
+        cfg->abort_rate + cfg->invalid_rate > 1 + 1e-9)
+        return brisk_set_err(err, err_len, BRISK_EINVAL,
+                             "--abort-rate and --invalid-rate must be in [0, 1] and sum to <= 1");
     if (cfg->extra_body) {
         cJSON *e = cJSON_Parse(cfg->extra_body);
         if (!e || !cJSON_IsObject(e)) {
@@ -315,6 +320,71 @@ static cJSON *message(const char *role, const char *content) {
         return NULL;
     }
     return m;
+}
+
+/* ---- aborted and invalid requests ---- */
+
+const char *bench_invalid_name(int kind) {
+    switch (kind) {
+    case BENCH_INVALID_BAD_JSON: return "bad_json";
+    case BENCH_INVALID_RANGE: return "out_of_range";
+    case BENCH_INVALID_MODEL: return "unknown_model";
+    case BENCH_INVALID_TYPE: return "wrong_type";
+    default: return "unknown";
+    }
+}
+
+/* Request index's kind, abort point and invalid variant, from a random
+ * stream of their own (the prompt's stream is untouched by the rates). */
+static void pick_kind(const bench_workload *w, uint64_t index, bench_body *out, bench_rng *r) {
+    out->kind = BENCH_REQ_NORMAL;
+    if (index >= BENCH_WARMUP_INDEX)
+        return;
+    bench_rng_seed(r, w->cfg.seed ^ (index * 0xd1b54a32d192ed03ull + 0x4b494e44ull));
+    double u = bench_rng_uniform(r);
+    if (u < w->cfg.invalid_rate) {
+        out->kind = BENCH_REQ_INVALID;
+        out->invalid = (int)bench_rng_range(r, 0, BENCH_INVALID_N - 1);
+    } else if (u < w->cfg.invalid_rate + w->cfg.abort_rate) {
+        out->kind = BENCH_REQ_ABORT;
+        if (bench_rng_range(r, 1, BENCH_ABORT_HEAD_ONE_IN) == 1)
+            out->abort_at = -1;
+        else
+            out->abort_at = (int)bench_rng_range(r, 0, out->expected_out - 1);
+    }
+}
+
+/* Sets o[name] = item, replacing a field of that name. Takes item. */
+static int set_field(cJSON *o, const char *name, cJSON *item) {
+    if (!item)
+        return BRISK_ENOMEM;
+    if (cJSON_GetObjectItemCaseSensitive(o, name)
+            ? !cJSON_ReplaceItemInObjectCaseSensitive(o, name, item)
+            : !cJSON_AddItemToObject(o, name, item)) {
+        cJSON_Delete(item);
+        return BRISK_ENOMEM;
+    }
+    return 0;
+}
+
+/* Makes a valid body invalid in the way out->invalid says; BAD_JSON is done
+ * on the printed text instead. */
+static int spoil_body(cJSON *o, const bench_body *out, bench_rng *r) {
+    switch (out->invalid) {
+    case BENCH_INVALID_RANGE:
+        switch (bench_rng_range(r, 0, 2)) {
+        case 0: return set_field(o, "max_tokens", cJSON_CreateNumber(0));
+        case 1: return set_field(o, "top_p", cJSON_CreateNumber(1.5));
+        default: return set_field(o, "temperature", cJSON_CreateNumber(-1));
+        }
+    case BENCH_INVALID_MODEL:
+        return set_field(o, "model", cJSON_CreateString(BENCH_INVALID_MODEL_NAME));
+    case BENCH_INVALID_TYPE:
+        if (bench_rng_range(r, 0, 1) == 0)
+            return set_field(o, "max_tokens", cJSON_CreateString("many"));
+        return set_field(o, "temperature", cJSON_CreateString("warm"));
+    default: return 0;
+    }
 }
 
 int bench_workload_body(bench_workload *w, uint64_t index, bench_body *out) {
@@ -389,10 +459,20 @@ int bench_workload_body(bench_workload *w, uint64_t index, bench_body *out) {
         goto done;
     if (merge_extra(o, w->extra) < 0)
         goto done;
+    bench_rng kr;
+    pick_kind(w, index, out, &kr);
+    if (out->kind == BENCH_REQ_INVALID && spoil_body(o, out, &kr) < 0)
+        goto done;
     out->json = cJSON_PrintUnformatted(o);
     if (out->json) {
         out->len = strlen(out->json);
         rc = 0;
+        /* Any proper prefix of a JSON object is not JSON: it never closes. */
+        if (out->kind == BENCH_REQ_INVALID && out->invalid == BENCH_INVALID_BAD_JSON &&
+            out->len > 1) {
+            out->len = (size_t)bench_rng_range(&kr, 1, (int64_t)out->len - 1);
+            out->json[out->len] = '\0';
+        }
     }
 done:
     cJSON_Delete(o);

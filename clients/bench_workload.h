@@ -31,6 +31,32 @@ double bench_arrival_gap(bench_rng *r, double rate, double burstiness);
  * [floor(len * (1 - ratio)), floor(len * (1 + ratio))], at least min. */
 int bench_sample_len(bench_rng *r, int len, double ratio, int min);
 
+/* What a request is for. Most are ordinary; --abort-rate and --invalid-rate
+ * make a seeded fraction of them requests the client aborts on purpose, or
+ * deliberately invalid requests that a correct server answers with a 4xx. */
+typedef enum { BENCH_REQ_NORMAL = 0, BENCH_REQ_ABORT, BENCH_REQ_INVALID } bench_req_kind;
+
+/* The ways an invalid request is invalid, each a quarter of them. */
+typedef enum {
+    BENCH_INVALID_BAD_JSON = 0, /* the body cut short at a random byte: not JSON */
+    BENCH_INVALID_RANGE,        /* max_tokens 0, top_p 1.5 or temperature -1 */
+    BENCH_INVALID_MODEL,        /* a model no server serves */
+    BENCH_INVALID_TYPE,         /* max_tokens or temperature a string */
+    BENCH_INVALID_N
+} bench_invalid_kind;
+
+/* "bad_json", "out_of_range", "unknown_model", "wrong_type" (static). */
+const char *bench_invalid_name(int kind);
+
+/* The model name of BENCH_INVALID_MODEL requests. */
+#define BENCH_INVALID_MODEL_NAME "brisk-bench-no-such-model"
+
+/* An abort request is aborted before the response head (as soon as the
+ * request is written) one time in BENCH_ABORT_HEAD_ONE_IN; otherwise after k
+ * content events, k uniform in [0, output length): k = 0 aborts at the
+ * response head, before the first token. */
+#define BENCH_ABORT_HEAD_ONE_IN 4
+
 typedef struct bench_workload_cfg {
     int chat;                 /* 1: /v1/chat/completions bodies, else /v1/completions */
     const char *model;        /* "model" field; NULL leaves it out. Borrowed. */
@@ -43,6 +69,9 @@ typedef struct bench_workload_cfg {
     double temperature;
     int ignore_eos;         /* send "ignore_eos": true so outputs have max_tokens tokens */
     const char *extra_body; /* a JSON object merged into every body, or NULL. Borrowed. */
+    double abort_rate;      /* fraction of requests aborted on purpose, [0, 1] */
+    double invalid_rate;    /* fraction of requests made invalid on purpose, [0, 1]; the
+                               two rates sum to at most 1 */
 } bench_workload_cfg;
 
 typedef struct bench_item {
@@ -68,6 +97,10 @@ typedef struct bench_body {
     int expected_out;    /* max_tokens */
     int words;           /* random workload: words in the prompt(s); 0 for a dataset */
     int64_t in_estimate; /* prompt tokens we expect, used when the server sends no usage */
+    int kind;            /* bench_req_kind */
+    int abort_at;        /* BENCH_REQ_ABORT: -1 before the response head, else after this
+                            many content events (0: at the head); 0 otherwise */
+    int invalid;         /* BENCH_REQ_INVALID: bench_invalid_kind; 0 otherwise */
 } bench_body;
 
 /* Loads the dataset (if any), parses extra_body and builds the prefix.
@@ -77,7 +110,10 @@ int bench_workload_init(bench_workload *w, const bench_workload_cfg *cfg, char *
 void bench_workload_free(bench_workload *w);
 
 /* Body of request `index` (warm-up requests use indices from
- * BENCH_WARMUP_INDEX up). Returns 0 or BRISK_ENOMEM. */
+ * BENCH_WARMUP_INDEX up). Its kind, abort point and invalid variant depend
+ * only on the seed and the index, drawn from a stream of their own, so the
+ * prompt of request i is the same whatever the rates; warm-up requests are
+ * always normal. Returns 0 or BRISK_ENOMEM. */
 #define BENCH_WARMUP_INDEX ((uint64_t)1 << 62)
 int bench_workload_body(bench_workload *w, uint64_t index, bench_body *out);
 

@@ -1,8 +1,9 @@
 """brisk-bench, the load generator, end to end: against a running brisk on
 stories260K (its completed requests and token counts must equal the deltas of
-brisk's own /metrics counters), against the fake streaming server of
-tests/tools/bench_fake.h (256 connections from one thread; hostile answers),
-and its command line, JSON report, charts, sweeps and Ctrl-C.
+brisk's own /metrics counters; aborted and invalid requests), against the fake
+streaming server of tests/tools/bench_fake.h (256 connections from one thread;
+hostile answers; aborts, invalid requests and intervals), and its command
+line, JSON report, charts, sweeps and Ctrl-C.
 
 brisk-bench is build/bin/brisk-bench beside BRISK_BIN; the fake server is
 build/tests/bench_fake_server.
@@ -298,6 +299,67 @@ def test_http_errors_counted(bench, start_server, stories260k_gguf, tmp_path):
         srv.stop()
 
 
+def http_codes(samples):
+    """{status code: count} of brisk_http_requests_total."""
+    out = {}
+    for name, labels, v in samples:
+        if name == "brisk_http_requests_total":
+            out[int(labels["code"])] = out.get(int(labels["code"]), 0) + v
+    return out
+
+
+def test_aborts_and_invalid_against_brisk(bench, stories_server, tmp_path, report):
+    """--abort-rate and --invalid-rate against brisk: every invalid request gets its 4xx
+    (404 for the unknown model, 400 for the rest), counted by brisk too; aborts are
+    neither errors nor latencies; brisk's KV cache and gauges go back to idle."""
+    codes0 = http_codes(stories_server.metrics())
+    before = counters(stories_server)
+    r, rep = bench.json_run(tmp_path, "--base-url", stories_server.url, "--num-prompts", 60,
+                            "--max-concurrency", 4, "--input-len", 8, "--output-len", 16,
+                            "--abort-rate", 0.3, "--invalid-rate", 0.2, "--seed", 3,
+                            "--json-requests")
+    run = rep["runs"][0]
+    assert run["failed"] == 0 and run["invalid_unexpected"] == 0, run["errors"]
+    assert run["completed"] + run["aborted"] + run["invalid_ok"] == 60
+    reqs = run["requests"]
+    assert sorted(q["index"] for q in reqs) == list(range(60))
+    inv = [q for q in reqs if q["kind"] == "invalid"]
+    ab = [q for q in reqs if q["kind"] == "abort"]
+    assert len(inv) == run["invalid_ok"] >= 4 and len(ab) >= 8, (len(inv), len(ab))
+    for q in inv:
+        want = 404 if q["invalid"] == "unknown_model" else 400
+        assert q["result"] == "invalid_ok" and q["status"] == want, q
+    assert {q["invalid"] for q in inv} >= {"bad_json", "out_of_range", "unknown_model"}
+    # brisk may send a few tokens in one event, so a stream can end before the abort point
+    assert all(q["result"] in ("aborted", "ok") for q in ab), ab
+    assert run["aborted"] == sum(q["result"] == "aborted" for q in ab) >= len(ab) - 2
+    assert all(q["status"] == 0 for q in ab if q["abort_at"] == -1)
+    assert all(q["result"] == "ok" and q["output_tokens"] == 16 for q in reqs
+               if q["kind"] == "normal")
+    assert run["ttft_ms"]["n"] == run["e2e_ms"]["n"] == run["completed"]
+    assert run["invalid_ms"]["n"] == run["invalid_ok"]
+    assert rep["params"]["abort_rate"] == 0.3
+    assert rep["params"]["invalid_rate"] == 0.2
+    # brisk's own counts: the 4xx, no 5xx; the server may finish an aborted request
+    # before the close reaches it
+    d = wait_deltas(stories_server, before, run["completed"])
+    assert run["completed"] <= d["success"] <= run["completed"] + run["aborted"], d
+    codes1 = http_codes(stories_server.metrics())
+    delta = {c: codes1.get(c, 0) - codes0.get(c, 0) for c in codes1}
+    assert delta.get(400, 0) + delta.get(404, 0) == run["invalid_ok"], delta
+    assert not any(n for c, n in delta.items() if c >= 500), delta
+    assert "Aborted by the client" in r.stdout and "Invalid requests answered 4xx" in r.stdout
+    # idle again: no sequence, no KV block left behind by the aborts
+    assert stories_server.wait_gauges(0, 0) == (0, 0)
+    deadline = time.monotonic() + 5 * stories_server.slow
+    while metric_value(stories_server.metrics(), "brisk_kv_cache_blocks", state="used") != 0:
+        assert time.monotonic() < deadline, "KV blocks still used after the run"
+        time.sleep(0.05)
+    report(f"brisk-bench vs brisk: 60 requests, {run['aborted']} aborted, "
+           f"{run['invalid_ok']} invalid answered 4xx "
+           f"(p99 {run['invalid_ms']['p99']:.1f} ms), 0 unexpected")
+
+
 @pytest.mark.slow
 def test_chat_smollm2(bench, smollm2_server, tmp_path):
     before = counters(smollm2_server)
@@ -380,6 +442,101 @@ def test_streams_of_every_shape(bench, fake, tmp_path):
     assert run["usage_missing"] == 3 and run["total_output_tokens"] == 27
 
 
+def abort_run(bench, fake, tmp_path, model, seed, name):
+    """60 requests of 8 tokens, 40% of them aborted; returns the run."""
+    _, rep = bench.json_run(tmp_path, "--base-url", fake.url, "--model", model,
+                            "--num-prompts", 60, "--max-concurrency", 15, "--output-len", 8,
+                            "--abort-rate", 0.4, "--seed", seed, "--json-requests", name=name)
+    return rep["runs"][0]
+
+
+def test_aborts_fake_server(bench, fake, tmp_path):
+    """Each aborted request is closed at its point (k tokens, or before the head),
+    the server sees every cut (fake-drip: 20 ms a token, so each abort is mid-stream),
+    and which requests abort, and where, depends on the seed alone."""
+    # earlier tests' cut connections (fake-hang's timeouts) may still be on their way
+    s0 = fake.stats()
+    while True:
+        time.sleep(0.5)
+        s1 = fake.stats()
+        if s1["cut"] == s0["cut"]:
+            break
+        s0 = s1
+    run = abort_run(bench, fake, tmp_path, "fake-drip", 7, "a.json")
+    deadline = time.monotonic() + 5
+    while fake.stats()["cut"] - s0["cut"] < run["aborted"] and time.monotonic() < deadline:
+        time.sleep(0.02)  # the server notices a cut when the close reaches it
+    assert fake.stats()["cut"] - s0["cut"] == run["aborted"]
+    ab = [q for q in run["requests"] if q["kind"] == "abort"]
+    assert run["aborted"] == len(ab) and 12 <= len(ab) <= 36 and run["failed"] == 0
+    assert run["completed"] == 60 - len(ab)
+    for q in ab:
+        assert q["result"] == "aborted" and (q["ttft_ms"] is None) == (q["abort_at"] <= 0), q
+        assert q["content_events"] == max(q["abort_at"], 0), q
+    assert any(q["abort_at"] == -1 for q in ab) and any(q["abort_at"] >= 0 for q in ab)
+    assert run["itl_ms"]["n"] == run["completed"] * 7  # no gap of an aborted request
+    assert run["total_output_tokens"] == run["completed"] * 8
+    # the same plan from another server speed; another plan from another seed
+    same = abort_run(bench, fake, tmp_path, "fake", 7, "b.json")
+    other = abort_run(bench, fake, tmp_path, "fake", 8, "c.json")
+
+    def plan(r):
+        return sorted((q["index"], q["kind"], q.get("abort_at"), q["result"])
+                      for q in r["requests"])
+    assert plan(same) == plan(run)
+    assert plan(other) != plan(run)
+
+
+@pytest.mark.parametrize("model,status", [("fake-lenient", "200"), ("fake-strict500", "500")])
+def test_invalid_unexpected(bench, fake, tmp_path, model, status):
+    """An invalid request a server streams (200) or fails on (500) is an error, tallied
+    by status; the ones it rejects (bad JSON, unknown model) are still invalid_ok."""
+    r, rep = bench.json_run(tmp_path, "--base-url", fake.url, "--model", model,
+                            "--num-prompts", 40, "--max-concurrency", 4, "--output-len", 4,
+                            "--invalid-rate", 1, "--json-requests", check=False)
+    run = rep["runs"][0]
+    bad = [q for q in run["requests"] if q["invalid"] in ("out_of_range", "wrong_type")]
+    assert bad and all(q["result"] == "invalid_unexpected" for q in bad)
+    assert run["invalid_unexpected"] == run["failed"] == len(bad)
+    assert run["invalid_ok"] == 40 - len(bad) and run["completed"] == 0
+    assert run["errors"]["by_status"] == {status: len(bad)}
+    assert run["errors"]["by_kind"]["invalid_unexpected"] == len(bad)
+    assert "deliberately invalid" in r.stdout
+    assert r.returncode == 0  # invalid requests answered 4xx went as planned
+
+
+def test_intervals(bench, fake, tmp_path):
+    """--interval: the intervals tile the run and their figures add up to the run's."""
+    r, rep = bench.json_run(tmp_path, "--base-url", fake.url, "--model", "fake-slow",
+                            "--request-rate", 50, "--duration", 1.6, "--interval", 0.4,
+                            "--output-len", 10, "--abort-rate", 0.1, "--invalid-rate", 0.1)
+    run = rep["runs"][0]
+    ivs = run["intervals"]
+    assert rep["params"]["interval_s"] == 0.4 and not run["intervals_truncated"]
+    assert 4 <= len(ivs) <= 5 and ivs[-1]["partial"] and not any(i["partial"] for i in ivs[:-1])
+    assert ivs[0]["t_start_s"] == 0
+    for a, b in zip(ivs, ivs[1:]):
+        assert b["t_start_s"] == a["t_end_s"]
+    for i in ivs[:-1]:
+        assert abs(i["t_end_s"] - i["t_start_s"] - 0.4) < 0.15, i
+    assert abs(ivs[-1]["t_end_s"] - run["duration_s"]) < 1e-9
+    for key in ("completed", "failed", "aborted", "invalid_ok", "total_output_tokens"):
+        assert sum(i[key] for i in ivs) == run[key], key
+    for key in ("ttft_ms", "itl_ms", "e2e_ms"):
+        assert sum(i[key]["n"] for i in ivs) == run[key]["n"], key
+        for i in ivs:
+            check_dist(i[key])
+    full = ivs[1]
+    assert full["completed"] > 5 and full["output_throughput"] == pytest.approx(
+        full["total_output_tokens"] / (full["t_end_s"] - full["t_start_s"]))
+    assert set(full["errors"]) == {"by_status", "by_kind"}
+    assert "brisk-bench: intervals" in r.stdout
+    # without --quiet, a line per interval on stderr
+    r = bench.run("--base-url", fake.url, "--model", "fake", "--request-rate", 40,
+                  "--duration", 0.7, "--interval", 0.3, "--output-len", 4)
+    assert len(re.findall(r"brisk-bench: \[\d+-\d+ s\] \d+ ok", r.err)) >= 2, r.err
+
+
 def test_sigint_prints_partial_report(bench, fake, tmp_path):
     out = tmp_path / "partial.json"
     argv = [bench.path, "--base-url", fake.url, "--model", "fake-slow", "--num-prompts",
@@ -413,6 +570,10 @@ def test_sigint_prints_partial_report(bench, fake, tmp_path):
     (["--slo", "speed:5"], 2, "unknown metric"),
     (["--sweep-concurrency", "1,x"], 2, "--sweep-concurrency"),
     (["--num-prompts", "0"], 2, "--duration"),
+    (["--abort-rate", "1.5"], 2, "--abort-rate"),
+    (["--abort-rate", "0.6", "--invalid-rate", "0.5"], 2, "over 1"),
+    (["--invalid-rate", "x"], 2, "--invalid-rate"),
+    (["--interval", "0"], 2, "--interval"),
     (["--base-url", "https://example.com"], 1, "https"),
     (["--base-url", "http://127.0.0.1:1", "--model", "m", "--dataset", "/nonexistent"], 1,
      "dataset"),
@@ -426,7 +587,8 @@ def test_usage_errors(bench, args, code, msg):
 def test_help_and_version(bench):
     r = bench.run("--help")
     for flag in ("--base-url", "--request-rate", "--burstiness", "--max-concurrency", "--slo",
-                 "--sweep-concurrency", "--price-per-hour", "--plot", "--shared-prefix-len"):
+                 "--sweep-concurrency", "--price-per-hour", "--plot", "--shared-prefix-len",
+                 "--abort-rate", "--invalid-rate", "--interval"):
         assert flag in r.stdout, flag
     r = bench.run("--version")
     assert re.match(r"^brisk-bench \d+\.\d+\.\d+ \(commit \S+\)$", r.stdout.strip()), r.stdout

@@ -33,6 +33,9 @@ typedef enum {
     M_ONCE,
     M_JUNK,
     M_BIGHEAD,
+    M_LENIENT,
+    M_STRICT500,
+    M_DRIP,
 } fake_mode;
 
 static const struct {
@@ -58,6 +61,9 @@ static const struct {
     {"fake-once", M_ONCE},
     {"fake-junk", M_JUNK},
     {"fake-bighead", M_BIGHEAD},
+    {"fake-lenient", M_LENIENT},
+    {"fake-strict500", M_STRICT500},
+    {"fake-drip", M_DRIP},
 };
 
 /* Stages of a stream. */
@@ -131,6 +137,12 @@ static void sb_fmt(sb *b, const char *fmt, ...) {
 
 /* ---- connections ---- */
 
+/* The client went away while a stream was being sent: count the cut. */
+static void note_cut(fconn *c) {
+    if (c->active && !c->closing)
+        c->f->stats.cut++;
+}
+
 static void on_conn_closed(uv_handle_t *h) {
     fconn *c = h->data;
     if (++c->n_closed < 2)
@@ -169,6 +181,7 @@ static void on_written(uv_write_t *req, int status) {
     fconn *c = req->data;
     free(req);
     if (status < 0) {
+        note_cut(c);
         conn_close(c);
         return;
     }
@@ -191,6 +204,7 @@ static void send_piece(fconn *c, const char *data, size_t len) {
     uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
         free(w);
+        note_cut(c);
         conn_close(c);
     }
 }
@@ -204,6 +218,7 @@ static void send_once(fconn *c, const char *data, size_t len) {
     uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written_free) < 0) {
         free(w);
+        note_cut(c);
         conn_close(c);
     }
 }
@@ -370,10 +385,24 @@ static void pump(fconn *c) {
         pump(c);
         return;
     }
-    if (c->mode == M_SLOW) {
+    /* The stream's last bytes are queued: the connection may take the next
+     * request now (a client may send it as soon as it has read them, before
+     * our write callback runs). Not for the modes that close after the
+     * stream: a close would cancel the queued write. */
+    int last = c->stage == S_OVER && c->mode != M_EOFBODY && c->mode != M_NOALIVE;
+    if (c->mode == M_SLOW || c->mode == M_DRIP) {
         send_once(c, b.p, b.len);
         free(b.p);
-        uv_timer_start(&c->timer, on_timer, 2, 0);
+        if (last)
+            stream_over(c);
+        else
+            uv_timer_start(&c->timer, on_timer, c->mode == M_DRIP ? 20 : 2, 0);
+        return;
+    }
+    if (last) {
+        send_once(c, b.p, b.len);
+        free(b.p);
+        stream_over(c);
         return;
     }
     send_piece(c, b.p, b.len);
@@ -391,6 +420,22 @@ static int count_words(const char *s) {
         in = !sp;
     }
     return n;
+}
+
+/* The first of max_tokens, temperature and top_p that is present and not a
+ * number in its range ([1, inf) integer, [0, 2], (0, 1]), or NULL. */
+static const char *invalid_field(const cJSON *j) {
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "max_tokens");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "temperature");
+    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(j, "top_p");
+    if (mt && (!cJSON_IsNumber(mt) || mt->valuedouble < 1 || mt->valuedouble > 1e9 ||
+               mt->valuedouble != (double)(int64_t)mt->valuedouble))
+        return "max_tokens";
+    if (t && (!cJSON_IsNumber(t) || !(t->valuedouble >= 0 && t->valuedouble <= 2)))
+        return "temperature";
+    if (tp && (!cJSON_IsNumber(tp) || !(tp->valuedouble > 0 && tp->valuedouble <= 1)))
+        return "top_p";
+    return NULL;
 }
 
 static void respond(fconn *c, int status, const char *ctype, const char *body, int close) {
@@ -423,9 +468,10 @@ static void handle(fconn *c) {
     }
     if (!strcmp(method, "GET") && !strcmp(c->url, "/stats")) {
         char js[256];
-        snprintf(js, sizeof js, "{\"connections\":%llu,\"requests\":%llu,\"tokens\":%llu}",
+        snprintf(js, sizeof js,
+                 "{\"connections\":%llu,\"requests\":%llu,\"tokens\":%llu,\"cut\":%llu}",
                  (unsigned long long)f->stats.connections, (unsigned long long)f->stats.requests,
-                 (unsigned long long)f->stats.tokens);
+                 (unsigned long long)f->stats.tokens, (unsigned long long)f->stats.cut);
         respond(c, 200, "application/json", js, 0);
         return;
     }
@@ -446,9 +492,27 @@ static void handle(fconn *c) {
     const cJSON *iu =
         cJSON_IsObject(so) ? cJSON_GetObjectItemCaseSensitive(so, "include_usage") : NULL;
     c->mode = M_NORMAL;
+    int known = !cJSON_IsString(model) || !strcmp(model->valuestring, "fake");
     for (size_t i = 0; cJSON_IsString(model) && i < sizeof MODES / sizeof MODES[0]; i++)
-        if (!strcmp(model->valuestring, MODES[i].name))
+        if (!strcmp(model->valuestring, MODES[i].name)) {
             c->mode = MODES[i].mode;
+            known = 1;
+        }
+    if (!known) {
+        cJSON_Delete(j);
+        respond(c, 404, "application/json",
+                "{\"error\":{\"message\":\"no such model\",\"code\":\"model_not_found\"}}", 0);
+        return;
+    }
+    const char *bad = c->mode == M_LENIENT ? NULL : invalid_field(j);
+    if (bad) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "{\"error\":{\"message\":\"%s is invalid\",\"param\":\"%s\"}}",
+                 bad, bad);
+        cJSON_Delete(j);
+        respond(c, c->mode == M_STRICT500 ? 500 : 400, "application/json", msg, 0);
+        return;
+    }
     c->chat = chat;
     c->tokens_left = cJSON_IsNumber(mt) && mt->valuedouble >= 0 ? (int)mt->valuedouble : 16;
     c->include_usage = cJSON_IsTrue(iu);
@@ -594,6 +658,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (nread == 0 || c->closing)
         return;
     if (nread < 0) {
+        note_cut(c);
         conn_close(c);
         return;
     }

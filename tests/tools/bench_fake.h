@@ -3,17 +3,24 @@
  * socket takes them, one SSE event per write.
  *
  * It answers GET /v1/models, GET /stats ({"connections", "requests",
- * "tokens"}) and streaming POST /v1/completions and /v1/chat/completions
- * with max_tokens events (" tok" each), a finish chunk, a usage chunk when
- * stream_options.include_usage is set, and [DONE]. prompt_tokens is the
- * number of space-separated words of the prompt (or of every message).
+ * "tokens", "cut"}) and streaming POST /v1/completions and
+ * /v1/chat/completions with max_tokens events (" tok" each), a finish chunk,
+ * a usage chunk when stream_options.include_usage is set, and [DONE].
+ * prompt_tokens is the number of space-separated words of the prompt (or of
+ * every message). It validates as a real server does: a body that is not a
+ * JSON object is a 400, a model not named below a 404, and max_tokens (an
+ * integer >= 1), temperature ([0, 2]) or top_p ((0, 1]) of another type or
+ * out of range a 400. "cut" counts streams the client cut off (its
+ * connection closed while a stream was being sent).
  *
  * The request's "model" picks a behaviour, so one server covers every case:
- *   fake            normal (any name not below)
+ *   fake            normal (no "model" field is the same)
  *   fake-batch      up to 64 events per write (several events per read)
  *   fake-split      every write cut into 17-byte pieces 1 ms apart
  *   fake-crlf       CRLF line ends and ": ping" comments
  *   fake-slow       2 ms between events
+ *   fake-drip       20 ms between events (a client that aborts mid-stream is
+ *                   sure to cut it, however loaded the machine)
  *   fake-nousage    no usage chunk
  *   fake-noalive    Connection: close on every response
  *   fake-eof-body   neither chunked nor Content-Length: the body ends at close
@@ -30,6 +37,8 @@
  *   fake-once       a keep-alive connection closed, without an answer, when a
  *                   second request arrives on it (an idle timeout that struck
  *                   just as the client reused it)
+ *   fake-lenient    no validation of max_tokens, temperature, top_p: streams anyway
+ *   fake-strict500  a 500 instead of a 400 for an invalid field (a buggy server)
  * Test code only: it trusts its client more than brisk does, but still
  * bounds what it reads. */
 #ifndef BENCH_FAKE_H
@@ -41,7 +50,7 @@
 typedef struct bench_fake bench_fake;
 
 typedef struct bench_fake_stats {
-    uint64_t connections, requests, tokens;
+    uint64_t connections, requests, tokens, cut;
 } bench_fake_stats;
 
 /* Listens on host:port (0: an ephemeral port) on loop. NULL on failure. */

@@ -5,7 +5,9 @@
  * whose body ends at close; every hostile answer (HTTP errors, error events,
  * garbage, bad chunking, cut connections, silence, a 2 MiB line) counted as
  * the right kind of failure without a crash; connection reuse; arrivals at a
- * rate; and 256 connections from one client thread, whose streamed tokens
+ * rate; aborts on purpose (every one at its point, seen by the server),
+ * deliberately invalid requests against correct, lenient and buggy servers,
+ * per-interval figures; and 256 connections from one client thread, whose streamed tokens
  * per second is printed (the >= 50,000 tok/s claim is measured by
  * bench/client_overhead.sh, not asserted here: sanitizer builds are slower). */
 #include <math.h>
@@ -56,6 +58,8 @@ typedef struct run_opts {
     int n, conc, out_len;
     double rate, timeout_s;
     int port; /* 0: the fake server */
+    double abort_rate, invalid_rate, interval_s, duration_s;
+    uint64_t seed;
 } run_opts;
 
 /* Runs one level against the fake server; res owns the records. */
@@ -78,6 +82,9 @@ static void run(const run_opts *ro, bench_level_result *res) {
     wc.input_len = 8;
     wc.output_len = ro->out_len;
     wc.ignore_eos = 1;
+    wc.abort_rate = ro->abort_rate;
+    wc.invalid_rate = ro->invalid_rate;
+    wc.seed = ro->seed;
     CHECK(bench_workload_init(&w, &wc, err, sizeof err) == 0, "workload");
     bench_run_cfg rc;
     memset(&rc, 0, sizeof rc);
@@ -86,6 +93,9 @@ static void run(const run_opts *ro, bench_level_result *res) {
     rc.num_prompts = ro->n;
     rc.burstiness = 1;
     rc.timeout_s = ro->timeout_s > 0 ? ro->timeout_s : 10;
+    rc.interval_s = ro->interval_s;
+    rc.duration_s = ro->duration_s;
+    rc.seed = ro->seed;
     bench_runner *r = bench_runner_create(&loop, cl, &w, &rc, 0);
     bench_level lv = {ro->conc, ro->rate};
     bench_runner_level(r, &lv, res);
@@ -130,6 +140,7 @@ static void fake_stats(bench_fake_stats *st) {
         st->connections = (uint64_t)cJSON_GetObjectItem(j, "connections")->valuedouble;
         st->requests = (uint64_t)cJSON_GetObjectItem(j, "requests")->valuedouble;
         st->tokens = (uint64_t)cJSON_GetObjectItem(j, "tokens")->valuedouble;
+        st->cut = (uint64_t)cJSON_GetObjectItem(j, "cut")->valuedouble;
     }
     cJSON_Delete(j);
     bench_call_clear(&c);
@@ -139,7 +150,7 @@ static void fake_stats(bench_fake_stats *st) {
 }
 
 static void expect_ok(const char *model, int chat, int n, int conc, int out_len) {
-    run_opts ro = {model, chat, n, conc, out_len, 0, 0, 0};
+    run_opts ro = {.model = model, .chat = chat, .n = n, .conc = conc, .out_len = out_len};
     bench_level_result res;
     run(&ro, &res);
     const bench_metrics *m = &res.m;
@@ -162,7 +173,7 @@ static void expect_ok(const char *model, int chat, int n, int conc, int out_len)
 }
 
 static void expect_fail(const char *model, int kind, int status, double timeout_s) {
-    run_opts ro = {model, 0, 4, 2, 6, 0, timeout_s, 0};
+    run_opts ro = {.model = model, .n = 4, .conc = 2, .out_len = 6, .timeout_s = timeout_s};
     bench_level_result res;
     run(&ro, &res);
     const bench_metrics *m = &res.m;
@@ -204,7 +215,7 @@ static void test_streams(void) {
     expect_ok("fake", 0, 5, 1, 1); /* one token: no ITL, no TPOT */
 
     /* ITL is measured: 2 ms between events. */
-    run_opts ro = {"fake-slow", 0, 4, 4, 20, 0, 0, 0};
+    run_opts ro = {.model = "fake-slow", .n = 4, .conc = 4, .out_len = 20};
     bench_level_result res;
     run(&ro, &res);
     CHECK(res.m.completed == 4 && res.m.itl_ms.median > 1.5 && res.m.itl_ms.median < 20,
@@ -236,7 +247,7 @@ static void test_failures(void) {
     int len = sizeof a;
     uv_tcp_getsockname(&probe, (struct sockaddr *)&a, &len);
     int dead = ntohs(a.sin_port); /* bound, not listening: connections are refused */
-    run_opts ro = {"fake", 0, 3, 2, 4, 0, 2, dead};
+    run_opts ro = {.model = "fake", .n = 3, .conc = 2, .out_len = 4, .timeout_s = 2, .port = dead};
     bench_level_result res;
     run(&ro, &res);
     CHECK(res.m.failed == 3 && res.m.by_kind[BENCH_ERR_CONNECT] == 3, "refused: %s",
@@ -249,7 +260,7 @@ static void test_failures(void) {
 
 static void test_rate(void) {
     /* 20 arrivals at 200/s: about 0.1 s, all complete. */
-    run_opts ro = {"fake", 0, 20, 0, 4, 200, 0, 0};
+    run_opts ro = {.model = "fake", .n = 20, .out_len = 4, .rate = 200};
     bench_level_result res;
     run(&ro, &res);
     CHECK(res.m.completed == 20, "rate: %lld done", (long long)res.m.completed);
@@ -260,9 +271,213 @@ static void test_rate(void) {
     bench_level_result_free(&res);
 }
 
+/* What the workload says request index is. */
+static bench_body kind_of(const run_opts *ro, uint64_t index) {
+    bench_workload w;
+    bench_workload_cfg wc;
+    char err[256];
+    memset(&wc, 0, sizeof wc);
+    wc.model = ro->model;
+    wc.input_len = 8;
+    wc.output_len = ro->out_len;
+    wc.abort_rate = ro->abort_rate;
+    wc.invalid_rate = ro->invalid_rate;
+    wc.seed = ro->seed;
+    bench_body b;
+    memset(&b, 0, sizeof b);
+    if (bench_workload_init(&w, &wc, err, sizeof err) == 0) {
+        bench_workload_body(&w, index, &b);
+        free(b.json);
+        b.json = NULL;
+        bench_workload_free(&w);
+    }
+    return b;
+}
+
+/* --abort-rate against a server that streams slowly (20 ms a token, so every
+ * abort lands mid-stream): exactly the requests the workload marks are
+ * aborted, at their point, the server sees each cut, and no aborted request
+ * is in a latency figure. */
+static void test_aborts(void) {
+    run_opts ro = {
+        .model = "fake-drip", .n = 80, .conc = 16, .out_len = 8, .abort_rate = 0.4, .seed = 11};
+    bench_fake_stats before, after;
+    /* Earlier tests' cut connections (fake-hang's timeouts) may still be on their way. */
+    fake_stats(&before);
+    for (int i = 0; i < 20; i++) {
+        uv_sleep(100);
+        fake_stats(&after);
+        if (after.cut == before.cut)
+            break;
+        before = after;
+    }
+    bench_level_result res;
+    run(&ro, &res);
+    fake_stats(&after);
+    const bench_metrics *m = &res.m;
+    int64_t want = 0, head = 0, wrong = 0;
+    for (size_t i = 0; i < res.n_recs; i++) {
+        const bench_rec *q = &res.recs[i];
+        bench_body b = kind_of(&ro, (uint64_t)q->index);
+        if (b.kind != q->kind || b.abort_at != q->abort_at)
+            wrong++;
+        if (q->kind != BENCH_REQ_ABORT) {
+            wrong += q->err != BENCH_OK;
+            continue;
+        }
+        want++;
+        head += q->abort_at < 0;
+        /* Aborted after k events: exactly k arrived (none before the head). */
+        wrong += q->err != BENCH_ERR_ABORTED || q->n_content != (q->abort_at < 0 ? 0 : q->abort_at);
+        wrong += q->abort_at < 0 && q->status != 0;
+    }
+    CHECK(res.n_recs == 80 && wrong == 0, "%zu records, %lld wrong", res.n_recs, (long long)wrong);
+    CHECK(want > 18 && want < 48 && head > 0 && head < want, "%lld aborts, %lld before the head",
+          (long long)want, (long long)head);
+    CHECK(m->aborted == want && m->failed == 0 && m->completed == 80 - want,
+          "%lld aborted, %lld failed, %lld ok (%s)", (long long)m->aborted, (long long)m->failed,
+          (long long)m->completed, res.first_error);
+    CHECK(m->ttft_ms.n == m->completed && m->e2e_ms.n == m->completed &&
+              m->itl_ms.n == m->completed * (8 - 1),
+          "only completed requests in TTFT/E2E/ITL: %lld %lld %lld", (long long)m->ttft_ms.n,
+          (long long)m->e2e_ms.n, (long long)m->itl_ms.n);
+    CHECK(m->total_output == m->completed * 8, "tokens of completed requests only");
+    /* The server notices a cut when the close reaches it, which may be after
+     * the client is done: give it 2 s. */
+    for (int i = 0; i < 200 && (int64_t)(after.cut - before.cut) < want; i++) {
+        uv_sleep(10);
+        fake_stats(&after);
+    }
+    CHECK((int64_t)(after.cut - before.cut) == want, "the server saw %llu cuts, want %lld",
+          (unsigned long long)(after.cut - before.cut), (long long)want);
+    /* An aborted connection is not reused: a new one for each abort. */
+    CHECK((int64_t)(after.connections - before.connections) >= want,
+          "%llu new connections for %lld aborts",
+          (unsigned long long)(after.connections - before.connections), (long long)want);
+    bench_level_result_free(&res);
+}
+
+/* --invalid-rate: a correct server's 4xx are invalid_ok; a lenient one's
+ * 200 and a buggy one's 500 are invalid_unexpected failures, tallied by
+ * status. */
+static void test_invalid(void) {
+    run_opts ro = {.model = "fake",
+                   .chat = 1,
+                   .n = 80,
+                   .conc = 4,
+                   .out_len = 4,
+                   .invalid_rate = 0.5,
+                   .seed = 5};
+    bench_level_result res;
+    run(&ro, &res);
+    const bench_metrics *m = &res.m;
+    int64_t inv = 0, per_variant[BENCH_INVALID_N] = {0};
+    for (size_t i = 0; i < res.n_recs; i++)
+        if (res.recs[i].kind == BENCH_REQ_INVALID) {
+            inv++;
+            per_variant[res.recs[i].invalid]++;
+            CHECK(res.recs[i].err == BENCH_ERR_INVALID_OK &&
+                      res.recs[i].status ==
+                          (res.recs[i].invalid == BENCH_INVALID_MODEL ? 404 : 400),
+                  "invalid (%s) answered %d", bench_invalid_name(res.recs[i].invalid),
+                  res.recs[i].status);
+        }
+    CHECK(inv > 25 && inv < 55 && m->invalid_ok == inv && m->invalid_unexpected == 0 &&
+              m->failed == 0 && m->completed == 80 - inv,
+          "%lld invalid: %lld 4xx, %lld failed, %lld ok", (long long)inv, (long long)m->invalid_ok,
+          (long long)m->failed, (long long)m->completed);
+    for (int v = 0; v < BENCH_INVALID_N; v++)
+        CHECK(per_variant[v] > 0, "variant %s sent", bench_invalid_name(v));
+    CHECK(m->invalid_ms.n == inv && m->ttft_ms.n == m->completed, "4xx times apart");
+    bench_level_result_free(&res);
+
+    /* A lenient server streams the out-of-range and wrong-type ones. */
+    ro.model = "fake-lenient";
+    run(&ro, &res);
+    int64_t lenient = 0;
+    for (size_t i = 0; i < res.n_recs; i++) {
+        const bench_rec *q = &res.recs[i];
+        if (q->kind != BENCH_REQ_INVALID)
+            continue;
+        int streams = q->invalid == BENCH_INVALID_RANGE || q->invalid == BENCH_INVALID_TYPE;
+        lenient += streams;
+        CHECK(q->err == (streams ? BENCH_ERR_INVALID_UNEXPECTED : BENCH_ERR_INVALID_OK),
+              "lenient, %s: %s", bench_invalid_name(q->invalid), bench_err_name(q->err));
+    }
+    CHECK(lenient > 0 && res.m.invalid_unexpected == lenient && res.m.failed == lenient &&
+              res.m.by_kind[BENCH_ERR_INVALID_UNEXPECTED] == lenient,
+          "lenient: %lld unexpected", (long long)res.m.invalid_unexpected);
+    CHECK(res.m.n_status == 1 && res.m.by_status[0].status == 200 &&
+              res.m.by_status[0].n == lenient,
+          "tallied as HTTP 200");
+    CHECK(strstr(res.first_error, "invalid_unexpected: invalid request (") != NULL &&
+              bt_one_line(res.first_error),
+          "first error: %s", res.first_error);
+    bench_level_result_free(&res);
+
+    /* A buggy server answers 500: a 5xx the soak must see. */
+    ro.model = "fake-strict500";
+    run(&ro, &res);
+    CHECK(res.m.invalid_unexpected == lenient && res.m.n_status == 1 &&
+              res.m.by_status[0].status == 500 && res.m.by_status[0].n == lenient,
+          "strict500: %lld unexpected, status %d", (long long)res.m.invalid_unexpected,
+          res.m.n_status ? res.m.by_status[0].status : 0);
+    bench_level_result_free(&res);
+}
+
+/* --interval: the intervals partition the level: every record, token and
+ * ITL gap is in exactly one, and they tile the time. */
+static void test_intervals(void) {
+    run_opts ro = {.model = "fake-slow",
+                   .out_len = 10,
+                   .rate = 60,
+                   .abort_rate = 0.1,
+                   .invalid_rate = 0.1,
+                   .interval_s = 0.25,
+                   .duration_s = 1.1,
+                   .seed = 3};
+    bench_level_result res;
+    run(&ro, &res);
+    const bench_metrics *m = &res.m;
+    CHECK(res.n_intervals >= 5 && res.n_intervals <= 6, "%zu intervals", res.n_intervals);
+    int64_t ok = 0, ab = 0, inv = 0, tok = 0, itl = 0, ttft = 0;
+    int tiled = 1;
+    double t = 0;
+    for (size_t i = 0; i < res.n_intervals; i++) {
+        const bench_interval *iv = &res.intervals[i];
+        ok += iv->m.completed;
+        ab += iv->m.aborted;
+        inv += iv->m.invalid_ok;
+        tok += iv->m.total_output;
+        itl += iv->m.itl_ms.n;
+        ttft += iv->m.ttft_ms.n;
+        tiled &= fabs(iv->t_start - t) < 1e-9 && iv->t_end > iv->t_start;
+        tiled &= iv->partial == (i == res.n_intervals - 1);
+        if (i + 1 < res.n_intervals)
+            tiled &= fabs(iv->t_end - iv->t_start - 0.25) < 0.1;
+        t = iv->t_end;
+    }
+    CHECK(tiled, "intervals of 0.25 s one after another, the last one partial");
+    CHECK(fabs(t - res.duration_s) < 1e-9, "they end with the level: %g vs %g", t, res.duration_s);
+    CHECK(ok == m->completed && ab == m->aborted && inv == m->invalid_ok && tok == m->total_output,
+          "sums: %lld/%lld ok, %lld/%lld aborted, %lld/%lld tokens", (long long)ok,
+          (long long)m->completed, (long long)ab, (long long)m->aborted, (long long)tok,
+          (long long)m->total_output);
+    CHECK(itl == m->itl_ms.n && ttft == m->ttft_ms.n, "ITL %lld/%lld, TTFT %lld/%lld",
+          (long long)itl, (long long)m->itl_ms.n, (long long)ttft, (long long)m->ttft_ms.n);
+    CHECK(m->completed > 30 && m->aborted > 0 && m->invalid_ok > 0, "%lld ok",
+          (long long)m->completed);
+    const bench_interval *mid = &res.intervals[1];
+    CHECK(mid->m.output_throughput > 0 &&
+              fabs(mid->m.output_throughput * (mid->t_end - mid->t_start) -
+                   (double)mid->m.total_output) < 1e-6,
+          "per-interval throughput over the interval's own duration");
+    bench_level_result_free(&res);
+}
+
 static void test_256_connections(void) {
     const int n = 2048, out = 64, conc = 256;
-    run_opts ro = {"fake", 0, n, conc, out, 0, 60, 0};
+    run_opts ro = {.model = "fake", .n = n, .conc = conc, .out_len = out, .timeout_s = 60};
     bench_level_result res;
     run(&ro, &res);
     CHECK(res.m.completed == n && res.m.failed == 0, "256 connections: %lld ok, first error %s",
@@ -285,6 +500,9 @@ int main(void) {
     test_streams();
     test_failures();
     test_rate();
+    test_aborts();
+    test_invalid();
+    test_intervals();
     test_256_connections();
     bench_fake_stats st;
     bench_fake_thread_stop(ft, &st);

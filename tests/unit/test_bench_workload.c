@@ -1,8 +1,9 @@
 /* test_bench_workload.c - what brisk-bench sends and when: arrival gaps
  * (Poisson and gamma: mean 1/rate, squared coefficient of variation
  * 1/burstiness), lengths as vLLM's random dataset draws them, request bodies
- * (fields, determinism, shared prefix, chat, extra fields, calibration) and
- * JSONL datasets, good and bad. */
+ * (fields, determinism, shared prefix, chat, extra fields, calibration),
+ * aborted and invalid requests (--abort-rate, --invalid-rate) and JSONL
+ * datasets, good and bad. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +218,153 @@ static void test_prefix_chat_extra(void) {
     bench_workload_free(&w);
 }
 
+/* --abort-rate and --invalid-rate: the fractions, the abort points, the
+ * invalid variants (each really invalid, and only in its own way), the
+ * determinism, and prompts that do not depend on the rates. */
+static void test_kinds(void) {
+    bench_workload w, plain;
+    char err[256];
+    bench_workload_cfg c = base_cfg();
+    CHECK(bench_workload_init(&plain, &c, err, sizeof err) == 0, "plain");
+    c.abort_rate = 0.2;
+    c.invalid_rate = 0.1;
+    CHECK(bench_workload_init(&w, &c, err, sizeof err) == 0, "rates: %s", err);
+    const int n = 20000;
+    int kinds[3] = {0}, head = 0, variants[BENCH_INVALID_N] = {0};
+    int at_seen[16] = {0}, bad_at = 0, same_prompt = 1, bad_invalid = 0;
+    for (int i = 0; i < n; i++) {
+        bench_body b, p;
+        CHECK_COND(bench_workload_body(&w, (uint64_t)i, &b) == 0);
+        CHECK_COND(bench_workload_body(&plain, (uint64_t)i, &p) == 0);
+        CHECK_COND(p.kind == BENCH_REQ_NORMAL);
+        kinds[b.kind]++;
+        if (b.kind == BENCH_REQ_ABORT) {
+            if (b.abort_at == -1)
+                head++;
+            else if (b.abort_at < 0 || b.abort_at >= b.expected_out)
+                bad_at++;
+            else
+                at_seen[b.abort_at]++;
+        }
+        if (b.kind != BENCH_REQ_INVALID) {
+            /* The same request as without the rates. */
+            same_prompt &= !strcmp(b.json, p.json);
+        } else {
+            variants[b.invalid]++;
+            cJSON *j = cJSON_ParseWithLength(b.json, b.len);
+            cJSON *pj = cJSON_Parse(p.json);
+            const cJSON *mt = j ? cJSON_GetObjectItem(j, "max_tokens") : NULL;
+            const cJSON *t = j ? cJSON_GetObjectItem(j, "temperature") : NULL;
+            const cJSON *tp = j ? cJSON_GetObjectItem(j, "top_p") : NULL;
+            const cJSON *m = j ? cJSON_GetObjectItem(j, "model") : NULL;
+            int ok = 0;
+            switch (b.invalid) {
+            case BENCH_INVALID_BAD_JSON:
+                ok = !j && b.len >= 1 && b.len < strlen(p.json) &&
+                     !strncmp(b.json, p.json, b.len) && strlen(b.json) == b.len;
+                break;
+            case BENCH_INVALID_RANGE:
+                ok = j && ((cJSON_IsNumber(mt) && mt->valuedouble == 0) ||
+                           (cJSON_IsNumber(tp) && tp->valuedouble > 1) ||
+                           (cJSON_IsNumber(t) && t->valuedouble < 0));
+                break;
+            case BENCH_INVALID_MODEL:
+                ok = j && cJSON_IsString(m) && !strcmp(m->valuestring, BENCH_INVALID_MODEL_NAME) &&
+                     cJSON_IsNumber(mt) && mt->valuedouble >= 1;
+                break;
+            case BENCH_INVALID_TYPE:
+                ok = j && (cJSON_IsString(mt) || cJSON_IsString(t)) &&
+                     !strcmp(cJSON_GetObjectItem(j, "model")->valuestring, "m");
+                break;
+            }
+            /* Apart from its one fault, an invalid body is the valid one. */
+            if (ok && j && b.invalid != BENCH_INVALID_BAD_JSON)
+                ok = cJSON_GetArraySize(j) == cJSON_GetArraySize(pj) + (tp != NULL) &&
+                     !strcmp(cJSON_GetObjectItem(j, "prompt")->valuestring,
+                             cJSON_GetObjectItem(pj, "prompt")->valuestring);
+            bad_invalid += !ok;
+            if (!ok && bad_invalid < 4)
+                fprintf(stderr, "bad invalid body (%s): %.*s\n", bench_invalid_name(b.invalid),
+                        (int)b.len, b.json);
+            cJSON_Delete(j);
+            cJSON_Delete(pj);
+        }
+        free(b.json);
+        free(p.json);
+    }
+    /* Binomial: 5 standard deviations. */
+    CHECK(abs(kinds[BENCH_REQ_ABORT] - 4000) < 5 * 57, "aborts %d of 20000", kinds[1]);
+    CHECK(abs(kinds[BENCH_REQ_INVALID] - 2000) < 5 * 43, "invalid %d of 20000", kinds[2]);
+    CHECK(abs(head * 4 - kinds[BENCH_REQ_ABORT]) < 4 * 5 * 28, "a quarter before the head: %d",
+          head);
+    CHECK(bad_at == 0, "abort points in [0, output length)");
+    int all_at = 1;
+    for (int k = 0; k < 16; k++)
+        all_at &= at_seen[k] > 100; /* 3000 over 16 points: about 190 each */
+    CHECK(all_at, "every abort point from 0 to 15 drawn");
+    for (int v = 0; v < BENCH_INVALID_N; v++)
+        CHECK(abs(variants[v] - 500) < 5 * 19, "variant %s: %d", bench_invalid_name(v),
+              variants[v]);
+    CHECK(bad_invalid == 0, "%d invalid bodies not invalid in their way", bad_invalid);
+    CHECK(same_prompt, "valid bodies do not depend on the rates");
+
+    /* Deterministic per seed, different for another seed; warm-up is normal. */
+    bench_workload w2;
+    CHECK(bench_workload_init(&w2, &c, err, sizeof err) == 0, "again");
+    int same = 1, warm_normal = 1;
+    for (uint64_t i = 0; i < 500; i++) {
+        bench_body a, b;
+        bench_workload_body(&w, i, &a);
+        bench_workload_body(&w2, i, &b);
+        same &= a.kind == b.kind && a.abort_at == b.abort_at && a.invalid == b.invalid &&
+                a.len == b.len && !memcmp(a.json, b.json, a.len);
+        free(a.json);
+        free(b.json);
+        bench_workload_body(&w, BENCH_WARMUP_INDEX + i, &a);
+        warm_normal &= a.kind == BENCH_REQ_NORMAL;
+        free(a.json);
+    }
+    CHECK(same, "same seed, same kinds and bodies");
+    CHECK(warm_normal, "warm-up requests are never aborted or invalid");
+    bench_workload_free(&w2);
+    c.seed = 4;
+    CHECK(bench_workload_init(&w2, &c, err, sizeof err) == 0, "seed 4");
+    int differ = 0;
+    for (uint64_t i = 0; i < 200; i++) {
+        bench_body a, b;
+        bench_workload_body(&w, i, &a);
+        bench_workload_body(&w2, i, &b);
+        differ += a.kind != b.kind;
+        free(a.json);
+        free(b.json);
+    }
+    CHECK(differ > 20, "another seed, other kinds: %d of 200 differ", differ);
+    bench_workload_free(&w2);
+    bench_workload_free(&w);
+    bench_workload_free(&plain);
+
+    /* Everything invalid; everything aborted; bad rates. */
+    c = base_cfg();
+    c.invalid_rate = 1;
+    CHECK(bench_workload_init(&w, &c, err, sizeof err) == 0, "all invalid");
+    int all = 1;
+    for (uint64_t i = 0; i < 100; i++) {
+        bench_body b;
+        bench_workload_body(&w, i, &b);
+        all &= b.kind == BENCH_REQ_INVALID;
+        free(b.json);
+    }
+    CHECK(all, "rate 1: every request invalid");
+    bench_workload_free(&w);
+    const double bad[][2] = {{-0.1, 0}, {0, 1.5}, {0.6, 0.5}, {NAN, 0}};
+    for (int i = 0; i < 4; i++) {
+        c.abort_rate = bad[i][0];
+        c.invalid_rate = bad[i][1];
+        CHECK(bench_workload_init(&w, &c, err, sizeof err) == BRISK_EINVAL && bt_one_line(err),
+              "rates %g + %g rejected", bad[i][0], bad[i][1]);
+    }
+}
+
 static const char *write_file(const char *text) {
     static char path[64];
     snprintf(path, sizeof path, "/tmp/test_bench_ds_XXXXXX");
@@ -281,6 +429,7 @@ int main(void) {
     test_lengths();
     test_bodies();
     test_prefix_chat_extra();
+    test_kinds();
     test_dataset();
     return BT_SUMMARY("test_bench_workload");
 }
