@@ -144,6 +144,10 @@ int model_read_config(model *m, char *err, size_t err_len) {
     if (c->n_rot > c->head_dim || c->n_rot % 2 != 0)
         return ERR(BRISK_EFORMAT, "model: rope.dimension_count %d does not fit head size %d",
                    c->n_rot, c->head_dim);
+    /* Each key alone is at most 2^24; products of them size buffers (in int). */
+    if ((int64_t)c->n_heads * c->head_dim > (1 << 24))
+        return ERR(BRISK_EFORMAT, "model: head_count %d x key_length %d is out of range",
+                   c->n_heads, c->head_dim);
     c->rope_base = 10000.0f;
     if ((rc = model_meta_f32(gf, arch, "rope.freq_base", &c->rope_base, err, err_len)) < 0) return rc;
     c->norm_eps = 1e-5f;
@@ -154,7 +158,10 @@ int model_read_config(model *m, char *err, size_t err_len) {
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     gguf_str st;
-    if (gguf_get_str(gf, key, &st) == 0 && !gguf_str_eq(st, "none")) {
+    rc = gguf_get_str(gf, key, &st);
+    if (rc < 0 && rc != BRISK_ENOTFOUND)
+        return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
+    if (rc == 0 && !gguf_str_eq(st, "none")) {
         if (!gguf_str_eq(st, "linear"))
             return ERR(BRISK_EUNSUPPORTED, "model: rope scaling type '%.*s' is not supported "
                        "(supported: none, linear)", (int)(st.len > 32 ? 32 : st.len), st.data);
@@ -320,6 +327,11 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
     model_weights *w = &m->w;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
     int rc;
+    /* A layer is at least 9 tensors: a block_count beyond the file's tensors
+     * would only make us allocate per-layer state for layers that are not there. */
+    if ((int64_t)c->n_layers * 9 > gguf_n_tensors(m->gf))
+        return ERR(BRISK_EFORMAT, "model: block_count %d but only %lld tensors in the file",
+                   c->n_layers, (long long)gguf_n_tensors(m->gf));
 
     const gguf_tensor *te = model_find(m, "token_embd.weight", 1, err, err_len);
     if (!te) return BRISK_EFORMAT;
@@ -424,10 +436,20 @@ int model_load(const char *path, const model_load_opts *opts, model **out, char 
                  tok_n_vocab(m->vocab), m->cfg.n_vocab);
         goto fail;
     }
+    /* Optional strings; present with another type, the file is malformed. */
     gguf_str s;
-    if (gguf_get_str(m->gf, "general.name", &s) == 0) m->name = model_strdup_gguf(s);
-    if (gguf_get_str(m->gf, "tokenizer.chat_template", &s) == 0)
-        m->chat_template = model_strdup_gguf(s);
+    static const char *const str_keys[2] = {"general.name", "tokenizer.chat_template"};
+    for (int i = 0; i < 2; i++) {
+        rc = gguf_get_str(m->gf, str_keys[i], &s);
+        if (rc == BRISK_ENOTFOUND) continue;
+        if (rc < 0) {
+            rc = ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", str_keys[i]);
+            goto fail;
+        }
+        char *copy = model_strdup_gguf(s);
+        if (i == 0) m->name = copy;
+        else m->chat_template = copy;
+    }
     model_count_bytes(m);
     BRISK_INFO("model: %s: %s, %d layers, dim %d, heads %d/%d, vocab %d, weights %s (%.1f MB read "
                "per token)",

@@ -99,6 +99,8 @@ struct tok_vocab {
     /* Most bytes any piece can decode to in the streaming decoder (invalid
      * UTF-8 becoming U+FFFD), for tok_decoder_max_out(). */
     size_t max_decoded;
+    /* The longest token text, in bytes (tok_max_token_bytes). */
+    uint32_t max_text_len;
 };
 
 /* ---- growable id list (tokenizer.c) ------------------------------------ */

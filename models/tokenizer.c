@@ -499,6 +499,7 @@ static int load_tokens(tok_vocab *v, const gguf_file *gf, int *had_types, char *
                                  (unsigned long long)i, l);
         }
         total += (size_t)toks[i].len;
+        if (toks[i].len > v->max_text_len) v->max_text_len = (uint32_t)toks[i].len;
     }
     if (total > UINT32_MAX - 1) {
         free(toks);
@@ -685,6 +686,7 @@ int32_t tok_bos(const tok_vocab *v) { return v->bos; }
 int32_t tok_eos(const tok_vocab *v) { return v->eos; }
 int tok_is_eog(const tok_vocab *v, int32_t id) { return id >= 0 && id < v->n && v->is_eog[id]; }
 int tok_add_bos_default(const tok_vocab *v) { return v->add_bos; }
+size_t tok_max_token_bytes(const tok_vocab *v) { return v->max_text_len > 4 ? v->max_text_len : 4; }
 
 int32_t tok_find_piece(const tok_vocab *v, const char *text, size_t len) {
     if (!v || !text) return -1;

@@ -50,6 +50,11 @@ int tok_vocab_drops_first_space(const tok_vocab *v);
 /* 1 if ids decode (without control-token text) to at least one byte: text
  * generated after them continues a text (see TOK_CONTINUATION). */
 int tok_ids_have_text(const tok_vocab *v, const int32_t *ids, int n);
+/* The longest token text in bytes, at least 4 (one unknown UTF-8 character
+ * becomes one token). No token stands for more bytes of input text, so a text
+ * of n bytes needs at least n / this tokens, unless the vocabulary drops bytes
+ * it has no token for. */
+size_t tok_max_token_bytes(const tok_vocab *v);
 /* Token id of an exact piece text (e.g. "<|im_end|>"), or -1. */
 int32_t tok_find_piece(const tok_vocab *v, const char *text, size_t len);
 

@@ -37,7 +37,11 @@ static void serve_usage(FILE *f) {
             "HTTP limits:\n"
             "  --max-body-bytes N (4 MiB)  --max-header-bytes N (32 KiB)  --max-headers N (100)\n"
             "  --max-connections N (1024)  --head-timeout-ms N (10000)  --body-timeout-ms N (5000)\n"
-            "  --keepalive-timeout-ms N (75000)  --max-requests-per-conn N (1000)\n");
+            "  --body-total-timeout-ms N (60000)  --keepalive-timeout-ms N (75000)\n"
+            "  --max-requests-per-conn N (1000)  --max-write-queue-bytes N (8 MiB)\n"
+            "  (head and body-total timeouts bound the whole head / body; body-timeout is the\n"
+            "  longest gap between body bytes; a client with more unsent stream bytes than\n"
+            "  max-write-queue-bytes is disconnected)\n");
 }
 
 /* Reads the first line of a key file (no trailing newline/CR). */
@@ -199,12 +203,20 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--body-timeout-ms")) {
             INT(1, 3600000);
             c.http.body_idle_timeout_ms = (int)iv;
+        } else if (!strcmp(a, "--body-total-timeout-ms")) {
+            INT(1, 3600000);
+            c.http.body_total_timeout_ms = (int)iv;
         } else if (!strcmp(a, "--keepalive-timeout-ms")) {
             INT(1, 3600000);
             c.http.keepalive_idle_ms = (int)iv;
         } else if (!strcmp(a, "--max-requests-per-conn")) {
             INT(1, 1 << 30);
             c.http.max_requests_per_conn = (int)iv;
+        } else if (!strcmp(a, "--max-write-queue-bytes")) {
+            VAL();
+            long long bytes;
+            if (cli_parse_bytes(a, v, 4096, 1LL << 32, &bytes)) goto done;
+            c.http.max_write_queue_bytes = (size_t)bytes;
         } else {
             cli_error("serve: unknown option '%s'", a);
             serve_usage(stderr);

@@ -41,6 +41,11 @@ typedef struct srv_api_limits {
     int max_prompts;    /* prompts in one completions request (64) */
     int max_messages;   /* chat messages (1024) */
     int max_json_depth; /* nesting of objects and arrays (32); checked before parsing */
+    /* Strings (keys included), numbers, literals, objects and arrays in one body
+     * (1M); checked before parsing, because cJSON spends ~64 bytes and ~0.2 us on
+     * each: 4 MiB of "1," is 2M values, 400 ms of the loop thread and 130 MB.
+     * The server sets it from its context (srv_app.c). */
+    int max_json_values;
 } srv_api_limits;
 
 /* The defaults in parentheses above, for a vocabulary of n_vocab tokens. */

@@ -3,7 +3,8 @@
  *
  * Three passes over a hostile body:
  *   1. a byte scan, before cJSON sees anything: nesting depth (a clean 400
- *      long before cJSON's own recursion limit), strict number grammar,
+ *      long before cJSON's own recursion limit), the number of values (cJSON
+ *      would spend time and memory on each), strict number grammar,
  *      string escapes, no NUL (raw or \u0000: cJSON strings are C strings),
  *      no raw control characters, well-formed UTF-8 in every string and key;
  *   2. cJSON builds the tree; nothing but whitespace may follow the value;
@@ -42,6 +43,7 @@ srv_api_limits srv_api_limits_default(int n_vocab) {
     l.max_prompts = 64;
     l.max_messages = 1024;
     l.max_json_depth = 32;
+    l.max_json_values = 1 << 20;
     return l;
 }
 
@@ -182,11 +184,22 @@ static int scan_string(const char *s, size_t len, size_t *i, srv_api_error *err)
     return 0;
 }
 
-static int scan_body(const char *s, size_t len, int max_depth, srv_api_error *err) {
+static int scan_is_lower(unsigned char c) {
+    return c >= 'a' && c <= 'z';
+}
+
+static int scan_body(const char *s, size_t len, int max_depth, int max_values, srv_api_error *err) {
     int depth = 0, rc;
+    long n_values = 0;
     size_t i = 0;
     while (i < len) {
         unsigned char c = (unsigned char)s[i];
+        /* A value starts here: a string, a number, an object, an array or a
+         * literal (its first letter; a bad one fails in cJSON). */
+        if ((c == '"' || c == '-' || scan_is_digit((char)c) || c == '{' || c == '[' ||
+             (scan_is_lower(c) && !(i > 0 && scan_is_lower((unsigned char)s[i - 1])))) &&
+            ++n_values > max_values)
+            return api_fail(err, NULL, NULL, "invalid JSON body: more than %d values", max_values);
         if (c == '"') {
             if ((rc = scan_string(s, len, &i, err)) < 0)
                 return rc;
@@ -278,7 +291,7 @@ static int api_parse_tree(const char *body, size_t len, const srv_api_limits *li
         i++;
     if (i == len)
         return api_fail(err, NULL, NULL, "invalid JSON body: the body is empty");
-    int rc = scan_body(body, len, lim->max_json_depth, err);
+    int rc = scan_body(body, len, lim->max_json_depth, lim->max_json_values, err);
     if (rc < 0)
         return rc;
     /* cJSON returns NULL both for a syntax error (after the scan, a missing
@@ -950,7 +963,8 @@ static void api_limits_check(const srv_api_limits *lim) {
     /* The limits come from the app, not from the request: an invariant. */
     assert(lim && lim->n_vocab > 0 && lim->max_n >= 1 && lim->max_logprobs >= 0 &&
            lim->max_stop >= 0 && lim->max_stop_len >= 1 && lim->max_logit_bias >= 0 &&
-           lim->max_prompts >= 1 && lim->max_messages >= 1 && lim->max_json_depth >= 1);
+           lim->max_prompts >= 1 && lim->max_messages >= 1 && lim->max_json_depth >= 1 &&
+           lim->max_json_values >= 1);
     (void)lim;
 }
 

@@ -99,6 +99,10 @@ static void on_engine(uv_async_t *a) {
             app->vocab = model_get_vocab(app->m);
             app->max_ctx = sched_engine_max_ctx(app->eng);
             app->limits = srv_api_limits_default(tok_n_vocab(app->vocab));
+            /* Room for every request that could be served (max_prompts prompts of
+             * token ids, each shorter than the context) and 16k other values; a
+             * body with more is refused before cJSON builds its tree. */
+            app->limits.max_json_values = app->limits.max_prompts * app->max_ctx + 16384;
             if (app->cfg.chat_template) {
                 model_chat_kind k;
                 model_chat_kind_parse(app->cfg.chat_template, &k); /* checked by the CLI */

@@ -26,6 +26,7 @@ srv_http_config srv_http_config_default(void) {
     c.max_body_bytes = 4 * 1024 * 1024;
     c.head_timeout_ms = 10000;
     c.body_idle_timeout_ms = 5000;
+    c.body_total_timeout_ms = 60000;
     c.keepalive_idle_ms = 75000;
     c.max_requests_per_conn = 1000;
     c.max_connections = 1024;
@@ -38,8 +39,9 @@ srv_http_config srv_http_config_default(void) {
 
 static int config_check(const srv_http_config *c, char *err, size_t err_len) {
     if (c->max_header_bytes == 0 || c->max_uri_bytes == 0 || c->max_headers <= 0 ||
-        c->head_timeout_ms <= 0 || c->body_idle_timeout_ms <= 0 || c->keepalive_idle_ms <= 0 ||
-        c->max_requests_per_conn <= 0 || c->max_connections <= 0 || c->max_write_queue_bytes == 0)
+        c->head_timeout_ms <= 0 || c->body_idle_timeout_ms <= 0 || c->body_total_timeout_ms <= 0 ||
+        c->keepalive_idle_ms <= 0 || c->max_requests_per_conn <= 0 || c->max_connections <= 0 ||
+        c->max_write_queue_bytes == 0)
         return brisk_set_err(err, err_len, BRISK_EINVAL,
                              "http config: limits and timeouts must be positive");
     /* Header offsets are stored in 32 bits; 1 GiB of head is absurd anyway. */

@@ -61,6 +61,9 @@ typedef struct srv_http_config {
     size_t max_body_bytes;        /* Content-Length or chunked total; over: 413 (4 MiB) */
     int head_timeout_ms;          /* whole head must arrive within; else 408 + close (10 s) */
     int body_idle_timeout_ms;     /* longest gap between body bytes; else 408 + close (5 s) */
+    int body_total_timeout_ms;    /* whole body must arrive within, from the head's end; else
+                                   * 408 + close (60 s): a body dribbled just under the idle
+                                   * timeout cannot hold a connection for ever */
     int keepalive_idle_ms;        /* idle keep-alive connection closed silently (75 s) */
     int max_requests_per_conn;    /* the last response carries Connection: close (1000) */
     int max_connections;          /* beyond: 503 + Connection: close (1024) */

@@ -20,8 +20,24 @@
 #define SRV_LINGER_MAX_BYTES (256 * 1024)
 /* Connections answered 503 at the same time; beyond, they are just closed. */
 #define SRV_MAX_REJECTING 64
+/* The next pipelined request is parsed only while fewer response bytes than
+ * this wait unsent: a client that pipelines requests and never reads the
+ * answers must not make us queue them without bound (1,000 pipelined
+ * GET /metrics would otherwise hold 17 MB per connection). A connection then
+ * holds at most this, one response and its 16 KiB read buffer. */
+#define SRV_PIPELINE_MAX_UNSENT (64 * 1024)
 
 typedef struct srv_conn srv_conn;
+
+/* Where the scan of a request head's bytes for folded lines and a bare-LF
+ * end stands (srv_conn.c, conn_scan_head). */
+typedef enum {
+    SRV_HS_START = 0, /* before the request line (empty lines are skipped) */
+    SRV_HS_LINE,      /* inside a line */
+    SRV_HS_BOL,       /* at the start of a header line */
+    SRV_HS_EOH,       /* the CR of the empty line that ends the head */
+    SRV_HS_BODY,      /* past the head: nothing scanned until the message ends */
+} srv_head_scan;
 
 typedef struct srv_hdr {
     uint32_t name_off, name_len, val_off, val_len; /* into srv_req.head */
@@ -74,7 +90,7 @@ typedef enum {
     SRV_T_NONE = 0,
     SRV_T_IDLE,    /* keep-alive wait for the next request */
     SRV_T_HEAD,    /* the head must be complete before it fires */
-    SRV_T_BODY,    /* reset by every body byte */
+    SRV_T_BODY,    /* reset by every body byte, within the body's total deadline */
     SRV_T_LINGER,  /* closing: bounds the final write + drain */
     SRV_T_PROCESS, /* 0 ms: parse buffered pipelined bytes at a safe point */
 } srv_timer_mode;
@@ -104,7 +120,11 @@ struct srv_conn {
     int open_handles; /* tcp + timer still to close */
     int n_writes;     /* uv_write requests in flight */
     srv_timer_mode tmode;
-    int parse_status; /* status chosen by a parser callback that failed */
+    int parse_status;         /* status chosen by a parser callback that failed */
+    const char *parse_reason; /* and its reason (static string) */
+    uint64_t body_deadline;   /* uv_now() by which the body must be complete */
+    srv_head_scan hs;         /* head scan state of the message being parsed */
+    size_t hs_off;            /* rbuf bytes already scanned */
 };
 
 struct srv_http {

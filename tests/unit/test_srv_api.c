@@ -328,6 +328,16 @@ static void test_limits(void) {
     srv_completion_req_free(&r);
     check_400(parse_c("{'prompt':'a','logit_bias':{'1':1,'2':-1,'3':0}}", &r, &e), &e, "logit_bias",
               &r, sizeof r, "max_logit_bias");
+    /* Values (keys, strings, numbers, literals, objects, arrays) are counted
+     * before parsing: the first body has 9, each of the others 2 more. */
+    L = saved;
+    L.max_json_values = 9;
+    CHECK(parse_c("{'prompt':[1,2],'echo':true,'n':1}", &r, &e) == 0, "%s", e.message);
+    srv_completion_req_free(&r);
+    check_400(parse_c("{'prompt':[1,2],'echo':true,'n':1,'x':7}", &r, &e), &e, "", &r, sizeof r,
+              "max_json_values");
+    check_400(parse_c("{'prompt':[1,2],'echo':true,'x':[null,false]}", &r, &e), &e, "", &r,
+              sizeof r, "max_json_values literals");
     L = saved;
 }
 
