@@ -370,6 +370,13 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
                                 err_len)) < 0)
         return rc;
 
+    /* Every layer has at least nine tensors. A block_count the file cannot
+     * hold is refused before anything is sized by it: 16M layers in a 30 KB
+     * file would otherwise allocate 3.5 GB of layer structs (fuzz_gguf). */
+    if ((int64_t)c->n_layers > gguf_n_tensors(m->gf) / 9)
+        return ERR(BRISK_EFORMAT,
+                   "model: block_count %d needs at least %lld tensors but the file has %lld",
+                   c->n_layers, 9LL * c->n_layers, (long long)gguf_n_tensors(m->gf));
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     if (!w->layers) return ERR(BRISK_ENOMEM, "model: out of memory");
     for (int l = 0; l < c->n_layers; l++) {
@@ -418,34 +425,25 @@ void model_count_bytes(model *m) {
     m->weight_bytes = b;
 }
 
-int model_load(const char *path, const model_load_opts *opts, model **out, char *err,
-               size_t err_len) {
-    *out = NULL;
-    if (opts && opts->dummy) return model_create_dummy(opts, out, err, err_len);
-    model *m = calloc(1, sizeof *m);
-    if (!m) return ERR(BRISK_ENOMEM, "model: out of memory");
-    m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
-    kern_pool *pool = opts ? opts->pool : NULL;
-    int rc = gguf_open(path, &m->gf, err, err_len);
-    if (rc < 0) goto fail;
-    if ((rc = model_read_config(m, err, err_len)) < 0) goto fail;
-    if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0) goto fail;
-    if ((rc = model_load_tensors(m, pool, err, err_len)) < 0) goto fail;
-    if (tok_n_vocab(m->vocab) > m->cfg.n_vocab) {
-        rc = ERR(BRISK_EFORMAT, "model: tokenizer has %d tokens but the embedding has %d rows",
-                 tok_n_vocab(m->vocab), m->cfg.n_vocab);
-        goto fail;
-    }
+/* Everything after the file is open: metadata, vocabulary, tensors. m->gf is
+ * set; on failure the caller frees m. */
+static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *err,
+                           size_t err_len) {
+    int rc;
+    if ((rc = model_read_config(m, err, err_len)) < 0) return rc;
+    if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0) return rc;
+    if ((rc = model_load_tensors(m, pool, err, err_len)) < 0) return rc;
+    if (tok_n_vocab(m->vocab) > m->cfg.n_vocab)
+        return ERR(BRISK_EFORMAT, "model: tokenizer has %d tokens but the embedding has %d rows",
+                   tok_n_vocab(m->vocab), m->cfg.n_vocab);
     /* Optional strings; present with another type, the file is malformed. */
     gguf_str s;
     static const char *const str_keys[2] = {"general.name", "tokenizer.chat_template"};
     for (int i = 0; i < 2; i++) {
         rc = gguf_get_str(m->gf, str_keys[i], &s);
         if (rc == BRISK_ENOTFOUND) continue;
-        if (rc < 0) {
-            rc = ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", str_keys[i]);
-            goto fail;
-        }
+        if (rc < 0)
+            return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", str_keys[i]);
         char *copy = model_strdup_gguf(s);
         if (i == 0) m->name = copy;
         else m->chat_template = copy;
@@ -453,14 +451,44 @@ int model_load(const char *path, const model_load_opts *opts, model **out, char 
     model_count_bytes(m);
     BRISK_INFO("model: %s: %s, %d layers, dim %d, heads %d/%d, vocab %d, weights %s (%.1f MB read "
                "per token)",
-               path, m->cfg.arch == MODEL_ARCH_LLAMA ? "llama" : "qwen2", m->cfg.n_layers,
+               what, m->cfg.arch == MODEL_ARCH_LLAMA ? "llama" : "qwen2", m->cfg.n_layers,
                m->cfg.dim, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.n_vocab,
                model_weights_fmt_name(m->fmt), (double)m->weight_bytes / 1e6);
+    return 0;
+}
+
+/* Opens the file (path) or the buffer (buf, len) and loads from it. */
+static int model_load_from(const char *path, const void *buf, size_t len,
+                           const model_load_opts *opts, model **out, char *err, size_t err_len) {
+    *out = NULL;
+    model *m = calloc(1, sizeof *m);
+    if (!m) return ERR(BRISK_ENOMEM, "model: out of memory");
+    m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
+    kern_pool *pool = opts ? opts->pool : NULL;
+    int rc = path ? gguf_open(path, &m->gf, err, err_len)
+                  : gguf_open_memory(buf, len, &m->gf, err, err_len);
+    if (rc == 0) rc = model_load_gguf(m, path ? path : "(memory)", pool, err, err_len);
+    if (rc < 0) {
+        model_free(m);
+        return rc;
+    }
     *out = m;
     return 0;
-fail:
-    model_free(m);
-    return rc < 0 ? rc : BRISK_EFORMAT;
+}
+
+int model_load(const char *path, const model_load_opts *opts, model **out, char *err,
+               size_t err_len) {
+    if (opts && opts->dummy) return model_create_dummy(opts, out, err, err_len);
+    if (!path) {
+        *out = NULL;
+        return ERR(BRISK_EINVAL, "model: no path");
+    }
+    return model_load_from(path, NULL, 0, opts, out, err, err_len);
+}
+
+int model_load_memory(const void *buf, size_t len, const model_load_opts *opts, model **out,
+                      char *err, size_t err_len) {
+    return model_load_from(NULL, buf, len, opts, out, err, err_len);
 }
 
 void model_free(model *m) {

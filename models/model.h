@@ -109,6 +109,10 @@ int model_dummy_config(const char *name, model_config *out);
  * and a negative BRISK_E* code is returned. */
 int model_load(const char *path, const model_load_opts *opts, model **out, char *err,
                size_t err_len);
+/* The same from a GGUF image in memory (gguf_open_memory): buf is borrowed
+ * and must outlive the model, whose unconverted weights point into it. */
+int model_load_memory(const void *buf, size_t len, const model_load_opts *opts, model **out,
+                      char *err, size_t err_len);
 void model_free(model *m);
 
 const model_config *model_get_config(const model *m);

@@ -437,9 +437,18 @@ static int get_float(const cJSON *it, const char *name, double lo, double hi, in
                      float *out, srv_api_error *err) {
     double v = 0;
     int rc = get_number(it, name, lo, hi, lo_open, &v, err);
-    if (rc == 1)
-        *out = (float)v;
-    return rc;
+    if (rc != 1)
+        return rc;
+    /* A double just above an open bound can round onto it as a float
+     * (repetition_penalty 1e-50 becomes 0.0f, and the sampler would divide
+     * by it): such a value is refused as the bound itself is. Rounding
+     * cannot carry a value past a closed bound, which is a float itself. */
+    float f = (float)v;
+    if (lo_open && f <= (float)lo)
+        return api_fail(err, "invalid_value", name, "'%s' must be greater than %g and at most %g",
+                        name, lo, hi);
+    *out = f;
+    return 1;
 }
 
 /* An integer, given as a JSON number without a fractional part (2.0 is 2,

@@ -136,6 +136,11 @@ static int on_header_field_complete(llhttp_t *p) {
         return fail(p, 400, "empty header field name");
     srv_hdr *hd = &r->hdrs[r->n_hdrs];
     hd->name_len = (uint32_t)(r->head_len - hd->name_off);
+    /* llhttp, even strict, lets a line ": v" through with an empty name.
+     * RFC 9110 5.1 makes a field name at least one character; such a line
+     * is refused, as nginx does. */
+    if (hd->name_len == 0)
+        return fail(p, 400, "empty header field name");
     hd->val_off = hd->val_len = 0;
     if (srv_req_append_head(r, "", 1) < 0)
         return fail(p, 503, "out of memory");
@@ -706,14 +711,19 @@ void srv_conn_abort_now(srv_conn *c) {
         cb(r, r->abort_user);
 }
 
-int srv_conn_accept(srv_http *h) {
+/* A connection with its handles initialised and linked into h, counted
+ * against max_connections (*over: it is beyond the limit). NULL when out of
+ * memory. Its socket is attached by the caller, then conn_start(). */
+static srv_conn *conn_create(srv_http *h, int *over) {
     srv_conn *c = brisk_calloc(1, sizeof *c);
-    if (!c)
-        return BRISK_ENOMEM;
+    if (!c) {
+        BRISK_WARN("http: out of memory accepting a connection");
+        return NULL;
+    }
     c->h = h;
     if (uv_tcp_init(h->loop, &c->tcp) < 0) {
         free(c);
-        return BRISK_EIO;
+        return NULL;
     }
     uv_timer_init(h->loop, &c->timer);
     c->tcp.data = c;
@@ -725,39 +735,85 @@ int srv_conn_accept(srv_http *h) {
     h->conns = c;
     h->open_handles++;
     h->stats.total_connections++;
-    int over = h->n_conns >= h->cfg.max_connections;
-    if (over) {
+    *over = h->n_conns >= h->cfg.max_connections;
+    if (*over) {
         c->rejected = 1;
         h->n_rejecting++;
     } else {
         h->n_conns++;
     }
-    if (uv_accept((uv_stream_t *)&h->listener, (uv_stream_t *)&c->tcp) < 0) {
-        srv_conn_close(c);
-        return 0;
-    }
+    return c;
+}
+
+/* Serves c once its socket is attached: 503 and close beyond the limit,
+ * else the read buffer, the parser, the head timer and reading. */
+static void conn_start(srv_conn *c, int over) {
+    srv_http *h = c->h;
     if (over) {
         h->stats.rejected_connections++;
         if (h->n_rejecting > SRV_MAX_REJECTING) {
             srv_conn_close(c);
-            return 0;
+            return;
         }
         c->req = srv_req_create(c);
         if (!c->req) {
             srv_conn_close(c);
-            return 0;
+            return;
         }
         conn_fail(c, 503, "too many connections");
-        return 0;
+        return;
     }
     c->rbuf = brisk_malloc(SRV_RBUF_BYTES);
     if (!c->rbuf) {
         srv_conn_close(c);
-        return 0;
+        return;
     }
     srv_conn_parser_init(&c->parser, &h->settings, c);
     uv_tcp_nodelay(&c->tcp, 1);
     conn_timer(c, SRV_T_HEAD, h->cfg.head_timeout_ms);
     conn_update_reading(c);
+    return;
+}
+
+int srv_conn_accept(srv_http *h) {
+    int over;
+    srv_conn *c = conn_create(h, &over);
+    if (!c)
+        return BRISK_ENOMEM; /* the caller accepts and drops the socket: libuv needs the accept */
+    if (uv_accept((uv_stream_t *)&h->listener, (uv_stream_t *)&c->tcp) < 0) {
+        srv_conn_close(c);
+        return 0;
+    }
+    conn_start(c, over);
     return 0;
+}
+
+int srv_conn_adopt(srv_http *h, int fd) {
+    int over;
+    srv_conn *c = conn_create(h, &over);
+    if (!c)
+        return BRISK_ENOMEM;
+    if (uv_tcp_open(&c->tcp, fd) < 0) {
+        srv_conn_close(c);
+        return BRISK_EIO;
+    }
+    conn_start(c, over);
+    return 0;
+}
+
+size_t srv_conn_inject(srv_conn *c, const char *data, size_t len) {
+    if (c->closing || !c->reading)
+        return 0;
+    uv_buf_t buf;
+    on_alloc((uv_handle_t *)&c->tcp, len, &buf);
+    if (len == 0) {
+        on_read((uv_stream_t *)&c->tcp, UV_EOF, &buf);
+        return 0;
+    }
+    size_t n = len < buf.len ? len : buf.len;
+    if (n == 0)
+        return 0;
+    memcpy(buf.base, data, n);
+    on_read((uv_stream_t *)&c->tcp, (ssize_t)n, &buf);
+    return n;
 }

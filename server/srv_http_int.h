@@ -200,6 +200,18 @@ void srv_conn_abort_now(srv_conn *c);
 void srv_conn_dispatch(srv_conn *c);
 void srv_conn_parser_settings(llhttp_settings_t *s);
 void srv_conn_parser_init(llhttp_t *p, const llhttp_settings_t *s, void *data);
+/* Serves fd, an already connected stream (or any descriptor libuv can poll
+ * and write, such as a pipe), as if it had just been accepted; the
+ * connection owns fd from then on, closed with it. Returns 0, BRISK_ENOMEM,
+ * or BRISK_EIO when libuv refuses fd (then the caller still owns it). The
+ * HTTP fuzz target drives connections this way, without a socket. */
+int srv_conn_adopt(srv_http *h, int fd);
+/* Delivers len bytes (len 0: EOF) as if read from c's socket, through the
+ * same buffer and read callback as a real read, and only when c is reading
+ * (its buffer has room, it is not closing), as a socket would. Returns the
+ * bytes taken; the rest is for a later call. May close c: after the loop
+ * has run, c may be gone (it leaves h->conns). Fuzzing and tests only. */
+size_t srv_conn_inject(srv_conn *c, const char *data, size_t len);
 
 /* srv_resp.c */
 srv_req *srv_req_create(srv_conn *c);

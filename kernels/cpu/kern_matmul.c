@@ -51,6 +51,17 @@ size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok)
 
 /* ---- activation quantization ------------------------------------------------ */
 
+/* rintf(v) as int16. A NaN has no integer value (converting it is undefined
+ * in C): it arises from NaN or infinite activations, which a hostile model's
+ * weights produce. The SIMD paths give -32768 for it (cvtps' "integer
+ * indefinite", saturated by packs), so this does too; a finite v is within
+ * +-32767 by construction of the scale. */
+static int16_t act_q16(float v)
+{
+    float r = rintf(v);
+    return r == r ? (int16_t)r : INT16_MIN;
+}
+
 void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float *s, int stride)
 {
     for (int b = 0; b < n / KERN_QK; b++) {
@@ -65,7 +76,7 @@ void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float
         float id = db != 0.0f ? 1.0f / db : 0.0f;
         int32_t sum = 0;
         for (int j = 0; j < KERN_QK; j++) {
-            int16_t v = (int16_t)rintf(xb[j] * id);
+            int16_t v = act_q16(xb[j] * id);
             q[b * KERN_QK + j] = v;
             sum += v;
         }

@@ -228,6 +228,17 @@ void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
     }
 }
 
+/* A rounded quant as int8, pinned to [-127, 127], NaN as 0. Weights come
+ * from files: a NaN or an infinity in a block makes x / d NaN (inf * 0) or
+ * out of range, and converting such a float to an integer is undefined.
+ * For finite weights q is already in range and passes unchanged. */
+static int8_t q8_pin(float q)
+{
+    if (q != q)
+        return 0;
+    return (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+}
+
 /* The Q8_0 rule for one block: d = max|x| / 127, q = round-half-away(x / d)
  * computed as x * (1/d); |q| <= 127 because max|x| * (1/d) rounds to 127. */
 static void quantize_block_q8_0(const float *x, kern_block_q8_0 *b)
@@ -239,7 +250,7 @@ static void quantize_block_q8_0(const float *x, kern_block_q8_0 *b)
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     b->d = kern_fp32_to_fp16(d);
     for (int j = 0; j < KERN_QK; j++)
-        b->qs[j] = (int8_t)roundf(x[j] * id);
+        b->qs[j] = q8_pin(roundf(x[j] * id));
 }
 
 /* Q8_0M for one block: centre m first (rounded to fp16), then the step d
@@ -261,10 +272,8 @@ static void quantize_block_q8_0m(const float *x, kern_block_q8_0m *b)
         b->d++; /* the next larger half: dd >= 0, so the bits count up */
     float d = kern_fp16_to_fp32(b->d);
     float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int j = 0; j < KERN_QK; j++) {
-        float q = roundf((x[j] - m) * id);
-        b->qs[j] = (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
-    }
+    for (int j = 0; j < KERN_QK; j++)
+        b->qs[j] = q8_pin(roundf((x[j] - m) * id));
 }
 
 void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n)

@@ -308,6 +308,31 @@ static void test_quantize_act(kern_level top)
     }
 }
 
+/* Activations a hostile model's NaN or infinite weights make: the scalar
+ * quantizer must stay defined (the UBSan build checks the float -> int16
+ * conversion; fuzz_gguf found it undefined) and give a NaN the -32768 the
+ * SIMD paths give it. A block holding an infinity has an infinite scale:
+ * its finite values become 0, the infinity NaN and so -32768. */
+static void test_quantize_act_nonfinite(void)
+{
+    static float x[64];
+    static int16_t q[64];
+    float d[2], s[2];
+    for (int i = 0; i < 64; i++)
+        x[i] = 0.5f * (float)(i % 9) - 2.0f;
+    x[5] = NAN;
+    x[40] = INFINITY;
+    kern_quantize_act_scalar(x, 64, q, d, s, 1);
+    CHECK(q[5] == INT16_MIN, "NaN activation: %d", q[5]);
+    CHECK(q[40] == INT16_MIN && q[41] == 0 && isinf(d[1]), "inf block: %d %d %g", q[40], q[41],
+          (double)d[1]);
+    int bad = 0;
+    for (int i = 0; i < 32; i++)
+        bad += i != 5 && q[i] == INT16_MIN;
+    CHECK(bad == 0 && d[0] == 2.0f / 32767.0f, "finite values of the NaN block: %d bad, d %g", bad,
+          (double)d[0]);
+}
+
 /* Weights of any int8 value, including -128, which no quantizer makes but a
  * GGUF Q8_0 block may hold, against the largest activations (+-32767): the
  * SIMD dot products must stay exact (|w| * |x| pairs summed in int32). */
@@ -473,6 +498,7 @@ int main(void)
     kern_pool *pool1 = kern_pool_create(1), *pool2 = kern_pool_create(2);
     double t = now_sec();
     test_quantize_act(top);
+    test_quantize_act_nonfinite();
     test_q8_full_range(pool2, top);
     test_q4_as_q8(pool2, top);
     test_accuracy(pool2, top);

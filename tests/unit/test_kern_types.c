@@ -270,6 +270,34 @@ static void test_requant(void)
     CHECK(bad == 0, "q4_1 -> q8_0: %d values off", bad);
 }
 
+/* Weights from a file may be NaN or infinite: converting them must stay
+ * defined (the ASan+UBSan build checks the float -> int8 conversions) and
+ * give quants in range; a NaN becomes 0. fuzz_gguf found the undefined
+ * conversion with a NaN weight converted to Q8_0 (--weights int8). */
+static void test_quant_nonfinite(void)
+{
+    static float x[64];
+    static kern_block_q8_0 q8[2];
+    static kern_block_q8_0m q8m[2];
+    for (int i = 0; i < 64; i++)
+        x[i] = 0.25f * (float)(i % 7) - 0.5f;
+    x[3] = NAN;
+    x[40] = INFINITY;
+    x[41] = -INFINITY;
+    kern_quantize_row(KERN_TYPE_Q8_0, x, q8, 64);
+    kern_quantize_row(KERN_TYPE_Q8_0M, x, q8m, 64);
+    int bad = 0;
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 32; j++)
+            bad += q8[b].qs[j] < -127 || q8m[b].qs[j] < -127;
+    CHECK(bad == 0, "%d quants out of [-127, 127]", bad);
+    CHECK(q8[0].qs[3] == 0 && q8m[0].qs[3] == 0, "NaN quantizes to 0: %d %d", q8[0].qs[3],
+          q8m[0].qs[3]);
+    /* The finite block is unaffected by its neighbour's NaN: its scale is
+     * the finite maximum, so its largest value maps to +-127. */
+    CHECK(q8[0].qs[6] == 127, "finite values keep their scale: %d", q8[0].qs[6]);
+}
+
 static void test_cpu(void)
 {
     char buf[128];
@@ -294,6 +322,7 @@ int main(void)
     test_bf16();
     test_quant_roundtrip();
     test_requant();
+    test_quant_nonfinite();
     test_cpu();
     return finish("test_kern_types");
 }

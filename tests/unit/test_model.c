@@ -11,6 +11,7 @@
 #include "brisk_test.h"
 #include "common/brisk_error.h"
 #include "kernels/cpu/kern_pool.h"
+#include "models/gguf_write.h"
 #include "models/llama2c.h"
 #include "models/model.h"
 #include "models/sampler.h"
@@ -83,7 +84,53 @@ static float *run_chunked(model *m, kern_pool *pool, const int32_t *toks, int n,
     return all;
 }
 
+/* A hostile file's counts must not size allocations before the file is
+ * seen to hold what they claim: a block_count of 16M in a file of eleven
+ * tensors is refused for what it is, not after allocating 3.5 GB of layers
+ * (fuzz_gguf's malloc limit reports such an allocation). */
+static void test_hostile_block_count(void) {
+    static const char *const toks[] = {"<unk>", "<s>", "</s>", "a"};
+    static const uint64_t lens[] = {5, 3, 4, 1};
+    static float embd[4 * 32], norm[32];
+    for (int i = 0; i < 32; i++) norm[i] = 1.0f;
+    for (int i = 0; i < 4 * 32; i++) embd[i] = 0.01f * (float)(i % 13);
+    for (int pass = 0; pass < 2; pass++) {
+        uint32_t blocks = pass ? (1u << 24) : 1;
+        gguf_writer *w = gguf_writer_create();
+        int rc = gguf_writer_set_str(w, "general.architecture", "llama");
+        rc |= gguf_writer_set_u32(w, "llama.block_count", blocks);
+        rc |= gguf_writer_set_u32(w, "llama.embedding_length", 32);
+        rc |= gguf_writer_set_u32(w, "llama.feed_forward_length", 32);
+        rc |= gguf_writer_set_u32(w, "llama.attention.head_count", 2);
+        rc |= gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+        rc |= gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, lens, 4);
+        int64_t ne_e[2] = {32, 4}, ne_n[1] = {32};
+        rc |= gguf_writer_add_tensor(w, "token_embd.weight", KERN_TYPE_F32, 2, ne_e, embd);
+        rc |= gguf_writer_add_tensor(w, "output_norm.weight", KERN_TYPE_F32, 1, ne_n, norm);
+        /* Enough tensors for one layer, none of them the layer's. */
+        for (int i = 0; i < 9; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "extra.%d", i);
+            rc |= gguf_writer_add_tensor(w, name, KERN_TYPE_F32, 1, ne_n, norm);
+        }
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if (rc == 0) rc = gguf_writer_to_buffer(w, &buf, &len);
+        gguf_writer_free(w);
+        CHECK(rc == 0, "writing the file");
+        model *m = (model *)1;
+        char err[256] = "";
+        rc = model_load_memory(buf, len, NULL, &m, err, sizeof err);
+        /* One layer: its first tensor is missing. 16M layers: the count. */
+        CHECK(rc == BRISK_EFORMAT && m == NULL, "block_count %u: rc %d", blocks, rc);
+        CHECK(strstr(err, pass ? "block_count 16777216 but only" : "missing tensor 'blk.0.") != NULL,
+              "block_count %u: %s", blocks, err);
+        free(buf);
+    }
+}
+
 int main(void) {
+    test_hostile_block_count();
     char src[1024], tok[1024], dir[] = "/tmp/brisk-test-model-XXXXXX", out[1100];
     snprintf(src, sizeof src, "%s/models/stories260K.bin", bt_shared_dir());
     snprintf(tok, sizeof tok, "%s/models/tok512.bin", bt_shared_dir());

@@ -108,6 +108,7 @@ static const bad_case bad_completions[] = {
     {P "'temperature':-1e999}", "temperature"},
     {P "'temperature':[1]}", "temperature"},
     {P "'top_p':0}", "top_p"},
+    {P "'top_p':1e-50}", "top_p"}, /* 0.0f as a float (found by fuzz_json_completions) */
     {P "'top_p':1.5}", "top_p"},
     {P "'top_p':-1}", "top_p"},
     {P "'top_k':-2}", "top_k"},
@@ -135,6 +136,7 @@ static const bad_case bad_completions[] = {
     {P "'frequency_penalty':3}", "frequency_penalty"},
     {P "'frequency_penalty':'x'}", "frequency_penalty"},
     {P "'repetition_penalty':0}", "repetition_penalty"},
+    {P "'repetition_penalty':5e-324}", "repetition_penalty"}, /* 0.0f as a float */
     {P "'repetition_penalty':-1}", "repetition_penalty"},
     {P "'repetition_penalty':11}", "repetition_penalty"},
     /* stop */

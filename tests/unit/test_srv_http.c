@@ -905,6 +905,9 @@ static void test_malformed(int port) {
                "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
                400, "chunk data without CRLF");
     EXPECT_ERR(port, "GET /hello HTTP/1.1\r\nX-Bad : v\r\n\r\n", 400, "space before colon");
+    /* An empty field name (found by fuzz_http: llhttp lets it through). */
+    EXPECT_ERR(port, "GET /hello HTTP/1.1\r\n: v\r\n\r\n", 400, "empty header name");
+    EXPECT_ERR(port, "GET /hello HTTP/1.1\r\nX: a\r\n:\r\n\r\n", 400, "empty header line");
     EXPECT_ERR(port, "GET /hello HTTP/1.1\nHost: x\n\n", 400, "bare LF");
     EXPECT_ERR(port, "GET /hello HTTP/x.1\r\n\r\n", 400, "malformed version");
     EXPECT_ERR(port, "POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nabc", 400,
