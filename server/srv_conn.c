@@ -136,11 +136,6 @@ static int on_header_field_complete(llhttp_t *p) {
         return fail(p, 400, "empty header field name");
     srv_hdr *hd = &r->hdrs[r->n_hdrs];
     hd->name_len = (uint32_t)(r->head_len - hd->name_off);
-    /* llhttp, even strict, lets a line ": v" through with an empty name.
-     * RFC 9110 5.1 makes a field name at least one character; such a line
-     * is refused, as nginx does. */
-    if (hd->name_len == 0)
-        return fail(p, 400, "empty header field name");
     hd->val_off = hd->val_len = 0;
     if (srv_req_append_head(r, "", 1) < 0)
         return fail(p, 503, "out of memory");
