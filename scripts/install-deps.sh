@@ -10,10 +10,17 @@ PKGS=(
     build-essential cmake pkg-config git curl
     libuv1-dev libcjson-dev node-llhttp
     python3 python3-venv python3-pip
-    prometheus  # for promtool: the unit tests lint GET /metrics; the daemon is never started
+    prometheus  # promtool lints GET /metrics; tests/deploy runs the daemon against brisk
     gnuplot-nox # brisk-bench --plot draws its PNG charts with it
     valgrind    # scripts/valgrind-serve.sh: memcheck over a short serve session (CI)
 )
+
+# kubectl renders deploy/'s kustomizations in tests/deploy (`kubectl kustomize`,
+# offline). Debian's kubernetes-client (1.20) does it; a newer kubectl already on
+# PATH (another package owning /usr/bin/kubectl) is used as it is.
+if ! command -v kubectl >/dev/null 2>&1; then
+    PKGS+=(kubernetes-client)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -2,7 +2,9 @@
 # test.sh - run every test brisk has, the way CI does.
 #
 #   1. install the Debian dependencies (fast when present) and fetch SmolLM2
-#   2. Release build -> ctest -> pytest tests/integration
+#   2. Release build -> ctest -> pytest tests/integration -> pytest tests/deploy
+#      (Dockerfiles, Kubernetes manifests, and the monitoring queries against a
+#      real Prometheus scraping brisk; offline)
 #   3. a serve session under Valgrind memcheck (scripts/valgrind-serve.sh, its
 #      own Debug build); ASan+UBSan build (with allocation-failure injection
 #      compiled in) -> ctest -> pytest -m "not slow" on the sanitized binary
@@ -95,6 +97,19 @@ run_pytest() {
     return "$rc"
 }
 
+# The deployment files (tests/deploy): Dockerfiles, Kubernetes manifests and
+# monitoring configs, checked offline against the Release binary. PYTEST_ARGS
+# is not passed: a -k meant for the integration suite would deselect all here.
+run_pytest_deploy() {
+    BRISK_BIN="$ROOT/build/bin/brisk" BRISK_REQUIRE_MODELS=1 \
+        "$VENV/bin/python" -m pytest "$ROOT/tests/deploy" -ra
+    local rc=$?
+    if [ "$rc" -eq 5 ]; then
+        echo "test.sh: pytest collected no tests; that is a failure"
+    fi
+    return "$rc"
+}
+
 run_ctest() {
     (cd "$1" && ctest --output-on-failure -j"$(nproc)")
 }
@@ -106,6 +121,7 @@ step "python venv" setup_venv
 step "build Release" bash scripts/build.sh Release || finish
 step "ctest (Release)" run_ctest build
 step "pytest (Release)" run_pytest build/bin/brisk
+step "pytest (deploy)" run_pytest_deploy
 
 if [ "${BRISK_TEST_QUICK:-0}" = "1" ]; then
     echo
