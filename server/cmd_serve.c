@@ -34,6 +34,9 @@ static void serve_usage(FILE *f) {
             "  --metrics-auth               /metrics needs the key too\n"
             "  --drain-timeout S            seconds to finish in-flight requests after SIGTERM (30)\n"
             "  --log-format text|json       access log format (text)\n"
+            "  --gpu-metrics auto|on|off    GPU memory/utilisation on /metrics via NVML (auto: when\n"
+            "                               libnvidia-ml loads and sees a GPU; on: required)\n"
+            "  --gpu-metrics-interval S     seconds between NVML samples (5)\n"
             "HTTP limits:\n"
             "  --max-body-bytes N (4 MiB)  --max-header-bytes N (32 KiB)  --max-headers N (100)\n"
             "  --max-connections N (1024)  --head-timeout-ms N (10000)  --body-timeout-ms N (5000)\n"
@@ -185,6 +188,16 @@ int cmd_serve(int argc, char **argv) {
                 cli_error("--log-format: '%s' is not text or json", v);
                 goto done;
             }
+        } else if (!strcmp(a, "--gpu-metrics")) {
+            VAL();
+            if (srv_gpu_mode_parse(v, &c.gpu_metrics) < 0) {
+                cli_error("--gpu-metrics: '%s' is not one of auto, on, off", v);
+                goto done;
+            }
+        } else if (!strcmp(a, "--gpu-metrics-interval")) {
+            VAL();
+            if (cli_parse_float(a, v, 0.05, 3600, &fv)) goto done;
+            c.gpu_metrics_interval_s = fv;
         } else if (!strcmp(a, "--max-body-bytes")) {
             INT(1, 1L << 32);
             c.http.max_body_bytes = (size_t)iv;

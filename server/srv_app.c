@@ -70,7 +70,12 @@ static void h_metrics(srv_req *r) {
         g.engine_batch_tokens = st.batch_tokens;
     }
     size_t len;
-    char *text = srv_metrics_render(app->metrics, &g, brisk_now(), &len);
+    double now = brisk_now();
+    char *text = srv_metrics_render(app->metrics, &g, now, &len);
+    if (text && app->gpu && srv_gpu_render_append(app->gpu, now, &text, &len) < 0) {
+        free(text);
+        text = NULL;
+    }
     if (!text) {
         srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
         return;
@@ -256,6 +261,14 @@ int srv_app_run(const srv_app_config *cfg) {
         BRISK_ERROR("%s", app->http ? "out of memory" : err);
         goto out;
     }
+    srv_gpu_config gc = {cfg->gpu_metrics,
+                         cfg->gpu_metrics_interval_s > 0 ? cfg->gpu_metrics_interval_s
+                                                         : SRV_GPU_DEFAULT_INTERVAL_S,
+                         NULL, app->served_name};
+    if (srv_gpu_create(&gc, &app->gpu, err, sizeof err) < 0) {
+        BRISK_ERROR("%s", err);
+        goto out;
+    }
     if (srv_http_listen(app->http, cfg->host, cfg->port, err, sizeof err) < 0) {
         BRISK_ERROR("%s", err);
         goto out;
@@ -293,6 +306,7 @@ out:
         srv_http_free(app->http);
         uv_run(app->loop, UV_RUN_DEFAULT);
     }
+    srv_gpu_free(app->gpu);
     srv_metrics_free(app->metrics);
     uv_loop_close(app->loop);
     free(app);

@@ -13,6 +13,7 @@
 #include "models/chat_template.h"
 #include "scheduler/engine.h"
 #include "server/srv_api.h"
+#include "server/srv_gpu.h"
 #include "server/srv_http.h"
 #include "server/srv_metrics.h"
 
@@ -26,6 +27,8 @@ typedef struct srv_app_config {
     const char *chat_template; /* NULL: from the GGUF metadata */
     int metrics_auth;          /* 1: /metrics needs the API key too */
     double drain_timeout_s;
+    srv_gpu_mode gpu_metrics;      /* --gpu-metrics auto|on|off (auto: the zero value) */
+    double gpu_metrics_interval_s; /* --gpu-metrics-interval; <= 0: the default */
     sched_engine_config engine;
     srv_http_config http;
 } srv_app_config;
@@ -43,6 +46,7 @@ typedef struct srv_app {
     int fault_signal_on;
     uv_timer_t drain_timer;
     srv_metrics *metrics;
+    srv_gpu *gpu; /* NULL: no GPU metrics */
     char served_name[256];
     int64_t created;
     int ready;    /* engine loaded */
