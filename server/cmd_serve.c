@@ -7,6 +7,7 @@
 #include "common/brisk_log.h"
 #include "server/cli.h"
 #include "server/srv_app.h"
+#include "server/srv_keys.h"
 
 static void serve_usage(FILE *f) {
     fprintf(f,
@@ -30,13 +31,17 @@ static void serve_usage(FILE *f) {
             "  --max-queued-tokens N        waiting prompt tokens before 429 (4194304)\n"
             "  --chat-template NAME         chatml|llama2|llama3|mistral|zephyr|gemma|phi3 (from GGUF)\n"
             "security and operations:\n"
-            "  --api-key KEY | --api-key-file F   Bearer key for /v1/* (and /metrics with --metrics-auth)\n"
+            "  --api-key KEY | --api-key-file F   Bearer key for /v1/* (and /metrics with --metrics-auth);\n"
+            "                               the file holds one key a line: KEY or ID KEY (# comments)\n"
             "  --metrics-auth               /metrics needs the key too\n"
             "  --drain-timeout S            seconds to finish in-flight requests after SIGTERM (30)\n"
             "  --log-format text|json       access log format (text)\n"
             "  --gpu-metrics auto|on|off    GPU memory/utilisation on /metrics via NVML (auto: when\n"
             "                               libnvidia-ml loads and sees a GPU; on: required)\n"
             "  --gpu-metrics-interval S     seconds between NVML samples (5)\n"
+            "  --audit-log FILE             one JSON line per /v1/* request (\"-\": stdout; SIGHUP reopens)\n"
+            "  --audit-log-content          the audit log also holds prompts and completions\n"
+            "  --audit-log-flush-ms N       write the audit log's buffer at least every N ms (1000)\n"
             "HTTP limits:\n"
             "  --max-body-bytes N (4 MiB)  --max-header-bytes N (32 KiB)  --max-headers N (100)\n"
             "  --max-connections N (1024)  --head-timeout-ms N (10000)  --body-timeout-ms N (5000)\n"
@@ -47,31 +52,22 @@ static void serve_usage(FILE *f) {
             "  max-write-queue-bytes is disconnected)\n");
 }
 
-/* Reads the first line of a key file (no trailing newline/CR). */
-static char *read_key_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    if (!buf[0]) return NULL;
-    char *k = malloc(strlen(buf) + 1);
-    if (k) strcpy(k, buf);
-    return k;
-}
-
 int cmd_serve(int argc, char **argv) {
     srv_app_config c;
     memset(&c, 0, sizeof c);
     c.host = "127.0.0.1";
     c.port = 8080;
     c.drain_timeout_s = 30;
+    c.audit_flush_ms = 1000;
     c.engine = sched_engine_config_default();
     c.http = srv_http_config_default();
-    char *key_alloc = NULL;
+    srv_keys *keys = srv_keys_create();
+    char kerr[256];
     int rc = 2;
+    if (!keys) {
+        cli_error("serve: out of memory");
+        return 1;
+    }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         long iv;
@@ -163,17 +159,29 @@ int cmd_serve(int argc, char **argv) {
             c.chat_template = v;
         } else if (!strcmp(a, "--api-key")) {
             VAL();
-            c.http.api_key = v;
+            if (srv_keys_add(keys, NULL, v, strlen(v), kerr, sizeof kerr) < 0) {
+                cli_error("--api-key: %s", kerr);
+                goto done;
+            }
         } else if (!strcmp(a, "--api-key-file")) {
             VAL();
-            free(key_alloc);
-            key_alloc = read_key_file(v);
-            if (!key_alloc) {
-                cli_error("--api-key-file: cannot read a key from '%s'", v);
+            if (srv_keys_load_file(keys, v, kerr, sizeof kerr) < 0) {
+                cli_error("--api-key-file: %s", kerr);
                 rc = 1;
                 goto done;
             }
-            c.http.api_key = key_alloc;
+        } else if (!strcmp(a, "--audit-log")) {
+            VAL();
+            if (!v[0]) {
+                cli_error("--audit-log: a file name, or - for stdout");
+                goto done;
+            }
+            c.audit_log = v;
+        } else if (!strcmp(a, "--audit-log-content")) {
+            c.audit_content = 1;
+        } else if (!strcmp(a, "--audit-log-flush-ms")) {
+            INT(1, 1000);
+            c.audit_flush_ms = (int)iv;
         } else if (!strcmp(a, "--metrics-auth")) {
             c.metrics_auth = 1;
         } else if (!strcmp(a, "--drain-timeout")) {
@@ -250,8 +258,13 @@ int cmd_serve(int argc, char **argv) {
                   c.engine.max_seqs);
         goto done;
     }
+    if (c.audit_content && !c.audit_log) {
+        cli_error("--audit-log-content needs --audit-log FILE");
+        goto done;
+    }
+    c.http.api_keys = srv_keys_count(keys) > 0 ? keys : NULL;
     rc = srv_app_run(&c);
 done:
-    free(key_alloc);
+    srv_keys_free(keys);
     return rc;
 }

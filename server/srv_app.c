@@ -12,6 +12,7 @@
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
+#include "server/srv_audit.h"
 
 /* ---- small routes ------------------------------------------------------ */
 
@@ -68,6 +69,14 @@ static void h_metrics(srv_req *r) {
         g.engine_forward_s = st.forward_s;
         g.engine_steps = st.steps;
         g.engine_batch_tokens = st.batch_tokens;
+    }
+    if (app->audit) {
+        srv_audit_stats as;
+        srv_audit_get_stats(app->audit, &as);
+        g.audit_log = 1;
+        g.audit_lines = as.lines;
+        g.audit_errors = as.errors;
+        g.audit_dropped = as.dropped;
     }
     size_t len;
     double now = brisk_now();
@@ -171,6 +180,9 @@ static void shutdown_now(srv_app *app) {
         app->eng = NULL;
     }
     srv_gen_free_all(app);
+    /* After every request has had its line: flushed and closed here. */
+    srv_audit_close(app->audit);
+    app->audit = NULL;
     uv_close((uv_handle_t *)&app->eng_async, close_cb);
     uv_close((uv_handle_t *)&app->sig_term, close_cb);
     uv_close((uv_handle_t *)&app->sig_int, close_cb);
@@ -208,9 +220,10 @@ static void on_signal(uv_signal_t *s, int signum) {
     uv_timer_start(&app->drain_timer, on_drain_tick, 0, 50);
 }
 
-static void on_http_finish(void *user, int status) {
+static void on_http_finish(void *user, const srv_req *r, int status) {
     srv_app *app = user;
     if (app->metrics) srv_metrics_observe_http(app->metrics, status);
+    if (app->audit && strncmp(srv_req_path(r), "/v1/", 4) == 0) srv_gen_audit(app, r, status);
 }
 
 /* ---- run ------------------------------------------------------------------- */
@@ -256,6 +269,13 @@ int srv_app_run(const srv_app_config *cfg) {
     hc.on_finish = on_http_finish;
     char err[256];
     int rc = 1;
+    if (cfg->audit_log) {
+        app->audit = srv_audit_open(app->loop, cfg->audit_log, cfg->audit_flush_ms, err, sizeof err);
+        if (!app->audit) {
+            BRISK_ERROR("%s", err);
+            goto out;
+        }
+    }
     app->http = srv_http_create(app->loop, &hc, table, n_routes, app, err, sizeof err);
     if (!app->http || !app->metrics) {
         BRISK_ERROR("%s", app->http ? "out of memory" : err);
@@ -302,8 +322,10 @@ int srv_app_run(const srv_app_config *cfg) {
     uv_run(app->loop, UV_RUN_DEFAULT);
     rc = app->exit_code;
 out:
-    if (app->http) { /* listen failed: close what was opened */
+    if (app->http || app->audit) { /* listen failed: close what was opened */
         srv_http_free(app->http);
+        srv_audit_close(app->audit);
+        app->audit = NULL;
         uv_run(app->loop, UV_RUN_DEFAULT);
     }
     srv_gpu_free(app->gpu);

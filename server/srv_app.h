@@ -29,6 +29,9 @@ typedef struct srv_app_config {
     double drain_timeout_s;
     srv_gpu_mode gpu_metrics;      /* --gpu-metrics auto|on|off (auto: the zero value) */
     double gpu_metrics_interval_s; /* --gpu-metrics-interval; <= 0: the default */
+    const char *audit_log; /* --audit-log FILE ("-": stdout), NULL: none */
+    int audit_content;     /* --audit-log-content: prompts and outputs in it too */
+    int audit_flush_ms;    /* --audit-log-flush-ms: buffer written at least this often */
     sched_engine_config engine;
     srv_http_config http;
 } srv_app_config;
@@ -47,6 +50,7 @@ typedef struct srv_app {
     uv_timer_t drain_timer;
     srv_metrics *metrics;
     srv_gpu *gpu; /* NULL: no GPU metrics */
+    struct srv_audit *audit; /* NULL without --audit-log */
     char served_name[256];
     int64_t created;
     int ready;    /* engine loaded */
@@ -73,6 +77,9 @@ int srv_app_run(const srv_app_config *cfg);
 void srv_gen_completions(srv_req *r);
 void srv_gen_chat(srv_req *r);
 void srv_gen_on_events(srv_app *app);
+/* Writes the audit line of a finished request under /v1/ (the srv_http on_finish
+ * hook, app->audit set): its generation state when it had one. */
+void srv_gen_audit(srv_app *app, const srv_req *r, int status);
 /* Frees every live generation request (shutdown, engine gone). */
 void srv_gen_free_all(srv_app *app);
 

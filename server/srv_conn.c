@@ -770,6 +770,26 @@ static void conn_start(srv_conn *c, int over) {
     return;
 }
 
+/* The peer's address, kept for the audit log (a socket already reset may
+ * not tell it later). */
+static void conn_note_peer(srv_conn *c) {
+    struct sockaddr_storage ss;
+    int len = (int)sizeof ss;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) < 0)
+        return;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        if (uv_ip4_name(a, c->peer, sizeof c->peer) == 0)
+            c->peer_port = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        if (uv_ip6_name(a, c->peer, sizeof c->peer) == 0)
+            c->peer_port = ntohs(a->sin6_port);
+    }
+    if (!c->peer_port)
+        c->peer[0] = '\0';
+}
+
 int srv_conn_accept(srv_http *h) {
     int over;
     srv_conn *c = conn_create(h, &over);
@@ -779,6 +799,7 @@ int srv_conn_accept(srv_http *h) {
         srv_conn_close(c);
         return 0;
     }
+    conn_note_peer(c);
     conn_start(c, over);
     return 0;
 }

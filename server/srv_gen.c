@@ -12,6 +12,7 @@
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "server/srv_app.h"
+#include "server/srv_audit.h"
 
 #define GEN_MAX_CHOICES 128
 
@@ -28,6 +29,8 @@ typedef struct gen_choice {
     sched_token *ptoks;   /* prompt log-probs (echo) */
     int n_ptoks;
     int completion_len;
+    char *atext;          /* streaming with --audit-log-content: the output sent so far */
+    size_t alen, acap;
     int started;          /* streaming: first chunk sent */
     size_t lp_off;        /* streaming: text bytes of the tokens sent so far */
     int lp_strip;         /* streaming: no text token sent yet, and the text starts afresh */
@@ -46,8 +49,12 @@ struct gen_req {
     int n_prompts;
     int32_t **pids; /* per prompt token ids (echo, usage) */
     int *n_pids;
-    char **ptext; /* per prompt text for echo */
+    char **ptext; /* per prompt text for echo (and for the audit log's content) */
     size_t *ptext_len;
+    int *p_is_tokens; /* per prompt: given as token ids */
+    int audit_keep;   /* --audit-log-content: keep the prompts, messages and output */
+    srv_audit_msg *a_msgs; /* chat messages (contents owned, roles static) */
+    int a_n_msgs;
     int prompt_tokens;
     double t_start, t_first, t_admit;
     int failed;
@@ -89,6 +96,7 @@ static void gen_unlink(srv_app *app, gen_req *g) {
 static void gen_free(gen_req *g) {
     for (int i = 0; g->choices && i < g->n_choices; i++) {
         free(g->choices[i].text);
+        free(g->choices[i].atext);
         free(g->choices[i].toks);
         free(g->choices[i].ptoks);
     }
@@ -101,6 +109,11 @@ static void gen_free(gen_req *g) {
     free(g->n_pids);
     free(g->ptext);
     free(g->ptext_len);
+    free(g->p_is_tokens);
+    for (int i = 0; i < g->a_n_msgs; i++) free((char *)g->a_msgs[i].content);
+    free(g->a_msgs);
+    /* The request outlives g only on error paths that answer after freeing it. */
+    if (g->http) srv_req_set_user(g->http, NULL);
     free(g);
 }
 
@@ -425,6 +438,8 @@ static void on_event(srv_app *app, sched_event *ev) {
     if (g->failed) {
         /* nothing more to collect or send: the error goes out at the end */
     } else if (g->stream && g->http) {
+        if (g->audit_keep && buf_add(&c->atext, &c->alen, &c->acap, ev->text, ev->text_len) < 0)
+            gen_fail(g, "out of memory");
         const char *fin = ev->finish == SCHED_FINISH_STOP || ev->finish == SCHED_FINISH_LENGTH
                               ? finish_str(ev->finish)
                               : NULL;
@@ -682,6 +697,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
     }
     g->n_choices = n_choices;
     g->http = r;
+    srv_req_set_user(r, g); /* for the audit line (srv_gen_audit) */
     gen_link(app, g);
     int rc = 0;
     for (int i = 0; i < g->n_prompts && rc == 0; i++)
@@ -758,11 +774,30 @@ static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_par
     g->n_pids = brisk_calloc((size_t)n_prompts, sizeof *g->n_pids);
     g->ptext = brisk_calloc((size_t)n_prompts, sizeof *g->ptext);
     g->ptext_len = brisk_calloc((size_t)n_prompts, sizeof *g->ptext_len);
-    if (!g->pids || !g->n_pids || !g->ptext || !g->ptext_len) {
+    g->p_is_tokens = brisk_calloc((size_t)n_prompts, sizeof *g->p_is_tokens);
+    g->audit_keep = app->audit && app->cfg.audit_content;
+    if (!g->pids || !g->n_pids || !g->ptext || !g->ptext_len || !g->p_is_tokens) {
         gen_free(g);
         return NULL;
     }
     return g;
+}
+
+/* --audit-log-content: a copy of the chat messages for the audit line. */
+static int audit_keep_msgs(gen_req *g, const srv_chat_req *cr) {
+    g->a_msgs = brisk_calloc((size_t)cr->n_msgs, sizeof *g->a_msgs);
+    if (!g->a_msgs) return BRISK_ENOMEM;
+    for (int i = 0; i < cr->n_msgs; i++) {
+        char *s = brisk_malloc(cr->msgs[i].content_len + 1);
+        if (!s) return BRISK_ENOMEM;
+        memcpy(s, cr->msgs[i].content, cr->msgs[i].content_len);
+        s[cr->msgs[i].content_len] = '\0';
+        g->a_msgs[i].role = cr->msgs[i].role;
+        g->a_msgs[i].content = s;
+        g->a_msgs[i].len = cr->msgs[i].content_len;
+        g->a_n_msgs++;
+    }
+    return 0;
 }
 
 static int add_bos_flag(srv_app *app) {
@@ -799,13 +834,14 @@ void srv_gen_completions(srv_req *r) {
             g->pids[i] = brisk_malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
             if (g->pids[i]) memcpy(g->pids[i], pr->ids, (size_t)pr->n_ids * sizeof(int32_t));
             g->n_pids[i] = pr->n_ids;
+            g->p_is_tokens[i] = 1;
             if (g->echo) {
                 g->ptext[i] = tok_decode_all(app->vocab, pr->ids, pr->n_ids, 0);
                 g->ptext_len[i] = g->ptext[i] ? strlen(g->ptext[i]) : 0;
             }
         } else {
             g->pids[i] = tokenize(app, pr->text, pr->text_len, add_bos_flag(app) | TOK_PARSE_SPECIAL, &g->n_pids[i]);
-            if (g->echo) {
+            if (g->echo || g->audit_keep) {
                 g->ptext[i] = brisk_malloc(pr->text_len + 1);
                 if (g->ptext[i]) {
                     memcpy(g->ptext[i], pr->text, pr->text_len);
@@ -814,7 +850,8 @@ void srv_gen_completions(srv_req *r) {
                 g->ptext_len[i] = pr->text_len;
             }
         }
-        if (!g->pids[i] || (g->echo && !g->ptext[i])) {
+        int want_text = g->echo || (g->audit_keep && !pr->is_tokens);
+        if (!g->pids[i] || (want_text && !g->ptext[i])) {
             gen_free(g);
             srv_completion_req_free(&cr);
             srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
@@ -893,7 +930,7 @@ void srv_gen_chat(srv_req *r) {
     int flags = TOK_PARSE_SPECIAL | (has_bos ? 0 : add_bos_flag(app));
     g->pids[0] = tokenize(app, text, text_len, flags, &g->n_pids[0]);
     free(text);
-    if (!g->pids[0]) {
+    if (!g->pids[0] || (g->audit_keep && audit_keep_msgs(g, &cr) < 0)) {
         gen_free(g);
         srv_chat_req_free(&cr);
         srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
@@ -901,4 +938,78 @@ void srv_gen_chat(srv_req *r) {
     }
     gen_start(app, r, g, &cr.params, 0);
     srv_chat_req_free(&cr);
+}
+
+/* ---- the audit line ------------------------------------------------------------ */
+
+/* The finish field: how the request ended, from the client's point of view. */
+static const char *audit_finish(const srv_app *app, const gen_req *g, const srv_req *r, int status) {
+    /* At shutdown (a second signal, the drain timeout) the server cut it off. */
+    if (srv_req_aborted(r)) return app->shutting_down ? "shutdown" : "client_abort";
+    if (!g || status >= 400) return NULL; /* the status says it */
+    if (g->failed || g->n_live > 0) return "error"; /* a stream that ended with an error event */
+    for (int i = 0; i < g->n_choices; i++)
+        if (g->choices[i].finish == SCHED_FINISH_LENGTH) return "length";
+    return "stop";
+}
+
+void srv_gen_audit(srv_app *app, const srv_req *r, int status) {
+    const gen_req *g = srv_req_user(r);
+    srv_audit_rec rec;
+    memset(&rec, 0, sizeof rec);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    rec.wall_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    rec.request_id = srv_req_id(r);
+    rec.api_key_id = srv_req_key_id(r);
+    rec.endpoint = srv_req_path(r);
+    rec.status = status;
+    rec.finish = audit_finish(app, g, r, status);
+    rec.duration_ms = (brisk_now() - srv_req_t_start(r)) * 1000.0;
+    rec.remote_addr = srv_req_remote(r, &rec.remote_port);
+    rec.prompt_tokens = rec.completion_tokens = -1;
+    srv_audit_prompt *prompts = NULL;
+    srv_audit_text *outs = NULL;
+    if (g) {
+        rec.model = app->served_name;
+        rec.prompt_tokens = g->prompt_tokens;
+        rec.completion_tokens = 0;
+        for (int i = 0; i < g->n_choices; i++) rec.completion_tokens += g->choices[i].completion_len;
+    }
+    if (g && g->audit_keep) {
+        rec.content = 1;
+        prompts = brisk_calloc((size_t)g->n_prompts + 1, sizeof *prompts);
+        outs = brisk_calloc((size_t)g->n_choices + 1, sizeof *outs);
+        if (!prompts || !outs) rec.content = 0;
+        if (g->is_chat) {
+            rec.msgs = g->a_msgs;
+            rec.n_msgs = g->a_n_msgs;
+        } else if (prompts) {
+            for (int i = 0; i < g->n_prompts; i++) {
+                if (g->p_is_tokens[i]) {
+                    prompts[i].ids = g->pids[i];
+                    prompts[i].n_ids = g->n_pids[i];
+                } else {
+                    prompts[i].text = g->ptext[i] ? g->ptext[i] : "";
+                    prompts[i].len = g->ptext[i] ? g->ptext_len[i] : 0;
+                }
+            }
+            rec.prompts = prompts;
+            rec.n_prompts = g->n_prompts;
+        }
+        for (int i = 0; outs && i < g->n_choices; i++) {
+            const gen_choice *c = &g->choices[i];
+            outs[i].text = g->stream ? c->atext : c->text;
+            outs[i].len = g->stream ? c->alen : c->len;
+        }
+        rec.completions = outs;
+        rec.n_completions = g->n_choices;
+    }
+    size_t len;
+    char *line = srv_audit_format(&rec, &len);
+    if (line) srv_audit_write(app->audit, line, len);
+    else srv_audit_write(app->audit, NULL, 0); /* counted as dropped */
+    free(line);
+    free(prompts);
+    free(outs);
 }

@@ -78,12 +78,20 @@ srv_http *srv_http_create(uv_loop_t *loop, const srv_http_config *cfg, const srv
     h->cfg = c;
     h->app = app;
     h->port = -1;
-    if (c.api_key && c.api_key[0]) {
-        h->api_key_len = strlen(c.api_key);
-        h->api_key = brisk_malloc(h->api_key_len + 1);
-        if (!h->api_key)
+    if (c.api_keys && srv_keys_count(c.api_keys) > 0) {
+        h->keys = c.api_keys;
+    } else if (c.api_key && c.api_key[0]) {
+        h->own_keys = srv_keys_create();
+        if (!h->own_keys)
             goto oom;
-        memcpy(h->api_key, c.api_key, h->api_key_len + 1);
+        char why[160];
+        if (srv_keys_add(h->own_keys, NULL, c.api_key, strlen(c.api_key), why, sizeof why) < 0) {
+            brisk_set_err(err, err_len, BRISK_EINVAL, "http config: api key: %s", why);
+            srv_keys_free(h->own_keys);
+            free(h);
+            return NULL;
+        }
+        h->keys = h->own_keys;
     }
     /* The config keeps no pointer to the caller's key string. */
     h->cfg.api_key = NULL;
@@ -98,7 +106,7 @@ srv_http *srv_http_create(uv_loop_t *loop, const srv_http_config *cfg, const srv
     return h;
 oom:
     if (h) {
-        free(h->api_key);
+        srv_keys_free(h->own_keys);
         free(h);
     }
     brisk_set_err(err, err_len, BRISK_ENOMEM, "http: out of memory");
@@ -106,13 +114,7 @@ oom:
 }
 
 static void free_now(srv_http *h) {
-    if (h->api_key) {
-        /* Do not leave the key lying around in freed memory. */
-        volatile char *k = h->api_key;
-        for (size_t i = 0; i < h->api_key_len; i++)
-            k[i] = 0;
-    }
-    free(h->api_key);
+    srv_keys_free(h->own_keys); /* wipes the digests */
     free(h->routes);
     free(h);
 }
@@ -334,19 +336,10 @@ const char *srv_http_date(srv_http *h) {
     return h->date;
 }
 
-/* Compares the presented key with the configured one in time that depends
- * only on the configured key's length: every byte is visited, no early exit,
- * and a length mismatch still runs the full loop. */
-static int key_equal(const char *given, size_t glen, const char *key, size_t klen) {
-    volatile unsigned char diff = 0;
-    for (size_t i = 0; i < klen; i++) {
-        unsigned char g = i < glen ? (unsigned char)given[i] : 0;
-        diff |= (unsigned char)(g ^ (unsigned char)key[i]);
-    }
-    return diff == 0 && glen == klen;
-}
-
-static int auth_ok(const srv_http *h, const srv_req *r) {
+/* Matches the presented bearer token against every key (srv_keys_match: its
+ * SHA-256 against every key's, in time that does not depend on which key
+ * matched or how much of it); sets r->key_id on a match. */
+static int auth_ok(const srv_http *h, srv_req *r) {
     size_t n = 0;
     const char *v = srv_req_header(r, "Authorization", &n);
     const char *tok = "";
@@ -359,7 +352,9 @@ static int auth_ok(const srv_http *h, const srv_req *r) {
         tok = v + i;
         tlen = n - i;
     }
-    return key_equal(tok, tlen, h->api_key, h->api_key_len);
+    int i = srv_keys_match(h->keys, tok, tlen);
+    r->key_id = i >= 0 ? srv_keys_id(h->keys, i) : NULL;
+    return i >= 0;
 }
 
 const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status) {
@@ -379,7 +374,7 @@ const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status) {
         *status = path_known ? 405 : 404;
         return NULL;
     }
-    if ((match->flags & SRV_ROUTE_AUTH) && h->api_key && !auth_ok(h, r))
+    if ((match->flags & SRV_ROUTE_AUTH) && h->keys && !auth_ok(h, r))
         *status = 401;
     return match;
 }

@@ -68,12 +68,18 @@ typedef struct srv_http_config {
     int max_requests_per_conn;    /* the last response carries Connection: close (1000) */
     int max_connections;          /* beyond: 503 + Connection: close (1024) */
     size_t max_write_queue_bytes; /* unsent stream bytes; over: the connection is closed (8 MiB) */
-    const char *api_key;          /* NULL or "": no auth. Copied by srv_http_create. */
+    const char *api_key;          /* NULL or "": no auth. Copied by srv_http_create; its id
+                                   * is derived (srv_keys.h). Ignored when api_keys is set. */
     srv_log_format log_format;    /* access-log line format (SRV_LOG_TEXT) */
     int access_log;               /* 1: one INFO line per finished request (1) */
+    /* Several keys with ids (srv_keys.h), borrowed: the set must outlive the
+     * srv_http. NULL or empty: api_key decides. */
+    const struct srv_keys *api_keys;
     /* Called once per finished request (answered or aborted: 499) with its
-     * status, on the loop thread, e.g. to count responses; NULL: none. */
-    void (*on_finish)(void *app, int status);
+     * status, on the loop thread, e.g. to count responses or write an audit
+     * line; r is still valid during the call (its accessors work) and freed
+     * after it. NULL: none. */
+    void (*on_finish)(void *app, const srv_req *r, int status);
 } srv_http_config;
 
 srv_http_config srv_http_config_default(void);
@@ -172,6 +178,19 @@ const char *srv_req_id(const srv_req *r);
  * same monotonic clock as brisk_now()). */
 double srv_req_t_start(const srv_req *r);
 int srv_req_aborted(const srv_req *r);
+/* The id of the API key the request presented (borrowed from the srv_http's
+ * key set), or NULL: auth is off, the route needs none, or the key was wrong. */
+const char *srv_req_key_id(const srv_req *r);
+/* The peer's address ("192.0.2.1", "::1"), "" when unknown; the port, or 0. */
+const char *srv_req_remote(const srv_req *r, int *port);
+/* 1 once a streaming response has begun (srv_stream_begin). */
+int srv_req_streaming(const srv_req *r);
+/* The access-log token counts (-1: not set). */
+void srv_req_log_tokens(const srv_req *r, int *prompt_tokens, int *completion_tokens);
+/* An application pointer carried by the request (NULL until set), e.g. for
+ * on_finish to find the application's state of the request; borrowed. */
+void srv_req_set_user(srv_req *r, void *user);
+void *srv_req_user(const srv_req *r);
 
 /* Registers the callback for an abort (see the top of this file); replaces a
  * previous one. Registering on a request already aborted and notified does not

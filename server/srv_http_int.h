@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "server/srv_http.h"
+#include "server/srv_keys.h"
 
 /* Bytes read from a socket and not yet parsed. While a request is being
  * served, pipelined bytes wait here; reading stops once it is full. */
@@ -84,6 +85,10 @@ struct srv_req {
     char log_route[64];
     int log_prompt_tokens, log_completion_tokens;
     double log_ttft_s;
+    const char *key_id; /* borrowed from srv_http.keys; NULL: none presented or matched */
+    void *user;         /* srv_req_set_user */
+    char peer[48];      /* copied from the connection: an aborted request outlives it */
+    int peer_port;
 };
 
 typedef enum {
@@ -125,13 +130,15 @@ struct srv_conn {
     uint64_t body_deadline;   /* uv_now() by which the body must be complete */
     srv_head_scan hs;         /* head scan state of the message being parsed */
     size_t hs_off;            /* rbuf bytes already scanned */
+    char peer[48];            /* the peer's address as text, "" when unknown */
+    int peer_port;
 };
 
 struct srv_http {
     uv_loop_t *loop;
     srv_http_config cfg;
-    char *api_key;
-    size_t api_key_len;
+    const srv_keys *keys; /* NULL: no auth; cfg.api_keys or own_keys */
+    srv_keys *own_keys;   /* built from cfg.api_key */
     srv_route *routes;
     int n_routes;
     void *app;

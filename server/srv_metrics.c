@@ -696,6 +696,16 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
                            "Tokens computed by forward passes, summed over steps.",
                            (double)g->engine_batch_tokens);
     }
+    if (g->audit_log) {
+        metrics_put_scalar(&b, m, "brisk_audit_log_lines_total", "counter",
+                           "Audit log lines written.", (double)g->audit_lines);
+        metrics_put_scalar(&b, m, "brisk_audit_log_errors_total", "counter",
+                           "Audit log writes that failed (the data stays buffered and is retried).",
+                           (double)g->audit_errors);
+        metrics_put_scalar(&b, m, "brisk_audit_log_dropped_total", "counter",
+                           "Audit log lines lost because the buffer was full.",
+                           (double)g->audit_dropped);
+    }
 
     /* Token and request counters. */
     metrics_put_scalar(&b, m, "vllm:prompt_tokens_total", "counter",

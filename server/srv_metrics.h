@@ -42,6 +42,9 @@
  *   brisk_engine_busy_seconds_total         counter: engine-thread time spent on steps
  *   brisk_engine_forward_seconds_total      counter: of it, inside the forward pass
  *   brisk_engine_steps_total, brisk_engine_batch_tokens_total  counters
+ *   brisk_audit_log_lines_total, brisk_audit_log_errors_total, brisk_audit_log_dropped_total
+ *                                           counters (with --audit-log): lines written, failed
+ *                                           writes, lines lost to a full buffer
  * The quantiles are separate gauge families rather than one gauge with a
  * `quantile` label: promtool rejects `quantile` on anything but a summary, and
  * a summary's _sum/_count would duplicate the histograms.
@@ -150,6 +153,9 @@ typedef struct srv_metrics_gauges {
     long long kv_slots_allocated, kv_slots_filled; /* summed over engine steps */
     double engine_busy_s, engine_forward_s;        /* cumulative engine-thread seconds */
     long long engine_steps, engine_batch_tokens;
+    /* brisk_audit_log_* families (rendered only when audit_log is 1) */
+    int audit_log;
+    long long audit_lines, audit_errors, audit_dropped;
 } srv_metrics_gauges;
 
 /* Renders the whole exposition. g may be NULL (all zero). Expires window

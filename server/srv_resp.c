@@ -33,6 +33,9 @@ srv_req *srv_req_create(srv_conn *c) {
     r->log_prompt_tokens = -1;
     r->log_completion_tokens = -1;
     r->log_ttft_s = -1.0;
+    /* The peer is copied too: an aborted request outlives its connection. */
+    memcpy(r->peer, c->peer, sizeof r->peer);
+    r->peer_port = c->peer_port;
     return r;
 }
 
@@ -112,6 +115,33 @@ int srv_req_aborted(const srv_req *r) {
     return r->aborted;
 }
 
+const char *srv_req_key_id(const srv_req *r) {
+    return r->key_id;
+}
+
+const char *srv_req_remote(const srv_req *r, int *port) {
+    if (port)
+        *port = r->peer_port;
+    return r->peer;
+}
+
+int srv_req_streaming(const srv_req *r) {
+    return r->streaming;
+}
+
+void srv_req_log_tokens(const srv_req *r, int *prompt_tokens, int *completion_tokens) {
+    *prompt_tokens = r->log_prompt_tokens;
+    *completion_tokens = r->log_completion_tokens;
+}
+
+void srv_req_set_user(srv_req *r, void *user) {
+    r->user = user;
+}
+
+void *srv_req_user(const srv_req *r) {
+    return r->user;
+}
+
 void srv_req_on_abort(srv_req *r, void (*cb)(srv_req *r, void *user), void *user) {
     r->abort_cb = cb;
     r->abort_user = user;
@@ -139,7 +169,7 @@ void srv_req_log(srv_http *h, const srv_req *r) {
     /* 499: the client went away before any response (nginx's convention). */
     int status = r->head_sent ? r->status : (r->aborted ? 499 : r->status);
     if (h->cfg.on_finish)
-        h->cfg.on_finish(h->app, status);
+        h->cfg.on_finish(h->app, r, status);
     if (!h->cfg.access_log)
         return;
     const char *path = srv_req_path(r);
@@ -163,7 +193,9 @@ void srv_req_log(srv_http *h, const srv_req *r) {
                  cJSON_AddStringToObject(o, "method", r->method) &&
                  cJSON_AddStringToObject(o, "path", path) &&
                  cJSON_AddNumberToObject(o, "status", status) &&
-                 cJSON_AddStringToObject(o, "route", route);
+                 cJSON_AddStringToObject(o, "route", route) &&
+                 (r->key_id ? cJSON_AddStringToObject(o, "api_key_id", r->key_id)
+                            : cJSON_AddNullToObject(o, "api_key_id"));
         ok = ok && log_add_opt(o, "prompt_tokens", r->log_prompt_tokens) &&
              log_add_opt(o, "completion_tokens", r->log_completion_tokens) &&
              log_add_opt(o, "ttft_s", r->log_ttft_s);
@@ -180,10 +212,10 @@ void srv_req_log(srv_http *h, const srv_req *r) {
     } else {
         /* The log line is bounded (brisk_log truncates at 1 KiB): long paths
          * are cut here so that the fields after them survive. */
-        BRISK_INFO("access id=%s method=%s path=%.200s status=%d route=%.64s prompt_tokens=%s "
-                   "completion_tokens=%s ttft=%s duration=%.4f bytes=%zu%s",
-                   r->id, r->method, path, status, route, pt, ct, tt, dur, r->bytes_out,
-                   r->aborted ? " aborted=1" : "");
+        BRISK_INFO("access id=%s method=%s path=%.200s status=%d route=%.64s key=%s "
+                   "prompt_tokens=%s completion_tokens=%s ttft=%s duration=%.4f bytes=%zu%s",
+                   r->id, r->method, path, status, route, r->key_id ? r->key_id : "-", pt, ct, tt,
+                   dur, r->bytes_out, r->aborted ? " aborted=1" : "");
     }
 }
 

@@ -63,7 +63,8 @@ static harness g_h;
 
 /* ---- the application ----------------------------------------------------- */
 
-static void on_finish(void *app, int status) {
+static void on_finish(void *app, const srv_req *r, int status) {
+    (void)r;
     FUZZ_CHECK(app == &g_h);
     if (status != 499)
         g_h.n_finished++;

@@ -257,7 +257,8 @@ static void test_escaping_and_counters(void) {
     srv_metrics_count_unknown_fields(m, 1);
     srv_metrics_observe_tokens(m, 100, 7, 1.0);
     srv_metrics_observe_tokens(m, -3, 2, 2.0);
-    srv_metrics_gauges g = {3, 4, 0.25, 5, 1000, 600, 10, 4, 3, 1000, 900, 2.5, 2.0, 7, 70};
+    srv_metrics_gauges g = {3,   4,   0.25, 5, 1000, 600, 10, 4, 3, 1000,
+                            900, 2.5, 2.0,  7, 70,   0,   0,  0, 0};
     t = render(m, &g, 2.0);
     CHECK(val(t, "brisk_kv_cache_blocks", "state=\"total\"") == 10 &&
               val(t, "brisk_kv_cache_blocks", "state=\"used\"") == 4 &&
@@ -525,7 +526,9 @@ static void test_promtool(void) {
         srv_metrics_observe_http(m, i % 7 ? 200 : 400 + i % 100);
     }
     srv_metrics_count_unknown_fields(m, 3);
-    srv_metrics_gauges g = {7, 2, 0.625, 12, 123456789, 98765432, 64, 40, 20, 5000, 4800, 12.5, 11.0, 99, 999};
+    /* The last four: the audit log families rendered (12 lines, 1 error, 0 dropped). */
+    srv_metrics_gauges g = {7,    2,    0.625, 12, 123456789, 98765432, 64, 40, 20, 5000,
+                            4800, 12.5, 11.0,  99, 999,       1,        12, 1,  0};
     char *t = render(m, &g, 50.0);
     static char out[65536];
     int rc = promtool_check(t, out, sizeof out);
