@@ -222,7 +222,7 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 static void on_http_finish(void *user, const srv_req *r, int status) {
     srv_app *app = user;
-    if (app->metrics) srv_metrics_observe_http(app->metrics, status);
+    if (app->metrics) srv_metrics_observe_http(app->metrics, srv_metrics_route_of(srv_req_path(r)), status);
     if (app->audit && strncmp(srv_req_path(r), "/v1/", 4) == 0) srv_gen_audit(app, r, status);
 }
 

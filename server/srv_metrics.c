@@ -39,8 +39,15 @@ static const double metrics_request_latency_buckets[] = {
 static const char *const metrics_finish_names[SRV_METRICS_FINISH_COUNT] = {"stop", "length",
                                                                            "abort", "error"};
 
-/* HTTP status codes counted: 100..599. */
+/* HTTP status codes counted: 100..599, per route class. */
 enum { METRICS_HTTP_MIN = 100, METRICS_HTTP_MAX = 599 };
+enum { METRICS_HTTP_CODES = METRICS_HTTP_MAX - METRICS_HTTP_MIN + 1 };
+
+static const char *const metrics_route_names[SRV_ROUTE_COUNT] = {
+    "/v1/completions", "/v1/chat/completions", "/v1/models", "probe", "/metrics", "other"};
+
+/* Codes shown at 0 before their first response on the API routes. */
+static const int metrics_http_preset[] = {200, 400, 401, 429, 500, 503};
 
 /* A histogram: counts[i] holds values in (bounds[i-1], bounds[i]]; counts[n]
  * holds values above the last bound. Cumulated only when rendered. */
@@ -86,7 +93,7 @@ struct srv_metrics {
 
     uint64_t prompt_total, gen_total;
     uint64_t success[SRV_METRICS_FINISH_COUNT];
-    uint64_t http[METRICS_HTTP_MAX - METRICS_HTTP_MIN + 1];
+    uint64_t http[SRV_ROUTE_COUNT][METRICS_HTTP_CODES];
     uint64_t unknown_fields;
 
 #ifndef NDEBUG
@@ -531,11 +538,34 @@ void srv_metrics_observe_tokens(srv_metrics *m, long long prompt_tokens,
     metrics_tokens_push(&m->tokens, now, p, g, m->merge_s);
 }
 
-void srv_metrics_observe_http(srv_metrics *m, int status) {
+srv_metrics_route srv_metrics_route_of(const char *path) {
+    if (!path)
+        return SRV_ROUTE_OTHER;
+    for (int r = 0; r <= SRV_ROUTE_MODELS; r++)
+        if (strcmp(path, metrics_route_names[r]) == 0)
+            return (srv_metrics_route)r;
+    if (!strcmp(path, "/health") || !strcmp(path, "/livez") || !strcmp(path, "/readyz"))
+        return SRV_ROUTE_PROBE;
+    if (!strcmp(path, "/metrics"))
+        return SRV_ROUTE_METRICS;
+    return SRV_ROUTE_OTHER;
+}
+
+void srv_metrics_observe_http(srv_metrics *m, srv_metrics_route route, int status) {
     metrics_check_thread(m);
-    if (status < METRICS_HTTP_MIN || status > METRICS_HTTP_MAX)
+    if ((int)route < 0 || route >= SRV_ROUTE_COUNT || status < METRICS_HTTP_MIN ||
+        status > METRICS_HTTP_MAX)
         return;
-    m->http[status - METRICS_HTTP_MIN]++;
+    m->http[route][status - METRICS_HTTP_MIN]++;
+}
+
+static int metrics_http_is_preset(int route, int status) {
+    if (route > SRV_ROUTE_MODELS)
+        return 0;
+    for (int i = 0; i < METRICS_COUNT_OF(metrics_http_preset); i++)
+        if (metrics_http_preset[i] == status)
+            return 1;
+    return 0;
 }
 
 void srv_metrics_count_unknown_fields(srv_metrics *m, int n) {
@@ -759,14 +789,16 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
 
     /* HTTP side. */
     metrics_put_family(&b, "brisk_http_requests_total", "counter",
-                       "HTTP responses sent, by status code.");
-    for (int s = METRICS_HTTP_MIN; s <= METRICS_HTTP_MAX; s++) {
-        uint64_t c = m->http[s - METRICS_HTTP_MIN];
-        if (c == 0)
-            continue;
-        char extra[32];
-        snprintf(extra, sizeof extra, "code=\"%d\"", s);
-        metrics_put_sample(&b, m, "brisk_http_requests_total", extra, (double)c);
+                       "HTTP responses sent, by route class and status code.");
+    for (int r = 0; r < SRV_ROUTE_COUNT; r++) {
+        for (int s = METRICS_HTTP_MIN; s <= METRICS_HTTP_MAX; s++) {
+            uint64_t c = m->http[r][s - METRICS_HTTP_MIN];
+            if (c == 0 && !metrics_http_is_preset(r, s))
+                continue;
+            char extra[64];
+            snprintf(extra, sizeof extra, "route=\"%s\",code=\"%d\"", metrics_route_names[r], s);
+            metrics_put_sample(&b, m, "brisk_http_requests_total", extra, (double)c);
+        }
     }
     metrics_put_scalar(&b, m, "brisk_unknown_request_fields_total", "counter",
                        "Unknown fields seen in request bodies (ignored).",

@@ -132,9 +132,28 @@ void srv_metrics_observe_itl(srv_metrics *m, double itl_s, double now);
 void srv_metrics_observe_tokens(srv_metrics *m, long long prompt_tokens,
                                 long long generation_tokens, double now);
 
-/* Once per HTTP response: brisk_http_requests_total{code}. Codes outside
- * 100..599 are ignored. */
-void srv_metrics_observe_http(srv_metrics *m, int status);
+/* The route label of brisk_http_requests_total: the three API endpoints,
+ * the probes (/health, /livez, /readyz) together, /metrics, and everything
+ * else (404s, unknown paths) as "other", so that a client cannot grow the
+ * label set. */
+typedef enum {
+    SRV_ROUTE_COMPLETIONS,
+    SRV_ROUTE_CHAT,
+    SRV_ROUTE_MODELS,
+    SRV_ROUTE_PROBE,
+    SRV_ROUTE_METRICS,
+    SRV_ROUTE_OTHER,
+    SRV_ROUTE_COUNT
+} srv_metrics_route;
+
+/* The route class of a request path (the target without its query). */
+srv_metrics_route srv_metrics_route_of(const char *path);
+
+/* Once per HTTP response: brisk_http_requests_total{route,code}. Codes
+ * outside 100..599 and routes outside the enum are ignored. The API routes'
+ * common codes (200, 400, 401, 429, 500, 503) are exported from the start at
+ * 0, so that rate() sees their first increment. */
+void srv_metrics_observe_http(srv_metrics *m, srv_metrics_route route, int status);
 
 /* Adds n (> 0) unknown fields seen in request bodies. */
 void srv_metrics_count_unknown_fields(srv_metrics *m, int n);

@@ -247,11 +247,15 @@ static void test_escaping_and_counters(void) {
     if (!m)
         return;
     for (int i = 0; i < 3; i++)
-        srv_metrics_observe_http(m, 200);
-    srv_metrics_observe_http(m, 404);
-    srv_metrics_observe_http(m, 99);   /* ignored */
-    srv_metrics_observe_http(m, 600);  /* ignored */
-    srv_metrics_observe_http(m, -200); /* ignored */
+        srv_metrics_observe_http(m, srv_metrics_route_of("/v1/completions"), 200);
+    srv_metrics_observe_http(m, srv_metrics_route_of("/v1/chat/completions"), 200);
+    srv_metrics_observe_http(m, srv_metrics_route_of("/readyz"), 503);
+    srv_metrics_observe_http(m, srv_metrics_route_of("/no/such/path"), 404);
+    srv_metrics_observe_http(m, SRV_ROUTE_OTHER, 99);        /* ignored */
+    srv_metrics_observe_http(m, SRV_ROUTE_OTHER, 600);       /* ignored */
+    srv_metrics_observe_http(m, SRV_ROUTE_OTHER, -200);      /* ignored */
+    srv_metrics_observe_http(m, SRV_ROUTE_COUNT, 200);       /* ignored */
+    srv_metrics_observe_http(m, (srv_metrics_route)-1, 200); /* ignored */
     srv_metrics_count_unknown_fields(m, 2);
     srv_metrics_count_unknown_fields(m, -5); /* ignored */
     srv_metrics_count_unknown_fields(m, 1);
@@ -271,10 +275,29 @@ static void test_escaping_and_counters(void) {
               val(t, "brisk_engine_forward_seconds_total", NULL) == 2.0 &&
               val(t, "brisk_engine_steps_total", NULL) == 7 && val(t, "brisk_engine_batch_tokens_total", NULL) == 70,
           "engine families");
-    CHECK(val(t, "brisk_http_requests_total", "code=\"200\"") == 3, "200");
-    CHECK(val(t, "brisk_http_requests_total", "code=\"404\"") == 1, "404");
-    CHECK(isnan(val(t, "brisk_http_requests_total", "code=\"500\"")), "500 absent");
+    CHECK(val(t, "brisk_http_requests_total", "route=\"/v1/completions\",code=\"200\"") == 3, "200");
+    CHECK(val(t, "brisk_http_requests_total", "route=\"/v1/chat/completions\",code=\"200\"") == 1,
+          "chat 200");
+    CHECK(val(t, "brisk_http_requests_total", "route=\"probe\",code=\"503\"") == 1, "probe 503");
+    CHECK(val(t, "brisk_http_requests_total", "route=\"other\",code=\"404\"") == 1, "404");
+    /* The API routes' common codes are there at 0 before any such answer;
+     * other routes and codes appear with their first response. */
+    CHECK(val(t, "brisk_http_requests_total", "route=\"/v1/completions\",code=\"500\"") == 0 &&
+              val(t, "brisk_http_requests_total", "route=\"/v1/models\",code=\"429\"") == 0,
+          "preset codes at 0");
+    CHECK(isnan(val(t, "brisk_http_requests_total", "route=\"probe\",code=\"500\"")) &&
+              isnan(val(t, "brisk_http_requests_total", "route=\"/v1/completions\",code=\"404\"")),
+          "no other zero series");
     CHECK(strstr(t, "code=\"600\"") == NULL && strstr(t, "code=\"99\"") == NULL, "ignored codes");
+    int n_other = 0;
+    for (const char *q = t; (q = strstr(q, "route=\"other\"")) != NULL; q++)
+        n_other++;
+    CHECK(n_other == 1, "ignored routes and codes add no series");
+    CHECK(srv_metrics_route_of("/health") == SRV_ROUTE_PROBE && srv_metrics_route_of("/livez") == SRV_ROUTE_PROBE &&
+              srv_metrics_route_of("/metrics") == SRV_ROUTE_METRICS &&
+              srv_metrics_route_of("/v1/models") == SRV_ROUTE_MODELS &&
+              srv_metrics_route_of("/v1/completions/") == SRV_ROUTE_OTHER && srv_metrics_route_of(NULL) == SRV_ROUTE_OTHER,
+          "route classes");
     CHECK(val(t, "brisk_unknown_request_fields_total", NULL) == 3, "unknown fields");
     CHECK(val(t, "vllm:prompt_tokens_total", NULL) == 100, "prompt total");
     CHECK(val(t, "vllm:generation_tokens_total", NULL) == 9, "gen total");
@@ -440,7 +463,7 @@ static void test_help_type(void) {
     srv_metrics *m = make("m", 60, 0, 0);
     if (!m)
         return;
-    srv_metrics_observe_http(m, 200);
+    srv_metrics_observe_http(m, SRV_ROUTE_COMPLETIONS, 200);
     char *t = render(m, NULL, 1.0);
     char family[128] = "", type[32] = "", help_for[128] = "";
     int bad = 0, families = 0;
@@ -523,7 +546,7 @@ static void test_promtool(void) {
         srv_metrics_observe_itl(m, rnd_log(1e-3, 100), now);
         srv_metrics_observe_request(m, &r, now);
         srv_metrics_observe_tokens(m, r.prompt_tokens, r.generation_tokens, now);
-        srv_metrics_observe_http(m, i % 7 ? 200 : 400 + i % 100);
+        srv_metrics_observe_http(m, (srv_metrics_route)(i % SRV_ROUTE_COUNT), i % 7 ? 200 : 400 + i % 100);
     }
     srv_metrics_count_unknown_fields(m, 3);
     /* The last four: the audit log families rendered (12 lines, 1 error, 0 dropped). */
