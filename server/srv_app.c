@@ -9,9 +9,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "brisk_config.h"
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
+#include "kernels/cpu/kern_cpu.h"
 #include "server/srv_audit.h"
 
 /* ---- small routes ------------------------------------------------------ */
@@ -78,6 +80,7 @@ static void h_metrics(srv_req *r) {
         g.audit_errors = as.errors;
         g.audit_dropped = as.dropped;
     }
+    g.process = srv_proc_sample(&g.proc) == 0;
     size_t len;
     double now = brisk_now();
     char *text = srv_metrics_render(app->metrics, &g, now, &len);
@@ -249,6 +252,11 @@ int srv_app_run(const srv_app_config *cfg) {
     srv_metrics_config mc = srv_metrics_config_default();
     mc.model_name = app->served_name;
     mc.max_model_len = cfg->engine.max_ctx > 0 ? cfg->engine.max_ctx : 8192;
+    char backends[256];
+    kern_cpu_describe(backends, sizeof backends);
+    mc.version = BRISK_VERSION;
+    mc.commit = BRISK_GIT_COMMIT;
+    mc.backends = backends;
     app->metrics = srv_metrics_create(&mc, brisk_now());
 
     static const srv_route routes[] = {

@@ -82,6 +82,7 @@ enum { METRICS_W_TTFT = 0, METRICS_W_ITL, METRICS_W_E2E, METRICS_W_COUNT };
 
 struct srv_metrics {
     char *label;     /* `model_name="<escaped>"`, owned */
+    char *build;     /* `version="..",commit="..",backends=".."`, owned */
     double window_s; /* sliding window length */
     double merge_s;  /* token events closer than this are merged */
     int max_samples;
@@ -443,6 +444,19 @@ srv_metrics *srv_metrics_create(const srv_metrics_config *cfg, double now) {
     int bad = 0;
     m->label = metrics_label_pair("model_name", cfg->model_name);
     bad |= !m->label;
+    char *bv = metrics_label_pair("version", cfg->version ? cfg->version : "unknown");
+    char *bc = metrics_label_pair("commit", cfg->commit ? cfg->commit : "unknown");
+    char *bb = metrics_label_pair("backends", cfg->backends ? cfg->backends : "unknown");
+    if (bv && bc && bb) {
+        size_t n = strlen(bv) + strlen(bc) + strlen(bb) + 3;
+        m->build = brisk_malloc(n);
+        if (m->build)
+            snprintf(m->build, n, "%s,%s,%s", bv, bc, bb);
+    }
+    free(bv);
+    free(bc);
+    free(bb);
+    bad |= !m->build;
     bad |=
         metrics_hist_init(&m->ttft, metrics_ttft_buckets, METRICS_COUNT_OF(metrics_ttft_buckets));
     bad |= metrics_hist_init(&m->itl, metrics_itl_buckets, METRICS_COUNT_OF(metrics_itl_buckets));
@@ -472,6 +486,7 @@ void srv_metrics_free(srv_metrics *m) {
     if (!m)
         return;
     free(m->label);
+    free(m->build);
     metrics_hist_free(&m->ttft);
     metrics_hist_free(&m->itl);
     metrics_hist_free(&m->e2e);
@@ -803,6 +818,28 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
     metrics_put_scalar(&b, m, "brisk_unknown_request_fields_total", "counter",
                        "Unknown fields seen in request bodies (ignored).",
                        (double)m->unknown_fields);
+
+    metrics_put_family(&b, "brisk_build_info", "gauge",
+                       "1, with brisk's version, git commit and compiled backends as labels.");
+    metrics_put_sample(&b, m, "brisk_build_info", m->build, 1.0);
+    if (g->process) {
+        const srv_proc_stats *p = &g->proc;
+        metrics_put_scalar(&b, m, "process_resident_memory_bytes", "gauge",
+                           "Resident memory size in bytes.", p->rss_bytes);
+        metrics_put_scalar(&b, m, "process_virtual_memory_bytes", "gauge",
+                           "Virtual memory size in bytes.", p->vsize_bytes);
+        metrics_put_scalar(&b, m, "process_cpu_seconds_total", "counter",
+                           "Total user and system CPU time spent in seconds.", p->cpu_seconds);
+        metrics_put_scalar(&b, m, "process_start_time_seconds", "gauge",
+                           "Start time of the process since the Unix epoch in seconds.",
+                           p->start_time_s);
+        if (p->open_fds >= 0)
+            metrics_put_scalar(&b, m, "process_open_fds", "gauge",
+                               "Number of open file descriptors.", p->open_fds);
+        if (p->max_fds >= 0)
+            metrics_put_scalar(&b, m, "process_max_fds", "gauge",
+                               "Maximum number of open file descriptors.", p->max_fds);
+    }
 
     if (b.oom || !b.p) {
         free(b.p);

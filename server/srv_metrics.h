@@ -71,6 +71,8 @@
 #ifndef SRV_METRICS_H
 #define SRV_METRICS_H
 
+#include "server/srv_proc.h"
+
 #include <stddef.h>
 
 /* The Content-Type of the rendered text. */
@@ -81,6 +83,8 @@ typedef struct srv_metrics_config {
     int max_model_len;      /* largest token-count bucket (1-2-5 series); <= 0: 8192 */
     double window_s;        /* sliding window of the brisk_ gauges; <= 0: 60 s */
     int max_samples;        /* samples kept per windowed series; <= 0: 8192 */
+    /* brisk_build_info{version,commit,backends} 1; NULL: "unknown". Copied. */
+    const char *version, *commit, *backends;
 } srv_metrics_config;
 
 /* model_name NULL, everything else defaulted. */
@@ -175,6 +179,9 @@ typedef struct srv_metrics_gauges {
     /* brisk_audit_log_* families (rendered only when audit_log is 1) */
     int audit_log;
     long long audit_lines, audit_errors, audit_dropped;
+    /* process_* families (rendered only when process is 1; srv_proc.h) */
+    int process;
+    srv_proc_stats proc;
 } srv_metrics_gauges;
 
 /* Renders the whole exposition. g may be NULL (all zero). Expires window

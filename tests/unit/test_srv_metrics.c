@@ -262,7 +262,7 @@ static void test_escaping_and_counters(void) {
     srv_metrics_observe_tokens(m, 100, 7, 1.0);
     srv_metrics_observe_tokens(m, -3, 2, 2.0);
     srv_metrics_gauges g = {3,   4,   0.25, 5, 1000, 600, 10, 4, 3, 1000,
-                            900, 2.5, 2.0,  7, 70,   0,   0,  0, 0};
+                            900, 2.5, 2.0,  7, 70,   0,   0,  0, 0, 0, {0, 0, 0, 0, 0, 0}};
     t = render(m, &g, 2.0);
     CHECK(val(t, "brisk_kv_cache_blocks", "state=\"total\"") == 10 &&
               val(t, "brisk_kv_cache_blocks", "state=\"used\"") == 4 &&
@@ -299,6 +299,9 @@ static void test_escaping_and_counters(void) {
               srv_metrics_route_of("/v1/completions/") == SRV_ROUTE_OTHER && srv_metrics_route_of(NULL) == SRV_ROUTE_OTHER,
           "route classes");
     CHECK(val(t, "brisk_unknown_request_fields_total", NULL) == 3, "unknown fields");
+    CHECK(val(t, "brisk_build_info", "version=\"unknown\",commit=\"unknown\",backends=\"unknown\"") == 1,
+          "build info defaults");
+    CHECK(strstr(t, "process_") == NULL, "no process families without g.process");
     CHECK(val(t, "vllm:prompt_tokens_total", NULL) == 100, "prompt total");
     CHECK(val(t, "vllm:generation_tokens_total", NULL) == 9, "gen total");
     CHECK(val(t, "vllm:num_requests_running", NULL) == 3, "running");
@@ -498,7 +501,7 @@ static void test_help_type(void) {
         line = end + 1;
     }
     CHECK(bad == 0, "%d HELP/TYPE problems", bad);
-    CHECK(families == 28, "%d families", families);
+    CHECK(families == 29, "%d families", families); /* 28 + brisk_build_info */
     free(t);
     srv_metrics_free(m);
 }
@@ -551,8 +554,14 @@ static void test_promtool(void) {
     srv_metrics_count_unknown_fields(m, 3);
     /* The last four: the audit log families rendered (12 lines, 1 error, 0 dropped). */
     srv_metrics_gauges g = {7,    2,    0.625, 12, 123456789, 98765432, 64, 40, 20, 5000,
-                            4800, 12.5, 11.0,  99, 999,       1,        12, 1,  0};
+                            4800, 12.5, 11.0,  99, 999,       1,        12, 1,  0, 0, {0, 0, 0, 0, 0, 0}};
+    /* The process families from this test process's own /proc. */
+    CHECK(srv_proc_sample(&g.proc) == 0, "srv_proc_sample");
+    g.process = 1;
     char *t = render(m, &g, 50.0);
+    CHECK(strstr(t, "process_resident_memory_bytes{") && strstr(t, "process_open_fds{") &&
+              strstr(t, "process_start_time_seconds{") && strstr(t, "process_cpu_seconds_total{"),
+          "process families rendered");
     static char out[65536];
     int rc = promtool_check(t, out, sizeof out);
     /* promtool's linter rejects ':' in names, which vLLM's own names carry;
@@ -585,8 +594,28 @@ static void test_promtool(void) {
     srv_metrics_free(m);
 }
 
+/* brisk_build_info carries the configured strings, escaped. */
+static void test_build_info(void) {
+    srv_metrics_config c = srv_metrics_config_default();
+    c.model_name = "m";
+    c.version = "1.2.3";
+    c.commit = "abc\"def";
+    c.backends = "cpu(avx2 fma) cuda(sm_90)";
+    srv_metrics *m = srv_metrics_create(&c, 0.0);
+    CHECK(m != NULL, "create");
+    if (!m)
+        return;
+    char *t = render(m, NULL, 1.0);
+    CHECK(val(t, "brisk_build_info",
+              "version=\"1.2.3\",commit=\"abc\\\"def\",backends=\"cpu(avx2 fma) cuda(sm_90)\"") == 1,
+          "build info labels:\n%s", t);
+    free(t);
+    srv_metrics_free(m);
+}
+
 int main(void) {
     test_format();
+    test_build_info();
     test_histograms();
     test_escaping_and_counters();
     test_window();
