@@ -523,7 +523,11 @@ def test_refusals_name_the_problem(brisk, stories_bytes, tmp_path):
         assert r.returncode == 1 and want in r.err, f"{what}: exit {r.returncode}: {r.err!r}"
 
 
-@pytest.mark.slow
+# Not in CI: about 4 minutes of the 15-minute budget, for what ctest's
+# test_model_hostile already checks in-process (every cut, 3,400 mutations)
+# in the Release, ASan and TSan builds; test_hostile_corpus runs 366 of these
+# files through the binary in CI.
+@pytest.mark.exhaustive
 def test_every_cut_and_many_flips(brisk, stories_bytes, tmp_path, report):
     """Every cut of the header and tensor table and 500 more bit flips, through
     the binary (~15,000 runs: several minutes on 2 cores in Release)."""
