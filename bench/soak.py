@@ -16,9 +16,17 @@ usage, used and cached KV blocks, running and waiting sequences, and the HTTP
 responses sent by status code.
 
 The verdicts (see bench/README.md) are computed from the samples, brisk-bench's
-JSON report of the soak (with --json-requests and --interval) and the server's
+JSON reports of the soak (with --json-requests and --interval) and the server's
 exit status, so that judge() can be tested on synthetic runs
 (tests/integration/test_soak.py).
+
+The soak is brisk-bench run in phases (soak.sh): A = the first WINDOW with --seed
+SEED, B = the middle with --seed SEED+1, C = the last WINDOW with --seed SEED again,
+so that the first and last windows get the same requests at the same offsets and
+their latencies differ only by the server's state. WORK/phases.jsonl lists them
+(name, seed, planned duration_s, json, start_wall, end_wall, rc); a work dir of an
+older soak.sh, with one soak.json and no phases.jsonl, is judged as a single phase
+with windows cut by time.
 """
 
 import argparse
@@ -214,16 +222,114 @@ def window_figures(requests, t_lo, t_hi):
     return out
 
 
+def latency_figures(requests):
+    """P50/P99/max of TTFT, TPOT and E2E (ms) over the successful requests, as
+    brisk-bench defines them (TPOT: (E2E - TTFT) / (output tokens - 1))."""
+    ok = [q for q in requests if q["result"] == "ok"]
+    ttft = [q["ttft_ms"] for q in ok if q["ttft_ms"] is not None]
+    tpot = [(q["e2e_ms"] - q["ttft_ms"]) / (q["output_tokens"] - 1) for q in ok
+            if q["ttft_ms"] is not None and q["output_tokens"] > 1]
+    e2e = [q["e2e_ms"] for q in ok]
+    return {name: {"p50": percentile(vals, 50), "p99": percentile(vals, 99),
+                   "max": max(vals) if vals else None}
+            for name, vals in (("ttft_ms", ttft), ("tpot_ms", tpot), ("e2e_ms", e2e))}
+
+
+SUMMED = ("completed", "failed", "cancelled", "aborted", "invalid_ok", "invalid_unexpected",
+          "total_input_tokens", "total_output_tokens", "expected_output_tokens",
+          "output_len_mismatches", "usage_missing")
+
+
+def merge_phases(phases):
+    """One run, shaped like brisk-bench's runs[0], from the phases' runs.
+
+    phases: [{"name", "seed", "offset_s", "run"}, ...] in order; offset_s is the
+    phase's start on the soak's clock (seconds after the sampler's t0) and run
+    brisk-bench's runs[0] of it (None: it wrote no report). Totals and errors are
+    summed; the per-request records and the intervals are concatenated with their
+    times moved by offset_s and tagged with the phase; TTFT/TPOT/E2E are recomputed
+    from the merged records. ITL and invalid-request latency exist only as each
+    phase's distribution (brisk-bench keeps no ITL samples): they are None here and
+    stay in each phase's own run. None when no phase has a report."""
+    runs = [(ph, ph["run"]) for ph in phases if ph.get("run") is not None]
+    if not runs:
+        return None
+    m = {k: sum(r.get(k) or 0 for _, r in runs) for k in SUMMED}
+    m["errors"] = {"by_status": {}, "by_kind": {}, "first": None}
+    for _, r in runs:
+        e = r.get("errors") or {}
+        for part in ("by_status", "by_kind"):
+            for k, n in (e.get(part) or {}).items():
+                m["errors"][part][k] = m["errors"][part].get(k, 0) + n
+        if m["errors"]["first"] is None:
+            m["errors"]["first"] = e.get("first")
+    m["interrupted"] = any(r.get("interrupted") for _, r in runs)
+    m["requests"], m["intervals"] = None, []
+    if all(r.get("requests") is not None for _, r in runs):
+        m["requests"] = [{**q, "t_start_s": q["t_start_s"] + ph["offset_s"], "phase": ph["name"]}
+                         for ph, r in runs for q in r["requests"]]
+    for ph, r in runs:
+        for i in r.get("intervals") or []:
+            m["intervals"].append({**i, "t_start_s": i["t_start_s"] + ph["offset_s"],
+                                   "t_end_s": i["t_end_s"] + ph["offset_s"],
+                                   "phase": ph["name"]})
+    # the span from the first phase's start to the last one's end, lulls included
+    first, last = runs[0], runs[-1]
+    m["duration_s"] = last[0]["offset_s"] + last[1]["duration_s"] - first[0]["offset_s"]
+    span = m["duration_s"] if m["duration_s"] > 0 else float("nan")
+    m["request_throughput"] = m["completed"] / span
+    m["output_throughput"] = m["total_output_tokens"] / span
+    if len(runs) == 1:  # one phase: its own figures, ITL included
+        for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "invalid_ms", "request_throughput",
+                  "output_throughput"):
+            m[k] = first[1].get(k, m.get(k))
+    else:
+        m.update(latency_figures(m["requests"] or []) if m["requests"] is not None else
+                 {k: None for k in ("ttft_ms", "tpot_ms", "e2e_ms")})
+        m["itl_ms"] = m["invalid_ms"] = None  # per phase only
+    return m
+
+
+def matched(phases):
+    """True when the first and last phases are the matched windows: three phases or
+    more, the first and the last with the same seed and planned duration."""
+    return (len(phases) >= 3 and phases[0]["seed"] == phases[-1]["seed"]
+            and phases[0].get("duration_s") == phases[-1].get("duration_s"))
+
+
+def same_schedule(first, last):
+    """Whether two phases' request records are the same workload: by workload index,
+    the same kind, max_tokens, abort point and (both answered) prompt tokens; at most
+    one request more or less (the last arrival may fall either side of the end).
+    Returns (ok, text)."""
+    a = {q["index"]: q for q in first}
+    b = {q["index"]: q for q in last}
+    common = sorted(a.keys() & b.keys())
+    diff = [i for i in common
+            if any(a[i].get(k) != b[i].get(k) for k in ("kind", "max_tokens", "abort_at"))
+            or (a[i]["result"] == b[i]["result"] == "ok"
+                and a[i].get("input_tokens") != b[i].get("input_tokens"))]
+    extra = len(a.keys() ^ b.keys())
+    gap = max((abs(a[i]["t_start_s"] - b[i]["t_start_s"]) for i in common), default=0.0)
+    text = (f"{len(common)} requests in both, {len(diff)} differ, {extra} in one only; "
+            f"send times within {gap * 1000:.0f} ms")
+    return bool(common) and not diff and extra <= 1, text
+
+
 def fmt_mib(kib):
     return f"{kib / 1024:.1f} MiB"
 
 
-def judge(p, run, samples, idle, pre, final, exit_code):
+def judge(p, run, samples, idle, pre, final, exit_code, phases=None):
     """The verdicts: [{"criterion", "measured", "limit", "pass"}, ...] and the
     first/last window figures.
 
     p: the parameters (duration_s, window_s, rss_limit_mib, p99_tolerance);
-    run: brisk-bench's runs[0] of the soak (None if it wrote nothing); samples:
+    run: brisk-bench's runs[0] of the soak, or merge_phases() of its phases (None if
+    it wrote nothing); phases: as merge_phases() takes them (None: one run); when
+    matched(phases), the first window is the first phase's requests and the last
+    window the last phase's, the same schedule; otherwise the windows are cut from
+    run's records by send time; samples:
     taken during the soak; idle: before any traffic; pre: just before the soak
     (after the capacity run, settled); final: after the soak, settled;
     exit_code: brisk serve's status after SIGTERM at the end (None: not stopped)."""
@@ -243,8 +349,12 @@ def judge(p, run, samples, idle, pre, final, exit_code):
     add("/metrics answered at every sample", f"{len(unanswered)} unanswered", "0", not unanswered)
 
     # 5xx and failures, as the client saw them and as brisk counted them
+    lost = [ph["name"] for ph in phases or [] if ph.get("run") is None]
+    if run is None or lost:
+        add("brisk-bench report of the soak",
+            f"missing for phase {', '.join(lost)}" if run is not None else "missing",
+            "present", False)
     if run is None:
-        add("brisk-bench report of the soak", "missing", "present", False)
         by_status, failed, inv_bad, inv_ok, completed, aborted = {}, 0, 0, 0, 0, 0
     else:
         by_status = run["errors"]["by_status"]
@@ -290,11 +400,27 @@ def judge(p, run, samples, idle, pre, final, exit_code):
 
     # P99 latency: the last window against the first
     windows = {}
-    if run is not None and run.get("requests") is not None:
-        d, w = p["duration_s"], p["window_s"]
-        first, last = window_figures(run["requests"], 0, w), window_figures(run["requests"],
-                                                                             d - w, d)
-        windows = {"first": first, "last": last}
+    d, w = p["duration_s"], p["window_s"]
+    if phases and matched(phases):
+        a, c = phases[0], phases[-1]
+        if all(ph.get("run") and ph["run"].get("requests") is not None for ph in (a, c)):
+            ok, text = same_schedule(a["run"]["requests"], c["run"]["requests"])
+            add(f"first and last windows: the same requests (phases {a['name']} and "
+                f"{c['name']}, seed {a['seed']})", text, "same", ok)
+            for key, ph in (("first", a), ("last", c)):
+                f = window_figures(ph["run"]["requests"], 0, math.inf)
+                f.update(t_start_s=ph["offset_s"],
+                         t_end_s=ph["offset_s"] + ph["run"]["duration_s"],
+                         phase=ph["name"], seed=ph["seed"])
+                windows[key] = f
+            label_of = (f"last {w:g} s vs first {w:g} s, the same arrival schedule "
+                        f"(seed {a['seed']})")
+    elif run is not None and run.get("requests") is not None:
+        windows = {"first": window_figures(run["requests"], 0, w),
+                   "last": window_figures(run["requests"], d - w, d)}
+        label_of = f"last {w:g} s vs first {w:g} s"
+    if windows:
+        first, last = windows["first"], windows["last"]
         tol = p["p99_tolerance"]
         for name, label, judged in (("e2e_ms", "E2E", True), ("ttft_ms", "TTFT", False),
                                     ("tpot_ms", "TPOT", False)):
@@ -302,7 +428,7 @@ def judge(p, run, samples, idle, pre, final, exit_code):
             ratio = b / a if a and b is not None else None
             text = (f"{b:.1f} ms vs {a:.1f} ms ({ratio:.2f}x; {last['requests']} vs "
                     f"{first['requests']} requests)" if ratio is not None else "no requests")
-            crit = f"{label} P99, last {w:g} s vs first {w:g} s"
+            crit = f"{label} P99, {label_of}"
             if judged:
                 add(crit, text, f"<= {1 + tol:.2f}x", ratio is not None and ratio <= 1 + tol)
             else:
@@ -332,6 +458,8 @@ def slim_interval(i):
     keep = ("t_start_s", "t_end_s", "partial", "completed", "failed", "aborted", "invalid_ok",
             "invalid_unexpected", "request_throughput", "output_throughput")
     out = {k: i[k] for k in keep}
+    if "phase" in i:
+        out["phase"] = i["phase"]
     for name in ("ttft_ms", "itl_ms", "e2e_ms"):
         out[name] = {"p50": i[name]["p50"], "p99": i[name]["p99"]}
     out["errors_by_status"] = i["errors"]["by_status"]
@@ -346,20 +474,68 @@ def load_json(path, default=None):
         return default
 
 
+def summary(run):
+    """A run's totals and latency figures for the record; the latencies as P50/P99/max
+    (None: not available, as ITL over several phases)."""
+    out = {k: run.get(k) for k in ("completed", "failed", "aborted", "invalid_ok",
+                                   "invalid_unexpected", "duration_s", "request_throughput",
+                                   "output_throughput", "total_output_tokens")}
+    out["errors"] = run["errors"]
+    for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "invalid_ms"):
+        out[k] = None if run.get(k) is None else {q: run[k].get(q) for q in ("p50", "p99", "max")}
+    return out
+
+
+def load_phases(work, seed, duration, samples):
+    """The soak's phases, as merge_phases() takes them, from WORK/phases.jsonl and
+    each phase's brisk-bench report; a phase starts (offset_s) when its measured run
+    began, on the samples' clock: its end minus brisk-bench's duration (which runs
+    from the first request, after the warm-up, to the end of the last). Without
+    phases.jsonl (an older soak.sh): soak.json as one phase at offset 0."""
+    lines = []
+    try:
+        with open(os.path.join(work, "phases.jsonl")) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+    except OSError:
+        pass
+    if not lines:
+        rep = load_json(os.path.join(work, "soak.json"))
+        return [{"name": "soak", "seed": seed, "duration_s": duration, "json": "soak.json",
+                 "offset_s": 0.0, "start_wall": None, "end_wall": None, "rc": None,
+                 "run": rep["runs"][0] if rep and rep.get("runs") else None}]
+    t0 = None
+    try:
+        t0 = float(open(os.path.join(work, "t0")).read())
+    except (OSError, ValueError):
+        if samples:
+            t0 = samples[0]["wall"] - samples[0]["t"]
+    if t0 is None:
+        t0 = lines[0]["start_wall"]
+    phases = []
+    for ph in lines:
+        rep = load_json(os.path.join(work, ph["json"]))
+        run = rep["runs"][0] if rep and rep.get("runs") else None
+        offset = ph["start_wall"] - t0
+        if run is not None and ph.get("end_wall") is not None:
+            offset = max(offset, ph["end_wall"] - t0 - run["duration_s"])
+        phases.append({**ph, "offset_s": round(offset, 3), "run": run})
+    return phases
+
+
 def cmd_verdict(a):
     w = a.work
     idle = load_json(os.path.join(w, "idle.json"), {})
     pre = load_json(os.path.join(w, "pre.json"), {})
     final = load_json(os.path.join(w, "final.json"), {})
     cap = load_json(os.path.join(w, "capacity.json"))
-    soak = load_json(os.path.join(w, "soak.json"))
-    run = soak["runs"][0] if soak and soak.get("runs") else None
     samples = []
     try:
         with open(os.path.join(w, "samples.jsonl")) as f:
             samples = [json.loads(line) for line in f if line.strip()]
     except OSError:
         pass
+    phases = load_phases(w, a.seed, a.duration, samples)
+    run = merge_phases(phases)
     exit_code = None
     try:
         exit_code = int(open(os.path.join(w, "exit_code")).read().strip())
@@ -375,7 +551,8 @@ def cmd_verdict(a):
          "p99_tolerance": a.p99_tolerance, "smoke": a.smoke,
          "capacity_definition": "completed requests per second of a closed loop at "
                                 "capacity_concurrency (the saturated request rate)"}
-    verdicts, windows = judge(p, run, samples, idle, pre, final, exit_code)
+    p["matched_windows"] = matched(phases)
+    verdicts, windows = judge(p, run, samples, idle, pre, final, exit_code, phases)
     cpu = re.search(r"model name\s*:\s*(.*)", open("/proc/cpuinfo").read())
     doc = {
         "bench": "soak",
@@ -390,13 +567,11 @@ def cmd_verdict(a):
         "capacity_run": None if not cap else {
             k: cap["runs"][0][k] for k in ("completed", "failed", "duration_s",
                                            "request_throughput", "output_throughput")},
-        "run": None if run is None else {
-            **{k: run[k] for k in ("completed", "failed", "aborted", "invalid_ok",
-                                   "invalid_unexpected", "duration_s", "request_throughput",
-                                   "output_throughput", "total_output_tokens")},
-            "errors": run["errors"],
-            **{k: {q: run[k][q] for q in ("p50", "p99", "max")}
-               for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "invalid_ms")}},
+        "run": None if run is None else summary(run),
+        "phases": [{k: ph.get(k) for k in ("name", "seed", "duration_s", "json", "offset_s",
+                                           "start_wall", "end_wall", "rc")}
+                   | {"run": None if ph["run"] is None else summary(ph["run"])}
+                   for ph in phases],
         "windows": windows,
         "intervals": [slim_interval(i) for i in (run or {}).get("intervals", [])],
         "idle": idle, "pre": pre, "final": final, "samples": samples,
@@ -412,6 +587,11 @@ def cmd_verdict(a):
     print(f"brisk soak: {os.path.basename(a.model)} ({a.weights}), {a.duration:g} s at {load}, "
           f"{a.input_len} in / {a.output_len} out, aborts {a.abort_rate:g}, invalid "
           f"{a.invalid_rate:g}{' (SMOKE)' if a.smoke else ''}; {a.machine}, commit {a.commit}")
+    if len(phases) > 1:
+        print("phases: " + ", ".join(
+            f"{ph['name']} {ph['duration_s']:g} s --seed {ph['seed']} from {ph['offset_s']:.0f} s"
+            for ph in phases) + ("; the first and the last: the same requests" if
+                                 p["matched_windows"] else ""))
     print()
     print_table(verdicts)
     print()

@@ -15,7 +15,11 @@
 #    request rate, not a rate meeting an SLO. RATE=R skips the measurement.
 # 3. The soak: brisk-bench at RATE_FRACTION (0.6) of capacity, Poisson
 #    arrivals, for DURATION seconds, with --abort-rate ABORT_RATE (0.05)
-#    --invalid-rate INVALID_RATE (0.01) --interval INTERVAL --json-requests.
+#    --invalid-rate INVALID_RATE (0.01) --interval INTERVAL --json-requests,
+#    in three phases back to back: A = the first WINDOW with --seed SEED,
+#    B = DURATION - 2 x WINDOW with --seed SEED+1, C = the last WINDOW with
+#    --seed SEED again, so that the first and last windows get the same
+#    requests at the same times (DURATION < 3 x WINDOW: one run).
 #    Every SAMPLE_EVERY seconds bench/soak.py samples the server: alive and
 #    the same process, VmRSS, open fds, and /metrics (KV usage, used blocks,
 #    running, waiting, HTTP responses by status).
@@ -39,7 +43,7 @@ cd "$(dirname "$0")/.."
 SMOKE=${SMOKE:-0}
 case "${1:-}" in
     --smoke) SMOKE=1 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     "") ;;
     *) echo "soak.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
@@ -149,24 +153,52 @@ fi
 log "capacity $CAPACITY req/s (0: not measured); the soak runs at $RATE req/s for $DURATION s"
 
 # ---- 3. the soak ---------------------------------------------------------------------
+# The same --seed gives the same requests: brisk-bench takes nothing from the clock or
+# its PID. Its arrival gaps come from a stream seeded by --seed alone (bench_run.c),
+# and each request's prompt, output length, abort point and invalid variant from
+# --seed and the request's index (bench_workload.c). The warm-up counts too: its
+# requests take the first indices and calibrate words per token, which sets the
+# prompts' word counts, so every phase runs the same --warmup 4. At the end of a
+# phase brisk-bench waits for its requests in flight, and the next one starts with its
+# warm-up: a lull of up to a request's latency plus a few seconds between phases.
+if "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) >= 3 * float(sys.argv[2]))" \
+    "$DURATION" "$WINDOW"; then
+    MID=$("$PY" -c "import sys; print(f'{float(sys.argv[1]) - 2 * float(sys.argv[2]):g}')" \
+        "$DURATION" "$WINDOW")
+    PHASES=("a $SEED $WINDOW" "b $((SEED + 1)) $MID" "c $SEED $WINDOW")
+else
+    PHASES=("a $SEED $DURATION")
+fi
 "$PY" bench/soak.py settle --url "$URL" --pid "$SERVER_PID" --idle-fds 1000000 --timeout 60 \
     > "$WORK/pre.json"
 T0=$("$PY" -c 'import time; print(time.time())')
+echo "$T0" > "$WORK/t0"
+: > "$WORK/phases.jsonl"
 "$PY" bench/soak.py sample --url "$URL" --pid "$SERVER_PID" --every "$SAMPLE_EVERY" \
     --t0 "$T0" --out "$WORK/samples.jsonl" &
 SAMPLER_PID=$!
-BENCH_RC=0
-# shellcheck disable=SC2086  # BENCH_ARGS is a list of words on purpose
-"$BENCH" --base-url "$URL" --request-rate "$RATE" --duration "$DURATION" \
-    --input-len "$IN" --output-len "$OUT" --abort-rate "$ABORT_RATE" \
-    --invalid-rate "$INVALID_RATE" --interval "$INTERVAL" --seed "$SEED" --warmup 4 \
-    --json "$WORK/soak.json" --json-requests ${BENCH_ARGS:-} \
-    > "$WORK/soak.txt" 2> >(tee "$WORK/soak.err" >&2) || BENCH_RC=$?
+for PHASE in "${PHASES[@]}"; do
+    read -r NAME PSEED PDUR <<< "$PHASE"
+    log "phase ${NAME^^}: $PDUR s, --seed $PSEED"
+    START=$(date +%s.%N)
+    BENCH_RC=0
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of words on purpose
+    "$BENCH" --base-url "$URL" --request-rate "$RATE" --duration "$PDUR" \
+        --input-len "$IN" --output-len "$OUT" --abort-rate "$ABORT_RATE" \
+        --invalid-rate "$INVALID_RATE" --interval "$INTERVAL" --seed "$PSEED" --warmup 4 \
+        --json "$WORK/soak-$NAME.json" --json-requests ${BENCH_ARGS:-} \
+        > "$WORK/soak-$NAME.txt" 2> >(tee "$WORK/soak-$NAME.err" >&2) || BENCH_RC=$?
+    END=$(date +%s.%N)
+    "$PY" -c 'import json, sys; n, s, d, a, b, rc = sys.argv[1:]; print(json.dumps({
+        "name": n.upper(), "seed": int(s), "duration_s": float(d), "json": f"soak-{n}.json",
+        "start_wall": float(a), "end_wall": float(b), "rc": int(rc)}))' \
+        "$NAME" "$PSEED" "$PDUR" "$START" "$END" "$BENCH_RC" >> "$WORK/phases.jsonl"
+    sed -n '/brisk-bench: serving benchmark result/,/^====*$/p' "$WORK/soak-$NAME.txt" >&2
+    [ "$BENCH_RC" = 0 ] || log "brisk-bench exited $BENCH_RC in phase ${NAME^^}"
+done
 kill "$SAMPLER_PID" 2>/dev/null || true
 wait "$SAMPLER_PID" 2>/dev/null || true
 SAMPLER_PID=
-sed -n '/brisk-bench: serving benchmark result/,/^====*$/p' "$WORK/soak.txt" >&2
-[ "$BENCH_RC" = 0 ] || log "brisk-bench exited $BENCH_RC"
 
 # ---- 4. back to idle, stop, judge ----------------------------------------------------
 log "waiting for the server to be idle"

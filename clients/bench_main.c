@@ -348,6 +348,12 @@ int main(int argc, char **argv) {
         rc = 1;
         goto out;
     }
+    /* Everything sent derives from --seed and nothing from the clock: the arrival
+     * gaps (bench_run.c) and each request's prompt, lengths, abort and invalid
+     * choice (bench_workload.c, by request index). Two runs with the same --seed
+     * and --warmup send the same requests at the same offsets from their start
+     * (bench/soak.sh relies on it): the warm-up takes the first indices and
+     * calibrates the words per token of the prompts. */
     if (o.warmup > 0) {
         int c = o.sweep == BENCH_SWEEP_CONCURRENCY ? (int)o.sweep_levels[0] : o.max_concurrency;
         if (c <= 0 || c > o.warmup)
