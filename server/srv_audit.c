@@ -16,47 +16,18 @@
 #include <unistd.h>
 
 #include "common/brisk_alloc.h"
+#include "common/brisk_buf.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "server/srv_api.h"
 
 /* ---- formatting ----------------------------------------------------------- */
 
-typedef struct abuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} abuf;
-
-static void ab_put(abuf *b, const char *s, size_t n) {
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 512;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = brisk_realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void ab_str(abuf *b, const char *s) {
-    ab_put(b, s, strlen(s));
-}
-
 /* A JSON string: well-formed UTF-8 is copied, each ill-formed subpart (and a
  * sequence cut at the end) becomes U+FFFD, '"', '\\' and every control
  * character (NUL and DEL included) are escaped. */
-static void ab_json_str(abuf *b, const char *s, size_t len) {
-    ab_put(b, "\"", 1);
+static void ab_json_str(brisk_buf *b, const char *s, size_t len) {
+    brisk_buf_put(b, "\"", 1);
     size_t i = 0;
     while (i < len) {
         unsigned char c = (unsigned char)s[i];
@@ -65,18 +36,18 @@ static void ab_json_str(abuf *b, const char *s, size_t len) {
             if (c == '"' || c == '\\') {
                 esc[0] = '\\';
                 esc[1] = (char)c;
-                ab_put(b, esc, 2);
+                brisk_buf_put(b, esc, 2);
             } else if (c == '\n') {
-                ab_put(b, "\\n", 2);
+                brisk_buf_put(b, "\\n", 2);
             } else if (c == '\r') {
-                ab_put(b, "\\r", 2);
+                brisk_buf_put(b, "\\r", 2);
             } else if (c == '\t') {
-                ab_put(b, "\\t", 2);
+                brisk_buf_put(b, "\\t", 2);
             } else if (c < 0x20 || c == 0x7f) {
                 snprintf(esc, sizeof esc, "\\u%04x", c);
-                ab_put(b, esc, 6);
+                brisk_buf_put(b, esc, 6);
             } else {
-                ab_put(b, (const char *)&s[i], 1);
+                brisk_buf_put(b, (const char *)&s[i], 1);
             }
             i++;
             continue;
@@ -86,36 +57,36 @@ static void ab_json_str(abuf *b, const char *s, size_t len) {
         if (n == 0)
             n = 1;
         if (ok == 1)
-            ab_put(b, s + i, n);
+            brisk_buf_put(b, s + i, n);
         else
-            ab_put(b, "\xEF\xBF\xBD", 3);
+            brisk_buf_put(b, "\xEF\xBF\xBD", 3);
         i += n;
     }
-    ab_put(b, "\"", 1);
+    brisk_buf_put(b, "\"", 1);
 }
 
-static void ab_key(abuf *b, const char *name) {
-    ab_put(b, ",\"", 2);
-    ab_str(b, name);
-    ab_put(b, "\":", 2);
+static void ab_key(brisk_buf *b, const char *name) {
+    brisk_buf_put(b, ",\"", 2);
+    brisk_buf_str(b, name);
+    brisk_buf_put(b, "\":", 2);
 }
 
-static void ab_opt_str(abuf *b, const char *name, const char *v) {
+static void ab_opt_str(brisk_buf *b, const char *name, const char *v) {
     ab_key(b, name);
     if (v)
         ab_json_str(b, v, strlen(v));
     else
-        ab_str(b, "null");
+        brisk_buf_str(b, "null");
 }
 
-static void ab_opt_int(abuf *b, const char *name, long long v) {
+static void ab_opt_int(brisk_buf *b, const char *name, long long v) {
     ab_key(b, name);
     char num[32];
     if (v < 0)
         snprintf(num, sizeof num, "null");
     else
         snprintf(num, sizeof num, "%lld", v);
-    ab_str(b, num);
+    brisk_buf_str(b, num);
 }
 
 void srv_audit_format_time(double wall_s, char *out, size_t cap) {
@@ -132,27 +103,27 @@ void srv_audit_format_time(double wall_s, char *out, size_t cap) {
     snprintf(out, cap, "%s.%03dZ", day, ms);
 }
 
-static void ab_prompt(abuf *b, const srv_audit_prompt *p) {
+static void ab_prompt(brisk_buf *b, const srv_audit_prompt *p) {
     if (p->text) {
         ab_json_str(b, p->text, p->len);
         return;
     }
-    ab_put(b, "[", 1);
+    brisk_buf_put(b, "[", 1);
     for (int i = 0; i < p->n_ids; i++) {
         char num[16];
         snprintf(num, sizeof num, "%s%" PRId32, i ? "," : "", p->ids[i]);
-        ab_str(b, num);
+        brisk_buf_str(b, num);
     }
-    ab_put(b, "]", 1);
+    brisk_buf_put(b, "]", 1);
 }
 
 char *srv_audit_format(const srv_audit_rec *r, size_t *len) {
-    abuf b = {0};
+    brisk_buf b = {0};
     char t[40];
     srv_audit_format_time(r->wall_s, t, sizeof t);
-    ab_str(&b, "{\"time\":\"");
-    ab_str(&b, t);
-    ab_str(&b, "\"");
+    brisk_buf_str(&b, "{\"time\":\"");
+    brisk_buf_str(&b, t);
+    brisk_buf_str(&b, "\"");
     ab_opt_str(&b, "request_id", r->request_id);
     ab_opt_str(&b, "api_key_id", r->api_key_id);
     ab_opt_str(&b, "endpoint", r->endpoint);
@@ -165,50 +136,50 @@ char *srv_audit_format(const srv_audit_rec *r, size_t *len) {
     char num[48];
     snprintf(num, sizeof num, "%.3f",
              r->duration_ms >= 0 && r->duration_ms < 1e12 ? r->duration_ms : 0.0);
-    ab_str(&b, num);
+    brisk_buf_str(&b, num);
     ab_opt_str(&b, "remote_addr", r->remote_addr && r->remote_addr[0] ? r->remote_addr : NULL);
     ab_opt_int(&b, "remote_port", r->remote_port > 0 ? r->remote_port : -1);
     if (r->content) {
         if (r->n_msgs > 0) {
             ab_key(&b, "messages");
-            ab_put(&b, "[", 1);
+            brisk_buf_put(&b, "[", 1);
             for (int i = 0; i < r->n_msgs; i++) {
-                ab_str(&b, i ? ",{\"role\":" : "{\"role\":");
+                brisk_buf_str(&b, i ? ",{\"role\":" : "{\"role\":");
                 const char *role = r->msgs[i].role ? r->msgs[i].role : "";
                 ab_json_str(&b, role, strlen(role));
-                ab_str(&b, ",\"content\":");
+                brisk_buf_str(&b, ",\"content\":");
                 ab_json_str(&b, r->msgs[i].content ? r->msgs[i].content : "",
                             r->msgs[i].content ? r->msgs[i].len : 0);
-                ab_put(&b, "}", 1);
+                brisk_buf_put(&b, "}", 1);
             }
-            ab_put(&b, "]", 1);
+            brisk_buf_put(&b, "]", 1);
         } else if (r->n_prompts > 0) {
             ab_key(&b, "prompt");
             if (r->n_prompts > 1)
-                ab_put(&b, "[", 1);
+                brisk_buf_put(&b, "[", 1);
             for (int i = 0; i < r->n_prompts; i++) {
                 if (i)
-                    ab_put(&b, ",", 1);
+                    brisk_buf_put(&b, ",", 1);
                 ab_prompt(&b, &r->prompts[i]);
             }
             if (r->n_prompts > 1)
-                ab_put(&b, "]", 1);
+                brisk_buf_put(&b, "]", 1);
         }
         ab_key(&b, "completion");
         if (r->n_completions == 0)
-            ab_str(&b, "null");
+            brisk_buf_str(&b, "null");
         if (r->n_completions > 1)
-            ab_put(&b, "[", 1);
+            brisk_buf_put(&b, "[", 1);
         for (int i = 0; i < r->n_completions; i++) {
             if (i)
-                ab_put(&b, ",", 1);
+                brisk_buf_put(&b, ",", 1);
             const srv_audit_text *c = &r->completions[i];
             ab_json_str(&b, c->text ? c->text : "", c->text ? c->len : 0);
         }
         if (r->n_completions > 1)
-            ab_put(&b, "]", 1);
+            brisk_buf_put(&b, "]", 1);
     }
-    ab_str(&b, "}\n");
+    brisk_buf_str(&b, "}\n");
     if (b.oom) {
         free(b.p);
         return NULL;

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <time.h>
 
 #include "common/brisk_alloc.h"
+#include "common/brisk_buf.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "server/srv_metrics.h"
@@ -281,43 +281,6 @@ int srv_gpu_count(srv_gpu *g) {
 
 /* ---- rendering ------------------------------------------------------------- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} gpu_buf;
-
-static void gpu_printf(gpu_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void gpu_printf(gpu_buf *b, const char *fmt, ...) {
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        char *p = brisk_realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
 enum { GPU_F_USED = 0, GPU_F_TOTAL, GPU_F_UTIL, GPU_F_MEMUTIL, GPU_F_COUNT };
 
 static const struct {
@@ -336,19 +299,19 @@ static int gpu_has(const srv_nvml_gpu *d, int f) {
     return (f == GPU_F_USED || f == GPU_F_TOTAL) ? d->have_mem : d->have_util;
 }
 
-static void gpu_put_value(gpu_buf *b, const srv_gpu *g, int f, int i, const srv_nvml_gpu *d) {
+static void gpu_put_value(brisk_buf *b, const srv_gpu *g, int f, int i, const srv_nvml_gpu *d) {
     if (f == GPU_F_USED || f == GPU_F_TOTAL) {
-        gpu_printf(b, "%s{%s,gpu=\"%d\"} %llu\n", gpu_families[f].name, g->model_label, i,
+        brisk_buf_printf(b, "%s{%s,gpu=\"%d\"} %llu\n", gpu_families[f].name, g->model_label, i,
                    f == GPU_F_USED ? d->mem_used : d->mem_total);
         return;
     }
     char num[64];
     srv_metrics_format_float(num, sizeof num, f == GPU_F_UTIL ? d->util_gpu : d->util_mem);
-    gpu_printf(b, "%s{%s,gpu=\"%d\"} %s\n", gpu_families[f].name, g->model_label, i, num);
+    brisk_buf_printf(b, "%s{%s,gpu=\"%d\"} %s\n", gpu_families[f].name, g->model_label, i, num);
 }
 
 int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
-    gpu_buf b = {0};
+    brisk_buf b = {0};
     pthread_mutex_lock(&g->mu);
     int fresh = now - g->t_sample <= g->stale_s;
     int n = fresh ? g->n_cache : 0;
@@ -356,7 +319,7 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
     for (int i = 0; i < n; i++)
         any |= g->cache[i].have_ids;
     if (any) {
-        gpu_printf(&b, "# HELP brisk_gpu_info GPUs sampled through NVML: index, name and UUID.\n"
+        brisk_buf_printf(&b, "# HELP brisk_gpu_info GPUs sampled through NVML: index, name and UUID.\n"
                        "# TYPE brisk_gpu_info gauge\n");
         for (int i = 0; i < n; i++) {
             const srv_nvml_gpu *d = &g->cache[i];
@@ -365,7 +328,7 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
             char name[SRV_NVML_STR_LEN * 2], uuid[SRV_NVML_STR_LEN * 2];
             gpu_escape(name, sizeof name, d->name);
             gpu_escape(uuid, sizeof uuid, d->uuid);
-            gpu_printf(&b, "brisk_gpu_info{%s,gpu=\"%d\",name=\"%s\",uuid=\"%s\"} 1\n",
+            brisk_buf_printf(&b, "brisk_gpu_info{%s,gpu=\"%d\",name=\"%s\",uuid=\"%s\"} 1\n",
                        g->model_label, i, name, uuid);
         }
     }
@@ -375,7 +338,7 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
             if (!gpu_has(&g->cache[i], f))
                 continue;
             if (!header) {
-                gpu_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", gpu_families[f].name,
+                brisk_buf_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", gpu_families[f].name,
                            gpu_families[f].help, gpu_families[f].name);
                 header = 1;
             }
@@ -385,7 +348,7 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
     char num[64];
     srv_metrics_format_float(num, sizeof num, (double)g->errors);
     pthread_mutex_unlock(&g->mu);
-    gpu_printf(&b,
+    brisk_buf_printf(&b,
                "# HELP brisk_gpu_metrics_errors_total NVML reads that failed or returned "
                "impossible values.\n"
                "# TYPE brisk_gpu_metrics_errors_total counter\n"
