@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/brisk_alloc.h"
@@ -60,4 +61,32 @@ void brisk_buf_printf(brisk_buf *b, const char *fmt, ...) {
     vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
     va_end(ap);
     b->len += (size_t)n;
+}
+
+char *brisk_buf_reserve(brisk_buf *b, size_t extra) {
+    if (buf_reserve(b, extra) < 0)
+        return NULL;
+    return b->p + b->len;
+}
+
+void brisk_buf_commit(brisk_buf *b, size_t n) {
+    if (b->oom || !b->p)
+        return;
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+char *brisk_buf_take(brisk_buf *b, size_t *len) {
+    if (!b->oom && !b->p && buf_reserve(b, 0) == 0)
+        b->p[0] = '\0';
+    char *p = b->oom ? NULL : b->p;
+    size_t n = b->oom ? 0 : b->len;
+    if (!p)
+        free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+    b->oom = 0;
+    if (len)
+        *len = n;
+    return p;
 }

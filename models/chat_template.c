@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/brisk_buf.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 
@@ -274,39 +275,10 @@ void model_chat_format_detect(const char *t, model_chat_format *out) {
 
 /* ---- output buffer --------------------------------------------------------- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom; /* sticky: set by the first failed growth, checked once at the end */
-} chat_buf;
-
-static void buf_put(chat_buf *b, const char *s, size_t n) {
-    if (b->oom || n == 0)
-        return;
-    if (n > SIZE_MAX - 1 - b->len) {
-        b->oom = 1;
-        return;
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap = cap > SIZE_MAX / 2 ? b->len + n + 1 : cap * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void buf_puts(chat_buf *b, const char *s) {
+/* brisk_buf_str for a string that may be absent. */
+static void buf_puts(brisk_buf *b, const char *s) {
     if (s)
-        buf_put(b, s, strlen(s));
+        brisk_buf_str(b, s);
 }
 
 static int is_ws(char c) {
@@ -314,8 +286,8 @@ static int is_ws(char c) {
 }
 
 /* Python's str.strip() over the bytes written since mark (ASCII whitespace). */
-static void buf_strip_from(chat_buf *b, size_t mark) {
-    if (b->oom)
+static void buf_strip_from(brisk_buf *b, size_t mark) {
+    if (b->oom || !b->p)
         return;
     size_t s = mark;
     while (s < b->len && is_ws(b->p[s]))
@@ -325,8 +297,7 @@ static void buf_strip_from(chat_buf *b, size_t mark) {
         e--;
     memmove(b->p + mark, b->p + s, e - s);
     b->len = mark + (e - s);
-    if (b->p)
-        b->p[b->len] = '\0';
+    b->p[b->len] = '\0';
 }
 
 /* ---- messages -------------------------------------------------------------- */
@@ -345,11 +316,11 @@ static const char *content_of(const model_chat_msg *m) {
     return m->content ? m->content : "";
 }
 
-static void put_content(chat_buf *b, const model_chat_msg *m) {
-    buf_put(b, content_of(m), m->content_len);
+static void put_content(brisk_buf *b, const model_chat_msg *m) {
+    brisk_buf_put(b, content_of(m), m->content_len);
 }
 
-static void put_content_trimmed(chat_buf *b, const model_chat_msg *m) {
+static void put_content_trimmed(brisk_buf *b, const model_chat_msg *m) {
     size_t mark = b->len;
     put_content(b, m);
     buf_strip_from(b, mark);
@@ -375,7 +346,7 @@ static int chat_validate(const model_chat_msg *msgs, int n, char *err, size_t er
 
 /* Writes the system messages msgs[from..to) joined by "\n\n" (the pending
  * system text of families that merge it into a user turn). */
-static void put_systems(chat_buf *b, const model_chat_msg *msgs, int from, int to) {
+static void put_systems(brisk_buf *b, const model_chat_msg *msgs, int from, int to) {
     int first = 1;
     for (int i = from; i < to; i++) {
         if (role_of(&msgs[i]) != ROLE_SYSTEM)
@@ -396,7 +367,7 @@ typedef struct {
     const char *bos, *eos; /* never NULL ("" when absent) */
 } chat_ctx;
 
-static void render_chatml(const chat_ctx *c, chat_buf *b) {
+static void render_chatml(const chat_ctx *c, brisk_buf *b) {
     if ((c->f->flags & MODEL_CHAT_F_DEFAULT_SYSTEM) && role_of(&c->msgs[0]) != ROLE_SYSTEM) {
         buf_puts(b, "<|im_start|>system\n");
         buf_puts(b, c->f->default_system);
@@ -414,7 +385,7 @@ static void render_chatml(const chat_ctx *c, chat_buf *b) {
 
 /* Meta: bos + '[INST] ' + strip('<<SYS>>\n' + s + '\n<</SYS>>\n\n' + u) + ' [/INST]',
  * then ' ' + strip(a) + ' ' + eos. */
-static void render_llama2(const chat_ctx *c, chat_buf *b) {
+static void render_llama2(const chat_ctx *c, brisk_buf *b) {
     int strip = (c->f->flags & MODEL_CHAT_F_STRIP) != 0;
     int each = (c->f->flags & MODEL_CHAT_F_BOS_EACH_TURN) != 0;
     int pending = -1; /* first unmerged system message */
@@ -456,7 +427,7 @@ static void render_llama2(const chat_ctx *c, chat_buf *b) {
     }
 }
 
-static void render_llama3(const chat_ctx *c, chat_buf *b) {
+static void render_llama3(const chat_ctx *c, brisk_buf *b) {
     int first = 0;
     if (c->f->flags & MODEL_CHAT_F_DATE_HEADER) {
         /* Llama 3.1+: messages[0], when a system message, is folded into the
@@ -494,7 +465,7 @@ static const mistral_style_def mistral_styles[] = {
     [MODEL_CHAT_MISTRAL_V7] = {"[INST] ", "[/INST]", " ", 0, 0, 1},
 };
 
-static void render_mistral(const chat_ctx *c, chat_buf *b) {
+static void render_mistral(const chat_ctx *c, brisk_buf *b) {
     int style = (int)c->f->mistral;
     if (style < 0 || style >= (int)(sizeof mistral_styles / sizeof mistral_styles[0]))
         style = 0;
@@ -556,7 +527,7 @@ static void render_mistral(const chat_ctx *c, chat_buf *b) {
     }
 }
 
-static void render_zephyr(const chat_ctx *c, chat_buf *b) {
+static void render_zephyr(const chat_ctx *c, brisk_buf *b) {
     for (int i = 0; i < c->n; i++) {
         buf_puts(b, "<|");
         buf_puts(b, c->msgs[i].role);
@@ -570,7 +541,7 @@ static void render_zephyr(const chat_ctx *c, chat_buf *b) {
 
 /* Gemma 3's template (the one of the family that takes a system message):
  * the system text + "\n\n" prefixes the first user turn, contents trimmed. */
-static void render_gemma(const chat_ctx *c, chat_buf *b) {
+static void render_gemma(const chat_ctx *c, brisk_buf *b) {
     int pending = -1;
     for (int i = 0; i <= c->n; i++) {
         int end = i == c->n;
@@ -595,7 +566,7 @@ static void render_gemma(const chat_ctx *c, chat_buf *b) {
     buf_puts(b, "<start_of_turn>model\n");
 }
 
-static void render_phi3(const chat_ctx *c, chat_buf *b) {
+static void render_phi3(const chat_ctx *c, brisk_buf *b) {
     int skip_empty = (c->f->flags & MODEL_CHAT_F_SKIP_EMPTY_SYSTEM) != 0;
     for (int i = 0; i < c->n; i++) {
         if (skip_empty && role_of(&c->msgs[i]) == ROLE_SYSTEM && c->msgs[i].content_len == 0)
@@ -624,7 +595,7 @@ int model_chat_format_render(const model_chat_format *f, const model_chat_msg *m
         return rc;
 
     chat_ctx c = {f, msgs, n, bos ? bos : "", eos ? eos : ""};
-    chat_buf b = {0};
+    brisk_buf b = {0};
     if (f->flags & MODEL_CHAT_F_BOS)
         buf_puts(&b, c.bos);
     switch (f->kind) {
@@ -640,19 +611,14 @@ int model_chat_format_render(const model_chat_format *f, const model_chat_msg *m
         return brisk_set_err(err, err_len, BRISK_EUNSUPPORTED, "unknown chat template kind %d",
                              (int)f->kind);
     }
-    /* Every family writes something for n >= 1; stay safe if one ever does not. */
-    if (!b.oom && !b.p) {
-        b.p = calloc(1, 1);
-        b.oom = b.p == NULL;
-    }
-    if (b.oom) {
-        free(b.p);
+    size_t len;
+    char *text = brisk_buf_take(&b, &len);
+    if (!text)
         return brisk_set_err(err, err_len, BRISK_ENOMEM, "out of memory rendering the chat");
-    }
     size_t bl = strlen(c.bos);
-    *starts_with_bos = bl > 0 && b.len >= bl && memcmp(b.p, c.bos, bl) == 0;
-    *out = b.p;
-    *out_len = b.len;
+    *starts_with_bos = bl > 0 && len >= bl && memcmp(text, c.bos, bl) == 0;
+    *out = text;
+    *out_len = len;
     return 0;
 }
 

@@ -81,6 +81,19 @@ dict_for() {
     echo "$d"
 }
 
+# A target without its dictionary or seeds fuzzes blind (libFuzzer exits at once
+# on a missing -dict file and reports nothing): refuse before building.
+for t in "${TARGETS[@]}"; do
+    if [ ! -f "$(dict_for "$t")" ]; then
+        echo "fuzz.sh: $t has no dictionary (tests/fuzz/dict/$t.dict)" >&2
+        exit 1
+    fi
+    if [ "$(count_files "tests/fuzz/corpus/$t")" -eq 0 ]; then
+        echo "fuzz.sh: $t has an empty seed corpus (tests/fuzz/corpus/$t/)" >&2
+        exit 1
+    fi
+done
+
 # ---- build ----------------------------------------------------------------------
 BUILD=build-fuzz
 if ! command -v clang >/dev/null; then
@@ -161,6 +174,10 @@ JSON
     printf '%-24s %12s execs %8s/s  cov %6s  ft %7s  corpus %6s  failures %s  -> %s\n' \
         "$t" "${execs:-0}" "$eps" "${cov:-0}" "${ft:-0}" "$corp" \
         "$( [ -n "$new" ] && tr '\n' ' ' <<<"$new" || echo none)" "$f"
+    if [ "${execs:-0}" -eq 0 ]; then
+        echo "fuzz.sh: $t ran no executions: see $work/fuzz.log" >&2
+        return 1
+    fi
     [ -z "$new" ] && [ "$rc" -eq 0 ]
 }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/brisk_alloc.h"
+#include "common/brisk_buf.h"
 #include "server/srv_api.h"
 
 /* ---------------------------------------------------------------- UTF-8 */
@@ -130,66 +131,32 @@ size_t srv_utf8_complete_prefix(const char *s, size_t len) {
 
 /* ---------------------------------------------------------------- writer */
 
-typedef struct api_w {
-    char *p;
-    size_t len, cap;
-    int oom; /* sticky: once set, every write is a no-op and finish gives NULL */
-} api_w;
+/* JSON pieces appended to a brisk_buf (common/brisk_buf.h): an allocation
+ * failure makes the buffer sticky-oom and brisk_buf_take gives NULL. */
 
-static int w_reserve(api_w *w, size_t extra) {
-    if (w->oom)
-        return 0;
-    if (w->len + extra + 1 <= w->cap)
-        return 1;
-    size_t cap = w->cap ? w->cap : 256;
-    while (cap < w->len + extra + 1) {
-        if (cap > SIZE_MAX / 2) {
-            w->oom = 1;
-            return 0;
-        }
-        cap *= 2;
-    }
-    char *p = brisk_realloc(w->p, cap);
-    if (!p) {
-        w->oom = 1;
-        return 0;
-    }
-    w->p = p;
-    w->cap = cap;
-    return 1;
-}
-
-static void w_raw(api_w *w, const char *s, size_t n) {
-    if (!w_reserve(w, n))
-        return;
-    memcpy(w->p + w->len, s, n);
-    w->len += n;
-}
-
-static void w_lit(api_w *w, const char *s) {
-    w_raw(w, s, strlen(s));
-}
-
-static void w_int(api_w *w, long long v) {
+static void w_int(brisk_buf *w, long long v) {
     char b[32];
     int n = snprintf(b, sizeof b, "%lld", v);
-    w_raw(w, b, (size_t)n);
+    brisk_buf_put(w, b, (size_t)n);
 }
 
 /* A JSON string of the bytes s[0..n): ill-formed UTF-8 becomes U+FFFD, '"',
  * '\\' and control characters are escaped. s == NULL writes null. */
-static void w_str(api_w *w, const char *s, size_t n) {
+static void w_str(brisk_buf *w, const char *s, size_t n) {
     if (!s) {
-        w_lit(w, "null");
+        brisk_buf_str(w, "null");
         return;
     }
     /* Worst case 6 bytes out per byte in (a control character as \u00XX). */
-    if (n > (SIZE_MAX - 2) / 6 || !w_reserve(w, 6 * n + 2)) {
+    if (n > (SIZE_MAX - 2) / 6) {
         w->oom = 1;
         return;
     }
+    char *start = brisk_buf_reserve(w, 6 * n + 2);
+    if (!start)
+        return;
     static const char hex[] = "0123456789abcdef";
-    char *o = w->p + w->len;
+    char *o = start;
     *o++ = '"';
     size_t i = 0, k;
     while (i < n) {
@@ -229,60 +196,49 @@ static void w_str(api_w *w, const char *s, size_t n) {
         i++;
     }
     *o++ = '"';
-    w->len = (size_t)(o - w->p);
+    brisk_buf_commit(w, (size_t)(o - start));
 }
 
-static void w_cstr(api_w *w, const char *s) {
+static void w_cstr(brisk_buf *w, const char *s) {
     w_str(w, s, s ? strlen(s) : 0);
 }
 
 /* A logprob: finite by construction (-inf, as OpenAI, and NaN become -9999),
  * and printed with the 9 significant digits that round-trip a float. */
-static void w_logprob(api_w *w, float v) {
+static void w_logprob(brisk_buf *w, float v) {
     char b[32];
     if (!isfinite(v) || v < -9999.0f)
         v = -9999.0f;
     int n = snprintf(b, sizeof b, "%.9g", (double)v);
-    w_raw(w, b, (size_t)n);
+    brisk_buf_put(w, b, (size_t)n);
 }
 
 /* The common head of every object: {"id":..,"object":..,"created":..,"model":.. */
-static void w_head(api_w *w, const char *id, const char *object, int64_t created,
+static void w_head(brisk_buf *w, const char *id, const char *object, int64_t created,
                    const char *model) {
-    w_lit(w, "{\"id\":");
+    brisk_buf_str(w, "{\"id\":");
     w_cstr(w, id);
-    w_lit(w, ",\"object\":\"");
-    w_lit(w, object);
-    w_lit(w, "\",\"created\":");
+    brisk_buf_str(w, ",\"object\":\"");
+    brisk_buf_str(w, object);
+    brisk_buf_str(w, "\",\"created\":");
     w_int(w, (long long)created);
-    w_lit(w, ",\"model\":");
+    brisk_buf_str(w, ",\"model\":");
     w_cstr(w, model);
 }
 
-static void w_usage(api_w *w, const srv_usage *u) {
-    w_lit(w, ",\"usage\":{\"prompt_tokens\":");
+static void w_usage(brisk_buf *w, const srv_usage *u) {
+    brisk_buf_str(w, ",\"usage\":{\"prompt_tokens\":");
     w_int(w, u->prompt_tokens);
-    w_lit(w, ",\"completion_tokens\":");
+    brisk_buf_str(w, ",\"completion_tokens\":");
     w_int(w, u->completion_tokens);
-    w_lit(w, ",\"total_tokens\":");
+    brisk_buf_str(w, ",\"total_tokens\":");
     w_int(w, (long long)u->prompt_tokens + u->completion_tokens);
-    w_lit(w, "}");
+    brisk_buf_str(w, "}");
 }
 
-static void w_finish_reason(api_w *w, const char *fr) {
-    w_lit(w, ",\"finish_reason\":");
+static void w_finish_reason(brisk_buf *w, const char *fr) {
+    brisk_buf_str(w, ",\"finish_reason\":");
     w_cstr(w, fr);
-}
-
-static char *w_finish(api_w *w, size_t *len) {
-    if (w->oom || !w_reserve(w, 0)) {
-        free(w->p);
-        return NULL;
-    }
-    w->p[w->len] = '\0';
-    if (len)
-        *len = w->len;
-    return w->p;
 }
 
 /* ---------------------------------------------------------------- logprobs */
@@ -325,135 +281,135 @@ static int top_is_repeat(const srv_top_logprob *top, int i) {
 }
 
 /* /v1/completions logprobs: parallel arrays over the tokens. */
-static void w_completion_logprobs(api_w *w, const srv_token_logprob *lps, int n) {
-    w_lit(w, "{\"tokens\":[");
+static void w_completion_logprobs(brisk_buf *w, const srv_token_logprob *lps, int n) {
+    brisk_buf_str(w, "{\"tokens\":[");
     for (int i = 0; i < n; i++) {
         if (i)
-            w_lit(w, ",");
+            brisk_buf_str(w, ",");
         w_str(w, lps[i].token, lps[i].token_len);
     }
-    w_lit(w, "],\"token_logprobs\":[");
+    brisk_buf_str(w, "],\"token_logprobs\":[");
     for (int i = 0; i < n; i++) {
         if (i)
-            w_lit(w, ",");
+            brisk_buf_str(w, ",");
         if (lps[i].has_logprob)
             w_logprob(w, lps[i].logprob);
         else
-            w_lit(w, "null");
+            brisk_buf_str(w, "null");
     }
-    w_lit(w, "],\"top_logprobs\":[");
+    brisk_buf_str(w, "],\"top_logprobs\":[");
     for (int i = 0; i < n; i++) {
         if (i)
-            w_lit(w, ",");
+            brisk_buf_str(w, ",");
         if (!lps[i].has_logprob) {
-            w_lit(w, "null");
+            brisk_buf_str(w, "null");
             continue;
         }
-        w_lit(w, "{");
+        brisk_buf_str(w, "{");
         int first = 1;
         for (int t = 0; t < lps[i].n_top; t++) {
             if (top_is_repeat(lps[i].top, t))
                 continue;
             if (!first)
-                w_lit(w, ",");
+                brisk_buf_str(w, ",");
             first = 0;
             w_str(w, lps[i].top[t].token, lps[i].top[t].token_len);
-            w_lit(w, ":");
+            brisk_buf_str(w, ":");
             w_logprob(w, lps[i].top[t].logprob);
         }
-        w_lit(w, "}");
+        brisk_buf_str(w, "}");
     }
-    w_lit(w, "],\"text_offset\":[");
+    brisk_buf_str(w, "],\"text_offset\":[");
     for (int i = 0; i < n; i++) {
         if (i)
-            w_lit(w, ",");
+            brisk_buf_str(w, ",");
         w_int(w, (long long)lps[i].text_offset);
     }
-    w_lit(w, "]}");
+    brisk_buf_str(w, "]}");
 }
 
-static void w_bytes(api_w *w, const char *s, size_t n) {
-    w_lit(w, "[");
+static void w_bytes(brisk_buf *w, const char *s, size_t n) {
+    brisk_buf_str(w, "[");
     for (size_t i = 0; i < n; i++) {
         if (i)
-            w_lit(w, ",");
+            brisk_buf_str(w, ",");
         w_int(w, (unsigned char)s[i]);
     }
-    w_lit(w, "]");
+    brisk_buf_str(w, "]");
 }
 
 /* /v1/chat/completions logprobs: {"content":[{token, logprob, bytes, top_logprobs}]}. */
-static void w_chat_logprobs(api_w *w, const srv_token_logprob *lps, int n) {
-    w_lit(w, "{\"content\":[");
+static void w_chat_logprobs(brisk_buf *w, const srv_token_logprob *lps, int n) {
+    brisk_buf_str(w, "{\"content\":[");
     for (int i = 0; i < n; i++) {
         const srv_token_logprob *l = &lps[i];
         if (i)
-            w_lit(w, ",");
-        w_lit(w, "{\"token\":");
+            brisk_buf_str(w, ",");
+        brisk_buf_str(w, "{\"token\":");
         w_str(w, l->token, l->token_len);
-        w_lit(w, ",\"logprob\":");
+        brisk_buf_str(w, ",\"logprob\":");
         w_logprob(w, l->has_logprob ? l->logprob : -INFINITY);
-        w_lit(w, ",\"bytes\":");
+        brisk_buf_str(w, ",\"bytes\":");
         w_bytes(w, l->token, l->token_len);
-        w_lit(w, ",\"top_logprobs\":[");
+        brisk_buf_str(w, ",\"top_logprobs\":[");
         for (int t = 0; t < l->n_top; t++) {
             if (t)
-                w_lit(w, ",");
-            w_lit(w, "{\"token\":");
+                brisk_buf_str(w, ",");
+            brisk_buf_str(w, "{\"token\":");
             w_str(w, l->top[t].token, l->top[t].token_len);
-            w_lit(w, ",\"logprob\":");
+            brisk_buf_str(w, ",\"logprob\":");
             w_logprob(w, l->top[t].logprob);
-            w_lit(w, ",\"bytes\":");
+            brisk_buf_str(w, ",\"bytes\":");
             w_bytes(w, l->top[t].token, l->top[t].token_len);
-            w_lit(w, "}");
+            brisk_buf_str(w, "}");
         }
-        w_lit(w, "]}");
+        brisk_buf_str(w, "]}");
     }
-    w_lit(w, "]}");
+    brisk_buf_str(w, "]}");
 }
 
 /* ---------------------------------------------------------------- choices */
 
-static void w_completion_choice(api_w *w, const srv_choice *c, int want_logprobs) {
-    w_lit(w, "{\"text\":");
+static void w_completion_choice(brisk_buf *w, const srv_choice *c, int want_logprobs) {
+    brisk_buf_str(w, "{\"text\":");
     w_str(w, c->text ? c->text : "", c->text ? c->text_len : 0);
-    w_lit(w, ",\"index\":");
+    brisk_buf_str(w, ",\"index\":");
     w_int(w, c->index);
-    w_lit(w, ",\"logprobs\":");
+    brisk_buf_str(w, ",\"logprobs\":");
     if (want_logprobs)
         w_completion_logprobs(w, c->lps, c->n_lps);
     else
-        w_lit(w, "null");
+        brisk_buf_str(w, "null");
     w_finish_reason(w, c->finish_reason);
-    w_lit(w, "}");
+    brisk_buf_str(w, "}");
 }
 
-static void w_chat_logprobs_field(api_w *w, const srv_choice *c, int want_logprobs) {
-    w_lit(w, ",\"logprobs\":");
+static void w_chat_logprobs_field(brisk_buf *w, const srv_choice *c, int want_logprobs) {
+    brisk_buf_str(w, ",\"logprobs\":");
     if (want_logprobs)
         w_chat_logprobs(w, c->lps, c->n_lps);
     else
-        w_lit(w, "null");
+        brisk_buf_str(w, "null");
 }
 
 /* Closes the choices array, adds usage when given, ends the object. */
-static char *w_choices_end(api_w *w, const srv_usage *usage) {
-    w_lit(w, "]");
+static char *w_choices_end(brisk_buf *w, const srv_usage *usage) {
+    brisk_buf_str(w, "]");
     if (usage)
         w_usage(w, usage);
-    w_lit(w, "}");
-    return w_finish(w, NULL);
+    brisk_buf_str(w, "}");
+    return brisk_buf_take(w, NULL);
 }
 
 char *srv_api_completion_json(const char *id, int64_t created, const char *model,
                               const srv_choice *choices, int n, const srv_usage *usage,
                               int want_logprobs) {
-    api_w w = {0};
+    brisk_buf w = {0};
     w_head(&w, id, "text_completion", created, model);
-    w_lit(&w, ",\"choices\":[");
+    brisk_buf_str(&w, ",\"choices\":[");
     for (int i = 0; i < n; i++) {
         if (i)
-            w_lit(&w, ",");
+            brisk_buf_str(&w, ",");
         w_completion_choice(&w, &choices[i], want_logprobs);
     }
     return w_choices_end(&w, usage);
@@ -462,21 +418,21 @@ char *srv_api_completion_json(const char *id, int64_t created, const char *model
 char *srv_api_chat_json(const char *id, int64_t created, const char *model,
                         const srv_choice *choices, int n, const srv_usage *usage,
                         int want_logprobs) {
-    api_w w = {0};
+    brisk_buf w = {0};
     w_head(&w, id, "chat.completion", created, model);
-    w_lit(&w, ",\"choices\":[");
+    brisk_buf_str(&w, ",\"choices\":[");
     for (int i = 0; i < n; i++) {
         const srv_choice *c = &choices[i];
         if (i)
-            w_lit(&w, ",");
-        w_lit(&w, "{\"index\":");
+            brisk_buf_str(&w, ",");
+        brisk_buf_str(&w, "{\"index\":");
         w_int(&w, c->index);
-        w_lit(&w, ",\"message\":{\"role\":\"assistant\",\"content\":");
+        brisk_buf_str(&w, ",\"message\":{\"role\":\"assistant\",\"content\":");
         w_str(&w, c->text ? c->text : "", c->text ? c->text_len : 0);
-        w_lit(&w, "}");
+        brisk_buf_str(&w, "}");
         w_chat_logprobs_field(&w, c, want_logprobs);
         w_finish_reason(&w, c->finish_reason);
-        w_lit(&w, "}");
+        brisk_buf_str(&w, "}");
     }
     return w_choices_end(&w, usage);
 }
@@ -484,9 +440,9 @@ char *srv_api_chat_json(const char *id, int64_t created, const char *model,
 char *srv_api_completion_chunk_json(const char *id, int64_t created, const char *model,
                                     const srv_choice *c, const srv_usage *usage,
                                     int want_logprobs) {
-    api_w w = {0};
+    brisk_buf w = {0};
     w_head(&w, id, "text_completion", created, model);
-    w_lit(&w, ",\"choices\":[");
+    brisk_buf_str(&w, ",\"choices\":[");
     if (c)
         w_completion_choice(&w, c, want_logprobs);
     return w_choices_end(&w, usage);
@@ -495,76 +451,76 @@ char *srv_api_completion_chunk_json(const char *id, int64_t created, const char 
 char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model,
                               const srv_choice *c, int first, const srv_usage *usage,
                               int want_logprobs) {
-    api_w w = {0};
+    brisk_buf w = {0};
     w_head(&w, id, "chat.completion.chunk", created, model);
-    w_lit(&w, ",\"choices\":[");
+    brisk_buf_str(&w, ",\"choices\":[");
     if (c) {
-        w_lit(&w, "{\"index\":");
+        brisk_buf_str(&w, "{\"index\":");
         w_int(&w, c->index);
-        w_lit(&w, ",\"delta\":{");
+        brisk_buf_str(&w, ",\"delta\":{");
         if (first)
-            w_lit(&w, "\"role\":\"assistant\"");
+            brisk_buf_str(&w, "\"role\":\"assistant\"");
         if (c->text || first) {
             if (first)
-                w_lit(&w, ",");
-            w_lit(&w, "\"content\":");
+                brisk_buf_str(&w, ",");
+            brisk_buf_str(&w, "\"content\":");
             w_str(&w, c->text ? c->text : "", c->text ? c->text_len : 0);
         }
-        w_lit(&w, "}");
+        brisk_buf_str(&w, "}");
         w_chat_logprobs_field(&w, c, want_logprobs);
         w_finish_reason(&w, c->finish_reason);
-        w_lit(&w, "}");
+        brisk_buf_str(&w, "}");
     }
     return w_choices_end(&w, usage);
 }
 
 char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,
                           int max_model_len) {
-    api_w w = {0};
-    w_lit(&w, "{\"object\":\"list\",\"data\":[{\"id\":");
+    brisk_buf w = {0};
+    brisk_buf_str(&w, "{\"object\":\"list\",\"data\":[{\"id\":");
     w_cstr(&w, model_id);
-    w_lit(&w, ",\"object\":\"model\",\"created\":");
+    brisk_buf_str(&w, ",\"object\":\"model\",\"created\":");
     w_int(&w, (long long)created);
-    w_lit(&w, ",\"owned_by\":");
+    brisk_buf_str(&w, ",\"owned_by\":");
     w_cstr(&w, owned_by);
     if (max_model_len > 0) {
-        w_lit(&w, ",\"max_model_len\":");
+        brisk_buf_str(&w, ",\"max_model_len\":");
         w_int(&w, max_model_len);
     }
-    w_lit(&w, "}]}");
-    return w_finish(&w, NULL);
+    brisk_buf_str(&w, "}]}");
+    return brisk_buf_take(&w, NULL);
 }
 
 /* ---------------------------------------------------------------- errors, SSE */
 
-static void w_error(api_w *w, const srv_api_error *e) {
-    w_lit(w, "{\"error\":{\"message\":");
+static void w_error(brisk_buf *w, const srv_api_error *e) {
+    brisk_buf_str(w, "{\"error\":{\"message\":");
     w_str(w, e->message, strnlen(e->message, sizeof e->message));
-    w_lit(w, ",\"type\":");
+    brisk_buf_str(w, ",\"type\":");
     w_cstr(w, e->type ? e->type : "invalid_request_error");
-    w_lit(w, ",\"param\":");
+    brisk_buf_str(w, ",\"param\":");
     size_t plen = strnlen(e->param, sizeof e->param);
     if (plen)
         w_str(w, e->param, plen);
     else
-        w_lit(w, "null");
-    w_lit(w, ",\"code\":");
+        brisk_buf_str(w, "null");
+    brisk_buf_str(w, ",\"code\":");
     w_cstr(w, e->code);
-    w_lit(w, "}}");
+    brisk_buf_str(w, "}}");
 }
 
 char *srv_api_error_json(const srv_api_error *e) {
-    api_w w = {0};
+    brisk_buf w = {0};
     w_error(&w, e);
-    return w_finish(&w, NULL);
+    return brisk_buf_take(&w, NULL);
 }
 
 char *srv_sse_event(const char *json, size_t *len) {
-    api_w w = {0};
-    w_lit(&w, "data: ");
-    w_lit(&w, json);
-    w_lit(&w, "\n\n");
-    return w_finish(&w, len);
+    brisk_buf w = {0};
+    brisk_buf_str(&w, "data: ");
+    brisk_buf_str(&w, json);
+    brisk_buf_str(&w, "\n\n");
+    return brisk_buf_take(&w, len);
 }
 
 const char *srv_sse_done(size_t *len) {
@@ -575,9 +531,9 @@ const char *srv_sse_done(size_t *len) {
 }
 
 char *srv_sse_error(const srv_api_error *e, size_t *len) {
-    api_w w = {0};
-    w_lit(&w, "data: ");
+    brisk_buf w = {0};
+    brisk_buf_str(&w, "data: ");
     w_error(&w, e);
-    w_lit(&w, "\n\n");
-    return w_finish(&w, len);
+    brisk_buf_str(&w, "\n\n");
+    return brisk_buf_take(&w, len);
 }

@@ -5,13 +5,13 @@
 
 #include <assert.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/brisk_alloc.h"
+#include "common/brisk_buf.h"
 
 #ifndef NDEBUG
 #include <pthread.h>
@@ -115,74 +115,6 @@ static void metrics_check_thread(srv_metrics *m) {
 #else
     (void)m;
 #endif
-}
-
-/* ---- growable output buffer ------------------------------------------- */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom; /* set on the first failed allocation; later appends do nothing */
-} metrics_buf;
-
-static int metrics_buf_reserve(metrics_buf *b, size_t extra) {
-    if (b->oom)
-        return -1;
-    if (b->len + extra + 1 <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra + 1) {
-        if (cap > SIZE_MAX / 2) {
-            b->oom = 1;
-            return -1;
-        }
-        cap *= 2;
-    }
-    char *p = brisk_realloc(b->p, cap);
-    if (!p) {
-        b->oom = 1;
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static void metrics_buf_add(metrics_buf *b, const char *s, size_t n) {
-    if (metrics_buf_reserve(b, n) != 0)
-        return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void metrics_buf_str(metrics_buf *b, const char *s) {
-    metrics_buf_add(b, s, strlen(s));
-}
-
-static void metrics_buf_printf(metrics_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void metrics_buf_printf(metrics_buf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char small[256];
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->oom = 1;
-        return;
-    }
-    if ((size_t)n < sizeof small) {
-        metrics_buf_add(b, small, (size_t)n);
-        return;
-    }
-    if (metrics_buf_reserve(b, (size_t)n) != 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
 }
 
 /* ---- number formatting ------------------------------------------------- */
@@ -592,36 +524,36 @@ void srv_metrics_count_unknown_fields(srv_metrics *m, int n) {
 /* ---- rendering --------------------------------------------------------- */
 
 /* HELP text escaping: \ -> \\, newline -> \n. */
-static void metrics_put_family(metrics_buf *b, const char *name, const char *type,
+static void metrics_put_family(brisk_buf *b, const char *name, const char *type,
                                const char *help) {
-    metrics_buf_printf(b, "# HELP %s ", name);
+    brisk_buf_printf(b, "# HELP %s ", name);
     for (const char *c = help; *c; c++) {
         if (*c == '\\')
-            metrics_buf_str(b, "\\\\");
+            brisk_buf_str(b, "\\\\");
         else if (*c == '\n')
-            metrics_buf_str(b, "\\n");
+            brisk_buf_str(b, "\\n");
         else
-            metrics_buf_add(b, c, 1);
+            brisk_buf_put(b, c, 1);
     }
-    metrics_buf_printf(b, "\n# TYPE %s %s\n", name, type);
+    brisk_buf_printf(b, "\n# TYPE %s %s\n", name, type);
 }
 
 /* One sample line: name{model_name="..."[,extra]} value. */
-static void metrics_put_sample(metrics_buf *b, const srv_metrics *m, const char *name,
+static void metrics_put_sample(brisk_buf *b, const srv_metrics *m, const char *name,
                                const char *extra, double v) {
     char num[64];
     srv_metrics_format_float(num, sizeof num, v);
-    metrics_buf_printf(b, "%s{%s%s%s} %s\n", name, m->label, extra ? "," : "", extra ? extra : "",
+    brisk_buf_printf(b, "%s{%s%s%s} %s\n", name, m->label, extra ? "," : "", extra ? extra : "",
                        num);
 }
 
-static void metrics_put_scalar(metrics_buf *b, const srv_metrics *m, const char *name,
+static void metrics_put_scalar(brisk_buf *b, const srv_metrics *m, const char *name,
                                const char *type, const char *help, double v) {
     metrics_put_family(b, name, type, help);
     metrics_put_sample(b, m, name, NULL, v);
 }
 
-static void metrics_put_hist(metrics_buf *b, const srv_metrics *m, const char *name,
+static void metrics_put_hist(brisk_buf *b, const srv_metrics *m, const char *name,
                              const char *help, const metrics_hist *h) {
     metrics_put_family(b, name, "histogram", help);
     char series[160], le[96], num[64];
@@ -672,7 +604,7 @@ static double metrics_nearest_rank(const double *sorted, int n, int q_pm) {
     return sorted[k - 1];
 }
 
-static void metrics_put_window_quantiles(metrics_buf *b, srv_metrics *m, int which,
+static void metrics_put_window_quantiles(brisk_buf *b, srv_metrics *m, int which,
                                          const char *stem, const char *what) {
     int n = metrics_window_sorted(m, &m->win[which]);
     for (int q = 0; q < 3; q++) {
@@ -699,7 +631,7 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
         metrics_window_expire(&m->win[i], now, m->window_s);
     metrics_tokens_expire(&m->tokens, now, m->window_s);
 
-    metrics_buf b = {0};
+    brisk_buf b = {0};
     /* Engine state, passed in by the caller. */
     metrics_put_scalar(&b, m, "vllm:num_requests_running", "gauge",
                        "Number of requests in model execution batches.", g->running);
@@ -841,11 +773,5 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
                                "Maximum number of open file descriptors.", p->max_fds);
     }
 
-    if (b.oom || !b.p) {
-        free(b.p);
-        return NULL;
-    }
-    if (len)
-        *len = b.len;
-    return b.p;
+    return brisk_buf_take(&b, len);
 }

@@ -29,6 +29,7 @@
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
+#include "models/chat_template.h"
 #include "server/srv_api.h"
 #include "server/srv_http.h"
 
@@ -244,10 +245,23 @@ static char *build(int which) {
     case 7: return srv_sse_event("{\"a\":1}", &n);
     case 8: return srv_sse_error(&e, &n);
     case 9: return srv_utf8_sanitize_dup("ok\xc3\x28\xf0\x9f\x98", 8, &n);
+    case 10: {
+        /* The chat template renderer (the chat endpoint's prompt). */
+        static const model_chat_msg msgs[] = {{"system", " Be brief. ", 11},
+                                              {"user", "Hi\n", 3},
+                                              {"assistant", "Hello", 5},
+                                              {"user", "Tell me a story", 15}};
+        char *out = NULL, err[128];
+        int swb;
+        if (model_chat_render(MODEL_CHAT_LLAMA3, msgs, 4, "<s>", "</s>", &out, &n, &swb, err,
+                              sizeof err) != 0)
+            return NULL;
+        return out;
+    }
     default: return NULL;
     }
 }
-#define N_BUILDERS 10
+#define N_BUILDERS 11
 
 static void test_builders(void) {
     for (int b = 0; b < N_BUILDERS; b++) {
