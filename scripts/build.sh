@@ -3,8 +3,12 @@
 #
 #   Release -> build/        (the default)
 #   Debug   -> build-debug/
-#   asan    -> build-asan/   ASan + UBSan + allocation-failure injection, RelWithDebInfo
-#   tsan    -> build-tsan/   TSan, RelWithDebInfo
+#   asan    -> build-asan/   ASan + UBSan + allocation-failure injection
+#   tsan    -> build-tsan/   TSan
+# The sanitizer flavours compile -O2 -g1 (line tables for the reports) and keep
+# assert() on: they are where internal invariants get checked. Their CUDA code
+# (host C only is instrumented) is built for sm_75 alone, as PTX that any newer
+# GPU runs: the Release build compiles every architecture.
 # With CI=true warnings are errors (-DBRISK_WERROR=ON).
 # Extra arguments after the flavour go to cmake's configure step.
 set -euo pipefail
@@ -13,12 +17,13 @@ cd "$(dirname "$0")/.."
 flavour=${1:-Release}
 [ $# -gt 0 ] && shift
 
+san=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1"
+     -DBRISK_CUDA_ARCHITECTURES=75)
 case "$flavour" in
-    Release|release) dir=build;       args=(-DCMAKE_BUILD_TYPE=Release) ;;
-    Debug|debug)     dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug) ;;
-    asan|ASan)       dir=build-asan;  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_SANITIZE=ON
-                                            -DBRISK_FAULT_INJECT=ON) ;;
-    tsan|TSan)       dir=build-tsan;  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_TSAN=ON) ;;
+    Release|release) dir=build;       args=(-DCMAKE_BUILD_TYPE=Release -DBRISK_CUDA_ARCHITECTURES="75;80;90") ;;
+    Debug|debug)     dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug -DBRISK_CUDA_ARCHITECTURES="75;80;90") ;;
+    asan|ASan)       dir=build-asan;  args=("${san[@]}" -DBRISK_SANITIZE=ON -DBRISK_FAULT_INJECT=ON) ;;
+    tsan|TSan)       dir=build-tsan;  args=("${san[@]}" -DBRISK_TSAN=ON) ;;
     *) echo "usage: $0 [Release|Debug|asan|tsan] [cmake args...]" >&2; exit 2 ;;
 esac
 

@@ -474,7 +474,10 @@ def test_429_when_queue_full(queue_server):
 
 def test_queued_request_runs_after_the_running_one(queue_server):
     wait_for(queue_server, 0, 0)
-    body = {"prompt": "Hi", "max_tokens": 150, "ignore_eos": True, "temperature": 0}
+    # Long enough (~1 s of decoding; fewer tokens in a slower sanitized build)
+    # that the second request is seen waiting behind the first.
+    body = {"prompt": "Hi", "max_tokens": int(150 / queue_server.slow), "ignore_eos": True,
+            "temperature": 0}
     first = queue_server.send_json("/v1/completions", body)
     wait_for(queue_server, 1, 0)
     second = queue_server.send_json("/v1/completions", body)
@@ -502,7 +505,9 @@ def refused_or_503(srv, method="GET", path="/readyz", body=None):
 
 def test_sigterm_drains_in_flight_stream(start_server, smollm2_path):
     srv = start_server(smollm2_path, "--drain-timeout", "120", "--ctx", "2048")
-    n_tok = 300
+    # Long enough to still be streaming while /readyz is probed: ~2.5 s of
+    # decoding, so a sanitized build (slow) needs fewer tokens for the same time.
+    n_tok = int(300 / srv.slow)
     conn, status, headers = srv.stream("/v1/completions", {
         "prompt": "Once upon a time", "max_tokens": n_tok, "temperature": 0,
         "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})

@@ -62,6 +62,9 @@ def first_token_time(client, messages):
     return ttft
 
 
+# slow: a 520-token SmolLM2 prefill takes ~14 s under ASan; the Release suite
+# runs it, and the prefix cache's code is under ASan in test_kv_cache.
+@pytest.mark.slow
 def test_repeated_system_prompt_hits_prefix_cache(start_server, smollm2_path, brisk, report):
     srv = start_server(smollm2_path, "--served-model-name", "m")
     system = " ".join(f"Rule {i}: answer briefly and politely." for i in range(53))
