@@ -84,6 +84,8 @@ def read_proc(pid):
         fields = stat[stat.rindex(")") + 2:].split()
         p["state"] = fields[0]
         p["start_ticks"] = int(fields[19])
+        # utime + stime (fields 14 and 15): the CPU the server got, in seconds
+        p["cpu_s"] = round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
         with open(f"/proc/{pid}/status") as f:
             status = f.read()
         p["rss_kib"] = int(re.search(r"^VmRSS:\s+(\d+)", status, re.M).group(1))
@@ -95,6 +97,20 @@ def read_proc(pid):
     return p
 
 
+def read_host_cpu():
+    """The machine's CPU time so far from /proc/stat, in seconds summed over the
+    CPUs: busy (user+nice+system+irq+softirq) and steal (taken by the hypervisor
+    for other guests). {} when unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        tick = os.sysconf("SC_CLK_TCK")
+        return {"host_busy_s": round((v[0] + v[1] + v[2] + v[5] + v[6]) / tick, 2),
+                "host_steal_s": round((v[7] if len(v) > 7 else 0) / tick, 2)}
+    except (OSError, ValueError, IndexError):
+        return {}
+
+
 def fetch(url, timeout=10):
     with urllib.request.urlopen(url, timeout=timeout) as f:
         return f.status, f.read().decode("utf-8", errors="replace")
@@ -103,6 +119,7 @@ def fetch(url, timeout=10):
 def snapshot(url, pid, t0=None):
     s = {"t": round(time.time() - t0, 3) if t0 else 0.0, "wall": round(time.time(), 3)}
     s.update(read_proc(pid))
+    s.update(read_host_cpu())
     try:
         status, text = fetch(url + "/metrics")
         s["metrics_ok"] = status == 200
@@ -316,6 +333,43 @@ def same_schedule(first, last):
     return bool(common) and not diff and extra <= 1, text
 
 
+def matched_ratios(first, last, minute_s=60.0):
+    """The same requests of two matched windows, one by one: the median of each
+    answered request's E2E in `last` over its E2E in `first`, overall and by minute
+    of send time. A drift of the server slows every minute; an episode (a burst,
+    a noisy neighbour) slows one. Returns (median, [median by minute], n)."""
+    a = {q["index"]: q for q in first if q["result"] == "ok" and q["e2e_ms"]}
+    b = {q["index"]: q for q in last if q["result"] == "ok" and q["e2e_ms"]}
+    common = sorted(a.keys() & b.keys())
+    if not common:
+        return None, [], 0
+    ratio = {i: b[i]["e2e_ms"] / a[i]["e2e_ms"] for i in common}
+    t_end = max(a[i]["t_start_s"] for i in common)
+    minutes = []
+    for k in range(int(t_end // minute_s) + 1):
+        r = [ratio[i] for i in common if k * minute_s <= a[i]["t_start_s"] < (k + 1) * minute_s]
+        if r:
+            minutes.append(percentile(r, 50))
+    return percentile(list(ratio.values()), 50), minutes, len(common)
+
+
+def cpu_share(samples, t_lo, t_hi):
+    """Over the samples in [t_lo, t_hi]: the server's CPU (cores used, from its
+    utime+stime) and the host's steal (cores taken by the hypervisor). None where
+    the samples lack the figures."""
+    w = [s for s in samples if t_lo <= s["t"] <= t_hi]
+    if len(w) < 2:
+        return None, None
+    a, b = w[0], w[-1]
+    dt = b["t"] - a["t"]
+    if dt <= 0:
+        return None, None
+    cores = ((b["cpu_s"] - a["cpu_s"]) / dt if "cpu_s" in a and "cpu_s" in b else None)
+    steal = ((b["host_steal_s"] - a["host_steal_s"]) / dt
+             if "host_steal_s" in a and "host_steal_s" in b else None)
+    return cores, steal
+
+
 def fmt_mib(kib):
     return f"{kib / 1024:.1f} MiB"
 
@@ -415,6 +469,23 @@ def judge(p, run, samples, idle, pre, final, exit_code, phases=None):
                 windows[key] = f
             label_of = (f"last {w:g} s vs first {w:g} s, the same arrival schedule "
                         f"(seed {a['seed']})")
+            med, by_min, n = matched_ratios(a["run"]["requests"], c["run"]["requests"])
+            if med is not None:
+                v.append({"criterion": "the same requests one by one: median E2E last/first "
+                                       "(not judged)",
+                          "measured": f"{med:.2f}x over {n}; by minute "
+                                      + " ".join(f"{x:.2f}" for x in by_min),
+                          "limit": "-", "pass": None})
+            parts = []
+            for ph in (a, c):
+                cores, steal = cpu_share(samples, ph["offset_s"],
+                                         ph["offset_s"] + ph["run"]["duration_s"])
+                if cores is not None:
+                    parts.append(f"{ph['name']}: server {cores:.2f} cores"
+                                 + (f", host steal {steal:.2f}" if steal is not None else ""))
+            if parts:
+                v.append({"criterion": "CPU in the first and last windows (not judged)",
+                          "measured": "; ".join(parts), "limit": "-", "pass": None})
     elif run is not None and run.get("requests") is not None:
         windows = {"first": window_figures(run["requests"], 0, w),
                    "last": window_figures(run["requests"], d - w, d)}

@@ -165,6 +165,7 @@ def test_samples_a_real_server(stories_server, tmp_path):
     s = soak.snapshot(stories_server.url, pid)
     assert s["alive"] and s["metrics_ok"] and s["start_ticks"] > 0
     assert s["rss_kib"] > 1024 and s["fds"] >= 3 and s["threads"] >= 1
+    assert s["cpu_s"] > 0 and s["host_busy_s"] >= s["cpu_s"] and s["host_steal_s"] >= 0
     assert s["running"] == 0 and s["kv_used_blocks"] == 0
     # the command line: snapshot and settle print one JSON sample
     out = subprocess.run([sys.executable, str(REPO / "bench" / "soak.py"), "settle", "--url",
@@ -314,6 +315,35 @@ def test_matched_windows_degraded_last_phase(factor, ok):
         assert bad == []
     else:
         assert len(bad) == 1 and bad[0].startswith("E2E P99"), bad
+
+
+def test_matched_ratios_tell_a_drift_from_an_episode():
+    a = phase_run(1, 180)["requests"]
+    # a drift: every request of the last window 1.3x slower
+    drift = [{**q, "e2e_ms": q["e2e_ms"] * 1.3} for q in a]
+    med, by_min, n = soak.matched_ratios(a, drift)
+    assert n == sum(q["result"] == "ok" for q in a)
+    assert med == pytest.approx(1.3) and by_min == pytest.approx([1.3, 1.3, 1.3])
+    # an episode: only the second minute 2x slower
+    ep = [{**q, "e2e_ms": q["e2e_ms"] * (2.0 if 60 <= q["t_start_s"] < 120 else 1.0)} for q in a]
+    med, by_min, n = soak.matched_ratios(a, ep)
+    assert med == pytest.approx(1.0) and by_min == pytest.approx([1.0, 2.0, 1.0])
+    # aborted and unanswered requests are no latency; nothing in common: None
+    assert soak.matched_ratios(a, [q for q in a if q["result"] != "ok"]) == (None, [], 0)
+    # the row appears, not judged, in a matched verdict
+    v, _ = judge_phased(phased(three_phases(c_factor=1.2)))
+    row = [x for n, x in v.items() if n.startswith("the same requests one by one")]
+    assert len(row) == 1 and row[0]["pass"] is None and row[0]["measured"].startswith("1.20x")
+
+
+def test_cpu_share_from_samples():
+    samples = [sample(t, cpu_s=100 + 1.5 * t, host_steal_s=7 + 0.25 * t) for t in range(0, 121, 10)]
+    cores, steal = soak.cpu_share(samples, 20, 80)
+    assert cores == pytest.approx(1.5) and steal == pytest.approx(0.25)
+    assert soak.cpu_share(samples, 200, 300) == (None, None)  # no samples there
+    assert soak.cpu_share([sample(t) for t in (0, 10, 20)], 0, 20) == (None, None)  # old samples
+    s = soak.read_host_cpu()
+    assert s["host_busy_s"] > 0 and s["host_steal_s"] >= 0
 
 
 def test_matched_windows_need_the_same_schedule():
