@@ -545,6 +545,16 @@ def load_json(path, default=None):
         return default
 
 
+def load_jsonl(path):
+    """The objects of a JSON-lines file, one per non-blank line; [] when it cannot be
+    read (a malformed line still raises: a damaged record is not an empty one)."""
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except OSError:
+        return []
+
+
 def summary(run):
     """A run's totals and latency figures for the record; the latencies as P50/P99/max
     (None: not available, as ITL over several phases)."""
@@ -563,12 +573,7 @@ def load_phases(work, seed, duration, samples):
     began, on the samples' clock: its end minus brisk-bench's duration (which runs
     from the first request, after the warm-up, to the end of the last). Without
     phases.jsonl (an older soak.sh): soak.json as one phase at offset 0."""
-    lines = []
-    try:
-        with open(os.path.join(work, "phases.jsonl")) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
-    except OSError:
-        pass
+    lines = load_jsonl(os.path.join(work, "phases.jsonl"))
     if not lines:
         rep = load_json(os.path.join(work, "soak.json"))
         return [{"name": "soak", "seed": seed, "duration_s": duration, "json": "soak.json",
@@ -599,12 +604,7 @@ def cmd_verdict(a):
     pre = load_json(os.path.join(w, "pre.json"), {})
     final = load_json(os.path.join(w, "final.json"), {})
     cap = load_json(os.path.join(w, "capacity.json"))
-    samples = []
-    try:
-        with open(os.path.join(w, "samples.jsonl")) as f:
-            samples = [json.loads(line) for line in f if line.strip()]
-    except OSError:
-        pass
+    samples = load_jsonl(os.path.join(w, "samples.jsonl"))
     phases = load_phases(w, a.seed, a.duration, samples)
     run = merge_phases(phases)
     exit_code = None
