@@ -38,7 +38,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "../unit/test_kern_util.h"
+#include "tests/cuda/cuda_test.h"
 #include "common/brisk_error.h"
 #include "kernels/cpu/kern_ops.h"
 #include "kernels/cpu/kern_types.h"
@@ -52,101 +52,6 @@
 #include "kernels/cuda/kern_cuda_silu.cuh"
 #include "kernels/cuda/kern_cuda_softmax.cuh"
 #include "models/sampler.h"
-
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
-static cudaStream_t g_stream;
-static const char *g_filter; /* -o OP, or NULL for every op */
-static int g_cases, g_passed;
-
-/* ---- helpers ---------------------------------------------------------------
- * A CUDA failure here is a broken device or a broken kernel, not a result to
- * compare: report it and stop. */
-
-static void must(int rc, const char *what) {
-    if (rc != 0) {
-        fprintf(stderr, "test_cuda_ops: %s failed: %s (%s)\n", what, brisk_strerror(rc),
-                kern_cuda_last_error());
-        exit(1);
-    }
-}
-
-/* For the CUDA runtime calls the test makes itself (events, attributes). */
-static void cuda_must(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) {
-        fprintf(stderr, "test_cuda_ops: %s failed: %s\n", what, cudaGetErrorString(e));
-        exit(1);
-    }
-}
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "test_cuda_ops: out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
-static void *dev_alloc(size_t bytes) {
-    void *d = NULL;
-    must(kern_cuda_malloc(&d, bytes), "kern_cuda_malloc");
-    return d;
-}
-
-/* A device copy of host[0, bytes). */
-static void *dev_from(const void *host, size_t bytes) {
-    void *d = dev_alloc(bytes);
-    must(kern_cuda_upload(d, host, bytes, g_stream), "kern_cuda_upload");
-    return d;
-}
-
-/* Waits for the stream (a kernel fault surfaces here), then copies back. */
-static void to_host(void *host, const void *dev, size_t bytes) {
-    must(kern_cuda_download(host, dev, bytes, g_stream), "kern_cuda_download");
-    must(kern_cuda_sync(g_stream), "kern_cuda_sync");
-}
-
-static void dev_free(void *d) {
-    must(kern_cuda_free(d), "kern_cuda_free");
-}
-
-/* Normal values times scale, never exactly zero: a zero input hides a kernel
- * that forgets to write or to read. */
-static void fill(float *x, size_t n, float scale) {
-    fill_normal(x, n, scale);
-    for (size_t i = 0; i < n; i++)
-        if (x[i] == 0.0f)
-            x[i] = 1e-3f * scale;
-}
-
-static int rng_int(int n) {
-    return (int)(rng_u64() % (uint64_t)n);
-}
-
-static int selected(const char *op) {
-    return !g_filter || strstr(op, g_filter) != NULL;
-}
-
-/* One result line, test-backend-ops style: OP(params): err (bound) OK|FAIL. */
-__attribute__((format(printf, 4, 5))) static void report(const char *op, double err, double bound,
-                                                         const char *fmt, ...) {
-    char params[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(params, sizeof params, fmt, ap);
-    va_end(ap);
-    int ok = err <= bound; /* a NaN error fails */
-    g_cases++;
-    g_passed += ok;
-    if (bound == 0.0)
-        printf("  %s(%s): %s (bound: exact) %s\n", op, params, ok ? "exact" : "differs",
-               ok ? "OK" : "FAIL");
-    else
-        printf("  %s(%s): err %.2e (bound %.0e) %s\n", op, params, err, bound, ok ? "OK" : "FAIL");
-    if (!ok)
-        g_failures++;
-}
 
 static const int k_batches[] = {1, 7, 64};
 static const int k_dims[] = {64, 100, 333, 576, 4096};
@@ -689,72 +594,18 @@ static int perf_call(const perf_op *p) {
 /* Seconds per call: a warm-up, then back-to-back calls between two events,
  * as many as fill ~50 ms (a launch is microseconds; one call alone would time
  * mostly the event). */
+static int perf_call_ctx(void *ctx) {
+    return perf_call(ctx);
+}
+
 static double perf_time(const perf_op *p) {
-    cudaEvent_t e0, e1;
-    cuda_must(cudaEventCreate(&e0), "cudaEventCreate");
-    cuda_must(cudaEventCreate(&e1), "cudaEventCreate");
-    int iters = 1;
-    float ms = 0.0f;
-    for (;;) {
-        for (int i = 0; i < 3; i++)
-            must(perf_call(p), p->name);
-        cuda_must(cudaEventRecord(e0, g_stream), "cudaEventRecord");
-        for (int i = 0; i < iters; i++)
-            must(perf_call(p), p->name);
-        cuda_must(cudaEventRecord(e1, g_stream), "cudaEventRecord");
-        cuda_must(cudaEventSynchronize(e1), "cudaEventSynchronize");
-        cuda_must(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-        if (ms >= 50.0f || iters >= (1 << 20))
-            break;
-        iters *= ms < 1.0f ? 16 : 4;
-    }
-    must(kern_cuda_sync(g_stream), "kern_cuda_sync");
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return (double)ms * 1e-3 / iters;
+    return cuda_test_time(perf_call_ctx, (void *)p, p->name);
 }
-
-/* Device-to-device copy of 256 MiB: the bandwidth the ops are held to. */
-static double copy_bandwidth(void) {
-    size_t bytes = (size_t)256 << 20;
-    void *a = dev_alloc(bytes), *b = dev_alloc(bytes);
-    must(kern_cuda_memset(a, 1, bytes, g_stream), "kern_cuda_memset");
-    cudaEvent_t e0, e1;
-    cuda_must(cudaEventCreate(&e0), "cudaEventCreate");
-    cuda_must(cudaEventCreate(&e1), "cudaEventCreate");
-    must(kern_cuda_copy(b, a, bytes, g_stream), "kern_cuda_copy");
-    cuda_must(cudaEventRecord(e0, g_stream), "cudaEventRecord");
-    for (int i = 0; i < 10; i++)
-        must(kern_cuda_copy(b, a, bytes, g_stream), "kern_cuda_copy");
-    cuda_must(cudaEventRecord(e1, g_stream), "cudaEventRecord");
-    cuda_must(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    float ms = 0.0f;
-    cuda_must(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    dev_free(a);
-    dev_free(b);
-    return 10.0 * 2.0 * (double)bytes / ((double)ms * 1e-3); /* read + write */
-}
-
-/* A device buffer of n random floats (never zero). */
-static float *dev_random(size_t n, float scale) {
-    float *h = xmalloc(n * sizeof(float));
-    fill(h, n, scale);
-    float *d = dev_from(h, n * sizeof(float));
-    must(kern_cuda_sync(g_stream), "kern_cuda_sync");
-    free(h);
-    return d;
-}
-
-static double g_peak_bw; /* bytes/s from the memory clock and bus width */
 
 static void perf_run(perf_op *p, double copy_bw) {
     if (!selected(p->name))
         return;
-    double s = perf_time(p), bw = p->bytes / s;
-    printf("  %-10s %-24s %9.2f us %8.1f GB/s %5.1f%% of copy %5.1f%% of peak\n", p->name, p->shape,
-           s * 1e6, bw * 1e-9, 100.0 * bw / copy_bw, 100.0 * bw / g_peak_bw);
+    perf_line(p->name, p->shape, p->bytes, perf_time(p), copy_bw);
 }
 
 /* Decode attention, llama-3-8b: 32 heads, 8 KV heads of 128, context 4096,
@@ -962,6 +813,6 @@ int main(int argc, char **argv) {
             tests[i].run();
         }
     must(kern_cuda_stream_destroy(g_stream), "kern_cuda_stream_destroy");
-    printf("test_cuda_ops: %d/%d cases passed\n", g_passed, g_cases);
-    return g_failures ? 1 : 0;
+    printf("test_cuda_ops: %d/%d cases passed\n", cuda_test_passed(), cuda_test_cases());
+    return cuda_test_failed() || g_failures ? 1 : 0;
 }
