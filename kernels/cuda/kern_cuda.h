@@ -3,6 +3,8 @@
 #ifndef KERN_CUDA_H
 #define KERN_CUDA_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -14,6 +16,13 @@ int kern_cuda_device_count(void);
  * compiled in and what the runtime finds. Returns 0, or -1 when brisk was
  * built without CUDA. */
 int kern_cuda_describe(char *buf, int len);
+
+/* Device-to-device copy bandwidth of device 0 in bytes/s (read + write),
+ * best of reps copies of `bytes`. Returns 0 or a BRISK_E* code. */
+int kern_cuda_measure_copy_bw(size_t bytes, int reps, double *bytes_per_s);
+/* Peak memory bandwidth of device 0 from its memory clock and bus width
+ * (bytes/s); 0 when the driver does not report them. */
+double kern_cuda_peak_bw(void);
 
 #ifdef __cplusplus
 }

@@ -30,16 +30,20 @@ static int brisk_code(cudaError_t e) {
     }
 }
 
+int kern_cuda_fail(int code, const char *what, const char *file, int line, const char *msg) {
+    const char *base = strrchr(file, '/');
+    snprintf(g_last_error, sizeof g_last_error, "%s (%s:%d): %s", what, base ? base + 1 : file,
+             line, msg);
+    return code;
+}
+
 int kern_cuda_status(cudaError_t e, const char *what, const char *file, int line) {
     if (e == cudaSuccess)
         return BRISK_OK;
     // Clear the runtime's last-error slot, or a later launch check would see
     // this (non-sticky) error again and blame an innocent kernel.
     cudaGetLastError();
-    const char *base = strrchr(file, '/');
-    snprintf(g_last_error, sizeof g_last_error, "%s (%s:%d): %s", what, base ? base + 1 : file,
-             line, cudaGetErrorString(e));
-    return brisk_code(e);
+    return kern_cuda_fail(brisk_code(e), what, file, line, cudaGetErrorString(e));
 }
 
 extern "C" int kern_cuda_malloc(void **dptr, size_t bytes) {

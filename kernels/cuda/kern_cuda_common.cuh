@@ -17,6 +17,10 @@
 // "what (file:line): CUDA message" for kern_cuda_last_error(). Defined in
 // kern_cuda_buf.cu.
 int kern_cuda_status(cudaError_t e, const char *what, const char *file, int line);
+// Records "what (file:line): msg" for kern_cuda_last_error() and returns
+// code: for failures that are no cudaError_t (a cuBLAS status). Defined in
+// kern_cuda_buf.cu.
+int kern_cuda_fail(int code, const char *what, const char *file, int line, const char *msg);
 
 // After a <<<...>>> launch: configuration errors (too many threads, too much
 // shared memory, no kernel image for this GPU) surface here, not at the

@@ -63,4 +63,17 @@ static inline int rng_int(int n) {
     return (int)(rng_u64() % (uint64_t)n);
 }
 
+/* ops_attn.c: prefill attention, the KV-cache store and the bias add. */
+void test_attn_prefill(void);
+void test_kv_store(void);
+void perf_attn_prefill(double copy_bw);
+
+/* ops_matmul.c: kern_cuda_matmul and kern_cuda_weight_upload. */
+void test_matmul(void);
+void perf_matmul(double copy_bw);
+
+/* ops_sample.c: kern_cuda_sample (OPNAME "sample"). */
+void test_sample(void);
+void perf_sample(double copy_bw);
+
 #endif

@@ -2,8 +2,9 @@
  * ggml's test-backend-ops.
  *
  *   test_cuda_ops [test|perf] [-o OP]
- *     OP: embedding, rmsnorm, rope, silu_mul, softmax, argmax or attn_decode (a
- *     substring selects every op whose name contains it).
+ *     OP: embedding, rmsnorm, rope, silu_mul, softmax, argmax, attn_decode,
+ *     attn_prefill, kv_store, matmul or sample (a substring selects every op
+ *     whose name contains it).
  *
  * test (the default) runs each op on random inputs (normal, never zero) over
  * shapes 64, 576, 4096 and the odd 100 and 333 (plus vocabulary sizes for the
@@ -27,6 +28,28 @@
  *   attn_decode 1e-5 against kern_attention_head_ref on the same f16 paged
  *              view: f32 dots, softmax and sums against double ones (the
  *              rounding count is at test_attn_decode); argument checks exact.
+ *   attn_prefill 1e-5 against kern_attention_head_ref per (row, head) over
+ *              n_ctx = position + 1 of the same f16 view: a head_dim-term f32
+ *              FMA chain a score, an online softmax rescaled once a key tile,
+ *              a sequential f32 P.V chain (the count is in ops_attn.c); rows
+ *              and columns no run covers keep their bits exactly.
+ *   kv_store   exact: f16 bits as kern_quantize_row(KERN_TYPE_F16) gives them
+ *              (overflow, subnormals, ties, NaN payloads), other slots
+ *              unchanged; add_bias exact (one f32 add).
+ *   matmul     (ops_matmul.c) against a double reference from exactly the
+ *              operands the GPU multiplies (the downloaded weights - INT8 as
+ *              s * q, or f16(s * q) for the tensor-core kernels - and x
+ *              rounded to f16): 1e-5 for the INT8 GEMV (IEEE f32 sums), 5e-5
+ *              for tensor cores (cuBLAS F16, INT8 SKINNY/TILED: truncating
+ *              accumulation inside each MMA step, <= 256 steps a chain at
+ *              n_in 4096); weight uploads and argument checks exact.
+ *   sample     exact ids against a plain-C reference of the contract (and
+ *              greedy rows against model_sampler_sample): everything but the
+ *              double sums is exact on both sides, and those differ by ~1e-16
+ *              relative (tree vs sequential order, exp's last bit), so a
+ *              top-p cut or a draw can differ only within that of a boundary;
+ *              the reference notes rows within 1e-9 (tests/cuda/ops_sample.c).
+ *              The draw's distribution: 20000 draws, counts within 5 sigma.
  * perf times each op on model-sized shapes with CUDA events and prints the
  * time per call, the bytes it must move over that time (GB/s), and that as a
  * fraction of the device-to-device copy bandwidth measured in the same run.
@@ -757,6 +780,12 @@ static void perf_all(void) {
     dev_free(d_ids);
     dev_free(d_flag);
     perf_attn(copy_bw);
+    if (selected("attn_prefill"))
+        perf_attn_prefill(copy_bw);
+    if (selected("matmul"))
+        perf_matmul(copy_bw);
+    if (selected("sample"))
+        perf_sample(copy_bw);
 }
 
 /* ---- main ---------------------------------------------------------------------- */
@@ -764,7 +793,8 @@ static void perf_all(void) {
 static int usage(void) {
     fprintf(stderr,
             "usage: test_cuda_ops [test|perf] [-o OP]\n"
-            "  OP: embedding rmsnorm rope silu_mul softmax argmax attn_decode (substring)\n");
+            "  OP: embedding rmsnorm rope silu_mul softmax argmax attn_decode attn_prefill\n"
+            "      kv_store matmul sample (substring)\n");
     return 2;
 }
 
@@ -806,7 +836,9 @@ int main(int argc, char **argv) {
     } tests[] = {
         {"embedding", test_embedding},    {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
         {"silu_mul", test_silu_mul},      {"softmax", test_softmax}, {"argmax", test_argmax},
-        {"attn_decode", test_attn_decode}};
+        {"attn_decode", test_attn_decode}, {"attn_prefill", test_attn_prefill},
+        {"kv_store", test_kv_store},      {"matmul", test_matmul},
+        {"sample", test_sample}};
     for (size_t i = 0; i < ARRAY_LEN(tests); i++)
         if (selected(tests[i].name)) {
             printf("%s:\n", tests[i].name);
