@@ -49,6 +49,10 @@ model_sampler *model_sampler_create(const model_sampling *p, int n_vocab) {
     return s;
 }
 
+const model_sampling *model_sampler_params(const model_sampler *s) { return &s->p; }
+
+double model_sampler_next_uniform(model_sampler *s) { return sampler_uniform(s->rng); }
+
 void model_sampler_free(model_sampler *s) {
     if (!s) return;
     free(s->cands);

@@ -39,4 +39,11 @@ void model_sampler_free(model_sampler *s);
 int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history,
                              int n_history);
 
+/* The settings the sampler was made with (for backends that sample
+ * elsewhere, e.g. on the GPU). */
+const model_sampling *model_sampler_params(const model_sampler *s);
+/* The next uniform double in [0, 1) from the sampler's seeded generator: the
+ * draw a GPU sampler makes with it, one per sampled token. */
+double model_sampler_next_uniform(model_sampler *s);
+
 #endif

@@ -11,6 +11,7 @@
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_pool.h"
+#include "models/backend.h"
 #include "scheduler/kv_cache.h"
 #include "scheduler/sched_core.h"
 #include "scheduler/seq_text.h"
@@ -59,7 +60,7 @@ struct sched_engine {
     sched_engine_stats stats;
     /* engine thread only */
     model *m;
-    model_state *st;
+    model_backend *be; /* the forward pass and sampling: CPU or CUDA */
     kv_cache *kv;
     sched_core *core;
     kern_pool *pool;
@@ -68,6 +69,9 @@ struct sched_engine {
     uint8_t *b_want;
     seq **b_owner;  /* per batch token: its sequence */
     float *lp_row;  /* copy of one logits row for log-probs */
+    model_sample_job *jobs; /* rows sampled together after a forward */
+    seq **job_seq;
+    int32_t *job_ids;
 };
 
 sched_engine_config sched_engine_config_default(void) {
@@ -82,6 +86,9 @@ sched_engine_config sched_engine_config_default(void) {
     c.prefix_caching = 1;
     c.max_waiting = 1024;
     c.max_waiting_tokens = 4L << 20;
+    c.device = MODEL_DEVICE_CPU;
+    c.gpu_memory_utilization = 0.9;
+    c.cuda_graphs = 1;
     return c;
 }
 
@@ -376,17 +383,34 @@ static void seq_enter(sched_engine *e, seq *s) {
     sched_core_add(e->core, &s->req);
 }
 
-/* Handles the sampled token of s. Returns 1 if s finished (and was freed). */
-static int seq_accept(sched_engine *e, seq *s, const float *row) {
+/* Samples logits row `row` for s alone, with log-probs of the raw row (the
+ * sampler may modify the row: penalties, temperature). Returns the id, or a
+ * negative code. */
+static int32_t seq_sample_logprobs(sched_engine *e, seq *s, int row, sched_token *t) {
     const model_config *c = model_get_config(e->m);
+    const float *raw = NULL;
+    int rc = model_backend_logits(e->be, row, &raw);
+    if (rc < 0) return rc;
+    memcpy(e->lp_row, raw, (size_t)c->n_vocab * sizeof(float));
+    model_sample_job job = {row, s->sampler, s->hist, s->n_hist};
+    int32_t id = -1;
+    rc = model_backend_sample(e->be, &job, 1, &id);
+    if (rc < 0) return rc;
+    fill_logprobs(e->lp_row, c->n_vocab, id, s->p.logprobs, t);
+    return id;
+}
+
+/* Handles token id sampled for s (t: its log-probs, if asked). Returns 1 if
+ * s finished (and was freed). */
+static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
     const tok_vocab *v = model_get_vocab(e->m);
     sched_token t;
-    memset(&t, 0, sizeof t);
-    if (s->p.logprobs >= 0) memcpy(e->lp_row, row, (size_t)c->n_vocab * sizeof(float));
-    /* The sampler may modify the row (penalties, temperature): log-probs
-     * come from the copy of the raw logits. */
-    int32_t id = model_sampler_sample(s->sampler, (float *)row, s->hist, s->n_hist);
-    if (s->p.logprobs >= 0) fill_logprobs(e->lp_row, c->n_vocab, id, s->p.logprobs, &t);
+    if (tp) t = *tp;
+    else memset(&t, 0, sizeof t);
+    if (id < 0 || id >= model_get_config(e->m)->n_vocab) {
+        seq_finish(e, s, SCHED_FINISH_ERROR, "sampling failed");
+        return 1;
+    }
     t.id = id;
     if (push_token(s, &t) < 0) {
         seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
@@ -441,10 +465,9 @@ static void step(sched_engine *e) {
     }
     if (n == 0) return;
     model_batch b = {n, e->b_tok, e->b_pos, e->b_seq, e->b_want};
-    float *logits = NULL;
     int n_out = 0;
     double t0 = brisk_now();
-    int rc = model_forward(e->m, e->st, e->kv, e->pool, &b, &logits, &n_out);
+    int rc = model_backend_forward(e->be, e->kv, &b, &n_out);
     double t_fwd = brisk_now() - t0;
     if (rc < 0) { /* every sequence of the batch is in an unknown state */
         BRISK_ERROR("engine: forward pass failed: %s", brisk_strerror(rc));
@@ -457,7 +480,7 @@ static void step(sched_engine *e) {
     sched_core_commit(e->core, &plan);
     const model_config *c = model_get_config(e->m);
     long long n_prompt = 0, n_gen = 0;
-    int row = 0, t = 0;
+    int row = 0, t = 0, n_jobs = 0;
     for (int i = 0; i < plan.n_entries; i++) {
         seq *s = (seq *)plan.entries[i].req;
         int pos0 = plan.entries[i].pos, cnt = plan.entries[i].n;
@@ -465,10 +488,13 @@ static void step(sched_engine *e) {
         for (int k = 0; k < cnt; k++, t++) {
             if (!e->b_want[t]) continue;
             int pos = pos0 + k;
-            float *r = logits + (size_t)row++ * c->n_vocab;
-            if (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt)
-                fill_logprobs(r, c->n_vocab, s->p.prompt[pos + 1], s->p.logprobs, &s->ptoks[pos]);
-            if (pos == s->n_hist - 1) sample_row = row - 1;
+            if (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt) {
+                const float *r = NULL;
+                if (model_backend_logits(e->be, row, &r) == 0)
+                    fill_logprobs(r, c->n_vocab, s->p.prompt[pos + 1], s->p.logprobs, &s->ptoks[pos]);
+            }
+            if (pos == s->n_hist - 1) sample_row = row;
+            row++;
         }
         /* Prompt tokens count once, when first computed; recomputation after
          * a preemption is not new prompt work. */
@@ -476,7 +502,23 @@ static void step(sched_engine *e) {
             n_prompt += (pos0 + cnt < s->p.n_prompt ? pos0 + cnt : s->p.n_prompt) - pos0;
         if (sample_row < 0) continue;
         n_gen++;
-        if (!seq_accept(e, s, logits + (size_t)sample_row * c->n_vocab)) seq_emit(e, s, SCHED_FINISH_NONE, NULL);
+        if (s->p.logprobs >= 0) { /* alone: its raw row is copied first */
+            sched_token tk;
+            memset(&tk, 0, sizeof tk);
+            int32_t id = seq_sample_logprobs(e, s, sample_row, &tk);
+            if (!seq_accept(e, s, id, &tk)) seq_emit(e, s, SCHED_FINISH_NONE, NULL);
+            continue;
+        }
+        e->jobs[n_jobs] = (model_sample_job){sample_row, s->sampler, s->hist, s->n_hist};
+        e->job_seq[n_jobs++] = s;
+    }
+    /* Every other sampled row in one call (on CUDA: one kernel, ids only). */
+    if (n_jobs > 0) {
+        rc = model_backend_sample(e->be, e->jobs, n_jobs, e->job_ids);
+        if (rc < 0) BRISK_ERROR("engine: sampling failed: %s", brisk_strerror(rc));
+        for (int j = 0; j < n_jobs; j++)
+            if (!seq_accept(e, e->job_seq[j], rc < 0 ? -1 : e->job_ids[j], NULL))
+                seq_emit(e, e->job_seq[j], SCHED_FINISH_NONE, NULL);
     }
     kv_cache_stats ks;
     kv_cache_get_stats(e->kv, &ks);
@@ -510,13 +552,16 @@ static void publish_stats(sched_engine *e) {
 
 /* The KV pool: --kv-cache-bytes, else min(1 GiB, max_seqs full contexts),
  * and never less than one full context. */
-static long kv_pool_blocks(const sched_engine *e, int kv_dim, int n_layers) {
+static long kv_pool_blocks(const sched_engine *e, int kv_dim, int n_layers, int f16,
+                           long long budget) {
     int bs = e->cfg.block_size;
-    size_t per_block = kv_cache_pool_bytes_dtype(n_layers, kv_dim, bs, 1, e->cfg.kv_f16);
+    size_t per_block = kv_cache_pool_bytes_dtype(n_layers, kv_dim, bs, 1, f16);
     long ctx_blocks = (e->max_ctx + bs - 1) / bs;
     long want;
     if (e->cfg.kv_cache_bytes > 0) {
         want = (long)(e->cfg.kv_cache_bytes / (long long)per_block);
+    } else if (budget > 0) { /* the GPU: what --gpu-memory-utilization leaves */
+        want = (long)(budget / (long long)per_block);
     } else {
         long full = ctx_blocks * e->cfg.max_seqs;
         long cap = (long)(((size_t)1 << 30) / per_block);
@@ -534,6 +579,10 @@ static int engine_load(sched_engine *e) {
         return BRISK_ENOMEM;
     }
     model_load_opts lo = {.weights = e->cfg.weights, .pool = e->pool, .dummy = e->cfg.dummy, .tokenizer = e->cfg.tokenizer};
+    /* On the GPU the weights are converted while uploaded: keep the file's
+     * blocks on the host (mmap, no conversion) unless --weights says f32. */
+    if (e->cfg.device == MODEL_DEVICE_CUDA && lo.weights != MODEL_WEIGHTS_F32 && !e->cfg.dummy)
+        lo.weights = MODEL_WEIGHTS_AUTO;
     int rc = model_load(e->model_path, &lo, &e->m, err, sizeof err);
     if (rc < 0) {
         snprintf(e->load_err, sizeof e->load_err, "%s", err);
@@ -543,21 +592,33 @@ static int engine_load(sched_engine *e) {
     int ctx = e->cfg.max_ctx > 0 ? e->cfg.max_ctx : (c->n_ctx_train < 4096 ? c->n_ctx_train : 4096);
     if (ctx < 2) ctx = 2;
     e->max_ctx = ctx;
+    int mbt = e->cfg.max_batch_tokens;
+    model_backend_opts bo = {.device = e->cfg.device, .max_tokens = mbt, .max_ctx = ctx,
+                             .max_seqs = e->cfg.max_seqs, .block_size = e->cfg.block_size,
+                             .pool = e->pool,
+                             .gpu_memory_utilization = e->cfg.gpu_memory_utilization,
+                             .cuda_graphs = e->cfg.cuda_graphs,
+                             .weights = e->cfg.weights};
+    rc = model_backend_create(e->m, &bo, &e->be, err, sizeof err);
+    if (rc < 0) {
+        snprintf(e->load_err, sizeof e->load_err, "%s", err);
+        return rc;
+    }
+    /* The GPU's attention reads an f16 cache. */
+    int kv_f16 = e->cfg.kv_f16 || e->be->device == MODEL_DEVICE_CUDA;
     int kv_dim = c->n_kv_heads * c->head_dim, bs = e->cfg.block_size;
-    long n_blocks = kv_pool_blocks(e, kv_dim, c->n_layers);
+    long n_blocks = kv_pool_blocks(e, kv_dim, c->n_layers, kv_f16, e->be->ops->kv_budget(e->be));
     if (n_blocks < 2 || n_blocks > (1L << 30)) {
         snprintf(e->load_err, sizeof e->load_err,
                  "the KV cache holds %ld blocks of %d positions (%.1f MB each); it needs at least 2",
-                 n_blocks, bs, kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, 1, e->cfg.kv_f16) / 1e6);
+                 n_blocks, bs, kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, 1, kv_f16) / 1e6);
         return BRISK_EINVAL;
     }
     /* A sequence may not hold more positions than the pool. */
     if ((long)ctx > n_blocks * bs) e->max_ctx = ctx = (int)(n_blocks * bs);
     kv_cache_config kc = {c->n_layers, kv_dim, bs, (int)n_blocks, e->cfg.max_seqs, (ctx + bs - 1) / bs,
-                          e->cfg.prefix_caching, e->cfg.kv_f16};
-    int mbt = e->cfg.max_batch_tokens;
-    e->st = model_state_create(e->m, mbt, ctx);
-    e->kv = kv_cache_create_paged(&kc);
+                          e->cfg.prefix_caching, kv_f16, NULL, NULL};
+    if (model_backend_kv_create(e->be, &kc, &e->kv) < 0) e->kv = NULL;
     sched_core_config sc = {e->cfg.max_seqs, mbt, e->cfg.prefix_caching};
     e->core = e->kv ? sched_core_create(e->kv, &sc) : NULL;
     e->b_tok = malloc((size_t)mbt * sizeof *e->b_tok);
@@ -565,14 +626,20 @@ static int engine_load(sched_engine *e) {
     e->b_seq = malloc((size_t)mbt * sizeof *e->b_seq);
     e->b_want = malloc((size_t)mbt);
     e->lp_row = malloc((size_t)c->n_vocab * sizeof *e->lp_row);
-    if (!e->st || !e->kv || !e->core || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->lp_row) {
+    e->jobs = malloc((size_t)e->cfg.max_seqs * sizeof *e->jobs);
+    e->job_seq = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_seq);
+    e->job_ids = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_ids);
+    if (!e->jobs || !e->job_seq || !e->job_ids || !e->kv || !e->core || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->lp_row) {
         snprintf(e->load_err, sizeof e->load_err, "out of memory for the KV cache (%ld blocks, %.1f MB) or scratch",
-                 n_blocks, kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, n_blocks, e->cfg.kv_f16) / 1e6);
+                 n_blocks, kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, n_blocks, kv_f16) / 1e6);
         return BRISK_ENOMEM;
     }
+    char dev[160];
+    e->be->ops->describe(e->be, dev, sizeof dev);
+    BRISK_INFO("engine: device %s", dev);
     BRISK_INFO("engine: %s ready: up to %d sequences x %d positions; KV cache %.1f MB %s = %ld blocks x %d "
                "positions (%ld positions), prefix caching %s; batch %d tokens",
-               model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6, e->cfg.kv_f16 ? "f16" : "f32",
+               model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6, kv_f16 ? "f16" : "f32",
                n_blocks, bs, n_blocks * bs, e->cfg.prefix_caching ? "on" : "off", mbt);
     return 0;
 }
@@ -689,9 +756,12 @@ void sched_engine_free(sched_engine *e) {
     free(e->b_seq);
     free(e->b_want);
     free(e->lp_row);
+    free(e->jobs);
+    free(e->job_seq);
+    free(e->job_ids);
     sched_core_free(e->core);
-    model_state_free(e->st);
-    kv_cache_free(e->kv);
+    kv_cache_free(e->kv); /* before the backend that holds its K/V memory */
+    model_backend_free(e->be);
     model_free(e->m);
     kern_pool_free(e->pool);
     free(e->model_path);

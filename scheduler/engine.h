@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "models/backend.h"
 #include "models/model.h"
 #include "models/sampler.h"
 
@@ -52,6 +53,9 @@ typedef struct sched_engine_config {
     int kv_f16;           /* store K/V as f16: half the memory per position */
     int max_waiting;      /* sequences allowed to wait; beyond: submit returns BRISK_ENOSPC */
     long max_waiting_tokens; /* prompt tokens allowed to wait */
+    model_device device;  /* --device: cpu (default), cuda, auto */
+    double gpu_memory_utilization; /* CUDA: fraction of GPU memory for weights + scratch + KV */
+    int cuda_graphs;      /* CUDA: capture decode steps into CUDA graphs */
 } sched_engine_config;
 
 sched_engine_config sched_engine_config_default(void);

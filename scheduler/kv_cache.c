@@ -258,8 +258,11 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     /* 64-byte alignment keeps every row start friendly to AVX-512 loads;
      * aligned_alloc wants a size that is a multiple of the alignment. */
     size_t bytes = (pool_bytes + 63) & ~(size_t)63;
-    kv->k = aligned_alloc(64, bytes);
-    kv->v = aligned_alloc(64, bytes);
+    int external = cfg->copy_rows != NULL; /* K/V live in the caller's (device) pool */
+    if (!external) {
+        kv->k = aligned_alloc(64, bytes);
+        kv->v = aligned_alloc(64, bytes);
+    }
     size_t nb = (size_t)cfg->n_blocks;
     kv->ref = kv_calloc(nb, sizeof *kv->ref);
     kv->fill = kv_calloc(nb, sizeof *kv->fill);
@@ -273,7 +276,7 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     kv->ht = kv_calloc(ht_cap, sizeof *kv->ht);
     kv->slots = kv_calloc((size_t)cfg->max_seqs, sizeof *kv->slots);
     kv->tables = kv_calloc(n_table, sizeof *kv->tables);
-    if (!kv->k || !kv->v || !kv->ref || !kv->fill || !kv->registered || !kv->hash || !kv->parent ||
+    if ((!external && (!kv->k || !kv->v)) || !kv->ref || !kv->fill || !kv->registered || !kv->hash || !kv->parent ||
         !kv->tokens || !kv->lru_prev || !kv->lru_next || !kv->free_stack || !kv->ht || !kv->slots ||
         !kv->tables) {
         kv_cache_free(kv);
@@ -281,8 +284,10 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     }
     /* Unwritten rows are never read (attention stops at the position), but
      * zeroing keeps sanitizer and valgrind runs free of uninitialised reads. */
-    memset(kv->k, 0, bytes);
-    memset(kv->v, 0, bytes);
+    if (!external) {
+        memset(kv->k, 0, bytes);
+        memset(kv->v, 0, bytes);
+    }
     kv->ht_mask = ht_cap - 1;
     for (size_t i = 0; i < ht_cap; i++) kv->ht[i] = KV_NONE;
     kv->lru_head = kv->lru_tail = KV_NONE;
@@ -356,10 +361,15 @@ int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out) {
     if (!out) return BRISK_EINVAL;
     if (layer < 0 || layer >= kv->cfg.n_layers || kv_bad_seq(kv, seq)) return BRISK_ERANGE;
     size_t off = (size_t)layer * kv->layer_floats * kv->elem;
-    out->k = kv->elem == sizeof(float) ? (float *)(void *)(kv->k + off) : NULL;
-    out->v = kv->elem == sizeof(float) ? (float *)(void *)(kv->v + off) : NULL;
-    out->k16 = kv->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(kv->k + off);
-    out->v16 = kv->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(kv->v + off);
+    if (!kv->k) { /* external storage: the owner of the pool adds the layer offset */
+        out->k = out->v = NULL;
+        out->k16 = out->v16 = NULL;
+    } else {
+        out->k = kv->elem == sizeof(float) ? (float *)(void *)(kv->k + off) : NULL;
+        out->v = kv->elem == sizeof(float) ? (float *)(void *)(kv->v + off) : NULL;
+        out->k16 = kv->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(kv->k + off);
+        out->v16 = kv->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(kv->v + off);
+    }
     out->block_table = kv->slots[seq].table;
     out->block_size = kv->cfg.block_size;
     out->block_stride = kv->block_floats;
@@ -427,7 +437,8 @@ static void kv_cow(kv_cache *kv, kv_slot *s, int b) {
     int bs = kv->cfg.block_size, rows = s->n_pos - b * bs;
     rows = rows < 0 ? 0 : rows > bs ? bs : rows;
     size_t n = (size_t)rows * (size_t)kv->cfg.kv_dim * kv->elem;
-    for (int l = 0; l < kv->cfg.n_layers; l++) {
+    if (kv->cfg.copy_rows && rows > 0) kv->cfg.copy_rows(kv->cfg.copy_ctx, id, old, rows);
+    for (int l = 0; kv->k && l < kv->cfg.n_layers; l++) {
         size_t to = ((size_t)l * kv->layer_floats + (size_t)id * kv->block_floats) * kv->elem;
         size_t from = ((size_t)l * kv->layer_floats + (size_t)old * kv->block_floats) * kv->elem;
         memcpy(kv->k + to, kv->k + from, n);

@@ -50,6 +50,16 @@ typedef struct kv_cache_config {
     int max_seq_blocks;  /* most blocks one slot may hold (its context / block_size, rounded up) */
     int prefix_cache;    /* 1: register full blocks and match prompts against them */
     int f16;             /* 1: store K and V as f16 (default f32) */
+    /* External storage (the CUDA backend's device pool). NULL: K and V are
+     * host arrays the cache allocates. Set: the cache allocates no K/V memory
+     * and only keeps the books; the owner of the pool lays it out as above,
+     * kv_cache_view returns NULL k/v/k16/v16 (the block table and strides are
+     * still right), and copy-on-write calls copy_rows(copy_ctx, dst_block,
+     * src_block, n_rows) to copy rows [0, n_rows) of a block in every layer,
+     * K and V, before the slot writes into dst. It cannot fail: an owner
+     * whose copy fails records the error and reports it at its next forward. */
+    void (*copy_rows)(void *ctx, int32_t dst, int32_t src, int n_rows);
+    void *copy_ctx;
 } kv_cache_config;
 
 /* Bytes a pool of n_blocks blocks takes (K and V), f32 or (f16 = 1) f16;

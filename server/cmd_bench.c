@@ -13,6 +13,7 @@
 #include "kernels/cpu/kern_bench.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_pool.h"
+#include "models/backend.h"
 #include "models/model.h"
 #include "server/cli.h"
 
@@ -27,8 +28,7 @@ static void bench_tokens(int32_t *ids, int n, int n_vocab) {
     }
 }
 
-static int bench_pp(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
-                    const int32_t *ids, int n, double *secs) {
+static int bench_pp(model_backend *be, kv_cache *kv, const int32_t *ids, int n, double *secs) {
     int32_t *pos = malloc((size_t)n * sizeof *pos);
     int32_t *seq = calloc((size_t)n, sizeof *seq);
     if (!pos || !seq) {
@@ -38,26 +38,23 @@ static int bench_pp(const model *m, model_state *st, kv_cache *kv, kern_pool *po
     }
     for (int i = 0; i < n; i++) pos[i] = i;
     model_batch b = {n, ids, pos, seq, NULL};
-    float *logits;
     int n_out;
     double t0 = brisk_now();
-    int rc = model_forward(m, st, kv, pool, &b, &logits, &n_out);
+    int rc = model_backend_forward(be, kv, &b, &n_out);
     *secs = brisk_now() - t0;
     free(pos);
     free(seq);
     return rc;
 }
 
-static int bench_tg(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
-                    const int32_t *ids, int n, double *secs) {
+static int bench_tg(model_backend *be, kv_cache *kv, const int32_t *ids, int n, double *secs) {
     const int32_t seq0 = 0;
     double t0 = brisk_now();
     for (int i = 0; i < n; i++) {
         int32_t pos = i;
         model_batch b = {1, &ids[i], &pos, &seq0, NULL};
-        float *logits;
         int n_out;
-        int rc = model_forward(m, st, kv, pool, &b, &logits, &n_out);
+        int rc = model_backend_forward(be, kv, &b, &n_out);
         if (rc < 0) return rc;
     }
     *secs = brisk_now() - t0;
@@ -80,6 +77,8 @@ int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *dummy = NULL, *tokenizer = NULL;
     model_weights_fmt fmt = MODEL_WEIGHTS_AUTO;
     long threads = 0, n_pp = 512, n_tg = 128, reps = 3;
+    model_device device = MODEL_DEVICE_CPU;
+    int graphs = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
@@ -94,6 +93,14 @@ int cmd_bench(int argc, char **argv) {
                 cli_error("--weights: '%s' is not one of auto, f32, f16, int8", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--device")) {
+            if (!(v = cli_value(argc, argv, &i))) return 2;
+            if (model_device_parse(v, &device) < 0) {
+                cli_error("--device: '%s' is not one of cpu, cuda, auto", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--no-cuda-graphs")) {
+            graphs = 0;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "-p")) {
@@ -105,7 +112,7 @@ int cmd_bench(int argc, char **argv) {
         } else {
             cli_error("bench: unknown option '%s'", a);
             fprintf(stderr, "usage: brisk bench --model PATH | --dummy-weights CONFIG [--weights auto|f32|f16|int8] "
-                            "[--threads N] [-p 512] [-n 128] [--reps 3]\n");
+                            "[--threads N] [-p 512] [-n 128] [--reps 3] [--device cpu|cuda|auto] [--no-cuda-graphs]\n");
             return 2;
         }
     }
@@ -120,11 +127,13 @@ int cmd_bench(int argc, char **argv) {
     int status = 1;
     kern_pool *pool = kern_pool_create((int)threads);
     model *m = NULL;
-    model_state *st = NULL;
+    model_backend *be = NULL;
     kv_cache *kv = NULL;
     int32_t *ids = NULL;
     if (!pool) goto out;
     model_load_opts lo = {.weights = fmt, .pool = pool, .dummy = dummy, .tokenizer = tokenizer};
+    /* On the GPU the weights are converted while uploaded. */
+    if (device == MODEL_DEVICE_CUDA && fmt != MODEL_WEIGHTS_F32 && !dummy) lo.weights = MODEL_WEIGHTS_AUTO;
     if (model_load(model_path, &lo, &m, err, sizeof err) < 0) {
         cli_error("%s", err);
         goto out;
@@ -132,10 +141,19 @@ int cmd_bench(int argc, char **argv) {
     const model_config *c = model_get_config(m);
     int n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg);
     if (n_ctx < 1) n_ctx = 1;
-    kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, n_ctx);
-    st = model_state_create(m, n_pp > 0 ? (int)n_pp : 1, n_ctx);
+    model_backend_opts bo = {.device = device, .max_tokens = n_pp > 0 ? (int)n_pp : 1, .max_ctx = n_ctx,
+                             .max_seqs = 1, .block_size = 16, .pool = pool,
+                             .gpu_memory_utilization = 0.9, .cuda_graphs = graphs, .weights = fmt};
+    if (model_backend_create(m, &bo, &be, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        goto out;
+    }
+    int kv_blocks = (n_ctx + 15) / 16;
+    kv_cache_config kc = {c->n_layers, c->n_kv_heads * c->head_dim, 16, kv_blocks, 1, kv_blocks, 0,
+                          be->device == MODEL_DEVICE_CUDA, NULL, NULL};
+    if (model_backend_kv_create(be, &kc, &kv) < 0 || kv_cache_seq_grow(kv, 0, n_ctx) < 0) kv = NULL;
     ids = malloc((size_t)n_ctx * sizeof *ids);
-    if (!kv || !st || !ids) {
+    if (!kv || !ids) {
         cli_error("bench: out of memory");
         goto out;
     }
@@ -143,22 +161,22 @@ int cmd_bench(int argc, char **argv) {
 
     /* Warm-up: page the weights in and let the pool's threads settle. */
     double secs, best_pp = 0, best_tg = 0;
-    if (bench_tg(m, st, kv, pool, ids, n_tg < 8 ? (int)n_tg : 8, &secs) < 0) goto out;
+    if (bench_tg(be, kv, ids, n_tg < 8 ? (int)n_tg : 8, &secs) < 0) goto out;
     for (long r = 0; r < reps; r++) {
         if (n_pp > 0) {
-            if (bench_pp(m, st, kv, pool, ids, (int)n_pp, &secs) < 0) goto out;
+            if (bench_pp(be, kv, ids, (int)n_pp, &secs) < 0) goto out;
             if (best_pp == 0 || secs < best_pp) best_pp = secs;
         }
         if (n_tg > 0) {
-            if (bench_tg(m, st, kv, pool, ids, (int)n_tg, &secs) < 0) goto out;
+            if (bench_tg(be, kv, ids, (int)n_tg, &secs) < 0) goto out;
             if (best_tg == 0 || secs < best_tg) best_tg = secs;
         }
     }
-    /* 512 MiB is far beyond any last-level cache, so this is DRAM bandwidth. */
-    double bw = kern_measure_read_bw(pool, (size_t)512 << 20, 3);
-    size_t wbytes = model_weight_bytes(m);
-    char cpu[256];
+    double bw = be->ops->mem_bw(be) * 1e-9; /* GB/s */
+    size_t wbytes = be->weight_bytes;
+    char cpu[256], dev[256];
     kern_cpu_describe(cpu, sizeof cpu);
+    be->ops->describe(be, dev, sizeof dev);
     double tg_tps = best_tg > 0 ? (double)n_tg / best_tg : 0.0;
     double roof = bw * 1e9 / (double)wbytes;
     printf("{\"model\": ");
@@ -166,15 +184,18 @@ int cmd_bench(int argc, char **argv) {
     printf(", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, "
            "\"weight_bytes\": %zu, \"pp\": %ld, \"pp_tok_s\": %.2f, \"tg\": %ld, \"tg_tok_s\": %.2f, "
            "\"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": %.2f, \"tg_frac_roofline\": %.3f, "
-           "\"cpu\": \"%s\"}\n",
+           "\"cpu\": \"%s\", \"device\": ",
            model_weights_fmt_name(fmt), kern_pool_size(pool),
            (long long)model_n_params(m), wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0,
            n_tg, tg_tps, bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
+    bench_json_string(stdout, dev);
+    printf(", \"backend\": \"%s\", \"pp_tflop_s\": %.3f}\n", be->ops->name,
+           best_pp > 0 ? 2.0 * (double)model_n_params(m) * (double)n_pp / best_pp * 1e-12 : 0.0);
     status = 0;
 out:
     free(ids);
-    model_state_free(st);
     kv_cache_free(kv);
+    model_backend_free(be);
     model_free(m);
     kern_pool_free(pool);
     return status;

@@ -9,6 +9,7 @@
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_pool.h"
+#include "models/backend.h"
 #include "models/model.h"
 #include "models/sampler.h"
 #include "server/cli.h"
@@ -20,6 +21,7 @@ static void generate_usage(void) {
             "         [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
             "         [--presence-penalty X] [--frequency-penalty X] [--weights auto|f32|f16|int8]\n"
             "         [--threads N] [--ctx N] [--ignore-eos] [--special] [--no-bos]\n"
+            "         [--device cpu|cuda|auto] [--no-cuda-graphs]\n"
             "         [--prompt-ids \"ID ID ...\"] [--dump-logits FILE]\n"
             "Prints the continuation of the prompt on stdout; timings go to stderr.\n"
             "An empty prompt means BOS alone. --temp 0 is greedy decoding.\n");
@@ -31,6 +33,8 @@ typedef struct gen_opts {
     int ignore_eos, special, no_bos;
     model_weights_fmt weights;
     model_sampling sampling;
+    model_device device;
+    int no_graphs;
 } gen_opts;
 
 static int generate_parse(int argc, char **argv, gen_opts *o) {
@@ -81,6 +85,14 @@ static int generate_parse(int argc, char **argv, gen_opts *o) {
                 cli_error("--weights: '%s' is not one of auto, f32, f16, int8", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--device")) {
+            VAL();
+            if (model_device_parse(v, &o->device) < 0) {
+                cli_error("--device: '%s' is not one of cpu, cuda, auto", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--no-cuda-graphs")) {
+            o->no_graphs = 1;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             VAL(); if (cli_parse_int(a, v, 1, 1024, &o->threads)) return 2;
         } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
@@ -160,12 +172,12 @@ static int generate_encode(const tok_vocab *v, const gen_opts *o, int32_t **ids,
     return 0;
 }
 
-/* Evaluates the prompt in chunks of the state's batch size; with dump set,
- * every position's logits are appended to it. Returns the last row in
- * *last (n_vocab floats, caller-owned buffer). */
-static int generate_prefill(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
-                            const int32_t *ids, int n, int chunk, FILE *dump, float *last) {
-    int n_vocab = model_get_config(m)->n_vocab;
+/* Evaluates the prompt in chunks of the backend's batch size; with dump
+ * set, every position's logits are appended to it. Afterwards the last
+ * prompt position's logits are row *last_row of the backend's last forward. */
+static int generate_prefill(model_backend *be, kv_cache *kv, const int32_t *ids, int n, int chunk,
+                            FILE *dump, int *last_row) {
+    int n_vocab = model_get_config(be->m)->n_vocab;
     int32_t *pos = malloc((size_t)chunk * sizeof *pos);
     int32_t *seq = calloc((size_t)chunk, sizeof *seq);
     uint8_t *want = malloc((size_t)chunk);
@@ -177,13 +189,15 @@ static int generate_prefill(const model *m, model_state *st, kv_cache *kv, kern_
             want[i] = dump != NULL || off + i == n - 1;
         }
         model_batch b = {c, ids + off, pos, seq, want};
-        float *logits;
         int n_out;
-        rc = model_forward(m, st, kv, pool, &b, &logits, &n_out);
-        if (rc < 0) break;
-        if (dump && fwrite(logits, sizeof(float) * (size_t)n_vocab, (size_t)n_out, dump) != (size_t)n_out)
-            rc = BRISK_EIO;
-        if (off + c == n) memcpy(last, logits + (size_t)(n_out - 1) * n_vocab, sizeof(float) * (size_t)n_vocab);
+        rc = model_backend_forward(be, kv, &b, &n_out);
+        for (int r = 0; rc == 0 && dump && r < n_out; r++) {
+            const float *row;
+            rc = model_backend_logits(be, r, &row);
+            if (rc == 0 && fwrite(row, sizeof(float), (size_t)n_vocab, dump) != (size_t)n_vocab)
+                rc = BRISK_EIO;
+        }
+        *last_row = n_out - 1;
     }
     free(pos);
     free(seq);
@@ -200,17 +214,19 @@ int cmd_generate(int argc, char **argv) {
     int status = 1;
     kern_pool *pool = kern_pool_create((int)o.threads);
     model *m = NULL;
-    model_state *st = NULL;
+    model_backend *be = NULL;
     kv_cache *kv = NULL;
     model_sampler *smp = NULL;
     int32_t *ids = NULL;
-    float *logits = NULL;
     FILE *dump = NULL;
     if (!pool) {
         cli_error("cannot start the thread pool");
         goto out;
     }
     model_load_opts lo = {.weights = o.weights, .pool = pool, .dummy = o.dummy, .tokenizer = o.tokenizer};
+    /* On the GPU the weights are converted while uploaded. */
+    if (o.device == MODEL_DEVICE_CUDA && lo.weights != MODEL_WEIGHTS_F32 && !o.dummy)
+        lo.weights = MODEL_WEIGHTS_AUTO;
     double t_load = brisk_now();
     if (model_load(o.model, &lo, &m, err, sizeof err) < 0) {
         cli_error("%s", err);
@@ -237,13 +253,28 @@ int cmd_generate(int argc, char **argv) {
     if (n_ctx > c->n_ctx_train)
         BRISK_WARN("context %ld exceeds the model's training context %d", n_ctx, c->n_ctx_train);
     int chunk = n_prompt < 512 ? n_prompt : 512;
-    kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, (int)n_ctx);
-    st = model_state_create(m, chunk, (int)n_ctx);
+    if (chunk < 1) chunk = 1;
+    model_backend_opts bo = {.device = o.device, .max_tokens = chunk, .max_ctx = (int)n_ctx,
+                             .max_seqs = 1, .block_size = 16, .pool = pool,
+                             .gpu_memory_utilization = 0.9, .cuda_graphs = !o.no_graphs,
+                             .weights = o.weights};
+    if (model_backend_create(m, &bo, &be, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        goto out;
+    }
+    /* One slot holding the whole context; f32 K/V on the CPU (the golden
+     * outputs are checked there), f16 on the GPU. */
+    int kv_blocks = (int)((n_ctx + 15) / 16);
+    kv_cache_config kc = {c->n_layers, c->n_kv_heads * c->head_dim, 16, kv_blocks, 1, kv_blocks, 0,
+                          be->device == MODEL_DEVICE_CUDA, NULL, NULL};
+    if (model_backend_kv_create(be, &kc, &kv) < 0 || kv_cache_seq_grow(kv, 0, (int)n_ctx) < 0) {
+        cli_error("out of memory for a KV cache of %ld positions", n_ctx);
+        goto out;
+    }
     smp = model_sampler_create(&o.sampling, c->n_vocab);
-    logits = malloc(sizeof(float) * (size_t)c->n_vocab);
     int32_t *hist = realloc(ids, sizeof(int32_t) * (size_t)(n_prompt + o.n_predict + 1));
     if (hist) ids = hist;
-    if (!kv || !st || !smp || !logits || !hist) {
+    if (!smp || !hist) {
         cli_error("out of memory for a context of %ld tokens", n_ctx);
         goto out;
     }
@@ -253,7 +284,8 @@ int cmd_generate(int argc, char **argv) {
     }
 
     double t0 = brisk_now();
-    int rc = generate_prefill(m, st, kv, pool, ids, n_prompt, chunk, dump, logits);
+    int row = 0;
+    int rc = generate_prefill(be, kv, ids, n_prompt, chunk, dump, &row);
     if (rc < 0) {
         cli_error("prompt evaluation failed: %s", brisk_strerror(rc));
         goto out;
@@ -276,7 +308,12 @@ int cmd_generate(int argc, char **argv) {
     double t1 = brisk_now();
     const int32_t seq0 = 0;
     for (long i = 0; i < o.n_predict; i++) {
-        int32_t tok = model_sampler_sample(smp, logits, ids, n_hist);
+        model_sample_job job = {row, smp, ids, n_hist};
+        int32_t tok;
+        if ((rc = model_backend_sample(be, &job, 1, &tok)) < 0) {
+            cli_error("sampling failed: %s", brisk_strerror(rc));
+            goto out;
+        }
         n_gen++;
         if (!o.ignore_eos && tok_is_eog(v, tok)) break;
         ids[n_hist++] = tok;
@@ -288,32 +325,31 @@ int cmd_generate(int argc, char **argv) {
         if (i + 1 == o.n_predict) break;
         int32_t pos = n_hist - 1;
         model_batch b = {1, &tok, &pos, &seq0, NULL};
-        float *out;
         int n_out;
-        if ((rc = model_forward(m, st, kv, pool, &b, &out, &n_out)) < 0) {
+        if ((rc = model_backend_forward(be, kv, &b, &n_out)) < 0) {
             cli_error("decode failed: %s", brisk_strerror(rc));
             goto out;
         }
-        memcpy(logits, out, sizeof(float) * (size_t)c->n_vocab);
+        row = 0;
     }
     int len = tok_decoder_flush(&dec, piece, sizeof piece);
     if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
     fflush(stdout);
     double t_gen = brisk_now() - t1;
+    char devdesc[200];
+    be->ops->describe(be, devdesc, sizeof devdesc);
     fprintf(stderr,
             "\nbrisk: load %.2f s | prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s "
-            "| weights %s, %d threads\n",
+            "| weights %s | %s\n",
             t_load, n_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen,
-            t_gen > 0 ? n_gen / t_gen : 0.0, model_weights_fmt_name(o.weights),
-            kern_pool_size(pool));
+            t_gen > 0 ? n_gen / t_gen : 0.0, model_weights_fmt_name(o.weights), devdesc);
     status = 0;
 out:
     if (dump) fclose(dump);
-    free(logits);
     free(ids);
     model_sampler_free(smp);
-    model_state_free(st);
-    kv_cache_free(kv);
+    kv_cache_free(kv); /* before the backend that holds its K/V memory */
+    model_backend_free(be);
     model_free(m);
     kern_pool_free(pool);
     return status;

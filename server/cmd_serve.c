@@ -18,7 +18,13 @@ static void serve_usage(FILE *f) {
             "                               llama-3-8b llama-3.2-1b qwen2.5-7b smollm2-135m stories110m\n"
             "  --tokenizer GGUF             vocabulary for --dummy-weights (default: synthetic)\n"
             "  --served-model-name NAME     name in the API (default: the file name without .gguf)\n"
-            "  --weights auto|f32|f16|int8  compute format of the weights (auto)\n"
+            "  --weights auto|f32|f16|int8  compute format of the weights (auto; on CUDA: f16 or int8,\n"
+            "                               auto = int8 for a quantised file, f16 otherwise)\n"
+            "  --device cpu|cuda|auto       where the model runs (cpu; auto: CUDA when a GPU is\n"
+            "                               present and the weights fit, logged at start)\n"
+            "  --gpu-memory-utilization F   CUDA: fraction of GPU memory for weights, scratch and the\n"
+            "                               KV cache, which gets what is left (0.9)\n"
+            "  --no-cuda-graphs             CUDA: run decode steps kernel by kernel (for debugging)\n"
             "  --threads N                  compute threads (all cores)\n"
             "  --ctx N                      positions per sequence, prompt + output (min(train, 4096))\n"
             "  --max-num-seqs N             sequences running together (32)\n"
@@ -139,6 +145,17 @@ int cmd_serve(int argc, char **argv) {
                 cli_error("--kv-cache-dtype: '%s' is not one of f32, f16", v);
                 goto done;
             }
+        } else if (!strcmp(a, "--device")) {
+            VAL();
+            if (model_device_parse(v, &c.engine.device) < 0) {
+                cli_error("--device: '%s' is not one of cpu, cuda, auto", v);
+                goto done;
+            }
+        } else if (!strcmp(a, "--gpu-memory-utilization")) {
+            VAL();
+            if (cli_parse_float(a, v, 0.05, 1.0, &c.engine.gpu_memory_utilization) < 0) goto done;
+        } else if (!strcmp(a, "--no-cuda-graphs")) {
+            c.engine.cuda_graphs = 0;
         } else if (!strcmp(a, "--enable-prefix-caching")) {
             c.engine.prefix_caching = 1;
         } else if (!strcmp(a, "--max-queued-requests")) {

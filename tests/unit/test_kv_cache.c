@@ -87,7 +87,7 @@ static kv_cache_stats stats(const kv_cache *kv) {
 /* ---- allocator ------------------------------------------------------------ */
 
 static void test_bad_config(void) {
-    kv_cache_config ok = {2, 8, 4, 8, 3, 5, 1, 0};
+    kv_cache_config ok = {2, 8, 4, 8, 3, 5, 1, 0, NULL, NULL};
     kv_cache *kv = kv_cache_create_paged(&ok);
     CHECK(kv != NULL, "valid config");
     kv_cache_free(kv);
@@ -737,7 +737,7 @@ static void test_stress(void) {
  * layer. */
 static void test_f16(void) {
     const int L = 2, D = 8, BS = 4;
-    kv_cache_config c = {L, D, BS, 8, 3, 4, 1, 1};
+    kv_cache_config c = {L, D, BS, 8, 3, 4, 1, 1, NULL, NULL};
     kv_cache *kv = kv_cache_create_paged(&c);
     CHECK(kv != NULL, "f16 cache");
     if (!kv) return;
@@ -777,6 +777,59 @@ static void test_f16(void) {
     kv_cache_free(kv);
 }
 
+/* ---- external storage ----------------------------------------------------------
+ * The CUDA backend keeps K/V in a device pool: the cache keeps only the books
+ * and asks the owner to copy rows on copy-on-write. Here the "pool" is a
+ * record of the copies asked for. */
+
+typedef struct ext_copy {
+    int n;
+    int32_t dst[8], src[8];
+    int rows[8];
+} ext_copy;
+
+static void ext_copy_rows(void *ctx, int32_t dst, int32_t src, int n_rows) {
+    ext_copy *c = ctx;
+    if (c->n < 8) {
+        c->dst[c->n] = dst;
+        c->src[c->n] = src;
+        c->rows[c->n] = n_rows;
+    }
+    c->n++;
+}
+
+static void test_external(void) {
+    ext_copy rec = {0};
+    kv_cache_config cfg = {.n_layers = 2, .kv_dim = 8, .block_size = 4, .n_blocks = 8,
+                           .max_seqs = 3, .max_seq_blocks = 4, .prefix_cache = 1, .f16 = 1,
+                           .copy_rows = ext_copy_rows, .copy_ctx = &rec};
+    kv_cache *kv = kv_cache_create_paged(&cfg);
+    CHECK(kv != NULL, "external create");
+    if (!kv) return;
+    kern_kv_view v;
+    CHECK(kv_cache_view(kv, 1, 0, &v) == 0 && !v.k && !v.v && !v.k16 && !v.v16 &&
+              v.block_size == 4 && v.row_stride == 8 && v.block_stride == 32,
+          "external view: no host pointers, the layout's strides");
+    CHECK(kv_cache_bytes(kv) == kv_cache_pool_bytes_dtype(2, 8, 4, 8, 1),
+          "external bytes are the device pool's");
+    int32_t S[8] = {1, 2, 3, 4, 5, 6};
+    CHECK(kv_cache_seq_grow(kv, 0, 6) == 0, "grow source");
+    kv_cache_seq_set_pos(kv, 0, 6);
+    CHECK(kv_cache_seq_fork(kv, 1, 0, 6) == 0 && rec.n == 0, "fork: shared, no copy yet");
+    int32_t part = kv_cache_seq_blocks(kv, 0)[1];
+    CHECK(kv_cache_seq_grow(kv, 1, 1) == 0, "grow the fork");
+    int32_t mine = kv_cache_seq_blocks(kv, 1)[1];
+    CHECK(rec.n == 1 && rec.src[0] == part && rec.dst[0] == mine && mine != part &&
+              rec.rows[0] == 2,
+          "copy-on-write asks the owner for rows 0..1 of the partial block (%d copies)", rec.n);
+    CHECK(stats(kv).cow_copies == 1 && kv_cache_check(kv) == 0, "books consistent");
+    kv_cache_seq_commit(kv, 0, S, 6);
+    kv_cache_seq_release(kv, 0);
+    kv_cache_seq_release(kv, 1);
+    CHECK(stats(kv).blocks_used == 0 && kv_cache_check(kv) == 0, "released");
+    kv_cache_free(kv);
+}
+
 int main(void) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -790,6 +843,7 @@ int main(void) {
     test_stats();
     test_stress();
     test_f16();
+    test_external();
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("test_kv_cache: %.3f s\n",
            (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);

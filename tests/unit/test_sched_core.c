@@ -29,7 +29,7 @@ static void treq_init(treq *t, const int32_t *prompt, int n, int max_len) {
 }
 
 static kv_cache *make_kv(int n_blocks, int block_size, int max_seqs, int max_seq_blocks) {
-    kv_cache_config kc = {1, 4, block_size, n_blocks, max_seqs, max_seq_blocks, 1, 0};
+    kv_cache_config kc = {1, 4, block_size, n_blocks, max_seqs, max_seq_blocks, 1, 0, NULL, NULL};
     return kv_cache_create_paged(&kc);
 }
 

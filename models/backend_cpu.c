@@ -1,0 +1,111 @@
+/* backend_cpu.c - the CPU backend: model_forward on the thread pool, K/V in
+ * host arrays, model_sampler_sample on each row. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/brisk_error.h"
+#include "kernels/cpu/kern_bench.h"
+#include "models/backend.h"
+
+typedef struct cpu_backend {
+    model_backend base;
+    model_state *st;
+    kern_pool *pool;
+    float *logits; /* of the last forward: n_out rows of n_vocab */
+    int n_out;
+} cpu_backend;
+
+static int cpu_forward(model_backend *be, kv_cache *kv, const model_batch *b, int *n_out) {
+    cpu_backend *c = (cpu_backend *)be;
+    c->n_out = 0;
+    int rc = model_forward(be->m, c->st, kv, c->pool, b, &c->logits, &c->n_out);
+    *n_out = c->n_out;
+    return rc;
+}
+
+static int cpu_logits(model_backend *be, int row, const float **out) {
+    cpu_backend *c = (cpu_backend *)be;
+    if (row < 0 || row >= c->n_out) return BRISK_ERANGE;
+    *out = c->logits + (size_t)row * (size_t)model_get_config(be->m)->n_vocab;
+    return 0;
+}
+
+/* The sampler works in place on the row (penalties, temperature): rows are
+ * sampled once each, after any log-prob copies. */
+static int cpu_sample(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids) {
+    cpu_backend *c = (cpu_backend *)be;
+    size_t nv = (size_t)model_get_config(be->m)->n_vocab;
+    for (int i = 0; i < n; i++) {
+        if (jobs[i].row < 0 || jobs[i].row >= c->n_out) return BRISK_ERANGE;
+        ids[i] = model_sampler_sample(jobs[i].sampler, c->logits + (size_t)jobs[i].row * nv,
+                                      jobs[i].hist, jobs[i].n_hist);
+    }
+    return 0;
+}
+
+static int cpu_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cache **out) {
+    (void)be;
+    kv_cache_config k = *cfg;
+    k.copy_rows = NULL;
+    k.copy_ctx = NULL;
+    *out = kv_cache_create_paged(&k);
+    return *out ? 0 : BRISK_ENOMEM;
+}
+
+static long long cpu_kv_budget(model_backend *be) {
+    (void)be;
+    return 0;
+}
+
+static double cpu_mem_bw(model_backend *be) {
+    cpu_backend *c = (cpu_backend *)be;
+    /* 512 MiB is far beyond any last-level cache: DRAM bandwidth. */
+    return c->pool ? kern_measure_read_bw(c->pool, (size_t)512 << 20, 3) * 1e9 : 0.0;
+}
+
+static void cpu_describe(model_backend *be, char *buf, size_t len) {
+    cpu_backend *c = (cpu_backend *)be;
+    snprintf(buf, len, "cpu, %d threads", c->pool ? kern_pool_size(c->pool) : 1);
+}
+
+static void cpu_free(model_backend *be) {
+    cpu_backend *c = (cpu_backend *)be;
+    model_state_free(c->st);
+    free(c);
+}
+
+static const model_backend_ops cpu_ops = {
+    .name = "cpu",
+    .forward = cpu_forward,
+    .logits = cpu_logits,
+    .sample = cpu_sample,
+    .kv_create = cpu_kv_create,
+    .kv_budget = cpu_kv_budget,
+    .mem_bw = cpu_mem_bw,
+    .describe = cpu_describe,
+    .free = cpu_free,
+};
+
+int model_backend_cpu_create(const model *m, const model_backend_opts *o, model_backend **out,
+                             char *err, size_t err_len) {
+    *out = NULL;
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, err_len, "out of memory");
+        return BRISK_ENOMEM;
+    }
+    c->base.ops = &cpu_ops;
+    c->base.m = m;
+    c->base.device = MODEL_DEVICE_CPU;
+    c->base.weight_bytes = model_weight_bytes(m);
+    c->pool = o->pool;
+    c->st = model_state_create(m, o->max_tokens, o->max_ctx);
+    if (!c->st) {
+        free(c);
+        snprintf(err, err_len, "out of memory for the forward pass scratch (%d tokens, context %d)",
+                 o->max_tokens, o->max_ctx);
+        return BRISK_ENOMEM;
+    }
+    *out = &c->base;
+    return 0;
+}
