@@ -6,9 +6,10 @@
 #   asan    -> build-asan/   ASan + UBSan + allocation-failure injection
 #   tsan    -> build-tsan/   TSan
 # The sanitizer flavours compile -O2 -g1 (line tables for the reports) and keep
-# assert() on: they are where internal invariants get checked. Their CUDA code
-# (host C only is instrumented) is built for sm_75 alone, as PTX that any newer
-# GPU runs: the Release build compiles every architecture.
+# assert() on: they are where internal invariants get checked. They leave CUDA
+# out (-DBRISK_CUDA=OFF): ASan's shadow memory keeps the CUDA runtime from
+# starting, so nothing CUDA could run under them, and the Release build is the
+# one that compiles every architecture.
 # With CI=true warnings are errors (-DBRISK_WERROR=ON).
 # Extra arguments after the flavour go to cmake's configure step.
 set -euo pipefail
@@ -17,11 +18,10 @@ cd "$(dirname "$0")/.."
 flavour=${1:-Release}
 [ $# -gt 0 ] && shift
 
-san=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1"
-     -DBRISK_CUDA_ARCHITECTURES=75)
+san=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1" -DBRISK_CUDA=OFF)
 case "$flavour" in
-    Release|release) dir=build;       args=(-DCMAKE_BUILD_TYPE=Release -DBRISK_CUDA_ARCHITECTURES="75;80;90") ;;
-    Debug|debug)     dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug -DBRISK_CUDA_ARCHITECTURES="75;80;90") ;;
+    Release|release) dir=build;       args=(-DCMAKE_BUILD_TYPE=Release -DBRISK_CUDA=ON -DBRISK_CUDA_ARCHITECTURES="75;80;90") ;;
+    Debug|debug)     dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug -DBRISK_CUDA=ON -DBRISK_CUDA_ARCHITECTURES="75;80;90") ;;
     asan|ASan)       dir=build-asan;  args=("${san[@]}" -DBRISK_SANITIZE=ON -DBRISK_FAULT_INJECT=ON) ;;
     tsan|TSan)       dir=build-tsan;  args=("${san[@]}" -DBRISK_TSAN=ON) ;;
     *) echo "usage: $0 [Release|Debug|asan|tsan] [cmake args...]" >&2; exit 2 ;;
