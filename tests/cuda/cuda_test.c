@@ -68,6 +68,24 @@ float *dev_random(size_t n, float scale) {
     return d;
 }
 
+uint16_t *nan_pool(size_t n) {
+    uint16_t *p = xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        p[i] = 0x7e00u;
+    return p;
+}
+
+int32_t *shuffled_ids(int n, int (*rand_below)(int)) {
+    int32_t *perm = xmalloc((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = rand_below(i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    return perm;
+}
+
 int selected(const char *op) {
     return !g_filter || strstr(op, g_filter) != NULL;
 }

@@ -29,6 +29,12 @@ void to_host(void *host, const void *dev, size_t bytes); /* waits for the stream
 void dev_free(void *d);
 float *dev_random(size_t n, float scale); /* n random floats (never zero) on the device */
 int selected(const char *op);             /* whether -o selects op */
+/* A paged-pool test fixture: n f16 values all NaN (0x7e00), so a kernel that
+ * reads a position no sequence owns poisons its result. */
+uint16_t *nan_pool(size_t n);
+/* The ids 0 .. n-1 in a random order (Fisher-Yates on the file's RNG
+ * through rand_below): block tables that are not contiguous. */
+int32_t *shuffled_ids(int n, int (*rand_below)(int));
 
 /* One result line, test-backend-ops style: OP(params): err (bound) OK|FAIL.
  * bound 0 means exact. A NaN error fails. Counted for the summary. */

@@ -108,16 +108,8 @@ static void prefill_case(const pf_shape *sh, const pf_run *runs, int n_runs) {
     const int n_pool = used + 3; /* 3 blocks nobody names */
     const size_t row_stride = (size_t)sh->n_kv * hd + (size_t)sh->row_pad;
     const size_t block_stride = (size_t)bs * row_stride, pool_n = (size_t)n_pool * block_stride;
-    uint16_t *k = xmalloc(pool_n * sizeof(uint16_t)), *v = xmalloc(pool_n * sizeof(uint16_t));
-    for (size_t i = 0; i < pool_n; i++)
-        k[i] = v[i] = 0x7e00u; /* NaN */
-    int32_t *perm = xmalloc((size_t)n_pool * sizeof(int32_t));
-    for (int i = 0; i < n_pool; i++)
-        perm[i] = i;
-    for (int i = n_pool - 1; i > 0; i--) {
-        int j = rng_int(i + 1), t = perm[i];
-        perm[i] = perm[j], perm[j] = t;
-    }
+    uint16_t *k = nan_pool(pool_n), *v = nan_pool(pool_n);
+    int32_t *perm = shuffled_ids(n_pool, rng_int);
     int32_t *bt = xmalloc((size_t)n_runs * max_blocks * sizeof(int32_t));
     int next = 0;
     for (int r = 0; r < n_runs; r++) {

@@ -435,16 +435,8 @@ static void attn_case(int head_dim, int n_kv, int group, const int *lens, int n_
     const size_t row_stride = (size_t)n_kv * head_dim + (size_t)row_pad;
     const size_t block_stride = (size_t)bs * row_stride;
     const size_t pool_n = (size_t)n_pool * block_stride, q_n = (size_t)n_seq * n_heads * head_dim;
-    uint16_t *k = xmalloc(pool_n * sizeof(uint16_t)), *v = xmalloc(pool_n * sizeof(uint16_t));
-    for (size_t i = 0; i < pool_n; i++)
-        k[i] = v[i] = 0x7e00u; /* NaN */
-    int32_t *perm = xmalloc((size_t)n_pool * sizeof(int32_t));
-    for (int i = 0; i < n_pool; i++)
-        perm[i] = i;
-    for (int i = n_pool - 1; i > 0; i--) {
-        int j = rng_int(i + 1), t = perm[i];
-        perm[i] = perm[j], perm[j] = t;
-    }
+    uint16_t *k = nan_pool(pool_n), *v = nan_pool(pool_n);
+    int32_t *perm = shuffled_ids(n_pool, rng_int);
     int32_t *bt = xmalloc((size_t)n_seq * max_blocks * sizeof(int32_t));
     int next = 0;
     for (int s = 0; s < n_seq; s++) {
