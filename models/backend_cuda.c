@@ -217,19 +217,6 @@ size_t model_backend_cuda_weight_bytes(const model *m) {
 
 /* ---- forward ----------------------------------------------------------------- */
 
-static int cuda_validate(const cuda_backend *cb, kv_cache *kv, const model_batch *b) {
-    if (b->n_tokens <= 0 || b->n_tokens > cb->o.max_tokens) return BRISK_ERANGE;
-    int n_seqs = kv_cache_n_seqs(kv);
-    for (int i = 0; i < b->n_tokens; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= cb->c.n_vocab) return BRISK_EINVAL;
-        if (b->seq[i] < 0 || b->seq[i] >= n_seqs) return BRISK_ERANGE;
-        if (b->pos[i] < 0 || b->pos[i] >= cb->o.max_ctx ||
-            b->pos[i] >= kv_cache_seq_capacity(kv, b->seq[i]))
-            return BRISK_ERANGE;
-    }
-    return 0;
-}
-
 /* Fills the host staging for the batch: tokens, positions, KV slots, runs
  * (consecutive tokens of one sequence at consecutive positions) with their
  * block tables and context lengths, and the rows that want logits.
@@ -416,7 +403,7 @@ static int cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, i
         cb->kv_error = 0;
         return rc;
     }
-    int rc = cuda_validate(cb, kv, b);
+    int rc = model_batch_validate(be->m, kv, b, cb->o.max_tokens, cb->o.max_ctx);
     if (rc < 0) return rc;
     int n = b->n_tokens, max_run = 0, n_want = 0;
     int n_runs = cuda_stage(cb, kv, b, &max_run, &n_want);

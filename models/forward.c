@@ -259,16 +259,16 @@ static void forward_silu_task(void *ctx, int t, int thread) {
 
 /* ---- the pass ------------------------------------------------------------- */
 
-static int forward_validate(const model *m, const model_state *st, kv_cache *kv,
-                            const model_batch *b) {
-    if (b->n_tokens <= 0 || b->n_tokens > st->max_tokens) return BRISK_ERANGE;
+int model_batch_validate(const model *m, kv_cache *kv, const model_batch *b, int max_tokens,
+                         int max_ctx) {
+    if (b->n_tokens <= 0 || b->n_tokens > max_tokens) return BRISK_ERANGE;
     int n_seqs = kv_cache_n_seqs(kv);
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab) return BRISK_EINVAL;
         if (b->seq[i] < 0 || b->seq[i] >= n_seqs) return BRISK_ERANGE;
         /* Only positions the slot has blocks for can be written (a paged
          * slot grows through kv_cache_seq_grow before its step). */
-        if (b->pos[i] < 0 || b->pos[i] >= st->max_ctx ||
+        if (b->pos[i] < 0 || b->pos[i] >= max_ctx ||
             b->pos[i] >= kv_cache_seq_capacity(kv, b->seq[i]))
             return BRISK_ERANGE;
     }
@@ -300,7 +300,7 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
                   const model_batch *b, float **logits, int *n_out) {
     const model_config *c = &m->cfg;
     const model_weights *w = &m->w;
-    int rc = forward_validate(m, st, kv, b);
+    int rc = model_batch_validate(m, kv, b, st->max_tokens, st->max_ctx);
     if (rc < 0) return rc;
     int n = b->n_tokens;
     int n_want = 0;
