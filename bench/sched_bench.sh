@@ -20,7 +20,8 @@
 # It prints the table and writes bench/results/<date>-<machine>-sched.json
 # (machine, commit, date, every figure).
 #
-# Environment: BRISK_BIN, BENCH_BIN, MODEL, BRISK_MACHINE (hostname), SERVE_ARGS, IN, OUT.
+# Environment: BRISK_BIN, BENCH_BIN, MODEL, BRISK_MACHINE (hostname), SERVE_ARGS, IN, OUT,
+# LEVELS (the concurrency levels, default "1 16 64"; the first is the single-stream base).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,7 @@ BRISK=${BRISK_BIN:-build/bin/brisk}
 BENCH=${BENCH_BIN:-build/bin/brisk-bench}
 MACHINE=${BRISK_MACHINE:-$(hostname)}
 IN=${IN:-128}
+LEVELS=${LEVELS:-1 16 64}
 OUT_LEN=${OUT:-128}
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
@@ -37,6 +39,7 @@ done
 M=${MODEL:-$(bash scripts/fetch-model.sh --print-path)}
 OUT=bench/results/$(date +%Y-%m-%d)-$MACHINE-sched
 [ "$IN/$OUT_LEN" != "128/128" ] && OUT=$OUT-$IN-$OUT_LEN
+[ "$LEVELS" != "1 16 64" ] && OUT=$OUT-c${LEVELS// /-}
 [ "$QUICK" = 1 ] && OUT=$OUT-quick
 TMP=$(mktemp -d)
 SERVER_PID=
@@ -63,7 +66,7 @@ echo "sched_bench.sh: brisk serve at $URL ($M, int8)" >&2
 "$BENCH" --base-url "$URL" --max-concurrency 4 --num-prompts 8 --input-len 128 --output-len 16 --quiet \
     > /dev/null
 
-for C in 1 16 64; do
+for C in $LEVELS; do
     if [ "$QUICK" = 1 ]; then N=$((C * 2)); else N=$((C * 4)); fi
     [ "$N" -lt 8 ] && N=8
     curl -sf "$URL/metrics" > "$TMP/before-$C.txt"
@@ -79,10 +82,11 @@ done
 
 COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 mkdir -p bench/results
-python3 - "$TMP" "$OUT.json" "$MACHINE" "$COMMIT" "$M" "$(getconf CLK_TCK)" "$IN" "$OUT_LEN" <<'EOF'
+python3 - "$TMP" "$OUT.json" "$MACHINE" "$COMMIT" "$M" "$(getconf CLK_TCK)" "$IN" "$OUT_LEN" "$LEVELS" <<'EOF'
 import json, re, sys, datetime, platform, os
 tmp, out, machine, commit, model, hz = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
 n_in, n_out = int(sys.argv[7]), int(sys.argv[8])
+levels = [int(c) for c in sys.argv[9].split()]
 
 def scrape(path):
     vals = {}
@@ -99,7 +103,7 @@ def scrape(path):
 cpu = open("/proc/cpuinfo").read()
 cpu_model = re.search(r"model name\s*:\s*(.*)", cpu)
 rows = []
-for c in (1, 16, 64):
+for c in levels:
     b = json.load(open(f"{tmp}/bench-{c}.json"))["runs"][0]
     m0, m1 = scrape(f"{tmp}/before-{c}.txt"), scrape(f"{tmp}/after-{c}.txt")
     d = lambda k: m1.get(k, 0) - m0.get(k, 0)

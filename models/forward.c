@@ -296,6 +296,17 @@ static void forward_matmul(kern_pool *pool, model_state *st, const model_matrix 
     kern_matmul(pool, w->type, w->data, w->n_out, w->n_in, x, n_tok, y, st->ws);
 }
 
+/* Matrices that read the same input (q/k/v; gate/up) in one pool run:
+ * one dispatch and one join instead of one each, the activations quantized
+ * once. The results are the bits separate calls give (kern_matmul_multi). */
+static void forward_matmul_multi(kern_pool *pool, model_state *st, const model_matrix *const *w, int n_w,
+                                 const float *x, int n_tok, float *const *y) {
+    kern_matmul_part parts[KERN_MATMUL_MAX_PARTS];
+    for (int i = 0; i < n_w; i++)
+        parts[i] = (kern_matmul_part){.wt = w[i]->type, .W = w[i]->data, .n_out = w[i]->n_out, .y = y[i]};
+    kern_matmul_multi(pool, parts, n_w, w[0]->n_in, x, n_tok, st->ws);
+}
+
 int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
                   const model_batch *b, float **logits, int *n_out) {
     const model_config *c = &m->cfg;
@@ -326,9 +337,9 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         const model_layer *L = &w->layers[l];
         /* 2. Attention block: norm, q/k/v projections, RoPE, cache write. */
         forward_rmsnorm(pool, st->xb, st->x, L->attn_norm, n, dim, c->norm_eps);
-        forward_matmul(pool, st, &L->wq, st->xb, n, st->q);
-        forward_matmul(pool, st, &L->wk, st->xb, n, st->k);
-        forward_matmul(pool, st, &L->wv, st->xb, n, st->v);
+        const model_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_out[3] = {st->q, st->k, st->v};
+        forward_matmul_multi(pool, st, qkv, 3, st->xb, n, qkv_out);
         rope_job rj = {m, b, st, kv, l};
         if (n <= FORWARD_INLINE_ROWS) {
             for (int t = 0; t < n; t++) forward_qkv_post_task(&rj, t, 0);
@@ -343,8 +354,9 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         for (size_t i = 0; i < (size_t)n * dim; i++) st->x[i] += st->xb2[i];
         /* 5. Feed-forward block: norm, SiLU(gate) * up, down, residual. */
         forward_rmsnorm(pool, st->xb, st->x, L->ffn_norm, n, dim, c->norm_eps);
-        forward_matmul(pool, st, &L->w_gate, st->xb, n, st->hb);
-        forward_matmul(pool, st, &L->w_up, st->xb, n, st->hb2);
+        const model_matrix *gate_up[2] = {&L->w_gate, &L->w_up};
+        float *gate_up_out[2] = {st->hb, st->hb2};
+        forward_matmul_multi(pool, st, gate_up, 2, st->xb, n, gate_up_out);
         mlp_job mj = {st->hb, st->hb2, c->hidden_dim};
         if (n <= FORWARD_INLINE_ROWS) {
             for (int t = 0; t < n; t++) forward_silu_task(&mj, t, 0);

@@ -27,6 +27,7 @@
  * 44-47% fewer bytes). The int16 activations keep their quantization error
  * ~256x below int8's, which matters for models that amplify it (SmolLM2-135M:
  * 25% logit error with int8 activations). */
+#include <assert.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -269,7 +270,9 @@ void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1)
 /* ---- threading --------------------------------------------------------------- */
 
 typedef struct {
-    const kern_mm_args *a;
+    kern_mm_args a[KERN_MATMUL_MAX_PARTS];
+    int g_first[KERN_MATMUL_MAX_PARTS + 1]; /* part p owns groups [g_first[p], g_first[p + 1]) */
+    int n_parts;
     kern_mm_rows_fn rows;
     int n_groups, n_tasks, n_threads;
 } mm_job;
@@ -280,7 +283,7 @@ static void mm_task(void *ctx, int task, int thread)
     const mm_job *j = ctx;
     /* The pool hands tasks out in order, so thread k usually runs tasks k,
      * k + n_threads, ...: those become consecutive row ranges, each thread's
-     * share one contiguous stretch of the matrix that its prefetch of the
+     * share one contiguous stretch of the matrices that its prefetch of the
      * next tile runs on into (the task order does not change any result). */
     if (j->n_tasks % j->n_threads == 0) {
         int per = j->n_tasks / j->n_threads;
@@ -288,10 +291,17 @@ static void mm_task(void *ctx, int task, int thread)
     }
     int g0 = (int)((int64_t)task * j->n_groups / j->n_tasks);
     int g1 = (int)((int64_t)(task + 1) * j->n_groups / j->n_tasks);
-    int r0 = g0 * ROW_GROUP;
-    int r1 = g1 * ROW_GROUP < j->a->n_out ? g1 * ROW_GROUP : j->a->n_out;
-    if (r0 < r1)
-        j->rows(j->a, r0, r1);
+    /* The groups of all parts form one row space; a task may span two. */
+    for (int p = 0; p < j->n_parts; p++) {
+        int lo = g0 > j->g_first[p] ? g0 : j->g_first[p];
+        int hi = g1 < j->g_first[p + 1] ? g1 : j->g_first[p + 1];
+        if (lo >= hi)
+            continue;
+        const kern_mm_args *a = &j->a[p];
+        int r0 = (lo - j->g_first[p]) * ROW_GROUP;
+        int r1 = (hi - j->g_first[p]) * ROW_GROUP < a->n_out ? (hi - j->g_first[p]) * ROW_GROUP : a->n_out;
+        j->rows(a, r0, r1);
+    }
 }
 
 typedef struct {
@@ -325,19 +335,33 @@ static void quant_task(void *ctx, int task, int thread)
  * row) is cheaper than a pool dispatch (~1-2 us). */
 #define QUANT_PARALLEL_MIN_TOK 8
 
-void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in, const float *x, int n_tok,
-                 float *y, void *ws)
+void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_parts, int n_in, const float *x,
+                       int n_tok, void *ws)
 {
-    if (n_out <= 0 || n_tok <= 0)
+    if (n_tok <= 0 || n_parts <= 0)
         return;
+    assert(n_parts <= KERN_MATMUL_MAX_PARTS);
     kern_level level = kern_cpu_level();
-    kern_mm_args a = {
-        .wt = wt, .W = W, .row_bytes = kern_row_bytes(wt, n_in),
-        .n_out = n_out, .n_in = n_in, .n_tok = n_tok, .x = x, .y = y,
-    };
     int n_threads = kern_pool_size(pool);
+    mm_job j = {.n_parts = n_parts};
+    int any_int = 0;
+    for (int p = 0; p < n_parts; p++) {
+        const kern_matmul_part *q = &parts[p];
+        int n_out = q->n_out > 0 ? q->n_out : 0;
+        j.a[p] = (kern_mm_args){
+            .wt = q->wt, .W = q->W, .row_bytes = kern_row_bytes(q->wt, n_in),
+            .n_out = n_out, .n_in = n_in, .n_tok = n_tok, .x = x, .y = q->y,
+        };
+        j.g_first[p + 1] = j.g_first[p] + (n_out + ROW_GROUP - 1) / ROW_GROUP;
+        any_int |= kern_is_int_weight(q->wt);
+    }
+    j.n_groups = j.g_first[n_parts];
+    if (j.n_groups == 0)
+        return;
 
-    if (kern_is_int_weight(wt)) {
+    /* Integer weights: the activations are quantized once for every part
+     * (the layout depends on n_in, n_tok and the level only). */
+    if (any_int) {
         size_t scales = align64((size_t)(n_in / KERN_QK) * (size_t)n_tok * sizeof(float));
         int16_t *xq = ws;
         float *xd = (float *)((uint8_t *)ws + align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)));
@@ -353,20 +377,21 @@ void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_
             q.tok_per_task = n_tok;
             quant_task(&q, 0, 0);
         }
-        a.xq = xq;
-        a.xd = xd;
-        a.xs = xs;
+        for (int p = 0; p < n_parts; p++) {
+            j.a[p].xq = xq;
+            j.a[p].xd = xd;
+            j.a[p].xs = xs;
+        }
     }
 
-    kern_mm_rows_fn rows = kern_mm_rows_scalar;
+    j.rows = kern_mm_rows_scalar;
     switch (level) {
-    case KERN_LEVEL_AVX512VNNI: rows = kern_mm_rows_avx512vnni; break;
-    case KERN_LEVEL_AVX512: rows = kern_mm_rows_avx512; break;
-    case KERN_LEVEL_AVX2: rows = kern_mm_rows_avx2; break;
+    case KERN_LEVEL_AVX512VNNI: j.rows = kern_mm_rows_avx512vnni; break;
+    case KERN_LEVEL_AVX512: j.rows = kern_mm_rows_avx512; break;
+    case KERN_LEVEL_AVX2: j.rows = kern_mm_rows_avx2; break;
     case KERN_LEVEL_SCALAR: break;
     }
 
-    mm_job j = {.a = &a, .rows = rows, .n_groups = (n_out + ROW_GROUP - 1) / ROW_GROUP};
     /* ~4 tasks per thread, at most 64 rows (4 groups) per task for big
      * matrices so the tail of the run is short, never more tasks than groups. */
     int n_tasks = n_threads * 4;
@@ -378,4 +403,11 @@ void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_
     j.n_tasks = n_tasks;
     j.n_threads = n_threads;
     kern_pool_run(pool, mm_task, &j, n_tasks);
+}
+
+void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in, const float *x, int n_tok,
+                 float *y, void *ws)
+{
+    kern_matmul_part part = {.wt = wt, .W = W, .n_out = n_out, .y = y};
+    kern_matmul_multi(pool, &part, 1, n_in, x, n_tok, ws);
 }

@@ -215,6 +215,13 @@ AI void q8_dots(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
         q8_widen(wr[r], b, K, &w0[r], &w1[r]);
+    if (pf) { /* the next tile's R rows, walked at the rate this one is read */
+        const int nl = (int)((R * KERN_WK_BB(K) + 63) / 64);
+        const char *q = (const char *)pf + (size_t)b * 64 * nl;
+#pragma GCC unroll 3
+        for (int l = 0; l < nl; l++)
+            _mm_prefetch(q + 64 * l, _MM_HINT_NTA);
+    }
 #pragma GCC unroll 2
     for (int p = 0; p < T / 2; p++) {
         const __m256i *xp = (const __m256i *)(xr + (size_t)2 * p * a->n_in + b * 64);
@@ -456,13 +463,13 @@ AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R)
                                                  const float *sd, const float *sm)                 \
     {                                                                                              \
         const size_t sstride = (size_t)(a->n_in / 32) * 2;                                         \
-        if (T == 1)                                                                                \
+        if (T <= 4)                                                                                \
             prefetch_first_tile(a, r0, r1, R);                                                     \
         for (int o = r0; o < r1; o += R) {                                                         \
             const uint8_t *wr[R];                                                                  \
             for (int r = 0; r < R; r++)                                                            \
                 wr[r] = a->W + (size_t)(o + r < r1 ? o + r : r1 - 1) * a->row_bytes;               \
-            const uint8_t *pf = T == 1 && o + 3 * R < a->n_out                                     \
+            const uint8_t *pf = T <= 4 && o + 3 * R < a->n_out                                     \
                                     ? a->W + (size_t)(o + R) * a->row_bytes                        \
                                     : NULL;                                                        \
             float out[8];                                                                          \
@@ -744,11 +751,15 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, co
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
             w[r] = load8(wt, wr[r], i);
-        if (T == 1 && f) {
+        if (f) {
             __asm__ volatile("" ::: "memory");
             _mm_prefetch(f, _MM_HINT_NTA);
-            _mm_prefetch(f + 64, _MM_HINT_NTA);
-            f += 128;
+            if (R == 8) {
+                _mm_prefetch(f + 64, _MM_HINT_NTA);
+                f += 128;
+            } else {
+                f += 16 * R; /* R rows' 8 values: a line every 64 / (16 R) steps */
+            }
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
@@ -770,15 +781,13 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, co
 #define DEFINE_F_SPAN(NAME, WT, R, T)                                                              \
     static void f_span_##NAME##_##R##x##T(const kern_mm_args *a, int r0, int r1, int t0)           \
     {                                                                                              \
-        if (T == 1 && WT != KERN_TYPE_F32) /* see f_tile */                                        \
+        if (WT != KERN_TYPE_F32) /* see f_tile */                                                  \
             prefetch_first_tile(a, r0, r1, R);                                                     \
         for (int o = r0; o < r1; o += R) {                                                         \
             const uint8_t *wr[R];                                                                  \
             for (int r = 0; r < R; r++)                                                            \
                 wr[r] = a->W + (size_t)(o + r < r1 ? o + r : r1 - 1) * a->row_bytes;                 \
-            const uint8_t *pf = T == 1 && o + 3 * R < a->n_out                                     \
-                                    ? a->W + (size_t)(o + R) * a->row_bytes                        \
-                                    : NULL;                                                        \
+            const uint8_t *pf = o + 3 * R < a->n_out ? a->W + (size_t)(o + R) * a->row_bytes : NULL; \
             float out[8];                                                                          \
             f_tile(a, WT, wr, pf, t0, R, T, out);                                                  \
             for (int k = 0; k < 8; k++)                                                            \

@@ -53,6 +53,21 @@ extern "C" {
 size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok);
 void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in,
                  const float *x, int n_tok, float *y, void *ws);
+/* Several matrices over the same x in one pool run: y_p = x W_p^T for each
+ * part (types may differ; n_in is shared). The activations are quantized
+ * once, and the parts' rows form one row space cut into tasks, so a decode
+ * step pays one dispatch and one join for q/k/v (or gate/up) instead of one
+ * each. Every y_p is bit-identical to kern_matmul of that part alone. ws:
+ * kern_matmul_ws_bytes of any part's type (all integer types need the same). */
+#define KERN_MATMUL_MAX_PARTS 4
+typedef struct kern_matmul_part {
+    kern_type wt;
+    const void *W;
+    int n_out;
+    float *y;
+} kern_matmul_part;
+void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_parts, int n_in,
+                       const float *x, int n_tok, void *ws);
 /* Reference: single-threaded plain C, same arithmetic definition. */
 void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in,
                      const float *x, int n_tok, float *y);

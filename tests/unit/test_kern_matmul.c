@@ -258,6 +258,57 @@ static void test_invariance(kern_pool *pool1, kern_pool *pool2, kern_level top)
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
 }
 
+/* kern_matmul_multi: parts of different types and sizes (row counts not a
+ * multiple of the 16-row group, so tasks straddle parts) over one x give, for
+ * every part, exactly kern_matmul's bits for that part alone, for decode and
+ * batch sizes, 1 and 2 threads; and the ws of an integer part serves all. */
+static void test_multi(kern_pool *pool1, kern_pool *pool2, kern_level top)
+{
+    const int n_in = 576;
+    const int n_outs[3] = {200, 37, 133};
+    const kern_type sets[][3] = {
+        {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0, KERN_TYPE_Q8_0},
+        {KERN_TYPE_F16, KERN_TYPE_Q4_1, KERN_TYPE_Q8_0M},
+        {KERN_TYPE_Q4_0, KERN_TYPE_F32, KERN_TYPE_BF16},
+        {KERN_TYPE_F16, KERN_TYPE_F16, KERN_TYPE_F16},
+    };
+    const int toks[] = {1, 2, 3, 5, 7, 17};
+    for (int lv = lv_first(top); lv <= (int)top; lv++) {
+        kern_cpu_set_max_level((kern_level)lv);
+        for (int si = 0; si < (int)(sizeof(sets) / sizeof(sets[0])); si++)
+            for (int k = 0; k < (int)(sizeof(toks) / sizeof(toks[0])); k++) {
+                int n_tok = toks[k];
+                bufs b[3];
+                kern_matmul_part parts[3];
+                for (int p = 0; p < 3; p++) {
+                    make(&b[p], sets[si][p], n_outs[p], n_in, n_tok);
+                    if (p > 0) /* one x for all parts */
+                        memcpy(b[p].x, b[0].x, sizeof(float) * n_tok * n_in);
+                    parts[p] = (kern_matmul_part){.wt = sets[si][p], .W = b[p].w, .n_out = n_outs[p], .y = b[p].y};
+                }
+                size_t wsb = (kern_matmul_ws_bytes(KERN_TYPE_Q8_0, n_in, n_tok) + 63) & ~(size_t)63;
+                void *ws = aligned_alloc(64, wsb);
+                for (int np = 0; np < 2; np++) {
+                    kern_pool *pool = np ? pool2 : pool1;
+                    for (int p = 0; p < 3; p++)
+                        fill_normal(b[p].y, (size_t)n_tok * n_outs[p], 1.0f); /* no stale result can pass */
+                    kern_matmul_multi(pool, parts, 3, n_in, b[0].x, n_tok, ws);
+                    for (int p = 0; p < 3; p++) {
+                        kern_matmul(pool1, sets[si][p], b[p].w, n_outs[p], n_in, b[0].x, n_tok, b[p].ref, b[p].ws);
+                        CHECK(memcmp(b[p].y, b[p].ref, sizeof(float) * n_tok * n_outs[p]) == 0,
+                              "%s multi part %d (%s, %d rows), %d tokens, %d threads: differs from kern_matmul",
+                              kern_level_name((kern_level)lv), p, kern_type_name(sets[si][p]), n_outs[p], n_tok,
+                              np + 1);
+                    }
+                }
+                free(ws);
+                for (int p = 0; p < 3; p++)
+                    unmake(&b[p]);
+            }
+    }
+    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+}
+
 /* The activation quantizer: the SIMD version equals the scalar one bit for
  * bit, including exact .5 ties (to even), all-zero and denormal blocks; and
  * the scalar one keeps its contract (|q| <= 32767, the block max at +-32767,
@@ -520,6 +571,7 @@ int main(void)
     test_long_rows(pool1, top);
     test_odd_n_in(pool2, top);
     test_invariance(pool1, pool2, top);
+    test_multi(pool1, pool2, top);
     printf("(%.1f s)\n", now_sec() - t);
     kern_pool_free(pool1);
     kern_pool_free(pool2);
