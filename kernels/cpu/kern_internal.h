@@ -52,8 +52,11 @@ static inline int kern_is_int_weight(kern_type t)
  * KERN_AVX2_PLAIN_MIN_TOK; a last odd token, every token of a longer batch
  * (whose AVX2 kernel broadcasts pairs of values from plain rows) and every
  * token at the other levels are stored plainly. For the float types x is
- * used directly. */
-#define KERN_AVX2_PLAIN_MIN_TOK 6
+ * used directly. 10: with the next tile prefetched, the 2x4 tiles (a pass
+ * over the weights per 4 tokens, later passes from L2) beat the repacking
+ * below 10 tokens (SmolLM2 int8 49152x576, 2 threads: 6-9 tokens 11-27%
+ * faster than repacked; equal from 10 on; it was 6 before the prefetch). */
+#define KERN_AVX2_PLAIN_MIN_TOK 10
 typedef struct kern_mm_args {
     kern_type wt;
     const uint8_t *W;

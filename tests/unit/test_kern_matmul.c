@@ -106,7 +106,7 @@ static void test_vs_ref(kern_pool *pool, kern_level top)
 {
     const int outs[] = {1, 3, 17, 64, 577};
     const int ins[] = {32, 64, 576, 1536};
-    const int toks[] = {1, 2, 3, 4, 5, 6, 8, 18, 19, 20, 22, 33}; /* all tile shapes and the layout tails */
+    const int toks[] = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 18, 19, 20, 22, 33}; /* all tile shapes and the layout tails */
     for (int lv = (int)top + 1; lv <= KERN_LEVEL_AVX512VNNI; lv++)
         printf("skip level %s: not supported by this CPU\n", kern_level_name((kern_level)lv));
     for (int ti = 0; ti < N_TYPES; ti++) {
