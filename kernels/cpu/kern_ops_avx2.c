@@ -191,6 +191,7 @@ AI __m256 kv_load8(const kern_kv_view *kv, int is_v, size_t off, const int f16)
  * prefetcher alone leaves the loads waiting on memory. Prefetching changes
  * no result. */
 #define ATTN_PF 8
+_Static_assert(ATTN_PF % ATTN_PB == 0, "attn_scores: a prefetched chunk starts a chunk");
 
 /* Prefetches n elements of K or V from element offset off. */
 AI void attn_prefetch(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16)
@@ -252,13 +253,22 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
     __m256 part[ATTN_TILE * ATTN_HEADS][ATTN_PB];
     __m256 vscale = _mm256_set1_ps(scale);
     int p = 0;
+    /* When the cache blocks hold whole chunks of ATTN_PB positions (the
+     * default 16 does), a chunk's rows are evenly spaced in one block: one
+     * block-table lookup (a division) per chunk instead of two per position. */
+    const int chunked = kv->block_size % ATTN_PB == 0;
     for (; p + ATTN_PB <= last + 1; p += ATTN_PB) {
         /* Rows before rfirst end before this block. */
         int rfirst = p - pos0 > r0 ? p - pos0 : r0;
+        size_t ko0 = chunked ? attn_off(kv, kv_head, head_dim, p) : 0;
+        size_t pf0 = chunked && p + ATTN_PF <= last ? attn_off(kv, kv_head, head_dim, p + ATTN_PF) : 0;
         for (int i = 0; i < ATTN_PB; i++) {
             if (p + i + ATTN_PF <= last)
-                attn_prefetch(kv, 0, attn_off(kv, kv_head, head_dim, p + i + ATTN_PF), head_dim, f16);
-            size_t ko = attn_off(kv, kv_head, head_dim, p + i);
+                attn_prefetch(kv, 0,
+                              chunked ? pf0 + (size_t)i * kv->row_stride
+                                      : attn_off(kv, kv_head, head_dim, p + i + ATTN_PF),
+                              head_dim, f16);
+            size_t ko = chunked ? ko0 + (size_t)i * kv->row_stride : attn_off(kv, kv_head, head_dim, p + i);
             for (int d = 0; d < nv; d++)
                 k[d] = kv_load8(kv, 0, ko + 8 * (size_t)d, f16);
             int j = 0;
