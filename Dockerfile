@@ -4,7 +4,7 @@
 #
 #   docker build -t brisk:cuda .
 #   docker run --rm --gpus all -p 8080:8080 -v ~/.cache/brisk/models:/models:ro brisk:cuda \
-#       serve --host 0.0.0.0 --model /models/SmolLM2-135M-Instruct.Q4_1.gguf
+#       serve --host 0.0.0.0 --device auto --model /models/SmolLM2-135M-Instruct.Q4_1.gguf
 #
 # The default command serves /models/model.gguf on 0.0.0.0:8080. A model is
 # mounted at /models, or baked in from a named build context:
@@ -13,9 +13,10 @@
 #       --build-context models=$HOME/.cache/brisk/models \
 #       --build-arg MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf .
 #
-# Note: the CUDA kernels are compiled in and `brisk --version` lists them, but
-# `brisk serve` does not run the model on the GPU yet (see README "Status");
-# until it does this image serves on the CPU cores of its node.
+# The default command adds `--device auto`: the model runs on the GPU when one
+# is visible and it fits, else on the CPU, as the start-up log says. Pass
+# `--device cuda` to refuse to start without a GPU (the AKS overlay does). The
+# CUDA backend has not yet run on a real GPU (README "Status").
 # The CPU-only image is Dockerfile.cpu; both are described in docs/OPERATIONS.md.
 
 ARG CUDA_VERSION=12.6.3
@@ -76,4 +77,4 @@ EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=3s --start-period=300s --retries=3 \
     CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/${BRISK_HEALTH_PORT:-8080} && printf 'GET /health HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n' >&3 && head -c 12 <&3 | grep -q '^HTTP/1.1 200$'"]
 ENTRYPOINT ["brisk"]
-CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8080", "--device", "auto"]

@@ -331,6 +331,7 @@ def test_aks_overlay_targets_the_gpu_pool(rendered):
     assert {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in pod["tolerations"]
     assert pod["nodeSelector"] == {"kubernetes.azure.com/agentpool": "gpu"}
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert flag_value(c["args"], "--device") == "cuda", "a GPU pod must run the model on its GPU"
     assert c["image"].endswith(":0.1.0-cuda12.6.3") and "azurecr.io/" in c["image"]
     pvc = find(objs, "PersistentVolumeClaim", "brisk-models")
     assert pvc["spec"]["storageClassName"].startswith("azurefile-csi")
@@ -346,6 +347,7 @@ def test_aks_overlay_targets_the_gpu_pool(rendered):
     # The base (and the CPU overlay) ask for no GPU.
     _, cpu_c = container(rendered["overlays/cpu"])
     assert "nvidia.com/gpu" not in cpu_c["resources"].get("limits", {})
+    assert "--device" not in cpu_c["args"]
 
 
 if __name__ == "__main__":
