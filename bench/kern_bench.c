@@ -1,13 +1,15 @@
 /* kern_bench.c - CPU kernel micro-benchmark: read bandwidth (the decode
  * roofline), matmul GEMV GB/s per weight type, Q8_0 at the batch sizes of a
- * decode step (1-24 tokens), integer-weight (Q8_0, Q8_0M, Q4_0, Q4_1) GEMM
+ * decode step (1-24 tokens; row-major and the row-interleaved X8 form), integer-weight (Q8_0, Q8_0M, Q4_0, Q4_1) GEMM
  * GOP/s on the SmolLM2-135M shapes, decode attention over a paged cache,
  * pool dispatch cost. Not built by CMake; build with
  *   cc -O2 -I. -Ibuild/generated bench/kern_bench.c build/libbrisk_core.a -lpthread -lm -o kern_bench
- * Usage: kern_bench [threads]   (BRISK_CPU_LEVEL caps the SIMD level). */
+ * Usage: kern_bench [threads [section]]   (BRISK_CPU_LEVEL caps the SIMD level;
+ * section: gemv, step, attn or gemm runs that one alone). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "kernels/cpu/kern_bench.h"
@@ -76,23 +78,30 @@ static double bench_attention(int n_seq, int ctx, int reps)
     return best * 1e3;
 }
 
+static const char *only; /* the one section to run, or NULL for all */
+static int run(const char *section) { return !only || !strcmp(only, section); }
+
 int main(int argc, char **argv)
 {
     int n_threads = argc > 1 ? atoi(argv[1]) : 0;
+    only = argc > 2 ? argv[2] : NULL;
     kern_pool *pool = kern_pool_create(n_threads);
     char desc[128];
     kern_cpu_describe(desc, sizeof(desc));
     printf("%s, %d threads\n", desc, kern_pool_size(pool));
-    double bw = kern_measure_read_bw(pool, (size_t)512 << 20, 5);
-    printf("read bandwidth: %.1f GB/s (512 MiB buffer, best of 5)\n", bw);
-    printf("pool dispatch: %.2f us\n", kern_bench_pool_dispatch(pool, 10000));
+    double bw = 0.0;
+    if (run("gemv")) {
+        bw = kern_measure_read_bw(pool, (size_t)512 << 20, 5);
+        printf("read bandwidth: %.1f GB/s (512 MiB buffer, best of 5)\n", bw);
+        printf("pool dispatch: %.2f us\n", kern_bench_pool_dispatch(pool, 10000));
+    }
 
     /* GEMV: weight bytes streamed per second vs the read roofline. */
     const kern_type types[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1,
                                KERN_TYPE_F16,  KERN_TYPE_BF16,  KERN_TYPE_F32};
     const int n_types = (int)(sizeof(types) / sizeof(types[0])), n_int_types = 4;
     const int gemv[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
-    for (int ti = 0; ti < n_types; ti++)
+    for (int ti = 0; ti < n_types && run("gemv"); ti++)
         for (int s = 0; s < 4; s++) {
             int n_out = gemv[s][0], n_in = gemv[s][1];
             double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 1, 50, &gf);
@@ -103,21 +112,25 @@ int main(int argc, char **argv)
     /* The batch sizes of a decode step: every weight read serves n_tok rows. */
     const int steps[] = {1, 2, 4, 6, 8, 10, 16, 24};
     const int step_shapes[][2] = {{1536, 576}, {576, 1536}, {49152, 576}};
-    for (int s = 0; s < 3; s++)
-        for (int k = 0; k < (int)(sizeof(steps) / sizeof(steps[0])); k++) {
-            double gf, t = kern_bench_matmul(pool, KERN_TYPE_Q8_0, step_shapes[s][0], step_shapes[s][1], steps[k], 10, &gf);
-            printf("step q8_0 %5d x %4d x %2d tok: %8.1f us  %5.1f us/token  %6.1f GOP/s\n", step_shapes[s][0],
-                   step_shapes[s][1], steps[k], t * 1e6, t * 1e6 / steps[k], gf);
-        }
+    const kern_type step_types[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0X8};
+    for (int s = 0; s < 3 && run("step"); s++)
+        for (int k = 0; k < (int)(sizeof(steps) / sizeof(steps[0])); k++)
+            for (int ti = 0; ti < 2; ti++) {
+                double gf, t = kern_bench_matmul(pool, step_types[ti], step_shapes[s][0], step_shapes[s][1],
+                                                 steps[k], 10, &gf);
+                printf("step %-6s %5d x %4d x %2d tok: %8.1f us  %5.1f us/token  %6.1f GOP/s\n",
+                       kern_type_name(step_types[ti]), step_shapes[s][0], step_shapes[s][1], steps[k], t * 1e6,
+                       t * 1e6 / steps[k], gf);
+            }
     /* Decode attention, one thread, SmolLM2 shape. */
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < 2 && run("attn"); c++) {
         int ctx = c ? 272 : 144;
         printf("attention decode step, 16 seqs x ctx %d, SmolLM2 shape, 1 thread: %.2f ms\n", ctx,
                bench_attention(16, ctx, 5));
     }
     /* Prefill: n_tok = 512. */
     const int gemm[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
-    for (int ti = 0; ti < n_int_types; ti++)
+    for (int ti = 0; ti < n_int_types && run("gemm"); ti++)
         for (int s = 0; s < 4; s++) {
             int n_out = gemm[s][0], n_in = gemm[s][1];
             double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 512, s == 3 ? 2 : 5, &gf);

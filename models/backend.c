@@ -59,6 +59,10 @@ int model_backend_create(const model *m, const model_backend_opts *o, model_back
     return model_backend_cpu_create(m, o, out, err, err_len);
 }
 
+int model_device_is_cpu(model_device d) {
+    return d == MODEL_DEVICE_CPU || (d == MODEL_DEVICE_AUTO && !model_backend_cuda_available(NULL, NULL));
+}
+
 void model_backend_free(model_backend *be) {
     if (be) be->ops->free(be);
 }

@@ -113,6 +113,9 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
 /* Whether this build has CUDA and the driver reports a device; with a
  * device, *free_bytes / *total_bytes get its memory (may be NULL). */
 int model_backend_cuda_available(size_t *free_bytes, size_t *total_bytes);
+/* Whether device d will run on the CPU backend: CPU, or AUTO without a CUDA
+ * device (then a model can be loaded in the CPU layout, model_load_opts). */
+int model_device_is_cpu(model_device d);
 /* Device bytes the CUDA backend would need for m's weights. */
 size_t model_backend_cuda_weight_bytes(const model *m);
 

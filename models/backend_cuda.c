@@ -802,6 +802,12 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
         return BRISK_EINVAL;
     }
     const model_config *c = model_get_config(m);
+    const model_weights *mw = model_get_weights(m);
+    if (kern_type_is_x8(mw->output.type) || kern_type_is_x8(mw->layers[0].wq.type)) {
+        snprintf(err, err_len, "--device cuda: the model was loaded in the CPU layout "
+                               "(model_load_opts.cpu_layout)");
+        return BRISK_EINVAL;
+    }
     if (c->head_dim % 8 != 0 || c->head_dim > KERN_CUDA_ATTN_MAX_DIM) {
         snprintf(err, err_len, "--device cuda: head_dim %d is not supported on the GPU (a multiple of 8 "
                                "up to %d)", c->head_dim, KERN_CUDA_ATTN_MAX_DIM);

@@ -328,10 +328,15 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
     int attn_hpt = n_runs * c->n_kv_heads >= 2 * n_threads ? c->n_heads / c->n_kv_heads : 1;
     /* 1. Token embeddings: one row of the table per token. */
     size_t embd_row = kern_row_bytes(w->tok_embd.type, dim);
-    for (int i = 0; i < n; i++)
-        kern_dequantize_row(w->tok_embd.type,
-                            (const uint8_t *)w->tok_embd.data + (size_t)b->tokens[i] * embd_row,
-                            st->x + (size_t)i * dim, dim);
+    for (int i = 0; i < n; i++) {
+        if (kern_type_is_x8(w->tok_embd.type)) /* tied to an int8 output in X8 form */
+            kern_x8_dequantize_row(w->tok_embd.type, w->tok_embd.data, dim, b->tokens[i],
+                                   st->x + (size_t)i * dim);
+        else
+            kern_dequantize_row(w->tok_embd.type,
+                                (const uint8_t *)w->tok_embd.data + (size_t)b->tokens[i] * embd_row,
+                                st->x + (size_t)i * dim, dim);
+    }
 
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &w->layers[l];

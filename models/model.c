@@ -5,12 +5,14 @@
 #include "models/model.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
+#include "kernels/cpu/kern_cpu.h"
 #include "models/model_internal.h"
 
 #define ERR(code, ...) brisk_set_err(err, err_len, code, __VA_ARGS__)
@@ -256,11 +258,70 @@ kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in) {
         case KERN_TYPE_Q8_0:
         case KERN_TYPE_Q8_0M:
         case KERN_TYPE_Q4_0:
-        case KERN_TYPE_Q4_1: return stored;
+        case KERN_TYPE_Q4_1:
+        case KERN_TYPE_Q8_0X8: /* never stored in a file */
+        case KERN_TYPE_Q8_0MX8: return stored;
         case KERN_TYPE_BF16: return KERN_TYPE_F16;
         }
     }
     return KERN_TYPE_F32;
+}
+
+/* ---- X8 (row-interleaved int8) ----------------------------------------- */
+
+int model_want_x8(const model_load_opts *opts) {
+    /* The AVX-512 kernels have their own tiles for the row-major layout. */
+    return opts && opts->cpu_layout && kern_cpu_level() == KERN_LEVEL_AVX2;
+}
+
+typedef struct x8_job {
+    kern_type base;
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t group_bytes; /* 8 rows */
+    int n_in, n_groups, groups_per_task;
+    uint8_t *scratch;   /* [n_threads][group_bytes] */
+} x8_job;
+
+static void model_x8_task(void *ctx, int task, int thread) {
+    x8_job *j = ctx;
+    int g0 = task * j->groups_per_task;
+    int g1 = g0 + j->groups_per_task < j->n_groups ? g0 + j->groups_per_task : j->n_groups;
+    uint8_t *tmp = j->scratch + (size_t)thread * j->group_bytes;
+    size_t rb = j->group_bytes / 8;
+    for (int g = g0; g < g1; g++) {
+        /* A group occupies the same bytes in both layouts, so the rows are
+         * copied out first and src may equal dst. */
+        memcpy(tmp, j->src + (size_t)g * j->group_bytes, j->group_bytes);
+        const void *rows[8];
+        for (int r = 0; r < 8; r++) rows[r] = tmp + (size_t)r * rb;
+        kern_x8_pack_group(j->base, rows, 8, j->n_in, j->dst, g);
+    }
+}
+
+int model_make_x8(model *m, kern_pool *pool, model_matrix *mm, int in_place) {
+    kern_type x8 = kern_x8_type(mm->type);
+    if (x8 == mm->type || mm->n_out % 8 != 0) return 0;
+    x8_job j = {0};
+    j.base = mm->type;
+    j.src = mm->data;
+    j.group_bytes = 8 * kern_row_bytes(mm->type, mm->n_in);
+    j.n_in = mm->n_in;
+    j.n_groups = mm->n_out / 8;
+    j.groups_per_task = 8;
+    j.dst = in_place ? (uint8_t *)(uintptr_t)mm->data
+                     : model_alloc_owned(m, kern_x8_bytes(x8, mm->n_out, mm->n_in));
+    int n_threads = pool ? kern_pool_size(pool) : 1;
+    j.scratch = malloc((size_t)n_threads * j.group_bytes);
+    if (!j.dst || !j.scratch) {
+        free(j.scratch);
+        return BRISK_ENOMEM;
+    }
+    kern_pool_run(pool, model_x8_task, &j, (j.n_groups + j.groups_per_task - 1) / j.groups_per_task);
+    free(j.scratch);
+    mm->type = x8;
+    mm->data = j.dst;
+    return 0;
 }
 
 static const gguf_tensor *model_find(model *m, const char *name, int required, char *err,
@@ -296,6 +357,12 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
     out->type = dst;
     out->n_in = n_in;
     out->n_out = n_out;
+    if (m->x8) {
+        int from_file = out->data == t->data;
+        if ((rc = model_make_x8(m, pool, out, !from_file)) < 0)
+            return ERR(rc, "model: out of memory interleaving '%s'", name);
+        if (from_file && out->data != t->data) gguf_release_tensor_pages(m->gf, t);
+    }
     m->n_params += (int64_t)n_in * n_out;
     return 0;
 }
@@ -458,6 +525,7 @@ static int model_load_from(const char *path, const void *buf, size_t len,
     model *m = calloc(1, sizeof *m);
     if (!m) return ERR(BRISK_ENOMEM, "model: out of memory");
     m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
+    m->x8 = model_want_x8(opts);
     kern_pool *pool = opts ? opts->pool : NULL;
     int rc = path ? gguf_open(path, &m->gf, err, err_len)
                   : gguf_open_memory(buf, len, &m->gf, err, err_len);

@@ -97,6 +97,12 @@ typedef struct model_load_opts {
     const char *dummy;
     const char *tokenizer;
     uint64_t dummy_seed;
+    /* 1 when the model runs on the CPU backend: Q8_0 / Q8_0M matrices (int8
+     * weights) whose row count is a multiple of 8 are stored row-interleaved
+     * (kern_types.h, X8) where the CPU kernels run that form fastest (AVX2
+     * without AVX-512). 0 keeps every matrix row-major (the CUDA backend
+     * reads rows). Results are the same bits either way. */
+    int cpu_layout;
 } model_load_opts;
 
 /* The names --dummy-weights accepts, NULL-terminated. */

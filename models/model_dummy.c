@@ -255,7 +255,7 @@ static int dummy_matrix(dummy_ctx *d, kern_type type, int n_in, int n_out, float
     out->n_in = n_in;
     out->n_out = n_out;
     d->m->n_params += (int64_t)n_in * n_out;
-    return 0;
+    return d->m->x8 && n_out > 1 ? model_make_x8(d->m, d->pool, out, 1) : 0;
 }
 
 /* n floats: all `value`, or uniform in [-amp, amp] when amp > 0. */
@@ -330,6 +330,7 @@ int model_create_dummy(const model_load_opts *opts, model **out, char *err, size
     model *m = calloc(1, sizeof *m);
     if (!m) return ERR(BRISK_ENOMEM, "model: out of memory");
     m->fmt = opts->weights;
+    m->x8 = model_want_x8(opts);
     dummy_vocab v = {0};
     gguf_writer *w = gguf_writer_create();
     uint8_t *meta = NULL;

@@ -9,6 +9,7 @@ struct model {
     model_config cfg;
     model_weights w;
     model_weights_fmt fmt;
+    int x8;               /* store int8 matrices in X8 form (model_load_opts.cpu_layout) */
     tok_vocab *vocab;
     gguf_file *gf;        /* owns the mmap that unconverted weights point into */
     gguf_file *tok_gf;    /* dummy models: the file the vocabulary came from, or NULL */
@@ -25,6 +26,11 @@ void *model_alloc_owned(model *m, size_t bytes); /* 64-byte aligned, freed with 
 int model_read_config(model *m, char *err, size_t err_len); /* from m->gf's metadata */
 void model_count_bytes(model *m);
 kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in);
+/* Whether opts asks for, and this CPU runs fastest, the X8 form. */
+int model_want_x8(const model_load_opts *opts);
+/* Puts matrix mm (owned, writable, when in_place; else e.g. in the mmap) in
+ * its X8 form if it has one and n_out is a multiple of 8. */
+int model_make_x8(model *m, kern_pool *pool, model_matrix *mm, int in_place);
 /* model_dummy.c: the model_load path for opts->dummy. */
 int model_create_dummy(const model_load_opts *opts, model **out, char *err, size_t err_len);
 

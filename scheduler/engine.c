@@ -578,7 +578,8 @@ static int engine_load(sched_engine *e) {
         snprintf(e->load_err, sizeof e->load_err, "cannot start the thread pool");
         return BRISK_ENOMEM;
     }
-    model_load_opts lo = {.weights = e->cfg.weights, .pool = e->pool, .dummy = e->cfg.dummy, .tokenizer = e->cfg.tokenizer};
+    model_load_opts lo = {.weights = e->cfg.weights, .pool = e->pool, .dummy = e->cfg.dummy, .tokenizer = e->cfg.tokenizer,
+                          .cpu_layout = model_device_is_cpu(e->cfg.device)};
     /* On the GPU the weights are converted while uploaded: keep the file's
      * blocks on the host (mmap, no conversion) unless --weights says f32. */
     if (e->cfg.device == MODEL_DEVICE_CUDA && lo.weights != MODEL_WEIGHTS_F32 && !e->cfg.dummy)

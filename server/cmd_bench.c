@@ -131,7 +131,8 @@ int cmd_bench(int argc, char **argv) {
     kv_cache *kv = NULL;
     int32_t *ids = NULL;
     if (!pool) goto out;
-    model_load_opts lo = {.weights = fmt, .pool = pool, .dummy = dummy, .tokenizer = tokenizer};
+    model_load_opts lo = {.weights = fmt, .pool = pool, .dummy = dummy, .tokenizer = tokenizer,
+                          .cpu_layout = model_device_is_cpu(device)};
     /* On the GPU the weights are converted while uploaded. */
     if (device == MODEL_DEVICE_CUDA && fmt != MODEL_WEIGHTS_F32 && !dummy) lo.weights = MODEL_WEIGHTS_AUTO;
     if (model_load(model_path, &lo, &m, err, sizeof err) < 0) {

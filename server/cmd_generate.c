@@ -223,7 +223,8 @@ int cmd_generate(int argc, char **argv) {
         cli_error("cannot start the thread pool");
         goto out;
     }
-    model_load_opts lo = {.weights = o.weights, .pool = pool, .dummy = o.dummy, .tokenizer = o.tokenizer};
+    model_load_opts lo = {.weights = o.weights, .pool = pool, .dummy = o.dummy, .tokenizer = o.tokenizer,
+                          .cpu_layout = model_device_is_cpu(o.device)};
     /* On the GPU the weights are converted while uploaded. */
     if (o.device == MODEL_DEVICE_CUDA && lo.weights != MODEL_WEIGHTS_F32 && !o.dummy)
         lo.weights = MODEL_WEIGHTS_AUTO;

@@ -34,10 +34,12 @@ enum { KERN_WK_Q8_0, KERN_WK_Q8_0M, KERN_WK_Q4_0, KERN_WK_Q4_1 };
 /* 1 if qs are 16 bytes of nibbles (value j low, value j + 16 high). */
 #define KERN_WK_NIB(K) ((K) == KERN_WK_Q4_0 || (K) == KERN_WK_Q4_1)
 
-/* 1 for the weight types the int8 kernels run (Q8_0, Q8_0M, Q4_0, Q4_1). */
+/* 1 for the weight types the int8 kernels run (Q8_0, Q8_0M, Q4_0, Q4_1 and
+ * the X8 forms of the first two). */
 static inline int kern_is_int_weight(kern_type t)
 {
-    return t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q8_0M || t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1;
+    return t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q8_0M || t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1 ||
+           kern_type_is_x8(t);
 }
 
 /* One matmul call as the row kernels see it. For the integer weight types

@@ -149,7 +149,33 @@ static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw
     }
 }
 
-static int has_offset(kern_type wt) { return wt == KERN_TYPE_Q8_0M || wt == KERN_TYPE_Q4_1; }
+/* Block b of row o of matrix W (rows of rb bytes, nb blocks): q8_block, and
+ * for the X8 types the row's values gathered from its group into buf. */
+static const int8_t *q8_block_at(kern_type wt, const uint8_t *W, size_t rb, int nb, int o, int b, float *dw,
+                                 float *mw, int8_t buf[KERN_QK])
+{
+    if (!kern_type_is_x8(wt))
+        return q8_block(wt, W + (size_t)o * rb, b, dw, mw, buf);
+    const size_t gb = 8 * kern_type_block_bytes(wt); /* one block of a group */
+    const uint8_t *in = W + ((size_t)(o / 8) * (size_t)nb + (size_t)b) * gb;
+    const int lane = o % 8;
+    uint16_t h;
+    for (int i = 0; i < KERN_QK; i++)
+        buf[i] = (int8_t)in[16 * (i / 2) + 2 * lane + (i & 1)];
+    memcpy(&h, in + 256 + 2 * lane, 2);
+    *dw = kern_fp16_to_fp32(h);
+    *mw = 0.0f;
+    if (wt == KERN_TYPE_Q8_0MX8) {
+        memcpy(&h, in + 272 + 2 * lane, 2);
+        *mw = kern_fp16_to_fp32(h);
+    }
+    return buf;
+}
+
+static int has_offset(kern_type wt)
+{
+    return wt == KERN_TYPE_Q8_0M || wt == KERN_TYPE_Q4_1 || wt == KERN_TYPE_Q8_0MX8;
+}
 
 /* One block's contribution, the arithmetic every level reproduces. */
 static float q8_block_acc(float acc, kern_type wt, const int8_t *qw, float dw, float mw, const int16_t *qx,
@@ -190,7 +216,7 @@ void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in, const flo
                 for (int b = 0; b < nb; b++) {
                     float dw, mw;
                     int8_t buf[KERN_QK];
-                    const int8_t *qw = q8_block(wt, w + (size_t)o * rb, b, &dw, &mw, buf);
+                    const int8_t *qw = q8_block_at(wt, w, rb, nb, o, b, &dw, &mw, buf);
                     acc = q8_block_acc(acc, wt, qw, dw, mw, xq + b * KERN_QK, xd[b], xs[b]);
                 }
                 y[(size_t)t * n_out + o] = acc;
@@ -223,12 +249,11 @@ static void rows_scalar_q8(const kern_mm_args *a, int r0, int r1)
     for (int t0 = 0; t0 < a->n_tok; t0 += SCALAR_TT) {
         int nt = a->n_tok - t0 < SCALAR_TT ? a->n_tok - t0 : SCALAR_TT;
         for (int o = r0; o < r1; o++) {
-            const uint8_t *row = a->W + (size_t)o * a->row_bytes;
             float acc[SCALAR_TT] = {0};
             for (int b = 0; b < nb; b++) {
                 float dw, mw;
                 int8_t buf[KERN_QK];
-                const int8_t *qw = q8_block(a->wt, row, b, &dw, &mw, buf);
+                const int8_t *qw = q8_block_at(a->wt, a->W, a->row_bytes, nb, o, b, &dw, &mw, buf);
                 for (int t = 0; t < nt; t++) {
                     size_t k = (size_t)b * a->n_tok + t0 + t;
                     acc[t] = q8_block_acc(acc[t], a->wt, qw, dw, mw, a->xq + (size_t)(t0 + t) * a->n_in + b * KERN_QK,
@@ -344,7 +369,7 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
     kern_level level = kern_cpu_level();
     int n_threads = kern_pool_size(pool);
     mm_job j = {.n_parts = n_parts};
-    int any_int = 0;
+    int any_int = 0, any_x8 = 0;
     for (int p = 0; p < n_parts; p++) {
         const kern_matmul_part *q = &parts[p];
         int n_out = q->n_out > 0 ? q->n_out : 0;
@@ -354,7 +379,17 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
         };
         j.g_first[p + 1] = j.g_first[p] + (n_out + ROW_GROUP - 1) / ROW_GROUP;
         any_int |= kern_is_int_weight(q->wt);
+        any_x8 |= kern_type_is_x8(q->wt);
     }
+    /* The X8 kernels read plain activation rows, the short-batch AVX2 tiles
+     * of the other integer types a paired layout: mixed, each part alone. */
+    if (any_x8 && n_parts > 1 && level == KERN_LEVEL_AVX2 && n_tok < KERN_AVX2_PLAIN_MIN_TOK)
+        for (int p = 0; p < n_parts; p++)
+            if (kern_is_int_weight(parts[p].wt) && !kern_type_is_x8(parts[p].wt)) {
+                for (int i = 0; i < n_parts; i++)
+                    kern_matmul_multi(pool, &parts[i], 1, n_in, x, n_tok, ws);
+                return;
+            }
     j.n_groups = j.g_first[n_parts];
     if (j.n_groups == 0)
         return;
@@ -367,7 +402,7 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
         float *xd = (float *)((uint8_t *)ws + align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)));
         float *xs = (float *)((uint8_t *)xd + scales);
         quant_job q = {.x = x, .n_in = n_in, .n_tok = n_tok, .xq = xq, .xd = xd, .xs = xs,
-                       .avx2 = level >= KERN_LEVEL_AVX2, .paired = level == KERN_LEVEL_AVX2 && n_tok < KERN_AVX2_PLAIN_MIN_TOK};
+                       .avx2 = level >= KERN_LEVEL_AVX2, .paired = level == KERN_LEVEL_AVX2 && n_tok < KERN_AVX2_PLAIN_MIN_TOK && !any_x8};
         if (n_threads > 1 && n_tok >= QUANT_PARALLEL_MIN_TOK) {
             int n_tasks = n_threads * 4 < n_tok ? n_threads * 4 : n_tok;
             q.tok_per_task = (n_tok + n_tasks - 1) / n_tasks;

@@ -4,10 +4,11 @@
  *
  * Tiles: every micro-kernel computes 8 outputs (R rows x T tokens, R*T = 8):
  * 2x4 for short batches, 4x2 for a token remainder of 2-3, 8x1 for decode;
- * from KERN_AVX2_PLAIN_MIN_TOK tokens on, 8 rows x 6 tokens from repacked
+ * from KERN_AVX2_PLAIN_MIN_TOK tokens on, 16 rows x 3 tokens from repacked
  * weights (g8_*, below; SmolLM2-135M pp512 on 2 Zen 3 cores: 535 -> ~690
  * tok/s with 8x4 tiles, Q4_1 and Q8_0M alike; 8x6 tiles and chunks of
- * groups sharing each token tile: ~745 -> ~780-800). A weight
+ * groups sharing each token tile: ~745 -> ~780-800; 16x3 tiles sharing each
+ * broadcast activation pair: Q8_0 GEMM ~228 -> ~248 GOP/s). A weight
  * block loaded (and widened to int16) once serves the T tokens of the tile.
  * Rows past the end of the task are computed on a clamped (valid) row and
  * not stored.
@@ -218,7 +219,7 @@ AI void q8_dots(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
     if (pf) { /* the next tile's R rows, walked at the rate this one is read */
         const int nl = (int)((R * KERN_WK_BB(K) + 63) / 64);
         const char *q = (const char *)pf + (size_t)b * 64 * nl;
-#pragma GCC unroll 3
+#pragma GCC unroll 2
         for (int l = 0; l < nl; l++)
             _mm_prefetch(q + 64 * l, _MM_HINT_NTA);
     }
@@ -497,9 +498,8 @@ AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R)
  * repacking (about 60 instructions per 8 row blocks) is paid once per row for
  * every token of the call. */
 #define G8_VECS 18            /* per block: 16 weight vectors, d, m */
-#ifndef G8_TOK
-#define G8_TOK 6 /* tokens per tile: 6 sums + 6 accumulators + 2 in 16 ymm; 8 spills */
-#endif
+#define G8_TOK 3 /* tokens per tile of 2 groups: 6 sums + 6 accumulators + 2 weights + 1 broadcast in 16 ymm */
+_Static_assert(G8_TOK == 3, "g8_rows: the remainder of a token tile is 1 or 2 tokens");
 #ifndef G8_CHUNK_BYTES
 #define G8_CHUNK_BYTES (160 * 1024) /* repacked groups per chunk: 160 KiB of L2 */
 #endif
@@ -553,67 +553,93 @@ AI void g8_pack(const kern_mm_args *a, int o, int r1, const int K, __m256i *pk)
     }
 }
 
-/* Rows o..o+8 (those below r1 stored) x tokens t0..t0+T from the repacked
- * group pk, plain activation rows. */
-AI void g8_tile(const kern_mm_args *a, const __m256i *pk, int o, int r1, int t0, const int T, const int K)
+/* Rows o..o+8G (those below r1 stored) x tokens t0..t0+T from G consecutive
+ * repacked groups (gstride vectors apart), plain activation rows. With G = 2
+ * each broadcast activation pair feeds two vpmaddwd, which are then 2 of
+ * every 5 vector ops instead of 1 of 3 (broadcast, madd, add). */
+AI void g8_tile(const kern_mm_args *a, const __m256i *pk, size_t gstride, int o, int r1, int t0, const int G,
+                const int T, const int K)
 {
     const int nb = a->n_in / 32;
     const int16_t *x[8];
-    __m256 acc[8];
+    __m256 acc[2][8];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
         x[t] = a->xq + (size_t)(t0 + t) * a->n_in;
-        acc[t] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            acc[g][t] = _mm256_setzero_ps();
     }
     for (int b = 0; b < nb; b++) {
-        const __m256i *w = pk + (size_t)b * G8_VECS;
+        const __m256i *w[2];
         const int16_t *xb[8];
-        __m256i s[8];
+        __m256i s[2][8];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            w[g] = pk + (size_t)g * gstride + (size_t)b * G8_VECS;
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             xb[t] = x[t] + b * 32;
-            s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                s[g][t] = _mm256_setzero_si256();
         }
 #pragma GCC unroll 4
         for (int j = 0; j < 16; j++) {
-            __m256i wj = _mm256_load_si256(w + j);
+            __m256i wj[2];
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                wj[g] = _mm256_load_si256(w[g] + j);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++)
-                s[t] = _mm256_add_epi32(
-                    s[t], _mm256_madd_epi16(wj, _mm256_set1_epi32((int)load_u32((const uint8_t *)(xb[t] + 2 * j)))));
+            for (int t = 0; t < T; t++) {
+                const __m256i xj = _mm256_set1_epi32((int)load_u32((const uint8_t *)(xb[t] + 2 * j)));
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++)
+                    s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(wj[g], xj));
+            }
         }
-        __m256 dw = _mm256_load_ps((const float *)(w + 16));
-        __m256 mw = _mm256_load_ps((const float *)(w + 17));
         const size_t xo = (size_t)b * a->n_tok + t0;
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            __m256 dw = _mm256_load_ps((const float *)(w[g] + 16));
+            __m256 mw = _mm256_load_ps((const float *)(w[g] + 17));
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            __m256i isum = s[t];
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_broadcast_ss(a->xd + xo + t)),
-                                     acc[t]);
-            if (KERN_WK_M(K))
-                acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(a->xs + xo + t), acc[t]);
+            for (int t = 0; t < T; t++) {
+                acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[g][t]),
+                                            _mm256_mul_ps(dw, _mm256_broadcast_ss(a->xd + xo + t)), acc[g][t]);
+                if (KERN_WK_M(K))
+                    acc[g][t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(a->xs + xo + t), acc[g][t]);
+            }
         }
     }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        const int og = o + 8 * g;
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        float *y = a->y + (size_t)(t0 + t) * a->n_out + o;
-        if (o + 8 <= r1) {
-            _mm256_storeu_ps(y, acc[t]);
-        } else {
-            float tmp[8];
-            _mm256_storeu_ps(tmp, acc[t]);
-            for (int r = 0; r < r1 - o; r++)
-                y[r] = tmp[r];
+        for (int t = 0; t < T; t++) {
+            float *y = a->y + (size_t)(t0 + t) * a->n_out + og;
+            if (og + 8 <= r1) {
+                _mm256_storeu_ps(y, acc[g][t]);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, acc[g][t]);
+                for (int r = 0; r < r1 - og; r++)
+                    y[r] = tmp[r];
+            }
         }
     }
 }
 
-/* Tokens t0..t0+T against every group of the chunk (ng groups from row o). */
+/* Tokens t0..t0+T against every group of the chunk (ng groups from row o),
+ * two groups per tile while two remain. */
 AI void g8_tiles(const kern_mm_args *a, const __m256i *pk, size_t gstride, int ng, int o, int r1, int t0, const int T,
                  const int K)
 {
-    for (int g = 0; g < ng; g++)
-        g8_tile(a, pk + (size_t)g * gstride, o + 8 * g, r1, t0, T, K);
+    int g = 0;
+    for (; g + 2 <= ng; g += 2)
+        g8_tile(a, pk + (size_t)g * gstride, gstride, o + 8 * g, r1, t0, 2, T, K);
+    if (g < ng)
+        g8_tile(a, pk + (size_t)g * gstride, gstride, o + 8 * g, r1, t0, 1, T, K);
 }
 
 AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K)
@@ -652,19 +678,130 @@ AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K)
         for (int t0 = 0; t0 < nt; t0 += G8_TOK)
             g8_tiles(a, pk, gstride, cg, o, r1, t0, G8_TOK, K);
         /* The remainder in one tile of its own width. */
-        switch (a->n_tok - nt) {
-        case 7: g8_tiles(a, pk, gstride, cg, o, r1, nt, 7, K); break;
-        case 6: g8_tiles(a, pk, gstride, cg, o, r1, nt, 6, K); break;
-        case 5: g8_tiles(a, pk, gstride, cg, o, r1, nt, 5, K); break;
-        case 4: g8_tiles(a, pk, gstride, cg, o, r1, nt, 4, K); break;
-        case 3: g8_tiles(a, pk, gstride, cg, o, r1, nt, 3, K); break;
-        case 2: g8_tiles(a, pk, gstride, cg, o, r1, nt, 2, K); break;
-        case 1: g8_tiles(a, pk, gstride, cg, o, r1, nt, 1, K); break;
-        default: break;
-        }
+        if (a->n_tok - nt == 2)
+            g8_tiles(a, pk, gstride, cg, o, r1, nt, 2, K);
+        else if (a->n_tok - nt == 1)
+            g8_tiles(a, pk, gstride, cg, o, r1, nt, 1, K);
     }
     if (pk != stack)
         free(pk);
+}
+
+/* ---- X8 weights (row-interleaved int8, kern_types.h) -----------------------
+ * The g8 tiles above without the per-call repacking: a 16-byte load widened
+ * to int16 (vpmovsxbw) is the W[j] that g8_pack makes, and the 8 rows' d (and
+ * m) come as 8 fp16 in one load, so every token count runs the same 16 rows x
+ * 3 tokens tiles (remainder 1-2 tokens; 8 rows when a group is left over),
+ * with the same arithmetic lane by lane as the reference. Decode (1 token)
+ * streams the weights once; the first token tile of a chunk prefetches the
+ * groups of the next tile, the later tiles find the chunk in L2. */
+#define X8_CHUNK_BYTES (96 * 1024) /* groups per chunk: 96 KiB of L2 */
+
+AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gbytes, int o, int r1, int t0, const int G,
+                const int T, const int M, int pf)
+{
+    const int nb = a->n_in / 32;
+    const size_t bb = M ? 288 : 272; /* one block of a group */
+    const int16_t *x[3];
+    __m256 acc[2][3];
+#pragma GCC unroll 3
+    for (int t = 0; t < T; t++) {
+        x[t] = a->xq + (size_t)(t0 + t) * a->n_in;
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            acc[g][t] = _mm256_setzero_ps();
+    }
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *w[2];
+        __m256i s[2][3];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            w[g] = grp + (size_t)g * gbytes + (size_t)b * bb;
+            if (pf)
+                for (size_t l = 0; l < bb; l += 64)
+                    _mm_prefetch((const char *)w[g] + 2 * gbytes + l, _MM_HINT_T0);
+#pragma GCC unroll 3
+            for (int t = 0; t < T; t++)
+                s[g][t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 16; j++) {
+            __m256i wj[2];
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                wj[g] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[g] + 16 * j)));
+#pragma GCC unroll 3
+            for (int t = 0; t < T; t++) {
+                const __m256i xj = _mm256_set1_epi32((int)load_u32((const uint8_t *)(x[t] + b * 32 + 2 * j)));
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++)
+                    s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(wj[g], xj));
+            }
+        }
+        const size_t xo = (size_t)b * a->n_tok + t0;
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + 256)));
+            __m256 mw = M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + 272))) : _mm256_setzero_ps();
+#pragma GCC unroll 3
+            for (int t = 0; t < T; t++) {
+                acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[g][t]),
+                                            _mm256_mul_ps(dw, _mm256_broadcast_ss(a->xd + xo + t)), acc[g][t]);
+                if (M)
+                    acc[g][t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(a->xs + xo + t), acc[g][t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        const int og = o + 8 * g;
+#pragma GCC unroll 3
+        for (int t = 0; t < T; t++) {
+            float *y = a->y + (size_t)(t0 + t) * a->n_out + og;
+            if (og + 8 <= r1) {
+                _mm256_storeu_ps(y, acc[g][t]);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, acc[g][t]);
+                for (int r = 0; r < r1 - og; r++)
+                    y[r] = tmp[r];
+            }
+        }
+    }
+}
+
+/* Tokens t0..t0+T against the ng groups from row o (group o / 8). pf: the
+ * weights come from memory (first token tile), prefetch the next tile's. */
+AI void x8_tiles(const kern_mm_args *a, int ng, int o, int r1, int t0, const int T, const int M, int pf)
+{
+    const size_t gbytes = (size_t)(a->n_in / 32) * (M ? 288 : 272);
+    const uint8_t *grp = a->W + (size_t)(o / 8) * gbytes;
+    int g = 0;
+    for (; g + 2 <= ng; g += 2)
+        x8_tile(a, grp + (size_t)g * gbytes, gbytes, o + 8 * g, r1, t0, 2, T, M, pf && o + 8 * (g + 2) < r1);
+    if (g < ng)
+        x8_tile(a, grp + (size_t)g * gbytes, gbytes, o + 8 * g, r1, t0, 1, T, M, 0);
+}
+
+/* Rows [r0, r1) (r0 a multiple of 8) of an X8 matrix. */
+AI void x8_rows(const kern_mm_args *a, int r0, int r1, const int M)
+{
+    const size_t gbytes = (size_t)(a->n_in / 32) * (M ? 288 : 272);
+    int ng = (int)(X8_CHUNK_BYTES / gbytes) & ~1;
+    if (ng < 2)
+        ng = 2;
+    const int nt = a->n_tok - a->n_tok % 3;
+    for (int o = r0; o < r1; o += 8 * ng) {
+        int cg = (r1 - o + 7) / 8;
+        if (cg > ng)
+            cg = ng;
+        for (int t0 = 0; t0 < nt; t0 += 3)
+            x8_tiles(a, cg, o, r1, t0, 3, M, t0 == 0);
+        if (a->n_tok - nt == 2)
+            x8_tiles(a, cg, o, r1, nt, 2, M, nt == 0);
+        else if (a->n_tok - nt == 1)
+            x8_tiles(a, cg, o, r1, nt, 1, M, nt == 0);
+    }
 }
 
 #define DEFINE_Q8_ROWS(NAME, K)                                                                    \
@@ -820,6 +957,8 @@ void kern_mm_rows_avx2(const kern_mm_args *a, int r0, int r1)
     case KERN_TYPE_Q8_0M: q8_rows_q8_0m(a, r0, r1); break;
     case KERN_TYPE_Q4_0: q8_rows_q4_0(a, r0, r1); break;
     case KERN_TYPE_Q4_1: q8_rows_q4_1(a, r0, r1); break;
+    case KERN_TYPE_Q8_0X8: x8_rows(a, r0, r1, 0); break;
+    case KERN_TYPE_Q8_0MX8: x8_rows(a, r0, r1, 1); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

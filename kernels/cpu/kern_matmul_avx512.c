@@ -134,6 +134,8 @@ void kern_mm_rows_avx512(const kern_mm_args *a, int r0, int r1)
     case KERN_TYPE_Q8_0M: q8m_rows_q8_0m(a, r0, r1); break;
     case KERN_TYPE_Q4_0: q8m_rows_q4_0(a, r0, r1); break;
     case KERN_TYPE_Q4_1: q8m_rows_q4_1(a, r0, r1); break;
+    case KERN_TYPE_Q8_0X8:
+    case KERN_TYPE_Q8_0MX8: kern_mm_rows_avx2(a, r0, r1); break; /* the layout of the AVX2 tiles */
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

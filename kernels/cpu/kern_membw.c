@@ -102,7 +102,8 @@ double kern_measure_read_bw(kern_pool *pool, size_t bytes, int reps)
 
 double kern_bench_matmul(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok, int reps, double *gflops)
 {
-    size_t rb = kern_row_bytes(wt, n_in), wbytes = rb * (size_t)n_out;
+    const int x8 = kern_type_is_x8(wt);
+    size_t rb = kern_row_bytes(wt, n_in), wbytes = x8 ? kern_x8_bytes(wt, n_out, n_in) : rb * (size_t)n_out;
     int copies = (int)((BENCH_ROTATE_BYTES + wbytes - 1) / wbytes);
     size_t wsb = (kern_matmul_ws_bytes(wt, n_in, n_tok) + 63) & ~(size_t)63;
     uint8_t *w = malloc(wbytes * (size_t)copies);
@@ -116,11 +117,28 @@ double kern_bench_matmul(kern_pool *pool, kern_type wt, int n_out, int n_in, int
         /* Weights ~ N(0, 1/n_in), the scale of a trained projection;
          * activations ~ N(0, 1). */
         float wscale = 1.0f / sqrtf((float)n_in);
+        /* X8: the rows of the base type, 8 at a time, then interleaved. */
+        uint8_t *q8 = x8 ? malloc(8 * rb) : NULL;
+        if (x8 && !q8) {
+            best = 0.0;
+            goto out;
+        }
         for (int o = 0; o < n_out; o++) {
             for (int i = 0; i < n_in; i++)
                 row[i] = rng_normal(&seed) * wscale;
-            kern_quantize_row(wt, row, w + (size_t)o * rb, n_in);
+            if (!x8) {
+                kern_quantize_row(wt, row, w + (size_t)o * rb, n_in);
+                continue;
+            }
+            kern_quantize_row(kern_x8_base(wt), row, q8 + (size_t)(o % 8) * rb, n_in);
+            if (o % 8 == 7 || o == n_out - 1) {
+                const void *rows[8];
+                for (int r = 0; r <= o % 8; r++)
+                    rows[r] = q8 + (size_t)r * rb;
+                kern_x8_pack_group(kern_x8_base(wt), rows, o % 8 + 1, n_in, w, o / 8);
+            }
         }
+        free(q8);
         for (int c = 1; c < copies; c++)
             memcpy(w + (size_t)c * wbytes, w, wbytes);
         for (size_t i = 0; i < (size_t)n_tok * n_in; i++)
@@ -137,6 +155,7 @@ double kern_bench_matmul(kern_pool *pool, kern_type wt, int n_out, int n_in, int
         if (gflops)
             *gflops = 2.0 * n_out * n_in * n_tok / best / 1e9;
     }
+out:
     free(w);
     free(x);
     free(y);

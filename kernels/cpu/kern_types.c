@@ -5,6 +5,7 @@
  * kernels use F16C where they have it and agree with these bit for bit. */
 #include "kernels/cpu/kern_types.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -40,6 +41,8 @@ const char *kern_type_name(kern_type t)
     case KERN_TYPE_Q8_0: return "q8_0";
     case KERN_TYPE_BF16: return "bf16";
     case KERN_TYPE_Q8_0M: return "q8_0m";
+    case KERN_TYPE_Q8_0X8: return "q8_0x8";
+    case KERN_TYPE_Q8_0MX8: return "q8_0mx8";
     }
     return "unknown";
 }
@@ -51,6 +54,8 @@ int kern_type_block_size(kern_type t)
     case KERN_TYPE_Q4_1:
     case KERN_TYPE_Q8_0:
     case KERN_TYPE_Q8_0M:
+    case KERN_TYPE_Q8_0X8:
+    case KERN_TYPE_Q8_0MX8:
         return KERN_QK;
     default:
         return 1;
@@ -67,6 +72,8 @@ size_t kern_type_block_bytes(kern_type t)
     case KERN_TYPE_Q4_0: return sizeof(kern_block_q4_0);
     case KERN_TYPE_Q4_1: return sizeof(kern_block_q4_1);
     case KERN_TYPE_Q8_0M: return sizeof(kern_block_q8_0m);
+    case KERN_TYPE_Q8_0X8: return sizeof(kern_block_q8_0);
+    case KERN_TYPE_Q8_0MX8: return sizeof(kern_block_q8_0m);
     }
     return 0;
 }
@@ -74,6 +81,103 @@ size_t kern_type_block_bytes(kern_type t)
 size_t kern_row_bytes(kern_type t, int64_t n)
 {
     return (size_t)(n / kern_type_block_size(t)) * kern_type_block_bytes(t);
+}
+
+/* ---- row-interleaved int8 ------------------------------------------------ */
+
+kern_type kern_x8_type(kern_type t)
+{
+    return t == KERN_TYPE_Q8_0 ? KERN_TYPE_Q8_0X8 : t == KERN_TYPE_Q8_0M ? KERN_TYPE_Q8_0MX8 : t;
+}
+
+kern_type kern_x8_base(kern_type t)
+{
+    return t == KERN_TYPE_Q8_0X8 ? KERN_TYPE_Q8_0 : t == KERN_TYPE_Q8_0MX8 ? KERN_TYPE_Q8_0M : t;
+}
+
+int kern_type_is_x8(kern_type t) { return t == KERN_TYPE_Q8_0X8 || t == KERN_TYPE_Q8_0MX8; }
+
+size_t kern_x8_bytes(kern_type t, int64_t n_out, int64_t n_in)
+{
+    return (size_t)((n_out + 7) / 8) * 8 * kern_row_bytes(t, n_in);
+}
+
+/* The parts of a base block: qs, d and (Q8_0M) m. */
+static const int8_t *x8_block_parts(kern_type base, const uint8_t *blk, uint16_t *d, uint16_t *m)
+{
+    if (base == KERN_TYPE_Q8_0M) {
+        const kern_block_q8_0m *q = (const kern_block_q8_0m *)blk;
+        *d = q->d;
+        *m = q->m;
+        return q->qs;
+    }
+    const kern_block_q8_0 *q = (const kern_block_q8_0 *)blk;
+    *d = q->d;
+    *m = 0;
+    return q->qs;
+}
+
+void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int64_t n_in, void *dst, int64_t g)
+{
+    const size_t bb = kern_type_block_bytes(base), gb = 8 * bb;
+    const int has_m = base == KERN_TYPE_Q8_0M;
+    const int64_t nb = n_in / KERN_QK;
+    uint8_t *grp = (uint8_t *)dst + (size_t)g * (size_t)nb * gb;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *o = grp + (size_t)b * gb;
+        memset(o, 0, gb);
+        for (int r = 0; r < n_rows; r++) {
+            uint16_t d, m;
+            const int8_t *qs = x8_block_parts(base, (const uint8_t *)rows[r] + (size_t)b * bb, &d, &m);
+            for (int i = 0; i < KERN_QK; i++)
+                o[16 * (i / 2) + 2 * r + (i & 1)] = (uint8_t)qs[i];
+            memcpy(o + 256 + 2 * r, &d, 2);
+            if (has_m)
+                memcpy(o + 272 + 2 * r, &m, 2);
+        }
+    }
+}
+
+void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *dst)
+{
+    const kern_type base = kern_x8_base(t);
+    const size_t bb = kern_type_block_bytes(base), gb = 8 * bb;
+    const int64_t nb = n_in / KERN_QK;
+    const int lane = (int)(r % 8);
+    const uint8_t *grp = (const uint8_t *)W + (size_t)(r / 8) * (size_t)nb * gb;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *in = grp + (size_t)b * gb;
+        uint8_t *out = (uint8_t *)dst + (size_t)b * bb;
+        int8_t qs[KERN_QK];
+        for (int i = 0; i < KERN_QK; i++)
+            qs[i] = (int8_t)in[16 * (i / 2) + 2 * lane + (i & 1)];
+        if (base == KERN_TYPE_Q8_0M) {
+            kern_block_q8_0m q;
+            memcpy(&q.d, in + 256 + 2 * lane, 2);
+            memcpy(&q.m, in + 272 + 2 * lane, 2);
+            memcpy(q.qs, qs, KERN_QK);
+            memcpy(out, &q, sizeof q);
+        } else {
+            kern_block_q8_0 q;
+            memcpy(&q.d, in + 256 + 2 * lane, 2);
+            memcpy(q.qs, qs, KERN_QK);
+            memcpy(out, &q, sizeof q);
+        }
+    }
+}
+
+void kern_x8_dequantize_row(kern_type t, const void *W, int64_t n_in, int64_t r, float *dst)
+{
+    const kern_type base = kern_x8_base(t);
+    const size_t gb = 8 * kern_type_block_bytes(base);
+    const int64_t nb = n_in / KERN_QK;
+    const uint8_t *grp = (const uint8_t *)W + (size_t)(r / 8) * (size_t)nb * gb;
+    for (int64_t b = 0; b < nb; b++) {
+        /* One block: block b of the group holds block b of each row. */
+        _Alignas(8) uint8_t blk[sizeof(kern_block_q8_0m)];
+        kern_x8_get_row(t, grp + (size_t)b * gb, KERN_QK, r % 8, blk);
+        kern_dequantize_row(base, blk, dst + b * KERN_QK, KERN_QK);
+    }
 }
 
 /* ---- scalar conversions ------------------------------------------------- */
@@ -166,6 +270,11 @@ uint16_t kern_fp32_to_bf16(float f)
 void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
 {
     switch (t) {
+    case KERN_TYPE_Q8_0X8:
+    case KERN_TYPE_Q8_0MX8:
+        /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
+        assert(!"kern_(de)quantize_row: X8 type");
+        break;
     case KERN_TYPE_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;
@@ -279,6 +388,11 @@ static void quantize_block_q8_0m(const float *x, kern_block_q8_0m *b)
 void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n)
 {
     switch (t) {
+    case KERN_TYPE_Q8_0X8:
+    case KERN_TYPE_Q8_0MX8:
+        /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
+        assert(!"kern_(de)quantize_row: X8 type");
+        break;
     case KERN_TYPE_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;

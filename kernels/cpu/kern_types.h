@@ -37,7 +37,9 @@ typedef enum kern_type {
     KERN_TYPE_Q4_1 = 3,
     KERN_TYPE_Q8_0 = 8,
     KERN_TYPE_BF16 = 30,
-    KERN_TYPE_Q8_0M = 64, /* brisk-internal, see above */
+    KERN_TYPE_Q8_0M = 64,   /* brisk-internal, see above */
+    KERN_TYPE_Q8_0X8 = 65,  /* brisk-internal: Q8_0 in groups of 8 rows, see below */
+    KERN_TYPE_Q8_0MX8 = 66, /* brisk-internal: Q8_0M in groups of 8 rows */
 } kern_type;
 
 #define KERN_QK 32
@@ -67,6 +69,37 @@ KERN_STATIC_ASSERT(sizeof(kern_block_q8_0m) == 36, "q8_0m block is 36 bytes");
 KERN_STATIC_ASSERT(sizeof(kern_block_q4_0) == 18, "q4_0 block is 18 bytes");
 KERN_STATIC_ASSERT(sizeof(kern_block_q4_1) == 20, "q4_1 block is 20 bytes");
 
+/* ---- row-interleaved int8 (the X8 types) ----------------------------------
+ * Q8_0X8 and Q8_0MX8 hold the values of Q8_0 / Q8_0M in groups of 8 rows, so
+ * that one 16-byte load gives a value pair of each of 8 rows, the operand the
+ * AVX2 kernels multiply by a broadcast activation pair with no repacking per
+ * call. n_out is padded to a multiple of 8 with zero rows. Group g starts at
+ * byte g * 8 * kern_row_bytes(base, n_in); in it, block b (values 32b..32b+31
+ * of the 8 rows) starts at byte b * 8 * block_bytes(base) and holds
+ *   qs[16][8][2]: byte 16 j + 2 r + e = value 2 j + e of row r (int8),
+ *   d[8] (fp16, row r's d), then for Q8_0MX8 m[8] (fp16),
+ * so it is 8 blocks long (272 or 288 bytes) and a matrix is as large as its
+ * base form. A row is not contiguous: kern_x8_get_row() extracts one. The
+ * generic row conversions (kern_dequantize_row, ...) do not take these types
+ * (kern_type_known() is 0 for them); kern_matmul() does. */
+/* The X8 form of t (Q8_0 -> Q8_0X8, Q8_0M -> Q8_0MX8), or t when it has none. */
+kern_type kern_x8_type(kern_type t);
+/* The row-major type of an X8 type (Q8_0X8 -> Q8_0, ...), or t itself. */
+kern_type kern_x8_base(kern_type t);
+int kern_type_is_x8(kern_type t);
+/* Bytes of an X8 matrix of n_out rows (padded to a multiple of 8) of n_in. */
+size_t kern_x8_bytes(kern_type t, int64_t n_out, int64_t n_in);
+/* Writes group g of X8 matrix dst (type kern_x8_type(base)) from n_rows <= 8
+ * rows of base type at rows[0..n_rows) (each kern_row_bytes(base, n_in)
+ * bytes); rows n_rows..7 of the group are zero. */
+void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int64_t n_in, void *dst, int64_t g);
+/* Copies row r of X8 matrix W (type t) into dst as one row of
+ * kern_x8_base(t). */
+void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *dst);
+/* Row r of X8 matrix W as floats: the bits kern_dequantize_row gives for
+ * that row in the base type. */
+void kern_x8_dequantize_row(kern_type t, const void *W, int64_t n_in, int64_t r, float *dst);
+
 /* 1 for the six GGML types above, 0 for anything else (e.g. an id read from
  * a file, and Q8_0M, which no file may hold). */
 int kern_type_valid(uint32_t type);
@@ -74,9 +107,11 @@ int kern_type_valid(uint32_t type);
  * matmul kernels handle. */
 int kern_type_known(uint32_t type);
 const char *kern_type_name(kern_type t);
-/* Values per block: 1 for F32/F16/BF16, 32 for the quantized types. */
+/* Values per block: 1 for F32/F16/BF16, 32 for the quantized types (the X8
+ * types: as their base). */
 int kern_type_block_size(kern_type t);
-/* Bytes per block: 4, 2, 2, 34, 18, 20, 36 (Q8_0M). */
+/* Bytes per block: 4, 2, 2, 34, 18, 20, 36 (Q8_0M); an X8 type as its base
+ * (so kern_row_bytes gives 1/8 of a group). */
 size_t kern_type_block_bytes(kern_type t);
 /* Bytes of a row of n values; n must be a multiple of the block size. */
 size_t kern_row_bytes(kern_type t, int64_t n);

@@ -11,7 +11,9 @@
 #include "brisk_config.h"
 #include "brisk_test.h"
 #include "common/brisk_error.h"
+#include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_pool.h"
+#include "kernels/cpu/kern_types.h"
 #include "models/backend.h"
 #include "models/llama2c.h"
 #include "models/model.h"
@@ -130,6 +132,68 @@ static void test_device_choice(const model *m, kern_pool *pool) {
     CHECK(model_backend_create(m, &o, &be, err, sizeof err) == BRISK_EINVAL && !be, "bad options");
 }
 
+/* model_load_opts.cpu_layout: with --weights int8 the Q8_0 matrices whose row
+ * count is a multiple of 8 are stored row-interleaved (X8) on an AVX2 CPU,
+ * and the logits of a 24-token prompt and 8 greedy decode steps are the same
+ * bits as with the row-major layout (stories260K mixes both: its 172-row
+ * FFN matrices stay row-major). */
+static void test_cpu_layout(const char *path, kern_pool *pool) {
+    char err[256] = "";
+    model *m[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        model_load_opts lo = {.weights = MODEL_WEIGHTS_INT8, .pool = pool, .cpu_layout = i};
+        CHECK(model_load(path, &lo, &m[i], err, sizeof err) == 0, "load (cpu_layout %d): %s", i, err);
+    }
+    if (!m[0] || !m[1]) goto out;
+    const model_weights *w0 = model_get_weights(m[0]), *w1 = model_get_weights(m[1]);
+    CHECK(!kern_type_is_x8(w0->layers[0].wq.type), "cpu_layout 0 keeps rows");
+    if (kern_cpu_level() == KERN_LEVEL_AVX2) {
+        CHECK(kern_type_is_x8(w1->layers[0].wq.type) && kern_type_is_x8(w1->output.type),
+              "AVX2 + cpu_layout: wq and the output are X8 (%s, %s)", kern_type_name(w1->layers[0].wq.type),
+              kern_type_name(w1->output.type));
+        CHECK(!kern_type_is_x8(w1->layers[0].w_gate.type), "172 rows (no multiple of 8) stay row-major");
+    } else {
+        printf("test_backend: level %s: cpu_layout keeps rows (X8 is used on AVX2 only)\n",
+               kern_level_name(kern_cpu_level()));
+    }
+    const model_config *c = model_get_config(m[0]);
+    model_state *st[2] = {model_state_create(m[0], 32, 64), model_state_create(m[1], 32, 64)};
+    kv_cache_config kc = {c->n_layers, c->n_kv_heads * c->head_dim, 16, 8, 2, 4, 0, 0, NULL, NULL};
+    kv_cache *kv[2] = {kv_cache_create_paged(&kc), kv_cache_create_paged(&kc)};
+    int same = 1, steps = 0;
+    if (st[0] && st[1] && kv[0] && kv[1]) {
+        int32_t hist[64], pos[32], seq[32] = {0};
+        for (int i = 0; i < 24; i++) hist[i] = (int32_t)((i * 53 + 7) % c->n_vocab), pos[i] = i;
+        int n_hist = 24;
+        kv_cache_seq_grow(kv[0], 0, 64);
+        kv_cache_seq_grow(kv[1], 0, 64);
+        model_batch b = {24, hist, pos, seq, NULL};
+        for (int step = 0; step < 9; step++, steps++) {
+            float *lg[2] = {NULL, NULL};
+            int n[2] = {0, 0};
+            int rc0 = model_forward(m[0], st[0], kv[0], pool, &b, &lg[0], &n[0]);
+            int rc1 = model_forward(m[1], st[1], kv[1], pool, &b, &lg[1], &n[1]);
+            CHECK(rc0 == 0 && rc1 == 0 && n[0] == 1 && n[1] == 1, "forward step %d", step);
+            if (rc0 || rc1) break;
+            if (memcmp(lg[0], lg[1], sizeof(float) * (size_t)c->n_vocab) != 0) same = 0;
+            int best = 0;
+            for (int v = 1; v < c->n_vocab; v++)
+                if (lg[0][v] > lg[0][best]) best = v;
+            hist[n_hist] = best;
+            pos[0] = n_hist++;
+            b = (model_batch){1, &hist[n_hist - 1], pos, seq, NULL};
+        }
+    }
+    CHECK(same && steps == 9, "X8 logits == row-major logits, bit for bit (%d steps)", steps);
+    for (int i = 0; i < 2; i++) {
+        model_state_free(st[i]);
+        kv_cache_free(kv[i]);
+    }
+out:
+    model_free(m[0]);
+    model_free(m[1]);
+}
+
 int main(void) {
     test_device_names();
     char src[1024], tok[1024], dir[] = "/tmp/brisk-test-backend-XXXXXX", out[1100], err[256];
@@ -151,6 +215,7 @@ int main(void) {
         test_device_choice(m, pool);
     }
     model_free(m);
+    test_cpu_layout(out, pool);
     kern_pool_free(pool);
     unlink(out);
     rmdir(dir);

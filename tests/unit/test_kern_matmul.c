@@ -556,6 +556,93 @@ static void test_accuracy(kern_pool *pool, kern_level top)
     }
 }
 
+/* The X8 types (rows interleaved in groups of 8) must give exactly (memcmp)
+ * the results of their row-major base type, at every level, with 1 and 2
+ * threads, for every tile (1-3 token tiles, 8- and 16-row tiles, chunks of
+ * groups larger than one task), row counts that are no multiple of 8 (the
+ * padded group) and weights covering all of int8 including -128. Also:
+ * kern_x8_get_row gives back each row, and kern_matmul_multi mixing X8 with
+ * a row-major integer part at a short batch (the paired layout) is exact. */
+static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top)
+{
+    const int outs[] = {1, 7, 19, 64, 200, 577};
+    const int ins[] = {32, 576};
+    const int toks[] = {1, 2, 3, 4, 5, 6, 7, 10, 11, 16, 33};
+    int fails = 0, cases = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        kern_type base = ti ? KERN_TYPE_Q8_0M : KERN_TYPE_Q8_0, x8 = kern_x8_type(base);
+        CHECK(kern_type_is_x8(x8) && kern_x8_base(x8) == base && !kern_type_is_x8(base), "x8 type mapping");
+        for (size_t oi = 0; oi < sizeof(outs) / sizeof(outs[0]); oi++)
+            for (size_t ii = 0; ii < sizeof(ins) / sizeof(ins[0]); ii++) {
+                int n_out = outs[oi], n_in = ins[ii];
+                size_t rb = kern_row_bytes(base, n_in), bb = kern_type_block_bytes(base);
+                uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(x8, n_out, n_in)), *row = malloc(rb);
+                for (int o = 0; o < n_out; o++)
+                    for (int k = 0; k < n_in / 32; k++) {
+                        uint8_t *blk = w + rb * o + bb * k;
+                        uint16_t d = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / 64.0f);
+                        uint16_t m = kern_fp32_to_fp16((float)rng_normal() * 0.1f);
+                        memcpy(blk, &d, 2);
+                        if (ti)
+                            memcpy(blk + 2, &m, 2);
+                        for (size_t j = ti ? 4 : 2; j < bb; j++)
+                            blk[j] = (uint8_t)rng_u64();
+                    }
+                for (int g = 0; g < (n_out + 7) / 8; g++) {
+                    const void *rows[8];
+                    int n = n_out - 8 * g < 8 ? n_out - 8 * g : 8;
+                    for (int r = 0; r < n; r++)
+                        rows[r] = w + rb * (size_t)(8 * g + r);
+                    kern_x8_pack_group(base, rows, n, n_in, wx, g);
+                }
+                for (int o = 0; o < n_out; o++) {
+                    kern_x8_get_row(x8, wx, n_in, o, row);
+                    fails += memcmp(row, w + rb * o, rb) != 0;
+                }
+                for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
+                    int n_tok = toks[ki];
+                    size_t n = (size_t)n_out * n_tok;
+                    float *x = malloc(sizeof(float) * n_tok * n_in), *ref = malloc(sizeof(float) * n);
+                    float *y = malloc(sizeof(float) * n), *y2 = malloc(sizeof(float) * n);
+                    fill_normal(x, (size_t)n_tok * n_in, 1.0f);
+                    void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(x8, n_in, n_tok) + 64) & ~(size_t)63);
+                    kern_matmul_ref(base, w, n_out, n_in, x, n_tok, ref);
+                    kern_matmul_ref(x8, wx, n_out, n_in, x, n_tok, y);
+                    fails += memcmp(y, ref, n * sizeof(float)) != 0;
+                    for (int lv = lv_first(top); lv <= (int)top; lv++) {
+                        kern_cpu_set_max_level((kern_level)lv);
+                        for (int th = 0; th < 2; th++) {
+                            kern_matmul(th ? pool2 : pool1, x8, wx, n_out, n_in, x, n_tok, y, ws);
+                            if (memcmp(y, ref, n * sizeof(float)) != 0) {
+                                fails++;
+                                fprintf(stderr, "  %s %s %dx%d tok %d, %d threads: differs from %s\n",
+                                        kern_type_name(x8), kern_level_name((kern_level)lv), n_out, n_in, n_tok,
+                                        th + 1, kern_type_name(base));
+                            }
+                        }
+                        /* One X8 part beside its row-major twin. */
+                        kern_matmul_part parts[2] = {{x8, wx, n_out, y}, {base, w, n_out, y2}};
+                        kern_matmul_multi(pool2, parts, 2, n_in, x, n_tok, ws);
+                        fails += memcmp(y, ref, n * sizeof(float)) != 0 || memcmp(y2, ref, n * sizeof(float)) != 0;
+                    }
+                    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+                    cases++;
+                    free(x);
+                    free(ref);
+                    free(y);
+                    free(y2);
+                    free(ws);
+                }
+                free(w);
+                free(wx);
+                free(row);
+            }
+    }
+    printf("q8_0x8/q8_0mx8 vs q8_0/q8_0m: %d shapes x %d levels x 1-2 threads, %d differ (memcmp)\n", cases,
+           (int)top + 1, fails);
+    CHECK(fails == 0, "X8 matmul differs from its base type in %d cases", fails);
+}
+
 int main(void)
 {
     kern_level top = detected_level();
@@ -572,6 +659,7 @@ int main(void)
     test_odd_n_in(pool2, top);
     test_invariance(pool1, pool2, top);
     test_multi(pool1, pool2, top);
+    test_x8(pool1, pool2, top);
     printf("(%.1f s)\n", now_sec() - t);
     kern_pool_free(pool1);
     kern_pool_free(pool2);
