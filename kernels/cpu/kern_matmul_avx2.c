@@ -553,6 +553,43 @@ AI void g8_pack(const kern_mm_args *a, int o, int r1, const int K, __m256i *pk)
     }
 }
 
+/* The float step of block b for T tokens of one group of 8 rows (lanes):
+ * acc = fma(cvt(isum), d_w * d_x, acc), then fma(m_w, s_x, acc) when the
+ * weights carry an offset (M), as the reference does lane by lane. */
+AI void g8_scale(const kern_mm_args *a, __m256 *acc, const __m256i *s, __m256 dw, __m256 mw, int b, int t0,
+                 const int T, const int M)
+{
+    const size_t xo = (size_t)b * a->n_tok + t0;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_broadcast_ss(a->xd + xo + t)),
+                                 acc[t]);
+        if (M)
+            acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(a->xs + xo + t), acc[t]);
+    }
+}
+
+/* Stores G groups x T tokens of outputs (rows from o, those below r1). */
+AI void g8_store(const kern_mm_args *a, __m256 (*acc)[8], int o, int r1, int t0, const int G, const int T)
+{
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        const int og = o + 8 * g;
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            float *y = a->y + (size_t)(t0 + t) * a->n_out + og;
+            if (og + 8 <= r1) {
+                _mm256_storeu_ps(y, acc[g][t]);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, acc[g][t]);
+                for (int r = 0; r < r1 - og; r++)
+                    y[r] = tmp[r];
+            }
+        }
+    }
+}
+
 /* Rows o..o+8G (those below r1 stored) x tokens t0..t0+T from G consecutive
  * repacked groups (gstride vectors apart), plain activation rows. With G = 2
  * each broadcast activation pair feeds two vpmaddwd, which are then 2 of
@@ -598,36 +635,12 @@ AI void g8_tile(const kern_mm_args *a, const __m256i *pk, size_t gstride, int o,
                     s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(wj[g], xj));
             }
         }
-        const size_t xo = (size_t)b * a->n_tok + t0;
 #pragma GCC unroll 2
-        for (int g = 0; g < G; g++) {
-            __m256 dw = _mm256_load_ps((const float *)(w[g] + 16));
-            __m256 mw = _mm256_load_ps((const float *)(w[g] + 17));
-#pragma GCC unroll 8
-            for (int t = 0; t < T; t++) {
-                acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[g][t]),
-                                            _mm256_mul_ps(dw, _mm256_broadcast_ss(a->xd + xo + t)), acc[g][t]);
-                if (KERN_WK_M(K))
-                    acc[g][t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(a->xs + xo + t), acc[g][t]);
-            }
-        }
+        for (int g = 0; g < G; g++)
+            g8_scale(a, acc[g], s[g], _mm256_load_ps((const float *)(w[g] + 16)),
+                     _mm256_load_ps((const float *)(w[g] + 17)), b, t0, T, KERN_WK_M(K));
     }
-#pragma GCC unroll 2
-    for (int g = 0; g < G; g++) {
-        const int og = o + 8 * g;
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            float *y = a->y + (size_t)(t0 + t) * a->n_out + og;
-            if (og + 8 <= r1) {
-                _mm256_storeu_ps(y, acc[g][t]);
-            } else {
-                float tmp[8];
-                _mm256_storeu_ps(tmp, acc[g][t]);
-                for (int r = 0; r < r1 - og; r++)
-                    y[r] = tmp[r];
-            }
-        }
-    }
+    g8_store(a, acc, o, r1, t0, G, T);
 }
 
 /* Tokens t0..t0+T against every group of the chunk (ng groups from row o),
@@ -703,7 +716,7 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gbytes, int o,
     const int nb = a->n_in / 32;
     const size_t bb = M ? 288 : 272; /* one block of a group */
     const int16_t *x[3];
-    __m256 acc[2][3];
+    __m256 acc[2][8];
 #pragma GCC unroll 3
     for (int t = 0; t < T; t++) {
         x[t] = a->xq + (size_t)(t0 + t) * a->n_in;
@@ -713,7 +726,7 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gbytes, int o,
     }
     for (int b = 0; b < nb; b++) {
         const uint8_t *w[2];
-        __m256i s[2][3];
+        __m256i s[2][8];
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++) {
             w[g] = grp + (size_t)g * gbytes + (size_t)b * bb;
@@ -738,36 +751,13 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gbytes, int o,
                     s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(wj[g], xj));
             }
         }
-        const size_t xo = (size_t)b * a->n_tok + t0;
 #pragma GCC unroll 2
-        for (int g = 0; g < G; g++) {
-            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + 256)));
-            __m256 mw = M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + 272))) : _mm256_setzero_ps();
-#pragma GCC unroll 3
-            for (int t = 0; t < T; t++) {
-                acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[g][t]),
-                                            _mm256_mul_ps(dw, _mm256_broadcast_ss(a->xd + xo + t)), acc[g][t]);
-                if (M)
-                    acc[g][t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(a->xs + xo + t), acc[g][t]);
-            }
-        }
+        for (int g = 0; g < G; g++)
+            g8_scale(a, acc[g], s[g], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + 256))),
+                     M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + 272))) : _mm256_setzero_ps(), b,
+                     t0, T, M);
     }
-#pragma GCC unroll 2
-    for (int g = 0; g < G; g++) {
-        const int og = o + 8 * g;
-#pragma GCC unroll 3
-        for (int t = 0; t < T; t++) {
-            float *y = a->y + (size_t)(t0 + t) * a->n_out + og;
-            if (og + 8 <= r1) {
-                _mm256_storeu_ps(y, acc[g][t]);
-            } else {
-                float tmp[8];
-                _mm256_storeu_ps(tmp, acc[g][t]);
-                for (int r = 0; r < r1 - og; r++)
-                    y[r] = tmp[r];
-            }
-        }
-    }
+    g8_store(a, acc, o, r1, t0, G, T);
 }
 
 /* Tokens t0..t0+T against the ng groups from row o (group o / 8). pf: the
