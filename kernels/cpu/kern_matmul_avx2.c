@@ -39,7 +39,8 @@
  *
  * Float types: each output owns one 8-lane f32 accumulator advanced by one
  * FMA per 8 inputs in input order, then hsum8() and a scalar tail for n_in
- * not a multiple of 8 - the same sequence in every tile shape. */
+ * not a multiple of 8 - the same sequence in every tile shape and in decode,
+ * which runs two rows at a time from two streams (f_pair) instead of tiles. */
 #include <float.h>
 #include <immintrin.h>
 #include <stdlib.h>
@@ -447,6 +448,7 @@ AI void q8_tile1(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint8
         q8_tile1_(a, w, rs, pf, t0, K, 0, out);
 }
 
+
 /* Decode: a task's first tile, which no earlier tile of the task prefetched,
  * is prefetched whole (rows r0.. up to R of them, contiguous). */
 AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R)
@@ -570,11 +572,12 @@ AI void g8_scale(const kern_mm_args *a, __m256 *acc, const __m256i *s, __m256 dw
 }
 
 /* Stores G groups x T tokens of outputs (rows from o, those below r1). */
-AI void g8_store(const kern_mm_args *a, __m256 (*acc)[8], int o, int r1, int t0, const int G, const int T)
+AI void g8_store(const kern_mm_args *a, __m256 (*acc)[8], int o, int ostep, int r1, int t0, const int G,
+                 const int T)
 {
 #pragma GCC unroll 2
     for (int g = 0; g < G; g++) {
-        const int og = o + 8 * g;
+        const int og = o + ostep * g;
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             float *y = a->y + (size_t)(t0 + t) * a->n_out + og;
@@ -640,7 +643,7 @@ AI void g8_tile(const kern_mm_args *a, const __m256i *pk, size_t gstride, int o,
             g8_scale(a, acc[g], s[g], _mm256_load_ps((const float *)(w[g] + 16)),
                      _mm256_load_ps((const float *)(w[g] + 17)), b, t0, T, KERN_WK_M(K));
     }
-    g8_store(a, acc, o, r1, t0, G, T);
+    g8_store(a, acc, o, 8, r1, t0, G, T);
 }
 
 /* Tokens t0..t0+T against every group of the chunk (ng groups from row o),
@@ -709,9 +712,18 @@ AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K)
  * streams the weights once; the first token tile of a chunk prefetches the
  * groups of the next tile, the later tiles find the chunk in L2. */
 #define X8_CHUNK_BYTES (96 * 1024) /* groups per chunk: 96 KiB of L2 */
+/* Decode prefetch distance in bytes (x8_rows1; -D to tune): in stories110M
+ * int8 tg, 3 rounds of runs, 768 beat 0, 192, 384 and 1536. */
+#ifndef X8_STREAM_PF
+#define X8_STREAM_PF 768
+#endif
 
-AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gbytes, int o, int r1, int t0, const int G,
-                const int T, const int M, int pf)
+/* G groups at grp + g * gstride, rows o + g * ostep (those below r1 stored),
+ * tokens t0..t0+T. pf 1: prefetch the groups 2 * gbytes on (the next tile's,
+ * consecutive groups); pf 2: prefetch X8_STREAM_PF bytes ahead in each
+ * group's stream (decode, x8_rows1). */
+AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_t gbytes, int o, int ostep, int r1,
+                int t0, const int G, const int T, const int M, int pf)
 {
     const int nb = a->n_in / 32;
     const size_t bb = M ? 288 : 272; /* one block of a group */
@@ -729,10 +741,13 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gbytes, int o,
         __m256i s[2][8];
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++) {
-            w[g] = grp + (size_t)g * gbytes + (size_t)b * bb;
-            if (pf)
+            w[g] = grp + (size_t)g * gstride + (size_t)b * bb;
+            if (pf == 1)
                 for (size_t l = 0; l < bb; l += 64)
                     _mm_prefetch((const char *)w[g] + 2 * gbytes + l, _MM_HINT_T0);
+            else if (pf == 2) /* the lines that start in this block, X8_STREAM_PF on */
+                for (size_t l = ((size_t)b * bb + 63) & ~(size_t)63; l < (size_t)(b + 1) * bb; l += 64)
+                    _mm_prefetch((const char *)grp + (size_t)g * gstride + l + X8_STREAM_PF, _MM_HINT_T0);
 #pragma GCC unroll 3
             for (int t = 0; t < T; t++)
                 s[g][t] = _mm256_setzero_si256();
@@ -757,7 +772,7 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gbytes, int o,
                      M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + 272))) : _mm256_setzero_ps(), b,
                      t0, T, M);
     }
-    g8_store(a, acc, o, r1, t0, G, T);
+    g8_store(a, acc, o, ostep, r1, t0, G, T);
 }
 
 /* Tokens t0..t0+T against the ng groups from row o (group o / 8). pf: the
@@ -768,14 +783,34 @@ AI void x8_tiles(const kern_mm_args *a, int ng, int o, int r1, int t0, const int
     const uint8_t *grp = a->W + (size_t)(o / 8) * gbytes;
     int g = 0;
     for (; g + 2 <= ng; g += 2)
-        x8_tile(a, grp + (size_t)g * gbytes, gbytes, o + 8 * g, r1, t0, 2, T, M, pf && o + 8 * (g + 2) < r1);
+        x8_tile(a, grp + (size_t)g * gbytes, gbytes, gbytes, o + 8 * g, 8, r1, t0, 2, T, M,
+                pf && o + 8 * (g + 2) < r1);
     if (g < ng)
-        x8_tile(a, grp + (size_t)g * gbytes, gbytes, o + 8 * g, r1, t0, 1, T, M, 0);
+        x8_tile(a, grp + (size_t)g * gbytes, gbytes, gbytes, o + 8 * g, 8, r1, t0, 1, T, M, 0);
+}
+
+/* Decode (1 token) of rows [r0, r1) (r0 a multiple of 8): as f_pair does
+ * for float weights, the two groups of a tile come from the two halves of
+ * the range, so the thread reads two sequential streams, each prefetched
+ * X8_STREAM_PF bytes ahead. Same tiles and arithmetic as x8_rows. */
+AI void x8_rows1(const kern_mm_args *a, int r0, int r1, const int M)
+{
+    const size_t gbytes = (size_t)(a->n_in / 32) * (M ? 288 : 272);
+    const int n_g = (r1 - r0 + 7) / 8, half = n_g / 2;
+    const uint8_t *grp = a->W + (size_t)(r0 / 8) * gbytes;
+    for (int g = 0; g < half; g++)
+        x8_tile(a, grp + (size_t)g * gbytes, (size_t)half * gbytes, gbytes, r0 + 8 * g, 8 * half, r1, 0, 2, 1, M, 2);
+    if (n_g & 1)
+        x8_tile(a, grp + (size_t)(n_g - 1) * gbytes, gbytes, gbytes, r0 + 8 * (n_g - 1), 8, r1, 0, 1, 1, M, 2);
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8) of an X8 matrix. */
 AI void x8_rows(const kern_mm_args *a, int r0, int r1, const int M)
 {
+    if (a->n_tok == 1) {
+        x8_rows1(a, r0, r1, M);
+        return;
+    }
     const size_t gbytes = (size_t)(a->n_in / 32) * (M ? 288 : 272);
     int ng = (int)(X8_CHUNK_BYTES / gbytes) & ~1;
     if (ng < 2)
@@ -854,12 +889,10 @@ AI float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* Decode (T = 1) of 16-bit weights prefetches as q8_tile does: the 8 rows of
- * a tile are one stretch of memory, so each step of 8 values prefetches the
- * next tile's matching 8 x 8 values (2 lines) NTA; pf is NULL near the matrix
- * end. Measured (2 threads, Zen 3, machine shared): kern_bench gemv F16
- * 49152x576 2363 -> 2010 us; SmolLM2-135M f16 tg128 80-84 -> 88-95 tok/s in
- * paired runs. F32 rows stream well without it and lost ~5% with it. */
+/* Batches (2x4, 4x2 tiles) of 16-bit weights prefetch as q8_tile does: the R
+ * rows of a tile are one stretch of memory, so each step of 8 values
+ * prefetches the next tile's matching R x 8 values NTA; pf is NULL near the
+ * matrix end. F32 rows stream well without it. Decode uses f_pair, below. */
 AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, const uint8_t *pf, int t0,
                const int R, const int T, float *out)
 {
@@ -881,12 +914,7 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, co
         if (f) {
             __asm__ volatile("" ::: "memory");
             _mm_prefetch(f, _MM_HINT_NTA);
-            if (R == 8) {
-                _mm_prefetch(f + 64, _MM_HINT_NTA);
-                f += 128;
-            } else {
-                f += 16 * R; /* R rows' 8 values: a line every 64 / (16 R) steps */
-            }
+            f += 16 * R; /* R rows' 8 values: a line every 64 / (16 R) steps */
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
@@ -904,6 +932,63 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, co
         out[k] = s;
     }
 }
+
+/* Decode (T = 1) of 16/32-bit weights: two rows at a time, one from each
+ * half of [r0, r1), so that each thread reads its share as two sequential
+ * streams; each step prefetches F_PAIR_PF bytes ahead in both (T0). Eight
+ * interleaved rows (f_tile) are eight streams 1-2 KB apart, and plain
+ * sequential rows leave too few misses in flight: on the 2-core Zen 3 VM, the
+ * f16 matrices of one stories110M decode step took 8.0-8.3 ms as 8-row tiles,
+ * 7.4-7.9 ms one row at a time with prefetch, 6.4-7.0 ms as two streams; four
+ * streams (quarters, or two rows per half) were slower again (8.3-9.3 ms).
+ * Each row keeps f_tile's arithmetic (one accumulator stepping 8 values,
+ * hsum8, then the tail), so decode and batch give the same bits. (Row-major
+ * int8/int4 decode keeps its 8-row tiles: taking 4 rows from each half
+ * measured slower, kern_bench gemv Q4_1 49152x576 613 -> 750 us.) */
+#ifndef F_PAIR_PF /* -D to tune */
+#define F_PAIR_PF 384
+#endif
+
+AI void f_pair(const kern_mm_args *a, kern_type wt, const uint8_t *w0, const uint8_t *w1, const float *x,
+               float *y0, float *y1)
+{
+    const int n = a->n_in, n8 = n & ~7, es = wt == KERN_TYPE_F32 ? 4 : 2;
+    const int pf_mask = 64 / es - 1; /* one prefetch per line of progress */
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int i = 0; i < n8; i += 8) {
+        if ((i & pf_mask) == 0) {
+            _mm_prefetch((const char *)w0 + (size_t)i * es + F_PAIR_PF, _MM_HINT_T0);
+            if (w1)
+                _mm_prefetch((const char *)w1 + (size_t)i * es + F_PAIR_PF, _MM_HINT_T0);
+        }
+        __m256 xv = _mm256_loadu_ps(x + i);
+        acc0 = _mm256_fmadd_ps(load8(wt, w0, i), xv, acc0);
+        if (w1)
+            acc1 = _mm256_fmadd_ps(load8(wt, w1, i), xv, acc1);
+    }
+    float s0 = hsum8(acc0), s1 = w1 ? hsum8(acc1) : 0.0f;
+    for (int i = n8; i < n; i++) {
+        s0 = s0 + load1(wt, w0, i) * x[i];
+        if (w1)
+            s1 = s1 + load1(wt, w1, i) * x[i];
+    }
+    *y0 = s0;
+    if (w1)
+        *y1 = s1;
+}
+
+#define DEFINE_F_PAIRS(NAME, WT)                                                                   \
+    static void f_pairs_##NAME(const kern_mm_args *a, int r0, int r1, int t0)                      \
+    {                                                                                              \
+        const int half = (r1 - r0) / 2;                                                            \
+        const float *x = a->x + (size_t)t0 * a->n_in;                                              \
+        float *y = a->y + (size_t)t0 * a->n_out;                                                   \
+        for (int o = r0; o < r0 + half; o++)                                                       \
+            f_pair(a, WT, a->W + (size_t)o * a->row_bytes, a->W + (size_t)(o + half) * a->row_bytes, \
+                   x, y + o, y + o + half);                                                        \
+        if ((r1 - r0) & 1)                                                                         \
+            f_pair(a, WT, a->W + (size_t)(r1 - 1) * a->row_bytes, NULL, x, y + r1 - 1, NULL);       \
+    }
 
 #define DEFINE_F_SPAN(NAME, WT, R, T)                                                              \
     static void f_span_##NAME##_##R##x##T(const kern_mm_args *a, int r0, int r1, int t0)           \
@@ -925,7 +1010,7 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, co
 #define DEFINE_F_ROWS(NAME, WT)                                                                    \
     DEFINE_F_SPAN(NAME, WT, 2, 4)                                                                  \
     DEFINE_F_SPAN(NAME, WT, 4, 2)                                                                  \
-    DEFINE_F_SPAN(NAME, WT, 8, 1)                                                                  \
+    DEFINE_F_PAIRS(NAME, WT)                                                                       \
     static void f_rows_##NAME(const kern_mm_args *a, int r0, int r1)                               \
     {                                                                                              \
         int t0 = 0;                                                                                \
@@ -934,7 +1019,7 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, co
         for (; t0 + 2 <= a->n_tok; t0 += 2)                                                        \
             f_span_##NAME##_4x2(a, r0, r1, t0);                                                    \
         for (; t0 < a->n_tok; t0++)                                                                \
-            f_span_##NAME##_8x1(a, r0, r1, t0);                                                    \
+            f_pairs_##NAME(a, r0, r1, t0);                                                         \
     }
 DEFINE_F_ROWS(f32, KERN_TYPE_F32)
 DEFINE_F_ROWS(f16, KERN_TYPE_F16)
