@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
@@ -36,6 +37,26 @@ const char *model_weights_fmt_name(model_weights_fmt f) {
     return "?";
 }
 
+/* Large owned buffers (weight matrices) are cut one after another from
+ * 64 MiB chunks, 2 MiB-aligned and advised MADV_HUGEPAGE, so that with
+ * transparent huge pages ("madvise" or "always") the weights a decode step
+ * streams sit on 2 MiB pages: far fewer TLB misses and page walks on the
+ * streams. Per-tensor allocations of 1-3 MiB got none. On the 2-core VM the
+ * stories110M f16 tg went 115-126 -> 128-146 tok/s in paired runs. Untouched
+ * chunk tails cost address space only. */
+#define MODEL_ARENA_MIN ((size_t)256 << 10)
+#define MODEL_ARENA_CHUNK ((size_t)64 << 20)
+#define MODEL_HUGE_PAGE ((size_t)2 << 20)
+
+static void *model_alloc_huge(size_t bytes) {
+    size_t sz = (bytes + MODEL_HUGE_PAGE - 1) & ~(MODEL_HUGE_PAGE - 1);
+    void *p = aligned_alloc(MODEL_HUGE_PAGE, sz);
+#ifdef MADV_HUGEPAGE
+    if (p) (void)madvise(p, sz, MADV_HUGEPAGE); /* advice only: THP may be off */
+#endif
+    return p;
+}
+
 void *model_alloc_owned(model *m, size_t bytes) {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? m->cap_owned * 2 : 64;
@@ -45,8 +66,33 @@ void *model_alloc_owned(model *m, size_t bytes) {
         m->cap_owned = cap;
     }
     /* 64-byte alignment: SIMD kernels load whole cache lines. */
-    void *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (buf) m->owned[m->n_owned++] = buf;
+    size_t need = (bytes + 63) & ~(size_t)63;
+    if (need < bytes) return NULL; /* overflow */
+    if (need < MODEL_ARENA_MIN) {
+        void *buf = aligned_alloc(64, need);
+        if (buf) m->owned[m->n_owned++] = buf;
+        return buf;
+    }
+#ifdef __SANITIZE_ADDRESS__
+    const int own_chunk = 1; /* ASan: every buffer alone, so overruns are caught */
+#else
+    const int own_chunk = need > MODEL_ARENA_CHUNK / 2;
+#endif
+    if (own_chunk) {
+        void *buf = model_alloc_huge(need);
+        if (buf) m->owned[m->n_owned++] = buf;
+        return buf;
+    }
+    if (!m->arena || m->arena_cap - m->arena_used < need) {
+        uint8_t *chunk = model_alloc_huge(MODEL_ARENA_CHUNK);
+        if (!chunk) return NULL;
+        m->owned[m->n_owned++] = chunk;
+        m->arena = chunk;
+        m->arena_used = 0;
+        m->arena_cap = MODEL_ARENA_CHUNK;
+    }
+    void *buf = m->arena + m->arena_used;
+    m->arena_used += need;
     return buf;
 }
 

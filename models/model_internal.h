@@ -15,6 +15,8 @@ struct model {
     gguf_file *tok_gf;    /* dummy models: the file the vocabulary came from, or NULL */
     void **owned;         /* buffers of converted tensors, freed with the model */
     int n_owned, cap_owned;
+    uint8_t *arena;       /* the huge-page chunk large owned buffers are cut from */
+    size_t arena_used, arena_cap;
     char *name;
     char *chat_template;
     int64_t n_params;
@@ -22,7 +24,9 @@ struct model {
 };
 
 /* Shared by model.c and model_dummy.c. */
-void *model_alloc_owned(model *m, size_t bytes); /* 64-byte aligned, freed with the model */
+/* 64-byte aligned, freed with the model; from 256 KiB on cut from 2 MiB-aligned
+ * chunks advised for transparent huge pages (model.c). */
+void *model_alloc_owned(model *m, size_t bytes);
 int model_read_config(model *m, char *err, size_t err_len); /* from m->gf's metadata */
 void model_count_bytes(model *m);
 kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in);
