@@ -60,7 +60,7 @@ static long long cpu_kv_budget(model_backend *be) {
 static double cpu_mem_bw(model_backend *be) {
     cpu_backend *c = (cpu_backend *)be;
     /* 512 MiB is far beyond any last-level cache: DRAM bandwidth. */
-    return c->pool ? kern_measure_read_bw(c->pool, (size_t)512 << 20, 3) * 1e9 : 0.0;
+    return c->pool ? kern_measure_read_bw(c->pool, (size_t)512 << 20, 5) * 1e9 : 0.0;
 }
 
 static void cpu_describe(model_backend *be, char *buf, size_t len) {
