@@ -448,7 +448,6 @@ AI void q8_tile1(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint8
         q8_tile1_(a, w, rs, pf, t0, K, 0, out);
 }
 
-
 /* Decode: a task's first tile, which no earlier tile of the task prefetched,
  * is prefetched whole (rows r0.. up to R of them, contiguous). */
 AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R)
