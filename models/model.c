@@ -50,6 +50,7 @@ const char *model_weights_fmt_name(model_weights_fmt f) {
 
 static void *model_alloc_huge(size_t bytes) {
     size_t sz = (bytes + MODEL_HUGE_PAGE - 1) & ~(MODEL_HUGE_PAGE - 1);
+    if (sz < bytes) return NULL; /* overflow */
     void *p = aligned_alloc(MODEL_HUGE_PAGE, sz);
 #ifdef MADV_HUGEPAGE
     if (p) (void)madvise(p, sz, MADV_HUGEPAGE); /* advice only: THP may be off */

@@ -592,6 +592,19 @@ AI void g8_store(const kern_mm_args *a, __m256 (*acc)[8], int o, int ostep, int 
     }
 }
 
+/* The start of a g8/x8 tile: the T tokens' int16 activation rows, and G x T
+ * zeroed accumulators. */
+AI void g8_begin(const kern_mm_args *a, int t0, const int G, const int T, const int16_t **x, __m256 (*acc)[8])
+{
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        x[t] = a->xq + (size_t)(t0 + t) * a->n_in;
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            acc[g][t] = _mm256_setzero_ps();
+    }
+}
+
 /* Rows o..o+8G (those below r1 stored) x tokens t0..t0+T from G consecutive
  * repacked groups (gstride vectors apart), plain activation rows. With G = 2
  * each broadcast activation pair feeds two vpmaddwd, which are then 2 of
@@ -602,13 +615,7 @@ AI void g8_tile(const kern_mm_args *a, const __m256i *pk, size_t gstride, int o,
     const int nb = a->n_in / 32;
     const int16_t *x[8];
     __m256 acc[2][8];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        x[t] = a->xq + (size_t)(t0 + t) * a->n_in;
-#pragma GCC unroll 2
-        for (int g = 0; g < G; g++)
-            acc[g][t] = _mm256_setzero_ps();
-    }
+    g8_begin(a, t0, G, T, x, acc);
     for (int b = 0; b < nb; b++) {
         const __m256i *w[2];
         const int16_t *xb[8];
@@ -728,13 +735,7 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
     const size_t bb = M ? 288 : 272; /* one block of a group */
     const int16_t *x[3];
     __m256 acc[2][8];
-#pragma GCC unroll 3
-    for (int t = 0; t < T; t++) {
-        x[t] = a->xq + (size_t)(t0 + t) * a->n_in;
-#pragma GCC unroll 2
-        for (int g = 0; g < G; g++)
-            acc[g][t] = _mm256_setzero_ps();
-    }
+    g8_begin(a, t0, G, T, x, acc);
     for (int b = 0; b < nb; b++) {
         const uint8_t *w[2];
         __m256i s[2][8];
@@ -948,8 +949,9 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, co
 #define F_PAIR_PF 384
 #endif
 
+/* P = 2: rows w0 and w1; P = 1: w0 alone (the odd row of a range). */
 AI void f_pair(const kern_mm_args *a, kern_type wt, const uint8_t *w0, const uint8_t *w1, const float *x,
-               float *y0, float *y1)
+               float *y0, float *y1, const int P)
 {
     const int n = a->n_in, n8 = n & ~7, es = wt == KERN_TYPE_F32 ? 4 : 2;
     const int pf_mask = 64 / es - 1; /* one prefetch per line of progress */
@@ -957,22 +959,22 @@ AI void f_pair(const kern_mm_args *a, kern_type wt, const uint8_t *w0, const uin
     for (int i = 0; i < n8; i += 8) {
         if ((i & pf_mask) == 0) {
             _mm_prefetch((const char *)w0 + (size_t)i * es + F_PAIR_PF, _MM_HINT_T0);
-            if (w1)
+            if (P == 2)
                 _mm_prefetch((const char *)w1 + (size_t)i * es + F_PAIR_PF, _MM_HINT_T0);
         }
         __m256 xv = _mm256_loadu_ps(x + i);
         acc0 = _mm256_fmadd_ps(load8(wt, w0, i), xv, acc0);
-        if (w1)
+        if (P == 2)
             acc1 = _mm256_fmadd_ps(load8(wt, w1, i), xv, acc1);
     }
-    float s0 = hsum8(acc0), s1 = w1 ? hsum8(acc1) : 0.0f;
+    float s0 = hsum8(acc0), s1 = P == 2 ? hsum8(acc1) : 0.0f;
     for (int i = n8; i < n; i++) {
         s0 = s0 + load1(wt, w0, i) * x[i];
-        if (w1)
+        if (P == 2)
             s1 = s1 + load1(wt, w1, i) * x[i];
     }
     *y0 = s0;
-    if (w1)
+    if (P == 2)
         *y1 = s1;
 }
 
@@ -984,9 +986,9 @@ AI void f_pair(const kern_mm_args *a, kern_type wt, const uint8_t *w0, const uin
         float *y = a->y + (size_t)t0 * a->n_out;                                                   \
         for (int o = r0; o < r0 + half; o++)                                                       \
             f_pair(a, WT, a->W + (size_t)o * a->row_bytes, a->W + (size_t)(o + half) * a->row_bytes, \
-                   x, y + o, y + o + half);                                                        \
+                   x, y + o, y + o + half, 2);                                                     \
         if ((r1 - r0) & 1)                                                                         \
-            f_pair(a, WT, a->W + (size_t)(r1 - 1) * a->row_bytes, NULL, x, y + r1 - 1, NULL);       \
+            f_pair(a, WT, a->W + (size_t)(r1 - 1) * a->row_bytes, NULL, x, y + r1 - 1, NULL, 1);    \
     }
 
 #define DEFINE_F_SPAN(NAME, WT, R, T)                                                              \
