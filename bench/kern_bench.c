@@ -97,17 +97,19 @@ int main(int argc, char **argv)
     }
 
     /* GEMV: weight bytes streamed per second vs the read roofline. */
-    const kern_type types[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1,
-                               KERN_TYPE_F16,  KERN_TYPE_BF16,  KERN_TYPE_F32};
-    const int n_types = (int)(sizeof(types) / sizeof(types[0])), n_int_types = 4;
+    const kern_type types[] = {KERN_TYPE_Q8_0,   KERN_TYPE_Q8_0M,   KERN_TYPE_Q4_0,   KERN_TYPE_Q4_1,
+                               KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8,
+                               KERN_TYPE_F16,    KERN_TYPE_BF16,    KERN_TYPE_F32};
+    const int n_types = (int)(sizeof(types) / sizeof(types[0])), n_int_types = 8;
     const int gemv[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
     for (int ti = 0; ti < n_types && run("gemv"); ti++)
         for (int s = 0; s < 4; s++) {
             int n_out = gemv[s][0], n_in = gemv[s][1];
             double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 1, 50, &gf);
             double bytes = (double)kern_row_bytes(types[ti], n_in) * n_out;
-            printf("gemv %-5s %5d x %4d: %8.1f us  %5.1f GB/s (%3.0f%% of read bw)\n", kern_type_name(types[ti]),
-                   n_out, n_in, t * 1e6, bytes / t / 1e9, 100 * bytes / t / 1e9 / bw);
+            printf("gemv %-7s %5d x %4d: %8.1f us  %5.1f GB/s (%3.0f%% of read bw)  [%s]\n",
+                   kern_type_name(types[ti]), n_out, n_in, t * 1e6, bytes / t / 1e9, 100 * bytes / t / 1e9 / bw,
+                   kern_level_name(kern_matmul_level(types[ti], 1)));
         }
     /* The batch sizes of a decode step: every weight read serves n_tok rows. */
     const int steps[] = {1, 2, 4, 6, 8, 10, 16, 24};
@@ -134,8 +136,8 @@ int main(int argc, char **argv)
         for (int s = 0; s < 4; s++) {
             int n_out = gemm[s][0], n_in = gemm[s][1];
             double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 512, s == 3 ? 2 : 5, &gf);
-            printf("gemm %-5s %5d x %4d x 512 tok: %8.2f ms  %6.1f GOP/s\n", kern_type_name(types[ti]), n_out, n_in,
-                   t * 1e3, gf);
+            printf("gemm %-7s %5d x %4d x 512 tok: %8.2f ms  %6.1f GOP/s  [%s]\n", kern_type_name(types[ti]), n_out,
+                   n_in, t * 1e3, gf, kern_level_name(kern_matmul_level(types[ti], 512)));
         }
     kern_pool_free(pool);
     return 0;

@@ -307,7 +307,9 @@ kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in) {
         case KERN_TYPE_Q4_0:
         case KERN_TYPE_Q4_1:
         case KERN_TYPE_Q8_0X8: /* never stored in a file */
-        case KERN_TYPE_Q8_0MX8: return stored;
+        case KERN_TYPE_Q8_0MX8:
+        case KERN_TYPE_Q4_0X8:
+        case KERN_TYPE_Q4_1X8: return stored;
         case KERN_TYPE_BF16: return KERN_TYPE_F16;
         }
     }
@@ -317,8 +319,9 @@ kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in) {
 /* ---- X8 (row-interleaved int8) ----------------------------------------- */
 
 int model_want_x8(const model_load_opts *opts) {
-    /* The AVX-512 kernels have their own tiles for the row-major layout. */
-    return opts && opts->cpu_layout && kern_cpu_level() == KERN_LEVEL_AVX2;
+    /* The integer kernels of every SIMD level read the X8 forms fastest (the
+     * AVX-512 levels have no row-major integer tiles of their own). */
+    return opts && opts->cpu_layout && kern_cpu_level() >= KERN_LEVEL_AVX2;
 }
 
 typedef struct x8_job {

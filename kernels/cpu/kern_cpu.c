@@ -20,6 +20,8 @@ static kern_cpu_features g_features;
 static atomic_int g_detected;   /* 0 = not yet, 1 = g_features valid */
 static atomic_int g_level = -1; /* cached effective level, -1 = recompute */
 static atomic_int g_cap = -1;   /* kern_cpu_set_max_level(), -1 = none */
+static atomic_int g_pick = -1;  /* kern_cpu_set_pick(), -1 = from the environment */
+static atomic_int g_env_pick = -1; /* BRISK_CPU_KERNELS, read once */
 
 #ifdef KERN_X86
 static uint64_t xgetbv0(void)
@@ -129,6 +131,36 @@ void kern_cpu_set_max_level(kern_level level)
 {
     atomic_store_explicit(&g_cap, (int)level, memory_order_relaxed);
     atomic_store_explicit(&g_level, -1, memory_order_relaxed);
+}
+
+static int env_pick(void)
+{
+    const char *s = getenv("BRISK_CPU_KERNELS");
+    if (!s || !*s || strcmp(s, "table") == 0)
+        return KERN_PICK_TABLE;
+    if (strcmp(s, "level") == 0)
+        return KERN_PICK_LEVEL;
+    fprintf(stderr, "brisk: ignoring unknown BRISK_CPU_KERNELS=%s (table or level)\n", s);
+    return KERN_PICK_TABLE;
+}
+
+kern_pick kern_cpu_pick(void)
+{
+    int p = atomic_load_explicit(&g_pick, memory_order_relaxed);
+    if (p >= 0)
+        return (kern_pick)p;
+    p = atomic_load_explicit(&g_env_pick, memory_order_relaxed);
+    if (p < 0) {
+        p = env_pick();
+        atomic_store_explicit(&g_env_pick, p, memory_order_relaxed);
+    }
+    return (kern_pick)p;
+}
+
+void kern_cpu_set_pick(int pick)
+{
+    atomic_store_explicit(&g_pick, pick == KERN_PICK_TABLE || pick == KERN_PICK_LEVEL ? pick : -1,
+                          memory_order_relaxed);
 }
 
 const char *kern_level_name(kern_level level)

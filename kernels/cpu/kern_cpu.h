@@ -21,6 +21,18 @@ kern_level kern_cpu_level(void);
 void kern_cpu_set_max_level(kern_level level);
 const char *kern_level_name(kern_level level);
 
+/* How kern_matmul picks its kernel for a weight type and batch size:
+ * KERN_PICK_TABLE (the default) runs the fastest kernel at or below
+ * kern_cpu_level() from a fixed table (kern_matmul.c: a rule on the CPU's
+ * features, measured, never timed at start-up, so every replica on the same
+ * CPU runs the same code); KERN_PICK_LEVEL runs the level's own kernels for
+ * everything (the tests sweep levels this way so every kernel is checked, and
+ * a benchmark can time one level alone). BRISK_CPU_KERNELS=table|level sets
+ * it; kern_cpu_set_pick() overrides that (-1 goes back to the environment). */
+typedef enum { KERN_PICK_TABLE = 0, KERN_PICK_LEVEL = 1 } kern_pick;
+kern_pick kern_cpu_pick(void);
+void kern_cpu_set_pick(int pick);
+
 /* Writes e.g. "cpu(avx2 fma f16c)" into buf for --version. */
 void kern_cpu_describe(char *buf, int len);
 

@@ -68,6 +68,7 @@ typedef struct kern_mm_args {
     const int16_t *xq; /* [n_tok][n_in], integer types */
     const float *xd;   /* [n_in/32][n_tok], integer types */
     const float *xs;   /* [n_in/32][n_tok], integer types */
+    const int32_t *xi; /* [n_in/32][n_tok], integer types: sum(q) of the block */
     float *y;          /* [n_tok][n_out] */
 } kern_mm_args;
 
@@ -86,12 +87,14 @@ void kern_mm_rows_avx512vnni(const kern_mm_args *a, int r0, int r1);
  *     amax = max |x|,  d = amax / 32767 (0 if that is below FLT_MIN),
  *     q = rint(x * (1 / d)) in [-32767, 32767] (round to nearest even),
  *     s = d * (float)sum(q)
- * q goes to q[n], d and s to d[b * stride] and s[b * stride]. The AVX2
- * version computes the same values bit for bit (tested) and with slot = -1
- * stores them the same way; slot 0 or 1 stores them as token 0 or 1 of the
- * paired rows starting at q (2n values, see kern_matmul_avx2.c). */
-void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float *s, int stride);
-void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *s, int stride, int slot);
+ * q goes to q[n], d, s and sum(q) to d[b * stride], s[b * stride] and
+ * qsum[b * stride]. The AVX2 version computes the same values bit for bit
+ * (tested) and with slot = -1 stores them the same way; slot 0 or 1 stores
+ * them as token 0 or 1 of the paired rows starting at q (2n values, see
+ * kern_matmul_avx2.c). */
+void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum, int stride);
+void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum, int stride,
+                            int slot);
 
 /* Row-op SIMD versions (kern_ops_avx2.c); kern_ops.c dispatches. */
 void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);

@@ -38,16 +38,19 @@
 #include "kernels/cpu/kern_ops.h"
 
 #define ROW_GROUP 16 /* rows; a multiple of the largest row tile (AVX-512 T=1: 16) */
+/* Below this many tokens a matmul streams its weights (see the task count
+ * in kern_matmul_multi). */
+#define MM_STREAM_MAX_TOK 16
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* int16 activations [n_tok][n_in], then d and s, each [n_in/32][n_tok]. */
+/* int16 activations [n_tok][n_in], then d, s and sum(q), each [n_in/32][n_tok]. */
 size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok)
 {
     if (!kern_is_int_weight(wt))
         return 0;
     size_t scales = (size_t)(n_in / KERN_QK) * (size_t)n_tok * sizeof(float);
-    return align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)) + 2 * align64(scales);
+    return align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)) + 3 * align64(scales);
 }
 
 /* ---- activation quantization ------------------------------------------------ */
@@ -63,7 +66,7 @@ static int16_t act_q16(float v)
     return r == r ? (int16_t)r : INT16_MIN;
 }
 
-void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float *s, int stride)
+void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum, int stride)
 {
     for (int b = 0; b < n / KERN_QK; b++) {
         const float *xb = x + b * KERN_QK;
@@ -83,6 +86,7 @@ void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float
         }
         d[(size_t)b * stride] = db;
         s[(size_t)b * stride] = db * (float)sum; /* |sum| < 2^20: exact in float */
+        qsum[(size_t)b * stride] = sum;
     }
 }
 
@@ -150,31 +154,27 @@ static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw
 }
 
 /* Block b of row o of matrix W (rows of rb bytes, nb blocks): q8_block, and
- * for the X8 types the row's values gathered from its group into buf. */
+ * for the X8 types the row's block taken out of its group (kern_x8_get_row)
+ * first, its values copied into buf. */
 static const int8_t *q8_block_at(kern_type wt, const uint8_t *W, size_t rb, int nb, int o, int b, float *dw,
                                  float *mw, int8_t buf[KERN_QK])
 {
     if (!kern_type_is_x8(wt))
         return q8_block(wt, W + (size_t)o * rb, b, dw, mw, buf);
-    const size_t gb = 8 * kern_type_block_bytes(wt); /* one block of a group */
-    const uint8_t *in = W + ((size_t)(o / 8) * (size_t)nb + (size_t)b) * gb;
-    const int lane = o % 8;
-    uint16_t h;
-    for (int i = 0; i < KERN_QK; i++)
-        buf[i] = (int8_t)in[16 * (i / 2) + 2 * lane + (i & 1)];
-    memcpy(&h, in + 256 + 2 * lane, 2);
-    *dw = kern_fp16_to_fp32(h);
-    *mw = 0.0f;
-    if (wt == KERN_TYPE_Q8_0MX8) {
-        memcpy(&h, in + 272 + 2 * lane, 2);
-        *mw = kern_fp16_to_fp32(h);
-    }
+    const kern_type base = kern_x8_base(wt);
+    const size_t gb = 8 * kern_type_block_bytes(base); /* one block of a group */
+    _Alignas(8) uint8_t blk[sizeof(kern_block_q8_0m)];
+    kern_x8_get_row(wt, W + ((size_t)(o / 8) * (size_t)nb + (size_t)b) * gb, KERN_QK, o % 8, blk);
+    const int8_t *q = q8_block(base, blk, 0, dw, mw, buf);
+    if (q != buf)
+        memcpy(buf, q, KERN_QK);
     return buf;
 }
 
 static int has_offset(kern_type wt)
 {
-    return wt == KERN_TYPE_Q8_0M || wt == KERN_TYPE_Q4_1 || wt == KERN_TYPE_Q8_0MX8;
+    kern_type b = kern_x8_base(wt);
+    return b == KERN_TYPE_Q8_0M || b == KERN_TYPE_Q4_1;
 }
 
 /* One block's contribution, the arithmetic every level reproduces. */
@@ -200,17 +200,19 @@ void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in, const flo
         int nb = n_in / KERN_QK;
         int16_t *xq = malloc((size_t)n_in * sizeof(*xq));
         float *xd = malloc((size_t)nb * 2 * sizeof(float));
-        if (!xq || !xd) {
+        int32_t *xi = malloc((size_t)nb * sizeof(int32_t));
+        if (!xq || !xd || !xi) {
             /* Out of memory in the test oracle: NaN makes every comparison fail. */
             free(xq);
             free(xd);
+            free(xi);
             for (size_t i = 0; i < (size_t)n_tok * (size_t)n_out; i++)
                 y[i] = NAN;
             return;
         }
         float *xs = xd + nb;
         for (int t = 0; t < n_tok; t++) {
-            kern_quantize_act_scalar(x + (size_t)t * n_in, n_in, xq, xd, xs, 1);
+            kern_quantize_act_scalar(x + (size_t)t * n_in, n_in, xq, xd, xs, xi, 1);
             for (int o = 0; o < n_out; o++) {
                 float acc = 0.0f;
                 for (int b = 0; b < nb; b++) {
@@ -224,6 +226,7 @@ void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in, const flo
         }
         free(xq);
         free(xd);
+        free(xi);
         return;
     }
     for (int t = 0; t < n_tok; t++) {
@@ -292,13 +295,58 @@ void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1)
         rows_scalar_float(a, r0, r1);
 }
 
+/* ---- kernel choice -------------------------------------------------------------
+ * Which level's kernel runs a weight type at a batch size. Every level gives
+ * the same bits for the integer types (the reference's block arithmetic) and
+ * the AVX2 and AVX-512 float kernels share one arithmetic (8-lane
+ * accumulators in input order, then hsum8), so the choice can follow the
+ * batch size without breaking batch invariance. The table is a rule on the
+ * CPU's features, fixed in the code from measurements (docs/ARCHITECTURE.md,
+ * "Kernel choice"): the same on every replica, never timed at start-up. */
+
+/* 1: the AVX2 kernel of row-major integer weights for n_tok tokens reads the
+ * paired activation layout (kern_internal.h). */
+static int act_paired(kern_level lv, kern_type wt, int n_tok)
+{
+    return lv == KERN_LEVEL_AVX2 && kern_is_int_weight(wt) && !kern_type_is_x8(wt) &&
+           n_tok < KERN_AVX2_PLAIN_MIN_TOK;
+}
+
+static kern_level pick_level(kern_type wt, int n_tok, kern_level top, kern_pick pick)
+{
+    (void)n_tok;
+    /* Row-major integer weights have AVX2 kernels only: the AVX-512 levels
+     * run them (the X8 forms, which the CPU backend loads, have their own). */
+    if (top > KERN_LEVEL_AVX2 && kern_is_int_weight(wt) && !kern_type_is_x8(wt))
+        return KERN_LEVEL_AVX2;
+    if (top < KERN_LEVEL_AVX512 || pick == KERN_PICK_LEVEL)
+        return top;
+    return top;
+}
+
+kern_level kern_matmul_level(kern_type wt, int n_tok)
+{
+    return pick_level(wt, n_tok, kern_cpu_level(), kern_cpu_pick());
+}
+
+static kern_mm_rows_fn rows_fn(kern_level lv)
+{
+    switch (lv) {
+    case KERN_LEVEL_AVX512VNNI: return kern_mm_rows_avx512vnni;
+    case KERN_LEVEL_AVX512: return kern_mm_rows_avx512;
+    case KERN_LEVEL_AVX2: return kern_mm_rows_avx2;
+    case KERN_LEVEL_SCALAR: break;
+    }
+    return kern_mm_rows_scalar;
+}
+
 /* ---- threading --------------------------------------------------------------- */
 
 typedef struct {
     kern_mm_args a[KERN_MATMUL_MAX_PARTS];
+    kern_mm_rows_fn rows[KERN_MATMUL_MAX_PARTS];
     int g_first[KERN_MATMUL_MAX_PARTS + 1]; /* part p owns groups [g_first[p], g_first[p + 1]) */
     int n_parts;
-    kern_mm_rows_fn rows;
     int n_groups, n_tasks, n_threads;
 } mm_job;
 
@@ -325,7 +373,7 @@ static void mm_task(void *ctx, int task, int thread)
         const kern_mm_args *a = &j->a[p];
         int r0 = (lo - j->g_first[p]) * ROW_GROUP;
         int r1 = (hi - j->g_first[p]) * ROW_GROUP < a->n_out ? (hi - j->g_first[p]) * ROW_GROUP : a->n_out;
-        j->rows(a, r0, r1);
+        j->rows[p](a, r0, r1);
     }
 }
 
@@ -336,6 +384,7 @@ typedef struct {
     int paired; /* the paired layout of the AVX2 kernels (kern_internal.h) */
     int16_t *xq;
     float *xd, *xs;
+    int32_t *xi;
 } quant_job;
 
 static void quant_task(void *ctx, int task, int thread)
@@ -347,12 +396,13 @@ static void quant_task(void *ctx, int task, int thread)
     for (int t = t0; t < t1; t++) {
         const float *x = q->x + (size_t)t * q->n_in;
         if (!q->avx2) {
-            kern_quantize_act_scalar(x, q->n_in, q->xq + (size_t)t * q->n_in, q->xd + t, q->xs + t, q->n_tok);
+            kern_quantize_act_scalar(x, q->n_in, q->xq + (size_t)t * q->n_in, q->xd + t, q->xs + t, q->xi + t,
+                                     q->n_tok);
             continue;
         }
         int paired = q->paired && t < (q->n_tok & ~1);
         int16_t *row = q->xq + (size_t)(paired ? t & ~1 : t) * q->n_in;
-        kern_quantize_act_avx2(x, q->n_in, row, q->xd + t, q->xs + t, q->n_tok, paired ? t & 1 : -1);
+        kern_quantize_act_avx2(x, q->n_in, row, q->xd + t, q->xs + t, q->xi + t, q->n_tok, paired ? t & 1 : -1);
     }
 }
 
@@ -366,43 +416,50 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
     if (n_tok <= 0 || n_parts <= 0)
         return;
     assert(n_parts <= KERN_MATMUL_MAX_PARTS);
-    kern_level level = kern_cpu_level();
+    const kern_level top = kern_cpu_level();
+    const kern_pick pick = kern_cpu_pick();
     int n_threads = kern_pool_size(pool);
     mm_job j = {.n_parts = n_parts};
-    int any_int = 0, any_x8 = 0;
+    int any_int = 0, n_paired = 0, n_plain = 0;
     for (int p = 0; p < n_parts; p++) {
         const kern_matmul_part *q = &parts[p];
         int n_out = q->n_out > 0 ? q->n_out : 0;
+        kern_level lv = pick_level(q->wt, n_tok, top, pick);
         j.a[p] = (kern_mm_args){
             .wt = q->wt, .W = q->W, .row_bytes = kern_row_bytes(q->wt, n_in),
             .n_out = n_out, .n_in = n_in, .n_tok = n_tok, .x = x, .y = q->y,
         };
+        j.rows[p] = rows_fn(lv);
         j.g_first[p + 1] = j.g_first[p] + (n_out + ROW_GROUP - 1) / ROW_GROUP;
-        any_int |= kern_is_int_weight(q->wt);
-        any_x8 |= kern_type_is_x8(q->wt);
+        if (kern_is_int_weight(q->wt)) {
+            any_int = 1;
+            if (act_paired(lv, q->wt, n_tok))
+                n_paired++;
+            else
+                n_plain++;
+        }
     }
-    /* The X8 kernels read plain activation rows, the short-batch AVX2 tiles
-     * of the other integer types a paired layout: mixed, each part alone. */
-    if (any_x8 && n_parts > 1 && level == KERN_LEVEL_AVX2 && n_tok < KERN_AVX2_PLAIN_MIN_TOK)
+    /* The integer parts share one quantization of x, so they must read the
+     * same activation layout: mixed, each part runs alone. */
+    if (n_paired && n_plain) {
         for (int p = 0; p < n_parts; p++)
-            if (kern_is_int_weight(parts[p].wt) && !kern_type_is_x8(parts[p].wt)) {
-                for (int i = 0; i < n_parts; i++)
-                    kern_matmul_multi(pool, &parts[i], 1, n_in, x, n_tok, ws);
-                return;
-            }
+            kern_matmul_multi(pool, &parts[p], 1, n_in, x, n_tok, ws);
+        return;
+    }
     j.n_groups = j.g_first[n_parts];
     if (j.n_groups == 0)
         return;
 
     /* Integer weights: the activations are quantized once for every part
-     * (the layout depends on n_in, n_tok and the level only). */
+     * (the layout depends on n_in, n_tok and the kernels only). */
     if (any_int) {
         size_t scales = align64((size_t)(n_in / KERN_QK) * (size_t)n_tok * sizeof(float));
         int16_t *xq = ws;
         float *xd = (float *)((uint8_t *)ws + align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)));
         float *xs = (float *)((uint8_t *)xd + scales);
-        quant_job q = {.x = x, .n_in = n_in, .n_tok = n_tok, .xq = xq, .xd = xd, .xs = xs,
-                       .avx2 = level >= KERN_LEVEL_AVX2, .paired = level == KERN_LEVEL_AVX2 && n_tok < KERN_AVX2_PLAIN_MIN_TOK && !any_x8};
+        int32_t *xi = (int32_t *)((uint8_t *)xs + scales);
+        quant_job q = {.x = x, .n_in = n_in, .n_tok = n_tok, .xq = xq, .xd = xd, .xs = xs, .xi = xi,
+                       .avx2 = top >= KERN_LEVEL_AVX2, .paired = n_paired > 0};
         if (n_threads > 1 && n_tok >= QUANT_PARALLEL_MIN_TOK) {
             int n_tasks = n_threads * 4 < n_tok ? n_threads * 4 : n_tok;
             q.tok_per_task = (n_tok + n_tasks - 1) / n_tasks;
@@ -416,21 +473,19 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
             j.a[p].xq = xq;
             j.a[p].xd = xd;
             j.a[p].xs = xs;
+            j.a[p].xi = xi;
         }
     }
 
-    j.rows = kern_mm_rows_scalar;
-    switch (level) {
-    case KERN_LEVEL_AVX512VNNI: j.rows = kern_mm_rows_avx512vnni; break;
-    case KERN_LEVEL_AVX512: j.rows = kern_mm_rows_avx512; break;
-    case KERN_LEVEL_AVX2: j.rows = kern_mm_rows_avx2; break;
-    case KERN_LEVEL_SCALAR: break;
-    }
-
-    /* ~4 tasks per thread, at most 64 rows (4 groups) per task for big
-     * matrices so the tail of the run is short, never more tasks than groups. */
+    /* ~4 tasks per thread, never more tasks than groups. A long batch,
+     * compute-bound, cuts big matrices finer (at most 64 rows, 4 groups, per
+     * task) so the tail of the run is short; a decode step or a short batch
+     * is bound by how fast each thread streams its weights, and keeps a
+     * thread's share in 4 long runs: cut into 64-row tasks, each restarting
+     * its streams, a 1536 x 576 Q4_0 decode read 14 GB/s on one Zen 4 core
+     * instead of 21-22 GB/s. */
     int n_tasks = n_threads * 4;
-    if (n_tasks < j.n_groups / 4)
+    if (n_tok >= MM_STREAM_MAX_TOK && n_tasks < j.n_groups / 4)
         n_tasks = j.n_groups / 4;
     n_tasks = (n_tasks + n_threads - 1) / n_threads * n_threads;
     if (n_tasks > j.n_groups)

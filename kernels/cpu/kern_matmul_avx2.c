@@ -73,7 +73,8 @@ AI int32_t hsum8_epi32(__m256i v)
  * c goes to PAIR_OFF[slot][c]. */
 static const int PAIR_OFF[2][4] = {{0, 24, 32, 56}, {16, 8, 48, 40}};
 
-void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *s, int stride, int slot)
+void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum, int stride,
+                            int slot)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -112,6 +113,7 @@ void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *
         int32_t sum = hsum8_epi32(_mm256_add_epi32(_mm256_madd_epi16(q01, ones), _mm256_madd_epi16(q23, ones)));
         d[(size_t)b * stride] = db;
         s[(size_t)b * stride] = db * (float)sum;
+        qsum[(size_t)b * stride] = sum;
     }
 }
 
@@ -149,15 +151,24 @@ AI uint32_t load_u32(const uint8_t *p)
     memcpy(&v, p, 4);
     return v;
 }
+/* The two floats at v (any 4-byte alignment) in every 64-bit lane: through
+ * an integer load, since a double-typed load of a float array is misaligned
+ * for C (UBSan reports it) even where the instruction is not. */
+AI __m256 bcast2(const float *v)
+{
+    long long q;
+    memcpy(&q, v, 8);
+    return _mm256_castsi256_ps(_mm256_set1_epi64x(q));
+}
 
 /* The T activation values of tokens t0.. for block b (d or s), repeated in
  * each 128-bit half: [v0 v1 v2 v3], [v0 v1 v0 v1] or [v0 v0 v0 v0]. */
 AI __m256 tok_bcast(const float *v, const int T)
 {
     if (T == 4)
-        return _mm256_broadcast_ps((const __m128 *)v);
+        return _mm256_castsi256_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)v)));
     if (T == 2)
-        return _mm256_castpd_ps(_mm256_broadcast_sd((const double *)v));
+        return bcast2(v);
     return _mm256_broadcast_ss(v);
 }
 
@@ -247,9 +258,9 @@ AI __m256 q8_finish(const kern_mm_args *a, const uint8_t *const *wr, const float
     __m256i isum = T == 1 ? reduce8(v) : reduce4(v);
     __m256 dw, mw = _mm256_setzero_ps();
     if (P) {
-        dw = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(sd + (size_t)b * 2)));
+        dw = bcast2(sd + (size_t)b * 2);
         if (M)
-            mw = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(sm + (size_t)b * 2)));
+            mw = bcast2(sm + (size_t)b * 2);
     } else if (T == 1) {
         /* The first 4 bytes of the block in each of the 8 rows (d, then m
          * or the first qs), assembled with inserts of 32 bits rather than 16
@@ -709,30 +720,38 @@ AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K)
         free(pk);
 }
 
-/* ---- X8 weights (row-interleaved int8, kern_types.h) -----------------------
+/* ---- X8 weights (row-interleaved, kern_types.h) -----------------------------
  * The g8 tiles above without the per-call repacking: a 16-byte load widened
  * to int16 (vpmovsxbw) is the W[j] that g8_pack makes, and the 8 rows' d (and
  * m) come as 8 fp16 in one load, so every token count runs the same 16 rows x
  * 3 tokens tiles (remainder 1-2 tokens; 8 rows when a group is left over),
- * with the same arithmetic lane by lane as the reference. Decode (1 token)
- * streams the weights once; the first token tile of a chunk prefetches the
- * groups of the next tile, the later tiles find the chunk in L2. */
+ * with the same arithmetic lane by lane as the reference. The 4-bit forms
+ * (Q4_0X8, Q4_1X8) hold two value pairs per 16 bytes: widened once
+ * (vpmovzxbw), `and 15` gives pair 2c and `>> 4` pair 2c + 1. Q4_0's values
+ * are nibble - 8: the kernels multiply the nibbles and subtract 8 times the
+ * block's activation sum (xi, exact integers: the same isum). Decode (1
+ * token) streams the weights once; the first token tile of a chunk
+ * prefetches the groups of the next tile, the later tiles find the chunk in
+ * L2. K is the base format (KERN_WK_*). */
 #define X8_CHUNK_BYTES (96 * 1024) /* groups per chunk: 96 KiB of L2 */
 /* Decode prefetch distance in bytes (x8_rows1; -D to tune): in stories110M
  * int8 tg, 3 rounds of runs, 768 beat 0, 192, 384 and 1536. */
 #ifndef X8_STREAM_PF
 #define X8_STREAM_PF 768
 #endif
+/* One block of a group (8 base blocks) and the offset of its d[8]. */
+#define X8_BB(K) (8 * KERN_WK_BB(K))
+#define X8_DOFF(K) (KERN_WK_NIB(K) ? 128 : 256)
 
 /* G groups at grp + g * gstride, rows o + g * ostep (those below r1 stored),
  * tokens t0..t0+T. pf 1: prefetch the groups 2 * gbytes on (the next tile's,
  * consecutive groups); pf 2: prefetch X8_STREAM_PF bytes ahead in each
  * group's stream (decode, x8_rows1). */
 AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_t gbytes, int o, int ostep, int r1,
-                int t0, const int G, const int T, const int M, int pf)
+                int t0, const int G, const int T, const int K, int pf)
 {
-    const int nb = a->n_in / 32;
-    const size_t bb = M ? 288 : 272; /* one block of a group */
+    const int nb = a->n_in / 32, M = KERN_WK_M(K);
+    const size_t bb = X8_BB(K), doff = X8_DOFF(K);
     const int16_t *x[3];
     __m256 acc[2][8];
     g8_begin(a, t0, G, T, x, acc);
@@ -752,66 +771,97 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
             for (int t = 0; t < T; t++)
                 s[g][t] = _mm256_setzero_si256();
         }
-#pragma GCC unroll 4
-        for (int j = 0; j < 16; j++) {
-            __m256i wj[2];
+        if (KERN_WK_NIB(K)) {
 #pragma GCC unroll 2
-            for (int g = 0; g < G; g++)
-                wj[g] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[g] + 16 * j)));
+            for (int c = 0; c < 8; c++) {
+                __m256i w0[2], w1[2];
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    const __m256i raw = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w[g] + 16 * c)));
+                    w0[g] = _mm256_and_si256(raw, _mm256_set1_epi16(0x0f));
+                    w1[g] = _mm256_srli_epi16(raw, 4);
+                }
 #pragma GCC unroll 3
-            for (int t = 0; t < T; t++) {
-                const __m256i xj = _mm256_set1_epi32((int)load_u32((const uint8_t *)(x[t] + b * 32 + 2 * j)));
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *xp = (const uint8_t *)(x[t] + b * 32 + 4 * c);
+                    const __m256i x0 = _mm256_set1_epi32((int)load_u32(xp));
+                    const __m256i x1 = _mm256_set1_epi32((int)load_u32(xp + 4));
+#pragma GCC unroll 2
+                    for (int g = 0; g < G; g++)
+                        s[g][t] = _mm256_add_epi32(s[g][t], _mm256_add_epi32(_mm256_madd_epi16(w0[g], x0),
+                                                                             _mm256_madd_epi16(w1[g], x1)));
+                }
+            }
+            if (K == KERN_WK_Q4_0) /* sum (q - 8) x = sum q x - 8 sum x, exactly */
+#pragma GCC unroll 3
+                for (int t = 0; t < T; t++) {
+                    const __m256i c8 = _mm256_set1_epi32(8 * a->xi[(size_t)b * a->n_tok + t0 + t]);
+#pragma GCC unroll 2
+                    for (int g = 0; g < G; g++)
+                        s[g][t] = _mm256_sub_epi32(s[g][t], c8);
+                }
+        } else {
+#pragma GCC unroll 4
+            for (int j = 0; j < 16; j++) {
+                __m256i wj[2];
 #pragma GCC unroll 2
                 for (int g = 0; g < G; g++)
-                    s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(wj[g], xj));
+                    wj[g] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[g] + 16 * j)));
+#pragma GCC unroll 3
+                for (int t = 0; t < T; t++) {
+                    const __m256i xj = _mm256_set1_epi32((int)load_u32((const uint8_t *)(x[t] + b * 32 + 2 * j)));
+#pragma GCC unroll 2
+                    for (int g = 0; g < G; g++)
+                        s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(wj[g], xj));
+                }
             }
         }
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++)
-            g8_scale(a, acc[g], s[g], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + 256))),
-                     M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + 272))) : _mm256_setzero_ps(), b,
-                     t0, T, M);
+            g8_scale(a, acc[g], s[g], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff))),
+                     M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff + 16))) : _mm256_setzero_ps(),
+                     b, t0, T, M);
     }
     g8_store(a, acc, o, ostep, r1, t0, G, T);
 }
 
 /* Tokens t0..t0+T against the ng groups from row o (group o / 8). pf: the
  * weights come from memory (first token tile), prefetch the next tile's. */
-AI void x8_tiles(const kern_mm_args *a, int ng, int o, int r1, int t0, const int T, const int M, int pf)
+AI void x8_tiles(const kern_mm_args *a, int ng, int o, int r1, int t0, const int T, const int K, int pf)
 {
-    const size_t gbytes = (size_t)(a->n_in / 32) * (M ? 288 : 272);
+    const size_t gbytes = (size_t)(a->n_in / 32) * X8_BB(K);
     const uint8_t *grp = a->W + (size_t)(o / 8) * gbytes;
     int g = 0;
     for (; g + 2 <= ng; g += 2)
-        x8_tile(a, grp + (size_t)g * gbytes, gbytes, gbytes, o + 8 * g, 8, r1, t0, 2, T, M,
+        x8_tile(a, grp + (size_t)g * gbytes, gbytes, gbytes, o + 8 * g, 8, r1, t0, 2, T, K,
                 pf && o + 8 * (g + 2) < r1);
     if (g < ng)
-        x8_tile(a, grp + (size_t)g * gbytes, gbytes, gbytes, o + 8 * g, 8, r1, t0, 1, T, M, 0);
+        x8_tile(a, grp + (size_t)g * gbytes, gbytes, gbytes, o + 8 * g, 8, r1, t0, 1, T, K, 0);
 }
 
 /* Decode (1 token) of rows [r0, r1) (r0 a multiple of 8): as f_pair does
  * for float weights, the two groups of a tile come from the two halves of
  * the range, so the thread reads two sequential streams, each prefetched
  * X8_STREAM_PF bytes ahead. Same tiles and arithmetic as x8_rows. */
-AI void x8_rows1(const kern_mm_args *a, int r0, int r1, const int M)
+AI void x8_rows1(const kern_mm_args *a, int r0, int r1, const int K)
 {
-    const size_t gbytes = (size_t)(a->n_in / 32) * (M ? 288 : 272);
+    const size_t gbytes = (size_t)(a->n_in / 32) * X8_BB(K);
     const int n_g = (r1 - r0 + 7) / 8, half = n_g / 2;
     const uint8_t *grp = a->W + (size_t)(r0 / 8) * gbytes;
     for (int g = 0; g < half; g++)
-        x8_tile(a, grp + (size_t)g * gbytes, (size_t)half * gbytes, gbytes, r0 + 8 * g, 8 * half, r1, 0, 2, 1, M, 2);
+        x8_tile(a, grp + (size_t)g * gbytes, (size_t)half * gbytes, gbytes, r0 + 8 * g, 8 * half, r1, 0, 2, 1, K, 2);
     if (n_g & 1)
-        x8_tile(a, grp + (size_t)(n_g - 1) * gbytes, gbytes, gbytes, r0 + 8 * (n_g - 1), 8, r1, 0, 1, 1, M, 2);
+        x8_tile(a, grp + (size_t)(n_g - 1) * gbytes, gbytes, gbytes, r0 + 8 * (n_g - 1), 8, r1, 0, 1, 1, K, 2);
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8) of an X8 matrix. */
-AI void x8_rows(const kern_mm_args *a, int r0, int r1, const int M)
+AI void x8_rows(const kern_mm_args *a, int r0, int r1, const int K)
 {
     if (a->n_tok == 1) {
-        x8_rows1(a, r0, r1, M);
+        x8_rows1(a, r0, r1, K);
         return;
     }
-    const size_t gbytes = (size_t)(a->n_in / 32) * (M ? 288 : 272);
+    const size_t gbytes = (size_t)(a->n_in / 32) * X8_BB(K);
     int ng = (int)(X8_CHUNK_BYTES / gbytes) & ~1;
     if (ng < 2)
         ng = 2;
@@ -821,11 +871,11 @@ AI void x8_rows(const kern_mm_args *a, int r0, int r1, const int M)
         if (cg > ng)
             cg = ng;
         for (int t0 = 0; t0 < nt; t0 += 3)
-            x8_tiles(a, cg, o, r1, t0, 3, M, t0 == 0);
+            x8_tiles(a, cg, o, r1, t0, 3, K, t0 == 0);
         if (a->n_tok - nt == 2)
-            x8_tiles(a, cg, o, r1, nt, 2, M, nt == 0);
+            x8_tiles(a, cg, o, r1, nt, 2, K, nt == 0);
         else if (a->n_tok - nt == 1)
-            x8_tiles(a, cg, o, r1, nt, 1, M, nt == 0);
+            x8_tiles(a, cg, o, r1, nt, 1, K, nt == 0);
     }
 }
 
@@ -1033,8 +1083,10 @@ void kern_mm_rows_avx2(const kern_mm_args *a, int r0, int r1)
     case KERN_TYPE_Q8_0M: q8_rows_q8_0m(a, r0, r1); break;
     case KERN_TYPE_Q4_0: q8_rows_q4_0(a, r0, r1); break;
     case KERN_TYPE_Q4_1: q8_rows_q4_1(a, r0, r1); break;
-    case KERN_TYPE_Q8_0X8: x8_rows(a, r0, r1, 0); break;
-    case KERN_TYPE_Q8_0MX8: x8_rows(a, r0, r1, 1); break;
+    case KERN_TYPE_Q8_0X8: x8_rows(a, r0, r1, KERN_WK_Q8_0); break;
+    case KERN_TYPE_Q8_0MX8: x8_rows(a, r0, r1, KERN_WK_Q8_0M); break;
+    case KERN_TYPE_Q4_0X8: x8_rows(a, r0, r1, KERN_WK_Q4_0); break;
+    case KERN_TYPE_Q4_1X8: x8_rows(a, r0, r1, KERN_WK_Q4_1); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

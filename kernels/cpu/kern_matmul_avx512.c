@@ -1,144 +1,277 @@
-/* kern_matmul_avx512.c - AVX-512 (F/BW/VL/DQ) matmul row kernels.
+/* kern_matmul_avx512.c - AVX-512 (F/BW/VL/DQ) matmul row kernels: the float
+ * weight types (F32, F16, BF16) and the X8 integer forms (kern_avx512_x8.h
+ * with vpmaddwd + vpaddd; the VNNI file fuses the two). Row-major integer
+ * weights run the AVX2 kernels (the same bits; they measured faster than
+ * this level's own row-major tiles, which were removed: docs/ARCHITECTURE.md,
+ * "Kernel choice").
  *
- * Structurally the AVX2 file with 16 outputs per tile instead of 8:
- * tiles are 4x4 (prompt), 8x2 (token remainder of 2-3) and 16x1 (decode).
- *
- * Integer weights (Q8_0, Q8_0M, Q4_0, Q4_1): the tile lives in
- * kern_avx512_q8.h (shared with the VNNI file); here each pair of block halves is multiplied with vpmaddwd and the
- * two int32 results added.
- *
- * Float types: one 16-lane accumulator per output, one FMA per 16 inputs in
- * order, the tail as one more FMA on zero-masked loads, then hsum16(). */
+ * Float types repeat the AVX2 arithmetic exactly (kern_matmul_avx2.c): each
+ * output owns one 8-lane f32 accumulator advanced by one FMA per 8 inputs in
+ * input order, then hsum8() and the scalar tail. A zmm holds two outputs'
+ * accumulators side by side - two rows' weights [row A | row B] against the
+ * token's 8 activations broadcast to both halves - so this level and AVX2
+ * give the same bits for every output and the kernel choice may mix them.
+ * Tiles: F_RP row pairs x F_TT tokens for batches (32 zmm registers hold
+ * F_RP * F_TT accumulators), one row pair for decode, whose two rows come
+ * from the two halves of the task's rows (two sequential streams, each
+ * prefetched F_STREAM_PF bytes ahead), as the AVX2 decode (f_pair) reads. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "kernels/cpu/kern_internal.h"
 
-#define Q8_DOT2(wa, xa, wb, xb) _mm512_add_epi32(_mm512_madd_epi16(wa, xa), _mm512_madd_epi16(wb, xb))
-#include "kernels/cpu/kern_avx512_q8.h"
-#define Q8_PREFIX q8m
-#include "kernels/cpu/kern_avx512_spans.h"
+#define AI static inline __attribute__((always_inline))
+
+#define X8Z_DPW(s, w, x) _mm512_add_epi32((s), _mm512_madd_epi16((w), (x)))
+#define X8Z_PREFIX x8m
+#include "kernels/cpu/kern_avx512_x8.h"
 
 /* ---- F32 / F16 / BF16 ------------------------------------------------------ */
 
-AI __m512 load16(kern_type wt, const uint8_t *row, int i)
+#ifndef F_STREAM_PF /* decode prefetch distance per stream, bytes (-D to tune) */
+#define F_STREAM_PF 512
+#endif
+#ifndef F_RP
+#define F_RP 3 /* row pairs per batch tile (>= F_DEC_RP) */
+#endif
+#ifndef F_TT
+#define F_TT 8 /* tokens per batch tile (<= 8) */
+#endif
+#ifndef F_BATCH_HINT
+#define F_BATCH_HINT _MM_HINT_NTA
+#endif
+
+/* [8 values of row ra from i | 8 of row rb from i] as floats. */
+AI __m512 f_load2(kern_type wt, const uint8_t *ra, const uint8_t *rb, int i)
 {
     if (wt == KERN_TYPE_F32)
-        return _mm512_loadu_ps((const float *)row + i);
-    __m256i h = _mm256_loadu_si256((const __m256i *)(row + (size_t)i * 2));
+        return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)ra + i)),
+                                  _mm256_loadu_ps((const float *)rb + i), 1);
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(ra + (size_t)i * 2))),
+        _mm_loadu_si128((const __m128i *)(rb + (size_t)i * 2)), 1);
     if (wt == KERN_TYPE_F16)
         return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16 */
 }
 
-/* The first m of 16 values, the rest zero (masked loads do not fault). */
-AI __m512 load16_tail(kern_type wt, const uint8_t *row, int i, __mmask16 m)
+AI float f_load1(kern_type wt, const uint8_t *row, int i)
 {
-    if (wt == KERN_TYPE_F32)
-        return _mm512_maskz_loadu_ps(m, (const float *)row + i);
-    __m256i h = _mm256_maskz_loadu_epi16(m, row + (size_t)i * 2);
+    if (wt == KERN_TYPE_F32) {
+        float f;
+        memcpy(&f, row + (size_t)i * 4, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, row + (size_t)i * 2, 2);
     if (wt == KERN_TYPE_F16)
-        return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        return _cvtsh_ss(h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
-AI float hsum16(__m512 v)
+/* kern_matmul_avx2.c's hsum8: (lo128 + hi128), then pairs, then the last two. */
+AI float f_hsum8(__m256 v)
 {
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
 
-AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, int t0, const int R, const int T,
-               float *out)
+/* Output of one row: hsum8 of its accumulator, then the tail n8..n in order
+ * (the AVX2 kernels' exact sequence). */
+AI float f_finish(kern_type wt, __m256 acc, const uint8_t *row, const float *x, int n8, int n)
 {
-    const int n = a->n_in, n16 = n & ~15;
-    const float *xr[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; t++)
-        xr[t] = a->x + (size_t)(t0 + t) * n;
-    __m512 acc[16];
-#pragma GCC unroll 16
-    for (int k = 0; k < 16; k++)
-        acc[k] = _mm512_setzero_ps();
-    for (int i = 0; i < n16; i += 16) {
-        __m512 w[16];
-#pragma GCC unroll 16
-        for (int r = 0; r < R; r++)
-            w[r] = load16(wt, wr[r], i);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            __m512 xv = _mm512_loadu_ps(xr[t] + i);
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++)
-                acc[r * T + t] = _mm512_fmadd_ps(w[r], xv, acc[r * T + t]);
-        }
-    }
-    if (n16 < n) {
-        __mmask16 m = (__mmask16)((1u << (n - n16)) - 1);
-        __m512 w[16];
-#pragma GCC unroll 16
-        for (int r = 0; r < R; r++)
-            w[r] = load16_tail(wt, wr[r], n16, m);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, xr[t] + n16);
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++)
-                acc[r * T + t] = _mm512_fmadd_ps(w[r], xv, acc[r * T + t]);
-        }
-    }
-#pragma GCC unroll 16
-    for (int k = 0; k < 16; k++)
-        out[k] = hsum16(acc[k]);
+    float s = f_hsum8(acc);
+    for (int i = n8; i < n; i++)
+        s = s + f_load1(wt, row, i) * x[i];
+    return s;
 }
 
-#define DEFINE_F_SPAN(NAME, WT, R, T)                                                              \
-    static void f_span_##NAME##_##R##x##T(const kern_mm_args *a, int r0, int r1, int t0)           \
-    {                                                                                              \
-        for (int o = r0; o < r1; o += R) {                                                         \
-            const uint8_t *wr[R];                                                                  \
-            for (int r = 0; r < R; r++)                                                            \
-                wr[r] = a->W + (size_t)(o + r < r1 ? o + r : r1 - 1) * a->row_bytes;                 \
-            float out[16];                                                                         \
-            f_tile(a, WT, wr, t0, R, T, out);                                                      \
-            for (int k = 0; k < 16; k++)                                                           \
-                if (o + k / T < r1)                                                                \
-                    a->y[(size_t)(t0 + k % T) * a->n_out + o + k / T] = out[k];                    \
-        }                                                                                          \
+/* RP row pairs (ra[p], rb[p]) x T tokens from t0; out[p][t][0..1] gets the
+ * two rows' outputs. pf: prefetch F_STREAM_PF bytes ahead in each row
+ * (decode: each row is its own stream). */
+AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *ra, const uint8_t *const *rb, int t0,
+               const int RP, const int T, const int pf, float (*out)[F_TT][2])
+{
+    const int n = a->n_in, n8 = n & ~7, es = wt == KERN_TYPE_F32 ? 4 : 2;
+    const int pf_mask = 64 / es - 1; /* one prefetch per line of progress */
+    const float *xr[F_TT];
+    __m512 acc[F_RP][F_TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        xr[t] = a->x + (size_t)(t0 + t) * n;
+#pragma GCC unroll 4
+        for (int p = 0; p < RP; p++)
+            acc[p][t] = _mm512_setzero_ps();
     }
-#define DEFINE_F_ROWS(NAME, WT)                                                                    \
-    DEFINE_F_SPAN(NAME, WT, 4, 4)                                                                  \
-    DEFINE_F_SPAN(NAME, WT, 8, 2)                                                                  \
-    DEFINE_F_SPAN(NAME, WT, 16, 1)                                                                 \
-    static void f_rows_##NAME(const kern_mm_args *a, int r0, int r1)                               \
-    {                                                                                              \
-        int t0 = 0;                                                                                \
-        for (; t0 + 4 <= a->n_tok; t0 += 4)                                                        \
-            f_span_##NAME##_4x4(a, r0, r1, t0);                                                    \
-        for (; t0 + 2 <= a->n_tok; t0 += 2)                                                        \
-            f_span_##NAME##_8x2(a, r0, r1, t0);                                                    \
-        for (; t0 < a->n_tok; t0++)                                                                \
-            f_span_##NAME##_16x1(a, r0, r1, t0);                                                   \
+    for (int i = 0; i < n8; i += 8) {
+        if (pf && (i & pf_mask) == 0) {
+#pragma GCC unroll 4
+            for (int p = 0; p < RP; p++) {
+                _mm_prefetch((const char *)ra[p] + (size_t)i * es + F_STREAM_PF, _MM_HINT_T0);
+                _mm_prefetch((const char *)rb[p] + (size_t)i * es + F_STREAM_PF, _MM_HINT_T0);
+            }
+        }
+        __m512 w[F_RP];
+#pragma GCC unroll 4
+        for (int p = 0; p < RP; p++)
+            w[p] = f_load2(wt, ra[p], rb[p], i);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xr[t] + i));
+#pragma GCC unroll 4
+            for (int p = 0; p < RP; p++)
+                acc[p][t] = _mm512_fmadd_ps(w[p], xv, acc[p][t]);
+        }
     }
-DEFINE_F_ROWS(f32, KERN_TYPE_F32)
-DEFINE_F_ROWS(f16, KERN_TYPE_F16)
-DEFINE_F_ROWS(bf16, KERN_TYPE_BF16)
+    /* The outputs one by one through memory: a loop, not 2 RP T copies of
+     * the reduction and its tail. */
+    _Alignas(64) float sums[F_RP][F_TT][16];
+#pragma GCC unroll 4
+    for (int p = 0; p < RP; p++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            _mm512_store_ps(sums[p][t], acc[p][t]);
+#pragma GCC unroll 1
+    for (int p = 0; p < RP; p++)
+#pragma GCC unroll 1
+        for (int t = 0; t < T; t++) {
+            out[p][t][0] = f_finish(wt, _mm256_load_ps(sums[p][t]), ra[p], xr[t], n8, n);
+            out[p][t][1] = f_finish(wt, _mm256_load_ps(sums[p][t] + 8), rb[p], xr[t], n8, n);
+        }
+}
+
+/* Decode of rows [r0, r1): rows o and o + 1 of the first half beside rows
+ * o + half and o + half + 1 of the second, F_DEC_RP row pairs per step (one
+ * accumulator chain per row: with FMA latency 4 a single pair leaves the
+ * core waiting on the chain, not on memory). */
+#ifndef F_DEC_RP
+#define F_DEC_RP 1
+#endif
+AI void f_rows1(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0)
+{
+    const int half = (r1 - r0) / 2;
+    const size_t rs = a->row_bytes;
+    float *y = a->y + (size_t)t0 * a->n_out;
+    float out[F_DEC_RP][F_TT][2];
+    int o = r0;
+    for (; o + F_DEC_RP <= r0 + half; o += F_DEC_RP) {
+        const uint8_t *ra[F_DEC_RP], *rb[F_DEC_RP];
+        for (int p = 0; p < F_DEC_RP; p++) {
+            ra[p] = a->W + (size_t)(o + p) * rs;
+            rb[p] = a->W + (size_t)(o + p + half) * rs;
+        }
+        f_tile(a, wt, ra, rb, t0, F_DEC_RP, 1, 1, out);
+        for (int p = 0; p < F_DEC_RP; p++) {
+            y[o + p] = out[p][0][0];
+            y[o + p + half] = out[p][0][1];
+        }
+    }
+    for (; o < r0 + half; o++) {
+        const uint8_t *ra = a->W + (size_t)o * rs, *rb = a->W + (size_t)(o + half) * rs;
+        f_tile(a, wt, &ra, &rb, t0, 1, 1, 1, out);
+        y[o] = out[0][0][0];
+        y[o + half] = out[0][0][1];
+    }
+    if ((r1 - r0) & 1) {
+        const uint8_t *ra = a->W + (size_t)(r1 - 1) * rs;
+        f_tile(a, wt, &ra, &ra, t0, 1, 1, 1, out);
+        y[r1 - 1] = out[0][0][0];
+    }
+}
+
+/* Tokens t0..t0+T over rows [r0, r1) in tiles of RP row pairs (2 RP
+ * consecutive rows; rows past r1 computed on row r1 - 1 and not stored).
+ * The first tile of the range is read from memory; each tile prefetches
+ * the next one's rows (the next 2 RP rows, one contiguous stretch) NTA at the
+ * rate it reads its own. */
+AI void f_span(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0, const int RP, const int T)
+{
+    float out[F_RP][F_TT][2];
+    const size_t rs = a->row_bytes;
+    for (int o = r0; o < r1; o += 2 * RP) {
+        const uint8_t *ra[F_RP], *rb[F_RP];
+#pragma GCC unroll 4
+        for (int p = 0; p < RP; p++) {
+            const int oa = o + 2 * p < r1 ? o + 2 * p : r1 - 1, ob = o + 2 * p + 1 < r1 ? o + 2 * p + 1 : r1 - 1;
+            ra[p] = a->W + (size_t)oa * rs;
+            rb[p] = a->W + (size_t)ob * rs;
+        }
+#ifndef F_BATCH_PF
+#define F_BATCH_PF 1
+#endif
+        if (F_BATCH_PF && o + 4 * RP <= a->n_out) { /* the next tile's rows */
+            const char *f = (const char *)(a->W + (size_t)(o + 2 * RP) * rs);
+            for (size_t l = 0; l < 2 * RP * rs; l += 64)
+                _mm_prefetch(f + l, F_BATCH_HINT);
+        }
+        f_tile(a, wt, ra, rb, t0, RP, T, 0, out);
+#pragma GCC unroll 4
+        for (int p = 0; p < RP; p++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const int row = o + 2 * p + h;
+                if (row < r1)
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++)
+                        a->y[(size_t)(t0 + t) * a->n_out + row] = out[p][t][h];
+            }
+    }
+}
+
+/* Batches: the rows in chunks of about F_CHUNK_BYTES (whole tiles), and
+ * every token tile over a chunk before the next: the chunk comes from memory
+ * once (the first token tile prefetches as it goes) and from L2 after, so a
+ * remainder of the tokens runs as tiles of 4, 2 and 1 (three tile widths, not
+ * F_TT - 1, keep the code small) at little cost. */
+#ifndef F_CHUNK_BYTES
+#define F_CHUNK_BYTES (256 * 1024)
+#endif
+AI void f_rows(const kern_mm_args *a, kern_type wt, int r0, int r1)
+{
+    if (a->n_tok == 1) {
+        f_rows1(a, wt, r0, r1, 0);
+        return;
+    }
+    int chunk = (int)(F_CHUNK_BYTES / a->row_bytes) / (2 * F_RP) * (2 * F_RP);
+    if (chunk < 2 * F_RP)
+        chunk = 2 * F_RP;
+    for (int c0 = r0; c0 < r1; c0 += chunk) {
+        const int c1 = c0 + chunk < r1 ? c0 + chunk : r1;
+        int t0 = 0;
+        for (; t0 + F_TT <= a->n_tok; t0 += F_TT)
+            f_span(a, wt, c0, c1, t0, F_RP, F_TT);
+        if (F_TT > 4 && t0 + 4 <= a->n_tok) {
+            f_span(a, wt, c0, c1, t0, F_RP, 4);
+            t0 += 4;
+        }
+        if (F_TT > 2 && t0 + 2 <= a->n_tok) {
+            f_span(a, wt, c0, c1, t0, F_RP, 2);
+            t0 += 2;
+        }
+        if (t0 < a->n_tok)
+            f_span(a, wt, c0, c1, t0, F_RP, 1);
+    }
+}
+
+static void f_rows_f32(const kern_mm_args *a, int r0, int r1) { f_rows(a, KERN_TYPE_F32, r0, r1); }
+static void f_rows_f16(const kern_mm_args *a, int r0, int r1) { f_rows(a, KERN_TYPE_F16, r0, r1); }
+static void f_rows_bf16(const kern_mm_args *a, int r0, int r1) { f_rows(a, KERN_TYPE_BF16, r0, r1); }
 
 void kern_mm_rows_avx512(const kern_mm_args *a, int r0, int r1)
 {
     switch (a->wt) {
-    case KERN_TYPE_Q8_0: q8m_rows_q8_0(a, r0, r1); break;
-    case KERN_TYPE_Q8_0M: q8m_rows_q8_0m(a, r0, r1); break;
-    case KERN_TYPE_Q4_0: q8m_rows_q4_0(a, r0, r1); break;
-    case KERN_TYPE_Q4_1: q8m_rows_q4_1(a, r0, r1); break;
     case KERN_TYPE_Q8_0X8:
-    case KERN_TYPE_Q8_0MX8: kern_mm_rows_avx2(a, r0, r1); break; /* the layout of the AVX2 tiles */
+    case KERN_TYPE_Q8_0MX8:
+    case KERN_TYPE_Q4_0X8:
+    case KERN_TYPE_Q4_1X8: x8m_rows(a, r0, r1); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;
-    default: kern_mm_rows_scalar(a, r0, r1); break;
+    default: kern_mm_rows_scalar(a, r0, r1); break; /* row-major integer weights run at AVX2 (kern_matmul.c) */
     }
 }

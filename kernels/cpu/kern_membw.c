@@ -124,7 +124,14 @@ double kern_bench_matmul(kern_pool *pool, kern_type wt, int n_out, int n_in, int
     size_t rb = kern_row_bytes(wt, n_in), wbytes = x8 ? kern_x8_bytes(wt, n_out, n_in) : rb * (size_t)n_out;
     int copies = (int)((BENCH_ROTATE_BYTES + wbytes - 1) / wbytes);
     size_t wsb = (kern_matmul_ws_bytes(wt, n_in, n_tok) + 63) & ~(size_t)63;
-    uint8_t *w = malloc(wbytes * (size_t)copies);
+    /* On 2 MiB pages where THP allows, as the model's weights are. */
+    const size_t huge = (size_t)2 << 20;
+    size_t wall = (wbytes * (size_t)copies + huge - 1) & ~(huge - 1);
+    uint8_t *w = aligned_alloc(huge, wall);
+#ifdef MADV_HUGEPAGE
+    if (w)
+        (void)madvise(w, wall, MADV_HUGEPAGE);
+#endif
     float *x = malloc((size_t)n_tok * n_in * sizeof(float));
     float *y = malloc((size_t)n_tok * n_out * sizeof(float));
     float *row = malloc((size_t)n_in * sizeof(float));

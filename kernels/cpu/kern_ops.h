@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_pool.h"
 #include "kernels/cpu/kern_types.h"
 
@@ -68,6 +69,9 @@ typedef struct kern_matmul_part {
 } kern_matmul_part;
 void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_parts, int n_in,
                        const float *x, int n_tok, void *ws);
+/* The SIMD level whose kernel kern_matmul runs for weight type wt and n_tok
+ * tokens on this CPU (kern_cpu_pick(): the fixed table, or the level itself). */
+kern_level kern_matmul_level(kern_type wt, int n_tok);
 /* Reference: single-threaded plain C, same arithmetic definition. */
 void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in,
                      const float *x, int n_tok, float *y);

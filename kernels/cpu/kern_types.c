@@ -43,6 +43,8 @@ const char *kern_type_name(kern_type t)
     case KERN_TYPE_Q8_0M: return "q8_0m";
     case KERN_TYPE_Q8_0X8: return "q8_0x8";
     case KERN_TYPE_Q8_0MX8: return "q8_0mx8";
+    case KERN_TYPE_Q4_0X8: return "q4_0x8";
+    case KERN_TYPE_Q4_1X8: return "q4_1x8";
     }
     return "unknown";
 }
@@ -56,6 +58,8 @@ int kern_type_block_size(kern_type t)
     case KERN_TYPE_Q8_0M:
     case KERN_TYPE_Q8_0X8:
     case KERN_TYPE_Q8_0MX8:
+    case KERN_TYPE_Q4_0X8:
+    case KERN_TYPE_Q4_1X8:
         return KERN_QK;
     default:
         return 1;
@@ -74,6 +78,8 @@ size_t kern_type_block_bytes(kern_type t)
     case KERN_TYPE_Q8_0M: return sizeof(kern_block_q8_0m);
     case KERN_TYPE_Q8_0X8: return sizeof(kern_block_q8_0);
     case KERN_TYPE_Q8_0MX8: return sizeof(kern_block_q8_0m);
+    case KERN_TYPE_Q4_0X8: return sizeof(kern_block_q4_0);
+    case KERN_TYPE_Q4_1X8: return sizeof(kern_block_q4_1);
     }
     return 0;
 }
@@ -87,53 +93,125 @@ size_t kern_row_bytes(kern_type t, int64_t n)
 
 kern_type kern_x8_type(kern_type t)
 {
-    return t == KERN_TYPE_Q8_0 ? KERN_TYPE_Q8_0X8 : t == KERN_TYPE_Q8_0M ? KERN_TYPE_Q8_0MX8 : t;
+    switch (t) {
+    case KERN_TYPE_Q8_0: return KERN_TYPE_Q8_0X8;
+    case KERN_TYPE_Q8_0M: return KERN_TYPE_Q8_0MX8;
+    case KERN_TYPE_Q4_0: return KERN_TYPE_Q4_0X8;
+    case KERN_TYPE_Q4_1: return KERN_TYPE_Q4_1X8;
+    default: return t;
+    }
 }
 
 kern_type kern_x8_base(kern_type t)
 {
-    return t == KERN_TYPE_Q8_0X8 ? KERN_TYPE_Q8_0 : t == KERN_TYPE_Q8_0MX8 ? KERN_TYPE_Q8_0M : t;
+    switch (t) {
+    case KERN_TYPE_Q8_0X8: return KERN_TYPE_Q8_0;
+    case KERN_TYPE_Q8_0MX8: return KERN_TYPE_Q8_0M;
+    case KERN_TYPE_Q4_0X8: return KERN_TYPE_Q4_0;
+    case KERN_TYPE_Q4_1X8: return KERN_TYPE_Q4_1;
+    default: return t;
+    }
 }
 
-int kern_type_is_x8(kern_type t) { return t == KERN_TYPE_Q8_0X8 || t == KERN_TYPE_Q8_0MX8; }
+int kern_type_is_x8(kern_type t) { return kern_x8_base(t) != t; }
 
 size_t kern_x8_bytes(kern_type t, int64_t n_out, int64_t n_in)
 {
     return (size_t)((n_out + 7) / 8) * 8 * kern_row_bytes(t, n_in);
 }
 
-/* The parts of a base block: qs, d and (Q8_0M) m. */
-static const int8_t *x8_block_parts(kern_type base, const uint8_t *blk, uint16_t *d, uint16_t *m)
+/* A base block's 32 stored codes (the int8 q of Q8_0/Q8_0M as bytes, the
+ * nibbles of Q4_0/Q4_1), d and m (0 where the type has none). */
+static void x8_block_codes(kern_type base, const uint8_t *blk, uint8_t codes[KERN_QK], uint16_t *d, uint16_t *m)
 {
-    if (base == KERN_TYPE_Q8_0M) {
-        const kern_block_q8_0m *q = (const kern_block_q8_0m *)blk;
-        *d = q->d;
-        *m = q->m;
-        return q->qs;
-    }
-    const kern_block_q8_0 *q = (const kern_block_q8_0 *)blk;
-    *d = q->d;
     *m = 0;
-    return q->qs;
+    memcpy(d, blk, 2);
+    switch (base) {
+    case KERN_TYPE_Q8_0M:
+        memcpy(m, blk + 2, 2);
+        memcpy(codes, blk + 4, KERN_QK);
+        break;
+    case KERN_TYPE_Q4_0:
+    case KERN_TYPE_Q4_1: {
+        const uint8_t *qs = blk + (base == KERN_TYPE_Q4_1 ? 4 : 2);
+        if (base == KERN_TYPE_Q4_1)
+            memcpy(m, blk + 2, 2);
+        for (int j = 0; j < KERN_QK / 2; j++) {
+            codes[j] = qs[j] & 0x0f;
+            codes[j + 16] = qs[j] >> 4;
+        }
+        break;
+    }
+    default: /* Q8_0 */
+        memcpy(codes, blk + 2, KERN_QK);
+        break;
+    }
 }
+
+/* The inverse: a base block from its codes, d and m. */
+static void x8_block_make(kern_type base, const uint8_t codes[KERN_QK], uint16_t d, uint16_t m, uint8_t *blk)
+{
+    memcpy(blk, &d, 2);
+    switch (base) {
+    case KERN_TYPE_Q8_0M:
+        memcpy(blk + 2, &m, 2);
+        memcpy(blk + 4, codes, KERN_QK);
+        break;
+    case KERN_TYPE_Q4_0:
+    case KERN_TYPE_Q4_1: {
+        uint8_t *qs = blk + (base == KERN_TYPE_Q4_1 ? 4 : 2);
+        if (base == KERN_TYPE_Q4_1)
+            memcpy(blk + 2, &m, 2);
+        for (int j = 0; j < KERN_QK / 2; j++)
+            qs[j] = (uint8_t)(codes[j] | codes[j + 16] << 4);
+        break;
+    }
+    default:
+        memcpy(blk + 2, codes, KERN_QK);
+        break;
+    }
+}
+
+static int x8_is_nibble(kern_type base) { return base == KERN_TYPE_Q4_0 || base == KERN_TYPE_Q4_1; }
+static int x8_has_m(kern_type base) { return base == KERN_TYPE_Q8_0M || base == KERN_TYPE_Q4_1; }
+
+/* Where value i (0..31) of lane r sits in a group block: byte *at, and for
+ * the 4-bit bases *shift 0 (low nibble) or 4 (high). */
+static void x8_value_at(kern_type base, int r, int i, size_t *at, int *shift)
+{
+    if (!x8_is_nibble(base)) {
+        *at = (size_t)(16 * (i / 2) + 2 * r + (i & 1));
+        *shift = 0;
+        return;
+    }
+    *at = (size_t)(16 * (i / 4) + 2 * r + (i & 1));
+    *shift = (i & 2) ? 4 : 0;
+}
+
+/* Byte offset of d[8] in a group block (m[8] follows it). */
+static size_t x8_d_off(kern_type base) { return x8_is_nibble(base) ? 128 : 256; }
 
 void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int64_t n_in, void *dst, int64_t g)
 {
-    const size_t bb = kern_type_block_bytes(base), gb = 8 * bb;
-    const int has_m = base == KERN_TYPE_Q8_0M;
+    const size_t bb = kern_type_block_bytes(base), gb = 8 * bb, doff = x8_d_off(base);
     const int64_t nb = n_in / KERN_QK;
     uint8_t *grp = (uint8_t *)dst + (size_t)g * (size_t)nb * gb;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *o = grp + (size_t)b * gb;
         memset(o, 0, gb);
         for (int r = 0; r < n_rows; r++) {
+            uint8_t codes[KERN_QK];
             uint16_t d, m;
-            const int8_t *qs = x8_block_parts(base, (const uint8_t *)rows[r] + (size_t)b * bb, &d, &m);
-            for (int i = 0; i < KERN_QK; i++)
-                o[16 * (i / 2) + 2 * r + (i & 1)] = (uint8_t)qs[i];
-            memcpy(o + 256 + 2 * r, &d, 2);
-            if (has_m)
-                memcpy(o + 272 + 2 * r, &m, 2);
+            x8_block_codes(base, (const uint8_t *)rows[r] + (size_t)b * bb, codes, &d, &m);
+            for (int i = 0; i < KERN_QK; i++) {
+                size_t at;
+                int shift;
+                x8_value_at(base, r, i, &at, &shift);
+                o[at] = (uint8_t)(o[at] | codes[i] << shift);
+            }
+            memcpy(o + doff + 2 * r, &d, 2);
+            if (x8_has_m(base))
+                memcpy(o + doff + 16 + 2 * r, &m, 2);
         }
     }
 }
@@ -141,28 +219,24 @@ void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int
 void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *dst)
 {
     const kern_type base = kern_x8_base(t);
-    const size_t bb = kern_type_block_bytes(base), gb = 8 * bb;
+    const size_t bb = kern_type_block_bytes(base), gb = 8 * bb, doff = x8_d_off(base);
     const int64_t nb = n_in / KERN_QK;
     const int lane = (int)(r % 8);
     const uint8_t *grp = (const uint8_t *)W + (size_t)(r / 8) * (size_t)nb * gb;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *in = grp + (size_t)b * gb;
-        uint8_t *out = (uint8_t *)dst + (size_t)b * bb;
-        int8_t qs[KERN_QK];
-        for (int i = 0; i < KERN_QK; i++)
-            qs[i] = (int8_t)in[16 * (i / 2) + 2 * lane + (i & 1)];
-        if (base == KERN_TYPE_Q8_0M) {
-            kern_block_q8_0m q;
-            memcpy(&q.d, in + 256 + 2 * lane, 2);
-            memcpy(&q.m, in + 272 + 2 * lane, 2);
-            memcpy(q.qs, qs, KERN_QK);
-            memcpy(out, &q, sizeof q);
-        } else {
-            kern_block_q8_0 q;
-            memcpy(&q.d, in + 256 + 2 * lane, 2);
-            memcpy(q.qs, qs, KERN_QK);
-            memcpy(out, &q, sizeof q);
+        uint8_t codes[KERN_QK];
+        for (int i = 0; i < KERN_QK; i++) {
+            size_t at;
+            int shift;
+            x8_value_at(base, lane, i, &at, &shift);
+            codes[i] = x8_is_nibble(base) ? (uint8_t)((in[at] >> shift) & 0x0f) : in[at];
         }
+        uint16_t d, m = 0;
+        memcpy(&d, in + doff + 2 * lane, 2);
+        if (x8_has_m(base))
+            memcpy(&m, in + doff + 16 + 2 * lane, 2);
+        x8_block_make(base, codes, d, m, (uint8_t *)dst + (size_t)b * bb);
     }
 }
 
@@ -272,6 +346,8 @@ void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
     switch (t) {
     case KERN_TYPE_Q8_0X8:
     case KERN_TYPE_Q8_0MX8:
+    case KERN_TYPE_Q4_0X8:
+    case KERN_TYPE_Q4_1X8:
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;
@@ -390,6 +466,8 @@ void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n)
     switch (t) {
     case KERN_TYPE_Q8_0X8:
     case KERN_TYPE_Q8_0MX8:
+    case KERN_TYPE_Q4_0X8:
+    case KERN_TYPE_Q4_1X8:
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;

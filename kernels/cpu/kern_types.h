@@ -40,6 +40,8 @@ typedef enum kern_type {
     KERN_TYPE_Q8_0M = 64,   /* brisk-internal, see above */
     KERN_TYPE_Q8_0X8 = 65,  /* brisk-internal: Q8_0 in groups of 8 rows, see below */
     KERN_TYPE_Q8_0MX8 = 66, /* brisk-internal: Q8_0M in groups of 8 rows */
+    KERN_TYPE_Q4_0X8 = 67,  /* brisk-internal: Q4_0 in groups of 8 rows */
+    KERN_TYPE_Q4_1X8 = 68,  /* brisk-internal: Q4_1 in groups of 8 rows */
 } kern_type;
 
 #define KERN_QK 32
@@ -69,20 +71,30 @@ KERN_STATIC_ASSERT(sizeof(kern_block_q8_0m) == 36, "q8_0m block is 36 bytes");
 KERN_STATIC_ASSERT(sizeof(kern_block_q4_0) == 18, "q4_0 block is 18 bytes");
 KERN_STATIC_ASSERT(sizeof(kern_block_q4_1) == 20, "q4_1 block is 20 bytes");
 
-/* ---- row-interleaved int8 (the X8 types) ----------------------------------
- * Q8_0X8 and Q8_0MX8 hold the values of Q8_0 / Q8_0M in groups of 8 rows, so
- * that one 16-byte load gives a value pair of each of 8 rows, the operand the
- * AVX2 kernels multiply by a broadcast activation pair with no repacking per
- * call. n_out is padded to a multiple of 8 with zero rows. Group g starts at
- * byte g * 8 * kern_row_bytes(base, n_in); in it, block b (values 32b..32b+31
- * of the 8 rows) starts at byte b * 8 * block_bytes(base) and holds
+/* ---- row-interleaved integer weights (the X8 types) ------------------------
+ * Q8_0X8, Q8_0MX8, Q4_0X8 and Q4_1X8 hold the values of Q8_0, Q8_0M, Q4_0
+ * and Q4_1 in groups of 8 rows, so that one 16-byte load gives value pairs of
+ * each of 8 rows, the operand the SIMD kernels multiply by a broadcast
+ * activation pair with no repacking per call. n_out is padded to a multiple
+ * of 8 with zero rows. Group g starts at byte g * 8 * kern_row_bytes(base,
+ * n_in); in it, block b (values 32b..32b+31 of the 8 rows) starts at byte
+ * b * 8 * block_bytes(base) and holds, for the int8 bases,
  *   qs[16][8][2]: byte 16 j + 2 r + e = value 2 j + e of row r (int8),
- *   d[8] (fp16, row r's d), then for Q8_0MX8 m[8] (fp16),
- * so it is 8 blocks long (272 or 288 bytes) and a matrix is as large as its
- * base form. A row is not contiguous: kern_x8_get_row() extracts one. The
- * generic row conversions (kern_dequantize_row, ...) do not take these types
- * (kern_type_known() is 0 for them); kern_matmul() does. */
-/* The X8 form of t (Q8_0 -> Q8_0X8, Q8_0M -> Q8_0MX8), or t when it has none. */
+ *   d[8] (fp16, row r's d) at byte 256, then for Q8_0MX8 m[8] (fp16),
+ * and for the 4-bit bases
+ *   qs[8][8][2]: byte 16 c + 2 r + e = value 4 c + e of row r in its low
+ *     nibble and value 4 c + 2 + e in its high nibble (the nibbles as stored
+ *     in the base block: Q4_0's value is nibble - 8),
+ *   d[8] at byte 128, then for Q4_1X8 m[8],
+ * so that a 16-byte chunk widened to 16-bit lanes gives, masked with 15, the
+ * value pair 2c of each row and, shifted right by 4, the pair 2c + 1. A
+ * group block is 8 base blocks long (272, 288, 144 or 160 bytes) and a
+ * matrix is as large as its base form. A row is not contiguous:
+ * kern_x8_get_row() extracts one. The generic row conversions
+ * (kern_dequantize_row, ...) do not take these types (kern_type_known() is 0
+ * for them); kern_matmul() does. */
+/* The X8 form of t (Q8_0 -> Q8_0X8, Q8_0M -> Q8_0MX8, Q4_0 -> Q4_0X8,
+ * Q4_1 -> Q4_1X8), or t when it has none. */
 kern_type kern_x8_type(kern_type t);
 /* The row-major type of an X8 type (Q8_0X8 -> Q8_0, ...), or t itself. */
 kern_type kern_x8_base(kern_type t);

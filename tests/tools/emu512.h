@@ -35,7 +35,7 @@ typedef struct {
 #define __m512i emu_m512i
 #define __m512 emu_m512
 
-#define EMU static inline
+#define EMU static inline __attribute__((noinline))
 #define EMU_LOOP(n) for (int i = 0; i < (n); i++)
 
 /* ---- set / load / store / casts ---- */
@@ -57,6 +57,16 @@ EMU emu_m512i e_set1_epi16(short x) {
 EMU emu_m512i e_set1_epi8(char x) {
     emu_m512i r;
     EMU_LOOP(64) r.v.b[i] = x;
+    return r;
+}
+EMU emu_m512i e_set1_epi64(long long x) {
+    emu_m512i r;
+    EMU_LOOP(8) r.v.q[i] = x;
+    return r;
+}
+EMU emu_m512i e_set1_epi32(int x) {
+    emu_m512i r;
+    EMU_LOOP(16) r.v.d[i] = x;
     return r;
 }
 EMU emu_m512 e_set1_ps(float x) {
@@ -108,6 +118,29 @@ EMU __m256 e_extractf32x8_ps(emu_m512 a, int i) {
     __m256 r;
     memcpy(&r, a.v.f + 8 * i, 32);
     return r;
+}
+/* As e_castsi256_si512: the upper half is undefined, filled with junk. */
+EMU emu_m512 e_castps256_ps512(__m256 x) {
+    emu_m512 r;
+    memset(&r, 0x5a, 64);
+    memcpy(r.v.f, &x, 32);
+    return r;
+}
+EMU emu_m512 e_insertf32x8(emu_m512 a, __m256 h, int i) {
+    memcpy(a.v.f + 8 * i, &h, 32);
+    return a;
+}
+EMU emu_m512 e_broadcast_f32x8(__m256 x) {
+    emu_m512 r;
+    memcpy(r.v.f, &x, 32);
+    memcpy(r.v.f + 8, &x, 32);
+    return r;
+}
+/* AVX-512VL's masked 256-bit store: only the lanes of m are written. */
+EMU void e256_mask_storeu_ps(void *p, __mmask8 m, __m256 a) {
+    float f[8];
+    memcpy(f, &a, 32);
+    EMU_LOOP(8) if ((m >> i) & 1) memcpy((float *)p + i, &f[i], 4);
 }
 EMU emu_m512i e_inserti64x4(emu_m512i a, __m256i h, int i) {
     a.v.h256[i] = h;
@@ -294,6 +327,12 @@ EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 #define _mm512_set1_epi16 e_set1_epi16
 #define _mm512_set1_epi8 e_set1_epi8
 #define _mm512_set1_ps e_set1_ps
+#define _mm512_set1_epi64 e_set1_epi64
+#define _mm512_set1_epi32 e_set1_epi32
+#define _mm512_castps256_ps512 e_castps256_ps512
+#define _mm512_insertf32x8 e_insertf32x8
+#define _mm512_broadcast_f32x8 e_broadcast_f32x8
+#define _mm256_mask_storeu_ps e256_mask_storeu_ps
 #define _mm512_storeu_ps e_storeu_ps
 #define _mm512_loadu_ps e_loadu_ps
 #define _mm512_maskz_loadu_ps e_maskz_loadu_ps

@@ -97,8 +97,8 @@ static int lv_first(kern_level top)
 #if defined(__SANITIZE_THREAD__)
     return (int)top;
 #else
-    (void)top;
-    return 0;
+    int lo = test_min_level();
+    return lo < (int)top ? lo : (int)top;
 #endif
 }
 
@@ -317,6 +317,7 @@ static void test_quantize_act(kern_level top)
 {
     enum { N = 1536, NB = N / 32 };
     static float x[N], d_ref[NB], s_ref[NB], d_simd[NB], s_simd[NB];
+    static int32_t i_ref[NB], i_simd[NB];
     static int16_t q_ref[N], q_simd[N];
     fill_normal(x, N, 2.0f);
     for (int i = 0; i < 32; i++) /* block 0: max 32767 so d = 1 and x * (1/d) lands on .5 ties */
@@ -328,7 +329,7 @@ static void test_quantize_act(kern_level top)
         x[i] = (float)(i - 80) * 1e-40f;
     for (int i = 96; i < 128; i++) /* one outlier: the rest quantize to small q */
         x[i] = i == 100 ? -3000.0f : x[i];
-    kern_quantize_act_scalar(x, N, q_ref, d_ref, s_ref, 1);
+    kern_quantize_act_scalar(x, N, q_ref, d_ref, s_ref, i_ref, 1);
     int bad = 0;
     for (int b = 0; b < NB; b++) {
         int32_t sum = 0, qmax = 0;
@@ -341,6 +342,7 @@ static void test_quantize_act(kern_level top)
                 bad++;
         }
         bad += s_ref[b] != d_ref[b] * (float)sum;
+        bad += i_ref[b] != sum;
         bad += d_ref[b] != 0.0f ? qmax != 32767 : qmax != 0;
     }
     CHECK(bad == 0, "scalar activation quantizer breaks its contract (%d)", bad);
@@ -348,9 +350,9 @@ static void test_quantize_act(kern_level top)
           q_ref[1], q_ref[2], q_ref[3]);
     CHECK(d_ref[1] == 0.0f && d_ref[2] == 0.0f && s_ref[2] == 0.0f, "zero/denormal blocks");
     if (top >= KERN_LEVEL_AVX2) {
-        kern_quantize_act_avx2(x, N, q_simd, d_simd, s_simd, 1, -1);
+        kern_quantize_act_avx2(x, N, q_simd, d_simd, s_simd, i_simd, 1, -1);
         CHECK(memcmp(q_ref, q_simd, sizeof(q_ref)) == 0 && memcmp(d_ref, d_simd, sizeof(d_ref)) == 0 &&
-                  memcmp(s_ref, s_simd, sizeof(s_ref)) == 0,
+                  memcmp(s_ref, s_simd, sizeof(s_ref)) == 0 && memcmp(i_ref, i_simd, sizeof(i_ref)) == 0,
               "avx2 activation quantizer differs from the scalar one");
         /* The paired layout (kern_matmul_avx2.c): token t = slot 0 and u =
          * slot 1, chunks c0..c3 of 8 values, per block of 64 values
@@ -359,9 +361,9 @@ static void test_quantize_act(kern_level top)
         static float x2[N];
         static int16_t q2[N], pair[2 * N];
         fill_normal(x2, N, 0.5f);
-        kern_quantize_act_scalar(x2, N, q2, d_simd, s_simd, 1);
-        kern_quantize_act_avx2(x, N, pair, d_simd, s_simd, 1, 0);
-        kern_quantize_act_avx2(x2, N, pair, d_simd, s_simd, 1, 1);
+        kern_quantize_act_scalar(x2, N, q2, d_simd, s_simd, i_simd, 1);
+        kern_quantize_act_avx2(x, N, pair, d_simd, s_simd, i_simd, 1, 0);
+        kern_quantize_act_avx2(x2, N, pair, d_simd, s_simd, i_simd, 1, 1);
         bad = 0;
         for (int b = 0; b < NB; b++)
             for (int c = 0; c < 4; c++)
@@ -383,11 +385,12 @@ static void test_quantize_act_nonfinite(void)
     static float x[64];
     static int16_t q[64];
     float d[2], s[2];
+    int32_t qs[2];
     for (int i = 0; i < 64; i++)
         x[i] = 0.5f * (float)(i % 9) - 2.0f;
     x[5] = NAN;
     x[40] = INFINITY;
-    kern_quantize_act_scalar(x, 64, q, d, s, 1);
+    kern_quantize_act_scalar(x, 64, q, d, s, qs, 1);
     CHECK(q[5] == INT16_MIN, "NaN activation: %d", q[5]);
     CHECK(q[40] == INT16_MIN && q[41] == 0 && isinf(d[1]), "inf block: %d %d %g", q[40], q[41],
           (double)d[1]);
@@ -569,8 +572,10 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top)
     const int ins[] = {32, 576};
     const int toks[] = {1, 2, 3, 4, 5, 6, 7, 10, 11, 16, 33};
     int fails = 0, cases = 0;
-    for (int ti = 0; ti < 2; ti++) {
-        kern_type base = ti ? KERN_TYPE_Q8_0M : KERN_TYPE_Q8_0, x8 = kern_x8_type(base);
+    static const kern_type bases[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1};
+    for (int bi = 0; bi < 4; bi++) {
+        kern_type base = bases[bi], x8 = kern_x8_type(base);
+        int ti = has_offset(base);
         CHECK(kern_type_is_x8(x8) && kern_x8_base(x8) == base && !kern_type_is_x8(base), "x8 type mapping");
         for (size_t oi = 0; oi < sizeof(outs) / sizeof(outs[0]); oi++)
             for (size_t ii = 0; ii < sizeof(ins) / sizeof(ins[0]); ii++) {
@@ -638,17 +643,137 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top)
                 free(row);
             }
     }
-    printf("q8_0x8/q8_0mx8 vs q8_0/q8_0m: %d shapes x %d levels x 1-2 threads, %d differ (memcmp)\n", cases,
-           (int)top + 1, fails);
+    printf("x8 types vs q8_0/q8_0m/q4_0/q4_1: %d shapes x %d levels x 1-2 threads, %d differ (memcmp)\n", cases,
+           (int)top + 1 - lv_first(top), fails);
     CHECK(fails == 0, "X8 matmul differs from its base type in %d cases", fails);
+}
+
+/* The float kernels of every SIMD level from AVX2 up share one arithmetic
+ * (8-lane accumulators in input order, hsum8, the tail): the same bits at
+ * every level, every tile shape (token counts 1-17, row counts that leave
+ * partial tiles, n_in with a tail), 1 and 2 threads, so the kernel choice
+ * may mix levels by batch size. */
+static void test_float_levels_agree(kern_pool *pool1, kern_pool *pool2, kern_level top)
+{
+    static const kern_type types[] = {KERN_TYPE_F32, KERN_TYPE_F16, KERN_TYPE_BF16};
+    const int outs[] = {1, 7, 37, 200}, ins[] = {8, 44, 576}, toks[] = {1, 2, 3, 5, 8, 9, 16, 17};
+    int fails = 0, cases = 0;
+    if (top < KERN_LEVEL_AVX512) {
+        printf("skip float level agreement: this CPU has no AVX-512 (one x86 SIMD float kernel set)\n");
+        return;
+    }
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t oi = 0; oi < sizeof(outs) / sizeof(outs[0]); oi++)
+            for (size_t ii = 0; ii < sizeof(ins) / sizeof(ins[0]); ii++)
+                for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
+                    int n_out = outs[oi], n_in = ins[ii], n_tok = toks[ki];
+                    bufs b;
+                    make(&b, types[ti], n_out, n_in, n_tok);
+                    kern_cpu_set_max_level(KERN_LEVEL_AVX2);
+                    kern_matmul(pool1, types[ti], b.w, n_out, n_in, b.x, n_tok, b.ref, b.ws);
+                    for (int lv = KERN_LEVEL_AVX512; lv <= (int)top; lv++) {
+                        kern_cpu_set_max_level((kern_level)lv);
+                        for (int th = 0; th < 2; th++) {
+                            kern_matmul(th ? pool2 : pool1, types[ti], b.w, n_out, n_in, b.x, n_tok, b.y, b.ws);
+                            if (memcmp(b.y, b.ref, sizeof(float) * n_out * n_tok) != 0) {
+                                fails++;
+                                fprintf(stderr, "  %s %s %dx%d tok %d: differs from avx2\n",
+                                        kern_level_name((kern_level)lv), kern_type_name(types[ti]), n_out, n_in,
+                                        n_tok);
+                            }
+                        }
+                    }
+                    cases++;
+                    unmake(&b);
+                }
+    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    printf("float kernels, avx512 levels vs avx2: %d shapes, %d differ (memcmp)\n", cases, fails);
+    CHECK(fails == 0, "AVX-512 float kernels differ from AVX2 in %d cases", fails);
+}
+
+/* The default kernel choice (KERN_PICK_TABLE) mixes levels by weight type
+ * and batch size: for every type (row-major and X8), the batch sizes of a
+ * decode step and of a prompt give exactly the reference's bits (integer
+ * types) or the top level's own bits (float types, whose kernels share one
+ * arithmetic), and one token at a time equals the batch. */
+static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top)
+{
+    static const kern_type types[] = {KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16,   KERN_TYPE_Q8_0,
+                                      KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1,   KERN_TYPE_Q8_0X8,
+                                      KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8};
+    const int n_out = 200, n_in = 576, toks[] = {1, 2, 3, 5, 9, 10, 16, 37};
+    int fails = 0;
+    kern_cpu_set_max_level(top);
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const kern_type wt = types[ti], base = kern_x8_base(wt);
+        const size_t rb = kern_row_bytes(base, n_in);
+        uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(wt, n_out, n_in));
+        float *row = malloc(sizeof(float) * n_in);
+        for (int o = 0; o < n_out; o++) {
+            fill_normal(row, n_in, 1.0f / 24.0f);
+            kern_quantize_row(base, row, w + rb * o, n_in);
+        }
+        const uint8_t *W = w;
+        if (wt != base) {
+            for (int g = 0; g < (n_out + 7) / 8; g++) {
+                const void *rows[8];
+                int n = n_out - 8 * g < 8 ? n_out - 8 * g : 8;
+                for (int r = 0; r < n; r++)
+                    rows[r] = w + rb * (size_t)(8 * g + r);
+                kern_x8_pack_group(base, rows, n, n_in, wx, g);
+            }
+            W = wx;
+        }
+        const int n_max = 37;
+        float *x = malloc(sizeof(float) * n_max * n_in), *y = malloc(sizeof(float) * n_max * n_out);
+        float *y1 = malloc(sizeof(float) * n_out), *want = malloc(sizeof(float) * n_max * n_out);
+        void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(wt, n_in, n_max) + 64) & ~(size_t)63);
+        fill_normal(x, (size_t)n_max * n_in, 1.0f);
+        if (kern_is_int_weight(wt)) {
+            kern_matmul_ref(base, w, n_out, n_in, x, n_max, want);
+        } else { /* the top level's own kernels */
+            kern_cpu_set_pick(KERN_PICK_LEVEL);
+            kern_matmul(pool2, wt, W, n_out, n_in, x, n_max, want, ws);
+        }
+        kern_cpu_set_pick(KERN_PICK_TABLE);
+        for (size_t k = 0; k < sizeof(toks) / sizeof(toks[0]); k++) {
+            kern_matmul(pool2, wt, W, n_out, n_in, x, toks[k], y, ws);
+            if (memcmp(y, want, sizeof(float) * toks[k] * n_out) != 0) {
+                fails++;
+                fprintf(stderr, "  table: %s %d tokens (level %s) differs\n", kern_type_name(wt), toks[k],
+                        kern_level_name(kern_matmul_level(wt, toks[k])));
+            }
+        }
+        for (int t = 0; t < n_max; t += 7) {
+            kern_matmul(pool1, wt, W, n_out, n_in, x + (size_t)t * n_in, 1, y1, ws);
+            fails += memcmp(y1, want + (size_t)t * n_out, sizeof(float) * n_out) != 0;
+        }
+        kern_cpu_set_pick(KERN_PICK_LEVEL);
+        free(w);
+        free(wx);
+        free(row);
+        free(x);
+        free(y);
+        free(y1);
+        free(want);
+        free(ws);
+    }
+    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    printf("kernel table at %s: 11 types x 8 batch sizes, %d differ\n", kern_level_name(top), fails);
+    CHECK(fails == 0, "the default kernel choice breaks exactness or batch invariance in %d cases", fails);
 }
 
 int main(void)
 {
     kern_level top = detected_level();
     printf("detected level: %s\n", kern_level_name(top));
+    if (test_min_level() > 0)
+        printf("levels below %s skipped (KERN_TEST_MIN_LEVEL)\n", kern_level_name((kern_level)test_min_level()));
     kern_pool *pool1 = kern_pool_create(1), *pool2 = kern_pool_create(2);
     double t = now_sec();
+    /* Each level's own kernels for everything, so that a sweep checks every
+     * kernel; test_table then checks the default choice. */
+    kern_cpu_set_pick(KERN_PICK_LEVEL);
     test_quantize_act(top);
     test_quantize_act_nonfinite();
     test_q8_full_range(pool2, top);
@@ -660,6 +785,8 @@ int main(void)
     test_invariance(pool1, pool2, top);
     test_multi(pool1, pool2, top);
     test_x8(pool1, pool2, top);
+    test_float_levels_agree(pool1, pool2, top);
+    test_table(pool1, pool2, top);
     printf("(%.1f s)\n", now_sec() - t);
     kern_pool_free(pool1);
     kern_pool_free(pool2);

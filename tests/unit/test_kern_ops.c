@@ -40,7 +40,7 @@ static void test_rows(kern_level top)
     const int ns[] = {1, 7, 8, 9, 64, 576, 1536, 1539};
     enum { NMAX = 1539 };
     static float x[NMAX], w[NMAX], g[NMAX], u[NMAX], a[NMAX], b[NMAX];
-    for (int lv = 0; lv <= (int)top; lv++) {
+    for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
         double e_rms = 0, e_silu = 0, e_soft = 0;
         for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
@@ -142,7 +142,7 @@ static void test_attention(kern_level top)
     const int n_kv_head = 2, block_size = 16;
     const int head_dims[] = {64, 8, 12, 5};
     const int ctxs[] = {1, 15, 16, 17, 100};
-    for (int lv = 0; lv <= (int)top; lv++) {
+    for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
         double worst = 0;
         int diffs = 0;
@@ -203,7 +203,7 @@ static void test_attention_rows(kern_level top)
 {
     const int hds[] = {32, 64, 128, 40, 12};
     const int n_kv_head = 1, n_rows = 23, pos0 = 9, n_ctx = pos0 + n_rows;
-    for (int lv = 0; lv <= (int)top; lv++) {
+    for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
         int mismatches = 0;
         double worst = 0;
@@ -258,7 +258,7 @@ static void test_attention_gqa(kern_level top)
     const int groups[] = {1, 3, 4};
     const int n_kv_head = 2, n_rows = 21, pos0 = 6, n_ctx = pos0 + n_rows, block_size = 5;
     const int n_blocks = (n_ctx + block_size - 1) / block_size, phys = n_blocks + 2;
-    for (int lv = 0; lv <= (int)top; lv++) {
+    for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
         int mismatches = 0, cases = 0;
         double worst = 0;
@@ -323,7 +323,7 @@ static void test_attention_f16(kern_level top)
     const int hds[] = {64, 32, 40, 12};
     const int group = 3, n_kv_head = 2, n_rows = 13, pos0 = 7, n_ctx = pos0 + n_rows, block_size = 6;
     const int n_blocks = (n_ctx + block_size - 1) / block_size, phys = n_blocks + 1;
-    for (int lv = 0; lv <= (int)top; lv++) {
+    for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
         int mismatches = 0;
         double worst = 0;

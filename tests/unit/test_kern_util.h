@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "kernels/cpu/kern_cpu.h"
@@ -70,6 +71,19 @@ static inline double now_sec(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The lowest level the level sweeps test: KERN_TEST_MIN_LEVEL (a level
+ * name) or 0. tests/tools/run_emu512.sh sets it to avx512 so that its slow
+ * emulated builds test only the AVX-512 files; the native levels below run
+ * in the normal builds. */
+static inline int test_min_level(void)
+{
+    const char *s = getenv("KERN_TEST_MIN_LEVEL");
+    for (int l = KERN_LEVEL_SCALAR; s && l <= KERN_LEVEL_AVX512VNNI; l++)
+        if (strcmp(s, kern_level_name((kern_level)l)) == 0)
+            return l;
+    return 0;
 }
 
 /* The detected level: tests loop over levels 0..detected, capping each. */

@@ -1,0 +1,329 @@
+/* kern_avx512_x8.h - the X8 integer-weight tiles (Q8_0X8, Q8_0MX8, Q4_0X8,
+ * Q4_1X8; layout in kern_types.h) on 512-bit vectors, shared by the two
+ * AVX-512 files. Include only from a file compiled with the AVX-512 flags,
+ * after defining
+ *   X8Z_DPW(s, w, x): s + the int32 lanes of madd(w, x)
+ * (kern_matmul_avx512.c: vpmaddwd + vpaddd; kern_matmul_avx512vnni.c:
+ * vpdpwssd) and X8Z_PREFIX (the name prefix of the functions defined).
+ * Defines static void X8Z_PREFIX##_rows(const kern_mm_args *a, int r0, int r1).
+ *
+ * A zmm holds two groups of 8 rows: lanes 0-7 the rows of group A, lanes
+ * 8-15 those of group B. The 16 bytes at the same offset of the two groups'
+ * blocks, put side by side and widened to int16, are the value pair j of 16
+ * rows (int8 forms: one pair per 16 bytes, vpmovsxbw; 4-bit forms: pairs 2c
+ * and 2c + 1 per 16 bytes, vpmovzxbw then `and 15` / `>> 4`), multiplied by
+ * the broadcast activation pair j of a token: 16 rows' partial sums with no
+ * horizontal reduction, as in the AVX2 X8 tiles (kern_matmul_avx2.c), whose
+ * arithmetic this repeats lane by lane: the exact block sum isum (Q4_0:
+ * sum of nibble * x minus 8 sum x, the same integer), then
+ *     acc = fma(cvt(isum), d_w * d_x, acc);  acc = fma(m_w, s_x, acc) (M)
+ * so every result is the reference's bits.
+ *
+ * Decode (one token) pairs a group from each half of the task's rows: two
+ * sequential streams, each prefetched X8Z_STREAM_PF bytes ahead (the AVX2
+ * decode's pattern). Batches pair consecutive groups, X8Z_NZ zmm (2 x NZ
+ * groups) x X8Z_TT tokens per tile, over chunks of groups that stay in L2
+ * while every token tile passes over them; the first token tile of a chunk
+ * prefetches the next tile's groups. */
+#ifndef X8Z_PREFIX
+#error "define X8Z_PREFIX and X8Z_DPW before including kern_avx512_x8.h"
+#endif
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/kern_internal.h"
+
+#ifndef AI
+#define AI static inline __attribute__((always_inline))
+#endif
+
+#define X8Z_CAT_(a, b) a##b
+#define X8Z_CAT(a, b) X8Z_CAT_(a, b)
+#define X8Z_FN(name) X8Z_CAT(X8Z_PREFIX, name)
+
+#ifndef X8Z_HELPERS
+#define X8Z_HELPERS
+/* Decode prefetch distance in bytes per stream (-D to tune). */
+#ifndef X8Z_STREAM_PF
+#define X8Z_STREAM_PF 1024
+#endif
+#ifndef X8Z_HINT
+#define X8Z_HINT _MM_HINT_T0
+#endif
+/* Groups per chunk of a batch: X8Z_CHUNK_BYTES of L2. */
+#ifndef X8Z_CHUNK_BYTES
+#define X8Z_CHUNK_BYTES (192 * 1024)
+#endif
+#ifndef X8Z_TT
+#define X8Z_TT 6 /* tokens per batch tile (<= 8; remainders run in tiles of 4, 2 and 1) */
+#endif
+#define X8Z_BB(K) (8 * KERN_WK_BB(K))
+#define X8Z_DOFF(K) ((size_t)(KERN_WK_NIB(K) ? 128 : 256))
+
+AI uint32_t x8z_u32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* [16 bytes at pa | 16 bytes at pb]. */
+AI __m256i x8z_pair(const uint8_t *pa, const uint8_t *pb)
+{
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)pa)),
+                                   _mm_loadu_si128((const __m128i *)pb), 1);
+}
+
+/* The one-zmm state of a tile: groups A and B (their block-0 bytes) and the
+ * first row of each. */
+typedef struct {
+    const uint8_t *g[2];
+    int o[2];
+} x8z_zp;
+
+/* Stores lanes 0-7 at row o[0] and 8-15 at row o[1] of output row y, only
+ * the rows below r1. */
+AI void x8z_store(float *y, __m512 v, const x8z_zp *zp, int r1)
+{
+    if (zp->o[1] == zp->o[0] + 8 && zp->o[0] + 16 <= r1) {
+        _mm512_storeu_ps(y + zp->o[0], v);
+        return;
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const int o = zp->o[h];
+        if (h == 1 && o == zp->o[0]) /* a lone group paired with itself */
+            break;
+        const int n = r1 - o < 8 ? r1 - o : 8;
+        if (n <= 0)
+            continue;
+        const __m256 part = h ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);
+        _mm256_mask_storeu_ps(y + o, (__mmask8)((1u << n) - 1), part);
+    }
+}
+#endif /* X8Z_HELPERS */
+
+/* NZ zmm (zp[0..NZ)) x T tokens from t0. pf 1: prefetch pfoff bytes on from
+ * each group's block (the next tile's groups); pf 2: X8Z_STREAM_PF bytes on
+ * in each group's stream (decode). */
+AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, const int NZ, const int T,
+                      const int K, const int pf, size_t pfoff)
+{
+    const int nb = a->n_in / 32, M = KERN_WK_M(K);
+    const size_t bb = X8Z_BB(K), doff = X8Z_DOFF(K);
+    const int16_t *x[8];
+    __m512 acc[2][8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        x[t] = a->xq + (size_t)(t0 + t) * a->n_in;
+#pragma GCC unroll 2
+        for (int z = 0; z < NZ; z++)
+            acc[z][t] = _mm512_setzero_ps();
+    }
+    /* NA independent partial sums per output when the tile is small: the
+     * chain of vpdpwssd into one accumulator (latency 4 on Zen 4) would
+     * otherwise bound the decode step; integer sums, so any order is exact. */
+    const int NA = T == 1 ? 4 : T <= 3 ? 2 : 1;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *wa[2], *wb[2];
+        __m512i s[2][8];
+#pragma GCC unroll 2
+        for (int z = 0; z < NZ; z++) {
+            wa[z] = zp[z].g[0] + (size_t)b * bb;
+            wb[z] = zp[z].g[1] + (size_t)b * bb;
+            if (pf == 1) {
+                for (size_t l = 0; l < bb; l += 64) {
+                    _mm_prefetch((const char *)wa[z] + pfoff + l, _MM_HINT_T0);
+                    _mm_prefetch((const char *)wb[z] + pfoff + l, _MM_HINT_T0);
+                }
+            } else if (pf == 2) { /* the lines that start in this block, X8Z_STREAM_PF on */
+                for (size_t l = ((size_t)b * bb + 63) & ~(size_t)63; l < (size_t)(b + 1) * bb; l += 64) {
+                    _mm_prefetch((const char *)zp[z].g[0] + l + X8Z_STREAM_PF, X8Z_HINT);
+                    _mm_prefetch((const char *)zp[z].g[1] + l + X8Z_STREAM_PF, X8Z_HINT);
+                }
+            }
+#pragma GCC unroll 8
+            for (int k = 0; k < T * NA; k++)
+                s[z][k] = _mm512_setzero_si512();
+        }
+        if (KERN_WK_NIB(K)) {
+            /* Two chunks per iteration: enough for NA <= 4 partial sums to
+             * take fixed registers, and a tenth of the code of a full unroll. */
+#pragma GCC unroll 1
+            for (int c0 = 0; c0 < 8; c0 += 2) {
+#pragma GCC unroll 2
+                for (int cc = 0; cc < 2; cc++) {
+                    const int c = c0 + cc;
+                    __m512i w0[2], w1[2];
+#pragma GCC unroll 2
+                    for (int z = 0; z < NZ; z++) {
+                        const __m512i raw = _mm512_cvtepu8_epi16(x8z_pair(wa[z] + 16 * c, wb[z] + 16 * c));
+                        w0[z] = _mm512_and_si512(raw, _mm512_set1_epi16(0x0f));
+                        w1[z] = _mm512_srli_epi16(raw, 4);
+                    }
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        const int16_t *xp = x[t] + b * 32 + 4 * c;
+                        const __m512i x0 = _mm512_set1_epi32((int)x8z_u32(xp));
+                        const __m512i x1 = _mm512_set1_epi32((int)x8z_u32(xp + 2));
+                        const int k0 = t * NA + (2 * cc) % NA, k1 = t * NA + (2 * cc + 1) % NA;
+#pragma GCC unroll 2
+                        for (int z = 0; z < NZ; z++) {
+                            s[z][k0] = X8Z_DPW(s[z][k0], w0[z], x0);
+                            s[z][k1] = X8Z_DPW(s[z][k1], w1[z], x1);
+                        }
+                    }
+                }
+            }
+        } else {
+#pragma GCC unroll 1
+            for (int j0 = 0; j0 < 16; j0 += 4) {
+#pragma GCC unroll 4
+                for (int jj = 0; jj < 4; jj++) {
+                    const int j = j0 + jj;
+                    __m512i w[2];
+#pragma GCC unroll 2
+                    for (int z = 0; z < NZ; z++)
+                        w[z] = _mm512_cvtepi8_epi16(x8z_pair(wa[z] + 16 * j, wb[z] + 16 * j));
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        const __m512i xj = _mm512_set1_epi32((int)x8z_u32(x[t] + b * 32 + 2 * j));
+                        const int k = t * NA + jj % NA;
+#pragma GCC unroll 2
+                        for (int z = 0; z < NZ; z++)
+                            s[z][k] = X8Z_DPW(s[z][k], w[z], xj);
+                    }
+                }
+            }
+        }
+        /* The partial sums together (exact), then Q4_0's offset:
+         * sum (q - 8) x = sum q x - 8 sum x, exactly. */
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+#pragma GCC unroll 2
+            for (int z = 0; z < NZ; z++) {
+                if (NA == 4)
+                    s[z][t * NA] = _mm512_add_epi32(_mm512_add_epi32(s[z][t * NA], s[z][t * NA + 1]),
+                                                    _mm512_add_epi32(s[z][t * NA + 2], s[z][t * NA + 3]));
+                else if (NA == 2)
+                    s[z][t * NA] = _mm512_add_epi32(s[z][t * NA], s[z][t * NA + 1]);
+            }
+            if (K == KERN_WK_Q4_0) {
+                const __m512i c8 = _mm512_set1_epi32(8 * a->xi[(size_t)b * a->n_tok + t0 + t]);
+#pragma GCC unroll 2
+                for (int z = 0; z < NZ; z++)
+                    s[z][t * NA] = _mm512_sub_epi32(s[z][t * NA], c8);
+            }
+        }
+        const size_t xo = (size_t)b * a->n_tok + t0;
+#pragma GCC unroll 2
+        for (int z = 0; z < NZ; z++) {
+            const __m512 dw = _mm512_cvtph_ps(x8z_pair(wa[z] + doff, wb[z] + doff));
+            const __m512 mw = M ? _mm512_cvtph_ps(x8z_pair(wa[z] + doff + 16, wb[z] + doff + 16)) : dw;
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                acc[z][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[z][t * NA]),
+                                            _mm512_mul_ps(dw, _mm512_set1_ps(a->xd[xo + t])), acc[z][t]);
+                if (M)
+                    acc[z][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->xs[xo + t]), acc[z][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        float *y = a->y + (size_t)(t0 + t) * a->n_out;
+#pragma GCC unroll 2
+        for (int z = 0; z < NZ; z++)
+            x8z_store(y, acc[z][t], &zp[z], r1);
+    }
+}
+
+/* Decode of rows [r0, r1) (r0 a multiple of 8): group g of the first half of
+ * the range beside group g of the second half, so the thread reads two
+ * sequential streams; an odd last group is paired with itself. */
+AI void X8Z_FN(_rows1)(const kern_mm_args *a, int r0, int r1, const int K)
+{
+    const size_t gbytes = (size_t)(a->n_in / 32) * X8Z_BB(K);
+    const int n_g = (r1 - r0 + 7) / 8, half = n_g / 2;
+    const uint8_t *grp = a->W + (size_t)(r0 / 8) * gbytes;
+    for (int g = 0; g < half; g++) {
+        const x8z_zp zp = {{grp + (size_t)g * gbytes, grp + (size_t)(g + half) * gbytes},
+                           {r0 + 8 * g, r0 + 8 * (g + half)}};
+        X8Z_FN(_tile)(a, &zp, r1, 0, 1, 1, K, 2, 0);
+    }
+    if (n_g & 1) {
+        const uint8_t *gl = grp + (size_t)(n_g - 1) * gbytes;
+        const x8z_zp zp = {{gl, gl}, {r0 + 8 * (n_g - 1), r0 + 8 * (n_g - 1)}};
+        X8Z_FN(_tile)(a, &zp, r1, 0, 1, 1, K, 2, 0);
+    }
+}
+
+/* Tokens t0..t0+T against ng consecutive groups from row o, four groups
+ * (two zmm) per tile; past the last group a tile reads that group again and
+ * stores nothing for it (one tile shape: half the code). pf: prefetch the
+ * next tile's groups (the first token tile of a chunk). */
+AI void X8Z_FN(_tiles)(const kern_mm_args *a, int ng, int o, int r1, int t0, const int T, const int K, int pf)
+{
+    const size_t gbytes = (size_t)(a->n_in / 32) * X8Z_BB(K);
+    const uint8_t *grp = a->W + (size_t)(o / 8) * gbytes;
+    for (int g = 0; g < ng; g += 4) {
+        x8z_zp zp[2];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const int gk = g + k < ng ? g + k : ng - 1;
+            zp[k / 2].g[k % 2] = grp + (size_t)gk * gbytes;
+            zp[k / 2].o[k % 2] = g + k < ng ? o + 8 * (g + k) : r1; /* r1: not stored */
+        }
+        if (pf && g + 8 <= ng)
+            X8Z_FN(_tile)(a, zp, r1, t0, 2, T, K, 1, 4 * gbytes);
+        else
+            X8Z_FN(_tile)(a, zp, r1, t0, 2, T, K, 0, 0);
+    }
+}
+
+/* Rows [r0, r1) (r0 a multiple of 8) of an X8 matrix of base format K. */
+AI void X8Z_FN(_rows_k)(const kern_mm_args *a, int r0, int r1, const int K)
+{
+    if (a->n_tok == 1) {
+        X8Z_FN(_rows1)(a, r0, r1, K);
+        return;
+    }
+    const size_t gbytes = (size_t)(a->n_in / 32) * X8Z_BB(K);
+    int ng = (int)(X8Z_CHUNK_BYTES / gbytes) & ~3;
+    if (ng < 4)
+        ng = 4;
+    const int TT = X8Z_TT, nt = a->n_tok - a->n_tok % TT;
+    for (int o = r0; o < r1; o += 8 * ng) {
+        int cg = (r1 - o + 7) / 8;
+        if (cg > ng)
+            cg = ng;
+        for (int t0 = 0; t0 < nt; t0 += TT)
+            X8Z_FN(_tiles)(a, cg, o, r1, t0, TT, K, t0 == 0);
+        /* The remainder in tiles of 4, 2 and 1 tokens: the chunk is in L2
+         * by then, so the extra passes are cheap, and three tile widths
+         * instead of TT - 1 keep the code small. */
+        int t0 = nt;
+        if (TT > 4 && t0 + 4 <= a->n_tok) {
+            X8Z_FN(_tiles)(a, cg, o, r1, t0, 4, K, t0 == 0);
+            t0 += 4;
+        }
+        if (TT > 2 && t0 + 2 <= a->n_tok) {
+            X8Z_FN(_tiles)(a, cg, o, r1, t0, 2, K, t0 == 0);
+            t0 += 2;
+        }
+        if (t0 < a->n_tok)
+            X8Z_FN(_tiles)(a, cg, o, r1, t0, 1, K, t0 == 0);
+    }
+}
+
+static void X8Z_FN(_rows)(const kern_mm_args *a, int r0, int r1)
+{
+    switch (a->wt) {
+    case KERN_TYPE_Q8_0X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q8_0); break;
+    case KERN_TYPE_Q8_0MX8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q8_0M); break;
+    case KERN_TYPE_Q4_0X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q4_0); break;
+    case KERN_TYPE_Q4_1X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q4_1); break;
+    default: kern_mm_rows_scalar(a, r0, r1); break;
+    }
+}
