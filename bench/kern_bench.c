@@ -5,12 +5,15 @@
  * pool dispatch cost. Not built by CMake; build with
  *   cc -O2 -I. -Ibuild/generated bench/kern_bench.c build/libbrisk_core.a -lpthread -lm -o kern_bench
  * Usage: kern_bench [threads [section]]   (BRISK_CPU_LEVEL caps the SIMD level;
- * section: gemv, step, attn or gemm runs that one alone). */
+ * section: gemv, step, attn or gemm runs that one alone; "levels" times every
+ * SIMD level's own kernels side by side per weight type and batch size, the
+ * evidence for the kernel table: not part of the default run). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 #include "kernels/cpu/kern_bench.h"
 #include "kernels/cpu/kern_cpu.h"
@@ -78,6 +81,106 @@ static double bench_attention(int n_seq, int ctx, int reps)
     return best * 1e3;
 }
 
+/* The "levels" section: one matrix (weights replicated to >= 256 MiB on
+ * 2 MiB pages and rotated, so every call reads them from DRAM, as a decode
+ * step does) timed with each SIMD level's own kernels (KERN_PICK_LEVEL),
+ * the levels interleaved round by round so a drift of the machine hits them
+ * alike; best of the rounds, microseconds, into us[level]. The evidence for
+ * the kernel table in kern_matmul.c (docs/ARCHITECTURE.md). */
+static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok, int rounds, double *us)
+{
+    const kern_type base = kern_x8_base(wt);
+    const size_t rb = kern_row_bytes(base, n_in), wbytes = rb * (size_t)n_out;
+    const int copies = (int)(((size_t)256 << 20) / wbytes) + 1;
+    const size_t huge = (size_t)2 << 20, total = (wbytes * (size_t)copies + huge - 1) & ~(huge - 1);
+    uint8_t *w = aligned_alloc(huge, total), *rows = malloc(wbytes);
+    float *row = malloc(sizeof(float) * n_in), *x = malloc(sizeof(float) * n_in * n_tok);
+    float *y = malloc(sizeof(float) * n_out * n_tok);
+    void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(wt, n_in, n_tok) + 127) & ~(size_t)63);
+    for (int l = 0; l < 4; l++)
+        us[l] = 0.0;
+    if (!w || !rows || !row || !x || !y || !ws)
+        goto out;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(w, total, MADV_HUGEPAGE);
+#endif
+    uint64_t r = 0x2545F4914F6CDD1DULL;
+    for (int o = 0; o < n_out; o++) {
+        for (int i = 0; i < n_in; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            row[i] = ((float)(r >> 40) / 16777216.0f - 0.5f) * 0.1f;
+        }
+        kern_quantize_row(base, row, rows + rb * (size_t)o, n_in);
+    }
+    if (wt != base) {
+        for (int g = 0; g < n_out / 8; g++) {
+            const void *rp[8];
+            for (int k = 0; k < 8; k++)
+                rp[k] = rows + rb * (size_t)(8 * g + k);
+            kern_x8_pack_group(base, rp, 8, n_in, w, g);
+        }
+    } else {
+        memcpy(w, rows, wbytes);
+    }
+    for (int c = 1; c < copies; c++)
+        memcpy(w + (size_t)c * wbytes, w, wbytes);
+    for (int i = 0; i < n_in * n_tok; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        x[i] = (float)(r >> 40) / 16777216.0f - 0.5f;
+    }
+    const kern_level top = kern_cpu_level();
+    kern_cpu_set_pick(KERN_PICK_LEVEL);
+    int c = 0;
+    for (int round = 0; round < rounds; round++)
+        for (int l = KERN_LEVEL_AVX2; l <= (int)top; l++) {
+            kern_cpu_set_max_level((kern_level)l);
+            double t = now_s();
+            const int calls = 8;
+            for (int k = 0; k < calls; k++)
+                kern_matmul(pool, wt, w + (size_t)(c++ % copies) * wbytes, n_out, n_in, x, n_tok, y, ws);
+            t = (now_s() - t) / calls * 1e6;
+            if (us[l] == 0.0 || t < us[l])
+                us[l] = t;
+        }
+    kern_cpu_set_max_level(top);
+    kern_cpu_set_pick(-1);
+out:
+    free(w);
+    free(rows);
+    free(row);
+    free(x);
+    free(y);
+    free(ws);
+}
+
+static void bench_levels(kern_pool *pool)
+{
+    const kern_level top = kern_cpu_level();
+    if (top < KERN_LEVEL_AVX2) {
+        printf("levels: skipped, no AVX2\n");
+        return;
+    }
+    const kern_type types[] = {KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8,
+                               KERN_TYPE_F16,    KERN_TYPE_BF16,    KERN_TYPE_F32};
+    const int toks[] = {1, 2, 4, 8, 16, 64};
+    const int shapes[][2] = {{1536, 576}, {576, 1536}, {49152, 576}};
+    printf("levels: us per call, each level's own kernels, DRAM-fed, best of rounds (x: avx2 time / that level's)\n");
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+        for (size_t si = 0; si < 3; si++)
+            for (size_t k = 0; k < sizeof(toks) / sizeof(toks[0]); k++) {
+                const int n_out = shapes[si][0], n_in = shapes[si][1], n_tok = toks[k];
+                if (n_out == 49152 && n_tok > 16)
+                    continue;
+                double us[4];
+                bench_levels_one(pool, types[ti], n_out, n_in, n_tok, n_tok >= 16 ? 3 : 6, us);
+                printf("levels %-8s %5d x %4d x %2d tok: avx2 %9.1f", kern_type_name(types[ti]), n_out, n_in, n_tok,
+                       us[KERN_LEVEL_AVX2]);
+                for (int l = KERN_LEVEL_AVX512; l <= (int)top; l++)
+                    printf("  %s %9.1f (x%.2f)", kern_level_name((kern_level)l), us[l], us[KERN_LEVEL_AVX2] / us[l]);
+                printf("  table: %s\n", kern_matmul_kernel_name(types[ti], n_tok));
+            }
+}
+
 static const char *only; /* the one section to run, or NULL for all */
 static int run(const char *section) { return !only || !strcmp(only, section); }
 
@@ -139,6 +242,8 @@ int main(int argc, char **argv)
             printf("gemm %-7s %5d x %4d x 512 tok: %8.2f ms  %6.1f GOP/s  [%s]\n", kern_type_name(types[ti]), n_out,
                    n_in, t * 1e3, gf, kern_level_name(kern_matmul_level(types[ti], 512)));
         }
+    if (only && !strcmp(only, "levels")) /* not in the default run: minutes */
+        bench_levels(pool);
     kern_pool_free(pool);
     return 0;
 }

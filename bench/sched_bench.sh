@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # sched_bench.sh - continuous batching on the CPU, measured in one server run.
 #
-#   bench/sched_bench.sh            # SmolLM2, --weights int8, concurrency 1, 16, 64
+#   bench/sched_bench.sh            # SmolLM2 as the file holds it (--weights auto), concurrency 1, 16, 64
 #   bench/sched_bench.sh --quick    # fewer requests (a smoke run)
 #   IN=16 OUT=256 bench/sched_bench.sh   # a decode-heavy workload
 #
-# One `brisk serve` (--weights int8 --max-num-seqs 64) is driven by brisk-bench
+# One `brisk serve` (--weights $WEIGHTS --max-num-seqs 64) is driven by brisk-bench
 # closed loops at concurrency 1, 16 and 64 ($IN prompt / $OUT output tokens,
 # default 128 / 128, ignore_eos). Around each level /metrics is scraped, and the table reports:
 #   - generation tokens/s per level and the ratio to the single stream (same server)
@@ -21,6 +21,8 @@
 # (machine, commit, date, every figure).
 #
 # Environment: BRISK_BIN, BENCH_BIN, MODEL, BRISK_MACHINE (hostname), SERVE_ARGS, IN, OUT,
+# WEIGHTS (auto; int8, f16 or f32 convert), the CPU's flags and the kernels the server chose
+# (its start-up log) go into the JSON beside the figures;
 # LEVELS (the concurrency levels, default "1 16 64"; the first is the single-stream base).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +31,7 @@ BRISK=${BRISK_BIN:-build/bin/brisk}
 BENCH=${BENCH_BIN:-build/bin/brisk-bench}
 MACHINE=${BRISK_MACHINE:-$(hostname)}
 IN=${IN:-128}
+WEIGHTS=${WEIGHTS:-auto}
 LEVELS=${LEVELS:-1 16 64}
 OUT_LEN=${OUT:-128}
 QUICK=0
@@ -50,7 +53,7 @@ cleanup() {
 trap cleanup EXIT
 
 # shellcheck disable=SC2086
-"$BRISK" serve --model "$M" --port 0 --weights int8 --max-num-seqs 64 ${SERVE_ARGS:-} > "$TMP/serve.log" 2>&1 &
+"$BRISK" serve --model "$M" --port 0 --weights "$WEIGHTS" --max-num-seqs 64 ${SERVE_ARGS:-} > "$TMP/serve.log" 2>&1 &
 SERVER_PID=$!
 URL=
 for _ in $(seq 600); do
@@ -60,7 +63,7 @@ for _ in $(seq 600); do
     sleep 0.2
 done
 [ -n "$URL" ] || { echo "sched_bench.sh: server did not start" >&2; exit 1; }
-echo "sched_bench.sh: brisk serve at $URL ($M, int8)" >&2
+echo "sched_bench.sh: brisk serve at $URL ($M, $WEIGHTS)" >&2
 
 # Warm-up (not measured): calibrates nothing on the server, pages weights in.
 "$BENCH" --base-url "$URL" --max-concurrency 4 --num-prompts 8 --input-len 128 --output-len 16 --quiet \
@@ -82,11 +85,17 @@ done
 
 COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 mkdir -p bench/results
-python3 - "$TMP" "$OUT.json" "$MACHINE" "$COMMIT" "$M" "$(getconf CLK_TCK)" "$IN" "$OUT_LEN" "$LEVELS" <<'EOF'
+python3 - "$TMP" "$OUT.json" "$MACHINE" "$COMMIT" "$M" "$(getconf CLK_TCK)" "$IN" "$OUT_LEN" "$LEVELS" "$WEIGHTS" <<'EOF'
 import json, re, sys, datetime, platform, os
 tmp, out, machine, commit, model, hz = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
 n_in, n_out = int(sys.argv[7]), int(sys.argv[8])
 levels = [int(c) for c in sys.argv[9].split()]
+weights = sys.argv[10]
+kernels = None
+for line in open(f"{tmp}/serve.log", errors="replace"):
+    m = re.search(r"engine: (cpu\(.*)", line)
+    if m:
+        kernels = m.group(1).strip()
 
 def scrape(path):
     vals = {}
@@ -131,7 +140,7 @@ single = rows[0]["output_tok_s"]
 for r in rows:
     r["speedup_vs_single"] = r["output_tok_s"] / single
 print()
-print(f"brisk continuous batching: SmolLM2-135M int8, {n_in} in / {n_out} out, {machine}, commit {commit}")
+print(f"brisk continuous batching: SmolLM2-135M {weights}, {n_in} in / {n_out} out, {machine}, commit {commit}")
 hdr = ("conc", "reqs", "fail", "gen tok/s", "x single", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",
        "KV waste", "eng ovh", "loop/eng", "preempt", "tok/step")
 print("{:>4} {:>5} {:>4} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7} {:>8} {:>7} {:>8}".format(*hdr))
@@ -145,7 +154,10 @@ print("(ms for latencies; KV waste and engine overhead over each level; loop/eng
 doc = {"bench": "sched_bench", "machine": {"name": machine, "cpu": cpu_model.group(1) if cpu_model else "",
        "cores": os.cpu_count(), "os": platform.platform()}, "commit": commit,
        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-       "model": os.path.basename(model), "weights": "int8", "workload": f"{n_in} in / {n_out} out, ignore_eos, closed loop",
+       "cpu_flags": [f for f in re.search(r"^flags\s*:(.*)$", cpu, re.M).group(1).split()
+                     if f.startswith(("avx", "fma", "f16c", "amx"))],
+       "kernels": kernels,
+       "model": os.path.basename(model), "weights": weights, "workload": f"{n_in} in / {n_out} out, ignore_eos, closed loop",
        "levels": rows}
 json.dump(doc, open(out, "w"), indent=2)
 print(f"wrote {out}")

@@ -104,6 +104,12 @@ int model_backend_create(const model *m, const model_backend_opts *o, model_back
 void model_backend_free(model_backend *be);
 
 /* The CPU backend (always built). */
+/* The CPU kernels model m runs on this machine, per op: for each weight type
+ * its matmul kernel at 1, 4 and 64 tokens (kern_matmul_describe), then
+ * attention and the row ops, e.g.
+ *   "q4_0x8: 1 token avx512vnni x8 2-stream, ...; attention avx2; norms avx2"
+ * (logged at start, recorded by brisk bench). */
+void model_cpu_kernels_describe(const model *m, char *buf, size_t len);
 int model_backend_cpu_create(const model *m, const model_backend_opts *o, model_backend **out,
                              char *err, size_t err_len);
 /* The CUDA backend; BRISK_EUNSUPPORTED in a build without CUDA or with no

@@ -5,6 +5,8 @@
 
 #include "common/brisk_error.h"
 #include "kernels/cpu/kern_bench.h"
+#include "kernels/cpu/kern_cpu.h"
+#include "kernels/cpu/kern_ops.h"
 #include "models/backend.h"
 
 typedef struct cpu_backend {
@@ -66,6 +68,41 @@ static double cpu_mem_bw(model_backend *be) {
 static void cpu_describe(model_backend *be, char *buf, size_t len) {
     cpu_backend *c = (cpu_backend *)be;
     snprintf(buf, len, "cpu, %d threads", c->pool ? kern_pool_size(c->pool) : 1);
+}
+
+void model_cpu_kernels_describe(const model *m, char *buf, size_t len) {
+    if (!buf || len == 0) return;
+    buf[0] = '\0';
+    const model_weights *w = model_get_weights(m);
+    const model_config *c = model_get_config(m);
+    kern_type seen[16];
+    int n_seen = 0;
+    size_t at = 0;
+    for (int l = -1; l < c->n_layers; l++) {
+        const model_matrix *mats[7];
+        int n_mats = 0;
+        if (l < 0) {
+            mats[n_mats++] = &w->output;
+        } else {
+            const model_layer *ly = &w->layers[l];
+            const model_matrix *all[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+            for (int i = 0; i < 7; i++) mats[n_mats++] = all[i];
+        }
+        for (int i = 0; i < n_mats; i++) {
+            kern_type t = mats[i]->type;
+            int dup = 0;
+            for (int k = 0; k < n_seen; k++) dup |= seen[k] == t;
+            if (dup || n_seen == 16) continue;
+            seen[n_seen++] = t;
+            char one[256];
+            kern_matmul_describe(t, one, sizeof one);
+            int k = snprintf(buf + at, len - at, "%s%s", at ? "; " : "", one);
+            if (k < 0 || (size_t)k >= len - at) return;
+            at += (size_t)k;
+        }
+    }
+    const char *simd = kern_cpu_level() >= KERN_LEVEL_AVX2 ? "avx2" : "scalar";
+    snprintf(buf + at, len - at, "%sattention %s; norms, rope, silu %s", at ? "; " : "", simd, simd);
 }
 
 static void cpu_free(model_backend *be) {

@@ -411,6 +411,17 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
         int from_file = out->data == t->data;
         if ((rc = model_make_x8(m, pool, out, !from_file)) < 0)
             return ERR(rc, "model: out of memory interleaving '%s'", name);
+        /* The CPU backend streams float matrices faster from 2 MiB pages than
+         * from the file's 4 KiB page-cache pages (SmolLM2 f16 file, 1 Zen 4
+         * thread: tg 75 -> 80 tok/s): copied like the X8 forms, the file's
+         * pages given back. */
+        if (from_file && out->data == t->data && kern_type_block_size(out->type) == 1) {
+            size_t bytes = kern_row_bytes(out->type, n_in) * (size_t)n_out;
+            void *copy = model_alloc_owned(m, bytes);
+            if (!copy) return ERR(BRISK_ENOMEM, "model: out of memory copying '%s'", name);
+            memcpy(copy, out->data, bytes);
+            out->data = copy;
+        }
         if (from_file && out->data != t->data) gguf_release_tensor_pages(m->gf, t);
     }
     m->n_params += (int64_t)n_in * n_out;

@@ -10,6 +10,7 @@
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
+#include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_pool.h"
 #include "models/backend.h"
 #include "scheduler/kv_cache.h"
@@ -89,6 +90,10 @@ sched_engine_config sched_engine_config_default(void) {
     c.device = MODEL_DEVICE_CPU;
     c.gpu_memory_utilization = 0.9;
     c.cuda_graphs = 1;
+    /* f16 K/V: half the memory per position, and no slower on the CPU
+     * (16 streams, 128 in / 128 out: 340-343 tok/s against 323 with f32 in
+     * paired runs; the decode step reads the cache as often as the weights). */
+    c.kv_f16 = 1;
     return c;
 }
 
@@ -638,6 +643,14 @@ static int engine_load(sched_engine *e) {
     char dev[160];
     e->be->ops->describe(e->be, dev, sizeof dev);
     BRISK_INFO("engine: device %s", dev);
+    if (e->be->device == MODEL_DEVICE_CPU) {
+        char cpu[128], kernels[1024];
+        kern_cpu_describe(cpu, sizeof cpu);
+        model_cpu_kernels_describe(e->m, kernels, sizeof kernels);
+        BRISK_INFO("engine: %s kernels (%s): %s", cpu,
+                   kern_cpu_pick() == KERN_PICK_TABLE ? "fastest per op, fixed table" : "one level",
+                   kernels);
+    }
     BRISK_INFO("engine: %s ready: up to %d sequences x %d positions; KV cache %.1f MB %s = %ld blocks x %d "
                "positions (%ld positions), prefix caching %s; batch %d tokens",
                model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6, kv_f16 ? "f16" : "f32",

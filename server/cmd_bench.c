@@ -78,7 +78,7 @@ int cmd_bench(int argc, char **argv) {
     model_weights_fmt fmt = MODEL_WEIGHTS_AUTO;
     long threads = 0, n_pp = 512, n_tg = 128, reps = 3;
     model_device device = MODEL_DEVICE_CPU;
-    int graphs = 1;
+    int graphs = 1, kv_f16 = 1; /* brisk serve's default K/V type, as llama-bench's */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
@@ -101,6 +101,14 @@ int cmd_bench(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--no-cuda-graphs")) {
             graphs = 0;
+        } else if (!strcmp(a, "--kv-cache-dtype")) {
+            if (!(v = cli_value(argc, argv, &i))) return 2;
+            if (!strcmp(v, "f16")) kv_f16 = 1;
+            else if (!strcmp(v, "f32")) kv_f16 = 0;
+            else {
+                cli_error("--kv-cache-dtype: '%s' is not one of f16, f32", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "-p")) {
@@ -112,7 +120,8 @@ int cmd_bench(int argc, char **argv) {
         } else {
             cli_error("bench: unknown option '%s'", a);
             fprintf(stderr, "usage: brisk bench --model PATH | --dummy-weights CONFIG [--weights auto|f32|f16|int8] "
-                            "[--threads N] [-p 512] [-n 128] [--reps 3] [--device cpu|cuda|auto] [--no-cuda-graphs]\n");
+                            "[--threads N] [-p 512] [-n 128] [--reps 3] [--kv-cache-dtype f16|f32] "
+                            "[--device cpu|cuda|auto] [--no-cuda-graphs]\n");
             return 2;
         }
     }
@@ -151,7 +160,7 @@ int cmd_bench(int argc, char **argv) {
     }
     int kv_blocks = (n_ctx + 15) / 16;
     kv_cache_config kc = {c->n_layers, c->n_kv_heads * c->head_dim, 16, kv_blocks, 1, kv_blocks, 0,
-                          be->device == MODEL_DEVICE_CUDA, NULL, NULL};
+                          kv_f16 || be->device == MODEL_DEVICE_CUDA, NULL, NULL};
     if (model_backend_kv_create(be, &kc, &kv) < 0 || kv_cache_seq_grow(kv, 0, n_ctx) < 0) kv = NULL;
     ids = malloc((size_t)n_ctx * sizeof *ids);
     if (!kv || !ids) {
@@ -184,12 +193,16 @@ int cmd_bench(int argc, char **argv) {
     bench_json_string(stdout, model_name(m));
     printf(", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, "
            "\"weight_bytes\": %zu, \"pp\": %ld, \"pp_tok_s\": %.2f, \"tg\": %ld, \"tg_tok_s\": %.2f, "
-           "\"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": %.2f, \"tg_frac_roofline\": %.3f, "
+           "\"kv_dtype\": \"%s\", \"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": %.2f, \"tg_frac_roofline\": %.3f, "
            "\"cpu\": \"%s\", \"device\": ",
            model_weights_fmt_name(fmt), kern_pool_size(pool),
            (long long)model_n_params(m), wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0,
-           n_tg, tg_tps, bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
+           n_tg, tg_tps, kc.f16 ? "f16" : "f32", bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
     bench_json_string(stdout, dev);
+    char kernels[1024] = "";
+    if (be->device == MODEL_DEVICE_CPU) model_cpu_kernels_describe(m, kernels, sizeof kernels);
+    printf(", \"kernels\": ");
+    bench_json_string(stdout, kernels);
     printf(", \"backend\": \"%s\", \"pp_tflop_s\": %.3f}\n", be->ops->name,
            best_pp > 0 ? 2.0 * (double)model_n_params(m) * (double)n_pp / best_pp * 1e-12 : 0.0);
     status = 0;

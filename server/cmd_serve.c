@@ -32,7 +32,7 @@ static void serve_usage(FILE *f) {
             "  --kv-cache-bytes N[K|M|G]    KV cache pool (min(1G, max-num-seqs full contexts))\n"
             "  --block-size N               positions per KV block (16)\n"
             "  --no-prefix-caching          do not reuse KV blocks of earlier prompts\n"
-            "  --kv-cache-dtype f32|f16     KV cache element type (f32; f16 halves its memory)\n"
+            "  --kv-cache-dtype f16|f32     KV cache element type (f16; f32 doubles its memory)\n"
             "  --max-queued-requests N      waiting sequences before 429 (1024)\n"
             "  --max-queued-tokens N        waiting prompt tokens before 429 (4194304)\n"
             "  --chat-template NAME         chatml|llama2|llama3|mistral|zephyr|gemma|phi3 (from GGUF)\n"

@@ -30,6 +30,7 @@
 #include <assert.h>
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -314,19 +315,70 @@ static int act_paired(kern_level lv, kern_type wt, int n_tok)
 
 static kern_level pick_level(kern_type wt, int n_tok, kern_level top, kern_pick pick)
 {
-    (void)n_tok;
     /* Row-major integer weights have AVX2 kernels only: the AVX-512 levels
      * run them (the X8 forms, which the CPU backend loads, have their own). */
     if (top > KERN_LEVEL_AVX2 && kern_is_int_weight(wt) && !kern_type_is_x8(wt))
         return KERN_LEVEL_AVX2;
     if (top < KERN_LEVEL_AVX512 || pick == KERN_PICK_LEVEL)
         return top;
-    return top;
+    /* The table, from `kern_bench N levels` (each level's own kernels from
+     * DRAM, interleaved; 1 and 2 threads of a Zen 4 EPYC, 2026-11-26,
+     * bench/README.md): */
+    if (kern_type_is_x8(wt)) {
+        /* X8 with VNNI: 1.04-1.13x AVX2 at 1 token, 1.2-1.9x at 4-64. Without
+         * VNNI (vpmaddwd + vpaddd) the AVX-512 tiles tie AVX2 at 1-2 tokens
+         * (0.85-1.06x) and win from 4 (1.1-1.5x). */
+        if (top == KERN_LEVEL_AVX512 && n_tok <= 2)
+            return KERN_LEVEL_AVX2;
+        return top;
+    }
+    /* Float weights: the decode step streams at the same speed at both
+     * levels (0.91-1.1x); from 8 tokens the AVX-512 6x8 tiles win (1.05-2x
+     * at 8-64 tokens); at 3-7 tokens the AVX2 2x4 tiles read f16/bf16 faster
+     * (AVX-512 0.75-0.8x at 4), while f32 is 1.3-1.7x faster on AVX-512 from
+     * 2 tokens. Both levels give the same bits. */
+    if (n_tok == 1)
+        return KERN_LEVEL_AVX2;
+    if (wt == KERN_TYPE_F32 || n_tok >= 8)
+        return KERN_LEVEL_AVX512;
+    return KERN_LEVEL_AVX2;
 }
 
 kern_level kern_matmul_level(kern_type wt, int n_tok)
 {
     return pick_level(wt, n_tok, kern_cpu_level(), kern_cpu_pick());
+}
+
+const char *kern_matmul_kernel_name(kern_type wt, int n_tok)
+{
+    const kern_level lv = kern_matmul_level(wt, n_tok);
+    const int x8 = kern_type_is_x8(wt), integer = kern_is_int_weight(wt);
+    switch (lv) {
+    case KERN_LEVEL_SCALAR: return "scalar 4-token tiles";
+    case KERN_LEVEL_AVX2:
+        if (x8)
+            return n_tok == 1 ? "avx2 x8 2-stream" : "avx2 x8 16x3";
+        if (integer)
+            return n_tok == 1 ? "avx2 row 8x1" : n_tok < KERN_AVX2_PLAIN_MIN_TOK ? "avx2 row 2x4 paired" : "avx2 row g8 16x3";
+        return n_tok == 1 ? "avx2 f 2-stream" : "avx2 f 2x4";
+    case KERN_LEVEL_AVX512:
+    case KERN_LEVEL_AVX512VNNI:
+        if (x8) {
+            if (lv == KERN_LEVEL_AVX512VNNI)
+                return n_tok == 1 ? "avx512vnni x8 2-stream" : "avx512vnni x8 32x6";
+            return n_tok == 1 ? "avx512 x8 2-stream" : "avx512 x8 32x6";
+        }
+        return n_tok == 1 ? "avx512 f 2-stream" : "avx512 f 6x8";
+    }
+    return "unknown";
+}
+
+void kern_matmul_describe(kern_type wt, char *buf, int len)
+{
+    if (!buf || len <= 0)
+        return;
+    snprintf(buf, (size_t)len, "%s: 1 token %s, 4 tokens %s, 64 tokens %s", kern_type_name(wt),
+             kern_matmul_kernel_name(wt, 1), kern_matmul_kernel_name(wt, 4), kern_matmul_kernel_name(wt, 64));
 }
 
 static kern_mm_rows_fn rows_fn(kern_level lv)

@@ -32,13 +32,10 @@
 #define F_STREAM_PF 512
 #endif
 #ifndef F_RP
-#define F_RP 3 /* row pairs per batch tile (>= F_DEC_RP) */
+#define F_RP 3 /* row pairs per batch tile */
 #endif
 #ifndef F_TT
 #define F_TT 8 /* tokens per batch tile (<= 8) */
-#endif
-#ifndef F_BATCH_HINT
-#define F_BATCH_HINT _MM_HINT_NTA
 #endif
 
 /* [8 values of row ra from i | 8 of row rb from i] as floats. */
@@ -81,6 +78,28 @@ AI float f_hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* f_hsum8 of the 16 accumulators in z[0..8) (each zmm two 8-lane ones, A in
+ * lanes 0-7 and B in 8-15) at once, with f_hsum8's additions exactly:
+ * (v_k + v_k+4), then (s0 + s2, s1 + s3), then their sum, done on
+ * whole registers with the partial sums of different outputs side by side.
+ * Lane 4 j + m of the result is output (j & 1 ? B : A) of z[2 m + (j >> 1)]. */
+AI __m512 f_hsum8x16(const __m512 z[8])
+{
+    __m512 r[4], w[2];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) /* blocks [z2k.A, z2k.B, z2k+1.A, z2k+1.B], lane i: v_i + v_i+4 */
+        r[k] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(z[2 * k], z[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) { /* per block [r2k: s0+s2, s1+s3 | r2k+1: s0+s2, s1+s3] */
+        const __m512d a = _mm512_castps_pd(r[2 * k]), b = _mm512_castps_pd(r[2 * k + 1]);
+        w[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    /* per block [r0, r1, r2, r3] of that block: (s0 + s2) + (s1 + s3) */
+    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 /* Output of one row: hsum8 of its accumulator, then the tail n8..n in order
  * (the AVX2 kernels' exact sequence). */
 AI float f_finish(kern_type wt, __m256 acc, const uint8_t *row, const float *x, int n8, int n)
@@ -95,8 +114,11 @@ AI float f_finish(kern_type wt, __m256 acc, const uint8_t *row, const float *x, 
  * two rows' outputs. pf: prefetch F_STREAM_PF bytes ahead in each row
  * (decode: each row is its own stream). */
 AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *ra, const uint8_t *const *rb, int t0,
-               const int RP, const int T, const int pf, float (*out)[F_TT][2])
+               const int RP, const int T, const int pf, const char *nt, float (*out)[F_TT][2])
 {
+    /* nt (may be NULL): the next tile's rows, 2 RP rows from nt, walked at
+     * the rate this tile reads its own: 2 RP * 8 values per step. */
+    const size_t nt_step = (size_t)2 * RP * 8 * (wt == KERN_TYPE_F32 ? 4 : 2);
     const int n = a->n_in, n8 = n & ~7, es = wt == KERN_TYPE_F32 ? 4 : 2;
     const int pf_mask = 64 / es - 1; /* one prefetch per line of progress */
     const float *xr[F_TT];
@@ -116,6 +138,11 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *ra, co
                 _mm_prefetch((const char *)rb[p] + (size_t)i * es + F_STREAM_PF, _MM_HINT_T0);
             }
         }
+        if (nt) {
+            const size_t k0 = (size_t)(i / 8) * nt_step, k1 = k0 + nt_step;
+            for (size_t l = (k0 + 63) & ~(size_t)63; l < k1; l += 64)
+                _mm_prefetch(nt + l, _MM_HINT_T0);
+        }
         __m512 w[F_RP];
 #pragma GCC unroll 4
         for (int p = 0; p < RP; p++)
@@ -128,68 +155,75 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *ra, co
                 acc[p][t] = _mm512_fmadd_ps(w[p], xv, acc[p][t]);
         }
     }
-    /* The outputs one by one through memory: a loop, not 2 RP T copies of
-     * the reduction and its tail. */
-    _Alignas(64) float sums[F_RP][F_TT][16];
-#pragma GCC unroll 4
-    for (int p = 0; p < RP; p++)
+    /* Eight accumulators (16 outputs) at a time through f_hsum8x16 when
+     * there is no tail; the rest one by one through memory (a loop, not
+     * 2 RP T copies of the reduction and its tail). */
+    int q0 = 0;
+    const int NQ = RP * T;
+    if (n8 == n)
+#pragma GCC unroll 1
+        for (; q0 + 8 <= NQ; q0 += 8) {
+            __m512 z[8];
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++)
-            _mm512_store_ps(sums[p][t], acc[p][t]);
-#pragma GCC unroll 1
-    for (int p = 0; p < RP; p++)
-#pragma GCC unroll 1
-        for (int t = 0; t < T; t++) {
-            out[p][t][0] = f_finish(wt, _mm256_load_ps(sums[p][t]), ra[p], xr[t], n8, n);
-            out[p][t][1] = f_finish(wt, _mm256_load_ps(sums[p][t] + 8), rb[p], xr[t], n8, n);
+            for (int k = 0; k < 8; k++)
+                z[k] = acc[(q0 + k) / T][(q0 + k) % T];
+            _Alignas(64) float r[16];
+            _mm512_store_ps(r, f_hsum8x16(z));
+#pragma GCC unroll 16
+            for (int lane = 0; lane < 16; lane++) {
+                const int j = lane / 4, m = lane % 4, q = q0 + 2 * m + (j >> 1);
+                out[q / T][q % T][j & 1] = r[lane];
+            }
         }
+    _Alignas(64) float sums[F_RP * F_TT][16];
+#pragma GCC unroll 24
+    for (int q = q0; q < NQ; q++)
+        _mm512_store_ps(sums[q], acc[q / T][q % T]);
+#pragma GCC unroll 1
+    for (int q = q0; q < NQ; q++) {
+        const int p = q / T, t = q % T;
+        out[p][t][0] = f_finish(wt, _mm256_load_ps(sums[q]), ra[p], xr[t], n8, n);
+        out[p][t][1] = f_finish(wt, _mm256_load_ps(sums[q] + 8), rb[p], xr[t], n8, n);
+    }
 }
 
-/* Decode of rows [r0, r1): rows o and o + 1 of the first half beside rows
- * o + half and o + half + 1 of the second, F_DEC_RP row pairs per step (one
- * accumulator chain per row: with FMA latency 4 a single pair leaves the
- * core waiting on the chain, not on memory). */
-#ifndef F_DEC_RP
-#define F_DEC_RP 1
-#endif
-AI void f_rows1(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0)
+/* Decode and short batches (T < F_TT tokens) of rows [r0, r1): row o of the
+ * first half beside row o + half of the second, so the thread reads two
+ * sequential streams, each prefetched F_STREAM_PF bytes ahead, as the AVX2
+ * decode does; every weight is read once for the T tokens. (Two row pairs
+ * per step, four streams, ran at half the speed from memory; the batch tiles
+ * below, six rows at a time, lost to the AVX2 tiles at 2-4 tokens.) */
+AI void f_rows_stream(const kern_mm_args *a, kern_type wt, int r0, int r1, const int T)
 {
     const int half = (r1 - r0) / 2;
     const size_t rs = a->row_bytes;
-    float *y = a->y + (size_t)t0 * a->n_out;
-    float out[F_DEC_RP][F_TT][2];
-    int o = r0;
-    for (; o + F_DEC_RP <= r0 + half; o += F_DEC_RP) {
-        const uint8_t *ra[F_DEC_RP], *rb[F_DEC_RP];
-        for (int p = 0; p < F_DEC_RP; p++) {
-            ra[p] = a->W + (size_t)(o + p) * rs;
-            rb[p] = a->W + (size_t)(o + p + half) * rs;
-        }
-        f_tile(a, wt, ra, rb, t0, F_DEC_RP, 1, 1, out);
-        for (int p = 0; p < F_DEC_RP; p++) {
-            y[o + p] = out[p][0][0];
-            y[o + p + half] = out[p][0][1];
-        }
-    }
-    for (; o < r0 + half; o++) {
+    float out[1][F_TT][2];
+    for (int o = r0; o < r0 + half; o++) {
         const uint8_t *ra = a->W + (size_t)o * rs, *rb = a->W + (size_t)(o + half) * rs;
-        f_tile(a, wt, &ra, &rb, t0, 1, 1, 1, out);
-        y[o] = out[0][0][0];
-        y[o + half] = out[0][0][1];
+        f_tile(a, wt, &ra, &rb, 0, 1, T, 1, NULL, out);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a->y[(size_t)t * a->n_out + o] = out[0][t][0];
+            a->y[(size_t)t * a->n_out + o + half] = out[0][t][1];
+        }
     }
     if ((r1 - r0) & 1) {
         const uint8_t *ra = a->W + (size_t)(r1 - 1) * rs;
-        f_tile(a, wt, &ra, &ra, t0, 1, 1, 1, out);
-        y[r1 - 1] = out[0][0][0];
+        f_tile(a, wt, &ra, &ra, 0, 1, T, 1, NULL, out);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            a->y[(size_t)t * a->n_out + r1 - 1] = out[0][t][0];
     }
 }
 
 /* Tokens t0..t0+T over rows [r0, r1) in tiles of RP row pairs (2 RP
  * consecutive rows; rows past r1 computed on row r1 - 1 and not stored).
- * The first tile of the range is read from memory; each tile prefetches
- * the next one's rows (the next 2 RP rows, one contiguous stretch) NTA at the
- * rate it reads its own. */
-AI void f_span(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0, const int RP, const int T)
+ * pf: this pass reads the rows from memory; each tile then prefetches the
+ * next one's rows (the next 2 RP rows, one contiguous stretch) into L1/L2 at
+ * the rate it reads its own, as the AVX2 tiles do (a burst of the whole next
+ * tile at once, NTA, left the chunk out of L2 for the later passes and ran
+ * 4-token batches at 0.4x the AVX2 tiles). */
+AI void f_span(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0, const int RP, const int T, int pf)
 {
     float out[F_RP][F_TT][2];
     const size_t rs = a->row_bytes;
@@ -201,15 +235,10 @@ AI void f_span(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0, cons
             ra[p] = a->W + (size_t)oa * rs;
             rb[p] = a->W + (size_t)ob * rs;
         }
-#ifndef F_BATCH_PF
-#define F_BATCH_PF 1
-#endif
-        if (F_BATCH_PF && o + 4 * RP <= a->n_out) { /* the next tile's rows */
-            const char *f = (const char *)(a->W + (size_t)(o + 2 * RP) * rs);
-            for (size_t l = 0; l < 2 * RP * rs; l += 64)
-                _mm_prefetch(f + l, F_BATCH_HINT);
-        }
-        f_tile(a, wt, ra, rb, t0, RP, T, 0, out);
+        /* The next tile's rows (inside the matrix), when this pass is the
+         * one that brings the chunk from memory. */
+        const char *nt = pf && o + 4 * RP <= a->n_out ? (const char *)(a->W + (size_t)(o + 2 * RP) * rs) : NULL;
+        f_tile(a, wt, ra, rb, t0, RP, T, 0, nt, out);
 #pragma GCC unroll 4
         for (int p = 0; p < RP; p++)
 #pragma GCC unroll 2
@@ -233,9 +262,15 @@ AI void f_span(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0, cons
 #endif
 AI void f_rows(const kern_mm_args *a, kern_type wt, int r0, int r1)
 {
-    if (a->n_tok == 1) {
-        f_rows1(a, wt, r0, r1, 0);
-        return;
+    switch (a->n_tok) {
+    case 1: f_rows_stream(a, wt, r0, r1, 1); return;
+    case 2: f_rows_stream(a, wt, r0, r1, 2); return;
+    case 3: f_rows_stream(a, wt, r0, r1, 3); return;
+    case 4: f_rows_stream(a, wt, r0, r1, 4); return;
+    case 5: f_rows_stream(a, wt, r0, r1, 5); return;
+    case 6: f_rows_stream(a, wt, r0, r1, 6); return;
+    case 7: f_rows_stream(a, wt, r0, r1, 7); return;
+    default: break;
     }
     int chunk = (int)(F_CHUNK_BYTES / a->row_bytes) / (2 * F_RP) * (2 * F_RP);
     if (chunk < 2 * F_RP)
@@ -244,17 +279,17 @@ AI void f_rows(const kern_mm_args *a, kern_type wt, int r0, int r1)
         const int c1 = c0 + chunk < r1 ? c0 + chunk : r1;
         int t0 = 0;
         for (; t0 + F_TT <= a->n_tok; t0 += F_TT)
-            f_span(a, wt, c0, c1, t0, F_RP, F_TT);
+            f_span(a, wt, c0, c1, t0, F_RP, F_TT, t0 == 0);
         if (F_TT > 4 && t0 + 4 <= a->n_tok) {
-            f_span(a, wt, c0, c1, t0, F_RP, 4);
+            f_span(a, wt, c0, c1, t0, F_RP, 4, t0 == 0);
             t0 += 4;
         }
         if (F_TT > 2 && t0 + 2 <= a->n_tok) {
-            f_span(a, wt, c0, c1, t0, F_RP, 2);
+            f_span(a, wt, c0, c1, t0, F_RP, 2, t0 == 0);
             t0 += 2;
         }
         if (t0 < a->n_tok)
-            f_span(a, wt, c0, c1, t0, F_RP, 1);
+            f_span(a, wt, c0, c1, t0, F_RP, 1, t0 == 0);
     }
 }
 

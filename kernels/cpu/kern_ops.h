@@ -72,6 +72,11 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
 /* The SIMD level whose kernel kern_matmul runs for weight type wt and n_tok
  * tokens on this CPU (kern_cpu_pick(): the fixed table, or the level itself). */
 kern_level kern_matmul_level(kern_type wt, int n_tok);
+/* A short name of that kernel, e.g. "avx512vnni x8 2-stream" (static). */
+const char *kern_matmul_kernel_name(kern_type wt, int n_tok);
+/* "q4_0x8: 1 token ..., 4 tokens ..., 64 tokens ..." into buf: the kernels a
+ * weight type runs at decode, short-batch and prompt sizes (logs, bench). */
+void kern_matmul_describe(kern_type wt, char *buf, int len);
 /* Reference: single-threaded plain C, same arithmetic definition. */
 void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in,
                      const float *x, int n_tok, float *y);

@@ -30,8 +30,8 @@ from aio_http import (close_now, connect, fetch, parse_response, read_chunk, rea
 from conftest import metric_value
 
 STORIES = "stories260K"
-# stories260K: 5 layers x 32 K/V floats x 2 x 4 bytes x 16 positions per block
-STORIES_BLOCK_BYTES = 5 * 32 * 2 * 4 * 16
+# stories260K: 5 layers x 32 K/V values x 2 x 2 bytes (f16, the default) x 16 positions per block
+STORIES_BLOCK_BYTES = 5 * 32 * 2 * 2 * 16
 
 WORDS = ("the cat sat on a mat and then a dog ran to the park with a big red ball "
          "Lily Tom Ben sun tree bird happy sad little girl boy mom dad friend toy").split()

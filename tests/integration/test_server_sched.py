@@ -10,8 +10,8 @@ import pytest
 from conftest import metric_value
 
 STORIES = "stories260K"
-# stories260K: 5 layers x 32 K/V floats x 2 x 4 bytes x 16 positions per block
-STORIES_BLOCK_BYTES = 5 * 32 * 2 * 4 * 16
+# stories260K: 5 layers x 32 K/V values x 2 x 2 bytes (f16, the default) x 16 positions per block
+STORIES_BLOCK_BYTES = 5 * 32 * 2 * 2 * 16
 
 
 def prompts16():
@@ -172,13 +172,16 @@ def test_kv_flags_rejected(brisk, stories260k_gguf, args):
     assert len(lines) == 1 and args[0] in lines[0], lines
 
 
-def test_kv_flags_size_the_pool(start_server, stories260k_gguf):
-    # a 16-position block of stories260K: 20 KiB in f32, 10 KiB in f16; 1 MiB -> 102 blocks
-    srv = start_server(stories260k_gguf, "--kv-cache-bytes", "1M", "--kv-cache-dtype", "f16",
-                       "--block-size", "16")
+@pytest.mark.parametrize("dtype", [None, "f16", "f32"])
+def test_kv_flags_size_the_pool(start_server, stories260k_gguf, dtype):
+    # a 16-position block of stories260K: 10 KiB in f16 (the default), 20 KiB in f32;
+    # 1 MiB -> 102 or 51 blocks
+    args = ["--kv-cache-bytes", "1M", "--block-size", "16"] + (["--kv-cache-dtype", dtype] if dtype else [])
+    srv = start_server(stories260k_gguf, *args)
     s = srv.metrics()
-    assert metric_value(s, "brisk_kv_cache_blocks", state="total") == (1 << 20) // (STORIES_BLOCK_BYTES // 2)
-    assert "f16" in srv.log()
+    per_block = STORIES_BLOCK_BYTES * (2 if dtype == "f32" else 1)
+    assert metric_value(s, "brisk_kv_cache_blocks", state="total") == (1 << 20) // per_block
+    assert ("f32" if dtype == "f32" else "f16") in srv.log()
     r = srv.client().completions.create(model=STORIES, prompt=[1], max_tokens=200, temperature=0)
     assert r.choices[0].text.startswith("Once upon a time, there was a little girl named Lily.")
     srv.stop()
