@@ -31,12 +31,20 @@ static double now_s(void)
  * one thread: f32 K/V in 16-position blocks placed in shuffled order (as a
  * paged pool fills), random values, every (sequence, layer) its own blocks
  * so the cache comes from memory as in a server. Best of reps, ms. */
-static double bench_attention(int n_seq, int ctx, int reps)
+static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f16)
 {
     const int n_layers = 30, n_kv = 3, group = 3, hd = 64, bs = 16;
     const int nblk = (ctx + bs - 1) / bs, total = n_seq * n_layers * nblk;
     const size_t row = (size_t)n_kv * hd, bstride = row * bs, n_el = bstride * (size_t)total;
-    float *k = malloc(n_el * sizeof(float)), *v = malloc(n_el * sizeof(float));
+    /* On 2 MiB pages where THP allows, as brisk's KV pool is. */
+    const size_t huge = (size_t)2 << 20, kvb = (n_el * sizeof(float) + huge - 1) & ~(huge - 1);
+    float *k = aligned_alloc(huge, kvb), *v = aligned_alloc(huge, kvb);
+#ifdef MADV_HUGEPAGE
+    if (getenv("KB_NO_THP") == NULL && k && v) {
+        (void)madvise(k, kvb, MADV_HUGEPAGE);
+        (void)madvise(v, kvb, MADV_HUGEPAGE);
+    }
+#endif
     int32_t *table = malloc((size_t)total * sizeof(int32_t));
     float *q = malloc((size_t)n_kv * group * hd * sizeof(float)), *out = malloc((size_t)n_kv * group * hd * sizeof(float));
     float *scratch = malloc((size_t)group * ctx * sizeof(float));
@@ -57,16 +65,28 @@ static double bench_attention(int n_seq, int ctx, int reps)
             int j = (int)(x % (uint64_t)(i + 1)), t = table[i];
             table[i] = table[j], table[j] = t;
         }
+            /* An f16 cache: the same values rounded, in the first half of k/v. */
+        uint16_t *k16 = (uint16_t *)k, *v16 = (uint16_t *)v;
+        if (f16)
+            for (size_t i = 0; i < n_el; i++) {
+                k16[i] = kern_fp32_to_fp16(k[i]);
+                v16[i] = kern_fp32_to_fp16(v[i]);
+            }
         best = 1e30;
         for (int r = 0; r < reps; r++) {
             double t = now_s();
             for (int l = 0; l < n_layers; l++)
                 for (int s = 0; s < n_seq; s++) {
-                    kern_kv_view view = {k, v, table + (size_t)(l * n_seq + s) * nblk, bs, bstride, row, NULL, NULL};
-                    for (int g = 0; g < n_kv; g++)
-                        kern_attention_rows_gqa(out + g * group * hd, (size_t)n_kv * group * hd, q + g * group * hd,
-                                                (size_t)n_kv * group * hd, 1, group, ctx - 1, &view, g, hd, 0.125f,
-                                                scratch);
+                    kern_kv_view view = {f16 ? NULL : k, f16 ? NULL : v, table + (size_t)(l * n_seq + s) * nblk, bs,
+                                         bstride, row, f16 ? k16 : NULL, f16 ? v16 : NULL};
+                    if (per_head) /* one call per KV head, as a task per group does */
+                        for (int g = 0; g < n_kv; g++)
+                            kern_attention_rows_gqa(out + g * group * hd, (size_t)n_kv * group * hd,
+                                                    q + g * group * hd, (size_t)n_kv * group * hd, 1, group, ctx - 1,
+                                                    &view, g, hd, 0.125f, scratch);
+                    else /* a decode step's task per sequence */
+                        kern_attention_rows_all(out, (size_t)n_kv * group * hd, q, (size_t)n_kv * group * hd, 1,
+                                                n_kv * group, n_kv, ctx - 1, &view, hd, 0.125f, scratch);
                 }
             t = now_s() - t;
             best = t < best ? t : best;
@@ -230,8 +250,11 @@ int main(int argc, char **argv)
     /* Decode attention, one thread, SmolLM2 shape. */
     for (int c = 0; c < 2 && run("attn"); c++) {
         int ctx = c ? 272 : 144;
-        printf("attention decode step, 16 seqs x ctx %d, SmolLM2 shape, 1 thread: %.2f ms\n", ctx,
-               bench_attention(16, ctx, 5));
+        for (int f16 = 1; f16 >= 0; f16--)
+            printf("attention decode step, 16 seqs x ctx %d, SmolLM2 shape, %s KV, 1 thread: %.2f ms per sequence, "
+                   "%.2f ms per KV head; cache-resident (1 seq, x16): %.2f ms\n",
+                   ctx, f16 ? "f16" : "f32", bench_attention(16, ctx, 5, 0, f16), bench_attention(16, ctx, 5, 1, f16),
+                   16 * bench_attention(1, ctx, 20, 0, f16));
     }
     /* Prefill: n_tok = 512. */
     const int gemm[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};

@@ -97,6 +97,7 @@ void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *
                             int slot);
 
 /* Row-op SIMD versions (kern_ops_avx2.c); kern_ops.c dispatches. */
+void kern_fp32_to_fp16_row_avx2(uint16_t *dst, const float *src, int n);
 void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
 void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n);
 void kern_softmax_avx2(float *x, int n);
@@ -105,9 +106,11 @@ float kern_dot_avx2(const float *a, const float *b, int n);
 /* AVX2 attention (kern_attention_rows_gqa's contract) keeps one K row in
  * registers: head_dim / 8 vectors. */
 #define KERN_ATTN_MAX_HEAD_DIM 128
+/* row_pf > 0: also prefetch the whole cache rows, row_pf elements from KV
+ * head 0, into L2 as phase 1 walks them (kern_attention_rows_all). */
 void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
                               int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
-                              float scale, float *scratch);
+                              float scale, float *scratch, int row_pf);
 /* y[i] += alpha * x[i] over n floats, n a multiple of 8. */
 void kern_axpy_avx2(float *y, float alpha, const float *x, int n);
 /* exp over n floats (n any): the vectorised exp used by silu and softmax,

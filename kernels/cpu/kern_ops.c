@@ -12,6 +12,18 @@
 #include "kernels/cpu/kern_internal.h"
 #include "kernels/cpu/kern_ops.h"
 
+/* ---- f32 -> f16 rows --------------------------------------------------------- */
+
+void kern_fp32_to_fp16_row(uint16_t *dst, const float *src, int n)
+{
+    if (kern_cpu_level() >= KERN_LEVEL_AVX2) {
+        kern_fp32_to_fp16_row_avx2(dst, src, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        dst[i] = kern_fp32_to_fp16(src[i]);
+}
+
 /* ---- RMSNorm -------------------------------------------------------------- */
 
 void kern_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps)
@@ -241,10 +253,27 @@ void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size
 {
     if (kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 && head_dim <= KERN_ATTN_MAX_HEAD_DIM)
         kern_attention_rows_avx2(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
-                                 scale, scratch);
+                                 scale, scratch, 0);
     else
         attention_rows_c(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale,
                          scratch);
+}
+
+void kern_attention_rows_all(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
+                             int n_heads, int n_kv_heads, int pos0, const kern_kv_view *kv, int head_dim, float scale,
+                             float *scratch)
+{
+    const int group = n_heads / n_kv_heads;
+    const int simd = kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 && head_dim <= KERN_ATTN_MAX_HEAD_DIM;
+    for (int g = 0; g < n_kv_heads; g++) {
+        const size_t off = (size_t)g * group * head_dim;
+        if (simd)
+            kern_attention_rows_avx2(out + off, out_stride, q + off, q_stride, n_rows, group, pos0, kv, g, head_dim,
+                                     scale, scratch, g == 0 && n_kv_heads > 1 ? n_kv_heads * head_dim : 0);
+        else
+            attention_rows_c(out + off, out_stride, q + off, q_stride, n_rows, group, pos0, kv, g, head_dim, scale,
+                             scratch);
+    }
 }
 
 void kern_attention_rows(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,

@@ -83,6 +83,11 @@ void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in,
 
 /* ---- elementwise / row ops (one row; the model threads over rows) ------- */
 
+/* dst[i] = kern_fp32_to_fp16(src[i]) (round to nearest even): the bits of
+ * the scalar conversion for every input but NaN, which stays a NaN (F16C
+ * quiets a signalling one). The KV cache's f16 store. */
+void kern_fp32_to_fp16_row(uint16_t *dst, const float *src, int n);
+
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; out may alias x. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void kern_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps);
@@ -155,6 +160,18 @@ void kern_attention_rows(float *out, size_t out_stride, const float *q, size_t q
 void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
                              int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
                              float scale, float *scratch);
+
+/* All n_heads query heads of the rows, over n_kv_heads KV heads (query head
+ * h reads KV head h / (n_heads / n_kv_heads)): kern_attention_rows_gqa for
+ * each group in order, the same bits, but the first group also brings the
+ * whole cache rows (every KV head's K and V) into L2 as it walks them, so
+ * that memory is read as whole contiguous rows once and the later groups
+ * and the values pass find them in cache (a decode step of many sequences:
+ * one task per sequence). scratch: n_heads / n_kv_heads * n_rows *
+ * (pos0 + n_rows) floats. */
+void kern_attention_rows_all(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
+                             int n_heads, int n_kv_heads, int pos0, const kern_kv_view *kv, int head_dim, float scale,
+                             float *scratch);
 
 #ifdef __cplusplus
 }

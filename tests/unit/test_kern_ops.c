@@ -292,6 +292,17 @@ static void test_attention_gqa(kern_level top)
                             kern_attention_rows_gqa(out + a * q_dim + off, q_dim, q + a * q_dim + off, q_dim,
                                                     n_rows - a, group, pos0 + a, &view, g, hd, scale, scratch);
                     }
+                    /* All the groups in one call (the decode task of a
+                     * sequence): the same bits as group by group. */
+                    float *all = malloc(sizeof(float) * q_dim * n_rows);
+                    memset(all, 0xff, sizeof(float) * q_dim * n_rows);
+                    kern_attention_rows_all(all, q_dim, q, q_dim, a, n_heads, n_kv_head, pos0, &view, hd, scale,
+                                            scratch);
+                    if (a < n_rows)
+                        kern_attention_rows_all(all + a * q_dim, q_dim, q + a * q_dim, q_dim, n_rows - a, n_heads,
+                                                n_kv_head, pos0 + a, &view, hd, scale, scratch);
+                    mismatches += memcmp(all, out, sizeof(float) * q_dim * n_rows) != 0;
+                    free(all);
                     for (int r = 0; r < n_rows; r++)
                         for (int h = 0; h < n_heads; h++) {
                             const float *qh = q + r * q_dim + (size_t)h * hd;
@@ -376,9 +387,48 @@ static void test_attention_f16(kern_level top)
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
 }
 
+/* kern_fp32_to_fp16_row at every level equals kern_fp32_to_fp16 bit for bit
+ * on random values of every magnitude (normal halves, subnormal halves,
+ * values that round to zero or overflow to infinity, ties), signed zeros and
+ * infinities, and keeps a NaN a NaN; row lengths cover the vector tail. */
+static void test_fp16_row(kern_level top)
+{
+    enum { N = 4099 };
+    static float x[N];
+    static uint16_t h[N];
+    for (int i = 0; i < N; i++) {
+        float e = (float)((int)(rng_u64() % 60) - 30); /* 2^-30 .. 2^29 */
+        x[i] = ldexpf((float)rng_uniform() + 0.5f, (int)e) * (rng_u64() & 1 ? -1.0f : 1.0f);
+    }
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = INFINITY, x[3] = -INFINITY, x[4] = NAN, x[5] = 65504.0f, x[6] = 65520.0f;
+    x[7] = 65519.99f, x[8] = ldexpf(1.0f, -25), x[9] = ldexpf(1.5f, -25), x[10] = ldexpf(1.0f, -24);
+    x[11] = 1.0f + ldexpf(1.0f, -11), x[12] = 1.0f + 3 * ldexpf(1.0f, -11); /* ties to even, both ways */
+    for (int lv = test_min_level(); lv <= (int)top; lv++) {
+        kern_cpu_set_max_level((kern_level)lv);
+        const int lens[] = {N, 1, 7, 8, 9, 192};
+        int bad = 0;
+        for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+            memset(h, 0xa5, sizeof h);
+            kern_fp32_to_fp16_row(h, x, lens[k]);
+            for (int i = 0; i < lens[k]; i++) {
+                uint16_t want = kern_fp32_to_fp16(x[i]);
+                if (x[i] != x[i])
+                    bad += (h[i] & 0x7c00) != 0x7c00 || (h[i] & 0x3ff) == 0;
+                else
+                    bad += h[i] != want;
+            }
+            bad += lens[k] < N && h[lens[k]] != 0xa5a5; /* nothing written past n */
+        }
+        CHECK(bad == 0, "level %s: fp32 -> fp16 rows differ from kern_fp32_to_fp16 in %d values",
+              kern_level_name((kern_level)lv), bad);
+    }
+    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+}
+
 int main(void)
 {
     kern_level top = detected_level();
+    test_fp16_row(top);
     test_exp(top);
     test_rows(top);
     test_rope();
