@@ -7,7 +7,8 @@
 #      real Prometheus scraping brisk; offline)
 #   3. a serve session under Valgrind memcheck (scripts/valgrind-serve.sh, its
 #      own Debug build); ASan+UBSan build (with allocation-failure injection
-#      compiled in) -> ctest -> pytest -m "not slow" on the sanitized binary
+#      compiled in) -> ctest -> pytest -m "not slow" on the sanitized binary;
+#      the AVX-512 kernel tests on emulated intrinsics under ASan+UBSan
 #   4. TSan build -> ctest
 #
 # Every step runs even when an earlier one failed (except that nothing can be
@@ -144,6 +145,12 @@ if step "build asan" bash scripts/build.sh asan; then
     step "ctest (asan)" run_ctest build-asan
     step "pytest (asan, not slow)" run_pytest build-asan/bin/brisk -m "not slow and not exhaustive"
 fi
+# The AVX-512 kernel files compiled against scalar emulations of their
+# intrinsics (tests/tools/emu512.h) under ASan + UBSan: their C-level bugs
+# (misaligned or out-of-bounds loads, overflow) show on any AVX2 machine; on
+# an AVX-512 machine the ctest above also runs them natively under the
+# sanitizers. Skips with a message on a CPU without AVX2.
+step "AVX-512 kernels emulated (asan+ubsan)" env EMU512_SANITIZE=1 sh tests/tools/run_emu512.sh "$ROOT/build-emu512"
 # ThreadSanitizer over the C unit tests that start threads: the thread pool,
 # the kernels on it, the engine thread and its queues, the loop's async
 # handoffs, the bench client. The single-threaded ones (tokenizer, sampler,

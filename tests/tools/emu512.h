@@ -32,8 +32,12 @@ typedef struct {
 typedef struct {
     emu_v v;
 } emu_m512;
+typedef struct {
+    emu_v v;
+} emu_m512d;
 #define __m512i emu_m512i
 #define __m512 emu_m512
+#define __m512d emu_m512d
 
 #define EMU static inline __attribute__((noinline))
 #define EMU_LOOP(n) for (int i = 0; i < (n); i++)
@@ -305,6 +309,56 @@ EMU emu_m512i e_shuffle_i32x4(emu_m512i a, emu_m512i b, int imm) {
     return r;
 }
 
+/* Float shuffles: quarters 0-1 of the result from a, 2-3 from b (vshuff32x4);
+ * within each 128-bit lane, elements 0-1 from a and 2-3 from b (vshufps). */
+EMU emu_m512 e_shuffle_f32x4(emu_m512 a, emu_m512 b, int imm) {
+    emu_m512 r;
+    EMU_LOOP(4) memcpy(&r.v.f[4 * i], &(i < 2 ? &a : &b)->v.f[4 * ((imm >> (2 * i)) & 3)], 16);
+    return r;
+}
+EMU emu_m512 e_shuffle_ps(emu_m512 a, emu_m512 b, int imm) {
+    emu_m512 r;
+    for (int l = 0; l < 16; l += 4) {
+        r.v.f[l] = a.v.f[l + (imm & 3)];
+        r.v.f[l + 1] = a.v.f[l + ((imm >> 2) & 3)];
+        r.v.f[l + 2] = b.v.f[l + ((imm >> 4) & 3)];
+        r.v.f[l + 3] = b.v.f[l + ((imm >> 6) & 3)];
+    }
+    return r;
+}
+EMU emu_m512d e_unpacklo_pd(emu_m512d a, emu_m512d b) {
+    emu_m512d r;
+    EMU_LOOP(4) {
+        r.v.q[2 * i] = a.v.q[2 * i];
+        r.v.q[2 * i + 1] = b.v.q[2 * i];
+    }
+    return r;
+}
+EMU emu_m512d e_unpackhi_pd(emu_m512d a, emu_m512d b) {
+    emu_m512d r;
+    EMU_LOOP(4) {
+        r.v.q[2 * i] = a.v.q[2 * i + 1];
+        r.v.q[2 * i + 1] = b.v.q[2 * i + 1];
+    }
+    return r;
+}
+EMU emu_m512d e_castps_pd(emu_m512 a) {
+    emu_m512d r;
+    memcpy(&r, &a, 64);
+    return r;
+}
+EMU emu_m512 e_castpd_ps(emu_m512d a) {
+    emu_m512 r;
+    memcpy(&r, &a, 64);
+    return r;
+}
+/* The aligned store: a misaligned address faults as the instruction would. */
+EMU void e_store_ps(void *p, emu_m512 a) {
+    if ((uintptr_t)p % 64)
+        __builtin_trap();
+    memcpy(p, a.v.f, 64);
+}
+
 /* ---- float ---- */
 EMU emu_m512 e_mul_ps(emu_m512 a, emu_m512 b) {
     emu_m512 r;
@@ -329,6 +383,13 @@ EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 #define _mm512_set1_ps e_set1_ps
 #define _mm512_set1_epi64 e_set1_epi64
 #define _mm512_set1_epi32 e_set1_epi32
+#define _mm512_shuffle_f32x4 e_shuffle_f32x4
+#define _mm512_shuffle_ps e_shuffle_ps
+#define _mm512_unpacklo_pd e_unpacklo_pd
+#define _mm512_unpackhi_pd e_unpackhi_pd
+#define _mm512_castps_pd e_castps_pd
+#define _mm512_castpd_ps e_castpd_ps
+#define _mm512_store_ps e_store_ps
 #define _mm512_castps256_ps512 e_castps256_ps512
 #define _mm512_insertf32x8 e_insertf32x8
 #define _mm512_broadcast_f32x8 e_broadcast_f32x8
