@@ -55,12 +55,13 @@ import json, os, subprocess, sys
 rows_path, out_path, machine, date, threads, title = sys.argv[1:7]
 rows = [json.loads(line) for line in open(rows_path) if line.strip()]
 
-cpu = "unknown"
+cpu, flags = "unknown", []
 try:
     for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
+        if line.startswith("model name") and cpu == "unknown":
             cpu = line.split(":", 1)[1].strip()
-            break
+        if line.startswith("flags") and not flags:
+            flags = [f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "fma", "f16c", "amx"))]
 except OSError:
     pass
 try:
@@ -74,7 +75,7 @@ except (OSError, subprocess.CalledProcessError):
     commit = "unknown"
 
 result = {
-    "machine": {"name": machine, "cpu": cpu, "cores": os.cpu_count(),
+    "machine": {"name": machine, "cpu": cpu, "cores": os.cpu_count(), "cpu_flags": flags,
                 "cpu_features": rows[0].get("cpu") if rows else None},
     "commit": commit,
     "date": date,
@@ -96,5 +97,8 @@ for r in rows:
     pct = 100.0 * r["tg_tok_s"] / roof if roof else float("nan")
     print(f"| {r['weights']} | {r['pp_tok_s']:.1f} | {r['tg_tok_s']:.1f} "
           f"| {r['weight_bytes'] / 1e6:.1f} | {r['read_bw_gb_s']:.1f} | {roof:.1f} | {pct:.0f}% |")
+for r in rows:
+    if r.get("kernels"):
+        print(f"\nkernels ({r['weights']}): {r['kernels']}")
 print(f"\nwrote {out_path}")
 PYEOF

@@ -64,6 +64,9 @@ for _ in $(seq 600); do
 done
 [ -n "$URL" ] || { echo "sched_bench.sh: server did not start" >&2; exit 1; }
 echo "sched_bench.sh: brisk serve at $URL ($M, $WEIGHTS)" >&2
+# Resident memory (kB) of the server: idle right after start, then after each level.
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$SERVER_PID/status"; }
+rss_kb > "$TMP/rss-idle.txt"
 
 # Warm-up (not measured): calibrates nothing on the server, pages weights in.
 "$BENCH" --base-url "$URL" --max-concurrency 4 --num-prompts 8 --input-len 128 --output-len 16 --quiet \
@@ -80,6 +83,7 @@ for C in $LEVELS; do
     T1=$(awk '{print $14 + $15}' "/proc/$PID_LOOP/task/$PID_LOOP/stat")
     echo "$(( T1 - T0 ))" > "$TMP/loop-ticks-$C.txt"
     curl -sf "$URL/metrics" > "$TMP/after-$C.txt"
+    rss_kb > "$TMP/rss-$C.txt"
     echo "sched_bench.sh: concurrency $C done" >&2
 done
 
@@ -135,6 +139,7 @@ for c in levels:
         "loop_cpu_vs_engine_busy": loop_s / busy if busy else None,
         "preemptions": d("vllm:num_preemptions_total"),
         "tokens_per_step": d("brisk_engine_batch_tokens_total") / steps if steps else None,
+        "rss_mb_after": int(open(f"{tmp}/rss-{c}.txt").read()) / 1024,
     })
 single = rows[0]["output_tok_s"]
 for r in rows:
@@ -151,12 +156,15 @@ for r in rows:
         100 * (r["kv_waste"] or 0), 100 * (r["engine_overhead"] or 0), 100 * (r["loop_cpu_vs_engine_busy"] or 0),
         r["preemptions"], r["tokens_per_step"] or 0))
 print("(ms for latencies; KV waste and engine overhead over each level; loop/eng = loop-thread CPU / engine busy time)")
+rss_idle = int(open(f"{tmp}/rss-idle.txt").read()) / 1024
+print(f"server RSS: {rss_idle:.0f} MB idle after start; after each level: "
+      + ", ".join(f"{r['concurrency']}: {r['rss_mb_after']:.0f} MB" for r in rows))
 doc = {"bench": "sched_bench", "machine": {"name": machine, "cpu": cpu_model.group(1) if cpu_model else "",
        "cores": os.cpu_count(), "os": platform.platform()}, "commit": commit,
        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
        "cpu_flags": [f for f in re.search(r"^flags\s*:(.*)$", cpu, re.M).group(1).split()
                      if f.startswith(("avx", "fma", "f16c", "amx"))],
-       "kernels": kernels,
+       "kernels": kernels, "rss_mb_idle": rss_idle,
        "model": os.path.basename(model), "weights": weights, "workload": f"{n_in} in / {n_out} out, ignore_eos, closed loop",
        "levels": rows}
 json.dump(doc, open(out, "w"), indent=2)

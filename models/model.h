@@ -97,11 +97,13 @@ typedef struct model_load_opts {
     const char *dummy;
     const char *tokenizer;
     uint64_t dummy_seed;
-    /* 1 when the model runs on the CPU backend: Q8_0 / Q8_0M matrices (int8
-     * weights) whose row count is a multiple of 8 are stored row-interleaved
-     * (kern_types.h, X8) where the CPU kernels run that form fastest (AVX2
-     * without AVX-512). 0 keeps every matrix row-major (the CUDA backend
-     * reads rows). Results are the same bits either way. */
+    /* 1 when the model runs on the CPU backend: on a CPU with AVX2, integer
+     * matrices (Q8_0, Q8_0M, Q4_0, Q4_1) whose row count is a multiple of 8
+     * are stored row-interleaved (kern_types.h, the X8 forms), which every
+     * SIMD level's kernels run fastest, and float matrices read from the
+     * file are copied onto 2 MiB pages; either way the file's pages are
+     * given back. 0 keeps every matrix row-major on the file's pages (the
+     * CUDA backend reads rows). Results are the same bits either way. */
     int cpu_layout;
 } model_load_opts;
 

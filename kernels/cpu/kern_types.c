@@ -195,6 +195,7 @@ void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int
 {
     const size_t bb = kern_type_block_bytes(base), gb = 8 * bb, doff = x8_d_off(base);
     const int64_t nb = n_in / KERN_QK;
+    const int nib = x8_is_nibble(base), has_m = x8_has_m(base);
     uint8_t *grp = (uint8_t *)dst + (size_t)g * (size_t)nb * gb;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *o = grp + (size_t)b * gb;
@@ -203,14 +204,20 @@ void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int
             uint8_t codes[KERN_QK];
             uint16_t d, m;
             x8_block_codes(base, (const uint8_t *)rows[r] + (size_t)b * bb, codes, &d, &m);
-            for (int i = 0; i < KERN_QK; i++) {
-                size_t at;
-                int shift;
-                x8_value_at(base, r, i, &at, &shift);
-                o[at] = (uint8_t)(o[at] | codes[i] << shift);
+            /* x8_value_at's placement, written out: this runs over every
+             * weight of a model at load. */
+            if (nib) {
+                for (int c = 0; c < 8; c++)
+                    for (int e = 0; e < 2; e++)
+                        o[16 * c + 2 * r + e] = (uint8_t)(codes[4 * c + e] | codes[4 * c + 2 + e] << 4);
+            } else {
+                for (int j = 0; j < 16; j++) {
+                    o[16 * j + 2 * r] = codes[2 * j];
+                    o[16 * j + 2 * r + 1] = codes[2 * j + 1];
+                }
             }
             memcpy(o + doff + 2 * r, &d, 2);
-            if (x8_has_m(base))
+            if (has_m)
                 memcpy(o + doff + 16 + 2 * r, &m, 2);
         }
     }
