@@ -125,6 +125,11 @@ step "build Release" bash scripts/build.sh Release || finish
 step "ctest (Release)" run_ctest build
 step "pytest (Release)" run_pytest build/bin/brisk -m "not exhaustive"
 step "pytest (deploy)" run_pytest_deploy
+# The GPU run's script (bench/gpu.sh), rehearsed on the CPU with the Release
+# binaries so it cannot rot between GPU sessions: every stage runs, the CUDA
+# tests report SKIP, the server stages serve stories260K (about 10 s).
+step "GPU script rehearsal (CPU)" env PKG=build/gpu-pkg bash -c \
+    'bench/gpu.sh package --from build && bench/gpu.sh run --device cpu --quick --out build/gpu-rehearsal'
 
 if [ "${BRISK_TEST_QUICK:-0}" = "1" ]; then
     echo

@@ -281,7 +281,18 @@ int srv_gpu_count(srv_gpu *g) {
 
 /* ---- rendering ------------------------------------------------------------- */
 
-enum { GPU_F_USED = 0, GPU_F_TOTAL, GPU_F_UTIL, GPU_F_MEMUTIL, GPU_F_COUNT };
+enum {
+    GPU_F_USED = 0,
+    GPU_F_TOTAL,
+    GPU_F_UTIL,
+    GPU_F_MEMUTIL,
+    GPU_F_TEMP,
+    GPU_F_POWER,
+    GPU_F_POWER_LIMIT,
+    GPU_F_SM_CLOCK,
+    GPU_F_SM_CLOCK_MAX,
+    GPU_F_COUNT
+};
 
 static const struct {
     const char *name, *help;
@@ -293,21 +304,71 @@ static const struct {
     {"brisk_gpu_memory_utilization_ratio",
      "Fraction of NVML's last sample period during which device memory was read or written, "
      "0..1 (not used/total)."},
+    {"brisk_gpu_temperature_celsius", "GPU die temperature, in degrees Celsius (NVML)."},
+    {"brisk_gpu_power_draw_watts", "GPU board power draw, in watts (NVML power usage)."},
+    {"brisk_gpu_power_limit_watts", "GPU enforced power limit, in watts (NVML)."},
+    {"brisk_gpu_sm_clock_hertz", "Current SM clock of the GPU, in hertz (NVML)."},
+    {"brisk_gpu_sm_clock_max_hertz", "Maximum SM clock of the GPU, in hertz (NVML)."},
 };
 
-static int gpu_has(const srv_nvml_gpu *d, int f) {
-    return (f == GPU_F_USED || f == GPU_F_TOTAL) ? d->have_mem : d->have_util;
+/* Family f's value for device d in *v; 0 when d has none. Memory is exact
+ * as an integer below 2^53 bytes (8 PiB), so a double carries it. */
+static int gpu_value(const srv_nvml_gpu *d, int f, double *v) {
+    switch (f) {
+    case GPU_F_USED: *v = (double)d->mem_used; return d->have_mem;
+    case GPU_F_TOTAL: *v = (double)d->mem_total; return d->have_mem;
+    case GPU_F_UTIL: *v = d->util_gpu; return d->have_util;
+    case GPU_F_MEMUTIL: *v = d->util_mem; return d->have_util;
+    case GPU_F_TEMP: *v = d->temp_c; return d->have_temp;
+    case GPU_F_POWER: *v = d->power_mw / 1000.0; return d->have_power;
+    case GPU_F_POWER_LIMIT: *v = d->power_limit_mw / 1000.0; return d->have_power_limit;
+    case GPU_F_SM_CLOCK: *v = d->sm_clock_mhz * 1e6; return d->have_sm_clock;
+    case GPU_F_SM_CLOCK_MAX: *v = d->sm_clock_max_mhz * 1e6; return d->have_sm_clock_max;
+    default: return 0;
+    }
 }
 
 static void gpu_put_value(brisk_buf *b, const srv_gpu *g, int f, int i, const srv_nvml_gpu *d) {
     if (f == GPU_F_USED || f == GPU_F_TOTAL) {
         brisk_buf_printf(b, "%s{%s,gpu=\"%d\"} %llu\n", gpu_families[f].name, g->model_label, i,
-                   f == GPU_F_USED ? d->mem_used : d->mem_total);
+                         f == GPU_F_USED ? d->mem_used : d->mem_total);
         return;
     }
+    double v = 0;
     char num[64];
-    srv_metrics_format_float(num, sizeof num, f == GPU_F_UTIL ? d->util_gpu : d->util_mem);
+    gpu_value(d, f, &v);
+    srv_metrics_format_float(num, sizeof num, v);
     brisk_buf_printf(b, "%s{%s,gpu=\"%d\"} %s\n", gpu_families[f].name, g->model_label, i, num);
+}
+
+/* brisk_gpu_clock_throttle_reason{reason}: one 0/1 series per named NVML
+ * clock event reason, and reason="other" for any bit NVML may add later,
+ * for each device whose reasons were read. */
+static void gpu_put_reasons(brisk_buf *b, const srv_gpu *g, int n) {
+    int header = 0;
+    unsigned long long named = 0;
+    for (int r = 0; r < SRV_NVML_N_REASONS; r++)
+        named |= srv_nvml_reasons[r].mask;
+    for (int i = 0; i < n; i++) {
+        const srv_nvml_gpu *d = &g->cache[i];
+        if (!d->have_reasons)
+            continue;
+        if (!header) {
+            brisk_buf_printf(b, "# HELP brisk_gpu_clock_throttle_reason 1 while NVML reports this "
+                                "clock event (throttle) reason for the GPU, else 0; other: a bit "
+                                "without a name here.\n"
+                                "# TYPE brisk_gpu_clock_throttle_reason gauge\n");
+            header = 1;
+        }
+        for (int r = 0; r <= SRV_NVML_N_REASONS; r++) {
+            int on = r < SRV_NVML_N_REASONS ? (d->reasons & srv_nvml_reasons[r].mask) != 0
+                                            : (d->reasons & ~named) != 0;
+            brisk_buf_printf(b, "brisk_gpu_clock_throttle_reason{%s,gpu=\"%d\",reason=\"%s\"} %s\n",
+                             g->model_label, i,
+                             r < SRV_NVML_N_REASONS ? srv_nvml_reasons[r].name : "other",
+                             on ? "1.0" : "0.0");
+        }
+    }
 }
 
 int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
@@ -335,7 +396,8 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
     for (int f = 0; f < GPU_F_COUNT; f++) {
         int header = 0;
         for (int i = 0; i < n; i++) {
-            if (!gpu_has(&g->cache[i], f))
+            double v;
+            if (!gpu_value(&g->cache[i], f, &v))
                 continue;
             if (!header) {
                 brisk_buf_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", gpu_families[f].name,
@@ -345,6 +407,7 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
             gpu_put_value(&b, g, f, i, &g->cache[i]);
         }
     }
+    gpu_put_reasons(&b, g, n);
     char num[64];
     srv_metrics_format_float(num, sizeof num, (double)g->errors);
     pthread_mutex_unlock(&g->mu);

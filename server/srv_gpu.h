@@ -18,6 +18,13 @@
  *   brisk_gpu_utilization_ratio            0..1, time a kernel ran (NVML utilization.gpu)
  *   brisk_gpu_memory_utilization_ratio     0..1, time memory was read or written
  *                                          (NVML utilization.memory; not used/total)
+ *   brisk_gpu_temperature_celsius          GPU die temperature
+ *   brisk_gpu_power_draw_watts             board power draw
+ *   brisk_gpu_power_limit_watts            enforced power limit
+ *   brisk_gpu_sm_clock_hertz               current SM clock
+ *   brisk_gpu_sm_clock_max_hertz           maximum SM clock
+ *   brisk_gpu_clock_throttle_reason{reason} 0/1 per NVML clock event reason
+ *                                          (srv_nvml_reasons' names, and "other")
  *   brisk_gpu_metrics_errors_total         counter: failed or refused NVML reads
  * A value whose read failed in the latest sample is left out (its series goes
  * stale in Prometheus), and so is every per-GPU value when the latest sample

@@ -13,10 +13,15 @@
 /* ---- the ABI ---------------------------------------------------------------
  * nvmlReturn_t is a C enum (int-sized); 0 is NVML_SUCCESS. nvmlDevice_t is an
  * opaque pointer. nvmlMemory_t (v1) and nvmlUtilization_t are plain structs
- * of unsigned long long and unsigned int fields in this order. */
+ * of unsigned long long and unsigned int fields in this order.
+ * nvmlTemperatureSensors_t and nvmlClockType_t are C enums too (int);
+ * temperatures are whole degrees C, power milliwatts, clocks MHz, all
+ * unsigned int; the clock event reasons an unsigned long long bit mask. */
 typedef int nvml_return;
 typedef struct nvml_device_st *nvml_device;
-enum { NVML_OK = 0, NVML_ERR_NOT_SUPPORTED = 3 };
+enum { NVML_OK = 0, NVML_ERR_NOT_SUPPORTED = 3, NVML_ERR_FUNCTION_NOT_FOUND = 13 };
+enum { NVML_TEMPERATURE_GPU = 0 }; /* nvmlTemperatureSensors_t */
+enum { NVML_CLOCK_SM = 1 };        /* nvmlClockType_t */
 
 typedef struct {
     unsigned long long total, free, used; /* bytes */
@@ -33,6 +38,10 @@ typedef nvml_return (*nvml_handle_fn)(unsigned int, nvml_device *);
 typedef nvml_return (*nvml_memory_fn)(nvml_device, nvml_memory *);
 typedef nvml_return (*nvml_util_fn)(nvml_device, nvml_utilization *);
 typedef nvml_return (*nvml_str_fn)(nvml_device, char *, unsigned int);
+typedef nvml_return (*nvml_temp_fn)(nvml_device, int, unsigned int *);
+typedef nvml_return (*nvml_uint_fn)(nvml_device, unsigned int *);
+typedef nvml_return (*nvml_clock_fn)(nvml_device, int, unsigned int *);
+typedef nvml_return (*nvml_reasons_fn)(nvml_device, unsigned long long *);
 typedef const char *(*nvml_error_string_fn)(nvml_return);
 
 struct srv_nvml {
@@ -46,6 +55,26 @@ struct srv_nvml {
     nvml_str_fn name;
     nvml_str_fn uuid;
     nvml_error_string_fn error_string; /* optional: NULL if absent */
+    /* Optional (NULL if absent): thermal and power state. */
+    nvml_temp_fn temp;
+    nvml_uint_fn power;
+    nvml_uint_fn power_limit;
+    nvml_clock_fn clock;
+    nvml_clock_fn clock_max;
+    nvml_reasons_fn reasons;
+    const char *reasons_call; /* the name `reasons` was resolved from */
+};
+
+const srv_nvml_reason srv_nvml_reasons[SRV_NVML_N_REASONS] = {
+    {SRV_NVML_REASON_GPU_IDLE, "gpu_idle"},
+    {SRV_NVML_REASON_APPLICATIONS_CLOCKS_SETTING, "applications_clocks_setting"},
+    {SRV_NVML_REASON_SW_POWER_CAP, "sw_power_cap"},
+    {SRV_NVML_REASON_HW_SLOWDOWN, "hw_slowdown"},
+    {SRV_NVML_REASON_SYNC_BOOST, "sync_boost"},
+    {SRV_NVML_REASON_SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"},
+    {SRV_NVML_REASON_HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"},
+    {SRV_NVML_REASON_HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake_slowdown"},
+    {SRV_NVML_REASON_DISPLAY_CLOCK_SETTING, "display_clock_setting"},
 };
 
 /* dlsym returns void *; POSIX guarantees it converts to a function pointer.
@@ -140,6 +169,24 @@ int srv_nvml_open(const char *path, srv_nvml **out, char *err, size_t err_len) {
     }
     if (nvml_sym(n->lib, "nvmlErrorString", &n->error_string, sizeof n->error_string))
         n->error_string = NULL;
+    /* Optional: a missing one leaves that part of every sample unset. */
+    if (nvml_sym(n->lib, "nvmlDeviceGetTemperature", &n->temp, sizeof n->temp))
+        n->temp = NULL;
+    if (nvml_sym(n->lib, "nvmlDeviceGetPowerUsage", &n->power, sizeof n->power))
+        n->power = NULL;
+    if (nvml_sym(n->lib, "nvmlDeviceGetEnforcedPowerLimit", &n->power_limit, sizeof n->power_limit))
+        n->power_limit = NULL;
+    if (nvml_sym(n->lib, "nvmlDeviceGetClockInfo", &n->clock, sizeof n->clock))
+        n->clock = NULL;
+    if (nvml_sym(n->lib, "nvmlDeviceGetMaxClockInfo", &n->clock_max, sizeof n->clock_max))
+        n->clock_max = NULL;
+    n->reasons_call = "nvmlDeviceGetCurrentClocksEventReasons";
+    if (nvml_sym(n->lib, n->reasons_call, &n->reasons, sizeof n->reasons)) {
+        /* The name before driver 535; same signature and bits. */
+        n->reasons_call = "nvmlDeviceGetCurrentClocksThrottleReasons";
+        if (nvml_sym(n->lib, n->reasons_call, &n->reasons, sizeof n->reasons))
+            n->reasons = NULL;
+    }
     nvml_return rc = init();
     if (rc != NVML_OK) {
         nvml_describe(n, "nvmlInit_v2", rc, err, err_len);
@@ -202,6 +249,105 @@ static int nvml_read_str(srv_nvml *n, nvml_str_fn fn, const char *call, nvml_dev
     return 0;
 }
 
+/* The outcome of one optional read: the value is valid, the device or
+ * library does not offer it (not counted), or it failed or was refused. */
+enum { NVML_GOT = 0, NVML_ABSENT, NVML_BAD };
+
+/* Classifies an optional call's return code. NOT_SUPPORTED (the product or
+ * mode lacks it) and FUNCTION_NOT_FOUND (this driver's NVML does not
+ * implement it) are capabilities; anything else is a failure, described in
+ * ebuf. */
+static int nvml_optional_rc(const srv_nvml *n, const char *call, nvml_return rc, char *ebuf,
+                            size_t ebuf_len) {
+    if (rc == NVML_OK)
+        return NVML_GOT;
+    if (rc == NVML_ERR_NOT_SUPPORTED || rc == NVML_ERR_FUNCTION_NOT_FOUND)
+        return NVML_ABSENT;
+    nvml_describe(n, call, rc, ebuf, ebuf_len);
+    return NVML_BAD;
+}
+
+/* Checks one unsigned reading: the call's code `rc` as nvml_optional_rc does,
+ * then the value `v`, refused outside lo..hi (`unit` names it in the
+ * reason). */
+static int nvml_read_uint(const srv_nvml *n, nvml_return rc, const char *call, unsigned v,
+                          unsigned lo, unsigned hi, const char *unit, char *ebuf, size_t ebuf_len) {
+    int r = nvml_optional_rc(n, call, rc, ebuf, ebuf_len);
+    if (r != NVML_GOT)
+        return r;
+    if (v < lo || v > hi) {
+        snprintf(ebuf, ebuf_len, "%s: %u %s is not plausible (%u..%u)", call, v, unit, lo, hi);
+        return NVML_BAD;
+    }
+    return NVML_GOT;
+}
+
+/* Reads the optional thermal and power state of device d into g; returns
+ * the number of failed or refused reads, the first reason in ebuf. */
+static int nvml_read_thermal(const srv_nvml *n, nvml_device d, srv_nvml_gpu *g, char *ebuf,
+                             size_t ebuf_len) {
+    int bad = 0;
+    char e[256];
+#define NVML_OUTCOME(r, flag)                                                                      \
+    do {                                                                                           \
+        int r_ = (r);                                                                              \
+        if (r_ == NVML_GOT)                                                                        \
+            (flag) = 1;                                                                            \
+        else if (r_ == NVML_BAD && bad++ == 0)                                                     \
+            snprintf(ebuf, ebuf_len, "%s", e);                                                     \
+    } while (0)
+    unsigned v = 0;
+    if (n->temp) {
+        v = 0;
+        nvml_return rc = n->temp(d, NVML_TEMPERATURE_GPU, &v);
+        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetTemperature", v, 0, SRV_NVML_MAX_TEMP_C,
+                                    "C", e, sizeof e),
+                     g->have_temp);
+        g->temp_c = g->have_temp ? v : 0;
+    }
+    if (n->power) {
+        v = 0;
+        nvml_return rc = n->power(d, &v);
+        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetPowerUsage", v, 0, SRV_NVML_MAX_POWER_MW,
+                                    "mW", e, sizeof e),
+                     g->have_power);
+        g->power_mw = g->have_power ? v : 0;
+    }
+    if (n->power_limit) {
+        v = 0;
+        nvml_return rc = n->power_limit(d, &v);
+        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetEnforcedPowerLimit", v, 1,
+                                    SRV_NVML_MAX_POWER_MW, "mW", e, sizeof e),
+                     g->have_power_limit);
+        g->power_limit_mw = g->have_power_limit ? v : 0;
+    }
+    if (n->clock) {
+        v = 0;
+        nvml_return rc = n->clock(d, NVML_CLOCK_SM, &v);
+        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetClockInfo(SM)", v, 0,
+                                    SRV_NVML_MAX_CLOCK_MHZ, "MHz", e, sizeof e),
+                     g->have_sm_clock);
+        g->sm_clock_mhz = g->have_sm_clock ? v : 0;
+    }
+    if (n->clock_max) {
+        v = 0;
+        nvml_return rc = n->clock_max(d, NVML_CLOCK_SM, &v);
+        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetMaxClockInfo(SM)", v, 1,
+                                    SRV_NVML_MAX_CLOCK_MHZ, "MHz", e, sizeof e),
+                     g->have_sm_clock_max);
+        g->sm_clock_max_mhz = g->have_sm_clock_max ? v : 0;
+    }
+    if (n->reasons) {
+        /* Any mask is possible: bits NVML adds later are kept, not named. */
+        unsigned long long mask = 0;
+        nvml_return rc = n->reasons(d, &mask);
+        NVML_OUTCOME(nvml_optional_rc(n, n->reasons_call, rc, e, sizeof e), g->have_reasons);
+        g->reasons = g->have_reasons ? mask : 0;
+    }
+#undef NVML_OUTCOME
+    return bad;
+}
+
 int srv_nvml_read(srv_nvml *n, int index, srv_nvml_gpu *g, char *err, size_t err_len) {
     memset(g, 0, sizeof *g);
     char e[256] = "";
@@ -259,6 +405,12 @@ int srv_nvml_read(srv_nvml *n, int index, srv_nvml_gpu *g, char *err, size_t err
         g->have_util = 1;
         g->util_gpu = u.gpu / 100.0;
         g->util_mem = u.memory / 100.0;
+    }
+
+    int tb = nvml_read_thermal(n, d, g, ebuf, sizeof ebuf);
+    if (tb > 0) {
+        NVML_NOTE("%s", ebuf);
+        bad += tb - 1;
     }
 #undef NVML_NOTE
     if (bad)

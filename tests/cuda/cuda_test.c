@@ -11,6 +11,7 @@
 
 cudaStream_t g_stream;
 const char *g_filter;
+int g_small;
 double g_peak_bw;
 static int g_cases, g_passed, g_failed;
 

@@ -15,9 +15,14 @@
 #include "../unit/test_kern_util.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* How many entries of a shape or batch list a test walks: all of them, or
+ * with --small (the reduced set compute-sanitizer runs, ~100x slower per
+ * access) the first two, which hold the small and the odd sizes. */
+#define CASES_LEN(a) (g_small && ARRAY_LEN(a) > 2 ? (size_t)2 : ARRAY_LEN(a))
 
 extern cudaStream_t g_stream;  /* every op runs on it */
 extern const char *g_filter;   /* -o OP, or NULL for every op */
+extern int g_small;            /* --small: the reduced shape set (CASES_LEN) */
 extern double g_peak_bw;       /* bytes/s from the memory clock and bus width (perf) */
 
 void must(int rc, const char *what);             /* a kern_cuda_* return code */

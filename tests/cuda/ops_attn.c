@@ -249,8 +249,8 @@ void test_attn_prefill(void) {
      * 300 (several query tiles and key tiles, partial last ones). */
     const pf_run mixed[] = {{1, 37}, {7, 0}, {64, 200}, {300, 0}};
     const int dims[] = {64, 128}, groups[] = {1, 4, 8};
-    for (size_t di = 0; di < ARRAY_LEN(dims); di++)
-        for (size_t gi = 0; gi < ARRAY_LEN(groups); gi++) {
+    for (size_t di = 0; di < CASES_LEN(dims); di++)
+        for (size_t gi = 0; gi < CASES_LEN(groups); gi++) {
             pf_shape sh = {
                 .head_dim = dims[di], .n_kv = 2, .group = groups[gi], .bs = 16, .q_scale = 1.0f};
             prefill_case(&sh, mixed, (int)ARRAY_LEN(mixed));

@@ -459,7 +459,7 @@ void test_matmul(void) {
      * small shapes (the double reference is the cost). */
     const int toks[] = {1, 3, 8, 9, 16, 17, 64, 100, 300};
     for (int fmt = 0; fmt < 2; fmt++)
-        for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
+        for (size_t si = 0; si < CASES_LEN(shapes); si++) {
             int n_out = shapes[si][0], n_in = shapes[si][1];
             kern_type src_type = srcs[si % ARRAY_LEN(srcs)];
             size_t n = (size_t)n_out * n_in;
@@ -470,6 +470,8 @@ void test_matmul(void) {
             must(kern_cuda_weight_upload(&w, (kern_cuda_wfmt)fmt, src_type, src, n_out, n_in),
                  "kern_cuda_weight_upload");
             for (size_t ti = 0; ti < ARRAY_LEN(toks); ti++) {
+                if (g_small && toks[ti] > 17)
+                    continue;
                 if (toks[ti] > 100 && n > 40000)
                     continue;
                 matmul_case(&w, kern_type_name(src_type), toks[ti]);

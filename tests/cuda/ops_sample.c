@@ -625,7 +625,7 @@ static void samp_invalid_rows(void) {
 
 void test_sample(void) {
     const int vocabs[] = {64, 1000, 49152, 151936};
-    for (size_t v = 0; v < ARRAY_LEN(vocabs); v++)
+    for (size_t v = 0; v < CASES_LEN(vocabs); v++)
         samp_vocab_case(vocabs[v]);
     samp_distribution();
     samp_invalid_args();

@@ -1,7 +1,7 @@
 /* test_cuda_ops.c - every CUDA op against its CPU reference, in the manner of
  * ggml's test-backend-ops.
  *
- *   test_cuda_ops [test|perf] [-o OP]
+ *   test_cuda_ops [test|perf] [-o OP] [--small]
  *     OP: embedding, rmsnorm, rope, silu_mul, softmax, argmax, attn_decode,
  *     attn_prefill, kv_store, matmul or sample (a substring selects every op
  *     whose name contains it).
@@ -122,7 +122,7 @@ static void test_embedding(void) {
     const int n_vocab = 1000;
     const kern_type types[] = {KERN_TYPE_F32, KERN_TYPE_F16};
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
-        for (size_t di = 0; di < ARRAY_LEN(k_dims); di++) {
+        for (size_t di = 0; di < CASES_LEN(k_dims); di++) {
             int dim = k_dims[di];
             size_t n = (size_t)n_vocab * dim;
             float *f = xmalloc(n * sizeof(float));
@@ -135,7 +135,7 @@ static void test_embedding(void) {
                     h[i] = kern_fp32_to_fp16(f[i]);
                 table = h;
             }
-            for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++) {
+            for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++) {
                 int n_tok = k_batches[bi], flag = -1;
                 int32_t ids[64];
                 for (int t = 0; t < n_tok; t++)
@@ -162,8 +162,8 @@ static void test_rmsnorm(void) {
     const float eps = 1e-5f;
     /* 0: y = norm(x); 1: x += r, y = norm(x); 2: the same with y == x. */
     const char *variant[] = {"plain", "residual", "residual,inplace"};
-    for (size_t di = 0; di < ARRAY_LEN(k_dims); di++)
-        for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++)
+    for (size_t di = 0; di < CASES_LEN(k_dims); di++)
+        for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++)
             for (int v = 0; v < 3; v++) {
                 int dim = k_dims[di], rows = k_batches[bi];
                 size_t n = (size_t)rows * dim;
@@ -214,9 +214,9 @@ static void test_rope(void) {
      * 32 x 128 = 4096, an odd head size, partial rotation, an odd n_rot. */
     const int shapes[][3] = {{1, 64, 64},   {9, 64, 64},  {32, 128, 128},
                              {3, 100, 100}, {4, 128, 64}, {2, 80, 33}};
-    for (size_t si = 0; si < ARRAY_LEN(shapes); si++)
+    for (size_t si = 0; si < CASES_LEN(shapes); si++)
         for (int mode = 0; mode < 2; mode++)
-            for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++)
+            for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++)
                 for (int freq = 0; freq < 2; freq++) {
                     int n_heads = shapes[si][0], head_dim = shapes[si][1], n_rot = shapes[si][2];
                     int n_tok = k_batches[bi], width = n_heads * head_dim;
@@ -271,7 +271,7 @@ static void test_silu_mul(void) {
      * 16-byte alignment (the scalar path). */
     const char *variant[] = {"plain", "inplace", "unaligned"};
     for (size_t di = 0; di < ARRAY_LEN(dims); di++)
-        for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++)
+        for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++)
             for (int v = 0; v < 3; v++) {
                 size_t n = (size_t)dims[di] * k_batches[bi], off = v == 2 ? 1 : 0;
                 float *g = xmalloc(n * sizeof(float)), *u = xmalloc(n * sizeof(float));
@@ -304,7 +304,7 @@ static void test_silu_mul(void) {
 
 static void test_softmax(void) {
     for (size_t ci = 0; ci < ARRAY_LEN(k_cols); ci++)
-        for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++) {
+        for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++) {
             int cols = k_cols[ci], rows = k_batches[bi];
             size_t n = (size_t)rows * cols;
             float *x = xmalloc(n * sizeof(float)), *ref = xmalloc(n * sizeof(float));
@@ -376,7 +376,7 @@ static void argmax_fill_row(float *x, int cols, int kind) {
 
 static void test_argmax(void) {
     for (size_t ci = 0; ci < ARRAY_LEN(k_cols); ci++)
-        for (size_t bi = 0; bi < ARRAY_LEN(k_batches); bi++) {
+        for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++) {
             int cols = k_cols[ci], rows = k_batches[bi];
             size_t n = (size_t)rows * cols;
             float *x = xmalloc(n * sizeof(float)), *scratch = xmalloc((size_t)cols * sizeof(float));
@@ -784,7 +784,7 @@ static void perf_all(void) {
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: test_cuda_ops [test|perf] [-o OP]\n"
+            "usage: test_cuda_ops [test|perf] [-o OP] [--small]\n"
             "  OP: embedding rmsnorm rope silu_mul softmax argmax attn_decode attn_prefill\n"
             "      kv_store matmul sample (substring)\n");
     return 2;
@@ -799,6 +799,8 @@ int main(int argc, char **argv) {
             perf = 1;
         else if (!strcmp(argv[i], "-o") && i + 1 < argc)
             g_filter = argv[++i];
+        else if (!strcmp(argv[i], "--small"))
+            g_small = 1;
         else
             return usage();
     }
@@ -814,7 +816,7 @@ int main(int argc, char **argv) {
     }
     char desc[256];
     kern_cuda_describe(desc, sizeof desc);
-    printf("test_cuda_ops: %s, mode %s\n", desc, perf ? "perf" : "test");
+    printf("test_cuda_ops: %s, mode %s%s\n", desc, perf ? "perf" : "test", g_small ? " (--small: 2 shapes and 2 batches a list)" : "");
     must(kern_cuda_stream_create(&g_stream), "kern_cuda_stream_create");
 
     if (perf) {

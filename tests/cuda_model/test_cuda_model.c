@@ -41,8 +41,8 @@ typedef struct rig {
     int n_vocab;
 } rig;
 
-static int rig_open(rig *r, const model *m, model_device dev, model_weights_fmt w, int max_tokens,
-                    int ctx, int n_seqs, int graphs) {
+static int rig_open_kv(rig *r, const model *m, model_device dev, model_weights_fmt w, int max_tokens,
+                       int ctx, int n_seqs, int graphs, int kv16) {
     memset(r, 0, sizeof *r);
     char err[256] = "";
     model_backend_opts o = {.device = dev, .max_tokens = max_tokens, .max_ctx = ctx,
@@ -55,13 +55,24 @@ static int rig_open(rig *r, const model *m, model_device dev, model_weights_fmt 
     }
     const model_config *c = model_get_config(m);
     int per = (ctx + 15) / 16;
-    kv_cache_config kc = {c->n_layers, c->n_kv_heads * c->head_dim, 16, per * n_seqs, n_seqs, per, 0,
-                          dev == MODEL_DEVICE_CUDA, NULL, NULL};
+    kv_cache_config kc = {.n_layers = c->n_layers,
+                          .kv_dim = c->n_kv_heads * c->head_dim,
+                          .block_size = 16,
+                          .n_blocks = per * n_seqs,
+                          .max_seqs = n_seqs,
+                          .max_seq_blocks = per,
+                          .f16 = dev == MODEL_DEVICE_CUDA || kv16};
     if (model_backend_kv_create(r->be, &kc, &r->kv) < 0) return -1;
     for (int s = 0; s < n_seqs; s++)
         if (kv_cache_seq_grow(r->kv, s, ctx) < 0) return -1;
     r->n_vocab = c->n_vocab;
     return 0;
+}
+
+/* The GPU's cache is always f16; the CPU's f32 unless asked. */
+static int rig_open(rig *r, const model *m, model_device dev, model_weights_fmt w, int max_tokens,
+                    int ctx, int n_seqs, int graphs) {
+    return rig_open_kv(r, m, dev, w, max_tokens, ctx, n_seqs, graphs, 0);
 }
 
 static void rig_close(rig *r) {
@@ -170,6 +181,20 @@ static void test_stories(const char *gguf) {
         printf("test_cuda_model: stories260K f16, graphs %s: golden %d/200\n", graphs ? "on" : "off", match);
         CHECK(match == 200, "golden (graphs %d): first %d of 200 match", graphs, match);
         rig_close(&r);
+        if (match < 200) { /* does the CPU, with the same f16 weights and cache, part there too? */
+            model *m16 = load(gguf, MODEL_WEIGHTS_F16);
+            int32_t cpu[200];
+            rig c16;
+            if (m16 && rig_open_kv(&c16, m16, MODEL_DEVICE_CPU, MODEL_WEIGHTS_F16, 256, 256, 1, 1, 1) == 0) {
+                int n16 = greedy(&c16, &bos, 1, 200, cpu), m_cpu = 0, m_gpu = 0;
+                while (m_cpu < n16 && cpu[m_cpu] == golden[m_cpu]) m_cpu++;
+                while (m_gpu < n16 && m_gpu < got && cpu[m_gpu] == out[m_gpu]) m_gpu++;
+                printf("test_cuda_model: CPU with f16 weights and an f16 cache: golden %d/200; "
+                       "CUDA and that CPU run agree on the first %d tokens\n", m_cpu, m_gpu);
+            }
+            rig_close(&c16);
+            model_free(m16);
+        }
     }
     /* Prefill: one batch of 200 vs chunks of 7 vs the CPU, top-1. */
     int32_t toks[200];
@@ -235,6 +260,166 @@ static void test_stories(const char *gguf) {
     rig_close(&g);
     rig_close(&c);
     model_free(m);
+}
+
+/* ---- greedy agreement with a reference backend --------------------------------- */
+
+/* One side of an agreement check: a model and how a backend runs it. */
+typedef struct side {
+    const model *m;
+    model_device dev;
+    model_weights_fmt w;
+    int kv16;
+} side;
+
+/* Logit-error bounds of the whole model (relative L2 of a logit row against
+ * the reference's), f16 and int8 weights. They are larger than one op's:
+ * 16 to 30 layers of f16 activations, f16 weights and an f16 cache on the
+ * GPU against f32 arithmetic on the CPU (int8: the CPU also rounds each
+ * activation row to int8 blocks, the GPU keeps it f16). */
+#define BOUND_F16 2e-2
+#define BOUND_INT8 6e-2
+/* A position counts when the reference's top-1/top-2 margin exceeds
+ * MARGIN_K x bound x rms(row): at the bound, the two logits' errors differ
+ * with an RMS of sqrt(2) x bound x rms, so such a margin is 7 of those and
+ * no rounding within the bound flips it. Random weights give near-ties
+ * (the margin of the top two of 128k logits is often ~0.1 rms): those
+ * positions are not counted, and the count says how many were. */
+#define MARGIN_K 10.0
+
+/* The test side decodes greedily one token a step (the decode path, its
+ * sampler, graphs on) from prompt for n positions, keeping each step's
+ * logits; the reference evaluates the prompt and those tokens in one pass
+ * (teacher forcing) and at every position says what greedy would pick.
+ * Checks: the test side's sampled token is the argmax of its own logits
+ * (exact), every row is within bound of the reference's, and no counted
+ * position disagrees. Prints one line; returns the disagreements. */
+static int agree_greedy(const char *label, const side *t, const side *ref, const int32_t *prompt,
+                        int n_prompt, int n, double bound) {
+    int ctx = (n_prompt + n + 15) / 16 * 16;
+    rig a;
+    if (rig_open_kv(&a, t->m, t->dev, t->w, n_prompt, ctx, 1, 1, t->kv16) < 0) {
+        CHECK(0, "%s: test backend", label);
+        rig_close(&a);
+        return -1;
+    }
+    int nv = a.n_vocab;
+    float *rows = malloc(sizeof(float) * (size_t)n * nv);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_prompt + n));
+    memcpy(toks, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    model_sampling sp = model_sampling_default();
+    sp.temperature = 0.0f;
+    model_sampler *smp = model_sampler_create(&sp, nv);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_prompt), *seq = calloc((size_t)n_prompt, 4);
+    for (int i = 0; i < n_prompt; i++) pos[i] = i;
+    model_batch b = {n_prompt, toks, pos, seq, NULL};
+    int n_out = 0, rc = model_backend_forward(a.be, a.kv, &b, &n_out), made = 0, self = 0;
+    while (rc == 0 && made < n) {
+        const float *row = NULL;
+        if ((rc = model_backend_logits(a.be, n_out - 1, &row)) < 0) break;
+        memcpy(rows + (size_t)made * nv, row, sizeof(float) * (size_t)nv);
+        model_sample_job job = {n_out - 1, smp, toks, n_prompt + made};
+        int32_t id;
+        if ((rc = model_backend_sample(a.be, &job, 1, &id)) < 0) break;
+        self += id == argmax(rows + (size_t)made * nv, nv);
+        toks[n_prompt + made++] = id;
+        int32_t p = n_prompt + made - 1, s0 = 0;
+        model_batch d = {1, &toks[p], &p, &s0, NULL};
+        if (made < n) rc = model_backend_forward(a.be, a.kv, &d, &n_out);
+    }
+    model_sampler_free(smp);
+    free(pos), free(seq);
+    rig_close(&a);
+    CHECK(rc == 0 && made == n, "%s: decode rc %d (%s), %d of %d", label, rc, kern_cuda_last_error(), made, n);
+    int bad = 0, counted = 0;
+    double worst = 0, sum = 0;
+    rig r;
+    if (made == n && rig_open_kv(&r, ref->m, ref->dev, ref->w, n_prompt + n, ctx, 1, 1, ref->kv16) == 0) {
+        float *ref_rows = logits_chunked(&r, toks, n_prompt + n - 1, n_prompt + n - 1, 0);
+        int first_bad = -1;
+        for (int i = 0; i < n; i++) {
+            const float *c = ref_rows + (size_t)(n_prompt - 1 + i) * nv, *g = rows + (size_t)i * nv;
+            int c1 = argmax(c, nv), c2 = c1 == 0 ? 1 : 0;
+            double num = 0, den = 0;
+            for (int j = 0; j < nv; j++) {
+                if (j != c1 && c[j] > c[c2]) c2 = j;
+                num += (double)(g[j] - c[j]) * (g[j] - c[j]), den += (double)c[j] * c[j];
+            }
+            double rel = sqrt(num / (den > 0 ? den : 1)), rms = sqrt(den / nv);
+            sum += rel;
+            if (rel > worst || rel != rel) worst = rel;
+            if (c[c1] - c[c2] > MARGIN_K * bound * rms) {
+                counted++;
+                if (toks[n_prompt + i] != c1) {
+                    bad++;
+                    if (first_bad < 0) first_bad = i;
+                }
+            }
+        }
+        printf("test_cuda_model: %s: %d positions, sampled == own argmax %d/%d; logits vs reference: "
+               "max rel L2 %.2e, mean %.2e (bound %.0e); greedy disagreements %d of %d positions "
+               "with margin > %.0f x bound x rms (first at %d)\n",
+               label, n, self, n, worst, sum / n, bound, bad, counted, MARGIN_K, first_bad);
+        CHECK(self == n, "%s: the sampler's greedy token is its own logits' argmax (%d/%d)", label, self, n);
+        CHECK(worst <= bound, "%s: logits within %.0e of the reference (%.2e)", label, bound, worst);
+        CHECK(bad == 0, "%s: %d greedy disagreements outside near-ties (first at position %d)", label,
+              bad, first_bad);
+        CHECK(counted > 0, "%s: no position has a clear margin (the check would be empty)", label);
+        free(ref_rows);
+    } else if (made == n) {
+        CHECK(0, "%s: reference backend", label);
+    }
+    rig_close(&r);
+    free(rows), free(toks);
+    return bad;
+}
+
+/* A dummy shape's model in one weight format (seed 0, synthetic vocabulary). */
+static model *load_dummy(const char *shape, model_weights_fmt f) {
+    model_load_opts o = {.weights = f, .dummy = shape};
+    model *m = NULL;
+    char err[256];
+    if (model_load(NULL, &o, &m, err, sizeof err) < 0) fprintf(stderr, "dummy %s: %s\n", shape, err);
+    return m;
+}
+
+/* CPU and CUDA agree on greedy tokens over n positions, f16 and int8
+ * weights, on stories260K (gguf) and the dummy shapes. cpu_only: the
+ * rehearsal without a GPU - the same code compares CPU f16 weights (f16
+ * cache) against CPU f32 on fewer positions. */
+static void test_agreement(const char *stories_gguf, int cpu_only, int n) {
+    static const char *shapes[] = {"smollm2-135m", "llama-3.2-1b"};
+    static const model_weights_fmt fmts[2] = {MODEL_WEIGHTS_F16, MODEL_WEIGHTS_INT8};
+    int n_models = cpu_only ? 2 : 3;
+    for (int k = 0; k < n_models; k++) {
+        const char *name = k == 0 ? "stories260K" : shapes[k - 1];
+        if (k == 0 && !stories_gguf) continue;
+        int32_t prompt[8];
+        int n_prompt = 1;
+        prompt[0] = 1; /* BOS */
+        for (int f = 0; f < 2; f++) {
+            if (cpu_only && f == 1) continue;
+            model *m = k == 0 ? load(stories_gguf, fmts[f]) : load_dummy(name, fmts[f]);
+            CHECK(m != NULL, "load %s", name);
+            if (!m) continue;
+            if (k > 0) { /* a few fixed ids spread over the vocabulary */
+                int nv = model_get_config(m)->n_vocab;
+                n_prompt = 8;
+                for (int i = 1; i < n_prompt; i++) prompt[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)nv);
+            }
+            model *mref = cpu_only ? (k == 0 ? load(stories_gguf, MODEL_WEIGHTS_F32)
+                                             : load_dummy(name, MODEL_WEIGHTS_F32))
+                                   : m;
+            char label[128];
+            snprintf(label, sizeof label, "%s %s weights, %s vs CPU%s", name, f ? "int8" : "f16",
+                     cpu_only ? "CPU (f16 cache)" : "CUDA", cpu_only ? " f32" : " (same weights, f16 cache)");
+            side t = {m, cpu_only ? MODEL_DEVICE_CPU : MODEL_DEVICE_CUDA, fmts[f], 1};
+            side r = {mref, MODEL_DEVICE_CPU, cpu_only ? MODEL_WEIGHTS_F32 : fmts[f], !cpu_only};
+            agree_greedy(label, &t, &r, prompt, n_prompt, n, f ? BOUND_INT8 : BOUND_F16);
+            if (mref != m) model_free(mref);
+            model_free(m);
+        }
+    }
 }
 
 static const char *smollm2_path(char *buf, size_t len) {
@@ -330,25 +515,36 @@ static void test_smollm2(void) {
     model_free(mq);
 }
 
-int main(void) {
-    if (kern_cuda_device_count() <= 0) {
-        printf("test_cuda_model: SKIP: no CUDA device\n");
+int main(int argc, char **argv) {
+    int cpu_only = argc > 1 && !strcmp(argv[1], "--cpu");
+    if (argc > 1 && !cpu_only) {
+        fprintf(stderr, "usage: test_cuda_model [--cpu]\n"
+                        "  --cpu: rehearse the agreement checks on the CPU alone (f16 against f32)\n");
+        return 2;
+    }
+    if (!cpu_only && kern_cuda_device_count() <= 0) {
+        printf("test_cuda_model: SKIP: no CUDA device (--cpu rehearses the agreement checks)\n");
         return 0;
     }
     char src[1024], tok[1024], dir[] = "/tmp/brisk-test-cuda-model-XXXXXX", out[1100], err[256];
     snprintf(src, sizeof src, "%s/models/stories260K.bin", bt_shared_dir());
     snprintf(tok, sizeof tok, "%s/models/tok512.bin", bt_shared_dir());
+    int have_dir = 0;
     if (access(src, R_OK) != 0) {
         printf("test_cuda_model: SKIP stories260K: %s not found (set BRISK_SHARED_DIR)\n", src);
     } else if (!mkdtemp(dir)) {
         CHECK(0, "mkdtemp");
     } else {
+        have_dir = 1;
         snprintf(out, sizeof out, "%s/stories260K.gguf", dir);
         CHECK(model_convert_llama2c(src, tok, out, err, sizeof err) == 0, "convert: %s", err);
-        test_stories(out);
+        if (!cpu_only) test_stories(out);
+    }
+    test_agreement(have_dir ? out : NULL, cpu_only, cpu_only ? 48 : 256);
+    if (have_dir) {
         unlink(out);
         rmdir(dir);
     }
-    test_smollm2();
+    if (!cpu_only) test_smollm2();
     return BT_SUMMARY("test_cuda_model");
 }

@@ -267,9 +267,14 @@ def stack(brisk, start_server, stories260k_gguf, tmp_path_factory):
     if not lib.is_file():
         pytest.fail(f"{lib} not built (CMake target fake_nvml)")
     cfg = work / "nvml.cfg"
+    # Thermal state of a healthy pair: no GPU alert may fire (GPU 0 idle,
+    # GPU 1 at its power cap, which no alert watches).
     cfg.write_text("count 2\n" + "".join(
         f"name.{i} NVIDIA Test {i}\nuuid.{i} GPU-{i:08x}-77\ntotal.{i} {(16 + 64 * i) << 30}\n"
         f"used.{i} {(3 + 5 * i) << 30}\nutil.{i} {37 + 40 * i}\nmemutil.{i} {21 + 9 * i}\n"
+        f"temp.{i} {45 + 17 * i}\npower.{i} {123456 + 226544 * i}\npower_limit.{i} "
+        f"{700000 - 350000 * i}\nsm_clock.{i} {1410 + 345 * i}\nsm_clock_max.{i} 1980\n"
+        f"reasons.{i} {0x1 if i == 0 else 0x4}\n"
         for i in range(2)))
     saved = {k: os.environ.get(k) for k in ("BRISK_NVML_LIB", "FAKE_NVML_FILE")}
     os.environ.update(BRISK_NVML_LIB=str(lib), FAKE_NVML_FILE=str(cfg))
@@ -437,16 +442,29 @@ def test_gpu_panels_show_the_gpus(stack):
     _, prom = stack
     want = {"brisk_gpu_memory_used_bytes": {"0": 3 << 30, "1": 8 << 30},
             "brisk_gpu_memory_total_bytes": {"0": 16 << 30, "1": 80 << 30},
-            "brisk_gpu_utilization_ratio": {"0": 0.37, "1": 0.77}}
-    exprs = {e for _, e, _ in all_exprs() if "brisk_gpu_" in e}
-    assert len(exprs) >= 4, exprs
+            "brisk_gpu_utilization_ratio": {"0": 0.37, "1": 0.77},
+            "brisk_gpu_temperature_celsius": {"0": 45, "1": 62},
+            "brisk_gpu_power_draw_watts": {"0": 123.456, "1": 350.0},
+            "brisk_gpu_power_limit_watts": {"0": 700.0, "1": 350.0},
+            "brisk_gpu_sm_clock_hertz": {"0": 1410e6, "1": 1755e6},
+            "brisk_gpu_sm_clock_max_hertz": {"0": 1980e6, "1": 1980e6}}
+    exprs = [e for _, e, _ in all_exprs() if "brisk_gpu_" in e]
+    assert len(exprs) >= 10, exprs
     for metric, by_gpu in want.items():
-        expr = next(e for e in exprs if metric in e)
+        expr = next(e for e in exprs if re.search(rf"\b{metric}\{{", e))
         r = prom.query(expr)
         got = {s["metric"]["gpu"]: float(s["value"][1]) for s in r["data"]["result"]}
         assert got.keys() == by_gpu.keys(), (expr, r)
         for g, v in by_gpu.items():
             assert got[g] == pytest.approx(v, rel=1e-9), (expr, g, got)
+    # The throttle reasons panel: one 0/1 row per GPU and reason, gpu_idle
+    # left out; GPU 1's power cap is the one active.
+    expr = next(e for e in exprs if "brisk_gpu_clock_throttle_reason" in e)
+    r = prom.query(expr)
+    got = {(s["metric"]["gpu"], s["metric"]["reason"]): float(s["value"][1])
+           for s in r["data"]["result"]}
+    assert len(got) == 2 * 9 and ("0", "gpu_idle") not in got, got
+    assert {k for k, v in got.items() if v} == {("1", "sw_power_cap")}, got
 
 
 def test_prometheus_evaluates_the_alert_rules(stack):
@@ -482,6 +500,45 @@ def test_promtool_check_rules(tmp_path):
     f.write_text(yaml.safe_dump({"groups": broken}))
     p = subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
+
+
+def test_gpu_alerts_fire(tmp_path):
+    """The GPU alerts on made-up series (promtool test rules): a thermal
+    slowdown, a power brake and a hot GPU fire after their `for`; the power
+    cap and an idle GPU, which are normal, fire nothing."""
+    promtool = prometheus_binary("promtool")
+    groups = [g for g in alert_rules() if g["name"] == "brisk.gpu"]
+    assert {r["alert"] for r in groups[0]["rules"]} == {
+        "BriskGPUThermalThrottling", "BriskGPUHardwareSlowdown", "BriskGPUHot"}
+    for r in groups[0]["rules"]:
+        r.pop("annotations")  # templates: compared on labels only
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    lab = 'job="brisk", namespace="brisk", pod="p", gpu="0"'
+
+    def reason(name, values):
+        return {"series": f'brisk_gpu_clock_throttle_reason{{{lab}, reason="{name}"}}',
+                "values": values}
+
+    series = [reason("sw_thermal_slowdown", "0 1x20"), reason("hw_thermal_slowdown", "0x20"),
+              reason("hw_power_brake_slowdown", "0x5 1x15"), reason("sw_power_cap", "1x20"),
+              reason("gpu_idle", "1x20"),
+              {"series": f"brisk_gpu_temperature_celsius{{{lab}}}", "values": "80 90x20"}]
+
+    def firing(alert, *at):
+        return [{"eval_time": t, "alertname": alert,
+                 "exp_alerts": [{"exp_labels": {"severity": "warning", "namespace": "brisk",
+                                                "pod": "p", "gpu": "0"}}] if fire else []}
+                for t, fire in at]
+
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "alert_rule_test": firing("BriskGPUThermalThrottling", ("4m", False), ("7m", True))
+        + firing("BriskGPUHardwareSlowdown", ("9m", False), ("11m", True))
+        + firing("BriskGPUHot", ("10m", False), ("12m", True))}]}
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    p = subprocess.run([promtool, "test", "rules", "tests.yml"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_alerts_have_runbooks():
@@ -529,7 +586,8 @@ def test_dashboard_shape():
     assert len(ids) == len(set(ids))
     titles = " ".join(p["title"] for p in dash["panels"])
     for want in ("Request rate", "Time to first token", "Inter-token", "End-to-end", "Tokens per second",
-                 "Running and waiting", "KV cache", "Preemptions", "Errors", "GPU memory"):
+                 "Running and waiting", "KV cache", "Preemptions", "Errors", "GPU memory",
+                 "GPU temperature", "GPU power", "GPU SM clock", "throttle reasons"):
         assert want in titles, want
     for p in dash["panels"]:
         if p["type"] == "row":

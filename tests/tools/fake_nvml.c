@@ -17,9 +17,27 @@
  *   total.I N  used.I N         memory in bytes
  *   util.I N  memutil.I N       utilisation rates in percent (any unsigned value)
  *   handle_rc.I N  name_rc.I N  mem_rc.I N  util_rc.I N   return codes (0)
+ *   temp.I N           temperature, degrees C
+ *   power.I N          power draw, milliwatts
+ *   power_limit.I N    enforced power limit, milliwatts
+ *   sm_clock.I N       current SM clock, MHz
+ *   sm_clock_max.I N   maximum SM clock, MHz
+ *   reasons.I N        clock event reasons mask (0x... allowed)
+ *                      (any unsigned value; without its line a device answers
+ *                      NVML_ERROR_NOT_SUPPORTED (3) for that reading)
+ *   legacy_reasons.I N what the pre-535 name nvmlDeviceGetCurrentClocks-
+ *                      ThrottleReasons answers (default: reasons.I)
+ *   temp_rc.I N  power_rc.I N  power_limit_rc.I N  sm_clock_rc.I N
+ *   sm_clock_max_rc.I N  reasons_rc.I N   return codes, over the values
  * Devices 0..63 can be configured; a handle for an index at or past the count,
- * or of a device with no line, is refused with NVML_ERROR_INVALID_ARGUMENT (2). nvmlShutdown appends "shutdown" to
- * $FAKE_NVML_SHUTDOWN_FILE when that is set. */
+ * or of a device with no line, is refused with NVML_ERROR_INVALID_ARGUMENT (2),
+ * and so are a temperature sensor other than NVML_TEMPERATURE_GPU (0) and a
+ * clock type other than NVML_CLOCK_SM (1). nvmlShutdown appends "shutdown" to
+ * $FAKE_NVML_SHUTDOWN_FILE when that is set.
+ *
+ * Both names of the reasons call are exported; a test that needs one of
+ * them, or any other optional entry point, missing from the library renames
+ * it in a copy of this file's .so (test_srv_gpu.c, fake_hide). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +52,12 @@ typedef struct {
     unsigned long long total, used;
     unsigned int util, memutil;
     int handle_rc, name_rc, mem_rc, util_rc;
+    /* Thermal and power state: value, whether a line set it, return code. */
+    unsigned int temp, power, power_limit, sm_clock, sm_clock_max;
+    unsigned long long reasons, legacy_reasons;
+    int has_temp, has_power, has_power_limit, has_sm_clock, has_sm_clock_max, has_reasons,
+        has_legacy_reasons;
+    int temp_rc, power_rc, power_limit_rc, sm_clock_rc, sm_clock_max_rc, reasons_rc;
 } fake_dev;
 
 static struct {
@@ -61,6 +85,13 @@ int nvmlDeviceGetMemoryInfo(fake_dev *device, fake_memory *memory);
 int nvmlDeviceGetUtilizationRates(fake_dev *device, fake_util *util);
 int nvmlDeviceGetName(fake_dev *device, char *name, unsigned int length);
 int nvmlDeviceGetUUID(fake_dev *device, char *uuid, unsigned int length);
+int nvmlDeviceGetTemperature(fake_dev *device, int sensor, unsigned int *temp);
+int nvmlDeviceGetPowerUsage(fake_dev *device, unsigned int *power);
+int nvmlDeviceGetEnforcedPowerLimit(fake_dev *device, unsigned int *limit);
+int nvmlDeviceGetClockInfo(fake_dev *device, int type, unsigned int *clock);
+int nvmlDeviceGetMaxClockInfo(fake_dev *device, int type, unsigned int *clock);
+int nvmlDeviceGetCurrentClocksEventReasons(fake_dev *device, unsigned long long *reasons);
+int nvmlDeviceGetCurrentClocksThrottleReasons(fake_dev *device, unsigned long long *reasons);
 const char *nvmlErrorString(int rc);
 
 static void fake_load(void) {
@@ -118,6 +149,32 @@ static void fake_load(void) {
             d->mem_rc = (int)num;
         else if (!strcmp(line, "util_rc"))
             d->util_rc = (int)num;
+        else if (!strcmp(line, "temp"))
+            d->temp = (unsigned int)num, d->has_temp = 1;
+        else if (!strcmp(line, "power"))
+            d->power = (unsigned int)num, d->has_power = 1;
+        else if (!strcmp(line, "power_limit"))
+            d->power_limit = (unsigned int)num, d->has_power_limit = 1;
+        else if (!strcmp(line, "sm_clock"))
+            d->sm_clock = (unsigned int)num, d->has_sm_clock = 1;
+        else if (!strcmp(line, "sm_clock_max"))
+            d->sm_clock_max = (unsigned int)num, d->has_sm_clock_max = 1;
+        else if (!strcmp(line, "reasons"))
+            d->reasons = num, d->has_reasons = 1;
+        else if (!strcmp(line, "legacy_reasons"))
+            d->legacy_reasons = num, d->has_legacy_reasons = 1;
+        else if (!strcmp(line, "temp_rc"))
+            d->temp_rc = (int)num;
+        else if (!strcmp(line, "power_rc"))
+            d->power_rc = (int)num;
+        else if (!strcmp(line, "power_limit_rc"))
+            d->power_limit_rc = (int)num;
+        else if (!strcmp(line, "sm_clock_rc"))
+            d->sm_clock_rc = (int)num;
+        else if (!strcmp(line, "sm_clock_max_rc"))
+            d->sm_clock_max_rc = (int)num;
+        else if (!strcmp(line, "reasons_rc"))
+            d->reasons_rc = (int)num;
     }
     fclose(f);
 }
@@ -199,12 +256,68 @@ int nvmlDeviceGetUUID(fake_dev *d, char *uuid, unsigned int length) {
     return fake_str(d->uuid, uuid, length, 0);
 }
 
+/* One unsigned value: its return code if set, else NOT_SUPPORTED (3) when
+ * no line gave it, else the value. */
+static int fake_uint(unsigned int v, int has, int rc, unsigned int *out) {
+    if (rc)
+        return rc;
+    if (!has)
+        return 3;
+    *out = v;
+    return 0;
+}
+
+int nvmlDeviceGetTemperature(fake_dev *d, int sensor, unsigned int *temp) {
+    if (sensor != 0) /* NVML_TEMPERATURE_GPU */
+        return 2;
+    return fake_uint(d->temp, d->has_temp, d->temp_rc, temp);
+}
+
+int nvmlDeviceGetPowerUsage(fake_dev *d, unsigned int *power) {
+    return fake_uint(d->power, d->has_power, d->power_rc, power);
+}
+
+int nvmlDeviceGetEnforcedPowerLimit(fake_dev *d, unsigned int *limit) {
+    return fake_uint(d->power_limit, d->has_power_limit, d->power_limit_rc, limit);
+}
+
+int nvmlDeviceGetClockInfo(fake_dev *d, int type, unsigned int *clock) {
+    if (type != 1) /* NVML_CLOCK_SM */
+        return 2;
+    return fake_uint(d->sm_clock, d->has_sm_clock, d->sm_clock_rc, clock);
+}
+
+int nvmlDeviceGetMaxClockInfo(fake_dev *d, int type, unsigned int *clock) {
+    if (type != 1)
+        return 2;
+    return fake_uint(d->sm_clock_max, d->has_sm_clock_max, d->sm_clock_max_rc, clock);
+}
+
+int nvmlDeviceGetCurrentClocksEventReasons(fake_dev *d, unsigned long long *reasons) {
+    if (d->reasons_rc)
+        return d->reasons_rc;
+    if (!d->has_reasons)
+        return 3;
+    *reasons = d->reasons;
+    return 0;
+}
+
+int nvmlDeviceGetCurrentClocksThrottleReasons(fake_dev *d, unsigned long long *reasons) {
+    if (d->reasons_rc)
+        return d->reasons_rc;
+    if (!d->has_reasons && !d->has_legacy_reasons)
+        return 3;
+    *reasons = d->has_legacy_reasons ? d->legacy_reasons : d->reasons;
+    return 0;
+}
+
 const char *nvmlErrorString(int rc) {
     switch (rc) {
     case 0: return "Success";
     case 2: return "Invalid Argument";
     case 3: return "Not Supported";
     case 9: return "Driver Not Loaded";
+    case 13: return "Function Not Found";
     case 15: return "GPU is lost";
     default: return "Unknown Error";
     }

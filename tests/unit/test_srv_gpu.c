@@ -5,12 +5,18 @@
  * (unterminated names with control bytes, impossible memory and utilisation,
  * a huge device count, failing calls) counted and left out, staleness, the
  * sampler thread picking up changes, /metrics not blocked by a stalled NVML
- * call, nvmlShutdown at free, and promtool on the rendered text. */
+ * call, nvmlShutdown at free, and promtool on the rendered text. The thermal
+ * and power readings (temperature, power draw and limit, SM clock, clock
+ * event reasons): rendered values, plausibility limits at and past their
+ * edges, NOT_SUPPORTED and FUNCTION_NOT_FOUND left out uncounted, and
+ * entry points missing from the library (a copy of the fake with their
+ * names renamed), including the fall-back to the pre-535 reasons name. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,6 +88,19 @@ static double gpu_value(const char *text, const char *name, int gpu) {
     return strtod(p + strlen(series), NULL);
 }
 
+/* The value of brisk_gpu_clock_throttle_reason for GPU `gpu` and `reason`,
+ * NAN if absent. */
+static double reason_value(const char *text, int gpu, const char *reason) {
+    char series[256];
+    snprintf(series, sizeof series,
+             "brisk_gpu_clock_throttle_reason{model_name=\"m\\\"1\",gpu=\"%d\",reason=\"%s\"} ",
+             gpu, reason);
+    const char *p = strstr(text, series);
+    if (!p || (p != text && p[-1] != '\n'))
+        return NAN;
+    return strtod(p + strlen(series), NULL);
+}
+
 static void test_clean_str(void) {
     char out[SRV_NVML_STR_LEN], buf[SRV_NVML_STR_LEN];
     memset(buf, 'A', sizeof buf); /* no NUL anywhere */
@@ -143,6 +162,8 @@ static void test_open_failures(void) {
 typedef struct {
     unsigned long long total, used;
     unsigned util, memutil;
+    unsigned temp, power_mw, limit_mw, clock_mhz, clock_max_mhz;
+    unsigned long long reasons;
 } dev_vals;
 
 static void random_devs(dev_vals *v, int n, char *buf, size_t cap, const char *extra) {
@@ -152,11 +173,22 @@ static void random_devs(dev_vals *v, int n, char *buf, size_t cap, const char *e
         v[i].used = 1 + rnd() % v[i].total;
         v[i].util = 1 + (unsigned)(rnd() % 100);
         v[i].memutil = 1 + (unsigned)(rnd() % 100);
+        v[i].temp = 20 + (unsigned)(rnd() % 70);
+        v[i].limit_mw = 300000 + (unsigned)(rnd() % 400001);
+        v[i].power_mw = 50000 + (unsigned)(rnd() % (v[i].limit_mw - 49999));
+        v[i].clock_max_mhz = 1400 + (unsigned)(rnd() % 700);
+        v[i].clock_mhz = 200 + (unsigned)(rnd() % (v[i].clock_max_mhz - 199));
+        v[i].reasons = rnd() & 0x1ff;
         k += (size_t)snprintf(buf + k, cap - k,
                               "name.%d NVIDIA H100 \"80GB\" \\%d\nuuid.%d GPU-%08llx\n"
                               "total.%d %llu\nused.%d %llu\nutil.%d %u\nmemutil.%d %u\n",
                               i, i, i, (unsigned long long)(rnd() & 0xffffffffu), i, v[i].total, i,
                               v[i].used, i, v[i].util, i, v[i].memutil);
+        k += (size_t)snprintf(buf + k, cap - k,
+                              "temp.%d %u\npower.%d %u\npower_limit.%d %u\nsm_clock.%d %u\n"
+                              "sm_clock_max.%d %u\nreasons.%d 0x%llx\n",
+                              i, v[i].temp, i, v[i].power_mw, i, v[i].limit_mw, i, v[i].clock_mhz,
+                              i, v[i].clock_max_mhz, i, v[i].reasons);
     }
     snprintf(buf + k, cap - k, "%s", extra);
 }
@@ -188,7 +220,22 @@ static void test_values(void) {
                  "H100 \\\"80GB\\\" \\\\%d\",uuid=\"GPU-",
                  i, i);
         CHECK(strstr(t, info) != NULL, "info line of gpu %d missing:\n%s", i, t);
+        CHECK(gpu_value(t, "brisk_gpu_temperature_celsius", i) == v[i].temp, "temp %d", i);
+        CHECK(fabs(gpu_value(t, "brisk_gpu_power_draw_watts", i) - v[i].power_mw / 1000.0) < 1e-9,
+              "power %d", i);
+        CHECK(fabs(gpu_value(t, "brisk_gpu_power_limit_watts", i) - v[i].limit_mw / 1000.0) < 1e-9,
+              "power limit %d", i);
+        CHECK(gpu_value(t, "brisk_gpu_sm_clock_hertz", i) == v[i].clock_mhz * 1e6, "clock %d: %g",
+              i, gpu_value(t, "brisk_gpu_sm_clock_hertz", i));
+        CHECK(gpu_value(t, "brisk_gpu_sm_clock_max_hertz", i) == v[i].clock_max_mhz * 1e6,
+              "max clock %d", i);
+        for (int r = 0; r < SRV_NVML_N_REASONS; r++)
+            CHECK(reason_value(t, i, srv_nvml_reasons[r].name) ==
+                      ((v[i].reasons & srv_nvml_reasons[r].mask) ? 1 : 0),
+                  "gpu %d reason %s (mask 0x%llx)", i, srv_nvml_reasons[r].name, v[i].reasons);
+        CHECK(reason_value(t, i, "other") == 0, "gpu %d other", i);
     }
+    CHECK(strstr(t, "# TYPE brisk_gpu_clock_throttle_reason gauge\n") != NULL, "reason type");
     CHECK(gpu_value(t, "brisk_gpu_metrics_errors_total", -1) == 0, "errors");
     CHECK(strstr(t, "# TYPE brisk_gpu_metrics_errors_total counter\n") != NULL, "counter type");
     free(t);
@@ -197,6 +244,8 @@ static void test_values(void) {
      * is not rendered; the error counter still is. */
     t = render(g, brisk_now() + 1.5);
     CHECK(isnan(gpu_value(t, "brisk_gpu_memory_used_bytes", 0)), "stale value rendered");
+    CHECK(isnan(gpu_value(t, "brisk_gpu_temperature_celsius", 0)), "stale temperature rendered");
+    CHECK(!strstr(t, "brisk_gpu_clock_throttle_reason"), "stale reasons rendered");
     CHECK(!strstr(t, "brisk_gpu_info"), "stale info rendered");
     CHECK(gpu_value(t, "brisk_gpu_metrics_errors_total", -1) == 0, "errors when stale");
     free(t);
@@ -267,6 +316,218 @@ static void test_hostile(void) {
     CHECK(gpu_value(t, "brisk_gpu_memory_used_bytes", 0) == (double)v[0].used, "recovered");
     free(t);
     srv_gpu_free(g);
+}
+
+/* Thermal and power readings straight from srv_nvml and through /metrics:
+ * gpu 0 plausible with an unnamed reason bit, gpu 1 offering none (NOT_
+ * SUPPORTED, FUNCTION_NOT_FOUND), gpu 2 every reading implausible or failing,
+ * gpu 3 at the plausibility limits, gpu 4 one past them. */
+static void test_thermal(void) {
+    write_cfg("count 5\n"
+              "name.0 A\nuuid.0 GPU-0\ntotal.0 1000\nused.0 10\nutil.0 5\nmemutil.0 6\n"
+              "temp.0 71\npower.0 612345\npower_limit.0 700000\nsm_clock.0 1755\n"
+              "sm_clock_max.0 1980\nreasons.0 0x10060\nlegacy_reasons.0 0x4\n"
+              "name.1 B\nuuid.1 GPU-1\ntotal.1 1000\nused.1 10\nutil.1 5\nmemutil.1 6\n"
+              "temp_rc.1 13\nsm_clock_rc.1 3\n"
+              "name.2 C\nuuid.2 GPU-2\ntotal.2 1000\nused.2 10\nutil.2 5\nmemutil.2 6\n"
+              "temp.2 4294967251\npower.2 10000001\npower_limit.2 0\nsm_clock.2 10001\n"
+              "sm_clock_max.2 0\nreasons_rc.2 15\n"
+              "name.3 D\nuuid.3 GPU-3\ntotal.3 1000\nused.3 10\nutil.3 5\nmemutil.3 6\n"
+              "temp.3 200\npower.3 10000000\npower_limit.3 10000000\nsm_clock.3 10000\n"
+              "sm_clock_max.3 10000\nreasons.3 0\n"
+              "name.4 E\nuuid.4 GPU-4\ntotal.4 1000\nused.4 10\nutil.4 5\nmemutil.4 6\n"
+              "temp.4 201\npower.4 0\npower_limit.4 1\nsm_clock.4 0\nsm_clock_max.4 1\n");
+    char err[512] = "";
+    srv_nvml *n = NULL;
+    int rc = srv_nvml_open(FAKE_NVML_LIB, &n, err, sizeof err);
+    CHECK(rc == 0 && n, "open: %d %s", rc, err);
+    if (!n)
+        return;
+    int count = 0, capped = 0;
+    CHECK(srv_nvml_count(n, &count, &capped, err, sizeof err) == 0 && count == 5, "count %d",
+          count);
+    srv_nvml_gpu d;
+    err[0] = '\0';
+    CHECK(srv_nvml_read(n, 0, &d, err, sizeof err) == 0, "gpu 0: %s", err);
+    CHECK(d.have_temp && d.temp_c == 71, "temp %u", d.temp_c);
+    CHECK(d.have_power && d.power_mw == 612345, "power %u", d.power_mw);
+    CHECK(d.have_power_limit && d.power_limit_mw == 700000, "limit %u", d.power_limit_mw);
+    CHECK(d.have_sm_clock && d.sm_clock_mhz == 1755, "clock %u", d.sm_clock_mhz);
+    CHECK(d.have_sm_clock_max && d.sm_clock_max_mhz == 1980, "max %u", d.sm_clock_max_mhz);
+    /* The current name is preferred over the pre-535 one (which says 0x4). */
+    CHECK(d.have_reasons && d.reasons == 0x10060, "reasons 0x%llx", d.reasons);
+
+    CHECK(srv_nvml_read(n, 1, &d, err, sizeof err) == 0, "gpu 1: %s", err);
+    CHECK(d.have_mem && !d.have_temp && !d.have_power && !d.have_power_limit && !d.have_sm_clock &&
+              !d.have_sm_clock_max && !d.have_reasons,
+          "gpu 1 has thermal parts");
+
+    err[0] = '\0';
+    CHECK(srv_nvml_read(n, 2, &d, err, sizeof err) == 6, "gpu 2: %s", err);
+    CHECK(bt_one_line(err) && strstr(err, "GPU 2: nvmlDeviceGetTemperature: 4294967251 C is not "
+                                          "plausible"),
+          "%s", err);
+    CHECK(d.have_mem && d.have_util && !d.have_temp && !d.have_power && !d.have_power_limit &&
+              !d.have_sm_clock && !d.have_sm_clock_max && !d.have_reasons,
+          "gpu 2 kept a refused value");
+
+    CHECK(srv_nvml_read(n, 3, &d, err, sizeof err) == 0, "gpu 3: %s", err);
+    CHECK(d.have_temp && d.have_power && d.have_power_limit && d.have_sm_clock &&
+              d.have_sm_clock_max && d.have_reasons && d.reasons == 0,
+          "gpu 3 at the limits refused");
+
+    err[0] = '\0';
+    CHECK(srv_nvml_read(n, 4, &d, err, sizeof err) == 1, "gpu 4: %s", err);
+    CHECK(strstr(err, "201 C") != NULL, "%s", err);
+    CHECK(!d.have_temp && d.have_power && d.power_mw == 0 && d.have_power_limit &&
+              d.have_sm_clock && d.sm_clock_mhz == 0 && d.have_sm_clock_max && !d.have_reasons,
+          "gpu 4");
+    srv_nvml_close(n);
+
+    srv_gpu *g = NULL;
+    srv_gpu_config c = cfg_of(SRV_GPU_METRICS_ON, 0, FAKE_NVML_LIB);
+    CHECK(srv_gpu_create(&c, &g, err, sizeof err) == 0 && g, "create: %s", err);
+    if (!g)
+        return;
+    char *t = render(g, brisk_now());
+    CHECK(gpu_value(t, "brisk_gpu_temperature_celsius", 0) == 71, "temp");
+    CHECK(gpu_value(t, "brisk_gpu_power_draw_watts", 0) == 612.345, "power %g",
+          gpu_value(t, "brisk_gpu_power_draw_watts", 0));
+    CHECK(gpu_value(t, "brisk_gpu_power_limit_watts", 0) == 700, "limit");
+    CHECK(gpu_value(t, "brisk_gpu_sm_clock_hertz", 0) == 1755e6, "clock");
+    CHECK(gpu_value(t, "brisk_gpu_sm_clock_max_hertz", 0) == 1980e6, "max clock");
+    CHECK(strstr(t, "brisk_gpu_sm_clock_max_hertz{model_name=\"m\\\"1\",gpu=\"0\"} 1.98e+09\n"),
+          "max clock text");
+    static const char *const on0[] = {"sw_thermal_slowdown", "hw_thermal_slowdown", "other"};
+    for (int r = 0; r <= SRV_NVML_N_REASONS; r++) {
+        const char *name = r < SRV_NVML_N_REASONS ? srv_nvml_reasons[r].name : "other";
+        int want = 0;
+        for (size_t k = 0; k < sizeof on0 / sizeof on0[0]; k++)
+            want |= !strcmp(name, on0[k]);
+        CHECK(reason_value(t, 0, name) == want, "gpu 0 reason %s", name);
+        CHECK(reason_value(t, 3, name) == 0, "gpu 3 reason %s", name);
+        CHECK(isnan(reason_value(t, 1, name)), "gpu 1 reason %s rendered", name);
+        CHECK(isnan(reason_value(t, 2, name)), "gpu 2 reason %s rendered", name);
+        CHECK(isnan(reason_value(t, 4, name)), "gpu 4 reason %s rendered", name);
+    }
+    static const char *const thermal[] = {
+        "brisk_gpu_temperature_celsius", "brisk_gpu_power_draw_watts",
+        "brisk_gpu_power_limit_watts", "brisk_gpu_sm_clock_hertz", "brisk_gpu_sm_clock_max_hertz"};
+    for (size_t k = 0; k < sizeof thermal / sizeof thermal[0]; k++) {
+        CHECK(isnan(gpu_value(t, thermal[k], 1)), "gpu 1 %s rendered", thermal[k]);
+        CHECK(isnan(gpu_value(t, thermal[k], 2)), "gpu 2 %s rendered", thermal[k]);
+        CHECK(!isnan(gpu_value(t, thermal[k], 3)), "gpu 3 %s missing", thermal[k]);
+    }
+    CHECK(gpu_value(t, "brisk_gpu_temperature_celsius", 3) == 200, "200 C");
+    CHECK(gpu_value(t, "brisk_gpu_power_draw_watts", 3) == 10000, "10 kW");
+    CHECK(gpu_value(t, "brisk_gpu_sm_clock_hertz", 3) == 1e10, "10 GHz");
+    CHECK(isnan(gpu_value(t, "brisk_gpu_temperature_celsius", 4)), "201 C rendered");
+    CHECK(gpu_value(t, "brisk_gpu_power_draw_watts", 4) == 0, "0 W");
+    CHECK(gpu_value(t, "brisk_gpu_sm_clock_hertz", 4) == 0, "0 Hz");
+    CHECK(gpu_value(t, "brisk_gpu_memory_used_bytes", 2) == 10, "gpu 2 memory");
+    /* gpu 2's six and gpu 4's temperature; gpu 1's are capabilities. */
+    CHECK(gpu_value(t, "brisk_gpu_metrics_errors_total", -1) == 7, "errors %g",
+          gpu_value(t, "brisk_gpu_metrics_errors_total", -1));
+    free(t);
+    srv_gpu_free(g);
+}
+
+/* Writes a copy of the fake library in which each of the NULL-terminated
+ * `names` is renamed in the symbol string tables (first letter to 'X', at
+ * NUL-delimited whole-string matches), so dlsym no longer finds it. Returns
+ * 0 and the copy's path in out, or -1 (a check has failed). */
+static int fake_hide(const char *const *names, const char *tag, char *out, size_t out_len) {
+    FILE *f = fopen(FAKE_NVML_LIB, "rb");
+    CHECK(f != NULL, "open %s", FAKE_NVML_LIB);
+    if (!f)
+        return -1;
+    struct stat st;
+    char *img = NULL;
+    size_t len = 0;
+    if (fstat(fileno(f), &st) == 0 && st.st_size > 0 && (img = malloc((size_t)st.st_size)))
+        len = fread(img, 1, (size_t)st.st_size, f);
+    fclose(f);
+    CHECK(img && len == (size_t)st.st_size, "read %s", FAKE_NVML_LIB);
+    if (!img || len != (size_t)st.st_size) {
+        free(img);
+        return -1;
+    }
+    int ok = 1;
+    for (const char *const *nm = names; *nm; nm++) {
+        size_t nl = strlen(*nm);
+        int hits = 0;
+        for (size_t i = 1; i + nl < len; i++) {
+            if (img[i - 1] == '\0' && img[i + nl] == '\0' && !memcmp(img + i, *nm, nl)) {
+                img[i] = 'X';
+                hits++;
+            }
+        }
+        CHECK(hits > 0, "%s not found in %s", *nm, FAKE_NVML_LIB);
+        ok &= hits > 0;
+    }
+    /* Beside the original: a directory that allows mapping code. */
+    snprintf(out, out_len, "%s.%s.%d.so", FAKE_NVML_LIB, tag, (int)getpid());
+    f = fopen(out, "wb");
+    CHECK(f != NULL, "create %s", out);
+    if (f) {
+        ok &= fwrite(img, 1, len, f) == len;
+        ok &= fclose(f) == 0;
+    } else {
+        ok = 0;
+    }
+    free(img);
+    return ok ? 0 : -1;
+}
+
+static void test_missing_symbols(void) {
+    char path[512], err[512];
+    write_cfg("count 1\nname.0 A\nuuid.0 GPU-0\ntotal.0 1000\nused.0 10\nutil.0 5\nmemutil.0 6\n"
+              "temp.0 50\npower.0 100000\npower_limit.0 300000\nsm_clock.0 1000\n"
+              "sm_clock_max.0 2000\nreasons.0 0x4\nlegacy_reasons.0 0x20\n");
+    /* A driver before 535: only the old name of the reasons call. */
+    static const char *const new_name[] = {"nvmlDeviceGetCurrentClocksEventReasons", NULL};
+    if (fake_hide(new_name, "old", path, sizeof path) == 0) {
+        srv_gpu *g = NULL;
+        srv_gpu_config c = cfg_of(SRV_GPU_METRICS_ON, 0, path);
+        CHECK(srv_gpu_create(&c, &g, err, sizeof err) == 0 && g, "create: %s", err);
+        if (g) {
+            char *t = render(g, brisk_now());
+            CHECK(reason_value(t, 0, "sw_thermal_slowdown") == 1, "legacy reasons not read:\n%s",
+                  t);
+            CHECK(reason_value(t, 0, "sw_power_cap") == 0, "current name read from a copy without");
+            CHECK(gpu_value(t, "brisk_gpu_temperature_celsius", 0) == 50, "temp");
+            CHECK(gpu_value(t, "brisk_gpu_metrics_errors_total", -1) == 0, "errors");
+            free(t);
+            srv_gpu_free(g);
+        }
+    }
+    unlink(path);
+    /* An NVML with none of the optional entry points: memory and
+     * utilisation as before, no thermal family, nothing counted. */
+    static const char *const all[] = {"nvmlDeviceGetCurrentClocksEventReasons",
+                                      "nvmlDeviceGetCurrentClocksThrottleReasons",
+                                      "nvmlDeviceGetTemperature",
+                                      "nvmlDeviceGetPowerUsage",
+                                      "nvmlDeviceGetEnforcedPowerLimit",
+                                      "nvmlDeviceGetClockInfo",
+                                      "nvmlDeviceGetMaxClockInfo",
+                                      NULL};
+    if (fake_hide(all, "none", path, sizeof path) == 0) {
+        srv_gpu *g = NULL;
+        srv_gpu_config c = cfg_of(SRV_GPU_METRICS_ON, 0, path);
+        CHECK(srv_gpu_create(&c, &g, err, sizeof err) == 0 && g, "create: %s", err);
+        if (g) {
+            char *t = render(g, brisk_now());
+            CHECK(gpu_value(t, "brisk_gpu_memory_used_bytes", 0) == 10, "memory");
+            CHECK(gpu_value(t, "brisk_gpu_utilization_ratio", 0) == 0.05, "util");
+            CHECK(!strstr(t, "temperature") && !strstr(t, "power") && !strstr(t, "clock"),
+                  "thermal family without its entry point:\n%s", t);
+            CHECK(gpu_value(t, "brisk_gpu_metrics_errors_total", -1) == 0, "errors");
+            free(t);
+            srv_gpu_free(g);
+        }
+    }
+    unlink(path);
 }
 
 static void sleep_s(double s) {
@@ -388,6 +649,8 @@ int main(void) {
     test_open_failures();
     test_values();
     test_hostile();
+    test_thermal();
+    test_missing_symbols();
     test_thread();
     test_promtool();
     unlink(cfg_path);
