@@ -35,7 +35,8 @@
 # `--device cpu --quick`): stories260K instead of the 8B shape, small levels;
 # the CUDA tests report SKIP and test_cuda_model rehearses on the CPU.
 #
-# Environment: PKG (build-gpu/pkg), BUDGET_S (whole run: 300, quick 180),
+# Environment: GIT_COMMIT (recorded; the GPU machine's copy of .git may be older),
+# PKG (build-gpu/pkg), BUDGET_S (whole run: 300, quick 180),
 # SHAPE (llama-3-8b), LEVELS (1,16,64,256), IN/OUT (128/128), ARCH (90).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -305,7 +306,7 @@ run() {
         fi
     fi
     python3 bench/gpu_report.py "$W" "$OUTDIR/summary.json" \
-        --commit "$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" --device "$DEVICE" \
+        --commit "${GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}" --device "$DEVICE" \
         --quick "$QUICK" > "$W/report.txt" 2>&1
     local rrc=$?
     cat "$W/report.txt" | tee -a "$W/gpu.log"

@@ -69,7 +69,7 @@ def main():
              "ops_skipped": "SKIP" in ops[:400], "ops_ok": ok("ops")}
     for tool in ("memcheck", "racecheck"):
         t = read(d, f"{tool}.txt")
-        summ = re.findall(r"========= (ERROR SUMMARY: .*)", t)
+        summ = re.findall(r"========= ((?:ERROR|RACECHECK) SUMMARY: .*)", t)
         item1[tool] = {"ok": ok(tool), "summary": summ[-1] if summ else None,
                        "message": None if summ else t.strip()[-400:]}
     item1["passed"] = item1["ops_ok"] and not item1["ops_skipped"] and all(

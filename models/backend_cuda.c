@@ -51,6 +51,7 @@ typedef struct cuda_layer {
 typedef struct cuda_graph {
     int n;                 /* bucket: rows the graph runs */
     cudaGraphExec_t exec;  /* NULL until captured */
+    int warm;              /* 1 once a step of this size ran (eagerly): the next is captured */
 } cuda_graph;
 
 typedef struct cuda_backend {
@@ -171,9 +172,18 @@ static int upload_embedding(cuda_backend *cb, const model_matrix *m) {
     return rc;
 }
 
+/* INT8 weights come in blocks of 32 along each row: a matrix whose rows are
+ * not a multiple of 32 long (stories260K's FFN of 172) is kept f16, as the
+ * CPU keeps such rows in f32 (model_target_type). kern_cuda_matmul picks
+ * its kernel from each weight's own format. */
+static kern_cuda_wfmt matrix_wfmt(kern_cuda_wfmt f, int n_in) {
+    return f == KERN_CUDA_W_INT8 && n_in % 32 != 0 ? KERN_CUDA_W_F16 : f;
+}
+
 static int upload_matrix(cuda_backend *cb, kern_cuda_weight *w, const model_matrix *m) {
-    int rc = kern_cuda_weight_upload(w, cb->wfmt, m->type, m->data, m->n_out, m->n_in);
-    if (rc == 0) cb->weight_bytes += kern_cuda_weight_bytes(cb->wfmt, m->n_out, m->n_in);
+    kern_cuda_wfmt f = matrix_wfmt(cb->wfmt, m->n_in);
+    int rc = kern_cuda_weight_upload(w, f, m->type, m->data, m->n_out, m->n_in);
+    if (rc == 0) cb->weight_bytes += kern_cuda_weight_bytes(f, m->n_out, m->n_in);
     return rc;
 }
 
@@ -205,11 +215,13 @@ size_t model_backend_cuda_weight_bytes(const model *m) {
     const model_weights *w = model_get_weights(m);
     kern_cuda_wfmt f = pick_wfmt(m, MODEL_WEIGHTS_AUTO);
     size_t b = (size_t)c->n_vocab * c->dim * 2;
-    if (!c->tied_output || f != KERN_CUDA_W_F16) b += kern_cuda_weight_bytes(f, c->n_vocab, c->dim);
+    if (!c->tied_output || f != KERN_CUDA_W_F16)
+        b += kern_cuda_weight_bytes(matrix_wfmt(f, c->dim), c->n_vocab, c->dim);
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &w->layers[l];
         const model_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) b += kern_cuda_weight_bytes(f, ms[i]->n_out, ms[i]->n_in);
+        for (int i = 0; i < 7; i++)
+            b += kern_cuda_weight_bytes(matrix_wfmt(f, ms[i]->n_in), ms[i]->n_out, ms[i]->n_in);
         b += 2 * (size_t)c->dim * sizeof(float);
     }
     return b;
@@ -367,6 +379,7 @@ static cuda_graph *cuda_graph_for(cuda_backend *cb, int bucket) {
     cuda_graph *g = &cb->graphs[cb->n_graphs++];
     g->n = bucket;
     g->exec = NULL;
+    g->warm = 0;
     return g;
 }
 
@@ -420,14 +433,27 @@ static int cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, i
         cuda_pad(cb, n, g->n);
         for (int i = 0; i < g->n; i++) cb->h_out_idx[i] = i;
         rc = cuda_upload_step(cb, g->n, g->n, g->n);
-        if (rc == 0 && !g->exec && cuda_capture(cb, g) != 0) {
+        /* A bucket's first step runs eagerly, so every kernel (and cuBLAS's
+         * first GEMM) is loaded and set up outside a capture; the second is
+         * captured. */
+        if (rc == 0 && !g->exec && g->warm && cuda_capture(cb, g) != 0) {
             BRISK_WARN("cuda: capturing a decode graph of %d rows failed (%s); running without graphs",
                        g->n, kern_cuda_last_error());
             cb->graphs_off = 1;
             g = NULL;
         }
-        if (rc == 0 && g && cudaGraphLaunch(g->exec, cb->stream) != cudaSuccess) rc = BRISK_EIO;
+        if (rc == 0 && g && g->exec) {
+            cudaError_t le = cudaGraphLaunch(g->exec, cb->stream);
+            if (le != cudaSuccess) {
+                BRISK_ERROR("cuda: cudaGraphLaunch (%d rows): %s", g->n, cudaGetErrorString(le));
+                (void)cudaGetLastError();
+                rc = BRISK_EIO;
+            }
+        } else if (rc == 0 && g) {
+            rc = cuda_pass(cb, g->n, g->n, 1, 1, g->n); /* the bucket's first step: eager */
+        }
         if (rc == 0 && !g) rc = cuda_pass(cb, n, n, 1, 1, n); /* the capture failed: eager */
+        if (g) g->warm = 1;
     } else {
         for (int r = 0; r < n_want; r++) cb->out_map[r] = r;
         rc = cuda_upload_step(cb, n, n_runs, n_want);
@@ -811,13 +837,6 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
     if (c->head_dim % 8 != 0 || c->head_dim > KERN_CUDA_ATTN_MAX_DIM) {
         snprintf(err, err_len, "--device cuda: head_dim %d is not supported on the GPU (a multiple of 8 "
                                "up to %d)", c->head_dim, KERN_CUDA_ATTN_MAX_DIM);
-        return BRISK_EUNSUPPORTED;
-    }
-    /* INT8 weights come in blocks of 32 along each row. */
-    if (pick_wfmt(m, o->weights) == KERN_CUDA_W_INT8 &&
-        (c->dim % 32 != 0 || c->hidden_dim % 32 != 0 || (c->n_heads * c->head_dim) % 32 != 0)) {
-        snprintf(err, err_len, "--device cuda --weights int8 needs rows in blocks of 32 (dim %d, ffn %d, "
-                               "q %d); use --weights f16", c->dim, c->hidden_dim, c->n_heads * c->head_dim);
         return BRISK_EUNSUPPORTED;
     }
     cuda_backend *cb = calloc(1, sizeof *cb);

@@ -254,6 +254,11 @@ extern "C" int kern_cuda_weight_upload(kern_cuda_weight *w, kern_cuda_wfmt fmt, 
         free(tmp.f32);
         free(tmp.q8);
     }
+    // cudaMemcpy from pageable memory returns once the source is staged, not
+    // when it has landed, and the compute streams are non-blocking (they do
+    // not wait for the legacy stream): finish the copies here.
+    if (rc == BRISK_OK)
+        rc = KERN_CUDA_CALL(cudaDeviceSynchronize());
     if (rc != BRISK_OK) {
         kern_cuda_weight_free(&dw);
         return rc;

@@ -140,6 +140,35 @@ static float *logits_chunked(rig *r, const int32_t *toks, int n, int chunk, int 
     return all;
 }
 
+/* A position counts when the reference's top-1/top-2 margin exceeds
+ * MARGIN_K x bound x rms(row): at the bound, the two logits' errors differ
+ * with an RMS of sqrt(2) x bound x rms, so such a margin is 7 of those and
+ * no rounding within the bound flips it. Random weights give near-ties
+ * (the margin of the top two of 128k logits is often ~0.1 rms): those
+ * positions are not counted, and the count says how many were. */
+#define MARGIN_K 10.0
+
+/* Rows of x whose top-1 differs from ref's where ref's margin is clear (as
+ * above, for a row error within bound); *counted gets the clear rows. */
+static int clear_disagreements(const float *ref, const float *x, int n, int nv, double bound, int *counted) {
+    int bad = 0;
+    *counted = 0;
+    for (int i = 0; i < n; i++) {
+        const float *c = ref + (size_t)i * nv;
+        int c1 = argmax(c, nv), c2 = c1 == 0 ? 1 : 0;
+        double den = 0;
+        for (int j = 0; j < nv; j++) {
+            if (j != c1 && c[j] > c[c2]) c2 = j;
+            den += (double)c[j] * c[j];
+        }
+        if (c[c1] - c[c2] > MARGIN_K * bound * sqrt(den / nv)) {
+            ++*counted;
+            bad += argmax(x + (size_t)i * nv, nv) != c1;
+        }
+    }
+    return bad;
+}
+
 /* Top-1 agreement of two n-row logit tables, and the largest relative
  * (L2) row error. */
 static int agree_rows(const float *a, const float *b, int n, int nv, double *worst) {
@@ -214,8 +243,16 @@ static void test_stories(const char *gguf) {
                "chunks of 7 %d/200 (%.2e); batch vs chunks %d/200 (%.2e)\n",
                a1, w1, a7, w7, a17, w17);
         /* f16 weights on the CPU agree 120/120 with f32 at 3e-3 (test_model);
-         * the GPU adds f16 activations into the matmuls and an f16 cache. */
-        CHECK(a1 == 200 && a7 == 200 && a17 == 200, "prefill top-1");
+         * the GPU adds f16 activations into the matmuls and an f16 cache.
+         * Top-1 must agree wherever the reference's margin is clear of the
+         * 1e-2 bound (near-ties may flip and are counted out). */
+        int n1, n7, n17;
+        int d1 = clear_disagreements(ref, one, 200, c.n_vocab, 1e-2, &n1);
+        int d7 = clear_disagreements(ref, seven, 200, c.n_vocab, 1e-2, &n7);
+        int d17 = clear_disagreements(one, seven, 200, c.n_vocab, 1e-2, &n17);
+        printf("test_cuda_model: clear-margin top-1 disagreements: batch %d of %d, chunks %d of %d, "
+               "batch vs chunks %d of %d\n", d1, n1, d7, n7, d17, n17);
+        CHECK(d1 == 0 && d7 == 0 && d17 == 0 && n1 > 100, "prefill top-1 where the margin is clear");
         CHECK(w1 < 1e-2 && w7 < 1e-2 && w17 < 1e-2, "prefill logits within 1e-2");
         /* Three sequences (toks from offsets 0, 10, 20) interleaved token by
          * token in one batch: row 3t + s is sequence s at position t. */
@@ -279,13 +316,6 @@ typedef struct side {
  * activation row to int8 blocks, the GPU keeps it f16). */
 #define BOUND_F16 2e-2
 #define BOUND_INT8 6e-2
-/* A position counts when the reference's top-1/top-2 margin exceeds
- * MARGIN_K x bound x rms(row): at the bound, the two logits' errors differ
- * with an RMS of sqrt(2) x bound x rms, so such a margin is 7 of those and
- * no rounding within the bound flips it. Random weights give near-ties
- * (the margin of the top two of 128k logits is often ~0.1 rms): those
- * positions are not counted, and the count says how many were. */
-#define MARGIN_K 10.0
 
 /* The test side decodes greedily one token a step (the decode path, its
  * sampler, graphs on) from prompt for n positions, keeping each step's
