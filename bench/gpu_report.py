@@ -132,7 +132,7 @@ def main():
     if mb:
         item4["decode"] = mb
         for b in mb:
-            rows.append(f"4 decode {b.get('weights')}{'' if b.get('cuda_graphs', True) else ' (graphs off)'}: "
+            rows.append(f"4 decode {b.get('weights')}{' (graphs off)' if 'graphs off' in b.get('device', '') else ''}: "
                         f"tg {b.get('tg_tok_s', 0):.1f} tok/s = {100 * b.get('tg_frac_roofline', 0):.1f}% of "
                         f"{b.get('tg_roofline_tok_s', 0):.0f} (bw {b.get('read_bw_gb_s', 0):.0f} GB/s); "
                         f"pp{b.get('pp')} {b.get('pp_tok_s', 0):.0f} tok/s, {b.get('pp_tflop_s', 0):.1f} TFLOP/s")
