@@ -73,7 +73,10 @@ done
 mkdir -p bench/results
 # shellcheck disable=SC2086  # CONNS is a list of numbers on purpose
 python3 - "$TMP" "$OUT" "$MACHINE" "$DATE" "$TOKENS" $CONNS <<'PYEOF'
-import json, os, subprocess, sys
+import json, os, sys
+
+sys.path.insert(0, "bench")
+import bench_meta  # noqa: E402
 
 tmp, out_path, machine, date, tokens = sys.argv[1:6]
 conns = [int(c) for c in sys.argv[6:]]
@@ -97,14 +100,7 @@ for c in conns:
     cpu_model = rep["machine"]["cpu"]
     cores = rep["machine"]["cores"]
     commit = rep["commit"]
-try:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                      capture_output=True, text=True).stdout.strip():
-        commit += "-dirty"
-except (OSError, subprocess.CalledProcessError):
-    pass
+commit = bench_meta.git_commit(commit)
 result = {
     "benchmark": "brisk-bench client overhead against bench_fake_server",
     "machine": {"name": machine, "cpu": cpu_model, "cores": cores},

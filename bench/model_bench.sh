@@ -50,29 +50,16 @@ done
 
 mkdir -p bench/results
 python3 - "$ROWS" "$OUT" "$MACHINE" "$DATE" "$THREADS" "$TITLE" <<'PYEOF'
-import json, os, subprocess, sys
+import json, os, sys
+
+sys.path.insert(0, "bench")
+import bench_meta  # noqa: E402
 
 rows_path, out_path, machine, date, threads, title = sys.argv[1:7]
 rows = [json.loads(line) for line in open(rows_path) if line.strip()]
 
-cpu, flags = "unknown", []
-try:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name") and cpu == "unknown":
-            cpu = line.split(":", 1)[1].strip()
-        if line.startswith("flags") and not flags:
-            flags = [f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "fma", "f16c", "amx"))]
-except OSError:
-    pass
-try:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    if dirty:
-        commit += "-dirty"
-except (OSError, subprocess.CalledProcessError):
-    commit = "unknown"
+cpu, flags = bench_meta.cpu_model_and_flags()
+commit = bench_meta.git_commit("unknown")
 
 result = {
     "machine": {"name": machine, "cpu": cpu, "cores": os.cpu_count(), "cpu_flags": flags,
