@@ -15,6 +15,7 @@
 #include "models/backend.h"
 #include "scheduler/kv_cache.h"
 #include "scheduler/sched_core.h"
+#include "scheduler/sched_setup.h"
 #include "scheduler/seq_text.h"
 
 typedef struct seq {
@@ -60,9 +61,10 @@ struct sched_engine {
     char load_err[256];
     sched_engine_stats stats;
     /* engine thread only */
-    model *m;
-    model_backend *be; /* the forward pass and sampling: CPU or CUDA */
-    kv_cache *kv;
+    sched_setup setup; /* owns the model, the backend and the KV cache */
+    model *m;          /* setup.m */
+    model_backend *be; /* setup.be: the forward pass and sampling, CPU or CUDA */
+    kv_cache *kv;      /* setup.kv */
     sched_core *core;
     kern_pool *pool;
     int max_ctx;
@@ -555,78 +557,40 @@ static void publish_stats(sched_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
-/* The KV pool: --kv-cache-bytes, else min(1 GiB, max_seqs full contexts),
- * and never less than one full context. */
-static long kv_pool_blocks(const sched_engine *e, int kv_dim, int n_layers, int f16,
-                           long long budget) {
-    int bs = e->cfg.block_size;
-    size_t per_block = kv_cache_pool_bytes_dtype(n_layers, kv_dim, bs, 1, f16);
-    long ctx_blocks = (e->max_ctx + bs - 1) / bs;
-    long want;
-    if (e->cfg.kv_cache_bytes > 0) {
-        want = (long)(e->cfg.kv_cache_bytes / (long long)per_block);
-    } else if (budget > 0) { /* the GPU: what --gpu-memory-utilization leaves */
-        want = (long)(budget / (long long)per_block);
-    } else {
-        long full = ctx_blocks * e->cfg.max_seqs;
-        long cap = (long)(((size_t)1 << 30) / per_block);
-        want = full < cap ? full : cap;
-        if (want < ctx_blocks) want = ctx_blocks;
-    }
-    return want;
-}
-
+/* The thread pool, then the model, backend and KV cache (sched_setup.h has
+ * the rules: weights on the GPU, context, pool size), then the scheduler. */
 static int engine_load(sched_engine *e) {
-    char err[256] = "";
     e->pool = kern_pool_create(e->cfg.n_threads);
     if (!e->pool) {
         snprintf(e->load_err, sizeof e->load_err, "cannot start the thread pool");
         return BRISK_ENOMEM;
     }
-    model_load_opts lo = {.weights = e->cfg.weights, .pool = e->pool, .dummy = e->cfg.dummy, .tokenizer = e->cfg.tokenizer,
-                          .cpu_layout = model_device_is_cpu(e->cfg.device)};
-    /* On the GPU the weights are converted while uploaded: keep the file's
-     * blocks on the host (mmap, no conversion) unless --weights says f32. */
-    if (e->cfg.device == MODEL_DEVICE_CUDA && lo.weights != MODEL_WEIGHTS_F32 && !e->cfg.dummy)
-        lo.weights = MODEL_WEIGHTS_AUTO;
-    int rc = model_load(e->model_path, &lo, &e->m, err, sizeof err);
-    if (rc < 0) {
-        snprintf(e->load_err, sizeof e->load_err, "%s", err);
-        return rc;
-    }
-    const model_config *c = model_get_config(e->m);
-    int ctx = e->cfg.max_ctx > 0 ? e->cfg.max_ctx : (c->n_ctx_train < 4096 ? c->n_ctx_train : 4096);
-    if (ctx < 2) ctx = 2;
-    e->max_ctx = ctx;
     int mbt = e->cfg.max_batch_tokens;
-    model_backend_opts bo = {.device = e->cfg.device, .max_tokens = mbt, .max_ctx = ctx,
-                             .max_seqs = e->cfg.max_seqs, .block_size = e->cfg.block_size,
-                             .pool = e->pool,
-                             .gpu_memory_utilization = e->cfg.gpu_memory_utilization,
-                             .cuda_graphs = e->cfg.cuda_graphs,
-                             .weights = e->cfg.weights};
-    rc = model_backend_create(e->m, &bo, &e->be, err, sizeof err);
-    if (rc < 0) {
-        snprintf(e->load_err, sizeof e->load_err, "%s", err);
-        return rc;
-    }
-    /* The GPU's attention reads an f16 cache. */
-    int kv_f16 = e->cfg.kv_f16 || e->be->device == MODEL_DEVICE_CUDA;
-    int kv_dim = c->n_kv_heads * c->head_dim, bs = e->cfg.block_size;
-    long n_blocks = kv_pool_blocks(e, kv_dim, c->n_layers, kv_f16, e->be->ops->kv_budget(e->be));
-    if (n_blocks < 2 || n_blocks > (1L << 30)) {
-        snprintf(e->load_err, sizeof e->load_err,
-                 "the KV cache holds %ld blocks of %d positions (%.1f MB each); it needs at least 2",
-                 n_blocks, bs, kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, 1, kv_f16) / 1e6);
-        return BRISK_EINVAL;
-    }
-    /* A sequence may not hold more positions than the pool. */
-    if ((long)ctx > n_blocks * bs) e->max_ctx = ctx = (int)(n_blocks * bs);
-    kv_cache_config kc = {c->n_layers, kv_dim, bs, (int)n_blocks, e->cfg.max_seqs, (ctx + bs - 1) / bs,
-                          e->cfg.prefix_caching, kv_f16, NULL, NULL};
-    if (model_backend_kv_create(e->be, &kc, &e->kv) < 0) e->kv = NULL;
+    sched_setup_opts so = {.model_path = e->model_path,
+                           .dummy = e->cfg.dummy,
+                           .tokenizer = e->cfg.tokenizer,
+                           .weights = e->cfg.weights,
+                           .device = e->cfg.device,
+                           .pool = e->pool,
+                           .max_tokens = mbt,
+                           .max_ctx = e->cfg.max_ctx,
+                           .max_seqs = e->cfg.max_seqs,
+                           .block_size = e->cfg.block_size,
+                           .gpu_memory_utilization = e->cfg.gpu_memory_utilization,
+                           .cuda_graphs = e->cfg.cuda_graphs,
+                           .kv_f16 = e->cfg.kv_f16,
+                           .prefix_caching = e->cfg.prefix_caching,
+                           .kv_cache_bytes = e->cfg.kv_cache_bytes};
+    int rc = sched_setup_create(&so, &e->setup, e->load_err, sizeof e->load_err);
+    if (rc < 0) return rc;
+    e->m = e->setup.m;
+    e->be = e->setup.be;
+    e->kv = e->setup.kv;
+    const model_config *c = model_get_config(e->m);
+    int ctx = e->max_ctx = e->setup.max_ctx, bs = e->setup.block_size, kv_f16 = e->setup.kv_f16;
+    long n_blocks = e->setup.n_blocks;
     sched_core_config sc = {e->cfg.max_seqs, mbt, e->cfg.prefix_caching};
-    e->core = e->kv ? sched_core_create(e->kv, &sc) : NULL;
+    e->core = sched_core_create(e->kv, &sc);
     e->b_tok = malloc((size_t)mbt * sizeof *e->b_tok);
     e->b_pos = malloc((size_t)mbt * sizeof *e->b_pos);
     e->b_seq = malloc((size_t)mbt * sizeof *e->b_seq);
@@ -635,9 +599,9 @@ static int engine_load(sched_engine *e) {
     e->jobs = malloc((size_t)e->cfg.max_seqs * sizeof *e->jobs);
     e->job_seq = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_seq);
     e->job_ids = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_ids);
-    if (!e->jobs || !e->job_seq || !e->job_ids || !e->kv || !e->core || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->lp_row) {
-        snprintf(e->load_err, sizeof e->load_err, "out of memory for the KV cache (%ld blocks, %.1f MB) or scratch",
-                 n_blocks, kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, n_blocks, kv_f16) / 1e6);
+    if (!e->jobs || !e->job_seq || !e->job_ids || !e->core || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->lp_row) {
+        snprintf(e->load_err, sizeof e->load_err, "out of memory for the scheduler's scratch (%ld KV blocks)",
+                 n_blocks);
         return BRISK_ENOMEM;
     }
     char dev[160];
@@ -774,9 +738,7 @@ void sched_engine_free(sched_engine *e) {
     free(e->job_seq);
     free(e->job_ids);
     sched_core_free(e->core);
-    kv_cache_free(e->kv); /* before the backend that holds its K/V memory */
-    model_backend_free(e->be);
-    model_free(e->m);
+    sched_setup_free(&e->setup); /* the cache, the backend, the model */
     kern_pool_free(e->pool);
     free(e->model_path);
     pthread_mutex_destroy(&e->mu);

@@ -15,6 +15,7 @@
 #include "kernels/cpu/kern_pool.h"
 #include "models/backend.h"
 #include "models/model.h"
+#include "scheduler/sched_setup.h"
 #include "server/cli.h"
 
 /* Random token ids from a fixed seed: benchmarks never run on zeros. */
@@ -135,33 +136,25 @@ int cmd_bench(int argc, char **argv) {
     char err[512] = "";
     int status = 1;
     kern_pool *pool = kern_pool_create((int)threads);
-    model *m = NULL;
-    model_backend *be = NULL;
-    kv_cache *kv = NULL;
+    sched_setup st = {0};
+    model *m = NULL;          /* st.m */
+    model_backend *be = NULL; /* st.be */
+    kv_cache *kv = NULL;      /* st.kv */
     int32_t *ids = NULL;
     if (!pool) goto out;
-    model_load_opts lo = {.weights = fmt, .pool = pool, .dummy = dummy, .tokenizer = tokenizer,
-                          .cpu_layout = model_device_is_cpu(device)};
-    /* On the GPU the weights are converted while uploaded. */
-    if (device == MODEL_DEVICE_CUDA && fmt != MODEL_WEIGHTS_F32 && !dummy) lo.weights = MODEL_WEIGHTS_AUTO;
-    if (model_load(model_path, &lo, &m, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        goto out;
-    }
-    const model_config *c = model_get_config(m);
     int n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg);
     if (n_ctx < 1) n_ctx = 1;
-    model_backend_opts bo = {.device = device, .max_tokens = n_pp > 0 ? (int)n_pp : 1, .max_ctx = n_ctx,
-                             .max_seqs = 1, .block_size = 16, .pool = pool,
-                             .gpu_memory_utilization = 0.9, .cuda_graphs = graphs, .weights = fmt};
-    if (model_backend_create(m, &bo, &be, err, sizeof err) < 0) {
+    sched_setup_opts so = {.model_path = model_path, .dummy = dummy, .tokenizer = tokenizer, .weights = fmt,
+                           .device = device, .pool = pool, .max_tokens = n_pp > 0 ? (int)n_pp : 1,
+                           .max_ctx = n_ctx, .max_seqs = 1, .cuda_graphs = graphs, .kv_f16 = kv_f16,
+                           .kv_exact = 1};
+    if (sched_setup_create(&so, &st, err, sizeof err) < 0) {
         cli_error("%s", err);
         goto out;
     }
-    int kv_blocks = (n_ctx + 15) / 16;
-    kv_cache_config kc = {c->n_layers, c->n_kv_heads * c->head_dim, 16, kv_blocks, 1, kv_blocks, 0,
-                          kv_f16 || be->device == MODEL_DEVICE_CUDA, NULL, NULL};
-    if (model_backend_kv_create(be, &kc, &kv) < 0 || kv_cache_seq_grow(kv, 0, n_ctx) < 0) kv = NULL;
+    m = st.m, be = st.be, kv = st.kv;
+    const model_config *c = model_get_config(m);
+    if (kv_cache_seq_grow(kv, 0, n_ctx) < 0) kv = NULL;
     ids = malloc((size_t)n_ctx * sizeof *ids);
     if (!kv || !ids) {
         cli_error("bench: out of memory");
@@ -197,7 +190,7 @@ int cmd_bench(int argc, char **argv) {
            "\"cpu\": \"%s\", \"device\": ",
            model_weights_fmt_name(fmt), kern_pool_size(pool),
            (long long)model_n_params(m), wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0,
-           n_tg, tg_tps, kc.f16 ? "f16" : "f32", bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
+           n_tg, tg_tps, st.kv_f16 ? "f16" : "f32", bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
     bench_json_string(stdout, dev);
     char kernels[1024] = "";
     if (be->device == MODEL_DEVICE_CPU) model_cpu_kernels_describe(m, kernels, sizeof kernels);
@@ -208,9 +201,7 @@ int cmd_bench(int argc, char **argv) {
     status = 0;
 out:
     free(ids);
-    kv_cache_free(kv);
-    model_backend_free(be);
-    model_free(m);
+    sched_setup_free(&st); /* the cache, the backend, the model */
     kern_pool_free(pool);
     return status;
 }

@@ -12,6 +12,7 @@
 #include "models/backend.h"
 #include "models/model.h"
 #include "models/sampler.h"
+#include "scheduler/sched_setup.h"
 #include "server/cli.h"
 
 static void generate_usage(void) {
@@ -213,9 +214,10 @@ int cmd_generate(int argc, char **argv) {
     char err[512] = "";
     int status = 1;
     kern_pool *pool = kern_pool_create((int)o.threads);
-    model *m = NULL;
-    model_backend *be = NULL;
-    kv_cache *kv = NULL;
+    sched_setup st = {0};
+    model *m = NULL;         /* st.m */
+    model_backend *be = NULL; /* st.be */
+    kv_cache *kv = NULL;      /* st.kv */
     model_sampler *smp = NULL;
     int32_t *ids = NULL;
     FILE *dump = NULL;
@@ -223,16 +225,18 @@ int cmd_generate(int argc, char **argv) {
         cli_error("cannot start the thread pool");
         goto out;
     }
-    model_load_opts lo = {.weights = o.weights, .pool = pool, .dummy = o.dummy, .tokenizer = o.tokenizer,
-                          .cpu_layout = model_device_is_cpu(o.device)};
-    /* On the GPU the weights are converted while uploaded. */
-    if (o.device == MODEL_DEVICE_CUDA && lo.weights != MODEL_WEIGHTS_F32 && !o.dummy)
-        lo.weights = MODEL_WEIGHTS_AUTO;
+    /* One slot holding the whole context; f32 K/V on the CPU (the golden
+     * outputs are checked there), f16 on the GPU. The context and the chunk
+     * depend on the prompt, so the model comes first. */
+    sched_setup_opts so = {.model_path = o.model, .dummy = o.dummy, .tokenizer = o.tokenizer,
+                           .weights = o.weights, .device = o.device, .pool = pool, .max_seqs = 1,
+                           .cuda_graphs = !o.no_graphs, .kv_exact = 1};
     double t_load = brisk_now();
-    if (model_load(o.model, &lo, &m, err, sizeof err) < 0) {
+    if (sched_setup_load(&so, &st, err, sizeof err) < 0) {
         cli_error("%s", err);
         goto out;
     }
+    m = st.m;
     t_load = brisk_now() - t_load;
     const model_config *c = model_get_config(m);
     const tok_vocab *v = model_get_vocab(m);
@@ -255,20 +259,16 @@ int cmd_generate(int argc, char **argv) {
         BRISK_WARN("context %ld exceeds the model's training context %d", n_ctx, c->n_ctx_train);
     int chunk = n_prompt < 512 ? n_prompt : 512;
     if (chunk < 1) chunk = 1;
-    model_backend_opts bo = {.device = o.device, .max_tokens = chunk, .max_ctx = (int)n_ctx,
-                             .max_seqs = 1, .block_size = 16, .pool = pool,
-                             .gpu_memory_utilization = 0.9, .cuda_graphs = !o.no_graphs,
-                             .weights = o.weights};
-    if (model_backend_create(m, &bo, &be, err, sizeof err) < 0) {
+    so.max_tokens = chunk;
+    so.max_ctx = (int)n_ctx;
+    if (sched_setup_finish(&so, &st, err, sizeof err) < 0) {
+        m = NULL;
         cli_error("%s", err);
         goto out;
     }
-    /* One slot holding the whole context; f32 K/V on the CPU (the golden
-     * outputs are checked there), f16 on the GPU. */
-    int kv_blocks = (int)((n_ctx + 15) / 16);
-    kv_cache_config kc = {c->n_layers, c->n_kv_heads * c->head_dim, 16, kv_blocks, 1, kv_blocks, 0,
-                          be->device == MODEL_DEVICE_CUDA, NULL, NULL};
-    if (model_backend_kv_create(be, &kc, &kv) < 0 || kv_cache_seq_grow(kv, 0, (int)n_ctx) < 0) {
+    be = st.be;
+    kv = st.kv;
+    if (kv_cache_seq_grow(kv, 0, (int)n_ctx) < 0) {
         cli_error("out of memory for a KV cache of %ld positions", n_ctx);
         goto out;
     }
@@ -349,9 +349,7 @@ out:
     if (dump) fclose(dump);
     free(ids);
     model_sampler_free(smp);
-    kv_cache_free(kv); /* before the backend that holds its K/V memory */
-    model_backend_free(be);
-    model_free(m);
+    sched_setup_free(&st); /* the cache, the backend, the model */
     kern_pool_free(pool);
     return status;
 }

@@ -87,7 +87,14 @@ static kv_cache_stats stats(const kv_cache *kv) {
 /* ---- allocator ------------------------------------------------------------ */
 
 static void test_bad_config(void) {
-    kv_cache_config ok = {2, 8, 4, 8, 3, 5, 1, 0, NULL, NULL};
+    kv_cache_config ok = {.n_layers = 2,
+                          .kv_dim = 8,
+                          .block_size = 4,
+                          .n_blocks = 8,
+                          .max_seqs = 3,
+                          .max_seq_blocks = 5,
+                          .prefix_cache = 1,
+                          .f16 = 0};
     kv_cache *kv = kv_cache_create_paged(&ok);
     CHECK(kv != NULL, "valid config");
     kv_cache_free(kv);
@@ -737,7 +744,14 @@ static void test_stress(void) {
  * layer. */
 static void test_f16(void) {
     const int L = 2, D = 8, BS = 4;
-    kv_cache_config c = {L, D, BS, 8, 3, 4, 1, 1, NULL, NULL};
+    kv_cache_config c = {.n_layers = L,
+                         .kv_dim = D,
+                         .block_size = BS,
+                         .n_blocks = 8,
+                         .max_seqs = 3,
+                         .max_seq_blocks = 4,
+                         .prefix_cache = 1,
+                         .f16 = 1};
     kv_cache *kv = kv_cache_create_paged(&c);
     CHECK(kv != NULL, "f16 cache");
     if (!kv) return;

@@ -29,7 +29,14 @@ static void treq_init(treq *t, const int32_t *prompt, int n, int max_len) {
 }
 
 static kv_cache *make_kv(int n_blocks, int block_size, int max_seqs, int max_seq_blocks) {
-    kv_cache_config kc = {1, 4, block_size, n_blocks, max_seqs, max_seq_blocks, 1, 0, NULL, NULL};
+    kv_cache_config kc = {.n_layers = 1,
+                          .kv_dim = 4,
+                          .block_size = block_size,
+                          .n_blocks = n_blocks,
+                          .max_seqs = max_seqs,
+                          .max_seq_blocks = max_seq_blocks,
+                          .prefix_cache = 1,
+                          .f16 = 0};
     return kv_cache_create_paged(&kc);
 }
 
