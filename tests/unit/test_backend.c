@@ -19,6 +19,16 @@
 #include "models/model.h"
 #include "models/sampler.h"
 
+/* A small f32 pool: 8 blocks of 16 positions, 2 slots of up to 4 blocks. */
+static kv_cache_config small_kv(const model_config *c) {
+    return (kv_cache_config){.n_layers = c->n_layers,
+                             .kv_dim = c->n_kv_heads * c->head_dim,
+                             .block_size = 16,
+                             .n_blocks = 8,
+                             .max_seqs = 2,
+                             .max_seq_blocks = 4};
+}
+
 static void test_device_names(void) {
     model_device d = MODEL_DEVICE_AUTO;
     CHECK(model_device_parse("cpu", &d) == 0 && d == MODEL_DEVICE_CPU, "cpu");
@@ -50,14 +60,7 @@ static void test_cpu_equivalence(const model *m, kern_pool *pool) {
     be->ops->describe(be, desc, sizeof desc);
     CHECK(strstr(desc, "cpu") != NULL, "describe: %s", desc);
 
-    kv_cache_config kc = {.n_layers = c->n_layers,
-                          .kv_dim = c->n_kv_heads * c->head_dim,
-                          .block_size = 16,
-                          .n_blocks = 8,
-                          .max_seqs = 2,
-                          .max_seq_blocks = 4,
-                          .prefix_cache = 0,
-                          .f16 = 0};
+    kv_cache_config kc = small_kv(c);
     kv_cache *kv = NULL, *kv_ref = kv_cache_create_paged(&kc);
     CHECK(model_backend_kv_create(be, &kc, &kv) == 0 && kv, "kv_create");
     kern_kv_view view;
@@ -165,14 +168,7 @@ static void test_cpu_layout(const char *path, kern_pool *pool) {
     }
     const model_config *c = model_get_config(m[0]);
     model_state *st[2] = {model_state_create(m[0], 32, 64), model_state_create(m[1], 32, 64)};
-    kv_cache_config kc = {.n_layers = c->n_layers,
-                          .kv_dim = c->n_kv_heads * c->head_dim,
-                          .block_size = 16,
-                          .n_blocks = 8,
-                          .max_seqs = 2,
-                          .max_seq_blocks = 4,
-                          .prefix_cache = 0,
-                          .f16 = 0};
+    kv_cache_config kc = small_kv(c);
     kv_cache *kv[2] = {kv_cache_create_paged(&kc), kv_cache_create_paged(&kc)};
     int same = 1, steps = 0;
     if (st[0] && st[1] && kv[0] && kv[1]) {
