@@ -2,8 +2,7 @@
  * roofline), matmul GEMV GB/s per weight type, Q8_0 at the batch sizes of a
  * decode step (1-24 tokens; row-major and the row-interleaved X8 form), integer-weight (Q8_0, Q8_0M, Q4_0, Q4_1) GEMM
  * GOP/s on the SmolLM2-135M shapes, decode attention over a paged cache,
- * pool dispatch cost. Not built by CMake; build with
- *   cc -O2 -I. -Ibuild/generated bench/kern_bench.c build/libbrisk_core.a -lpthread -lm -o kern_bench
+ * pool dispatch cost. Built by CMake with the rest (build/bin/kern_bench).
  * Usage: kern_bench [threads [section]]   (BRISK_CPU_LEVEL caps the SIMD level;
  * section: gemv, step, attn or gemm runs that one alone; "levels" times every
  * SIMD level's own kernels side by side per weight type and batch size, the
