@@ -42,7 +42,7 @@ static void h_models(srv_req *r) {
     srv_app *app = srv_req_app(r);
     char *json = srv_api_models_json(app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0);
     if (!json) {
-        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
     json_reply(r, 200, json);
@@ -89,7 +89,7 @@ static void h_metrics(srv_req *r) {
         text = NULL;
     }
     if (!text) {
-        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
     srv_respond(r, 200, SRV_METRICS_CONTENT_TYPE, text, len, NULL);

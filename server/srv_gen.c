@@ -397,7 +397,7 @@ static void gen_finish(gen_req *g) {
                                   : srv_api_completion_json(g->id, g->created, app->served_name, ch,
                                                             g->n_choices, &usage, g->logprobs >= 0);
             if (json) srv_respond(g->http, 200, "application/json", json, strlen(json), NULL);
-            else srv_respond_error(g->http, 500, "server_error", NULL, NULL, "out of memory");
+            else srv_respond_code(g->http, BRISK_ENOMEM, NULL);
             free(json);
             for (int i = 0; lps && i < g->n_choices; i++) free_lps(&lps[i]);
             free(lps);
@@ -540,7 +540,7 @@ static int check_model(srv_app *app, srv_req *r, const char *name) {
  * the request has been answered (the caller frees what it parsed). */
 static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e, const srv_gen_params *p) {
     if (rc < 0) {
-        if (rc == BRISK_ENOMEM) srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        if (rc == BRISK_ENOMEM) srv_respond_code(r, BRISK_ENOMEM, NULL);
         else respond_api_error(r, e);
         return -1;
     }
@@ -691,7 +691,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
     }
     g->choices = brisk_calloc((size_t)n_choices, sizeof *g->choices);
     if (!g->choices) {
-        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
         gen_free(g);
         return;
     }
@@ -730,17 +730,8 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
     if (rc < 0) {
         for (int i = 0; i < g->n_choices; i++)
             if (g->choices[i].live) sched_engine_cancel(app->eng, &g->choices[i]);
-        if (rc == BRISK_ENOSPC) {
-            srv_api_error qe = {429, "rate_limit_error", "", "queue_full",
-                                "the server's waiting queue is full; retry later"};
-            char *json = srv_api_error_json(&qe);
-            if (json) srv_respond(r, 429, "application/json", json, strlen(json), "Retry-After: 1\r\n");
-            else srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
-            free(json);
-        }
-        else
-            srv_respond_error(r, 500, "server_error", NULL, NULL, "cannot queue the request: %s",
-                              brisk_strerror(rc));
+        if (rc == BRISK_ENOSPC) srv_respond_code(r, rc, NULL); /* 429, the queue is full */
+        else srv_respond_code(r, rc, "cannot queue the request: %s", brisk_strerror(rc));
         g->http = NULL;
         if (g->n_live == 0) {
             gen_unlink(app, g);
@@ -825,7 +816,7 @@ void srv_gen_completions(srv_req *r) {
     gen_req *g = gen_new(app, r, 0, &cr.params, cr.n_prompts);
     if (!g) {
         srv_completion_req_free(&cr);
-        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
     for (int i = 0; i < cr.n_prompts; i++) {
@@ -854,7 +845,7 @@ void srv_gen_completions(srv_req *r) {
         if (!g->pids[i] || (want_text && !g->ptext[i])) {
             gen_free(g);
             srv_completion_req_free(&cr);
-            srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
             return;
         }
     }
@@ -890,7 +881,7 @@ void srv_gen_chat(srv_req *r) {
     model_chat_msg *msgs = brisk_calloc((size_t)cr.n_msgs, sizeof *msgs);
     if (!msgs) {
         srv_chat_req_free(&cr);
-        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
     for (int i = 0; i < cr.n_msgs; i++) {
@@ -916,7 +907,7 @@ void srv_gen_chat(srv_req *r) {
     free(msgs);
     if (rc < 0) {
         srv_chat_req_free(&cr);
-        if (rc == BRISK_ENOMEM) srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        if (rc == BRISK_ENOMEM) srv_respond_code(r, BRISK_ENOMEM, NULL);
         else srv_respond_error(r, 400, "invalid_request_error", "messages", NULL, "%s", err);
         return;
     }
@@ -924,7 +915,7 @@ void srv_gen_chat(srv_req *r) {
     if (!g) {
         free(text);
         srv_chat_req_free(&cr);
-        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
     int flags = TOK_PARSE_SPECIAL | (has_bos ? 0 : add_bos_flag(app));
@@ -933,7 +924,7 @@ void srv_gen_chat(srv_req *r) {
     if (!g->pids[0] || (g->audit_keep && audit_keep_msgs(g, &cr) < 0)) {
         gen_free(g);
         srv_chat_req_free(&cr);
-        srv_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
     gen_start(app, r, g, &cr.params, 0);

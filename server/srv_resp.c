@@ -385,13 +385,15 @@ static const char *default_type(int status) {
 }
 
 static void respond_error_msg(srv_req *r, int status, const char *type, const char *param,
-                              const char *code, const char *msg) {
+                              const char *code, const char *msg, const char *headers) {
     if (r->aborted || !r->conn) {
         finish_detached(r);
         return;
     }
     char extra[512] = "";
-    if (status == 401) {
+    if (headers) {
+        snprintf(extra, sizeof extra, "%s", headers);
+    } else if (status == 401) {
         snprintf(extra, sizeof extra, "WWW-Authenticate: Bearer\r\n");
     } else if (status == 405) {
         char allow[400];
@@ -426,7 +428,42 @@ void srv_respond_error(srv_req *r, int status, const char *type, const char *par
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    respond_error_msg(r, status, type, param, code, msg);
+    respond_error_msg(r, status, type, param, code, msg, NULL);
+}
+
+srv_error_map srv_error_for_code(int code) {
+    switch (code) {
+    case BRISK_EINVAL:
+    case BRISK_ERANGE:
+    case BRISK_EFORMAT:
+    case BRISK_EUNSUPPORTED:
+        return (srv_error_map){400, "invalid_request_error", NULL, NULL, brisk_strerror(code)};
+    case BRISK_ENOTFOUND:
+        return (srv_error_map){404, "invalid_request_error", "not_found", NULL, brisk_strerror(code)};
+    case BRISK_ENOSPC:
+        return (srv_error_map){429, "rate_limit_error", "queue_full", "Retry-After: 1\r\n",
+                               "the server's waiting queue is full; retry later"};
+    case BRISK_ENOMEM:
+        return (srv_error_map){500, "server_error", NULL, NULL, "out of memory"};
+    default:
+        return (srv_error_map){500, "server_error", NULL, NULL, brisk_strerror(code)};
+    }
+}
+
+void srv_respond_code(srv_req *r, int code, const char *fmt, ...) {
+    if (!r)
+        return;
+    srv_error_map m = srv_error_for_code(code);
+    char msg[1024];
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+    } else {
+        snprintf(msg, sizeof msg, "%s", m.message);
+    }
+    respond_error_msg(r, m.status, m.type, NULL, m.code, msg, m.headers);
 }
 
 void srv_respond_layer_error(srv_req *r, const char *detail) {
@@ -455,7 +492,7 @@ void srv_respond_layer_error(srv_req *r, const char *detail) {
     case 505: snprintf(msg, sizeof msg, "Only HTTP/1.0 and HTTP/1.1 are supported"); break;
     default: snprintf(msg, sizeof msg, "%s", srv_status_reason(st)); break;
     }
-    respond_error_msg(r, st, NULL, NULL, NULL, msg);
+    respond_error_msg(r, st, NULL, NULL, NULL, msg, NULL);
 }
 
 /* ---- streaming ---- */

@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "brisk_test.h"
+#include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "server/srv_http.h"
 
@@ -1285,9 +1286,39 @@ static void test_lifecycle(void) {
           "bad config rejected");
 }
 
+/* srv_error_for_code: every BRISK_E* code to the status, type, code and
+ * headers brisk_error.h's taxonomy promises, in one place. */
+static void test_error_map(void) {
+    const struct {
+        int code, status;
+        const char *type, *oa_code;
+        int retry_after;
+    } want[] = {
+        {BRISK_EINVAL, 400, "invalid_request_error", NULL, 0},
+        {BRISK_ERANGE, 400, "invalid_request_error", NULL, 0},
+        {BRISK_EFORMAT, 400, "invalid_request_error", NULL, 0},
+        {BRISK_EUNSUPPORTED, 400, "invalid_request_error", NULL, 0},
+        {BRISK_ENOTFOUND, 404, "invalid_request_error", "not_found", 0},
+        {BRISK_ENOSPC, 429, "rate_limit_error", "queue_full", 1},
+        {BRISK_ENOMEM, 500, "server_error", NULL, 0},
+        {BRISK_EIO, 500, "server_error", NULL, 0},
+        {-1000, 500, "server_error", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        srv_error_map m = srv_error_for_code(want[i].code);
+        CHECK(m.status == want[i].status && !strcmp(m.type, want[i].type) &&
+                  (want[i].oa_code ? m.code && !strcmp(m.code, want[i].oa_code) : m.code == NULL) &&
+                  (want[i].retry_after ? m.headers && !strcmp(m.headers, "Retry-After: 1\r\n") : !m.headers) &&
+                  m.message && m.message[0],
+              "code %d -> %d %s", want[i].code, m.status, m.type);
+    }
+    CHECK(!strcmp(srv_error_for_code(BRISK_ENOMEM).message, "out of memory"), "ENOMEM says out of memory");
+}
+
 int main(void) {
     /* A hang is a failure: the whole test must end in 5 minutes. */
     alarm(300);
+    test_error_map();
 
     srv_http_config cfg = srv_http_config_default();
     cfg.api_key = API_KEY;
