@@ -50,7 +50,7 @@ static model_device backend_pick(const model *m, const model_backend_opts *o) {
 int model_backend_create(const model *m, const model_backend_opts *o, model_backend **out,
                          char *err, size_t err_len) {
     *out = NULL;
-    if (!m || !o || o->max_tokens <= 0 || o->max_ctx <= 0 || o->max_seqs <= 0) {
+    if (!m || !o || o->max_batch_tokens <= 0 || o->max_ctx <= 0 || o->max_seqs <= 0) {
         snprintf(err, err_len, "bad backend options");
         return BRISK_EINVAL;
     }

@@ -3,7 +3,7 @@
  * thread pool) and the CUDA path (backend_cuda.c: weights, KV pool and
  * scratch on the GPU) both implement.
  *
- * A backend is made for one model and one shape of work (at most max_tokens
+ * A backend is made for one model and one shape of work (at most max_batch_tokens
  * tokens per forward call, contexts up to max_ctx, at most max_seqs
  * sequences). It owns the KV storage: model_backend_kv_create makes the
  * paged cache (kv_cache.h) whose bookkeeping stays on the host and whose K/V
@@ -34,7 +34,7 @@ const char *model_device_name(model_device d);
 
 typedef struct model_backend_opts {
     model_device device;  /* AUTO: CUDA when a GPU is present and the model fits */
-    int max_tokens;       /* tokens per forward call */
+    int max_batch_tokens;       /* tokens per forward call */
     int max_ctx;          /* positions per sequence */
     int max_seqs;         /* sequences (KV slots, rows sampled per step) */
     int block_size;       /* KV positions per block (the pool kv_create will be asked for) */

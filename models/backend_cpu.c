@@ -136,11 +136,11 @@ int model_backend_cpu_create(const model *m, const model_backend_opts *o, model_
     c->base.device = MODEL_DEVICE_CPU;
     c->base.weight_bytes = model_weight_bytes(m);
     c->pool = o->pool;
-    c->st = model_state_create(m, o->max_tokens, o->max_ctx);
+    c->st = model_state_create(m, o->max_batch_tokens, o->max_ctx);
     if (!c->st) {
         free(c);
         snprintf(err, err_len, "out of memory for the forward pass scratch (%d tokens, context %d)",
-                 o->max_tokens, o->max_ctx);
+                 o->max_batch_tokens, o->max_ctx);
         return BRISK_ENOMEM;
     }
     *out = &c->base;

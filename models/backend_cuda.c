@@ -10,7 +10,7 @@
  * reads back only token ids. Activations are f32 (as on the CPU), rounded
  * to f16 at the input of each matmul (W*A16); the KV cache is f16.
  *
- * Memory budget: weights, then scratch for max_tokens tokens, then the KV
+ * Memory budget: weights, then scratch for max_batch_tokens tokens, then the KV
  * pool gets what --gpu-memory-utilization leaves (kv_budget), less a
  * reserve for graphs, cuBLAS and sampling edits. */
 #include "brisk_config.h"
@@ -71,7 +71,7 @@ typedef struct cuda_backend {
     int output_shared; /* output.data is tok_embd (tied, F16) */
     cuda_layer *layers;
 
-    /* activations, [T][...] with T = o.max_tokens */
+    /* activations, [T][...] with T = o.max_batch_tokens */
     float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *xout, *logits;
     void *mm_ws;
     size_t mm_ws_bytes;
@@ -416,7 +416,7 @@ static int cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, i
         cb->kv_error = 0;
         return rc;
     }
-    int rc = model_batch_validate(be->m, kv, b, cb->o.max_tokens, cb->o.max_ctx);
+    int rc = model_batch_validate(be->m, kv, b, cb->o.max_batch_tokens, cb->o.max_ctx);
     if (rc < 0) return rc;
     int n = b->n_tokens, max_run = 0, n_want = 0;
     int n_runs = cuda_stage(cb, kv, b, &max_run, &n_want);
@@ -424,7 +424,7 @@ static int cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, i
     cuda_graph *g = NULL;
     if (decode && !cb->graphs_off) {
         int bucket = cuda_bucket(n);
-        if (bucket <= cb->o.max_seqs && bucket <= cb->o.max_tokens) g = cuda_graph_for(cb, bucket);
+        if (bucket <= cb->o.max_seqs && bucket <= cb->o.max_batch_tokens) g = cuda_graph_for(cb, bucket);
     }
     if (g) {
         /* The graph runs the whole bucket and computes logits for every
@@ -593,7 +593,7 @@ static int cuda_sample(model_backend *be, const model_sample_job *jobs, int n, i
         if (!rc) rc = kern_cuda_upload(cb->d_edit_vals, cb->h_edit_vals, (size_t)n_edits * sizeof(float), s);
     }
     if (!rc)
-        rc = kern_cuda_sample(cb->d_ids, cb->logits, cb->o.max_tokens, cb->c.n_vocab, cb->d_rows, n,
+        rc = kern_cuda_sample(cb->d_ids, cb->logits, cb->o.max_batch_tokens, cb->c.n_vocab, cb->d_rows, n,
                               n_edits ? cb->d_edit_ids : NULL, n_edits ? cb->d_edit_vals : NULL,
                               n_edits, cb->samp_ws, cb->samp_ws_bytes, s);
     if (!rc) rc = kern_cuda_download(cb->h_ids, cb->d_ids, (size_t)n * sizeof(int32_t), s);
@@ -762,7 +762,7 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
 
 static int cuda_alloc_scratch(cuda_backend *cb) {
     const model_config *c = &cb->c;
-    size_t T = (size_t)cb->o.max_tokens, S = (size_t)cb->o.max_seqs;
+    size_t T = (size_t)cb->o.max_batch_tokens, S = (size_t)cb->o.max_seqs;
     size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t used = 0, f = sizeof(float);
     TRY(dev_alloc((void **)&cb->x, T * c->dim * f, &used));

@@ -24,22 +24,22 @@ typedef struct attn_run {
 } attn_run;
 
 struct model_state {
-    int max_tokens, max_ctx;
-    float *x;      /* [max_tokens][dim] residual stream */
-    float *xb;     /* [max_tokens][dim] normed input of a block */
-    float *xb2;    /* [max_tokens][dim] block output before the residual add */
-    float *q;      /* [max_tokens][q_dim] */
-    float *k, *v;  /* [max_tokens][kv_dim] */
-    float *att;    /* [max_tokens][q_dim] attention output */
-    float *hb;     /* [max_tokens][hidden] */
-    float *hb2;    /* [max_tokens][hidden] */
-    float *xout;   /* [max_tokens][dim] final rows that want logits */
+    int max_batch_tokens, max_ctx;
+    float *x;      /* [max_batch_tokens][dim] residual stream */
+    float *xb;     /* [max_batch_tokens][dim] normed input of a block */
+    float *xb2;    /* [max_batch_tokens][dim] block output before the residual add */
+    float *q;      /* [max_batch_tokens][q_dim] */
+    float *k, *v;  /* [max_batch_tokens][kv_dim] */
+    float *att;    /* [max_batch_tokens][q_dim] attention output */
+    float *hb;     /* [max_batch_tokens][hidden] */
+    float *hb2;    /* [max_batch_tokens][hidden] */
+    float *xout;   /* [max_batch_tokens][dim] final rows that want logits */
     float *logits; /* [n_logits_cap][n_vocab] */
     int n_logits_cap;
     void *ws;      /* matmul workspace */
     size_t ws_bytes;
     float *att_scratch; /* [n_scratch_threads][forward_attn_scratch floats] */
-    attn_run *runs;     /* [max_tokens] */
+    attn_run *runs;     /* [max_batch_tokens] */
     int n_scratch_threads;
 };
 
@@ -76,14 +76,14 @@ static size_t forward_max_ws(const model *m, int n_tok) {
     return best;
 }
 
-model_state *model_state_create(const model *m, int max_tokens, int max_ctx) {
-    if (max_tokens <= 0 || max_ctx <= 0) return NULL;
+model_state *model_state_create(const model *m, int max_batch_tokens, int max_ctx) {
+    if (max_batch_tokens <= 0 || max_ctx <= 0) return NULL;
     const model_config *c = &m->cfg;
     model_state *st = calloc(1, sizeof *st);
     if (!st) return NULL;
-    size_t T = (size_t)max_tokens;
+    size_t T = (size_t)max_batch_tokens;
     size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    st->max_tokens = max_tokens;
+    st->max_batch_tokens = max_batch_tokens;
     st->max_ctx = max_ctx;
     st->x = forward_alloc(T * c->dim);
     st->xb = forward_alloc(T * c->dim);
@@ -96,7 +96,7 @@ model_state *model_state_create(const model *m, int max_tokens, int max_ctx) {
     st->hb2 = forward_alloc(T * c->hidden_dim);
     st->xout = forward_alloc(T * c->dim);
     st->runs = malloc(T * sizeof *st->runs);
-    st->ws_bytes = forward_max_ws(m, max_tokens);
+    st->ws_bytes = forward_max_ws(m, max_batch_tokens);
     st->ws = aligned_alloc(64, (st->ws_bytes + 63) & ~(size_t)63);
     if (!st->x || !st->xb || !st->xb2 || !st->q || !st->k || !st->v || !st->att || !st->hb ||
         !st->hb2 || !st->xout || !st->ws || !st->runs) {
@@ -263,9 +263,9 @@ static void forward_silu_task(void *ctx, int t, int thread) {
 
 /* ---- the pass ------------------------------------------------------------- */
 
-int model_batch_validate(const model *m, kv_cache *kv, const model_batch *b, int max_tokens,
+int model_batch_validate(const model *m, kv_cache *kv, const model_batch *b, int max_batch_tokens,
                          int max_ctx) {
-    if (b->n_tokens <= 0 || b->n_tokens > max_tokens) return BRISK_ERANGE;
+    if (b->n_tokens <= 0 || b->n_tokens > max_batch_tokens) return BRISK_ERANGE;
     int n_seqs = kv_cache_n_seqs(kv);
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab) return BRISK_EINVAL;
@@ -315,7 +315,7 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
                   const model_batch *b, float **logits, int *n_out) {
     const model_config *c = &m->cfg;
     const model_weights *w = &m->w;
-    int rc = model_batch_validate(m, kv, b, st->max_tokens, st->max_ctx);
+    int rc = model_batch_validate(m, kv, b, st->max_batch_tokens, st->max_ctx);
     if (rc < 0) return rc;
     int n = b->n_tokens;
     int n_want = 0;

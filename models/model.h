@@ -153,14 +153,14 @@ typedef struct model_batch {
 
 typedef struct model_state model_state;
 
-/* The checks every backend makes before any work: 1..max_tokens tokens, ids
+/* The checks every backend makes before any work: 1..max_batch_tokens tokens, ids
  * in the vocabulary (BRISK_EINVAL), sequence slots of kv, and positions below
  * max_ctx that the slot has blocks for (BRISK_ERANGE). Returns 0 or the code. */
-int model_batch_validate(const model *m, kv_cache *kv, const model_batch *b, int max_tokens,
+int model_batch_validate(const model *m, kv_cache *kv, const model_batch *b, int max_batch_tokens,
                          int max_ctx);
 
-/* Scratch for batches of up to max_tokens tokens and contexts up to max_ctx. */
-model_state *model_state_create(const model *m, int max_tokens, int max_ctx);
+/* Scratch for batches of up to max_batch_tokens tokens and contexts up to max_ctx. */
+model_state *model_state_create(const model *m, int max_batch_tokens, int max_ctx);
 void model_state_free(model_state *st);
 
 /* Runs the batch, writing K/V for every token into kv. On success *logits

@@ -572,7 +572,7 @@ static int engine_load(sched_engine *e) {
                            .weights = e->cfg.weights,
                            .device = e->cfg.device,
                            .pool = e->pool,
-                           .max_tokens = mbt,
+                           .max_batch_tokens = mbt,
                            .max_ctx = e->cfg.max_ctx,
                            .max_seqs = e->cfg.max_seqs,
                            .block_size = e->cfg.block_size,

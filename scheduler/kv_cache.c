@@ -531,13 +531,13 @@ void kv_cache_seq_release(kv_cache *kv, int seq) {
     s->chain = KV_HASH_ROOT;
 }
 
-int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int max_tokens) {
+int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int max_positions) {
     if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
     kv_slot *s = &kv->slots[seq];
     if (s->n_blocks != 0 || n < 0 || (n > 0 && !tokens)) return BRISK_EINVAL;
     if (!kv->cfg.prefix_cache) return 0;
     int bs = kv->cfg.block_size;
-    int limit = max_tokens < n ? max_tokens : n;
+    int limit = max_positions < n ? max_positions : n;
     if (limit > kv->cfg.max_seq_blocks * bs) limit = kv->cfg.max_seq_blocks * bs;
     uint64_t chain = KV_HASH_ROOT;
     while (s->n_blocks < limit / bs) {

@@ -112,11 +112,11 @@ void kv_cache_seq_commit(kv_cache *kv, int seq, const int32_t *tokens, int n);
 void kv_cache_seq_release(kv_cache *kv, int seq);
 
 /* For an empty slot: attaches the longest run of registered blocks matching
- * the leading full blocks of tokens[0, n), never more than max_tokens
+ * the leading full blocks of tokens[0, n), never more than max_positions
  * positions (the caller keeps at least one token to compute). Returns the
  * positions attached (a multiple of block_size; n_pos is set to it). Counts
  * a prefix-cache query of n tokens and a hit of the returned count. */
-int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int max_tokens);
+int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int max_positions);
 /* For an empty dst: shares the blocks of src covering positions [0, n_pos)
  * (n_pos <= src's n_pos) and sets dst's n_pos to n_pos. A partly-filled last
  * block is shared too; kv_cache_seq_grow copies it before dst writes. */

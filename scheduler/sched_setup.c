@@ -32,9 +32,9 @@ int sched_setup_load(const sched_setup_opts *o, sched_setup *out, char *err, siz
 }
 
 int sched_setup_finish(const sched_setup_opts *o, sched_setup *out, char *err, size_t err_len) {
-    if (!out->m || o->max_tokens < 1 || o->max_seqs < 1 || o->block_size < 0 || o->max_ctx < 0) {
-        snprintf(err, err_len, "setup: no model, or max_tokens %d, max_seqs %d, block_size %d, max_ctx %d "
-                 "out of range", o->max_tokens, o->max_seqs, o->block_size, o->max_ctx);
+    if (!out->m || o->max_batch_tokens < 1 || o->max_seqs < 1 || o->block_size < 0 || o->max_ctx < 0) {
+        snprintf(err, err_len, "setup: no model, or max_batch_tokens %d, max_seqs %d, block_size %d, max_ctx %d "
+                 "out of range", o->max_batch_tokens, o->max_seqs, o->block_size, o->max_ctx);
         sched_setup_free(out);
         return BRISK_EINVAL;
     }
@@ -43,7 +43,7 @@ int sched_setup_finish(const sched_setup_opts *o, sched_setup *out, char *err, s
     if (ctx < 2) ctx = 2;
     int bs = o->block_size > 0 ? o->block_size : SCHED_BLOCK_SIZE_DEFAULT;
     double gmu = o->gpu_memory_utilization > 0 ? o->gpu_memory_utilization : SCHED_GPU_MEMORY_UTILIZATION_DEFAULT;
-    model_backend_opts bo = {.device = o->device, .max_tokens = o->max_tokens, .max_ctx = ctx,
+    model_backend_opts bo = {.device = o->device, .max_batch_tokens = o->max_batch_tokens, .max_ctx = ctx,
                              .max_seqs = o->max_seqs, .block_size = bs, .pool = o->pool,
                              .gpu_memory_utilization = gmu, .cuda_graphs = o->cuda_graphs,
                              .weights = o->weights};

@@ -36,7 +36,7 @@ typedef struct sched_setup_opts {
     model_weights_fmt weights;      /* compute format asked for */
     model_device device;
     kern_pool *pool;                /* borrowed; outlives the setup */
-    int max_tokens;                 /* tokens per forward call (>= 1) */
+    int max_batch_tokens;                 /* tokens per forward call (>= 1) */
     int max_ctx;                    /* positions per sequence; 0: min(training context, 4096) */
     int max_seqs;                   /* sequence slots (>= 1) */
     int block_size;                 /* 0: SCHED_BLOCK_SIZE_DEFAULT */
@@ -65,7 +65,7 @@ typedef struct sched_setup {
 int sched_setup_create(const sched_setup_opts *o, sched_setup *out, char *err, size_t err_len);
 
 /* The same in two steps, for a caller that needs the model (its vocabulary,
- * its training context) to choose max_tokens and max_ctx: _load fills
+ * its training context) to choose max_batch_tokens and max_ctx: _load fills
  * out->m only; _finish adds the backend and the cache with o (whose model
  * fields it no longer reads). Failure of either frees all of *out. */
 int sched_setup_load(const sched_setup_opts *o, sched_setup *out, char *err, size_t err_len);

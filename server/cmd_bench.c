@@ -145,7 +145,7 @@ int cmd_bench(int argc, char **argv) {
     int n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg);
     if (n_ctx < 1) n_ctx = 1;
     sched_setup_opts so = {.model_path = model_path, .dummy = dummy, .tokenizer = tokenizer, .weights = fmt,
-                           .device = device, .pool = pool, .max_tokens = n_pp > 0 ? (int)n_pp : 1,
+                           .device = device, .pool = pool, .max_batch_tokens = n_pp > 0 ? (int)n_pp : 1,
                            .max_ctx = n_ctx, .max_seqs = 1, .cuda_graphs = graphs, .kv_f16 = kv_f16,
                            .kv_exact = 1};
     if (sched_setup_create(&so, &st, err, sizeof err) < 0) {

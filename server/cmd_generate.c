@@ -259,7 +259,7 @@ int cmd_generate(int argc, char **argv) {
         BRISK_WARN("context %ld exceeds the model's training context %d", n_ctx, c->n_ctx_train);
     int chunk = n_prompt < 512 ? n_prompt : 512;
     if (chunk < 1) chunk = 1;
-    so.max_tokens = chunk;
+    so.max_batch_tokens = chunk;
     so.max_ctx = (int)n_ctx;
     if (sched_setup_finish(&so, &st, err, sizeof err) < 0) {
         m = NULL;

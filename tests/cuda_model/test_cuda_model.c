@@ -41,11 +41,11 @@ typedef struct rig {
     int n_vocab;
 } rig;
 
-static int rig_open_kv(rig *r, const model *m, model_device dev, model_weights_fmt w, int max_tokens,
+static int rig_open_kv(rig *r, const model *m, model_device dev, model_weights_fmt w, int max_batch_tokens,
                        int ctx, int n_seqs, int graphs, int kv16) {
     memset(r, 0, sizeof *r);
     char err[256] = "";
-    model_backend_opts o = {.device = dev, .max_tokens = max_tokens, .max_ctx = ctx,
+    model_backend_opts o = {.device = dev, .max_batch_tokens = max_batch_tokens, .max_ctx = ctx,
                             .max_seqs = n_seqs, .block_size = 16, .gpu_memory_utilization = 0.5,
                             .cuda_graphs = graphs, .weights = w};
     o.pool = kern_pool_create(0);
@@ -70,9 +70,9 @@ static int rig_open_kv(rig *r, const model *m, model_device dev, model_weights_f
 }
 
 /* The GPU's cache is always f16; the CPU's f32 unless asked. */
-static int rig_open(rig *r, const model *m, model_device dev, model_weights_fmt w, int max_tokens,
+static int rig_open(rig *r, const model *m, model_device dev, model_weights_fmt w, int max_batch_tokens,
                     int ctx, int n_seqs, int graphs) {
-    return rig_open_kv(r, m, dev, w, max_tokens, ctx, n_seqs, graphs, 0);
+    return rig_open_kv(r, m, dev, w, max_batch_tokens, ctx, n_seqs, graphs, 0);
 }
 
 static void rig_close(rig *r) {

@@ -48,7 +48,7 @@ static void test_device_names(void) {
 static void test_cpu_equivalence(const model *m, kern_pool *pool) {
     const model_config *c = model_get_config(m);
     char err[256] = "";
-    model_backend_opts o = {.device = MODEL_DEVICE_CPU, .max_tokens = 32, .max_ctx = 64,
+    model_backend_opts o = {.device = MODEL_DEVICE_CPU, .max_batch_tokens = 32, .max_ctx = 64,
                             .max_seqs = 2, .block_size = 16, .pool = pool};
     model_backend *be = NULL;
     CHECK(model_backend_create(m, &o, &be, err, sizeof err) == 0 && be, "cpu backend: %s", err);
@@ -119,7 +119,7 @@ out:
 
 static void test_device_choice(const model *m, kern_pool *pool) {
     char err[256] = "";
-    model_backend_opts o = {.device = MODEL_DEVICE_AUTO, .max_tokens = 8, .max_ctx = 32,
+    model_backend_opts o = {.device = MODEL_DEVICE_AUTO, .max_batch_tokens = 8, .max_ctx = 32,
                             .max_seqs = 1, .block_size = 16, .pool = pool,
                             .gpu_memory_utilization = 0.9, .cuda_graphs = 1};
     model_backend *be = NULL;
@@ -138,7 +138,7 @@ static void test_device_choice(const model *m, kern_pool *pool) {
         printf("test_backend: a CUDA device is present: --device cuda %s\n", rc == 0 ? "opened" : err);
     }
     model_backend_free(be);
-    o.max_tokens = 0;
+    o.max_batch_tokens = 0;
     CHECK(model_backend_create(m, &o, &be, err, sizeof err) == BRISK_EINVAL && !be, "bad options");
 }
 
