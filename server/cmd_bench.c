@@ -17,6 +17,7 @@
 #include "models/model.h"
 #include "scheduler/sched_setup.h"
 #include "server/cli.h"
+#include "server/cli_opts.h"
 
 /* Random token ids from a fixed seed: benchmarks never run on zeros. */
 static void bench_tokens(int32_t *ids, int n, int n_vocab) {
@@ -80,52 +81,20 @@ int cmd_bench(int argc, char **argv) {
     long threads = 0, n_pp = 512, n_tg = 128, reps = 3;
     model_device device = MODEL_DEVICE_CPU;
     int graphs = 1, kv_f16 = 1; /* brisk serve's default K/V type, as llama-bench's */
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
-            if (!(model_path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--dummy-weights")) {
-            if (!(dummy = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!(tokenizer = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--weights")) {
-            if (!(v = cli_value(argc, argv, &i))) return 2;
-            if (model_weights_fmt_parse(v, &fmt) < 0) {
-                cli_error("--weights: '%s' is not one of auto, f32, f16, int8", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--device")) {
-            if (!(v = cli_value(argc, argv, &i))) return 2;
-            if (model_device_parse(v, &device) < 0) {
-                cli_error("--device: '%s' is not one of cpu, cuda, auto", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--no-cuda-graphs")) {
-            graphs = 0;
-        } else if (!strcmp(a, "--kv-cache-dtype")) {
-            if (!(v = cli_value(argc, argv, &i))) return 2;
-            if (!strcmp(v, "f16")) kv_f16 = 1;
-            else if (!strcmp(v, "f32")) kv_f16 = 0;
-            else {
-                cli_error("--kv-cache-dtype: '%s' is not one of f16, f32", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &threads)) return 2;
-        } else if (!strcmp(a, "-p")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 16, &n_pp)) return 2;
-        } else if (!strcmp(a, "-n")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 16, &n_tg)) return 2;
-        } else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1000, &reps)) return 2;
-        } else {
-            cli_error("bench: unknown option '%s'", a);
-            fprintf(stderr, "usage: brisk bench --model PATH | --dummy-weights CONFIG [--weights auto|f32|f16|int8] "
-                            "[--threads N] [-p 512] [-n 128] [--reps 3] [--kv-cache-dtype f16|f32] "
-                            "[--device cpu|cuda|auto] [--no-cuda-graphs]\n");
-            return 2;
-        }
-    }
+    cli_vals v;
+    int prc = cli_opts_parse(CLI_BENCH, argc, argv, &v);
+    if (prc != CLI_OK) return prc == CLI_HELP ? 0 : 2;
+    if (v.given[O_MODEL]) model_path = v.s[O_MODEL];
+    if (v.given[O_DUMMY]) dummy = v.s[O_DUMMY];
+    if (v.given[O_TOKENIZER]) tokenizer = v.s[O_TOKENIZER];
+    if (v.given[O_WEIGHTS]) model_weights_fmt_parse(v.s[O_WEIGHTS], &fmt);
+    if (v.given[O_DEVICE]) model_device_parse(v.s[O_DEVICE], &device);
+    if (v.given[O_NO_GRAPHS]) graphs = 0;
+    if (v.given[O_KV_DTYPE]) kv_f16 = !strcmp(v.s[O_KV_DTYPE], "f16");
+    if (v.given[O_THREADS]) threads = (long)v.i[O_THREADS];
+    if (v.given[O_N_PROMPT]) n_pp = (long)v.i[O_N_PROMPT];
+    if (v.given[O_N_GEN]) n_tg = (long)v.i[O_N_GEN];
+    if (v.given[O_REPS]) reps = (long)v.i[O_REPS];
     if (cli_check_dummy(dummy, tokenizer, model_path) < 0) return 2;
     if (dummy) model_path = dummy;
     if (!model_path) model_path = cli_default_model();

@@ -4,22 +4,15 @@
 
 #include "models/llama2c.h"
 #include "server/cli.h"
+#include "server/cli_opts.h"
 
 int cmd_convert_llama2c(int argc, char **argv) {
-    const char *model_path = NULL, *tok_path = NULL, *out_path = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char **dst = !strcmp(a, "--model") ? &model_path
-                           : !strcmp(a, "--tokenizer") ? &tok_path
-                           : !strcmp(a, "--out") ? &out_path
-                           : NULL;
-        if (!dst) {
-            cli_error("convert-llama2c: unknown option '%s'", a);
-            fprintf(stderr, "usage: brisk convert-llama2c --model X.bin --tokenizer tok.bin --out X.gguf\n");
-            return 2;
-        }
-        if (!(*dst = cli_value(argc, argv, &i))) return 2;
-    }
+    cli_vals v;
+    int prc = cli_opts_parse(CLI_CONVERT, argc, argv, &v);
+    if (prc != CLI_OK) return prc == CLI_HELP ? 0 : 2;
+    const char *model_path = v.given[O_MODEL] ? v.s[O_MODEL] : NULL;
+    const char *tok_path = v.given[O_TOKENIZER] ? v.s[O_TOKENIZER] : NULL;
+    const char *out_path = v.given[O_OUT] ? v.s[O_OUT] : NULL;
     if (!model_path || !tok_path || !out_path) {
         cli_error("convert-llama2c: --model, --tokenizer and --out are required");
         return 2;

@@ -14,19 +14,7 @@
 #include "models/sampler.h"
 #include "scheduler/sched_setup.h"
 #include "server/cli.h"
-
-static void generate_usage(void) {
-    fprintf(stderr,
-            "usage: brisk generate --model PATH [--prompt TEXT] [-n N] [--temp T] [--seed S]\n"
-            "         [--dummy-weights CONFIG [--tokenizer GGUF]] (random weights, see serve --help)\n"
-            "         [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
-            "         [--presence-penalty X] [--frequency-penalty X] [--weights auto|f32|f16|int8]\n"
-            "         [--threads N] [--ctx N] [--ignore-eos] [--special] [--no-bos]\n"
-            "         [--device cpu|cuda|auto] [--no-cuda-graphs]\n"
-            "         [--prompt-ids \"ID ID ...\"] [--dump-logits FILE]\n"
-            "Prints the continuation of the prompt on stdout; timings go to stderr.\n"
-            "An empty prompt means BOS alone. --temp 0 is greedy decoding.\n");
-}
+#include "server/cli_opts.h"
 
 typedef struct gen_opts {
     const char *model, *prompt, *prompt_ids, *dump_logits, *dummy, *tokenizer;
@@ -50,62 +38,35 @@ static int generate_parse(int argc, char **argv, gen_opts *o) {
     o->sampling.min_p = 0.05f;
     o->sampling.penalty_last_n = 64;
     o->sampling.seed = (uint64_t)time(NULL);
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        long iv;
-        double fv;
-#define VAL() if (!(v = cli_value(argc, argv, &i))) return 2
-        if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
-        else if (!strcmp(a, "--dummy-weights")) { VAL(); o->dummy = v; }
-        else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
-        else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
-        else if (!strcmp(a, "--prompt-ids")) { VAL(); o->prompt_ids = v; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            VAL(); if (cli_parse_int(a, v, 0, 1 << 20, &o->n_predict)) return 2;
-        } else if (!strcmp(a, "--temp")) {
-            VAL(); if (cli_parse_float(a, v, 0, 100, &fv)) return 2; o->sampling.temperature = (float)fv;
-        } else if (!strcmp(a, "--seed")) {
-            VAL(); if (cli_parse_u64(a, v, &o->sampling.seed)) return 2;
-        } else if (!strcmp(a, "--top-k")) {
-            VAL(); if (cli_parse_int(a, v, 0, 1 << 24, &iv)) return 2; o->sampling.top_k = (int)iv;
-        } else if (!strcmp(a, "--top-p")) {
-            VAL(); if (cli_parse_float(a, v, 0, 1, &fv)) return 2; o->sampling.top_p = (float)fv;
-        } else if (!strcmp(a, "--min-p")) {
-            VAL(); if (cli_parse_float(a, v, 0, 1, &fv)) return 2; o->sampling.min_p = (float)fv;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            VAL(); if (cli_parse_float(a, v, 0.01, 100, &fv)) return 2; o->sampling.repetition_penalty = (float)fv;
-        } else if (!strcmp(a, "--repeat-last-n")) {
-            VAL(); if (cli_parse_int(a, v, 0, 1 << 20, &iv)) return 2; o->sampling.penalty_last_n = (int)iv;
-        } else if (!strcmp(a, "--presence-penalty")) {
-            VAL(); if (cli_parse_float(a, v, -2, 2, &fv)) return 2; o->sampling.presence_penalty = (float)fv;
-        } else if (!strcmp(a, "--frequency-penalty")) {
-            VAL(); if (cli_parse_float(a, v, -2, 2, &fv)) return 2; o->sampling.frequency_penalty = (float)fv;
-        } else if (!strcmp(a, "--weights")) {
-            VAL();
-            if (model_weights_fmt_parse(v, &o->weights) < 0) {
-                cli_error("--weights: '%s' is not one of auto, f32, f16, int8", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--device")) {
-            VAL();
-            if (model_device_parse(v, &o->device) < 0) {
-                cli_error("--device: '%s' is not one of cpu, cuda, auto", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--no-cuda-graphs")) {
-            o->no_graphs = 1;
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            VAL(); if (cli_parse_int(a, v, 1, 1024, &o->threads)) return 2;
-        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
-            VAL(); if (cli_parse_int(a, v, 1, 1 << 20, &o->ctx)) return 2;
-        } else if (!strcmp(a, "--dump-logits")) { VAL(); o->dump_logits = v; }
-        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
-        else if (!strcmp(a, "--special")) o->special = 1;
-        else if (!strcmp(a, "--no-bos")) o->no_bos = 1;
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { generate_usage(); return 1; }
-        else { cli_error("generate: unknown option '%s'", a); generate_usage(); return 2; }
-#undef VAL
-    }
+    cli_vals v;
+    int prc = cli_opts_parse(CLI_GENERATE, argc, argv, &v);
+    if (prc != CLI_OK) return prc == CLI_HELP ? -1 : 2;
+#define GIVEN(id) (v.given[id])
+    if (GIVEN(O_MODEL)) o->model = v.s[O_MODEL];
+    if (GIVEN(O_DUMMY)) o->dummy = v.s[O_DUMMY];
+    if (GIVEN(O_TOKENIZER)) o->tokenizer = v.s[O_TOKENIZER];
+    if (GIVEN(O_PROMPT)) o->prompt = v.s[O_PROMPT];
+    if (GIVEN(O_PROMPT_IDS)) o->prompt_ids = v.s[O_PROMPT_IDS];
+    if (GIVEN(O_N_PREDICT)) o->n_predict = (long)v.i[O_N_PREDICT];
+    if (GIVEN(O_TEMP)) o->sampling.temperature = (float)v.f[O_TEMP];
+    if (GIVEN(O_SEED)) o->sampling.seed = v.u[O_SEED];
+    if (GIVEN(O_TOP_K)) o->sampling.top_k = (int)v.i[O_TOP_K];
+    if (GIVEN(O_TOP_P)) o->sampling.top_p = (float)v.f[O_TOP_P];
+    if (GIVEN(O_MIN_P)) o->sampling.min_p = (float)v.f[O_MIN_P];
+    if (GIVEN(O_REPEAT_PENALTY)) o->sampling.repetition_penalty = (float)v.f[O_REPEAT_PENALTY];
+    if (GIVEN(O_REPEAT_LAST_N)) o->sampling.penalty_last_n = (int)v.i[O_REPEAT_LAST_N];
+    if (GIVEN(O_PRESENCE)) o->sampling.presence_penalty = (float)v.f[O_PRESENCE];
+    if (GIVEN(O_FREQUENCY)) o->sampling.frequency_penalty = (float)v.f[O_FREQUENCY];
+    if (GIVEN(O_WEIGHTS)) model_weights_fmt_parse(v.s[O_WEIGHTS], &o->weights);
+    if (GIVEN(O_DEVICE)) model_device_parse(v.s[O_DEVICE], &o->device);
+    if (GIVEN(O_NO_GRAPHS)) o->no_graphs = 1;
+    if (GIVEN(O_THREADS)) o->threads = (long)v.i[O_THREADS];
+    if (GIVEN(O_CTX)) o->ctx = (long)v.i[O_CTX];
+    if (GIVEN(O_DUMP_LOGITS)) o->dump_logits = v.s[O_DUMP_LOGITS];
+    o->ignore_eos = GIVEN(O_IGNORE_EOS);
+    o->special = GIVEN(O_SPECIAL);
+    o->no_bos = GIVEN(O_NO_BOS);
+#undef GIVEN
     if (cli_check_dummy(o->dummy, o->tokenizer, o->model) < 0) return 2;
     if (o->dummy) o->model = o->dummy;
     if (!o->model) o->model = cli_default_model();
@@ -209,7 +170,7 @@ static int generate_prefill(model_backend *be, kv_cache *kv, const int32_t *ids,
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     int prc = generate_parse(argc, argv, &o);
-    if (prc) return prc;
+    if (prc) return prc < 0 ? 0 : prc; /* -1: --help */
 
     char err[512] = "";
     int status = 1;

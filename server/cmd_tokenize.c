@@ -6,26 +6,15 @@
 #include "models/gguf.h"
 #include "models/tokenizer.h"
 #include "server/cli.h"
+#include "server/cli_opts.h"
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model_path = NULL, *text = NULL;
-    int special = 0, no_bos = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
-            if (!(model_path = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--text") || !strcmp(a, "--prompt") || !strcmp(a, "-p")) {
-            if (!(text = cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--special")) {
-            special = 1;
-        } else if (!strcmp(a, "--no-bos")) {
-            no_bos = 1;
-        } else {
-            cli_error("tokenize: unknown option '%s'", a);
-            fprintf(stderr, "usage: brisk tokenize --model PATH --text TEXT [--special] [--no-bos]\n");
-            return 2;
-        }
-    }
+    cli_vals o;
+    int prc = cli_opts_parse(CLI_TOKENIZE, argc, argv, &o);
+    if (prc != CLI_OK) return prc == CLI_HELP ? 0 : 2;
+    const char *model_path = o.given[O_MODEL] ? o.s[O_MODEL] : NULL;
+    const char *text = o.given[O_TEXT] ? o.s[O_TEXT] : NULL;
+    int special = o.given[O_SPECIAL], no_bos = o.given[O_NO_BOS];
     if (!model_path) model_path = cli_default_model();
     if (!model_path || !text) {
         cli_error("tokenize: --model and --text are required");

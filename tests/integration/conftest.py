@@ -91,12 +91,14 @@ class Brisk:
         # Sanitized builds run several times slower.
         self.slow_factor = 4.0 if ("asan" in self.path or "tsan" in self.path) else 1.0
 
-    def run(self, *args, timeout=60, check=True, input=None):
+    def run(self, *args, timeout=60, check=True, input=None, env=None):
+        """env: variables added to the environment (the BRISK_<NAME> options)."""
         argv = [self.path] + [str(a) for a in args]
         stdin = None if input is not None else subprocess.DEVNULL
+        full_env = dict(os.environ, **env) if env else None
         try:
             p = subprocess.run(argv, capture_output=True, timeout=timeout * self.slow_factor,
-                               input=input, stdin=stdin)
+                               input=input, stdin=stdin, env=full_env)
         except subprocess.TimeoutExpired as e:
             pytest.fail(f"timed out after {e.timeout:.0f} s: {' '.join(argv)}", pytrace=False)
         r = Result(argv, p.returncode, p.stdout, p.stderr.decode("utf-8", errors="replace"))

@@ -30,6 +30,56 @@ def test_usage_errors_exit_2(brisk, args):
     assert "usage" in r.err.lower(), r.err
 
 
+# ---- the option table: --help everywhere, BRISK_<NAME> from the environment ---------
+
+
+@pytest.mark.parametrize("cmd, flags", [
+    ("serve", ["--model", "--port", "--max-num-seqs", "--api-key-file", "--max-write-queue-bytes"]),
+    ("generate", ["--model", "--prompt", "--n-predict", "--temp", "--dump-logits"]),
+    ("bench", ["--model", "--n-prompt", "--n-gen", "--reps", "--kv-cache-dtype"]),
+    ("tokenize", ["--model", "--text", "--special", "--no-bos"]),
+    ("convert-llama2c", ["--model", "--tokenizer", "--out"]),
+])
+def test_every_subcommand_has_help(brisk, cmd, flags):
+    r = brisk.run(cmd, "--help")
+    out = r.stdout.decode() if isinstance(r.stdout, bytes) else r.stdout
+    assert out.startswith("usage: brisk " + cmd), out[:200]
+    for f in flags:
+        assert f in out, (cmd, f)
+    assert "BRISK_<NAME>" in out
+
+
+def generated_tokens(r):
+    m = re.search(r"generated (\d+) tokens", r.err)
+    assert m, r.err
+    return int(m.group(1))
+
+
+def test_options_from_the_environment(brisk, stories260k_gguf):
+    args = ("generate", "--model", stories260k_gguf, "--temp", "0", "--prompt", "Once")
+    assert generated_tokens(brisk.run(*args, env={"BRISK_N_PREDICT": "3", "BRISK_IGNORE_EOS": "1"})) == 3
+    # The command line wins over the environment.
+    assert generated_tokens(brisk.run(*args, "-n", "5", env={"BRISK_N_PREDICT": "3",
+                                                            "BRISK_IGNORE_EOS": "1"})) == 5
+    # Greedy text is the same whether a value came from a flag or a variable.
+    flag = brisk.run(*args, "-n", "6", "--ignore-eos").stdout
+    var = brisk.run(*args, env={"BRISK_N_PREDICT": "6", "BRISK_IGNORE_EOS": "true"}).stdout
+    assert flag == var
+
+
+@pytest.mark.parametrize("cmd, env, needle", [
+    ("serve", {"BRISK_PORT": "abc"}, "BRISK_PORT"),
+    ("serve", {"BRISK_MAX_NUM_SEQS": "0"}, "BRISK_MAX_NUM_SEQS"),
+    ("serve", {"BRISK_WEIGHTS": "q3"}, "BRISK_WEIGHTS: 'q3' is not one of auto, f32, f16, int8"),
+    ("generate", {"BRISK_IGNORE_EOS": "maybe"}, "BRISK_IGNORE_EOS"),
+    ("bench", {"BRISK_REPS": "-1"}, "BRISK_REPS"),
+])
+def test_bad_environment_values_exit_2(brisk, cmd, env, needle):
+    r = brisk.run(cmd, check=False, env=env)
+    assert r.returncode == 2, (r.returncode, r.err)
+    assert needle in r.err, r.err
+
+
 # ---- tokenize ----------------------------------------------------------------
 
 
