@@ -24,7 +24,7 @@
 #include "kernels/cpu/kern_pool.h"
 #include "models/model.h"
 #include "models/sampler.h"
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 
 typedef enum { MODEL_DEVICE_CPU = 0, MODEL_DEVICE_CUDA = 1, MODEL_DEVICE_AUTO = 2 } model_device;
 

@@ -6,7 +6,7 @@
  * tensor in its compute format: into the mmap where the file's format is
  * used as is, or into buffers the model owns when converted at load) and
  * the run state (model_state, scratch for one forward call). The KV cache
- * belongs to the caller (scheduler/kv_cache.h), not the model.
+ * belongs to the caller (kv/kv_cache.h), not the model.
  *
  * Threading: a model is immutable after model_load and may be shared; a
  * model_state and a kv_cache are used by one thread (the engine) at a time. */
@@ -19,7 +19,7 @@
 #include "kernels/cpu/kern_ops.h"
 #include "models/gguf.h"
 #include "models/tokenizer.h"
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 
 typedef enum { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1 } model_arch;
 

@@ -13,7 +13,7 @@
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_pool.h"
 #include "models/backend.h"
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "scheduler/sched_core.h"
 #include "scheduler/sched_setup.h"
 #include "scheduler/seq_text.h"

@@ -40,7 +40,7 @@
 
 #include <stdint.h>
 
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 
 typedef struct sched_req {
     /* owned by the caller; the scheduler reads them */

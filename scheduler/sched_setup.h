@@ -24,7 +24,7 @@
 #include "kernels/cpu/kern_pool.h"
 #include "models/backend.h"
 #include "models/model.h"
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #define SCHED_BLOCK_SIZE_DEFAULT 16                /* positions per KV block */
 #define SCHED_GPU_MEMORY_UTILIZATION_DEFAULT 0.9   /* fraction of GPU memory brisk may hold */

@@ -121,6 +121,7 @@ run_ctest() {
 step "install dependencies" bash scripts/install-deps.sh || finish
 step "fetch SmolLM2" bash scripts/fetch-model.sh
 step "python venv" setup_venv
+step "module layers (#include check)" bash scripts/check-layers.sh
 step "build Release" bash scripts/build.sh Release || finish
 step "ctest (Release)" run_ctest build
 step "pytest (Release)" run_pytest build/bin/brisk -m "not exhaustive"

@@ -31,7 +31,7 @@
 #include "models/model.h"
 #include "models/sampler.h"
 #include "models/tokenizer.h"
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "tests/fuzz/fuzz_util.h"
 
 /* Bounds a replayed file; the fuzzer's -max_len is far lower. */

@@ -15,7 +15,7 @@
 #include "common/brisk_error.h"
 #include "models/llama2c.h"
 #include "scheduler/engine.h"
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 
 static const char *GOLDEN =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "

@@ -10,7 +10,7 @@
 
 #include "brisk_test.h"
 #include "common/brisk_error.h"
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 
 static kv_cache *make(int n_layers, int kv_dim, int block_size, int n_blocks, int max_seqs,
                       int max_seq_blocks, int prefix_cache) {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "brisk_test.h"
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "scheduler/sched_core.h"
 
 #define MAXTOK 256

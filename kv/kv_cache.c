@@ -12,7 +12,7 @@
  * the hash of the block before it) to a block id through an open-addressing
  * table with linear probing and backward-shift deletion. The table stores
  * only block ids; an entry's key is the hash kept in the block's metadata. */
-#include "scheduler/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #include <assert.h>
 #include <limits.h>
