@@ -271,7 +271,9 @@ int srv_app_run(const srv_app_config *cfg) {
     srv_route table[sizeof routes / sizeof routes[0]];
     memcpy(table, routes, sizeof routes);
     int n_routes = (int)(sizeof routes / sizeof routes[0]);
-    if (cfg->metrics_auth) table[n_routes - 1].flags = SRV_ROUTE_AUTH;
+    /* --metrics-auth: the /metrics route needs the key too, wherever it sits. */
+    for (int i = 0; cfg->metrics_auth && i < n_routes; i++)
+        if (h_metrics == table[i].handler) table[i].flags = SRV_ROUTE_AUTH;
 
     srv_http_config hc = cfg->http;
     hc.on_finish = on_http_finish;
