@@ -1,7 +1,8 @@
 /* tok_internal.h - the vocabulary layout shared by the tokenizer files.
  *
- *   tokenizer.c  loading and validation, lookups, special-token splitting,
+ *   tokenizer.c  loading and validation, special-token splitting,
  *                decoding and the streaming decoder
+ *   tok_util.c   the id list, the hash and lookups, the merge queue
  *   tok_spm.c    SentencePiece-style BPE driven by token scores
  *   tok_bpe.c    byte-level BPE driven by merge ranks
  *   tok_pretok.c the pre-tokenizer split rules that cut text into words
@@ -114,6 +115,10 @@ int tok_ids_push(tok_ids *ids, int32_t id);
 
 /* ---- lookups (tokenizer.c) --------------------------------------------- */
 uint32_t tok_hash_bytes(const void *p, size_t n);
+/* A 64-bit mixer (the merge map's hash) and the smallest power of two >= n
+ * and >= 16 (the maps' capacities); tok_util.c. */
+uint64_t tok_mix64(uint64_t x);
+size_t tok_pow2_at_least(size_t n);
 /* Id of the token whose text is exactly s[0..n), or -1. */
 int32_t tok_lookup(const tok_vocab *v, const char *s, size_t n);
 /* 1 if a BPE merge of tokens left and right exists, with its rank and the
