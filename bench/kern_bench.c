@@ -11,15 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "kernels/cpu/kern_bench.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_ops.h"
 
-static double now_s(void)
-{
+static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -30,8 +29,7 @@ static double now_s(void)
  * one thread: f32 K/V in 16-position blocks placed in shuffled order (as a
  * paged pool fills), random values, every (sequence, layer) its own blocks
  * so the cache comes from memory as in a server. Best of reps, ms. */
-static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f16)
-{
+static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f16) {
     const int n_layers = 30, n_kv = 3, group = 3, hd = 64, bs = 16;
     const int nblk = (ctx + bs - 1) / bs, total = n_seq * n_layers * nblk;
     const size_t row = (size_t)n_kv * hd, bstride = row * bs, n_el = bstride * (size_t)total;
@@ -45,7 +43,8 @@ static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f1
     }
 #endif
     int32_t *table = malloc((size_t)total * sizeof(int32_t));
-    float *q = malloc((size_t)n_kv * group * hd * sizeof(float)), *out = malloc((size_t)n_kv * group * hd * sizeof(float));
+    float *q = malloc((size_t)n_kv * group * hd * sizeof(float)),
+          *out = malloc((size_t)n_kv * group * hd * sizeof(float));
     float *scratch = malloc((size_t)group * ctx * sizeof(float));
     double best = 0.0;
     if (k && v && table && q && out && scratch) {
@@ -64,7 +63,7 @@ static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f1
             int j = (int)(x % (uint64_t)(i + 1)), t = table[i];
             table[i] = table[j], table[j] = t;
         }
-            /* An f16 cache: the same values rounded, in the first half of k/v. */
+        /* An f16 cache: the same values rounded, in the first half of k/v. */
         uint16_t *k16 = (uint16_t *)k, *v16 = (uint16_t *)v;
         if (f16)
             for (size_t i = 0; i < n_el; i++) {
@@ -76,16 +75,24 @@ static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f1
             double t = now_s();
             for (int l = 0; l < n_layers; l++)
                 for (int s = 0; s < n_seq; s++) {
-                    kern_kv_view view = {f16 ? NULL : k, f16 ? NULL : v, table + (size_t)(l * n_seq + s) * nblk, bs,
-                                         bstride, row, f16 ? k16 : NULL, f16 ? v16 : NULL};
+                    kern_kv_view view = {f16 ? NULL : k,
+                                         f16 ? NULL : v,
+                                         table + (size_t)(l * n_seq + s) * nblk,
+                                         bs,
+                                         bstride,
+                                         row,
+                                         f16 ? k16 : NULL,
+                                         f16 ? v16 : NULL};
                     if (per_head) /* one call per KV head, as a task per group does */
                         for (int g = 0; g < n_kv; g++)
                             kern_attention_rows_gqa(out + g * group * hd, (size_t)n_kv * group * hd,
-                                                    q + g * group * hd, (size_t)n_kv * group * hd, 1, group, ctx - 1,
-                                                    &view, g, hd, 0.125f, scratch);
+                                                    q + g * group * hd, (size_t)n_kv * group * hd,
+                                                    1, group, ctx - 1, &view, g, hd, 0.125f,
+                                                    scratch);
                     else /* a decode step's task per sequence */
-                        kern_attention_rows_all(out, (size_t)n_kv * group * hd, q, (size_t)n_kv * group * hd, 1,
-                                                n_kv * group, n_kv, ctx - 1, &view, hd, 0.125f, scratch);
+                        kern_attention_rows_all(out, (size_t)n_kv * group * hd, q,
+                                                (size_t)n_kv * group * hd, 1, n_kv * group, n_kv,
+                                                ctx - 1, &view, hd, 0.125f, scratch);
                 }
             t = now_s() - t;
             best = t < best ? t : best;
@@ -106,8 +113,8 @@ static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f1
  * the levels interleaved round by round so a drift of the machine hits them
  * alike; best of the rounds, microseconds, into us[level]. The evidence for
  * the kernel table in kern_matmul.c (docs/ARCHITECTURE.md). */
-static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok, int rounds, double *us)
-{
+static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok,
+                             int rounds, double *us) {
     const kern_type base = kern_x8_base(wt);
     const size_t rb = kern_row_bytes(base, n_in), wbytes = rb * (size_t)n_out;
     const int copies = (int)(((size_t)256 << 20) / wbytes) + 1;
@@ -156,7 +163,8 @@ static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in,
             double t = now_s();
             const int calls = 8;
             for (int k = 0; k < calls; k++)
-                kern_matmul(pool, wt, w + (size_t)(c++ % copies) * wbytes, n_out, n_in, x, n_tok, y, ws);
+                kern_matmul(pool, wt, w + (size_t)(c++ % copies) * wbytes, n_out, n_in, x, n_tok, y,
+                            ws);
             t = (now_s() - t) / calls * 1e6;
             if (us[l] == 0.0 || t < us[l])
                 us[l] = t;
@@ -172,18 +180,19 @@ out:
     free(ws);
 }
 
-static void bench_levels(kern_pool *pool)
-{
+static void bench_levels(kern_pool *pool) {
     const kern_level top = kern_cpu_level();
     if (top < KERN_LEVEL_AVX2) {
         printf("levels: skipped, no AVX2\n");
         return;
     }
-    const kern_type types[] = {KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8,
-                               KERN_TYPE_F16,    KERN_TYPE_BF16,    KERN_TYPE_F32};
+    const kern_type types[] = {KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8,
+                               KERN_TYPE_Q4_1X8, KERN_TYPE_F16,     KERN_TYPE_BF16,
+                               KERN_TYPE_F32};
     const int toks[] = {1, 2, 4, 8, 16, 64};
     const int shapes[][2] = {{1536, 576}, {576, 1536}, {49152, 576}};
-    printf("levels: us per call, each level's own kernels, DRAM-fed, best of rounds (x: avx2 time / that level's)\n");
+    printf("levels: us per call, each level's own kernels, DRAM-fed, best of rounds (x: avx2 time "
+           "/ that level's)\n");
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
         for (size_t si = 0; si < 3; si++)
             for (size_t k = 0; k < sizeof(toks) / sizeof(toks[0]); k++) {
@@ -192,19 +201,21 @@ static void bench_levels(kern_pool *pool)
                     continue;
                 double us[4];
                 bench_levels_one(pool, types[ti], n_out, n_in, n_tok, n_tok >= 16 ? 3 : 6, us);
-                printf("levels %-8s %5d x %4d x %2d tok: avx2 %9.1f", kern_type_name(types[ti]), n_out, n_in, n_tok,
-                       us[KERN_LEVEL_AVX2]);
+                printf("levels %-8s %5d x %4d x %2d tok: avx2 %9.1f", kern_type_name(types[ti]),
+                       n_out, n_in, n_tok, us[KERN_LEVEL_AVX2]);
                 for (int l = KERN_LEVEL_AVX512; l <= (int)top; l++)
-                    printf("  %s %9.1f (x%.2f)", kern_level_name((kern_level)l), us[l], us[KERN_LEVEL_AVX2] / us[l]);
+                    printf("  %s %9.1f (x%.2f)", kern_level_name((kern_level)l), us[l],
+                           us[KERN_LEVEL_AVX2] / us[l]);
                 printf("  table: %s\n", kern_matmul_kernel_name(types[ti], n_tok));
             }
 }
 
 static const char *only; /* the one section to run, or NULL for all */
-static int run(const char *section) { return !only || !strcmp(only, section); }
+static int run(const char *section) {
+    return !only || !strcmp(only, section);
+}
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int n_threads = argc > 1 ? atoi(argv[1]) : 0;
     only = argc > 2 ? argv[2] : NULL;
     kern_pool *pool = kern_pool_create(n_threads);
@@ -219,9 +230,10 @@ int main(int argc, char **argv)
     }
 
     /* GEMV: weight bytes streamed per second vs the read roofline. */
-    const kern_type types[] = {KERN_TYPE_Q8_0,   KERN_TYPE_Q8_0M,   KERN_TYPE_Q4_0,   KERN_TYPE_Q4_1,
-                               KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8,
-                               KERN_TYPE_F16,    KERN_TYPE_BF16,    KERN_TYPE_F32};
+    const kern_type types[] = {KERN_TYPE_Q8_0,   KERN_TYPE_Q8_0M,  KERN_TYPE_Q4_0,
+                               KERN_TYPE_Q4_1,   KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8,
+                               KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8, KERN_TYPE_F16,
+                               KERN_TYPE_BF16,   KERN_TYPE_F32};
     const int n_types = (int)(sizeof(types) / sizeof(types[0])), n_int_types = 8;
     const int gemv[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
     for (int ti = 0; ti < n_types && run("gemv"); ti++)
@@ -230,8 +242,8 @@ int main(int argc, char **argv)
             double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 1, 50, &gf);
             double bytes = (double)kern_row_bytes(types[ti], n_in) * n_out;
             printf("gemv %-7s %5d x %4d: %8.1f us  %5.1f GB/s (%3.0f%% of read bw)  [%s]\n",
-                   kern_type_name(types[ti]), n_out, n_in, t * 1e6, bytes / t / 1e9, 100 * bytes / t / 1e9 / bw,
-                   kern_level_name(kern_matmul_level(types[ti], 1)));
+                   kern_type_name(types[ti]), n_out, n_in, t * 1e6, bytes / t / 1e9,
+                   100 * bytes / t / 1e9 / bw, kern_level_name(kern_matmul_level(types[ti], 1)));
         }
     /* The batch sizes of a decode step: every weight read serves n_tok rows. */
     const int steps[] = {1, 2, 4, 6, 8, 10, 16, 24};
@@ -240,29 +252,32 @@ int main(int argc, char **argv)
     for (int s = 0; s < 3 && run("step"); s++)
         for (int k = 0; k < (int)(sizeof(steps) / sizeof(steps[0])); k++)
             for (int ti = 0; ti < 2; ti++) {
-                double gf, t = kern_bench_matmul(pool, step_types[ti], step_shapes[s][0], step_shapes[s][1],
-                                                 steps[k], 10, &gf);
+                double gf, t = kern_bench_matmul(pool, step_types[ti], step_shapes[s][0],
+                                                 step_shapes[s][1], steps[k], 10, &gf);
                 printf("step %-6s %5d x %4d x %2d tok: %8.1f us  %5.1f us/token  %6.1f GOP/s\n",
-                       kern_type_name(step_types[ti]), step_shapes[s][0], step_shapes[s][1], steps[k], t * 1e6,
-                       t * 1e6 / steps[k], gf);
+                       kern_type_name(step_types[ti]), step_shapes[s][0], step_shapes[s][1],
+                       steps[k], t * 1e6, t * 1e6 / steps[k], gf);
             }
     /* Decode attention, one thread, SmolLM2 shape. */
     for (int c = 0; c < 2 && run("attn"); c++) {
         int ctx = c ? 272 : 144;
         for (int f16 = 1; f16 >= 0; f16--)
-            printf("attention decode step, 16 seqs x ctx %d, SmolLM2 shape, %s KV, 1 thread: %.2f ms per sequence, "
+            printf("attention decode step, 16 seqs x ctx %d, SmolLM2 shape, %s KV, 1 thread: %.2f "
+                   "ms per sequence, "
                    "%.2f ms per KV head; cache-resident (1 seq, x16): %.2f ms\n",
-                   ctx, f16 ? "f16" : "f32", bench_attention(16, ctx, 5, 0, f16), bench_attention(16, ctx, 5, 1, f16),
-                   16 * bench_attention(1, ctx, 20, 0, f16));
+                   ctx, f16 ? "f16" : "f32", bench_attention(16, ctx, 5, 0, f16),
+                   bench_attention(16, ctx, 5, 1, f16), 16 * bench_attention(1, ctx, 20, 0, f16));
     }
     /* Prefill: n_tok = 512. */
     const int gemm[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
     for (int ti = 0; ti < n_int_types && run("gemm"); ti++)
         for (int s = 0; s < 4; s++) {
             int n_out = gemm[s][0], n_in = gemm[s][1];
-            double gf, t = kern_bench_matmul(pool, types[ti], n_out, n_in, 512, s == 3 ? 2 : 5, &gf);
-            printf("gemm %-7s %5d x %4d x 512 tok: %8.2f ms  %6.1f GOP/s  [%s]\n", kern_type_name(types[ti]), n_out,
-                   n_in, t * 1e3, gf, kern_level_name(kern_matmul_level(types[ti], 512)));
+            double gf,
+                t = kern_bench_matmul(pool, types[ti], n_out, n_in, 512, s == 3 ? 2 : 5, &gf);
+            printf("gemm %-7s %5d x %4d x 512 tok: %8.2f ms  %6.1f GOP/s  [%s]\n",
+                   kern_type_name(types[ti]), n_out, n_in, t * 1e3, gf,
+                   kern_level_name(kern_matmul_level(types[ti], 512)));
         }
     if (only && !strcmp(only, "levels")) /* not in the default run: minutes */
         bench_levels(pool);

@@ -13,14 +13,14 @@
 
 enum {
     BRISK_OK = 0,
-    BRISK_EINVAL = -1,      /* invalid argument or malformed input */
-    BRISK_ENOMEM = -2,      /* allocation failed */
-    BRISK_EIO = -3,         /* file or OS I/O error */
-    BRISK_EFORMAT = -4,     /* a file is malformed (GGUF, tokenizer, ...) */
-    BRISK_EUNSUPPORTED = -5,/* well-formed but not supported (arch, type) */
-    BRISK_ENOTFOUND = -6,   /* a key, tensor or token is missing */
-    BRISK_ERANGE = -7,      /* a value is out of its allowed range */
-    BRISK_ENOSPC = -8,      /* a caller buffer or cache is too small */
+    BRISK_EINVAL = -1,       /* invalid argument or malformed input */
+    BRISK_ENOMEM = -2,       /* allocation failed */
+    BRISK_EIO = -3,          /* file or OS I/O error */
+    BRISK_EFORMAT = -4,      /* a file is malformed (GGUF, tokenizer, ...) */
+    BRISK_EUNSUPPORTED = -5, /* well-formed but not supported (arch, type) */
+    BRISK_ENOTFOUND = -6,    /* a key, tensor or token is missing */
+    BRISK_ERANGE = -7,       /* a value is out of its allowed range */
+    BRISK_ENOSPC = -8,       /* a caller buffer or cache is too small */
 };
 
 /* Returns a static short name for a code ("invalid argument", ...). */

@@ -7,11 +7,14 @@
 
 static _Atomic int g_level = BRISK_LOG_INFO;
 
-void brisk_log_set_level(brisk_log_level level) { atomic_store(&g_level, (int)level); }
+void brisk_log_set_level(brisk_log_level level) {
+    atomic_store(&g_level, (int)level);
+}
 
 void brisk_log(brisk_log_level level, const char *fmt, ...) {
     static const char *names[] = {"debug", "info", "warn", "error"};
-    if ((int)level < atomic_load(&g_level)) return;
+    if ((int)level < atomic_load(&g_level))
+        return;
     char line[1024];
     va_list ap;
     va_start(ap, fmt);

@@ -2,7 +2,12 @@
 #ifndef BRISK_LOG_H
 #define BRISK_LOG_H
 
-typedef enum { BRISK_LOG_DEBUG = 0, BRISK_LOG_INFO, BRISK_LOG_WARN, BRISK_LOG_ERROR } brisk_log_level;
+typedef enum {
+    BRISK_LOG_DEBUG = 0,
+    BRISK_LOG_INFO,
+    BRISK_LOG_WARN,
+    BRISK_LOG_ERROR
+} brisk_log_level;
 
 void brisk_log_set_level(brisk_log_level level);
 void brisk_log(brisk_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

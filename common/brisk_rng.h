@@ -18,10 +18,13 @@ static inline uint64_t brisk_splitmix64(uint64_t *x) {
 /* The 256-bit state from a 64-bit seed. */
 static inline void brisk_rng_seed(uint64_t s[4], uint64_t seed) {
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) s[i] = brisk_splitmix64(&x);
+    for (int i = 0; i < 4; i++)
+        s[i] = brisk_splitmix64(&x);
 }
 
-static inline uint64_t brisk_rng_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t brisk_rng_rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 /* xoshiro256**: the next 64 bits. */
 static inline uint64_t brisk_rng_next(uint64_t s[4]) {
@@ -37,6 +40,8 @@ static inline uint64_t brisk_rng_next(uint64_t s[4]) {
 }
 
 /* Uniform in [0, 1) with 53 random bits. */
-static inline double brisk_rng_uniform(uint64_t s[4]) { return (double)(brisk_rng_next(s) >> 11) * 0x1.0p-53; }
+static inline double brisk_rng_uniform(uint64_t s[4]) {
+    return (double)(brisk_rng_next(s) >> 11) * 0x1.0p-53;
+}
 
 #endif

@@ -28,11 +28,11 @@
 #define KV_DEFAULT_BLOCK 16 /* positions per block of kv_cache_create */
 
 typedef struct kv_slot {
-    int32_t *table;   /* max_seq_blocks entries, n_blocks valid */
+    int32_t *table; /* max_seq_blocks entries, n_blocks valid */
     int n_blocks;
     int n_pos;
-    int n_checked;    /* leading blocks already registered or looked up by commit */
-    uint64_t chain;   /* hash of block n_checked - 1 (KV_HASH_ROOT for none) */
+    int n_checked;  /* leading blocks already registered or looked up by commit */
+    uint64_t chain; /* hash of block n_checked - 1 (KV_HASH_ROOT for none) */
 } kv_slot;
 
 struct kv_cache {
@@ -46,23 +46,23 @@ struct kv_cache {
 
     /* Per block. */
     int32_t *ref;
-    int32_t *fill;        /* rows holding a token; 0 for a free block */
+    int32_t *fill; /* rows holding a token; 0 for a free block */
     uint8_t *registered;
-    uint64_t *hash;       /* valid while registered */
-    uint64_t *parent;     /* chain value of the block before it */
-    int32_t *tokens;      /* [n_blocks][block_size]: the tokens it was registered with */
+    uint64_t *hash;   /* valid while registered */
+    uint64_t *parent; /* chain value of the block before it */
+    int32_t *tokens;  /* [n_blocks][block_size]: the tokens it was registered with */
     int32_t *lru_prev, *lru_next;
     int lru_head, lru_tail; /* head = released longest ago = evicted first */
     int n_cached;
     int32_t *free_stack;
     int n_free;
-    long long filled;     /* sum of fill over used blocks */
+    long long filled; /* sum of fill over used blocks */
 
-    int32_t *ht;          /* ht_mask + 1 entries: block id or KV_NONE */
+    int32_t *ht; /* ht_mask + 1 entries: block id or KV_NONE */
     size_t ht_mask;
 
     kv_slot *slots;
-    int32_t *tables;      /* [max_seqs][max_seq_blocks] */
+    int32_t *tables; /* [max_seqs][max_seq_blocks] */
 
     long long prefix_queries, prefix_hits, cow_copies, evictions;
 };
@@ -71,7 +71,8 @@ struct kv_cache {
 
 /* *out = a * b; 0 on overflow. */
 static int kv_mul(size_t a, size_t b, size_t *out) {
-    if (a != 0 && b > SIZE_MAX / a) return 0;
+    if (a != 0 && b > SIZE_MAX / a)
+        return 0;
     *out = a * b;
     return 1;
 }
@@ -82,7 +83,8 @@ size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_bloc
 
 size_t kv_cache_pool_bytes_dtype(int n_layers, int kv_dim, int block_size, long n_blocks, int f16) {
     size_t s = 2 * (f16 ? sizeof(uint16_t) : sizeof(float));
-    if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0) return 0;
+    if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0)
+        return 0;
     if (!kv_mul(s, (size_t)n_layers, &s) || !kv_mul(s, (size_t)kv_dim, &s) ||
         !kv_mul(s, (size_t)block_size, &s) || !kv_mul(s, (size_t)n_blocks, &s))
         return 0;
@@ -97,10 +99,12 @@ size_t kv_cache_pool_bytes_dtype(int n_layers, int kv_dim, int block_size, long 
 static uint64_t kv_hash_block(uint64_t parent, const int32_t *tok, int n) {
     const uint64_t prime = 1099511628211ull;
     uint64_t h = 14695981039346656037ull;
-    for (int i = 0; i < 8; i++) h = (h ^ ((parent >> (8 * i)) & 0xff)) * prime;
+    for (int i = 0; i < 8; i++)
+        h = (h ^ ((parent >> (8 * i)) & 0xff)) * prime;
     for (int t = 0; t < n; t++) {
         uint32_t u = (uint32_t)tok[t];
-        for (int i = 0; i < 4; i++) h = (h ^ ((u >> (8 * i)) & 0xff)) * prime;
+        for (int i = 0; i < 4; i++)
+            h = (h ^ ((u >> (8 * i)) & 0xff)) * prime;
     }
     h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9ull;
@@ -113,14 +117,17 @@ static uint64_t kv_hash_block(uint64_t parent, const int32_t *tok, int n) {
 static int kv_ht_find(const kv_cache *kv, uint64_t h) {
     for (size_t i = (size_t)h & kv->ht_mask;; i = (i + 1) & kv->ht_mask) {
         int32_t id = kv->ht[i];
-        if (id == KV_NONE) return KV_NONE;
-        if (kv->hash[id] == h) return id;
+        if (id == KV_NONE)
+            return KV_NONE;
+        if (kv->hash[id] == h)
+            return id;
     }
 }
 
 static void kv_ht_insert(kv_cache *kv, int32_t id) {
     size_t i = (size_t)kv->hash[id] & kv->ht_mask;
-    while (kv->ht[i] != KV_NONE) i = (i + 1) & kv->ht_mask;
+    while (kv->ht[i] != KV_NONE)
+        i = (i + 1) & kv->ht_mask;
     kv->ht[i] = id;
 }
 
@@ -207,7 +214,8 @@ static void kv_ref(kv_cache *kv, int32_t id) {
  * the LRU) or free. */
 static void kv_unref(kv_cache *kv, int32_t id) {
     assert(kv->ref[id] > 0);
-    if (--kv->ref[id] > 0) return;
+    if (--kv->ref[id] > 0)
+        return;
     kv->filled -= kv->fill[id];
     if (kv->registered[id]) {
         kv_lru_append(kv, id);
@@ -218,8 +226,10 @@ static void kv_unref(kv_cache *kv, int32_t id) {
 }
 
 static void kv_set_fill(kv_cache *kv, int32_t id, int rows) {
-    if (rows <= kv->fill[id]) return;
-    if (kv->ref[id] > 0) kv->filled += rows - kv->fill[id];
+    if (rows <= kv->fill[id])
+        return;
+    if (kv->ref[id] > 0)
+        kv->filled += rows - kv->fill[id];
     kv->fill[id] = rows;
 }
 
@@ -234,22 +244,24 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
         cfg->n_blocks <= 0 || cfg->max_seqs <= 0 || cfg->max_seq_blocks <= 0)
         return NULL;
     /* Capacities are ints: a slot's positions must fit one. */
-    if (cfg->max_seq_blocks > INT_MAX / cfg->block_size) return NULL;
+    if (cfg->max_seq_blocks > INT_MAX / cfg->block_size)
+        return NULL;
     size_t block_floats, layer_floats, pool_floats, pool_bytes, kv_bytes, n_tokens, n_table;
     if (!kv_mul((size_t)cfg->block_size, (size_t)cfg->kv_dim, &block_floats) ||
         !kv_mul(block_floats, (size_t)cfg->n_blocks, &layer_floats) ||
         !kv_mul(layer_floats, (size_t)cfg->n_layers, &pool_floats) ||
         !kv_mul(pool_floats, cfg->f16 ? sizeof(uint16_t) : sizeof(float), &pool_bytes) ||
-        pool_bytes > SIZE_MAX - 64 ||
-        !kv_mul(pool_bytes, 2, &kv_bytes) ||
+        pool_bytes > SIZE_MAX - 64 || !kv_mul(pool_bytes, 2, &kv_bytes) ||
         !kv_mul((size_t)cfg->n_blocks, (size_t)cfg->block_size, &n_tokens) ||
         !kv_mul((size_t)cfg->max_seqs, (size_t)cfg->max_seq_blocks, &n_table))
         return NULL;
     size_t ht_cap = 1;
-    while (ht_cap < 2 * (size_t)cfg->n_blocks) ht_cap *= 2; /* n_blocks <= INT_MAX: no overflow */
+    while (ht_cap < 2 * (size_t)cfg->n_blocks)
+        ht_cap *= 2; /* n_blocks <= INT_MAX: no overflow */
 
     kv_cache *kv = calloc(1, sizeof *kv);
-    if (!kv) return NULL;
+    if (!kv)
+        return NULL;
     kv->cfg = *cfg;
     kv->cfg.prefix_cache = cfg->prefix_cache != 0;
     kv->block_floats = block_floats;
@@ -286,14 +298,15 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     kv->ht = kv_calloc(ht_cap, sizeof *kv->ht);
     kv->slots = kv_calloc((size_t)cfg->max_seqs, sizeof *kv->slots);
     kv->tables = kv_calloc(n_table, sizeof *kv->tables);
-    if ((!external && (!kv->k || !kv->v)) || !kv->ref || !kv->fill || !kv->registered || !kv->hash || !kv->parent ||
-        !kv->tokens || !kv->lru_prev || !kv->lru_next || !kv->free_stack || !kv->ht || !kv->slots ||
-        !kv->tables) {
+    if ((!external && (!kv->k || !kv->v)) || !kv->ref || !kv->fill || !kv->registered ||
+        !kv->hash || !kv->parent || !kv->tokens || !kv->lru_prev || !kv->lru_next ||
+        !kv->free_stack || !kv->ht || !kv->slots || !kv->tables) {
         kv_cache_free(kv);
         return NULL;
     }
     kv->ht_mask = ht_cap - 1;
-    for (size_t i = 0; i < ht_cap; i++) kv->ht[i] = KV_NONE;
+    for (size_t i = 0; i < ht_cap; i++)
+        kv->ht[i] = KV_NONE;
     kv->lru_head = kv->lru_tail = KV_NONE;
     /* Pushed last id first, so blocks are handed out 0, 1, 2...: the slots
      * of kv_cache_create each get one run of consecutive blocks. */
@@ -310,9 +323,11 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
 }
 
 kv_cache *kv_cache_create(int n_layers, int kv_dim, int n_seqs, int max_ctx) {
-    if (n_layers <= 0 || kv_dim <= 0 || n_seqs <= 0 || max_ctx <= 0) return NULL;
+    if (n_layers <= 0 || kv_dim <= 0 || n_seqs <= 0 || max_ctx <= 0)
+        return NULL;
     int per_seq = max_ctx / KV_DEFAULT_BLOCK + (max_ctx % KV_DEFAULT_BLOCK != 0);
-    if (per_seq > INT_MAX / n_seqs) return NULL;
+    if (per_seq > INT_MAX / n_seqs)
+        return NULL;
     kv_cache_config cfg = {.n_layers = n_layers,
                            .kv_dim = kv_dim,
                            .block_size = KV_DEFAULT_BLOCK,
@@ -331,7 +346,8 @@ kv_cache *kv_cache_create(int n_layers, int kv_dim, int n_seqs, int max_ctx) {
 }
 
 void kv_cache_free(kv_cache *kv) {
-    if (!kv) return;
+    if (!kv)
+        return;
     free(kv->k_mem);
     free(kv->v_mem);
     free(kv->ref);
@@ -351,19 +367,31 @@ void kv_cache_free(kv_cache *kv) {
 
 /* ---- geometry ------------------------------------------------------------- */
 
-int kv_cache_n_seqs(const kv_cache *kv) { return kv->cfg.max_seqs; }
-int kv_cache_block_size(const kv_cache *kv) { return kv->cfg.block_size; }
-int kv_cache_n_blocks(const kv_cache *kv) { return kv->cfg.n_blocks; }
-int kv_cache_max_ctx(const kv_cache *kv) { return kv->cfg.max_seq_blocks * kv->cfg.block_size; }
-size_t kv_cache_bytes(const kv_cache *kv) { return kv->pool_bytes; }
+int kv_cache_n_seqs(const kv_cache *kv) {
+    return kv->cfg.max_seqs;
+}
+int kv_cache_block_size(const kv_cache *kv) {
+    return kv->cfg.block_size;
+}
+int kv_cache_n_blocks(const kv_cache *kv) {
+    return kv->cfg.n_blocks;
+}
+int kv_cache_max_ctx(const kv_cache *kv) {
+    return kv->cfg.max_seq_blocks * kv->cfg.block_size;
+}
+size_t kv_cache_bytes(const kv_cache *kv) {
+    return kv->pool_bytes;
+}
 
 static int kv_bad_seq(const kv_cache *kv, int seq) {
     return seq < 0 || seq >= kv->cfg.max_seqs;
 }
 
 int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out) {
-    if (!out) return BRISK_EINVAL;
-    if (layer < 0 || layer >= kv->cfg.n_layers || kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    if (!out)
+        return BRISK_EINVAL;
+    if (layer < 0 || layer >= kv->cfg.n_layers || kv_bad_seq(kv, seq))
+        return BRISK_ERANGE;
     size_t off = (size_t)layer * kv->layer_floats * kv->elem;
     if (!kv->k) { /* external storage: the owner of the pool adds the layer offset */
         out->k = out->v = NULL;
@@ -384,22 +412,26 @@ int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out) {
 /* ---- slots ---------------------------------------------------------------- */
 
 int kv_cache_seq_capacity(const kv_cache *kv, int seq) {
-    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    if (kv_bad_seq(kv, seq))
+        return BRISK_ERANGE;
     return kv->slots[seq].n_blocks * kv->cfg.block_size;
 }
 
 int kv_cache_seq_n_pos(const kv_cache *kv, int seq) {
-    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    if (kv_bad_seq(kv, seq))
+        return BRISK_ERANGE;
     return kv->slots[seq].n_pos;
 }
 
 int kv_cache_seq_n_blocks(const kv_cache *kv, int seq) {
-    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    if (kv_bad_seq(kv, seq))
+        return BRISK_ERANGE;
     return kv->slots[seq].n_blocks;
 }
 
 const int32_t *kv_cache_seq_blocks(const kv_cache *kv, int seq) {
-    if (kv_bad_seq(kv, seq)) return NULL;
+    if (kv_bad_seq(kv, seq))
+        return NULL;
     return kv->slots[seq].table;
 }
 
@@ -417,7 +449,8 @@ static int kv_must_copy(const kv_cache *kv, int32_t id) {
 static int kv_grow_plan(const kv_cache *kv, const kv_slot *s, int n_new, int *n_copy, int *n_add) {
     long long bs = kv->cfg.block_size;
     long long need = ((long long)s->n_pos + n_new + bs - 1) / bs;
-    if (need > kv->cfg.max_seq_blocks) return BRISK_ERANGE;
+    if (need > kv->cfg.max_seq_blocks)
+        return BRISK_ERANGE;
     *n_copy = 0;
     for (int b = s->n_pos / (int)bs; b < s->n_blocks && b < need; b++)
         *n_copy += kv_must_copy(kv, s->table[b]);
@@ -426,9 +459,12 @@ static int kv_grow_plan(const kv_cache *kv, const kv_slot *s, int n_new, int *n_
 }
 
 int kv_cache_seq_blocks_needed(const kv_cache *kv, int seq, int n_new) {
-    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
-    if (n_new < 0) return BRISK_EINVAL;
-    if (n_new == 0) return 0;
+    if (kv_bad_seq(kv, seq))
+        return BRISK_ERANGE;
+    if (n_new < 0)
+        return BRISK_EINVAL;
+    if (n_new == 0)
+        return 0;
     int n_copy, n_add, rc = kv_grow_plan(kv, &kv->slots[seq], n_new, &n_copy, &n_add);
     return rc < 0 ? rc : n_copy + n_add;
 }
@@ -441,7 +477,8 @@ static void kv_cow(kv_cache *kv, kv_slot *s, int b) {
     int bs = kv->cfg.block_size, rows = s->n_pos - b * bs;
     rows = rows < 0 ? 0 : rows > bs ? bs : rows;
     size_t n = (size_t)rows * (size_t)kv->cfg.kv_dim * kv->elem;
-    if (kv->cfg.copy_rows && rows > 0) kv->cfg.copy_rows(kv->cfg.copy_ctx, id, old, rows);
+    if (kv->cfg.copy_rows && rows > 0)
+        kv->cfg.copy_rows(kv->cfg.copy_ctx, id, old, rows);
     for (int l = 0; kv->k && l < kv->cfg.n_layers; l++) {
         size_t to = ((size_t)l * kv->layer_floats + (size_t)id * kv->block_floats) * kv->elem;
         size_t from = ((size_t)l * kv->layer_floats + (size_t)old * kv->block_floats) * kv->elem;
@@ -456,9 +493,12 @@ static void kv_cow(kv_cache *kv, kv_slot *s, int b) {
 
 int kv_cache_seq_grow(kv_cache *kv, int seq, int n_new) {
     int need = kv_cache_seq_blocks_needed(kv, seq, n_new);
-    if (need < 0) return need;
-    if (need > kv_cache_n_available(kv)) return BRISK_ENOSPC;
-    if (n_new == 0) return 0;
+    if (need < 0)
+        return need;
+    if (need > kv_cache_n_available(kv))
+        return BRISK_ENOSPC;
+    if (n_new == 0)
+        return 0;
     kv_slot *s = &kv->slots[seq];
     int n_copy, n_add, bs = kv->cfg.block_size;
     kv_grow_plan(kv, s, n_new, &n_copy, &n_add);
@@ -468,15 +508,18 @@ int kv_cache_seq_grow(kv_cache *kv, int seq, int n_new) {
             n_copy--;
         }
     }
-    while (n_add-- > 0) s->table[s->n_blocks++] = kv_alloc(kv);
+    while (n_add-- > 0)
+        s->table[s->n_blocks++] = kv_alloc(kv);
     return 0;
 }
 
 void kv_cache_seq_set_pos(kv_cache *kv, int seq, int n_pos) {
-    if (kv_bad_seq(kv, seq)) return;
+    if (kv_bad_seq(kv, seq))
+        return;
     kv_slot *s = &kv->slots[seq];
     int bs = kv->cfg.block_size;
-    if (n_pos < 0 || n_pos > s->n_blocks * bs) return;
+    if (n_pos < 0 || n_pos > s->n_blocks * bs)
+        return;
     /* Blocks below the old n_pos already have their fill (each call and each
      * way a slot gets blocks keeps fill >= rows covered); only the new ones
      * need it. */
@@ -492,10 +535,12 @@ void kv_cache_seq_set_pos(kv_cache *kv, int seq, int n_pos) {
 }
 
 void kv_cache_seq_commit(kv_cache *kv, int seq, const int32_t *tokens, int n) {
-    if (kv_bad_seq(kv, seq) || !kv->cfg.prefix_cache || !tokens || n <= 0) return;
+    if (kv_bad_seq(kv, seq) || !kv->cfg.prefix_cache || !tokens || n <= 0)
+        return;
     kv_slot *s = &kv->slots[seq];
     int bs = kv->cfg.block_size;
-    if (n > s->n_pos) n = s->n_pos;
+    if (n > s->n_pos)
+        n = s->n_pos;
     for (; s->n_checked < n / bs; s->n_checked++) {
         int32_t id = s->table[s->n_checked];
         if (kv->registered[id]) { /* shared by a fork or a match */
@@ -520,25 +565,31 @@ void kv_cache_seq_commit(kv_cache *kv, int seq, const int32_t *tokens, int n) {
 }
 
 void kv_cache_seq_release(kv_cache *kv, int seq) {
-    if (kv_bad_seq(kv, seq)) return;
+    if (kv_bad_seq(kv, seq))
+        return;
     kv_slot *s = &kv->slots[seq];
     /* Last block first: the tail of a prefix becomes older in the LRU than
      * its head, so eviction eats prefixes from the end and the head, shared
      * by more prompts, stays matchable longest. */
-    while (s->n_blocks > 0) kv_unref(kv, s->table[--s->n_blocks]);
+    while (s->n_blocks > 0)
+        kv_unref(kv, s->table[--s->n_blocks]);
     s->n_pos = 0;
     s->n_checked = 0;
     s->chain = KV_HASH_ROOT;
 }
 
 int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int max_positions) {
-    if (kv_bad_seq(kv, seq)) return BRISK_ERANGE;
+    if (kv_bad_seq(kv, seq))
+        return BRISK_ERANGE;
     kv_slot *s = &kv->slots[seq];
-    if (s->n_blocks != 0 || n < 0 || (n > 0 && !tokens)) return BRISK_EINVAL;
-    if (!kv->cfg.prefix_cache) return 0;
+    if (s->n_blocks != 0 || n < 0 || (n > 0 && !tokens))
+        return BRISK_EINVAL;
+    if (!kv->cfg.prefix_cache)
+        return 0;
     int bs = kv->cfg.block_size;
     int limit = max_positions < n ? max_positions : n;
-    if (limit > kv->cfg.max_seq_blocks * bs) limit = kv->cfg.max_seq_blocks * bs;
+    if (limit > kv->cfg.max_seq_blocks * bs)
+        limit = kv->cfg.max_seq_blocks * bs;
     uint64_t chain = KV_HASH_ROOT;
     while (s->n_blocks < limit / bs) {
         const int32_t *tok = tokens + (size_t)s->n_blocks * (size_t)bs;
@@ -560,11 +611,14 @@ int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int 
 }
 
 int kv_cache_seq_fork(kv_cache *kv, int dst, int src, int n_pos) {
-    if (kv_bad_seq(kv, dst) || kv_bad_seq(kv, src)) return BRISK_ERANGE;
+    if (kv_bad_seq(kv, dst) || kv_bad_seq(kv, src))
+        return BRISK_ERANGE;
     kv_slot *d = &kv->slots[dst];
     const kv_slot *s = &kv->slots[src];
-    if (dst == src || d->n_blocks != 0) return BRISK_EINVAL;
-    if (n_pos < 0 || n_pos > s->n_pos) return BRISK_ERANGE;
+    if (dst == src || d->n_blocks != 0)
+        return BRISK_EINVAL;
+    if (n_pos < 0 || n_pos > s->n_pos)
+        return BRISK_ERANGE;
     int bs = kv->cfg.block_size;
     for (int b = 0; b * bs < n_pos; b++) {
         kv_ref(kv, s->table[b]);
@@ -581,7 +635,9 @@ int kv_cache_seq_fork(kv_cache *kv, int dst, int src, int n_pos) {
 
 /* ---- accounting ----------------------------------------------------------- */
 
-int kv_cache_n_available(const kv_cache *kv) { return kv->n_free + kv->n_cached; }
+int kv_cache_n_available(const kv_cache *kv) {
+    return kv->n_free + kv->n_cached;
+}
 
 void kv_cache_get_stats(const kv_cache *kv, kv_cache_stats *out) {
     memset(out, 0, sizeof *out);
@@ -599,14 +655,14 @@ void kv_cache_get_stats(const kv_cache *kv, kv_cache_stats *out) {
 
 /* Codes of kv_cache_check, one per invariant. */
 enum {
-    KV_BAD_SLOT = -1,     /* slot counters out of range or a bad block id */
-    KV_BAD_REF = -2,      /* a reference count differs from the table entries */
-    KV_BAD_FILL = -3,     /* fill out of range or below a slot's n_pos */
-    KV_BAD_HASH = -4,     /* hash table and registered flags disagree */
-    KV_BAD_LRU = -5,      /* LRU list is not exactly the cached blocks */
-    KV_BAD_FREE = -6,     /* free stack is not exactly the free blocks */
-    KV_BAD_COUNT = -7,    /* counters disagree with the blocks */
-    KV_BAD_NOMEM = -8,    /* the check itself could not allocate */
+    KV_BAD_SLOT = -1,  /* slot counters out of range or a bad block id */
+    KV_BAD_REF = -2,   /* a reference count differs from the table entries */
+    KV_BAD_FILL = -3,  /* fill out of range or below a slot's n_pos */
+    KV_BAD_HASH = -4,  /* hash table and registered flags disagree */
+    KV_BAD_LRU = -5,   /* LRU list is not exactly the cached blocks */
+    KV_BAD_FREE = -6,  /* free stack is not exactly the free blocks */
+    KV_BAD_COUNT = -7, /* counters disagree with the blocks */
+    KV_BAD_NOMEM = -8, /* the check itself could not allocate */
 };
 
 static int kv_check_slots(const kv_cache *kv, int32_t *count) {
@@ -619,10 +675,12 @@ static int kv_check_slots(const kv_cache *kv, int32_t *count) {
             return KV_BAD_SLOT;
         for (int b = 0; b < s->n_blocks; b++) {
             int32_t id = s->table[b];
-            if (id < 0 || id >= kv->cfg.n_blocks) return KV_BAD_SLOT;
+            if (id < 0 || id >= kv->cfg.n_blocks)
+                return KV_BAD_SLOT;
             count[id]++;
             int rows = s->n_pos - b * bs;
-            if (rows > 0 && kv->fill[id] < (rows < bs ? rows : bs)) return KV_BAD_FILL;
+            if (rows > 0 && kv->fill[id] < (rows < bs ? rows : bs))
+                return KV_BAD_FILL;
         }
     }
     return 0;
@@ -632,13 +690,18 @@ static int kv_check_blocks(const kv_cache *kv, const int32_t *count, uint8_t *se
     int n = kv->cfg.n_blocks, n_reg = 0, n_cached = 0, n_free = 0;
     long long filled = 0;
     for (int id = 0; id < n; id++) {
-        if (count[id] != kv->ref[id]) return KV_BAD_REF;
-        if (kv->fill[id] < 0 || kv->fill[id] > kv->cfg.block_size) return KV_BAD_FILL;
-        if (kv->ref[id] > 0) filled += kv->fill[id];
+        if (count[id] != kv->ref[id])
+            return KV_BAD_REF;
+        if (kv->fill[id] < 0 || kv->fill[id] > kv->cfg.block_size)
+            return KV_BAD_FILL;
+        if (kv->ref[id] > 0)
+            filled += kv->fill[id];
         if (kv->registered[id]) {
             n_reg++;
-            if (kv_ht_find(kv, kv->hash[id]) != id) return KV_BAD_HASH;
-            if (kv->fill[id] != kv->cfg.block_size) return KV_BAD_FILL;
+            if (kv_ht_find(kv, kv->hash[id]) != id)
+                return KV_BAD_HASH;
+            if (kv->fill[id] != kv->cfg.block_size)
+                return KV_BAD_FILL;
         } else if (kv->ref[id] == 0 && kv->fill[id] != 0) {
             return KV_BAD_FILL;
         }
@@ -648,25 +711,32 @@ static int kv_check_blocks(const kv_cache *kv, const int32_t *count, uint8_t *se
     size_t n_ht = 0;
     for (size_t i = 0; i <= kv->ht_mask; i++) {
         int32_t id = kv->ht[i];
-        if (id == KV_NONE) continue;
-        if (id < 0 || id >= n || !kv->registered[id]) return KV_BAD_HASH;
+        if (id == KV_NONE)
+            continue;
+        if (id < 0 || id >= n || !kv->registered[id])
+            return KV_BAD_HASH;
         n_ht++;
     }
-    if (n_ht != (size_t)n_reg) return KV_BAD_HASH;
+    if (n_ht != (size_t)n_reg)
+        return KV_BAD_HASH;
     /* LRU: walk it forwards, checking the back links and the members. */
     int walked = 0;
     int32_t prev = KV_NONE;
     for (int32_t id = kv->lru_head; id != KV_NONE; prev = id, id = kv->lru_next[id]) {
-        if (id < 0 || id >= n || seen[id] || walked >= n) return KV_BAD_LRU;
-        if (kv->lru_prev[id] != prev || kv->ref[id] != 0 || !kv->registered[id]) return KV_BAD_LRU;
-        if (kv->lru_next[id] == KV_NONE && kv->lru_tail != id) return KV_BAD_LRU;
+        if (id < 0 || id >= n || seen[id] || walked >= n)
+            return KV_BAD_LRU;
+        if (kv->lru_prev[id] != prev || kv->ref[id] != 0 || !kv->registered[id])
+            return KV_BAD_LRU;
+        if (kv->lru_next[id] == KV_NONE && kv->lru_tail != id)
+            return KV_BAD_LRU;
         seen[id] = 1;
         walked++;
     }
     if (walked != n_cached || kv->n_cached != n_cached ||
         (kv->lru_head == KV_NONE) != (kv->lru_tail == KV_NONE))
         return KV_BAD_LRU;
-    if (kv->n_free != n_free) return KV_BAD_FREE;
+    if (kv->n_free != n_free)
+        return KV_BAD_FREE;
     for (int i = 0; i < kv->n_free; i++) {
         int32_t id = kv->free_stack[i];
         if (id < 0 || id >= n || seen[id] || kv->ref[id] != 0 || kv->registered[id])
@@ -674,8 +744,10 @@ static int kv_check_blocks(const kv_cache *kv, const int32_t *count, uint8_t *se
         seen[id] = 1;
     }
     int used = 0;
-    for (int id = 0; id < n; id++) used += kv->ref[id] > 0;
-    if (used + n_cached + n_free != n || filled != kv->filled) return KV_BAD_COUNT;
+    for (int id = 0; id < n; id++)
+        used += kv->ref[id] > 0;
+    if (used + n_cached + n_free != n || filled != kv->filled)
+        return KV_BAD_COUNT;
     return 0;
 }
 
@@ -685,7 +757,8 @@ int kv_cache_check(const kv_cache *kv) {
     int rc = KV_BAD_NOMEM;
     if (count && seen) {
         rc = kv_check_slots(kv, count);
-        if (rc == 0) rc = kv_check_blocks(kv, count, seen);
+        if (rc == 0)
+            rc = kv_check_blocks(kv, count, seen);
     }
     free(count);
     free(seen);

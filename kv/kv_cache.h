@@ -43,13 +43,13 @@ typedef struct kv_cache kv_cache;
 
 typedef struct kv_cache_config {
     int n_layers;
-    int kv_dim;          /* floats per position per layer: n_kv_heads * head_dim */
-    int block_size;      /* positions per block (16 by default) */
-    int n_blocks;        /* blocks in the pool */
-    int max_seqs;        /* sequence slots */
-    int max_seq_blocks;  /* most blocks one slot may hold (its context / block_size, rounded up) */
-    int prefix_cache;    /* 1: register full blocks and match prompts against them */
-    int f16;             /* 1: store K and V as f16 (default f32) */
+    int kv_dim;         /* floats per position per layer: n_kv_heads * head_dim */
+    int block_size;     /* positions per block (16 by default) */
+    int n_blocks;       /* blocks in the pool */
+    int max_seqs;       /* sequence slots */
+    int max_seq_blocks; /* most blocks one slot may hold (its context / block_size, rounded up) */
+    int prefix_cache;   /* 1: register full blocks and match prompts against them */
+    int f16;            /* 1: store K and V as f16 (default f32) */
     /* External storage (the CUDA backend's device pool). NULL: K and V are
      * host arrays the cache allocates. Set: the cache allocates no K/V memory
      * and only keeps the books; the owner of the pool lays it out as above,
@@ -74,7 +74,7 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg);
 kv_cache *kv_cache_create(int n_layers, int kv_dim, int n_seqs, int max_ctx);
 void kv_cache_free(kv_cache *kv);
 
-int kv_cache_n_seqs(const kv_cache *kv);       /* slots */
+int kv_cache_n_seqs(const kv_cache *kv); /* slots */
 int kv_cache_block_size(const kv_cache *kv);
 int kv_cache_n_blocks(const kv_cache *kv);
 /* Most positions one slot can hold (max_seq_blocks * block_size). */
@@ -126,13 +126,13 @@ int kv_cache_seq_fork(kv_cache *kv, int dst, int src, int n_pos);
 
 typedef struct kv_cache_stats {
     int blocks_total;
-    int blocks_used;      /* reference count > 0 */
-    int blocks_cached;    /* reference count 0, registered (reusable by a match) */
-    int blocks_free;      /* reference count 0, not registered */
+    int blocks_used;           /* reference count > 0 */
+    int blocks_cached;         /* reference count 0, registered (reusable by a match) */
+    int blocks_free;           /* reference count 0, not registered */
     long long slots_allocated; /* positions in used blocks (blocks_used * block_size) */
-    long long slots_filled;    /* of those, positions that hold a token (each physical block once) */
-    long long prefix_queries;  /* tokens looked up by kv_cache_seq_match */
-    long long prefix_hits;     /* tokens found */
+    long long slots_filled;   /* of those, positions that hold a token (each physical block once) */
+    long long prefix_queries; /* tokens looked up by kv_cache_seq_match */
+    long long prefix_hits;    /* tokens found */
     long long cow_copies;
     long long evictions;
 } kv_cache_stats;

@@ -10,11 +10,16 @@
 #include "common/brisk_log.h"
 
 int model_device_parse(const char *s, model_device *out) {
-    if (!s) return BRISK_EINVAL;
-    if (!strcmp(s, "cpu")) *out = MODEL_DEVICE_CPU;
-    else if (!strcmp(s, "cuda")) *out = MODEL_DEVICE_CUDA;
-    else if (!strcmp(s, "auto")) *out = MODEL_DEVICE_AUTO;
-    else return BRISK_EINVAL;
+    if (!s)
+        return BRISK_EINVAL;
+    if (!strcmp(s, "cpu"))
+        *out = MODEL_DEVICE_CPU;
+    else if (!strcmp(s, "cuda"))
+        *out = MODEL_DEVICE_CUDA;
+    else if (!strcmp(s, "auto"))
+        *out = MODEL_DEVICE_AUTO;
+    else
+        return BRISK_EINVAL;
     return 0;
 }
 
@@ -31,16 +36,17 @@ const char *model_device_name(model_device d) {
 static model_device backend_pick(const model *m, const model_backend_opts *o) {
     size_t free_b = 0, total_b = 0;
     if (!model_backend_cuda_available(&free_b, &total_b)) {
-        BRISK_INFO("device auto: cpu (%s)", BRISK_HAVE_CUDA ? "no CUDA device found"
-                                                            : "brisk was built without CUDA");
+        BRISK_INFO("device auto: cpu (%s)",
+                   BRISK_HAVE_CUDA ? "no CUDA device found" : "brisk was built without CUDA");
         return MODEL_DEVICE_CPU;
     }
     double util = o->gpu_memory_utilization > 0 ? o->gpu_memory_utilization : 0.9;
     double budget = util * (double)total_b - (double)(total_b - free_b);
     size_t need = model_backend_cuda_weight_bytes(m);
     if ((double)need > budget * 0.875) {
-        BRISK_INFO("device auto: cpu (the weights need %.2f GB, the GPU budget is %.2f GB of %.2f GB)",
-                   need / 1e9, budget / 1e9, total_b / 1e9);
+        BRISK_INFO(
+            "device auto: cpu (the weights need %.2f GB, the GPU budget is %.2f GB of %.2f GB)",
+            need / 1e9, budget / 1e9, total_b / 1e9);
         return MODEL_DEVICE_CPU;
     }
     BRISK_INFO("device auto: cuda (weights %.2f GB of a %.2f GB budget)", need / 1e9, budget / 1e9);
@@ -55,16 +61,19 @@ int model_backend_create(const model *m, const model_backend_opts *o, model_back
         return BRISK_EINVAL;
     }
     model_device d = o->device == MODEL_DEVICE_AUTO ? backend_pick(m, o) : o->device;
-    if (d == MODEL_DEVICE_CUDA) return model_backend_cuda_create(m, o, out, err, err_len);
+    if (d == MODEL_DEVICE_CUDA)
+        return model_backend_cuda_create(m, o, out, err, err_len);
     return model_backend_cpu_create(m, o, out, err, err_len);
 }
 
 int model_device_is_cpu(model_device d) {
-    return d == MODEL_DEVICE_CPU || (d == MODEL_DEVICE_AUTO && !model_backend_cuda_available(NULL, NULL));
+    return d == MODEL_DEVICE_CPU ||
+           (d == MODEL_DEVICE_AUTO && !model_backend_cuda_available(NULL, NULL));
 }
 
 void model_backend_free(model_backend *be) {
-    if (be) be->ops->free(be);
+    if (be)
+        be->ops->free(be);
 }
 
 #if !BRISK_HAVE_CUDA
@@ -72,14 +81,17 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
                               char *err, size_t err_len) {
     (void)m, (void)o;
     *out = NULL;
-    snprintf(err, err_len, "--device cuda: this brisk was built without CUDA (no CUDA toolkit at "
-                           "configure time)");
+    snprintf(err, err_len,
+             "--device cuda: this brisk was built without CUDA (no CUDA toolkit at "
+             "configure time)");
     return BRISK_EUNSUPPORTED;
 }
 
 int model_backend_cuda_available(size_t *free_bytes, size_t *total_bytes) {
-    if (free_bytes) *free_bytes = 0;
-    if (total_bytes) *total_bytes = 0;
+    if (free_bytes)
+        *free_bytes = 0;
+    if (total_bytes)
+        *total_bytes = 0;
     return 0;
 }
 

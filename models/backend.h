@@ -22,9 +22,9 @@
 #include <stdint.h>
 
 #include "kernels/cpu/kern_pool.h"
+#include "kv/kv_cache.h"
 #include "models/model.h"
 #include "models/sampler.h"
-#include "kv/kv_cache.h"
 
 typedef enum { MODEL_DEVICE_CPU = 0, MODEL_DEVICE_CUDA = 1, MODEL_DEVICE_AUTO = 2 } model_device;
 
@@ -34,7 +34,7 @@ const char *model_device_name(model_device d);
 
 typedef struct model_backend_opts {
     model_device device;  /* AUTO: CUDA when a GPU is present and the model fits */
-    int max_batch_tokens;       /* tokens per forward call */
+    int max_batch_tokens; /* tokens per forward call */
     int max_ctx;          /* positions per sequence */
     int max_seqs;         /* sequences (KV slots, rows sampled per step) */
     int block_size;       /* KV positions per block (the pool kv_create will be asked for) */
@@ -42,7 +42,7 @@ typedef struct model_backend_opts {
     /* CUDA: the fraction of the GPU's memory brisk may hold (weights,
      * scratch and the KV pool together), as vLLM's --gpu-memory-utilization. */
     double gpu_memory_utilization;
-    int cuda_graphs;      /* CUDA: capture decode steps into graphs (1) or not (0) */
+    int cuda_graphs; /* CUDA: capture decode steps into graphs (1) or not (0) */
     /* CUDA: the device's weight format, as --weights: F16, INT8, or AUTO
      * (INT8 for a file of quantised blocks, F16 otherwise); F32 is refused. */
     model_weights_fmt weights;

@@ -27,7 +27,8 @@ static int cpu_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
 
 static int cpu_logits(model_backend *be, int row, const float **out) {
     cpu_backend *c = (cpu_backend *)be;
-    if (row < 0 || row >= c->n_out) return BRISK_ERANGE;
+    if (row < 0 || row >= c->n_out)
+        return BRISK_ERANGE;
     *out = c->logits + (size_t)row * (size_t)model_get_config(be->m)->n_vocab;
     return 0;
 }
@@ -38,7 +39,8 @@ static int cpu_sample(model_backend *be, const model_sample_job *jobs, int n, in
     cpu_backend *c = (cpu_backend *)be;
     size_t nv = (size_t)model_get_config(be->m)->n_vocab;
     for (int i = 0; i < n; i++) {
-        if (jobs[i].row < 0 || jobs[i].row >= c->n_out) return BRISK_ERANGE;
+        if (jobs[i].row < 0 || jobs[i].row >= c->n_out)
+            return BRISK_ERANGE;
         ids[i] = model_sampler_sample(jobs[i].sampler, c->logits + (size_t)jobs[i].row * nv,
                                       jobs[i].hist, jobs[i].n_hist);
     }
@@ -71,7 +73,8 @@ static void cpu_describe(model_backend *be, char *buf, size_t len) {
 }
 
 void model_cpu_kernels_describe(const model *m, char *buf, size_t len) {
-    if (!buf || len == 0) return;
+    if (!buf || len == 0)
+        return;
     buf[0] = '\0';
     const model_weights *w = model_get_weights(m);
     const model_config *c = model_get_config(m);
@@ -85,24 +88,30 @@ void model_cpu_kernels_describe(const model *m, char *buf, size_t len) {
             mats[n_mats++] = &w->output;
         } else {
             const model_layer *ly = &w->layers[l];
-            const model_matrix *all[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
-            for (int i = 0; i < 7; i++) mats[n_mats++] = all[i];
+            const model_matrix *all[7] = {&ly->wq,     &ly->wk,   &ly->wv,    &ly->wo,
+                                          &ly->w_gate, &ly->w_up, &ly->w_down};
+            for (int i = 0; i < 7; i++)
+                mats[n_mats++] = all[i];
         }
         for (int i = 0; i < n_mats; i++) {
             kern_type t = mats[i]->type;
             int dup = 0;
-            for (int k = 0; k < n_seen; k++) dup |= seen[k] == t;
-            if (dup || n_seen == 16) continue;
+            for (int k = 0; k < n_seen; k++)
+                dup |= seen[k] == t;
+            if (dup || n_seen == 16)
+                continue;
             seen[n_seen++] = t;
             char one[256];
             kern_matmul_describe(t, one, sizeof one);
             int k = snprintf(buf + at, len - at, "%s%s", at ? "; " : "", one);
-            if (k < 0 || (size_t)k >= len - at) return;
+            if (k < 0 || (size_t)k >= len - at)
+                return;
             at += (size_t)k;
         }
     }
     const char *simd = kern_cpu_level() >= KERN_LEVEL_AVX2 ? "avx2" : "scalar";
-    snprintf(buf + at, len - at, "%sattention %s; norms, rope, silu %s", at ? "; " : "", simd, simd);
+    snprintf(buf + at, len - at, "%sattention %s; norms, rope, silu %s", at ? "; " : "", simd,
+             simd);
 }
 
 static void cpu_free(model_backend *be) {

@@ -49,9 +49,9 @@ typedef struct cuda_layer {
 } cuda_layer;
 
 typedef struct cuda_graph {
-    int n;                 /* bucket: rows the graph runs */
-    cudaGraphExec_t exec;  /* NULL until captured */
-    int warm;              /* 1 once a step of this size ran (eagerly): the next is captured */
+    int n;                /* bucket: rows the graph runs */
+    cudaGraphExec_t exec; /* NULL until captured */
+    int warm;             /* 1 once a step of this size ran (eagerly): the next is captured */
 } cuda_graph;
 
 typedef struct cuda_backend {
@@ -95,35 +95,38 @@ typedef struct cuda_backend {
     int edit_cap;
     void *samp_ws;
     size_t samp_ws_bytes;
-    float *acc;        /* [n_vocab] host: bias sums while merging duplicates */
-    int32_t *counts;   /* [n_vocab] host: occurrences in a penalty window */
-    float *h_row;      /* one downloaded logits row */
-    int h_row_valid;   /* which physical row h_row holds, or -1 */
+    float *acc;      /* [n_vocab] host: bias sums while merging duplicates */
+    int32_t *counts; /* [n_vocab] host: occurrences in a penalty window */
+    float *h_row;    /* one downloaded logits row */
+    int h_row_valid; /* which physical row h_row holds, or -1 */
 
     /* KV pool (kv_create) */
     uint16_t *k_pool, *v_pool;
     size_t layer_elems, block_stride, row_stride;
     int block_size, n_blocks;
-    int kv_error;      /* a failed copy-on-write copy, reported at the next forward */
+    int kv_error; /* a failed copy-on-write copy, reported at the next forward */
 
     /* decode graphs */
     cuda_graph graphs[CUDA_MAX_BUCKETS];
     int n_graphs;
-    int graphs_off;    /* --no-cuda-graphs, or a capture failed */
+    int graphs_off; /* --no-cuda-graphs, or a capture failed */
 } cuda_backend;
 
 /* ---- helpers ---------------------------------------------------------------- */
 
 static int cuda_fail(char *err, size_t len, int rc, const char *what) {
-    snprintf(err, len, "CUDA backend: %s: %s (%s)", what, brisk_strerror(rc), kern_cuda_last_error());
+    snprintf(err, len, "CUDA backend: %s: %s (%s)", what, brisk_strerror(rc),
+             kern_cuda_last_error());
     return rc;
 }
 
 static int dev_alloc(void **p, size_t bytes, size_t *total) {
     *p = NULL;
-    if (bytes == 0) return 0;
+    if (bytes == 0)
+        return 0;
     int rc = kern_cuda_malloc(p, bytes);
-    if (rc == 0 && total) *total += bytes;
+    if (rc == 0 && total)
+        *total += bytes;
     return rc;
 }
 
@@ -137,16 +140,20 @@ static int pinned_alloc(void **p, size_t bytes) {
 }
 
 static void pinned_free(void *p) {
-    if (p) cudaFreeHost(p);
+    if (p)
+        cudaFreeHost(p);
 }
 
 /* Uploads n floats into new device memory. */
 static int upload_f32(float **out, const float *src, size_t n, size_t *total) {
     *out = NULL;
-    if (!src) return 0;
+    if (!src)
+        return 0;
     int rc = dev_alloc((void **)out, n * sizeof(float), total);
-    if (rc == 0) rc = kern_cuda_upload(*out, src, n * sizeof(float), NULL);
-    if (rc == 0) rc = kern_cuda_sync(NULL);
+    if (rc == 0)
+        rc = kern_cuda_upload(*out, src, n * sizeof(float), NULL);
+    if (rc == 0)
+        rc = kern_cuda_sync(NULL);
     return rc;
 }
 
@@ -156,8 +163,9 @@ static int upload_embedding(cuda_backend *cb, const model_matrix *m) {
     size_t row_bytes = kern_row_bytes(m->type, dim);
     float *f = malloc((size_t)rows_per * dim * sizeof(float));
     uint16_t *h = malloc((size_t)rows_per * dim * sizeof(uint16_t));
-    int rc = f && h ? dev_alloc((void **)&cb->tok_embd, (size_t)m->n_out * dim * 2, &cb->weight_bytes)
-                    : BRISK_ENOMEM;
+    int rc = f && h
+                 ? dev_alloc((void **)&cb->tok_embd, (size_t)m->n_out * dim * 2, &cb->weight_bytes)
+                 : BRISK_ENOMEM;
     for (int r0 = 0; rc == 0 && r0 < m->n_out; r0 += rows_per) {
         int n = m->n_out - r0 < rows_per ? m->n_out - r0 : rows_per;
         for (int r = 0; r < n; r++)
@@ -165,7 +173,8 @@ static int upload_embedding(cuda_backend *cb, const model_matrix *m) {
                                 f + (size_t)r * dim, dim);
         kern_quantize_row(KERN_TYPE_F16, f, h, (int64_t)n * dim);
         rc = kern_cuda_upload(cb->tok_embd + (size_t)r0 * dim, h, (size_t)n * dim * 2, NULL);
-        if (rc == 0) rc = kern_cuda_sync(NULL); /* h is reused */
+        if (rc == 0)
+            rc = kern_cuda_sync(NULL); /* h is reused */
     }
     free(f);
     free(h);
@@ -183,30 +192,41 @@ static kern_cuda_wfmt matrix_wfmt(kern_cuda_wfmt f, int n_in) {
 static int upload_matrix(cuda_backend *cb, kern_cuda_weight *w, const model_matrix *m) {
     kern_cuda_wfmt f = matrix_wfmt(cb->wfmt, m->n_in);
     int rc = kern_cuda_weight_upload(w, f, m->type, m->data, m->n_out, m->n_in);
-    if (rc == 0) cb->weight_bytes += kern_cuda_weight_bytes(f, m->n_out, m->n_in);
+    if (rc == 0)
+        cb->weight_bytes += kern_cuda_weight_bytes(f, m->n_out, m->n_in);
     return rc;
 }
 
 static int is_quantized(kern_type t) {
-    return t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1 || t == KERN_TYPE_Q8_0M;
+    return t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1 ||
+           t == KERN_TYPE_Q8_0M;
 }
 
 static kern_cuda_wfmt pick_wfmt(const model *m, model_weights_fmt want) {
-    if (want == MODEL_WEIGHTS_F16) return KERN_CUDA_W_F16;
-    if (want == MODEL_WEIGHTS_INT8) return KERN_CUDA_W_INT8;
-    return is_quantized(model_get_weights(m)->layers[0].wq.type) ? KERN_CUDA_W_INT8 : KERN_CUDA_W_F16;
+    if (want == MODEL_WEIGHTS_F16)
+        return KERN_CUDA_W_F16;
+    if (want == MODEL_WEIGHTS_INT8)
+        return KERN_CUDA_W_INT8;
+    return is_quantized(model_get_weights(m)->layers[0].wq.type) ? KERN_CUDA_W_INT8
+                                                                 : KERN_CUDA_W_F16;
 }
 
 /* ---- model_backend_cuda_available / _weight_bytes ------------------------ */
 
 int model_backend_cuda_available(size_t *free_bytes, size_t *total_bytes) {
-    if (free_bytes) *free_bytes = 0;
-    if (total_bytes) *total_bytes = 0;
-    if (kern_cuda_device_count() <= 0) return 0;
+    if (free_bytes)
+        *free_bytes = 0;
+    if (total_bytes)
+        *total_bytes = 0;
+    if (kern_cuda_device_count() <= 0)
+        return 0;
     size_t f = 0, t = 0;
-    if (cudaSetDevice(0) != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess) return 0;
-    if (free_bytes) *free_bytes = f;
-    if (total_bytes) *total_bytes = t;
+    if (cudaSetDevice(0) != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess)
+        return 0;
+    if (free_bytes)
+        *free_bytes = f;
+    if (total_bytes)
+        *total_bytes = t;
     return 1;
 }
 
@@ -219,7 +239,8 @@ size_t model_backend_cuda_weight_bytes(const model *m) {
         b += kern_cuda_weight_bytes(matrix_wfmt(f, c->dim), c->n_vocab, c->dim);
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &w->layers[l];
-        const model_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const model_matrix *ms[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                    &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
             b += kern_cuda_weight_bytes(matrix_wfmt(f, ms[i]->n_in), ms[i]->n_out, ms[i]->n_in);
         b += 2 * (size_t)c->dim * sizeof(float);
@@ -233,7 +254,8 @@ size_t model_backend_cuda_weight_bytes(const model *m) {
  * (consecutive tokens of one sequence at consecutive positions) with their
  * block tables and context lengths, and the rows that want logits.
  * Returns the number of runs; *max_run gets the longest. */
-static int cuda_stage(cuda_backend *cb, kv_cache *kv, const model_batch *b, int *max_run, int *n_want) {
+static int cuda_stage(cuda_backend *cb, kv_cache *kv, const model_batch *b, int *max_run,
+                      int *n_want) {
     int n = b->n_tokens, n_runs = 0, bs = cb->block_size, mb = cb->max_blocks;
     *max_run = 0;
     *n_want = 0;
@@ -258,12 +280,14 @@ static int cuda_stage(cuda_backend *cb, kv_cache *kv, const model_batch *b, int 
             n_runs++;
         }
         int want = b->want_logits ? b->want_logits[i] != 0 : i == n - 1;
-        if (want) cb->h_out_idx[(*n_want)++] = i;
+        if (want)
+            cb->h_out_idx[(*n_want)++] = i;
     }
     for (int r = 0; r < n_runs; r++) {
         int32_t *run = &cb->h_runs[3 * r];
         cb->h_ctx[r] = run[2] + run[1];
-        if (run[1] > *max_run) *max_run = run[1];
+        if (run[1] > *max_run)
+            *max_run = run[1];
     }
     return n_runs;
 }
@@ -286,12 +310,17 @@ static void cuda_pad(cuda_backend *cb, int n, int bucket) {
 static int cuda_upload_step(cuda_backend *cb, int n, int n_runs, int n_want) {
     cudaStream_t s = cb->stream;
     int rc = kern_cuda_upload(cb->d_tok, cb->h_tok, (size_t)n * sizeof(int32_t), s);
-    if (!rc) rc = kern_cuda_upload(cb->d_pos, cb->h_pos, (size_t)n * sizeof(int32_t), s);
-    if (!rc) rc = kern_cuda_upload(cb->d_slots, cb->h_slots, (size_t)n * sizeof(int64_t), s);
-    if (!rc) rc = kern_cuda_upload(cb->d_runs, cb->h_runs, (size_t)n_runs * 3 * sizeof(int32_t), s);
-    if (!rc) rc = kern_cuda_upload(cb->d_ctx, cb->h_ctx, (size_t)n_runs * sizeof(int32_t), s);
     if (!rc)
-        rc = kern_cuda_upload(cb->d_bt, cb->h_bt, (size_t)n_runs * cb->max_blocks * sizeof(int32_t), s);
+        rc = kern_cuda_upload(cb->d_pos, cb->h_pos, (size_t)n * sizeof(int32_t), s);
+    if (!rc)
+        rc = kern_cuda_upload(cb->d_slots, cb->h_slots, (size_t)n * sizeof(int64_t), s);
+    if (!rc)
+        rc = kern_cuda_upload(cb->d_runs, cb->h_runs, (size_t)n_runs * 3 * sizeof(int32_t), s);
+    if (!rc)
+        rc = kern_cuda_upload(cb->d_ctx, cb->h_ctx, (size_t)n_runs * sizeof(int32_t), s);
+    if (!rc)
+        rc = kern_cuda_upload(cb->d_bt, cb->h_bt, (size_t)n_runs * cb->max_blocks * sizeof(int32_t),
+                              s);
     if (!rc && n_want > 0)
         rc = kern_cuda_upload(cb->d_out_idx, cb->h_out_idx, (size_t)n_want * sizeof(int32_t), s);
     return rc;
@@ -300,7 +329,8 @@ static int cuda_upload_step(cuda_backend *cb, int n, int n_runs, int n_want) {
 #define TRY(call)                                                                                  \
     do {                                                                                           \
         int rc_ = (call);                                                                          \
-        if (rc_ != 0) return rc_;                                                                  \
+        if (rc_ != 0)                                                                              \
+            return rc_;                                                                            \
     } while (0)
 
 /* The pass itself: every kernel of one forward over n rows, on cb->stream,
@@ -312,16 +342,21 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
     cudaStream_t s = cb->stream;
     const int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
     const float scale = 1.0f / sqrtf((float)c->head_dim);
-    TRY(kern_cuda_embedding(cb->x, cb->tok_embd, KERN_TYPE_F16, c->n_vocab, dim, cb->d_tok, n, NULL, s));
+    TRY(kern_cuda_embedding(cb->x, cb->tok_embd, KERN_TYPE_F16, c->n_vocab, dim, cb->d_tok, n, NULL,
+                            s));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &cb->layers[l];
         uint16_t *kp = cb->k_pool + (size_t)l * cb->layer_elems;
         uint16_t *vp = cb->v_pool + (size_t)l * cb->layer_elems;
         /* x += the previous block's output (none before layer 0); xb = norm(x) */
-        TRY(kern_cuda_rmsnorm(cb->xb, cb->x, l ? cb->xb2 : NULL, L->attn_norm, n, dim, c->norm_eps, s));
-        TRY(kern_cuda_matmul(cb->mm, &L->wq, cb->xb, n, cb->q, (size_t)q_dim, cb->mm_ws, cb->mm_ws_bytes));
-        TRY(kern_cuda_matmul(cb->mm, &L->wk, cb->xb, n, cb->k, (size_t)kv_dim, cb->mm_ws, cb->mm_ws_bytes));
-        TRY(kern_cuda_matmul(cb->mm, &L->wv, cb->xb, n, cb->v, (size_t)kv_dim, cb->mm_ws, cb->mm_ws_bytes));
+        TRY(kern_cuda_rmsnorm(cb->xb, cb->x, l ? cb->xb2 : NULL, L->attn_norm, n, dim, c->norm_eps,
+                              s));
+        TRY(kern_cuda_matmul(cb->mm, &L->wq, cb->xb, n, cb->q, (size_t)q_dim, cb->mm_ws,
+                             cb->mm_ws_bytes));
+        TRY(kern_cuda_matmul(cb->mm, &L->wk, cb->xb, n, cb->k, (size_t)kv_dim, cb->mm_ws,
+                             cb->mm_ws_bytes));
+        TRY(kern_cuda_matmul(cb->mm, &L->wv, cb->xb, n, cb->v, (size_t)kv_dim, cb->mm_ws,
+                             cb->mm_ws_bytes));
         if (L->bq) {
             TRY(kern_cuda_add_bias(cb->q, (size_t)q_dim, L->bq, n, q_dim, s));
             TRY(kern_cuda_add_bias(cb->k, (size_t)kv_dim, L->bk, n, kv_dim, s));
@@ -329,33 +364,38 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
         }
         TRY(kern_cuda_rope(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
                            c->rope_base, c->rope_freq_scale, cb->rope_freqs, c->rope_mode, s));
-        TRY(kern_cuda_rope(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot, cb->d_pos,
-                           c->rope_base, c->rope_freq_scale, cb->rope_freqs, c->rope_mode, s));
+        TRY(kern_cuda_rope(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot,
+                           cb->d_pos, c->rope_base, c->rope_freq_scale, cb->rope_freqs,
+                           c->rope_mode, s));
         TRY(kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots, n, kv_dim, s));
         if (decode)
-            TRY(kern_cuda_attn_decode(cb->att, cb->q, kp, vp, cb->d_bt, cb->max_blocks, cb->d_ctx, n,
-                                      c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size,
+            TRY(kern_cuda_attn_decode(cb->att, cb->q, kp, vp, cb->d_bt, cb->max_blocks, cb->d_ctx,
+                                      n, c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size,
                                       cb->block_stride, cb->row_stride, scale, cb->attn_ws,
                                       cb->attn_ws_bytes, s));
         else
-            TRY(kern_cuda_attn_prefill(cb->att, cb->q, (size_t)q_dim, kp, vp, cb->d_bt, cb->max_blocks,
-                                       cb->d_runs, n_runs, max_run, c->n_heads, c->n_kv_heads,
-                                       c->head_dim, cb->block_size, cb->block_stride,
+            TRY(kern_cuda_attn_prefill(cb->att, cb->q, (size_t)q_dim, kp, vp, cb->d_bt,
+                                       cb->max_blocks, cb->d_runs, n_runs, max_run, c->n_heads,
+                                       c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
                                        cb->row_stride, scale, s));
-        TRY(kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws, cb->mm_ws_bytes));
-        TRY(kern_cuda_rmsnorm(cb->xb, cb->x, cb->xb2, L->ffn_norm, n, dim, c->norm_eps, s));
-        TRY(kern_cuda_matmul(cb->mm, &L->w_gate, cb->xb, n, cb->hb, (size_t)c->hidden_dim, cb->mm_ws,
+        TRY(kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws,
                              cb->mm_ws_bytes));
+        TRY(kern_cuda_rmsnorm(cb->xb, cb->x, cb->xb2, L->ffn_norm, n, dim, c->norm_eps, s));
+        TRY(kern_cuda_matmul(cb->mm, &L->w_gate, cb->xb, n, cb->hb, (size_t)c->hidden_dim,
+                             cb->mm_ws, cb->mm_ws_bytes));
         TRY(kern_cuda_matmul(cb->mm, &L->w_up, cb->xb, n, cb->hb2, (size_t)c->hidden_dim, cb->mm_ws,
                              cb->mm_ws_bytes));
         TRY(kern_cuda_silu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s));
-        TRY(kern_cuda_matmul(cb->mm, &L->w_down, cb->hb, n, cb->xb2, (size_t)dim, cb->mm_ws, cb->mm_ws_bytes));
+        TRY(kern_cuda_matmul(cb->mm, &L->w_down, cb->hb, n, cb->xb2, (size_t)dim, cb->mm_ws,
+                             cb->mm_ws_bytes));
     }
     /* x += the last block's output; the final norm; then only the rows that
      * want logits (gathered as an f32 "embedding" of xb) meet the output. */
     TRY(kern_cuda_rmsnorm(cb->xb, cb->x, cb->xb2, cb->output_norm, n, dim, c->norm_eps, s));
-    if (n_gather == 0) return 0;
-    TRY(kern_cuda_embedding(cb->xout, cb->xb, KERN_TYPE_F32, n, dim, cb->d_out_idx, n_gather, NULL, s));
+    if (n_gather == 0)
+        return 0;
+    TRY(kern_cuda_embedding(cb->xout, cb->xb, KERN_TYPE_F32, n, dim, cb->d_out_idx, n_gather, NULL,
+                            s));
     TRY(kern_cuda_matmul(cb->mm, &cb->output, cb->xout, n_gather, cb->logits, (size_t)c->n_vocab,
                          cb->mm_ws, cb->mm_ws_bytes));
     return 0;
@@ -364,18 +404,25 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
 /* The smallest bucket holding n decode rows: 1, 2, 4, 8, then multiples of
  * 8 to 64, of 16 to 256, of 32 beyond (vLLM's capture sizes are alike). */
 static int cuda_bucket(int n) {
-    if (n <= 1) return 1;
-    if (n <= 2) return 2;
-    if (n <= 4) return 4;
-    if (n <= 64) return (n + 7) / 8 * 8;
-    if (n <= 256) return (n + 15) / 16 * 16;
+    if (n <= 1)
+        return 1;
+    if (n <= 2)
+        return 2;
+    if (n <= 4)
+        return 4;
+    if (n <= 64)
+        return (n + 7) / 8 * 8;
+    if (n <= 256)
+        return (n + 15) / 16 * 16;
     return (n + 31) / 32 * 32;
 }
 
 static cuda_graph *cuda_graph_for(cuda_backend *cb, int bucket) {
     for (int i = 0; i < cb->n_graphs; i++)
-        if (cb->graphs[i].n == bucket) return &cb->graphs[i];
-    if (cb->n_graphs == CUDA_MAX_BUCKETS) return NULL;
+        if (cb->graphs[i].n == bucket)
+            return &cb->graphs[i];
+    if (cb->n_graphs == CUDA_MAX_BUCKETS)
+        return NULL;
     cuda_graph *g = &cb->graphs[cb->n_graphs++];
     g->n = bucket;
     g->exec = NULL;
@@ -387,11 +434,13 @@ static cuda_graph *cuda_graph_for(cuda_backend *cb, int bucket) {
  * out of capture mode and graphs are turned off (eager from then on). */
 static int cuda_capture(cuda_backend *cb, cuda_graph *g) {
     cudaGraph_t graph = NULL;
-    if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1;
+    if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        return -1;
     int rc = cuda_pass(cb, g->n, g->n, 1, 1, g->n);
     cudaError_t e = cudaStreamEndCapture(cb->stream, &graph);
     if (rc != 0 || e != cudaSuccess || !graph) {
-        if (graph) cudaGraphDestroy(graph);
+        if (graph)
+            cudaGraphDestroy(graph);
         (void)cudaGetLastError();
         return -1;
     }
@@ -410,35 +459,41 @@ static int cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, i
     *n_out = 0;
     cb->n_out = 0;
     cb->h_row_valid = -1;
-    if (!cb->k_pool) return BRISK_EINVAL; /* kv did not come from kv_create */
+    if (!cb->k_pool)
+        return BRISK_EINVAL; /* kv did not come from kv_create */
     if (cb->kv_error) {
         int rc = cb->kv_error;
         cb->kv_error = 0;
         return rc;
     }
     int rc = model_batch_validate(be->m, kv, b, cb->o.max_batch_tokens, cb->o.max_ctx);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     int n = b->n_tokens, max_run = 0, n_want = 0;
     int n_runs = cuda_stage(cb, kv, b, &max_run, &n_want);
     int decode = max_run == 1 && n <= cb->o.max_seqs;
     cuda_graph *g = NULL;
     if (decode && !cb->graphs_off) {
         int bucket = cuda_bucket(n);
-        if (bucket <= cb->o.max_seqs && bucket <= cb->o.max_batch_tokens) g = cuda_graph_for(cb, bucket);
+        if (bucket <= cb->o.max_seqs && bucket <= cb->o.max_batch_tokens)
+            g = cuda_graph_for(cb, bucket);
     }
     if (g) {
         /* The graph runs the whole bucket and computes logits for every
          * row; the wanted ones are found through out_map. */
-        for (int r = 0; r < n_want; r++) cb->out_map[r] = cb->h_out_idx[r];
+        for (int r = 0; r < n_want; r++)
+            cb->out_map[r] = cb->h_out_idx[r];
         cuda_pad(cb, n, g->n);
-        for (int i = 0; i < g->n; i++) cb->h_out_idx[i] = i;
+        for (int i = 0; i < g->n; i++)
+            cb->h_out_idx[i] = i;
         rc = cuda_upload_step(cb, g->n, g->n, g->n);
         /* A bucket's first step runs eagerly, so every kernel (and cuBLAS's
          * first GEMM) is loaded and set up outside a capture; the second is
          * captured. */
         if (rc == 0 && !g->exec && g->warm && cuda_capture(cb, g) != 0) {
-            BRISK_WARN("cuda: capturing a decode graph of %d rows failed (%s); running without graphs",
-                       g->n, kern_cuda_last_error());
+            BRISK_WARN(
+                "cuda: capturing a decode graph of %d rows failed (%s); running without graphs",
+                g->n, kern_cuda_last_error());
             cb->graphs_off = 1;
             g = NULL;
         }
@@ -452,14 +507,19 @@ static int cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, i
         } else if (rc == 0 && g) {
             rc = cuda_pass(cb, g->n, g->n, 1, 1, g->n); /* the bucket's first step: eager */
         }
-        if (rc == 0 && !g) rc = cuda_pass(cb, n, n, 1, 1, n); /* the capture failed: eager */
-        if (g) g->warm = 1;
+        if (rc == 0 && !g)
+            rc = cuda_pass(cb, n, n, 1, 1, n); /* the capture failed: eager */
+        if (g)
+            g->warm = 1;
     } else {
-        for (int r = 0; r < n_want; r++) cb->out_map[r] = r;
+        for (int r = 0; r < n_want; r++)
+            cb->out_map[r] = r;
         rc = cuda_upload_step(cb, n, n_runs, n_want);
-        if (rc == 0) rc = cuda_pass(cb, n, n_runs, max_run, decode, n_want);
+        if (rc == 0)
+            rc = cuda_pass(cb, n, n_runs, max_run, decode, n_want);
     }
-    if (rc == 0) rc = kern_cuda_sync(cb->stream);
+    if (rc == 0)
+        rc = kern_cuda_sync(cb->stream);
     if (rc < 0) {
         BRISK_ERROR("cuda: forward failed: %s", kern_cuda_last_error());
         return rc;
@@ -471,14 +531,17 @@ static int cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, i
 
 static int cuda_logits(model_backend *be, int row, const float **out) {
     cuda_backend *cb = (cuda_backend *)be;
-    if (row < 0 || row >= cb->n_out) return BRISK_ERANGE;
+    if (row < 0 || row >= cb->n_out)
+        return BRISK_ERANGE;
     int phys = cb->out_map[row];
     if (cb->h_row_valid != phys) {
         size_t nv = (size_t)cb->c.n_vocab;
         int rc = kern_cuda_download(cb->h_row, cb->logits + (size_t)phys * nv, nv * sizeof(float),
                                     cb->stream);
-        if (rc == 0) rc = kern_cuda_sync(cb->stream);
-        if (rc < 0) return rc;
+        if (rc == 0)
+            rc = kern_cuda_sync(cb->stream);
+        if (rc < 0)
+            return rc;
         cb->h_row_valid = phys;
     }
     *out = cb->h_row;
@@ -488,9 +551,11 @@ static int cuda_logits(model_backend *be, int row, const float **out) {
 /* ---- sampling ------------------------------------------------------------------ */
 
 static int cuda_edits_reserve(cuda_backend *cb, int need) {
-    if (need <= cb->edit_cap) return 0;
+    if (need <= cb->edit_cap)
+        return 0;
     int cap = cb->edit_cap ? cb->edit_cap : 4096;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     kern_cuda_free(cb->d_edit_ids);
     kern_cuda_free(cb->d_edit_vals);
     pinned_free(cb->h_edit_ids);
@@ -498,10 +563,14 @@ static int cuda_edits_reserve(cuda_backend *cb, int need) {
     cb->d_edit_ids = NULL, cb->d_edit_vals = NULL, cb->h_edit_ids = NULL, cb->h_edit_vals = NULL;
     cb->edit_cap = 0;
     int rc = kern_cuda_malloc((void **)&cb->d_edit_ids, (size_t)cap * sizeof(int32_t));
-    if (!rc) rc = kern_cuda_malloc((void **)&cb->d_edit_vals, (size_t)cap * sizeof(float));
-    if (!rc) rc = pinned_alloc((void **)&cb->h_edit_ids, (size_t)cap * sizeof(int32_t));
-    if (!rc) rc = pinned_alloc((void **)&cb->h_edit_vals, (size_t)cap * sizeof(float));
-    if (!rc) cb->edit_cap = cap;
+    if (!rc)
+        rc = kern_cuda_malloc((void **)&cb->d_edit_vals, (size_t)cap * sizeof(float));
+    if (!rc)
+        rc = pinned_alloc((void **)&cb->h_edit_ids, (size_t)cap * sizeof(int32_t));
+    if (!rc)
+        rc = pinned_alloc((void **)&cb->h_edit_vals, (size_t)cap * sizeof(float));
+    if (!rc)
+        cb->edit_cap = cap;
     return rc;
 }
 
@@ -509,9 +578,11 @@ static int cuda_edits_reserve(cuda_backend *cb, int need) {
  * sampler has no penalty. */
 static int cuda_pen_start(const model_sample_job *j) {
     const model_sampling *p = model_sampler_params(j->sampler);
-    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+        p->frequency_penalty == 0.0f)
         return -1;
-    return p->penalty_last_n > 0 && j->n_hist > p->penalty_last_n ? j->n_hist - p->penalty_last_n : 0;
+    return p->penalty_last_n > 0 && j->n_hist > p->penalty_last_n ? j->n_hist - p->penalty_last_n
+                                                                  : 0;
 }
 
 /* Appends a job's bias edits (duplicate ids summed, as the CPU adds them one
@@ -526,7 +597,8 @@ static void cuda_job_edits(cuda_backend *cb, const model_sample_job *j, kern_cud
     r->bias_first = *n_edits;
     for (int i = 0; i < p->n_logit_bias; i++) {
         int32_t id = p->logit_bias_ids[i];
-        if (id < 0 || id >= nv) continue;
+        if (id < 0 || id >= nv)
+            continue;
         if (cb->counts[id] == 0) { /* first time: a new edit */
             cb->h_edit_ids[(*n_edits)++] = id;
             cb->acc[id] = 0.0f;
@@ -543,8 +615,10 @@ static void cuda_job_edits(cuda_backend *cb, const model_sample_job *j, kern_cud
     r->pen_first = *n_edits;
     for (int i = start; pen && i < j->n_hist; i++) {
         int32_t id = j->hist[i];
-        if (id < 0 || id >= nv) continue;
-        if (cb->counts[id]++ == 0) cb->h_edit_ids[(*n_edits)++] = id;
+        if (id < 0 || id >= nv)
+            continue;
+        if (cb->counts[id]++ == 0)
+            cb->h_edit_ids[(*n_edits)++] = id;
     }
     r->n_pen = *n_edits - r->pen_first;
     for (int e = r->pen_first; e < *n_edits; e++) {
@@ -556,18 +630,24 @@ static void cuda_job_edits(cuda_backend *cb, const model_sample_job *j, kern_cud
 
 static int cuda_sample(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids) {
     cuda_backend *cb = (cuda_backend *)be;
-    if (n <= 0) return 0;
-    if (n > cb->o.max_seqs) return BRISK_ERANGE;
+    if (n <= 0)
+        return 0;
+    if (n > cb->o.max_seqs)
+        return BRISK_ERANGE;
     /* Room for every job's edits first: growing the arrays drops their contents. */
     long need = 0;
     for (int i = 0; i < n; i++) {
-        if (jobs[i].row < 0 || jobs[i].row >= cb->n_out) return BRISK_ERANGE;
+        if (jobs[i].row < 0 || jobs[i].row >= cb->n_out)
+            return BRISK_ERANGE;
         int start = cuda_pen_start(&jobs[i]);
-        need += model_sampler_params(jobs[i].sampler)->n_logit_bias + (start >= 0 ? jobs[i].n_hist - start : 0);
+        need += model_sampler_params(jobs[i].sampler)->n_logit_bias +
+                (start >= 0 ? jobs[i].n_hist - start : 0);
     }
-    if (need > 0x7fffffffL) return BRISK_ERANGE;
+    if (need > 0x7fffffffL)
+        return BRISK_ERANGE;
     int rc = cuda_edits_reserve(cb, (int)need);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     int n_edits = 0;
     for (int i = 0; i < n; i++) {
         const model_sample_job *j = &jobs[i];
@@ -590,14 +670,19 @@ static int cuda_sample(model_backend *be, const model_sample_job *jobs, int n, i
     rc = kern_cuda_upload(cb->d_rows, cb->h_rows, (size_t)n * sizeof *cb->h_rows, s);
     if (!rc && n_edits > 0) {
         rc = kern_cuda_upload(cb->d_edit_ids, cb->h_edit_ids, (size_t)n_edits * sizeof(int32_t), s);
-        if (!rc) rc = kern_cuda_upload(cb->d_edit_vals, cb->h_edit_vals, (size_t)n_edits * sizeof(float), s);
+        if (!rc)
+            rc = kern_cuda_upload(cb->d_edit_vals, cb->h_edit_vals, (size_t)n_edits * sizeof(float),
+                                  s);
     }
     if (!rc)
-        rc = kern_cuda_sample(cb->d_ids, cb->logits, cb->o.max_batch_tokens, cb->c.n_vocab, cb->d_rows, n,
-                              n_edits ? cb->d_edit_ids : NULL, n_edits ? cb->d_edit_vals : NULL,
-                              n_edits, cb->samp_ws, cb->samp_ws_bytes, s);
-    if (!rc) rc = kern_cuda_download(cb->h_ids, cb->d_ids, (size_t)n * sizeof(int32_t), s);
-    if (!rc) rc = kern_cuda_sync(s);
+        rc = kern_cuda_sample(cb->d_ids, cb->logits, cb->o.max_batch_tokens, cb->c.n_vocab,
+                              cb->d_rows, n, n_edits ? cb->d_edit_ids : NULL,
+                              n_edits ? cb->d_edit_vals : NULL, n_edits, cb->samp_ws,
+                              cb->samp_ws_bytes, s);
+    if (!rc)
+        rc = kern_cuda_download(cb->h_ids, cb->d_ids, (size_t)n * sizeof(int32_t), s);
+    if (!rc)
+        rc = kern_cuda_sync(s);
     if (rc < 0) {
         BRISK_ERROR("cuda: sampling failed: %s", kern_cuda_last_error());
         return rc;
@@ -613,21 +698,24 @@ static void cuda_copy_rows(void *ctx, int32_t dst, int32_t src, int n_rows) {
     size_t bytes = (size_t)n_rows * cb->row_stride * sizeof(uint16_t);
     for (int l = 0; l < cb->c.n_layers && !cb->kv_error; l++) {
         size_t base = (size_t)l * cb->layer_elems;
-        int rc = kern_cuda_copy(cb->k_pool + base + (size_t)dst * cb->block_stride,
-                                cb->k_pool + base + (size_t)src * cb->block_stride, bytes, cb->stream);
+        int rc =
+            kern_cuda_copy(cb->k_pool + base + (size_t)dst * cb->block_stride,
+                           cb->k_pool + base + (size_t)src * cb->block_stride, bytes, cb->stream);
         if (!rc)
             rc = kern_cuda_copy(cb->v_pool + base + (size_t)dst * cb->block_stride,
-                                cb->v_pool + base + (size_t)src * cb->block_stride, bytes, cb->stream);
-        if (rc) cb->kv_error = rc;
+                                cb->v_pool + base + (size_t)src * cb->block_stride, bytes,
+                                cb->stream);
+        if (rc)
+            cb->kv_error = rc;
     }
 }
 
 static int cuda_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cache **out) {
     cuda_backend *cb = (cuda_backend *)be;
     *out = NULL;
-    if (cb->k_pool || !cfg->f16 || cfg->n_layers != cb->c.n_layers || cfg->block_size != cb->o.block_size ||
-        cfg->kv_dim != cb->c.n_kv_heads * cb->c.head_dim || cfg->max_seq_blocks > cb->max_blocks ||
-        cfg->max_seqs <= 0)
+    if (cb->k_pool || !cfg->f16 || cfg->n_layers != cb->c.n_layers ||
+        cfg->block_size != cb->o.block_size || cfg->kv_dim != cb->c.n_kv_heads * cb->c.head_dim ||
+        cfg->max_seq_blocks > cb->max_blocks || cfg->max_seqs <= 0)
         return BRISK_EINVAL;
     cb->block_size = cfg->block_size;
     cb->n_blocks = cfg->n_blocks;
@@ -636,16 +724,21 @@ static int cuda_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cach
     cb->layer_elems = (size_t)cfg->n_blocks * cb->block_stride;
     size_t bytes = (size_t)cfg->n_layers * cb->layer_elems * sizeof(uint16_t);
     int rc = kern_cuda_malloc((void **)&cb->k_pool, bytes);
-    if (!rc) rc = kern_cuda_malloc((void **)&cb->v_pool, bytes);
+    if (!rc)
+        rc = kern_cuda_malloc((void **)&cb->v_pool, bytes);
     /* Unwritten rows are never read, but zeroes keep compute-sanitizer's
      * initcheck quiet. */
-    if (!rc) rc = kern_cuda_memset(cb->k_pool, 0, bytes, cb->stream);
-    if (!rc) rc = kern_cuda_memset(cb->v_pool, 0, bytes, cb->stream);
-    if (!rc) rc = kern_cuda_sync(cb->stream);
+    if (!rc)
+        rc = kern_cuda_memset(cb->k_pool, 0, bytes, cb->stream);
+    if (!rc)
+        rc = kern_cuda_memset(cb->v_pool, 0, bytes, cb->stream);
+    if (!rc)
+        rc = kern_cuda_sync(cb->stream);
     kv_cache_config k = *cfg;
     k.copy_rows = cuda_copy_rows;
     k.copy_ctx = cb;
-    if (!rc && !(*out = kv_cache_create_paged(&k))) rc = BRISK_ENOMEM;
+    if (!rc && !(*out = kv_cache_create_paged(&k)))
+        rc = BRISK_ENOMEM;
     if (rc) {
         kern_cuda_free(cb->k_pool);
         kern_cuda_free(cb->v_pool);
@@ -658,8 +751,10 @@ static int cuda_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cach
 static long long cuda_kv_budget(model_backend *be) {
     cuda_backend *cb = (cuda_backend *)be;
     size_t f = 0, t = 0;
-    if (cudaMemGetInfo(&f, &t) != cudaSuccess) return 1;
-    double budget = cb->o.gpu_memory_utilization * (double)t - (double)(t - f) - (double)CUDA_RESERVE_BYTES;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess)
+        return 1;
+    double budget =
+        cb->o.gpu_memory_utilization * (double)t - (double)(t - f) - (double)CUDA_RESERVE_BYTES;
     return budget > 1.0 ? (long long)budget : 1; /* 1 byte: the engine reports too small a pool */
 }
 
@@ -680,31 +775,41 @@ static void cuda_describe(model_backend *be, char *buf, size_t len) {
 
 static void cuda_free(model_backend *be) {
     cuda_backend *cb = (cuda_backend *)be;
-    if (!cb) return;
+    if (!cb)
+        return;
     for (int i = 0; i < cb->n_graphs; i++)
-        if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
+        if (cb->graphs[i].exec)
+            cudaGraphExecDestroy(cb->graphs[i].exec);
     if (cb->layers) {
         for (int l = 0; l < cb->c.n_layers; l++) {
             cuda_layer *L = &cb->layers[l];
             kern_cuda_free(L->attn_norm), kern_cuda_free(L->ffn_norm);
             kern_cuda_free(L->bq), kern_cuda_free(L->bk), kern_cuda_free(L->bv);
-            kern_cuda_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7; i++) kern_cuda_weight_free(ws[i]);
+            kern_cuda_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                      &L->w_gate, &L->w_up, &L->w_down};
+            for (int i = 0; i < 7; i++)
+                kern_cuda_weight_free(ws[i]);
         }
         free(cb->layers);
     }
-    if (!cb->output_shared) kern_cuda_weight_free(&cb->output);
+    if (!cb->output_shared)
+        kern_cuda_weight_free(&cb->output);
     kern_cuda_free(cb->tok_embd);
     kern_cuda_free(cb->output_norm);
     kern_cuda_free(cb->rope_freqs);
-    void *dev[] = {cb->x, cb->xb, cb->xb2, cb->q, cb->k, cb->v, cb->att, cb->hb, cb->hb2, cb->xout,
-                   cb->logits, cb->mm_ws, cb->attn_ws, cb->d_tok, cb->d_pos, cb->d_out_idx,
-                   cb->d_runs, cb->d_bt, cb->d_ctx, cb->d_slots, cb->d_rows, cb->d_ids,
-                   cb->d_edit_ids, cb->d_edit_vals, cb->samp_ws, cb->k_pool, cb->v_pool};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) kern_cuda_free(dev[i]);
-    void *pin[] = {cb->h_tok, cb->h_pos, cb->h_out_idx, cb->h_runs, cb->h_bt, cb->h_ctx, cb->h_slots,
-                   cb->h_rows, cb->h_ids, cb->h_edit_ids, cb->h_edit_vals, cb->h_row};
-    for (size_t i = 0; i < sizeof pin / sizeof pin[0]; i++) pinned_free(pin[i]);
+    void *dev[] = {cb->x,         cb->xb,     cb->xb2,        cb->q,           cb->k,
+                   cb->v,         cb->att,    cb->hb,         cb->hb2,         cb->xout,
+                   cb->logits,    cb->mm_ws,  cb->attn_ws,    cb->d_tok,       cb->d_pos,
+                   cb->d_out_idx, cb->d_runs, cb->d_bt,       cb->d_ctx,       cb->d_slots,
+                   cb->d_rows,    cb->d_ids,  cb->d_edit_ids, cb->d_edit_vals, cb->samp_ws,
+                   cb->k_pool,    cb->v_pool};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        kern_cuda_free(dev[i]);
+    void *pin[] = {cb->h_tok, cb->h_pos,      cb->h_out_idx,   cb->h_runs,
+                   cb->h_bt,  cb->h_ctx,      cb->h_slots,     cb->h_rows,
+                   cb->h_ids, cb->h_edit_ids, cb->h_edit_vals, cb->h_row};
+    for (size_t i = 0; i < sizeof pin / sizeof pin[0]; i++)
+        pinned_free(pin[i]);
     free(cb->out_map);
     free(cb->acc);
     free(cb->counts);
@@ -730,7 +835,8 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
     const model_weights *w = model_get_weights(m);
     TRY(upload_embedding(cb, &w->tok_embd));
     TRY(upload_f32(&cb->output_norm, w->output_norm, (size_t)c->dim, &cb->weight_bytes));
-    if (w->rope_freqs) TRY(upload_f32(&cb->rope_freqs, w->rope_freqs, (size_t)c->n_rot / 2, &cb->weight_bytes));
+    if (w->rope_freqs)
+        TRY(upload_f32(&cb->rope_freqs, w->rope_freqs, (size_t)c->n_rot / 2, &cb->weight_bytes));
     if (c->tied_output && cb->wfmt == KERN_CUDA_W_F16) {
         /* The f16 table is the output matrix too. */
         cb->output = (kern_cuda_weight){KERN_CUDA_W_F16, c->n_vocab, c->dim, cb->tok_embd, NULL};
@@ -739,7 +845,8 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
         TRY(upload_matrix(cb, &cb->output, &w->output));
     }
     cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers);
-    if (!cb->layers) return BRISK_ENOMEM;
+    if (!cb->layers)
+        return BRISK_ENOMEM;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *H = &w->layers[l];
@@ -777,12 +884,14 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
     TRY(dev_alloc((void **)&cb->hb2, T * c->hidden_dim * f, &used));
     TRY(dev_alloc((void **)&cb->logits, T * c->n_vocab * f, &used));
     int max_in = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
-    if ((int)q_dim > max_in) max_in = (int)q_dim;
+    if ((int)q_dim > max_in)
+        max_in = (int)q_dim;
     cb->mm_ws_bytes = kern_cuda_matmul_ws_bytes(max_in, (int)T);
     TRY(dev_alloc(&cb->mm_ws, cb->mm_ws_bytes, &used));
-    cb->attn_ws_bytes = kern_cuda_attn_decode_workspace((int)S, c->n_heads, c->head_dim, cb->max_blocks,
-                                                        cb->o.block_size);
-    if (cb->attn_ws_bytes == (size_t)-1) return BRISK_EINVAL;
+    cb->attn_ws_bytes = kern_cuda_attn_decode_workspace((int)S, c->n_heads, c->head_dim,
+                                                        cb->max_blocks, cb->o.block_size);
+    if (cb->attn_ws_bytes == (size_t)-1)
+        return BRISK_EINVAL;
     TRY(dev_alloc((void **)&cb->attn_ws, cb->attn_ws_bytes, &used));
     cb->samp_ws_bytes = kern_cuda_sample_ws_bytes((int)S, c->n_vocab);
     TRY(dev_alloc(&cb->samp_ws, cb->samp_ws_bytes, &used));
@@ -810,7 +919,8 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
     cb->out_map = malloc(T * sizeof *cb->out_map);
     cb->acc = calloc((size_t)c->n_vocab, sizeof *cb->acc);
     cb->counts = calloc((size_t)c->n_vocab, sizeof *cb->counts);
-    if (!cb->out_map || !cb->acc || !cb->counts) return BRISK_ENOMEM;
+    if (!cb->out_map || !cb->acc || !cb->counts)
+        return BRISK_ENOMEM;
     BRISK_INFO("cuda: scratch for %zu tokens: %.1f MB", T, used / 1e6);
     return 0;
 }
@@ -824,19 +934,23 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
         return BRISK_EUNSUPPORTED;
     }
     if (o->weights == MODEL_WEIGHTS_F32) {
-        snprintf(err, err_len, "--device cuda runs f16 or int8 weights (--weights f16|int8|auto), not f32");
+        snprintf(err, err_len,
+                 "--device cuda runs f16 or int8 weights (--weights f16|int8|auto), not f32");
         return BRISK_EINVAL;
     }
     const model_config *c = model_get_config(m);
     const model_weights *mw = model_get_weights(m);
     if (kern_type_is_x8(mw->output.type) || kern_type_is_x8(mw->layers[0].wq.type)) {
-        snprintf(err, err_len, "--device cuda: the model was loaded in the CPU layout "
-                               "(model_load_opts.cpu_layout)");
+        snprintf(err, err_len,
+                 "--device cuda: the model was loaded in the CPU layout "
+                 "(model_load_opts.cpu_layout)");
         return BRISK_EINVAL;
     }
     if (c->head_dim % 8 != 0 || c->head_dim > KERN_CUDA_ATTN_MAX_DIM) {
-        snprintf(err, err_len, "--device cuda: head_dim %d is not supported on the GPU (a multiple of 8 "
-                               "up to %d)", c->head_dim, KERN_CUDA_ATTN_MAX_DIM);
+        snprintf(err, err_len,
+                 "--device cuda: head_dim %d is not supported on the GPU (a multiple of 8 "
+                 "up to %d)",
+                 c->head_dim, KERN_CUDA_ATTN_MAX_DIM);
         return BRISK_EUNSUPPORTED;
     }
     cuda_backend *cb = calloc(1, sizeof *cb);
@@ -848,21 +962,25 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
     cb->base.m = m;
     cb->base.device = MODEL_DEVICE_CUDA;
     cb->o = *o;
-    if (cb->o.gpu_memory_utilization <= 0) cb->o.gpu_memory_utilization = 0.9;
-    if (cb->o.block_size <= 0) cb->o.block_size = 16;
+    if (cb->o.gpu_memory_utilization <= 0)
+        cb->o.gpu_memory_utilization = 0.9;
+    if (cb->o.block_size <= 0)
+        cb->o.block_size = 16;
     cb->c = *c;
     cb->graphs_off = !o->cuda_graphs;
     cb->wfmt = pick_wfmt(m, o->weights);
     cb->max_blocks = (o->max_ctx + cb->o.block_size - 1) / cb->o.block_size;
     struct cudaDeviceProp prop;
-    int rc = cudaSetDevice(0) == cudaSuccess && cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? 0 : BRISK_EIO;
+    int rc = cudaSetDevice(0) == cudaSuccess && cudaGetDeviceProperties(&prop, 0) == cudaSuccess
+                 ? 0
+                 : BRISK_EIO;
     if (rc) {
         free(cb);
         snprintf(err, err_len, "--device cuda: cannot open device 0");
         return rc;
     }
-    snprintf(cb->gpu_name, sizeof cb->gpu_name, "%.96s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
-             prop.totalGlobalMem / (double)(1 << 30));
+    snprintf(cb->gpu_name, sizeof cb->gpu_name, "%.96s (sm_%d%d, %.1f GiB)", prop.name, prop.major,
+             prop.minor, prop.totalGlobalMem / (double)(1 << 30));
     rc = kern_cuda_stream_create(&cb->stream);
     if (rc) {
         free(cb);
@@ -882,7 +1000,8 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
     /* A decode step reads every matrix once, not the embedding table (one
      * row a token) - unless the table is the output matrix. */
     cb->base.weight_bytes = cb->weight_bytes;
-    if (!cb->output_shared) cb->base.weight_bytes -= (size_t)c->n_vocab * c->dim * sizeof(uint16_t);
+    if (!cb->output_shared)
+        cb->base.weight_bytes -= (size_t)c->n_vocab * c->dim * sizeof(uint16_t);
     BRISK_INFO("cuda: %s: weights %s, %.2f GB on the device", cb->gpu_name,
                cb->wfmt == KERN_CUDA_W_INT8 ? "int8" : "f16", cb->weight_bytes / 1e9);
     *out = &cb->base;

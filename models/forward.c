@@ -36,7 +36,7 @@ struct model_state {
     float *xout;   /* [max_batch_tokens][dim] final rows that want logits */
     float *logits; /* [n_logits_cap][n_vocab] */
     int n_logits_cap;
-    void *ws;      /* matmul workspace */
+    void *ws; /* matmul workspace */
     size_t ws_bytes;
     float *att_scratch; /* [n_scratch_threads][forward_attn_scratch floats] */
     attn_run *runs;     /* [max_batch_tokens] */
@@ -55,32 +55,36 @@ static float *forward_alloc(size_t n) {
 
 static size_t forward_max_ws(const model *m, int n_tok) {
     const model_layer *L = &m->w.layers[0];
-    const model_matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                  &L->w_down, &m->w.output};
+    const model_matrix *mats[] = {&L->wq,     &L->wk,   &L->wv,     &L->wo,
+                                  &L->w_gate, &L->w_up, &L->w_down, &m->w.output};
     size_t best = 64;
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
         size_t b = kern_matmul_ws_bytes(mats[i]->type, mats[i]->n_in, n_tok);
-        if (b > best) best = b;
+        if (b > best)
+            best = b;
     }
     /* Every layer has the same shapes and types, except that conversion may
      * fall back per tensor; scan them all to be safe. */
     for (int l = 1; l < m->cfg.n_layers; l++) {
         const model_layer *Ll = &m->w.layers[l];
-        const model_matrix *ml[] = {&Ll->wq, &Ll->wk, &Ll->wv, &Ll->wo, &Ll->w_gate, &Ll->w_up,
-                                    &Ll->w_down};
+        const model_matrix *ml[] = {&Ll->wq,     &Ll->wk,   &Ll->wv,    &Ll->wo,
+                                    &Ll->w_gate, &Ll->w_up, &Ll->w_down};
         for (size_t i = 0; i < sizeof ml / sizeof ml[0]; i++) {
             size_t b = kern_matmul_ws_bytes(ml[i]->type, ml[i]->n_in, n_tok);
-            if (b > best) best = b;
+            if (b > best)
+                best = b;
         }
     }
     return best;
 }
 
 model_state *model_state_create(const model *m, int max_batch_tokens, int max_ctx) {
-    if (max_batch_tokens <= 0 || max_ctx <= 0) return NULL;
+    if (max_batch_tokens <= 0 || max_ctx <= 0)
+        return NULL;
     const model_config *c = &m->cfg;
     model_state *st = calloc(1, sizeof *st);
-    if (!st) return NULL;
+    if (!st)
+        return NULL;
     size_t T = (size_t)max_batch_tokens;
     size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     st->max_batch_tokens = max_batch_tokens;
@@ -107,7 +111,8 @@ model_state *model_state_create(const model *m, int max_batch_tokens, int max_ct
 }
 
 void model_state_free(model_state *st) {
-    if (!st) return;
+    if (!st)
+        return;
     free(st->x);
     free(st->xb);
     free(st->xb2);
@@ -148,7 +153,8 @@ static void forward_rmsnorm(kern_pool *pool, float *out, const float *x, const f
                             int dim, float eps) {
     norm_job j = {out, x, w, dim, eps};
     if (n <= FORWARD_INLINE_ROWS) {
-        for (int t = 0; t < n; t++) forward_norm_task(&j, t, 0);
+        for (int t = 0; t < n; t++)
+            forward_norm_task(&j, t, 0);
     } else {
         kern_pool_run(pool, forward_norm_task, &j, n);
     }
@@ -172,9 +178,12 @@ static void forward_qkv_post_task(void *ctx, int t, int thread) {
     float *k = j->st->k + (size_t)t * kv_dim;
     float *v = j->st->v + (size_t)t * kv_dim;
     if (L->bq) {
-        for (int i = 0; i < q_dim; i++) q[i] += L->bq[i];
-        for (int i = 0; i < kv_dim; i++) k[i] += L->bk[i];
-        for (int i = 0; i < kv_dim; i++) v[i] += L->bv[i];
+        for (int i = 0; i < q_dim; i++)
+            q[i] += L->bq[i];
+        for (int i = 0; i < kv_dim; i++)
+            k[i] += L->bk[i];
+        for (int i = 0; i < kv_dim; i++)
+            v[i] += L->bv[i];
     }
     int pos = j->b->pos[t];
     kern_rope(q, c->n_heads, c->head_dim, c->n_rot, pos, c->rope_base, c->rope_freq_scale,
@@ -225,11 +234,13 @@ static void forward_attn_task(void *ctx, int task, int thread) {
     float *scratch = j->st->att_scratch + (size_t)thread * forward_attn_scratch(c, j->st->max_ctx);
     size_t off = (size_t)t0 * q_dim + (size_t)h * c->head_dim;
     if (hpt == c->n_heads) /* every group of the run: whole cache rows read once */
-        kern_attention_rows_all(j->st->att + off, (size_t)q_dim, j->st->q + off, (size_t)q_dim, run->n, hpt,
-                                c->n_kv_heads, j->b->pos[t0], &view, c->head_dim, scale, scratch);
+        kern_attention_rows_all(j->st->att + off, (size_t)q_dim, j->st->q + off, (size_t)q_dim,
+                                run->n, hpt, c->n_kv_heads, j->b->pos[t0], &view, c->head_dim,
+                                scale, scratch);
     else
-        kern_attention_rows_gqa(j->st->att + off, (size_t)q_dim, j->st->q + off, (size_t)q_dim, run->n, hpt,
-                                j->b->pos[t0], &view, h / group, c->head_dim, scale, scratch);
+        kern_attention_rows_gqa(j->st->att + off, (size_t)q_dim, j->st->q + off, (size_t)q_dim,
+                                run->n, hpt, j->b->pos[t0], &view, h / group, c->head_dim, scale,
+                                scratch);
 }
 
 /* Splits the batch into attention runs; returns their count. */
@@ -238,7 +249,8 @@ static int forward_attn_runs(const model_batch *b, attn_run *runs) {
     for (int i = 0; i < b->n_tokens; i++) {
         attn_run *last = n_runs ? &runs[n_runs - 1] : NULL;
         int t = last ? last->first + last->n - 1 : -1;
-        if (last && last->n < FORWARD_ATTN_ROWS && b->seq[i] == b->seq[t] && b->pos[i] == b->pos[t] + 1) {
+        if (last && last->n < FORWARD_ATTN_ROWS && b->seq[i] == b->seq[t] &&
+            b->pos[i] == b->pos[t] + 1) {
             last->n++;
         } else {
             runs[n_runs].first = i;
@@ -265,11 +277,14 @@ static void forward_silu_task(void *ctx, int t, int thread) {
 
 int model_batch_validate(const model *m, kv_cache *kv, const model_batch *b, int max_batch_tokens,
                          int max_ctx) {
-    if (b->n_tokens <= 0 || b->n_tokens > max_batch_tokens) return BRISK_ERANGE;
+    if (b->n_tokens <= 0 || b->n_tokens > max_batch_tokens)
+        return BRISK_ERANGE;
     int n_seqs = kv_cache_n_seqs(kv);
     for (int i = 0; i < b->n_tokens; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab) return BRISK_EINVAL;
-        if (b->seq[i] < 0 || b->seq[i] >= n_seqs) return BRISK_ERANGE;
+        if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab)
+            return BRISK_EINVAL;
+        if (b->seq[i] < 0 || b->seq[i] >= n_seqs)
+            return BRISK_ERANGE;
         /* Only positions the slot has blocks for can be written (a paged
          * slot grows through kv_cache_seq_grow before its step). */
         if (b->pos[i] < 0 || b->pos[i] >= max_ctx ||
@@ -282,15 +297,18 @@ int model_batch_validate(const model *m, kv_cache *kv, const model_batch *b, int
 static int forward_reserve(const model *m, model_state *st, int n_threads, int n_out, int n_vocab) {
     if (n_threads > st->n_scratch_threads) {
         free(st->att_scratch);
-        st->att_scratch = forward_alloc((size_t)n_threads * forward_attn_scratch(&m->cfg, st->max_ctx));
+        st->att_scratch =
+            forward_alloc((size_t)n_threads * forward_attn_scratch(&m->cfg, st->max_ctx));
         st->n_scratch_threads = st->att_scratch ? n_threads : 0;
-        if (!st->att_scratch) return BRISK_ENOMEM;
+        if (!st->att_scratch)
+            return BRISK_ENOMEM;
     }
     if (n_out > st->n_logits_cap) {
         free(st->logits);
         st->logits = forward_alloc((size_t)n_out * (size_t)n_vocab);
         st->n_logits_cap = st->logits ? n_out : 0;
-        if (!st->logits) return BRISK_ENOMEM;
+        if (!st->logits)
+            return BRISK_ENOMEM;
     }
     return 0;
 }
@@ -303,11 +321,12 @@ static void forward_matmul(kern_pool *pool, model_state *st, const model_matrix 
 /* Matrices that read the same input (q/k/v; gate/up) in one pool run:
  * one dispatch and one join instead of one each, the activations quantized
  * once. The results are the bits separate calls give (kern_matmul_multi). */
-static void forward_matmul_multi(kern_pool *pool, model_state *st, const model_matrix *const *w, int n_w,
-                                 const float *x, int n_tok, float *const *y) {
+static void forward_matmul_multi(kern_pool *pool, model_state *st, const model_matrix *const *w,
+                                 int n_w, const float *x, int n_tok, float *const *y) {
     kern_matmul_part parts[KERN_MATMUL_MAX_PARTS];
     for (int i = 0; i < n_w; i++)
-        parts[i] = (kern_matmul_part){.wt = w[i]->type, .W = w[i]->data, .n_out = w[i]->n_out, .y = y[i]};
+        parts[i] =
+            (kern_matmul_part){.wt = w[i]->type, .W = w[i]->data, .n_out = w[i]->n_out, .y = y[i]};
     kern_matmul_multi(pool, parts, n_w, w[0]->n_in, x, n_tok, st->ws);
 }
 
@@ -316,12 +335,15 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
     const model_config *c = &m->cfg;
     const model_weights *w = &m->w;
     int rc = model_batch_validate(m, kv, b, st->max_batch_tokens, st->max_ctx);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     int n = b->n_tokens;
     int n_want = 0;
-    for (int i = 0; i < n; i++) n_want += b->want_logits ? (b->want_logits[i] != 0) : (i == n - 1);
+    for (int i = 0; i < n; i++)
+        n_want += b->want_logits ? (b->want_logits[i] != 0) : (i == n - 1);
     rc = forward_reserve(m, st, pool ? kern_pool_size(pool) : 1, n_want, c->n_vocab);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
 
     const int dim = c->dim;
     int n_runs = forward_attn_runs(b, st->runs);
@@ -336,7 +358,8 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
      * (kern_attention_rows_all: decode attention of 16 sequences, 1 Zen 4
      * thread, 14.5 -> 12 ms). */
     int attn_hpt = n_runs * c->n_kv_heads >= 2 * n_threads ? c->n_heads / c->n_kv_heads : 1;
-    if (n_runs >= 4 * n_threads && n == n_runs) attn_hpt = c->n_heads;
+    if (n_runs >= 4 * n_threads && n == n_runs)
+        attn_hpt = c->n_heads;
     /* 1. Token embeddings: one row of the table per token. */
     size_t embd_row = kern_row_bytes(w->tok_embd.type, dim);
     for (int i = 0; i < n; i++) {
@@ -358,7 +381,8 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         forward_matmul_multi(pool, st, qkv, 3, st->xb, n, qkv_out);
         rope_job rj = {m, b, st, kv, l};
         if (n <= FORWARD_INLINE_ROWS) {
-            for (int t = 0; t < n; t++) forward_qkv_post_task(&rj, t, 0);
+            for (int t = 0; t < n; t++)
+                forward_qkv_post_task(&rj, t, 0);
         } else {
             kern_pool_run(pool, forward_qkv_post_task, &rj, n);
         }
@@ -367,7 +391,8 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         kern_pool_run(pool, forward_attn_task, &aj, n_runs * (c->n_heads / attn_hpt));
         /* 4. Output projection and residual. */
         forward_matmul(pool, st, &L->wo, st->att, n, st->xb2);
-        for (size_t i = 0; i < (size_t)n * dim; i++) st->x[i] += st->xb2[i];
+        for (size_t i = 0; i < (size_t)n * dim; i++)
+            st->x[i] += st->xb2[i];
         /* 5. Feed-forward block: norm, SiLU(gate) * up, down, residual. */
         forward_rmsnorm(pool, st->xb, st->x, L->ffn_norm, n, dim, c->norm_eps);
         const model_matrix *gate_up[2] = {&L->w_gate, &L->w_up};
@@ -375,19 +400,23 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         forward_matmul_multi(pool, st, gate_up, 2, st->xb, n, gate_up_out);
         mlp_job mj = {st->hb, st->hb2, c->hidden_dim};
         if (n <= FORWARD_INLINE_ROWS) {
-            for (int t = 0; t < n; t++) forward_silu_task(&mj, t, 0);
+            for (int t = 0; t < n; t++)
+                forward_silu_task(&mj, t, 0);
         } else {
             kern_pool_run(pool, forward_silu_task, &mj, n);
         }
         forward_matmul(pool, st, &L->w_down, st->hb, n, st->xb2);
-        for (size_t i = 0; i < (size_t)n * dim; i++) st->x[i] += st->xb2[i];
+        for (size_t i = 0; i < (size_t)n * dim; i++)
+            st->x[i] += st->xb2[i];
     }
 
     /* 6. Final norm and the output projection, only for rows that want logits. */
     int r = 0;
     for (int i = 0; i < n; i++) {
         int want = b->want_logits ? (b->want_logits[i] != 0) : (i == n - 1);
-        if (want) memcpy(st->xout + (size_t)r++ * dim, st->x + (size_t)i * dim, (size_t)dim * sizeof(float));
+        if (want)
+            memcpy(st->xout + (size_t)r++ * dim, st->x + (size_t)i * dim,
+                   (size_t)dim * sizeof(float));
     }
     if (n_want > 0) {
         forward_rmsnorm(pool, st->xout, st->xout, w->output_norm, n_want, dim, c->norm_eps);

@@ -897,14 +897,17 @@ int gguf_get_arr_str(const gguf_file *gf, const char *key, gguf_str **out, uint6
 }
 
 void gguf_release_tensor_pages(const gguf_file *gf, const gguf_tensor *t) {
-    if (!gf->mapped || !t || t->nbytes == 0) return;
+    if (!gf->mapped || !t || t->nbytes == 0)
+        return;
     long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0) return;
+    if (page <= 0)
+        return;
     /* Only whole pages inside the tensor: a page shared with a neighbour that
      * is still used from the mapping must stay. */
     uintptr_t lo = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
     uintptr_t hi = ((uintptr_t)t->data + t->nbytes) & ~((uintptr_t)page - 1);
-    if (hi <= lo) return;
+    if (hi <= lo)
+        return;
     /* The mapping is private and read-only, so dropping its pages loses
      * nothing: a later read faults them back in from the file. */
     madvise((void *)lo, hi - lo, MADV_DONTNEED);

@@ -56,7 +56,7 @@ typedef struct gguf_tensor {
     uint32_t n_dims;
     int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the row length (fastest); unused dims are 1 */
     kern_type type;
-    uint64_t offset;  /* relative to the data section */
+    uint64_t offset; /* relative to the data section */
     size_t nbytes;
     const void *data; /* inside the mapping, aligned to the file's alignment */
 } gguf_tensor;

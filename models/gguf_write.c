@@ -146,7 +146,6 @@ int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
     return add_kv(w, key, GGUF_TYPE_STRING, &len, 8, v, (size_t)len);
 }
 
-
 int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_type, const void *data,
                         uint64_t n) {
     size_t es = gguf_type_size(elem_type);

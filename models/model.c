@@ -19,11 +19,16 @@
 #define ERR(code, ...) brisk_set_err(err, err_len, code, __VA_ARGS__)
 
 int model_weights_fmt_parse(const char *s, model_weights_fmt *out) {
-    if (!strcmp(s, "auto")) *out = MODEL_WEIGHTS_AUTO;
-    else if (!strcmp(s, "f32")) *out = MODEL_WEIGHTS_F32;
-    else if (!strcmp(s, "f16")) *out = MODEL_WEIGHTS_F16;
-    else if (!strcmp(s, "int8") || !strcmp(s, "q8_0")) *out = MODEL_WEIGHTS_INT8;
-    else return BRISK_EINVAL;
+    if (!strcmp(s, "auto"))
+        *out = MODEL_WEIGHTS_AUTO;
+    else if (!strcmp(s, "f32"))
+        *out = MODEL_WEIGHTS_F32;
+    else if (!strcmp(s, "f16"))
+        *out = MODEL_WEIGHTS_F16;
+    else if (!strcmp(s, "int8") || !strcmp(s, "q8_0"))
+        *out = MODEL_WEIGHTS_INT8;
+    else
+        return BRISK_EINVAL;
     return 0;
 }
 
@@ -50,10 +55,12 @@ const char *model_weights_fmt_name(model_weights_fmt f) {
 
 static void *model_alloc_huge(size_t bytes) {
     size_t sz = (bytes + MODEL_HUGE_PAGE - 1) & ~(MODEL_HUGE_PAGE - 1);
-    if (sz < bytes) return NULL; /* overflow */
+    if (sz < bytes)
+        return NULL; /* overflow */
     void *p = aligned_alloc(MODEL_HUGE_PAGE, sz);
 #ifdef MADV_HUGEPAGE
-    if (p) (void)madvise(p, sz, MADV_HUGEPAGE); /* advice only: THP may be off */
+    if (p)
+        (void)madvise(p, sz, MADV_HUGEPAGE); /* advice only: THP may be off */
 #endif
     return p;
 }
@@ -62,16 +69,19 @@ void *model_alloc_owned(model *m, size_t bytes) {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? m->cap_owned * 2 : 64;
         void **p = realloc(m->owned, (size_t)cap * sizeof *p);
-        if (!p) return NULL;
+        if (!p)
+            return NULL;
         m->owned = p;
         m->cap_owned = cap;
     }
     /* 64-byte alignment: SIMD kernels load whole cache lines. */
     size_t need = (bytes + 63) & ~(size_t)63;
-    if (need < bytes) return NULL; /* overflow */
+    if (need < bytes)
+        return NULL; /* overflow */
     if (need < MODEL_ARENA_MIN) {
         void *buf = aligned_alloc(64, need);
-        if (buf) m->owned[m->n_owned++] = buf;
+        if (buf)
+            m->owned[m->n_owned++] = buf;
         return buf;
     }
 #ifdef __SANITIZE_ADDRESS__
@@ -81,12 +91,14 @@ void *model_alloc_owned(model *m, size_t bytes) {
 #endif
     if (own_chunk) {
         void *buf = model_alloc_huge(need);
-        if (buf) m->owned[m->n_owned++] = buf;
+        if (buf)
+            m->owned[m->n_owned++] = buf;
         return buf;
     }
     if (!m->arena || m->arena_cap - m->arena_used < need) {
         uint8_t *chunk = model_alloc_huge(MODEL_ARENA_CHUNK);
-        if (!chunk) return NULL;
+        if (!chunk)
+            return NULL;
         m->owned[m->n_owned++] = chunk;
         m->arena = chunk;
         m->arena_used = 0;
@@ -99,7 +111,8 @@ void *model_alloc_owned(model *m, size_t bytes) {
 
 static char *model_strdup_gguf(gguf_str s) {
     char *c = malloc(s.len + 1);
-    if (!c) return NULL;
+    if (!c)
+        return NULL;
     memcpy(c, s.data, s.len);
     c[s.len] = '\0';
     return c;
@@ -114,9 +127,12 @@ static int model_meta_u32(const gguf_file *gf, const char *arch, const char *suf
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     uint32_t v;
     int rc = gguf_get_u32(gf, key, &v);
-    if (rc == BRISK_ENOTFOUND && !required) return 0;
-    if (rc == BRISK_ENOTFOUND) return ERR(BRISK_EFORMAT, "model: missing metadata key '%s'", key);
-    if (rc < 0) return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
+    if (rc == BRISK_ENOTFOUND && !required)
+        return 0;
+    if (rc == BRISK_ENOTFOUND)
+        return ERR(BRISK_EFORMAT, "model: missing metadata key '%s'", key);
+    if (rc < 0)
+        return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
     if (v == 0 || v > (1u << 24))
         return ERR(BRISK_EFORMAT, "model: metadata key '%s' = %u is out of range", key, v);
     *out = (int)v;
@@ -129,8 +145,10 @@ static int model_meta_f32(const gguf_file *gf, const char *arch, const char *suf
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     float v;
     int rc = gguf_get_f32(gf, key, &v);
-    if (rc == BRISK_ENOTFOUND) return 0;
-    if (rc < 0) return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
+    if (rc == BRISK_ENOTFOUND)
+        return 0;
+    if (rc < 0)
+        return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
     if (!isfinite(v) || v <= 0.0f)
         return ERR(BRISK_EFORMAT, "model: metadata key '%s' = %g is out of range", key, (double)v);
     *out = v;
@@ -160,20 +178,24 @@ int model_read_config(model *m, char *err, size_t err_len) {
         c->has_qkv_bias = 1;
     } else {
         for (char *p = arch; *p; p++)
-            if (*p < 0x20 || *p > 0x7e) *p = '?';
+            if (*p < 0x20 || *p > 0x7e)
+                *p = '?';
         return ERR(BRISK_EUNSUPPORTED,
                    "model: unsupported architecture '%s' (supported: llama, qwen2)", arch);
     }
 
     int rc;
-    if ((rc = model_meta_u32(gf, arch, "block_count", 1, &c->n_layers, err, err_len)) < 0) return rc;
-    if ((rc = model_meta_u32(gf, arch, "embedding_length", 1, &c->dim, err, err_len)) < 0) return rc;
+    if ((rc = model_meta_u32(gf, arch, "block_count", 1, &c->n_layers, err, err_len)) < 0)
+        return rc;
+    if ((rc = model_meta_u32(gf, arch, "embedding_length", 1, &c->dim, err, err_len)) < 0)
+        return rc;
     if ((rc = model_meta_u32(gf, arch, "feed_forward_length", 1, &c->hidden_dim, err, err_len)) < 0)
         return rc;
     if ((rc = model_meta_u32(gf, arch, "attention.head_count", 1, &c->n_heads, err, err_len)) < 0)
         return rc;
     c->n_kv_heads = c->n_heads;
-    if ((rc = model_meta_u32(gf, arch, "attention.head_count_kv", 0, &c->n_kv_heads, err, err_len)) < 0)
+    if ((rc = model_meta_u32(gf, arch, "attention.head_count_kv", 0, &c->n_kv_heads, err,
+                             err_len)) < 0)
         return rc;
     c->n_ctx_train = 2048;
     if ((rc = model_meta_u32(gf, arch, "context_length", 0, &c->n_ctx_train, err, err_len)) < 0)
@@ -198,7 +220,8 @@ int model_read_config(model *m, char *err, size_t err_len) {
         return ERR(BRISK_EFORMAT, "model: head_count %d x key_length %d is out of range",
                    c->n_heads, c->head_dim);
     c->rope_base = 10000.0f;
-    if ((rc = model_meta_f32(gf, arch, "rope.freq_base", &c->rope_base, err, err_len)) < 0) return rc;
+    if ((rc = model_meta_f32(gf, arch, "rope.freq_base", &c->rope_base, err, err_len)) < 0)
+        return rc;
     c->norm_eps = 1e-5f;
     if ((rc = model_meta_f32(gf, arch, "attention.layer_norm_rms_epsilon", &c->norm_eps, err,
                              err_len)) < 0)
@@ -212,8 +235,10 @@ int model_read_config(model *m, char *err, size_t err_len) {
         return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
     if (rc == 0 && !gguf_str_eq(st, "none")) {
         if (!gguf_str_eq(st, "linear"))
-            return ERR(BRISK_EUNSUPPORTED, "model: rope scaling type '%.*s' is not supported "
-                       "(supported: none, linear)", (int)(st.len > 32 ? 32 : st.len), st.data);
+            return ERR(BRISK_EUNSUPPORTED,
+                       "model: rope scaling type '%.*s' is not supported "
+                       "(supported: none, linear)",
+                       (int)(st.len > 32 ? 32 : st.len), st.data);
         float factor = 1.0f;
         if ((rc = model_meta_f32(gf, arch, "rope.scaling.factor", &factor, err, err_len)) < 0)
             return rc;
@@ -221,8 +246,10 @@ int model_read_config(model *m, char *err, size_t err_len) {
     }
     /* Older files state linear scaling as rope.scale_linear. */
     float scale_linear = 0.0f;
-    if ((rc = model_meta_f32(gf, arch, "rope.scale_linear", &scale_linear, err, err_len)) < 0) return rc;
-    if (scale_linear > 0.0f) c->rope_freq_scale = 1.0f / scale_linear;
+    if ((rc = model_meta_f32(gf, arch, "rope.scale_linear", &scale_linear, err, err_len)) < 0)
+        return rc;
+    if (scale_linear > 0.0f)
+        c->rope_freq_scale = 1.0f / scale_linear;
     return 0;
 }
 
@@ -330,7 +357,7 @@ typedef struct x8_job {
     uint8_t *dst;
     size_t group_bytes; /* 8 rows */
     int n_in, n_groups, groups_per_task;
-    uint8_t *scratch;   /* [n_threads][group_bytes] */
+    uint8_t *scratch; /* [n_threads][group_bytes] */
 } x8_job;
 
 static void model_x8_task(void *ctx, int task, int thread) {
@@ -344,14 +371,16 @@ static void model_x8_task(void *ctx, int task, int thread) {
          * copied out first and src may equal dst. */
         memcpy(tmp, j->src + (size_t)g * j->group_bytes, j->group_bytes);
         const void *rows[8];
-        for (int r = 0; r < 8; r++) rows[r] = tmp + (size_t)r * rb;
+        for (int r = 0; r < 8; r++)
+            rows[r] = tmp + (size_t)r * rb;
         kern_x8_pack_group(j->base, rows, 8, j->n_in, j->dst, g);
     }
 }
 
 int model_make_x8(model *m, kern_pool *pool, model_matrix *mm, int in_place) {
     kern_type x8 = kern_x8_type(mm->type);
-    if (x8 == mm->type || mm->n_out % 8 != 0) return 0;
+    if (x8 == mm->type || mm->n_out % 8 != 0)
+        return 0;
     x8_job j = {0};
     j.base = mm->type;
     j.src = mm->data;
@@ -367,7 +396,8 @@ int model_make_x8(model *m, kern_pool *pool, model_matrix *mm, int in_place) {
         free(j.scratch);
         return BRISK_ENOMEM;
     }
-    kern_pool_run(pool, model_x8_task, &j, (j.n_groups + j.groups_per_task - 1) / j.groups_per_task);
+    kern_pool_run(pool, model_x8_task, &j,
+                  (j.n_groups + j.groups_per_task - 1) / j.groups_per_task);
     free(j.scratch);
     mm->type = x8;
     mm->data = j.dst;
@@ -377,7 +407,8 @@ int model_make_x8(model *m, kern_pool *pool, model_matrix *mm, int in_place) {
 static const gguf_tensor *model_find(model *m, const char *name, int required, char *err,
                                      size_t err_len) {
     const gguf_tensor *t = gguf_find_tensor(m->gf, name);
-    if (!t && required) ERR(BRISK_EFORMAT, "model: missing tensor '%s'", name);
+    if (!t && required)
+        ERR(BRISK_EFORMAT, "model: missing tensor '%s'", name);
     return t;
 }
 
@@ -385,7 +416,8 @@ static int model_check_shape(const gguf_tensor *t, const char *name, int64_t ne0
                              char *err, size_t err_len) {
     int64_t want_dims = ne1 > 0 ? 2 : 1;
     int ok = t->ne[0] == ne0 && (ne1 > 0 ? t->ne[1] == ne1 : 1);
-    for (int d = (int)want_dims; d < GGUF_MAX_DIMS; d++) ok = ok && t->ne[d] == 1;
+    for (int d = (int)want_dims; d < GGUF_MAX_DIMS; d++)
+        ok = ok && t->ne[d] == 1;
     if (!ok)
         return ERR(BRISK_EFORMAT,
                    "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
@@ -398,12 +430,15 @@ static int model_check_shape(const gguf_tensor *t, const char *name, int64_t ne0
 static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_in, int n_out,
                              model_matrix *out, char *err, size_t err_len) {
     const gguf_tensor *t = model_find(m, name, 1, err, err_len);
-    if (!t) return BRISK_EFORMAT;
+    if (!t)
+        return BRISK_EFORMAT;
     int rc = model_check_shape(t, name, n_in, n_out, err, err_len);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     kern_type dst = model_target_type(m->fmt, t->type, n_in);
     rc = model_convert(m, pool, t, n_out, n_in, dst, &out->data);
-    if (rc < 0) return ERR(rc, "model: out of memory converting '%s'", name);
+    if (rc < 0)
+        return ERR(rc, "model: out of memory converting '%s'", name);
     out->type = dst;
     out->n_in = n_in;
     out->n_out = n_out;
@@ -418,11 +453,13 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
         if (from_file && out->data == t->data && kern_type_block_size(out->type) == 1) {
             size_t bytes = kern_row_bytes(out->type, n_in) * (size_t)n_out;
             void *copy = model_alloc_owned(m, bytes);
-            if (!copy) return ERR(BRISK_ENOMEM, "model: out of memory copying '%s'", name);
+            if (!copy)
+                return ERR(BRISK_ENOMEM, "model: out of memory copying '%s'", name);
             memcpy(copy, out->data, bytes);
             out->data = copy;
         }
-        if (from_file && out->data != t->data) gguf_release_tensor_pages(m->gf, t);
+        if (from_file && out->data != t->data)
+            gguf_release_tensor_pages(m->gf, t);
     }
     m->n_params += (int64_t)n_in * n_out;
     return 0;
@@ -437,12 +474,14 @@ static int model_load_vector(model *m, const char *name, int n, int required, co
         return required ? BRISK_EFORMAT : 0;
     }
     int rc = model_check_shape(t, name, n, 0, err, err_len);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     if (t->type == KERN_TYPE_F32) {
         *out = t->data;
     } else {
         float *buf = model_alloc_owned(m, (size_t)n * sizeof(float));
-        if (!buf) return ERR(BRISK_ENOMEM, "model: out of memory for '%s'", name);
+        if (!buf)
+            return ERR(BRISK_ENOMEM, "model: out of memory for '%s'", name);
         kern_dequantize_row(t->type, t->data, buf, n);
         *out = buf;
     }
@@ -463,11 +502,14 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
                    c->n_layers, (long long)gguf_n_tensors(m->gf));
 
     const gguf_tensor *te = model_find(m, "token_embd.weight", 1, err, err_len);
-    if (!te) return BRISK_EFORMAT;
+    if (!te)
+        return BRISK_EFORMAT;
     if (te->ne[0] != c->dim || te->ne[1] < 1 || te->ne[1] > (1 << 24) || te->ne[2] != 1 ||
         te->ne[3] != 1)
-        return ERR(BRISK_EFORMAT, "model: tensor 'token_embd.weight' has shape [%lld, %lld], "
-                   "expected [%d, n_vocab]", (long long)te->ne[0], (long long)te->ne[1], c->dim);
+        return ERR(BRISK_EFORMAT,
+                   "model: tensor 'token_embd.weight' has shape [%lld, %lld], "
+                   "expected [%d, n_vocab]",
+                   (long long)te->ne[0], (long long)te->ne[1], c->dim);
     m->cfg.n_vocab = (int)te->ne[1];
     int tied = gguf_find_tensor(m->gf, "output.weight") == NULL;
     if (tied) {
@@ -500,16 +542,19 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         return rc;
 
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
-    if (!w->layers) return ERR(BRISK_ENOMEM, "model: out of memory");
+    if (!w->layers)
+        return ERR(BRISK_ENOMEM, "model: out of memory");
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *L = &w->layers[l];
         char name[96];
-#define LVEC(field, suffix, n, req)                                                              \
-    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                         \
-    if ((rc = model_load_vector(m, name, n, req, &L->field, err, err_len)) < 0) return rc;
-#define LMAT(field, suffix, n_in, n_out)                                                         \
-    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                         \
-    if ((rc = model_load_matrix(m, pool, name, n_in, n_out, &L->field, err, err_len)) < 0) return rc;
+#define LVEC(field, suffix, n, req)                                                                \
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                           \
+    if ((rc = model_load_vector(m, name, n, req, &L->field, err, err_len)) < 0)                    \
+        return rc;
+#define LMAT(field, suffix, n_in, n_out)                                                           \
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                           \
+    if ((rc = model_load_matrix(m, pool, name, n_in, n_out, &L->field, err, err_len)) < 0)         \
+        return rc;
         LVEC(attn_norm, "attn_norm.weight", c->dim, 1)
         LVEC(ffn_norm, "ffn_norm.weight", c->dim, 1)
         LMAT(wq, "attn_q.weight", c->dim, q_dim)
@@ -549,12 +594,14 @@ void model_count_bytes(model *m) {
 
 /* Everything after the file is open: metadata, vocabulary, tensors. m->gf is
  * set; on failure the caller frees m. */
-static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *err,
-                           size_t err_len) {
+static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *err, size_t err_len) {
     int rc;
-    if ((rc = model_read_config(m, err, err_len)) < 0) return rc;
-    if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0) return rc;
-    if ((rc = model_load_tensors(m, pool, err, err_len)) < 0) return rc;
+    if ((rc = model_read_config(m, err, err_len)) < 0)
+        return rc;
+    if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0)
+        return rc;
+    if ((rc = model_load_tensors(m, pool, err, err_len)) < 0)
+        return rc;
     if (tok_n_vocab(m->vocab) > m->cfg.n_vocab)
         return ERR(BRISK_EFORMAT, "model: tokenizer has %d tokens but the embedding has %d rows",
                    tok_n_vocab(m->vocab), m->cfg.n_vocab);
@@ -563,12 +610,15 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
     static const char *const str_keys[2] = {"general.name", "tokenizer.chat_template"};
     for (int i = 0; i < 2; i++) {
         rc = gguf_get_str(m->gf, str_keys[i], &s);
-        if (rc == BRISK_ENOTFOUND) continue;
+        if (rc == BRISK_ENOTFOUND)
+            continue;
         if (rc < 0)
             return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", str_keys[i]);
         char *copy = model_strdup_gguf(s);
-        if (i == 0) m->name = copy;
-        else m->chat_template = copy;
+        if (i == 0)
+            m->name = copy;
+        else
+            m->chat_template = copy;
     }
     model_count_bytes(m);
     BRISK_INFO("model: %s: %s, %d layers, dim %d, heads %d/%d, vocab %d, weights %s (%.1f MB read "
@@ -584,13 +634,15 @@ static int model_load_from(const char *path, const void *buf, size_t len,
                            const model_load_opts *opts, model **out, char *err, size_t err_len) {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
-    if (!m) return ERR(BRISK_ENOMEM, "model: out of memory");
+    if (!m)
+        return ERR(BRISK_ENOMEM, "model: out of memory");
     m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
     m->x8 = model_want_x8(opts);
     kern_pool *pool = opts ? opts->pool : NULL;
     int rc = path ? gguf_open(path, &m->gf, err, err_len)
                   : gguf_open_memory(buf, len, &m->gf, err, err_len);
-    if (rc == 0) rc = model_load_gguf(m, path ? path : "(memory)", pool, err, err_len);
+    if (rc == 0)
+        rc = model_load_gguf(m, path ? path : "(memory)", pool, err, err_len);
     if (rc < 0) {
         model_free(m);
         return rc;
@@ -601,7 +653,8 @@ static int model_load_from(const char *path, const void *buf, size_t len,
 
 int model_load(const char *path, const model_load_opts *opts, model **out, char *err,
                size_t err_len) {
-    if (opts && opts->dummy) return model_create_dummy(opts, out, err, err_len);
+    if (opts && opts->dummy)
+        return model_create_dummy(opts, out, err, err_len);
     if (!path) {
         *out = NULL;
         return ERR(BRISK_EINVAL, "model: no path");
@@ -615,8 +668,10 @@ int model_load_memory(const void *buf, size_t len, const model_load_opts *opts, 
 }
 
 void model_free(model *m) {
-    if (!m) return;
-    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
     free(m->owned);
     free(m->w.layers);
     tok_vocab_free(m->vocab);
@@ -627,11 +682,27 @@ void model_free(model *m) {
     free(m);
 }
 
-const model_config *model_get_config(const model *m) { return &m->cfg; }
-const model_weights *model_get_weights(const model *m) { return &m->w; }
-const tok_vocab *model_get_vocab(const model *m) { return m->vocab; }
-const char *model_name(const model *m) { return m->name ? m->name : "model"; }
-const char *model_chat_template(const model *m) { return m->chat_template; }
-model_weights_fmt model_get_weights_fmt(const model *m) { return m->fmt; }
-int64_t model_n_params(const model *m) { return m->n_params; }
-size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+const model_config *model_get_config(const model *m) {
+    return &m->cfg;
+}
+const model_weights *model_get_weights(const model *m) {
+    return &m->w;
+}
+const tok_vocab *model_get_vocab(const model *m) {
+    return m->vocab;
+}
+const char *model_name(const model *m) {
+    return m->name ? m->name : "model";
+}
+const char *model_chat_template(const model *m) {
+    return m->chat_template;
+}
+model_weights_fmt model_get_weights_fmt(const model *m) {
+    return m->fmt;
+}
+int64_t model_n_params(const model *m) {
+    return m->n_params;
+}
+size_t model_weight_bytes(const model *m) {
+    return m->weight_bytes;
+}

@@ -17,9 +17,9 @@
 #include <stdint.h>
 
 #include "kernels/cpu/kern_ops.h"
+#include "kv/kv_cache.h"
 #include "models/gguf.h"
 #include "models/tokenizer.h"
-#include "kv/kv_cache.h"
 
 typedef enum { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1 } model_arch;
 
@@ -38,10 +38,10 @@ const char *model_weights_fmt_name(model_weights_fmt f);
 typedef struct model_config {
     model_arch arch;
     int n_vocab;
-    int dim;         /* embedding width */
+    int dim; /* embedding width */
     int n_layers;
     int n_heads;
-    int n_kv_heads;  /* < n_heads for grouped-query attention */
+    int n_kv_heads; /* < n_heads for grouped-query attention */
     int head_dim;
     int hidden_dim;  /* feed-forward width */
     int n_ctx_train; /* context length the model was trained for */
@@ -62,24 +62,24 @@ typedef struct model_matrix {
 } model_matrix;
 
 typedef struct model_layer {
-    const float *attn_norm; /* [dim] */
-    const float *ffn_norm;  /* [dim] */
-    model_matrix wq;        /* [n_heads*head_dim][dim] */
-    model_matrix wk;        /* [n_kv_heads*head_dim][dim] */
-    model_matrix wv;        /* [n_kv_heads*head_dim][dim] */
-    model_matrix wo;        /* [dim][n_heads*head_dim] */
-    model_matrix w_gate;    /* [hidden][dim] */
-    model_matrix w_up;      /* [hidden][dim] */
-    model_matrix w_down;    /* [dim][hidden] */
+    const float *attn_norm;    /* [dim] */
+    const float *ffn_norm;     /* [dim] */
+    model_matrix wq;           /* [n_heads*head_dim][dim] */
+    model_matrix wk;           /* [n_kv_heads*head_dim][dim] */
+    model_matrix wv;           /* [n_kv_heads*head_dim][dim] */
+    model_matrix wo;           /* [dim][n_heads*head_dim] */
+    model_matrix w_gate;       /* [hidden][dim] */
+    model_matrix w_up;         /* [hidden][dim] */
+    model_matrix w_down;       /* [dim][hidden] */
     const float *bq, *bk, *bv; /* qwen2 only, else NULL */
 } model_layer;
 
 typedef struct model_weights {
-    model_matrix tok_embd;     /* [n_vocab][dim]; rows gathered for the input */
-    const float *output_norm;  /* [dim] */
-    model_matrix output;       /* [n_vocab][dim]; equals tok_embd when tied */
-    const float *rope_freqs;   /* [n_rot/2] frequency divisors (Llama 3.1), or NULL */
-    model_layer *layers;       /* [n_layers] */
+    model_matrix tok_embd;    /* [n_vocab][dim]; rows gathered for the input */
+    const float *output_norm; /* [dim] */
+    model_matrix output;      /* [n_vocab][dim]; equals tok_embd when tied */
+    const float *rope_freqs;  /* [n_rot/2] frequency divisors (Llama 3.1), or NULL */
+    model_layer *layers;      /* [n_layers] */
 } model_weights;
 
 typedef struct model model;

@@ -47,18 +47,20 @@ static const dummy_shape SHAPES[] = {
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
-const char *const model_dummy_configs[] = {"llama-3-8b", "llama-3.2-1b", "qwen2.5-7b", "smollm2-135m",
-                                           "stories110m", NULL};
+const char *const model_dummy_configs[] = {"llama-3-8b",   "llama-3.2-1b", "qwen2.5-7b",
+                                           "smollm2-135m", "stories110m",  NULL};
 
 static const dummy_shape *dummy_find(const char *name) {
     for (int i = 0; i < N_SHAPES; i++)
-        if (name && !strcmp(name, SHAPES[i].name)) return &SHAPES[i];
+        if (name && !strcmp(name, SHAPES[i].name))
+            return &SHAPES[i];
     return NULL;
 }
 
 int model_dummy_config(const char *name, model_config *out) {
     const dummy_shape *s = dummy_find(name);
-    if (!s) return BRISK_EINVAL;
+    if (!s)
+        return BRISK_EINVAL;
     memset(out, 0, sizeof *out);
     int qwen = !strcmp(s->arch, "qwen2");
     out->arch = qwen ? MODEL_ARCH_QWEN2 : MODEL_ARCH_LLAMA;
@@ -94,10 +96,12 @@ typedef struct dummy_vocab {
 } dummy_vocab;
 
 static int vocab_add(dummy_vocab *v, const char *piece, int type) {
-    if (v->n == v->cap) return 0; /* full: the caller stops */
+    if (v->n == v->cap)
+        return 0; /* full: the caller stops */
     size_t len = strlen(piece);
     char *p = malloc(len + 1);
-    if (!p) return BRISK_ENOMEM;
+    if (!p)
+        return BRISK_ENOMEM;
     memcpy(p, piece, len + 1);
     v->pieces[v->n] = p;
     v->lens[v->n] = len;
@@ -109,7 +113,8 @@ static int vocab_add(dummy_vocab *v, const char *piece, int type) {
 }
 
 static void vocab_free(dummy_vocab *v) {
-    for (int i = 0; i < v->n; i++) free(v->pieces[i]);
+    for (int i = 0; i < v->n; i++)
+        free(v->pieces[i]);
     free(v->pieces);
     free(v->lens);
     free(v->scores);
@@ -125,16 +130,20 @@ static int vocab_build(dummy_vocab *v, int n) {
     v->lens = calloc((size_t)n, sizeof *v->lens);
     v->scores = calloc((size_t)n, sizeof *v->scores);
     v->types = calloc((size_t)n, sizeof *v->types);
-    if (!v->pieces || !v->lens || !v->scores || !v->types) return BRISK_ENOMEM;
+    if (!v->pieces || !v->lens || !v->scores || !v->types)
+        return BRISK_ENOMEM;
     int rc = vocab_add(v, "<unk>", T_UNKNOWN);
-    if (!rc) rc = vocab_add(v, "<s>", T_CONTROL);
-    if (!rc) rc = vocab_add(v, "</s>", T_CONTROL);
+    if (!rc)
+        rc = vocab_add(v, "<s>", T_CONTROL);
+    if (!rc)
+        rc = vocab_add(v, "</s>", T_CONTROL);
     char buf[32];
     for (int b = 0; b < 256 && !rc; b++) {
         snprintf(buf, sizeof buf, "<0x%02X>", b);
         rc = vocab_add(v, buf, T_BYTE);
     }
-    static const char single[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"()-";
+    static const char single[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"()-";
     for (const char *c = single; *c && !rc; c++) {
         snprintf(buf, sizeof buf, "\xe2\x96\x81%c", *c);
         rc = vocab_add(v, buf, T_NORMAL);
@@ -143,15 +152,18 @@ static int vocab_build(dummy_vocab *v, int n) {
             rc = vocab_add(v, buf, T_NORMAL);
         }
     }
-    if (!rc) rc = vocab_add(v, "\xe2\x96\x81", T_NORMAL);
+    if (!rc)
+        rc = vocab_add(v, "\xe2\x96\x81", T_NORMAL);
     for (int len = 2; len <= 3 && !rc; len++) {
         int total = len == 2 ? 26 * 26 : 26 * 26 * 26;
         for (int k = 0; k < total && !rc; k++) {
             char w[4] = {0};
-            for (int i = len - 1, x = k; i >= 0; i--, x /= 26) w[i] = (char)('a' + x % 26);
+            for (int i = len - 1, x = k; i >= 0; i--, x /= 26)
+                w[i] = (char)('a' + x % 26);
             snprintf(buf, sizeof buf, "\xe2\x96\x81%s", w);
             rc = vocab_add(v, buf, T_NORMAL);
-            if (!rc) rc = vocab_add(v, w, T_NORMAL);
+            if (!rc)
+                rc = vocab_add(v, w, T_NORMAL);
         }
     }
     for (int k = 0; v->n < n && !rc; k++) {
@@ -180,14 +192,19 @@ static int dummy_write_meta(gguf_writer *w, const dummy_shape *s, int with_vocab
     rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
     rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->norm_eps);
 #undef KEY
-    if (!with_vocab || rc) return rc;
+    if (!with_vocab || rc)
+        return rc;
     rc = vocab_build(v, s->n_vocab);
     rc = rc ? rc : gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     rc = rc ? rc
-            : gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->pieces, v->lens,
-                                      (uint64_t)v->n);
-    rc = rc ? rc : gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, v->scores, (uint64_t)v->n);
-    rc = rc ? rc : gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v->types, (uint64_t)v->n);
+            : gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->pieces,
+                                      v->lens, (uint64_t)v->n);
+    rc = rc ? rc
+            : gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, v->scores,
+                                  (uint64_t)v->n);
+    rc = rc ? rc
+            : gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v->types,
+                                  (uint64_t)v->n);
     rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
     rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
     rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
@@ -204,8 +221,8 @@ typedef struct fill_job {
     size_t row_bytes;
     int n_rows, n_in;
     int rows_per_task;
-    float amp;     /* values uniform in [-amp, amp] */
-    uint64_t seed; /* of this tensor */
+    float amp;      /* values uniform in [-amp, amp] */
+    uint64_t seed;  /* of this tensor */
     float *scratch; /* [n_threads][n_in] */
 } fill_job;
 
@@ -222,7 +239,8 @@ static void fill_task(void *ctx, int task, int thread) {
         for (int i = 0; i < j->n_in; i += 2) {
             uint64_t u = brisk_rng_next(s);
             tmp[i] = ((float)(uint32_t)u - 0x1.0p31f) * k;
-            if (i + 1 < j->n_in) tmp[i + 1] = ((float)(uint32_t)(u >> 32) - 0x1.0p31f) * k;
+            if (i + 1 < j->n_in)
+                tmp[i + 1] = ((float)(uint32_t)(u >> 32) - 0x1.0p31f) * k;
         }
         kern_quantize_row(j->type, tmp, (uint8_t *)j->dst + (size_t)r * j->row_bytes, j->n_in);
     }
@@ -236,7 +254,8 @@ typedef struct dummy_ctx {
     float *scratch;
 } dummy_ctx;
 
-static int dummy_matrix(dummy_ctx *d, kern_type type, int n_in, int n_out, float amp, model_matrix *out) {
+static int dummy_matrix(dummy_ctx *d, kern_type type, int n_in, int n_out, float amp,
+                        model_matrix *out) {
     fill_job j = {0};
     j.type = type;
     j.n_rows = n_out;
@@ -248,7 +267,8 @@ static int dummy_matrix(dummy_ctx *d, kern_type type, int n_in, int n_out, float
     j.seed = brisk_splitmix64(&x);
     j.scratch = d->scratch;
     j.dst = model_alloc_owned(d->m, j.row_bytes * (size_t)n_out);
-    if (!j.dst) return BRISK_ENOMEM;
+    if (!j.dst)
+        return BRISK_ENOMEM;
     kern_pool_run(d->pool, fill_task, &j, (n_out + j.rows_per_task - 1) / j.rows_per_task);
     out->type = type;
     out->data = j.dst;
@@ -263,13 +283,16 @@ static int dummy_vector(dummy_ctx *d, int n, float value, float amp, const float
     model_matrix mm;
     int rc;
     if (amp > 0.0f) {
-        if ((rc = dummy_matrix(d, KERN_TYPE_F32, n, 1, amp, &mm)) < 0) return rc;
+        if ((rc = dummy_matrix(d, KERN_TYPE_F32, n, 1, amp, &mm)) < 0)
+            return rc;
         d->m->n_params -= n; /* counted below */
         *out = mm.data;
     } else {
         float *v = model_alloc_owned(d->m, (size_t)n * sizeof *v);
-        if (!v) return BRISK_ENOMEM;
-        for (int i = 0; i < n; i++) v[i] = value;
+        if (!v)
+            return BRISK_ENOMEM;
+        for (int i = 0; i < n; i++)
+            v[i] = value;
         *out = v;
     }
     d->m->n_params += n;
@@ -284,18 +307,24 @@ static int dummy_weights(dummy_ctx *d) {
     /* The compute type of every matrix; auto means f16 (a checkpoint's dtype). */
     model_weights_fmt fmt = m->fmt == MODEL_WEIGHTS_AUTO ? MODEL_WEIGHTS_F16 : m->fmt;
     int rc;
-#define MAT(n_in, n_out, dst) model_target_type(fmt, KERN_TYPE_F32, n_in), n_in, n_out, sqrtf(3.0f / (float)(n_in)), dst
+#define MAT(n_in, n_out, dst)                                                                      \
+    model_target_type(fmt, KERN_TYPE_F32, n_in), n_in, n_out, sqrtf(3.0f / (float)(n_in)), dst
     if (c->tied_output) {
-        if ((rc = dummy_matrix(d, MAT(c->dim, c->n_vocab, &w->tok_embd))) < 0) return rc;
+        if ((rc = dummy_matrix(d, MAT(c->dim, c->n_vocab, &w->tok_embd))) < 0)
+            return rc;
         w->output = w->tok_embd;
     } else {
         /* Rows are only gathered: kept in f16 as a file would store them. */
-        if ((rc = dummy_matrix(d, KERN_TYPE_F16, c->dim, c->n_vocab, 1.0f, &w->tok_embd)) < 0) return rc;
-        if ((rc = dummy_matrix(d, MAT(c->dim, c->n_vocab, &w->output))) < 0) return rc;
+        if ((rc = dummy_matrix(d, KERN_TYPE_F16, c->dim, c->n_vocab, 1.0f, &w->tok_embd)) < 0)
+            return rc;
+        if ((rc = dummy_matrix(d, MAT(c->dim, c->n_vocab, &w->output))) < 0)
+            return rc;
     }
-    if ((rc = dummy_vector(d, c->dim, 1.0f, 0.0f, &w->output_norm)) < 0) return rc;
+    if ((rc = dummy_vector(d, c->dim, 1.0f, 0.0f, &w->output_norm)) < 0)
+        return rc;
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
-    if (!w->layers) return BRISK_ENOMEM;
+    if (!w->layers)
+        return BRISK_ENOMEM;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *L = &w->layers[l];
         if ((rc = dummy_vector(d, c->dim, 1.0f, 0.0f, &L->attn_norm)) < 0 ||
@@ -308,10 +337,9 @@ static int dummy_weights(dummy_ctx *d) {
             (rc = dummy_matrix(d, MAT(c->dim, c->hidden_dim, &L->w_up))) < 0 ||
             (rc = dummy_matrix(d, MAT(c->hidden_dim, c->dim, &L->w_down))) < 0)
             return rc;
-        if (c->has_qkv_bias &&
-            ((rc = dummy_vector(d, q_dim, 0.0f, 0.1f, &L->bq)) < 0 ||
-             (rc = dummy_vector(d, kv_dim, 0.0f, 0.1f, &L->bk)) < 0 ||
-             (rc = dummy_vector(d, kv_dim, 0.0f, 0.1f, &L->bv)) < 0))
+        if (c->has_qkv_bias && ((rc = dummy_vector(d, q_dim, 0.0f, 0.1f, &L->bq)) < 0 ||
+                                (rc = dummy_vector(d, kv_dim, 0.0f, 0.1f, &L->bk)) < 0 ||
+                                (rc = dummy_vector(d, kv_dim, 0.0f, 0.1f, &L->bv)) < 0))
             return rc;
     }
 #undef MAT
@@ -324,11 +352,14 @@ int model_create_dummy(const model_load_opts *opts, model **out, char *err, size
     if (!s) {
         char list[256] = "";
         for (int i = 0; model_dummy_configs[i]; i++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", model_dummy_configs[i]);
-        return ERR(BRISK_EINVAL, "model: unknown dummy configuration '%.64s' (known: %s)", opts->dummy, list);
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     model_dummy_configs[i]);
+        return ERR(BRISK_EINVAL, "model: unknown dummy configuration '%.64s' (known: %s)",
+                   opts->dummy, list);
     }
     model *m = calloc(1, sizeof *m);
-    if (!m) return ERR(BRISK_ENOMEM, "model: out of memory");
+    if (!m)
+        return ERR(BRISK_ENOMEM, "model: out of memory");
     m->fmt = opts->weights;
     m->x8 = model_want_x8(opts);
     dummy_vocab v = {0};
@@ -336,7 +367,8 @@ int model_create_dummy(const model_load_opts *opts, model **out, char *err, size
     uint8_t *meta = NULL;
     size_t meta_len = 0;
     int rc = w ? dummy_write_meta(w, s, opts->tokenizer == NULL, &v) : BRISK_ENOMEM;
-    if (!rc) rc = gguf_writer_to_buffer(w, &meta, &meta_len);
+    if (!rc)
+        rc = gguf_writer_to_buffer(w, &meta, &meta_len);
     gguf_writer_free(w);
     vocab_free(&v);
     if (rc < 0) {
@@ -346,22 +378,28 @@ int model_create_dummy(const model_load_opts *opts, model **out, char *err, size
     }
     /* The metadata buffer lives as long as the model (the GGUF borrows it). */
     void *keep = model_alloc_owned(m, meta_len);
-    if (keep) memcpy(keep, meta, meta_len);
+    if (keep)
+        memcpy(keep, meta, meta_len);
     free(meta);
     if (!keep) {
         model_free(m);
         return ERR(BRISK_ENOMEM, "model: out of memory");
     }
     dummy_ctx d = {m, opts->pool, opts->dummy_seed, 0, NULL};
-    if ((rc = gguf_open_memory(keep, meta_len, &m->gf, err, err_len)) < 0) goto fail;
-    if ((rc = model_read_config(m, err, err_len)) < 0) goto fail;
+    if ((rc = gguf_open_memory(keep, meta_len, &m->gf, err, err_len)) < 0)
+        goto fail;
+    if ((rc = model_read_config(m, err, err_len)) < 0)
+        goto fail;
     m->cfg.n_vocab = s->n_vocab;
     m->cfg.tied_output = s->tied;
     if (opts->tokenizer) {
-        if ((rc = gguf_open(opts->tokenizer, &m->tok_gf, err, err_len)) < 0) goto fail;
-        if ((rc = tok_vocab_create_from_gguf(m->tok_gf, &m->vocab, err, err_len)) < 0) goto fail;
+        if ((rc = gguf_open(opts->tokenizer, &m->tok_gf, err, err_len)) < 0)
+            goto fail;
+        if ((rc = tok_vocab_create_from_gguf(m->tok_gf, &m->vocab, err, err_len)) < 0)
+            goto fail;
         gguf_str ct;
-        if (gguf_get_str(m->tok_gf, "tokenizer.chat_template", &ct) == 0 && (m->chat_template = malloc(ct.len + 1))) {
+        if (gguf_get_str(m->tok_gf, "tokenizer.chat_template", &ct) == 0 &&
+            (m->chat_template = malloc(ct.len + 1))) {
             memcpy(m->chat_template, ct.data, ct.len);
             m->chat_template[ct.len] = '\0';
         }
@@ -375,7 +413,8 @@ int model_create_dummy(const model_load_opts *opts, model **out, char *err, size
     }
     int n_threads = opts->pool ? kern_pool_size(opts->pool) : 1;
     int widest = m->cfg.hidden_dim > m->cfg.dim ? m->cfg.hidden_dim : m->cfg.dim;
-    if (m->cfg.n_heads * m->cfg.head_dim > widest) widest = m->cfg.n_heads * m->cfg.head_dim;
+    if (m->cfg.n_heads * m->cfg.head_dim > widest)
+        widest = m->cfg.n_heads * m->cfg.head_dim;
     d.scratch = malloc((size_t)n_threads * (size_t)widest * sizeof(float));
     if (!d.scratch || (rc = dummy_weights(&d)) < 0) {
         rc = ERR(BRISK_ENOMEM, "model: out of memory for the weights of %s", s->name);
@@ -383,13 +422,16 @@ int model_create_dummy(const model_load_opts *opts, model **out, char *err, size
     }
     free(d.scratch);
     m->name = malloc(strlen(s->name) + 7);
-    if (m->name) snprintf(m->name, strlen(s->name) + 7, "dummy-%s", s->name);
+    if (m->name)
+        snprintf(m->name, strlen(s->name) + 7, "dummy-%s", s->name);
     model_count_bytes(m);
-    BRISK_INFO("model: dummy %s (random weights, seed %llu): %s, %d layers, dim %d, heads %d/%d, vocab %d "
-               "(%s tokenizer), weights %s (%.1f MB read per token)",
-               s->name, (unsigned long long)opts->dummy_seed, s->arch, m->cfg.n_layers, m->cfg.dim,
-               m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.n_vocab, opts->tokenizer ? opts->tokenizer : "synthetic",
-               model_weights_fmt_name(m->fmt), (double)m->weight_bytes / 1e6);
+    BRISK_INFO(
+        "model: dummy %s (random weights, seed %llu): %s, %d layers, dim %d, heads %d/%d, vocab %d "
+        "(%s tokenizer), weights %s (%.1f MB read per token)",
+        s->name, (unsigned long long)opts->dummy_seed, s->arch, m->cfg.n_layers, m->cfg.dim,
+        m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.n_vocab,
+        opts->tokenizer ? opts->tokenizer : "synthetic", model_weights_fmt_name(m->fmt),
+        (double)m->weight_bytes / 1e6);
     *out = m;
     return 0;
 fail:

@@ -9,13 +9,13 @@ struct model {
     model_config cfg;
     model_weights w;
     model_weights_fmt fmt;
-    int x8;               /* store int8 matrices in X8 form (model_load_opts.cpu_layout) */
+    int x8; /* store int8 matrices in X8 form (model_load_opts.cpu_layout) */
     tok_vocab *vocab;
-    gguf_file *gf;        /* owns the mmap that unconverted weights point into */
-    gguf_file *tok_gf;    /* dummy models: the file the vocabulary came from, or NULL */
-    void **owned;         /* buffers of converted tensors, freed with the model */
+    gguf_file *gf;     /* owns the mmap that unconverted weights point into */
+    gguf_file *tok_gf; /* dummy models: the file the vocabulary came from, or NULL */
+    void **owned;      /* buffers of converted tensors, freed with the model */
     int n_owned, cap_owned;
-    uint8_t *arena;       /* the huge-page chunk large owned buffers are cut from */
+    uint8_t *arena; /* the huge-page chunk large owned buffers are cut from */
     size_t arena_used, arena_cap;
     char *name;
     char *chat_template;

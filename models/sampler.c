@@ -18,8 +18,8 @@ struct model_sampler {
     model_sampling p;
     int n_vocab;
     uint64_t rng[4];
-    cand *cands;      /* [n_vocab] */
-    int32_t *counts;  /* [n_vocab] occurrences in the penalty window */
+    cand *cands;     /* [n_vocab] */
+    int32_t *counts; /* [n_vocab] occurrences in the penalty window */
 };
 
 model_sampling model_sampling_default(void) {
@@ -31,12 +31,16 @@ model_sampling model_sampling_default(void) {
     return p;
 }
 
-static double sampler_uniform(uint64_t s[4]) { return brisk_rng_uniform(s); }
+static double sampler_uniform(uint64_t s[4]) {
+    return brisk_rng_uniform(s);
+}
 
 model_sampler *model_sampler_create(const model_sampling *p, int n_vocab) {
-    if (n_vocab <= 0) return NULL;
+    if (n_vocab <= 0)
+        return NULL;
     model_sampler *s = brisk_calloc(1, sizeof *s);
-    if (!s) return NULL;
+    if (!s)
+        return NULL;
     s->p = *p;
     s->n_vocab = n_vocab;
     s->cands = brisk_malloc((size_t)n_vocab * sizeof *s->cands);
@@ -49,12 +53,17 @@ model_sampler *model_sampler_create(const model_sampling *p, int n_vocab) {
     return s;
 }
 
-const model_sampling *model_sampler_params(const model_sampler *s) { return &s->p; }
+const model_sampling *model_sampler_params(const model_sampler *s) {
+    return &s->p;
+}
 
-double model_sampler_next_uniform(model_sampler *s) { return sampler_uniform(s->rng); }
+double model_sampler_next_uniform(model_sampler *s) {
+    return sampler_uniform(s->rng);
+}
 
 void model_sampler_free(model_sampler *s) {
-    if (!s) return;
+    if (!s)
+        return;
     free(s->cands);
     free(s->counts);
     free(s);
@@ -67,10 +76,12 @@ static void sampler_apply_penalties(model_sampler *s, float *logits, const int32
         return;
     int start = (p->penalty_last_n > 0 && n > p->penalty_last_n) ? n - p->penalty_last_n : 0;
     for (int i = start; i < n; i++)
-        if (hist[i] >= 0 && hist[i] < s->n_vocab) s->counts[hist[i]]++;
+        if (hist[i] >= 0 && hist[i] < s->n_vocab)
+            s->counts[hist[i]]++;
     for (int i = start; i < n; i++) {
         int32_t id = hist[i];
-        if (id < 0 || id >= s->n_vocab || s->counts[id] == 0) continue;
+        if (id < 0 || id >= s->n_vocab || s->counts[id] == 0)
+            continue;
         float l = logits[id];
         /* The repetition penalty divides positive logits and multiplies
          * negative ones so that it always lowers the token's probability. */
@@ -84,7 +95,8 @@ static void sampler_apply_penalties(model_sampler *s, float *logits, const int32
 
 static int cand_desc(const void *a, const void *b) {
     const cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    if (x->logit != y->logit)
+        return x->logit < y->logit ? 1 : -1;
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
@@ -95,8 +107,10 @@ static void sampler_select_top(cand *c, int n, int k) {
         cand pivot = c[lo + (hi - lo) / 2];
         int i = lo, j = hi;
         while (i <= j) {
-            while (cand_desc(&c[i], &pivot) < 0) i++;
-            while (cand_desc(&c[j], &pivot) > 0) j--;
+            while (cand_desc(&c[i], &pivot) < 0)
+                i++;
+            while (cand_desc(&c[j], &pivot) > 0)
+                j--;
             if (i <= j) {
                 cand t = c[i];
                 c[i] = c[j];
@@ -105,30 +119,37 @@ static void sampler_select_top(cand *c, int n, int k) {
                 j--;
             }
         }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
     }
 }
 
 /* Draws one of c[0..n) with probability proportional to exp(logit - max_l). */
 static int32_t sampler_draw(model_sampler *s, const cand *c, int n, double max_l) {
     double total = 0.0;
-    for (int i = 0; i < n; i++) total += exp((double)c[i].logit - max_l);
+    for (int i = 0; i < n; i++)
+        total += exp((double)c[i].logit - max_l);
     double r = sampler_uniform(s->rng) * total;
     for (int i = 0; i < n; i++) {
         r -= exp((double)c[i].logit - max_l);
-        if (r < 0.0) return c[i].id;
+        if (r < 0.0)
+            return c[i].id;
     }
     return c[n - 1].id; /* rounding left r >= 0: the last candidate */
 }
 
-int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history, int n_history) {
+int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history,
+                             int n_history) {
     const model_sampling *p = &s->p;
     int nv = s->n_vocab;
     for (int i = 0; i < p->n_logit_bias; i++) {
         int32_t id = p->logit_bias_ids[i];
-        if (id >= 0 && id < nv) logits[id] += p->logit_bias[i];
+        if (id >= 0 && id < nv)
+            logits[id] += p->logit_bias[i];
     }
     sampler_apply_penalties(s, logits, history, n_history);
 
@@ -136,7 +157,8 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
         /* Greedy: the first maximum wins, so ties resolve to the lowest id. */
         int32_t best = 0;
         for (int i = 1; i < nv; i++)
-            if (logits[i] > logits[best]) best = i;
+            if (logits[i] > logits[best])
+                best = i;
         return best;
     }
 
@@ -144,12 +166,14 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
     int n = 0;
     for (int i = 0; i < nv; i++) {
         /* -inf (e.g. a logit_bias of -100 and below) removes the token. */
-        if (!(logits[i] > -INFINITY)) continue;
+        if (!(logits[i] > -INFINITY))
+            continue;
         c[n].logit = logits[i] / p->temperature;
         c[n].id = i;
         n++;
     }
-    if (n == 0) return 0;
+    if (n == 0)
+        return 0;
     if (p->top_k > 0 && p->top_k < n) {
         sampler_select_top(c, n, p->top_k);
         n = p->top_k;
@@ -158,7 +182,8 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
         /* No probability truncation: draw from every candidate, in any order. */
         double max_l = c[0].logit;
         for (int i = 1; i < n; i++)
-            if (c[i].logit > max_l) max_l = c[i].logit;
+            if (c[i].logit > max_l)
+                max_l = c[i].logit;
         return sampler_draw(s, c, n, max_l);
     }
     /* top-p and min-p need candidates in descending order, but sorting all
@@ -171,12 +196,17 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
         qsort(c, (size_t)sorted, sizeof *c, cand_desc);
         max_l = c[0].logit;
         all = 0.0;
-        for (int i = 0; i < n; i++) all += exp((double)c[i].logit - max_l);
-        if (sorted == n) break;
+        for (int i = 0; i < n; i++)
+            all += exp((double)c[i].logit - max_l);
+        if (sorted == n)
+            break;
         double prefix = 0.0;
-        for (int i = 0; i < sorted; i++) prefix += exp((double)c[i].logit - max_l);
-        if (p->top_p < 1.0f && prefix / all >= (double)p->top_p) break;
-        if (p->min_p > 0.0f && exp((double)c[sorted - 1].logit - max_l) < (double)p->min_p) break;
+        for (int i = 0; i < sorted; i++)
+            prefix += exp((double)c[i].logit - max_l);
+        if (p->top_p < 1.0f && prefix / all >= (double)p->top_p)
+            break;
+        if (p->min_p > 0.0f && exp((double)c[sorted - 1].logit - max_l) < (double)p->min_p)
+            break;
         sorted = sorted * 4 < n ? sorted * 4 : n;
     }
     n = sorted;
@@ -194,7 +224,8 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
     if (p->min_p > 0.0f) {
         /* min_p keeps tokens whose probability is at least min_p times the top one. */
         int keep = 1;
-        while (keep < n && exp((double)c[keep].logit - max_l) >= (double)p->min_p) keep++;
+        while (keep < n && exp((double)c[keep].logit - max_l) >= (double)p->min_p)
+            keep++;
         n = keep;
     }
     return sampler_draw(s, c, n, max_l);

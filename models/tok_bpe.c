@@ -20,9 +20,11 @@ typedef struct bpe_work {
 } bpe_work;
 
 static int try_merge(const tok_vocab *v, const tok_sym *sym, int32_t l, int32_t r, tok_heap *h) {
-    if (l < 0 || r < 0) return 0;
+    if (l < 0 || r < 0)
+        return 0;
     int32_t rank, result;
-    if (!tok_merge_find(v, sym[l].id, sym[r].id, &rank, &result)) return 0;
+    if (!tok_merge_find(v, sym[l].id, sym[r].id, &rank, &result))
+        return 0;
     tok_bigram b = {tok_bigram_key_rank(rank, l), l, r, sym[l].len + sym[r].len, result};
     return tok_heap_push(h, b);
 }
@@ -32,7 +34,8 @@ static int try_merge(const tok_vocab *v, const tok_sym *sym, int32_t l, int32_t 
 static int32_t whole_word(const tok_vocab *v, const unsigned char *w, size_t n, bpe_work *wk) {
     if (2 * n > wk->cap_enc) {
         char *p = realloc(wk->enc, 2 * n);
-        if (!p) return -1; /* just merge normally */
+        if (!p)
+            return -1; /* just merge normally */
         wk->enc = p;
         wk->cap_enc = 2 * n;
     }
@@ -50,17 +53,23 @@ static int32_t whole_word(const tok_vocab *v, const unsigned char *w, size_t n, 
  * has no token for 0x04 or 0xFF). Hugging Face's BPE (with no unknown token
  * in the model) drops such bytes, and so does brisk, rather than write the
  * unknown token, which in these vocabs is often <|endoftext|>. */
-static int emit(int32_t id, tok_ids *out) { return id >= 0 ? tok_ids_push(out, id) : 0; }
+static int emit(int32_t id, tok_ids *out) {
+    return id >= 0 ? tok_ids_push(out, id) : 0;
+}
 
-static int bpe_word(const tok_vocab *v, const unsigned char *w, size_t n, bpe_work *wk, tok_ids *out) {
-    if (n == 1) return emit(v->byte_id[w[0]], out);
+static int bpe_word(const tok_vocab *v, const unsigned char *w, size_t n, bpe_work *wk,
+                    tok_ids *out) {
+    if (n == 1)
+        return emit(v->byte_id[w[0]], out);
     if (v->ignore_merges) {
         int32_t id = whole_word(v, w, n, wk);
-        if (id >= 0) return tok_ids_push(out, id);
+        if (id >= 0)
+            return tok_ids_push(out, id);
     }
     if (n > wk->cap_sym) {
         tok_sym *p = realloc(wk->sym, n * sizeof *p);
-        if (!p) return BRISK_ENOMEM;
+        if (!p)
+            return BRISK_ENOMEM;
         wk->sym = p;
         wk->cap_sym = n;
     }
@@ -69,7 +78,8 @@ static int bpe_word(const tok_vocab *v, const unsigned char *w, size_t n, bpe_wo
     tok_sym *sym = wk->sym;
     int32_t ns = 0;
     for (size_t i = 0; i < n; i++) {
-        if (v->byte_id[w[i]] < 0) continue;
+        if (v->byte_id[w[i]] < 0)
+            continue;
         sym[ns].start = (uint32_t)i;
         sym[ns].len = 1;
         sym[ns].prev = ns - 1;
@@ -77,17 +87,21 @@ static int bpe_word(const tok_vocab *v, const unsigned char *w, size_t n, bpe_wo
         sym[ns].id = v->byte_id[w[i]];
         ns++;
     }
-    if (ns == 0) return 0;
+    if (ns == 0)
+        return 0;
     sym[ns - 1].next = -1;
     tok_heap *h = &wk->heap;
     h->n = 0;
     int rc = 0;
-    for (int32_t i = 0; i + 1 < ns && rc == 0; i++) rc = try_merge(v, sym, i, i + 1, h);
+    for (int32_t i = 0; i + 1 < ns && rc == 0; i++)
+        rc = try_merge(v, sym, i, i + 1, h);
     tok_bigram b;
     while (rc == 0 && tok_heap_pop(h, &b)) {
-        if (!tok_sym_merge(sym, &b)) continue;
+        if (!tok_sym_merge(sym, &b))
+            continue;
         rc = try_merge(v, sym, sym[b.left].prev, b.left, h);
-        if (rc == 0) rc = try_merge(v, sym, b.left, sym[b.left].next, h);
+        if (rc == 0)
+            rc = try_merge(v, sym, b.left, sym[b.left].next, h);
     }
     for (int32_t i = 0; i >= 0 && rc == 0; i = sym[i].next)
         rc = tok_ids_push(out, sym[i].id);

@@ -32,10 +32,11 @@ enum {
 
 /* Pre-tokenizer split rules for byte-level BPE (tokenizer.ggml.pre). */
 typedef enum {
-    TOK_PRE_GPT2 = 0, /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-    TOK_PRE_LLAMA3,   /* case-insensitive contractions, [^\r\n\p{L}\p{N}]?\p{L}+, \p{N}{1,3}, ... */
-    TOK_PRE_QWEN2,    /* the Llama-3 rules with single digits \p{N} */
-    TOK_PRE_SMOLLM,   /* every \p{N} on its own, then the GPT-2 rules on the rest */
+    TOK_PRE_GPT2 =
+        0,          /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+    TOK_PRE_LLAMA3, /* case-insensitive contractions, [^\r\n\p{L}\p{N}]?\p{L}+, \p{N}{1,3}, ... */
+    TOK_PRE_QWEN2,  /* the Llama-3 rules with single digits \p{N} */
+    TOK_PRE_SMOLLM, /* every \p{N} on its own, then the GPT-2 rules on the rest */
 } tok_pre_kind;
 
 /* Open-addressing map from a byte string (a token's text) to its id. The
@@ -43,7 +44,7 @@ typedef enum {
 typedef struct tok_strslot {
     uint32_t hash; /* full hash of the slot's text (for fast mismatch) */
     int32_t id;    /* -1 = empty */
-} tok_strslot;    /* side by side: one cache miss per probe, not two */
+} tok_strslot;     /* side by side: one cache miss per probe, not two */
 
 typedef struct tok_strmap {
     tok_strslot *slot;
@@ -52,9 +53,9 @@ typedef struct tok_strmap {
 
 /* Open-addressing map from a pair of token ids to a BPE merge. */
 typedef struct tok_mergemap {
-    uint64_t *key;  /* (left << 32) | right; UINT64_MAX = empty */
-    int32_t *rank;  /* position in tokenizer.ggml.merges: lower merges first */
-    int32_t *result;/* id of the concatenation */
+    uint64_t *key;   /* (left << 32) | right; UINT64_MAX = empty */
+    int32_t *rank;   /* position in tokenizer.ggml.merges: lower merges first */
+    int32_t *result; /* id of the concatenation */
     size_t mask;
 } tok_mergemap;
 
@@ -68,8 +69,8 @@ struct tok_vocab {
     uint32_t *text_off, *text_len;
     char *piece;
     uint32_t *piece_off, *piece_len;
-    float *score;     /* SPM merge priority; NULL for BPE */
-    uint8_t *ttype;   /* TOK_T_* */
+    float *score;   /* SPM merge priority; NULL for BPE */
+    uint8_t *ttype; /* TOK_T_* */
     uint8_t *is_eog;
 
     tok_strmap by_text;
@@ -123,8 +124,7 @@ size_t tok_pow2_at_least(size_t n);
 int32_t tok_lookup(const tok_vocab *v, const char *s, size_t n);
 /* 1 if a BPE merge of tokens left and right exists, with its rank and the
  * id of the merged token. */
-int tok_merge_find(const tok_vocab *v, int32_t left, int32_t right, int32_t *rank,
-                   int32_t *result);
+int tok_merge_find(const tok_vocab *v, int32_t left, int32_t right, int32_t *rank, int32_t *result);
 
 /* ---- merge queue (tokenizer.c) ----------------------------------------- */
 /* A candidate merge of two adjacent symbols. Both tokenizers keep symbols
@@ -132,8 +132,8 @@ int tok_merge_find(const tok_vocab *v, int32_t left, int32_t right, int32_t *ran
  * exactly when both symbols are alive and their lengths still add up to
  * `size` (whatever merged in between changed one of the two). */
 typedef struct tok_bigram {
-    uint64_t key;  /* higher merges first; see tok_bigram_key_*() */
-    int32_t left;  /* symbol index */
+    uint64_t key; /* higher merges first; see tok_bigram_key_*() */
+    int32_t left; /* symbol index */
     int32_t right;
     uint32_t size; /* combined byte length when the candidate was made */
     int32_t id;    /* token id of the merged symbol */
@@ -174,12 +174,14 @@ typedef struct tok_sym {
  * list. Returns 0 (nothing done) when b is stale. */
 static inline int tok_sym_merge(tok_sym *sym, const tok_bigram *b) {
     tok_sym *l = &sym[b->left], *r = &sym[b->right];
-    if (l->len == 0 || r->len == 0 || l->len + r->len != b->size) return 0;
+    if (l->len == 0 || r->len == 0 || l->len + r->len != b->size)
+        return 0;
     l->len += r->len;
     l->id = b->id;
     r->len = 0;
     l->next = r->next;
-    if (r->next >= 0) sym[r->next].prev = b->left;
+    if (r->next >= 0)
+        sym[r->next].prev = b->left;
     return 1;
 }
 

@@ -33,12 +33,17 @@ typedef struct split {
     int rc;
 } split;
 
-static uint32_t cp_at(const split *s, size_t i) { return i >= s->ini && i < s->end ? s->cp[i] : NO_CP; }
-static int fl_at(const split *s, size_t i) { return i >= s->ini && i < s->end ? s->fl[i] : 0; }
+static uint32_t cp_at(const split *s, size_t i) {
+    return i >= s->ini && i < s->end ? s->cp[i] : NO_CP;
+}
+static int fl_at(const split *s, size_t i) {
+    return i >= s->ini && i < s->end ? s->fl[i] : 0;
+}
 
 /* Ends the current word at character index e (no-op for an empty word). */
 static void emit(split *s, size_t e) {
-    if (e <= s->prev) return;
+    if (e <= s->prev)
+        return;
     if (*s->n_spans + 1 > *s->cap_spans) {
         size_t cap = *s->cap_spans ? *s->cap_spans * 2 : 64;
         uint32_t *p = realloc(*s->spans, cap * 2 * sizeof *p);
@@ -61,24 +66,31 @@ static void emit(split *s, size_t e) {
  * fold, case-insensitively as (?i:...) does: ASCII letters, and U+017F
  * (long s), which simple case folding also maps to 's'. */
 static uint32_t fold_ascii(uint32_t c) {
-    if (c >= 'A' && c <= 'Z') return c + 32;
-    if (c == 0x17F) return 's';
+    if (c >= 'A' && c <= 'Z')
+        return c + 32;
+    if (c == 0x17F)
+        return 's';
     return c;
 }
 
 static size_t contraction(const split *s, size_t i, int fold) {
-    if (cp_at(s, i) != '\'') return 0;
+    if (cp_at(s, i) != '\'')
+        return 0;
     uint32_t a = cp_at(s, i + 1), b = cp_at(s, i + 2);
     if (fold) {
         a = fold_ascii(a);
         b = fold_ascii(b);
     }
-    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+        return 3;
     return 0;
 }
 
-static int is_other(int f) { return (f & CP_IN) && !(f & (TOK_CP_LETTER | TOK_CP_NUMBER | TOK_CP_SPACE)); }
+static int is_other(int f) {
+    return (f & CP_IN) && !(f & (TOK_CP_LETTER | TOK_CP_NUMBER | TOK_CP_SPACE));
+}
 
 /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 static void split_gpt2(split *s) {
@@ -94,17 +106,20 @@ static void split_gpt2(split *s) {
         size_t j = i + (cp_at(s, i) == ' ');
         int f = fl_at(s, j);
         if (f & TOK_CP_LETTER) {
-            while (fl_at(s, j) & TOK_CP_LETTER) j++;
+            while (fl_at(s, j) & TOK_CP_LETTER)
+                j++;
             emit(s, i = j);
             continue;
         }
         if (f & TOK_CP_NUMBER) {
-            while (fl_at(s, j) & TOK_CP_NUMBER) j++;
+            while (fl_at(s, j) & TOK_CP_NUMBER)
+                j++;
             emit(s, i = j);
             continue;
         }
         if (is_other(f)) {
-            while (is_other(fl_at(s, j))) j++;
+            while (is_other(fl_at(s, j)))
+                j++;
             emit(s, i = j);
             continue;
         }
@@ -112,7 +127,8 @@ static void split_gpt2(split *s) {
          * followed by a non-space, leaving that space to start the next
          * word; a run of one before a non-space is taken by \s+. */
         size_t n = 0;
-        while (fl_at(s, i + n) & TOK_CP_SPACE) n++;
+        while (fl_at(s, i + n) & TOK_CP_SPACE)
+            n++;
         if (n > 1 && cp_at(s, i + n) != NO_CP) {
             emit(s, i += n - 1);
             continue;
@@ -143,7 +159,8 @@ static void split_llama3(split *s, size_t max_digits) {
         if (c0 != '\r' && c0 != '\n' && !(f0 & TOK_CP_NUMBER) &&
             ((f0 & TOK_CP_LETTER) || (fl_at(s, i + 1) & TOK_CP_LETTER))) {
             i++;
-            while (fl_at(s, i) & TOK_CP_LETTER) i++;
+            while (fl_at(s, i) & TOK_CP_LETTER)
+                i++;
             emit(s, i);
             continue;
         }
@@ -163,8 +180,10 @@ static void split_llama3(split *s, size_t max_digits) {
         /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
         size_t j = i + (c0 == ' ');
         if (is_other(fl_at(s, j))) {
-            while (is_other(fl_at(s, j))) j++;
-            while (cp_at(s, j) == '\r' || cp_at(s, j) == '\n') j++;
+            while (is_other(fl_at(s, j)))
+                j++;
+            while (cp_at(s, j) == '\r' || cp_at(s, j) == '\n')
+                j++;
             emit(s, i = j);
             continue;
         }
@@ -173,7 +192,8 @@ static void split_llama3(split *s, size_t max_digits) {
         while (fl_at(s, i + n) & TOK_CP_SPACE) {
             uint32_t cn = cp_at(s, i + n);
             n++;
-            if (cn == '\r' || cn == '\n') last_nl = n;
+            if (cn == '\r' || cn == '\n')
+                last_nl = n;
         }
         if (last_nl) {
             emit(s, i += last_nl);
@@ -197,7 +217,8 @@ static void split_llama3(split *s, size_t max_digits) {
 static void split_smollm(split *s, size_t n) {
     size_t run = 0;
     for (size_t i = 0; i <= n; i++) {
-        if (i < n && !(s->fl[i] & TOK_CP_NUMBER)) continue;
+        if (i < n && !(s->fl[i] & TOK_CP_NUMBER))
+            continue;
         if (i > run) {
             s->ini = run;
             s->end = i;
@@ -214,12 +235,14 @@ static void split_smollm(split *s, size_t n) {
 
 int tok_pretok_split(tok_pre_kind kind, const char *text, size_t len, uint32_t **spans,
                      size_t *n_spans, size_t *cap_spans) {
-    if (len == 0) return 0;
+    if (len == 0)
+        return 0;
     /* One allocation for the three per-character arrays; a character is at
      * least one byte, so len + 1 entries always suffice. */
     size_t cap = len + 1;
     void *mem = malloc(cap * (2 * sizeof(uint32_t) + 1));
-    if (!mem) return BRISK_ENOMEM;
+    if (!mem)
+        return BRISK_ENOMEM;
     uint32_t *cp = mem;
     uint32_t *off = cp + cap;
     uint8_t *fl = (uint8_t *)(off + cap);

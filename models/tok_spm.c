@@ -32,10 +32,12 @@ static int32_t span_token(const tok_vocab *v, const char *s, size_t n) {
 
 static int try_bigram(const tok_vocab *v, const char *buf, const tok_sym *sym, int32_t l, int32_t r,
                       tok_heap *h) {
-    if (l < 0 || r < 0) return 0;
+    if (l < 0 || r < 0)
+        return 0;
     uint32_t size = sym[l].len + sym[r].len;
     int32_t id = span_token(v, buf + sym[l].start, size);
-    if (id < 0) return 0;
+    if (id < 0)
+        return 0;
     tok_bigram b = {tok_bigram_key_score(v->score[id], l), l, r, size, id};
     return tok_heap_push(h, b);
 }
@@ -43,24 +45,31 @@ static int try_bigram(const tok_vocab *v, const char *buf, const tok_sym *sym, i
 /* Writes one final symbol: its token, or byte fallback. */
 static int emit_symbol(const tok_vocab *v, const char *buf, const tok_sym *s, tok_ids *out) {
     int32_t id = s->id >= 0 ? s->id : span_token(v, buf + s->start, s->len);
-    if (id >= 0) return tok_ids_push(out, id);
+    if (id >= 0)
+        return tok_ids_push(out, id);
     int all_bytes = 1;
     for (uint32_t i = 0; i < s->len; i++)
-        if (v->byte_id[(unsigned char)buf[s->start + i]] < 0) all_bytes = 0;
-    if (!all_bytes) return v->unk >= 0 ? tok_ids_push(out, v->unk) : 0;
+        if (v->byte_id[(unsigned char)buf[s->start + i]] < 0)
+            all_bytes = 0;
+    if (!all_bytes)
+        return v->unk >= 0 ? tok_ids_push(out, v->unk) : 0;
     for (uint32_t i = 0; i < s->len; i++) {
         int rc = tok_ids_push(out, v->byte_id[(unsigned char)buf[s->start + i]]);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
 
-int tok_spm_encode(const tok_vocab *v, const char *text, size_t len, int space_prefix, tok_ids *out) {
+int tok_spm_encode(const tok_vocab *v, const char *text, size_t len, int space_prefix,
+                   tok_ids *out) {
     static const char ws[3] = {'\xE2', '\x96', '\x81'}; /* "▁" */
     size_t spaces = 0;
-    for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
+    for (size_t i = 0; i < len; i++)
+        spaces += text[i] == ' ';
     size_t blen = len + 2 * spaces + (space_prefix ? 3 : 0);
-    if (blen == 0) return 0;
+    if (blen == 0)
+        return 0;
     char *buf = malloc(blen);
     tok_sym *sym = malloc(blen * sizeof *sym);
     tok_heap heap = {0};
@@ -101,16 +110,20 @@ int tok_spm_encode(const tok_vocab *v, const char *text, size_t len, int space_p
     }
     sym[ns - 1].next = -1;
 
-    for (int32_t i = 0; i + 1 < ns && rc == 0; i++) rc = try_bigram(v, buf, sym, i, i + 1, &heap);
+    for (int32_t i = 0; i + 1 < ns && rc == 0; i++)
+        rc = try_bigram(v, buf, sym, i, i + 1, &heap);
 
     tok_bigram b;
     while (rc == 0 && tok_heap_pop(&heap, &b)) {
-        if (!tok_sym_merge(sym, &b)) continue;
+        if (!tok_sym_merge(sym, &b))
+            continue;
         rc = try_bigram(v, buf, sym, sym[b.left].prev, b.left, &heap);
-        if (rc == 0) rc = try_bigram(v, buf, sym, b.left, sym[b.left].next, &heap);
+        if (rc == 0)
+            rc = try_bigram(v, buf, sym, b.left, sym[b.left].next, &heap);
     }
 
-    for (int32_t i = 0; i >= 0 && rc == 0; i = sym[i].next) rc = emit_symbol(v, buf, &sym[i], out);
+    for (int32_t i = 0; i >= 0 && rc == 0; i = sym[i].next)
+        rc = emit_symbol(v, buf, &sym[i], out);
 done:
     free(buf);
     free(sym);

@@ -43,13 +43,17 @@ static inline int tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp) 
     } else if (c >= 0xE0 && c <= 0xEF) {
         len = 3;
         v = c & 0x0F;
-        if (c == 0xE0) lo = 0xA0; /* overlong */
-        if (c == 0xED) hi = 0x9F; /* surrogates */
+        if (c == 0xE0)
+            lo = 0xA0; /* overlong */
+        if (c == 0xED)
+            hi = 0x9F; /* surrogates */
     } else if (c >= 0xF0 && c <= 0xF4) {
         len = 4;
         v = c & 0x07;
-        if (c == 0xF0) lo = 0x90; /* overlong */
-        if (c == 0xF4) hi = 0x8F; /* past U+10FFFF */
+        if (c == 0xF0)
+            lo = 0x90; /* overlong */
+        if (c == 0xF4)
+            hi = 0x8F; /* past U+10FFFF */
     } else {
         *cp = TOK_CP_INVALID;
         return 1;

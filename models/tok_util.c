@@ -15,7 +15,8 @@ int tok_ids_push(tok_ids *ids, int32_t id) {
     if (ids->n == ids->cap) {
         size_t cap = ids->cap ? ids->cap * 2 : 64;
         int32_t *p = realloc(ids->v, cap * sizeof *p);
-        if (!p) return BRISK_ENOMEM;
+        if (!p)
+            return BRISK_ENOMEM;
         ids->v = p;
         ids->cap = cap;
     }
@@ -52,18 +53,22 @@ uint64_t tok_mix64(uint64_t x) {
 
 size_t tok_pow2_at_least(size_t n) {
     size_t c = 16;
-    while (c < n) c <<= 1;
+    while (c < n)
+        c <<= 1;
     return c;
 }
 
 int32_t tok_lookup(const tok_vocab *v, const char *s, size_t n) {
-    if (n == 0) return -1;
+    if (n == 0)
+        return -1;
     uint32_t h = tok_hash_bytes(s, n);
     const tok_strmap *m = &v->by_text;
     for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
         int32_t id = m->slot[i].id;
-        if (id < 0) return -1;
-        if (m->slot[i].hash == h && v->text_len[id] == n && !memcmp(v->text + v->text_off[id], s, n))
+        if (id < 0)
+            return -1;
+        if (m->slot[i].hash == h && v->text_len[id] == n &&
+            !memcmp(v->text + v->text_off[id], s, n))
             return id;
     }
 }
@@ -71,10 +76,12 @@ int32_t tok_lookup(const tok_vocab *v, const char *s, size_t n) {
 int tok_merge_find(const tok_vocab *v, int32_t left, int32_t right, int32_t *rank,
                    int32_t *result) {
     const tok_mergemap *m = &v->merges;
-    if (!m->key || left < 0 || right < 0) return 0;
+    if (!m->key || left < 0 || right < 0)
+        return 0;
     uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
     for (size_t i = tok_mix64(key) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->key[i] == UINT64_MAX) return 0;
+        if (m->key[i] == UINT64_MAX)
+            return 0;
         if (m->key[i] == key) {
             *rank = m->rank[i];
             *result = m->result[i];
@@ -85,20 +92,24 @@ int tok_merge_find(const tok_vocab *v, int32_t left, int32_t right, int32_t *ran
 
 /* ---- merge queue -------------------------------------------------------- */
 
-static int bigram_better(const tok_bigram *a, const tok_bigram *b) { return a->key > b->key; }
+static int bigram_better(const tok_bigram *a, const tok_bigram *b) {
+    return a->key > b->key;
+}
 
 int tok_heap_push(tok_heap *h, tok_bigram b) {
     if (h->n == h->cap) {
         size_t cap = h->cap ? h->cap * 2 : 64;
         tok_bigram *p = realloc(h->v, cap * sizeof *p);
-        if (!p) return BRISK_ENOMEM;
+        if (!p)
+            return BRISK_ENOMEM;
         h->v = p;
         h->cap = cap;
     }
     size_t i = h->n++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (!bigram_better(&b, &h->v[parent])) break;
+        if (!bigram_better(&b, &h->v[parent]))
+            break;
         h->v[i] = h->v[parent];
         i = parent;
     }
@@ -107,19 +118,23 @@ int tok_heap_push(tok_heap *h, tok_bigram b) {
 }
 
 int tok_heap_pop(tok_heap *h, tok_bigram *out) {
-    if (h->n == 0) return 0;
+    if (h->n == 0)
+        return 0;
     *out = h->v[0];
     tok_bigram last = h->v[--h->n];
     size_t i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_better(&h->v[c + 1], &h->v[c])) c++;
-        if (!bigram_better(&h->v[c], &last)) break;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && bigram_better(&h->v[c + 1], &h->v[c]))
+            c++;
+        if (!bigram_better(&h->v[c], &last))
+            break;
         h->v[i] = h->v[c];
         i = c;
     }
-    if (h->n > 0) h->v[i] = last;
+    if (h->n > 0)
+        h->v[i] = last;
     return 1;
 }
-

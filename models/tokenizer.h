@@ -37,8 +37,8 @@ void tok_vocab_free(tok_vocab *v);
 
 tok_type tok_vocab_type(const tok_vocab *v);
 int32_t tok_n_vocab(const tok_vocab *v);
-int32_t tok_bos(const tok_vocab *v);   /* -1 if none */
-int32_t tok_eos(const tok_vocab *v);   /* -1 if none */
+int32_t tok_bos(const tok_vocab *v); /* -1 if none */
+int32_t tok_eos(const tok_vocab *v); /* -1 if none */
 /* 1 if id ends generation: EOS, EOT, <|im_end|>, <|eot_id|>, <|endoftext|> ... */
 int tok_is_eog(const tok_vocab *v, int32_t id);
 /* 1 if the GGUF asks for BOS to be added (tokenizer.ggml.add_bos_token;

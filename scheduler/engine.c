@@ -12,29 +12,29 @@
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_pool.h"
-#include "models/backend.h"
 #include "kv/kv_cache.h"
+#include "models/backend.h"
 #include "scheduler/sched_core.h"
 #include "scheduler/sched_setup.h"
 #include "scheduler/seq_text.h"
 
 typedef struct seq {
-    sched_req req;        /* the scheduler's view: tokens = hist */
-    struct seq *next;     /* inbox link */
+    sched_req req;    /* the scheduler's view: tokens = hist */
+    struct seq *next; /* inbox link */
     sched_seq_params p;
-    int32_t *hist;        /* prompt then generated tokens */
+    int32_t *hist; /* prompt then generated tokens */
     int n_hist, cap_hist;
     int n_gen;
     model_sampler *sampler;
-    seq_text text;        /* detokenizer + stop strings + UTF-8 hold-back */
-    sched_token *toks;    /* tokens since the last event */
+    seq_text text;     /* detokenizer + stop strings + UTF-8 hold-back */
+    sched_token *toks; /* tokens since the last event */
     int n_toks, cap_toks;
-    sched_token *ptoks;   /* prompt log-probs, sent with the first event */
+    sched_token *ptoks; /* prompt log-probs, sent with the first event */
     int n_ptoks;
     int sent_ptoks;
     sched_event *final_ev; /* allocated at submit: the final event never waits for memory */
-    int ready;            /* hist, sampler and text set up (on entering the engine) */
-    int left_waiting;     /* no longer counted against the submit-side waiting caps */
+    int ready;             /* hist, sampler and text set up (on entering the engine) */
+    int left_waiting;      /* no longer counted against the submit-side waiting caps */
     double t_submit, t_admit;
 } seq;
 
@@ -55,7 +55,7 @@ struct sched_engine {
     seq *inbox_head, *inbox_tail;
     cancel_msg *cancels;
     sched_event *out_head, *out_tail;
-    int n_waiting;       /* inbox + waiting queue */
+    int n_waiting; /* inbox + waiting queue */
     long waiting_tokens;
     sched_state state;
     char load_err[256];
@@ -70,8 +70,8 @@ struct sched_engine {
     int max_ctx;
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
-    seq **b_owner;  /* per batch token: its sequence */
-    float *lp_row;  /* copy of one logits row for log-probs */
+    seq **b_owner;          /* per batch token: its sequence */
+    float *lp_row;          /* copy of one logits row for log-probs */
     model_sample_job *jobs; /* rows sampled together after a forward */
     seq **job_seq;
     int32_t *job_ids;
@@ -110,17 +110,20 @@ const char *sched_finish_name(sched_finish f) {
 }
 
 void sched_seq_params_free(sched_seq_params *p) {
-    if (!p) return;
+    if (!p)
+        return;
     free(p->prompt);
     free((void *)p->sampling.logit_bias_ids);
     free((void *)p->sampling.logit_bias);
-    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    for (int i = 0; i < p->n_stop; i++)
+        free(p->stop[i]);
     free(p->stop);
     memset(p, 0, sizeof *p);
 }
 
 void sched_event_free(sched_event *ev) {
-    if (!ev) return;
+    if (!ev)
+        return;
     free(ev->text);
     free(ev->tokens);
     free(ev->prompt_tokens);
@@ -128,7 +131,8 @@ void sched_event_free(sched_event *ev) {
 }
 
 static void seq_free(seq *s) {
-    if (!s) return;
+    if (!s)
+        return;
     sched_seq_params_free(&s->p);
     free(s->hist);
     model_sampler_free(s->sampler);
@@ -143,8 +147,10 @@ static void seq_free(seq *s) {
 
 static void outbox_push(sched_engine *e, sched_event *ev) {
     pthread_mutex_lock(&e->mu);
-    if (e->out_tail) e->out_tail->next = ev;
-    else e->out_head = ev;
+    if (e->out_tail)
+        e->out_tail->next = ev;
+    else
+        e->out_head = ev;
     e->out_tail = ev;
     pthread_mutex_unlock(&e->mu);
 }
@@ -165,8 +171,10 @@ sched_event *sched_engine_drain(sched_engine *e) {
 static int seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *err) {
     int final = finish != SCHED_FINISH_NONE;
     sched_event *ev = final ? s->final_ev : brisk_calloc(1, sizeof *ev);
-    if (!ev) return BRISK_ENOMEM;
-    if (final) s->final_ev = NULL;
+    if (!ev)
+        return BRISK_ENOMEM;
+    if (final)
+        s->final_ev = NULL;
     ev->user = s->p.user;
     ev->finish = finish;
     if (seq_text_take(&s->text, final, &ev->text, &ev->text_len) < 0) {
@@ -191,7 +199,8 @@ static int seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *er
     ev->completion_len = s->n_gen;
     ev->t_event = brisk_now();
     ev->t_admitted = s->t_admit;
-    if (err) snprintf(ev->err, sizeof ev->err, "%s", err);
+    if (err)
+        snprintf(ev->err, sizeof ev->err, "%s", err);
     outbox_push(e, ev);
     return 0;
 }
@@ -199,10 +208,12 @@ static int seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *er
 /* ---- public API (loop thread) ---------------------------------------- */
 
 int sched_engine_submit(sched_engine *e, sched_seq_params *p) {
-    if (!e || !p || !p->prompt || p->n_prompt < 1 || p->max_tokens < 1 || p->logprobs > SCHED_MAX_TOP_LOGPROBS)
+    if (!e || !p || !p->prompt || p->n_prompt < 1 || p->max_tokens < 1 ||
+        p->logprobs > SCHED_MAX_TOP_LOGPROBS)
         return BRISK_EINVAL;
     seq *s = brisk_calloc(1, sizeof *s);
-    if (!s) return BRISK_ENOMEM;
+    if (!s)
+        return BRISK_ENOMEM;
     s->final_ev = brisk_calloc(1, sizeof *s->final_ev);
     if (!s->final_ev) {
         free(s);
@@ -210,8 +221,10 @@ int sched_engine_submit(sched_engine *e, sched_seq_params *p) {
     }
     pthread_mutex_lock(&e->mu);
     int rc = 0;
-    if (e->state != SCHED_READY) rc = BRISK_EUNSUPPORTED;
-    else if (p->n_prompt >= e->max_ctx) rc = BRISK_ERANGE;
+    if (e->state != SCHED_READY)
+        rc = BRISK_EUNSUPPORTED;
+    else if (p->n_prompt >= e->max_ctx)
+        rc = BRISK_ERANGE;
     else if (e->n_waiting >= e->cfg.max_waiting ||
              e->waiting_tokens + p->n_prompt > e->cfg.max_waiting_tokens)
         rc = BRISK_ENOSPC;
@@ -220,8 +233,10 @@ int sched_engine_submit(sched_engine *e, sched_seq_params *p) {
         memset(p, 0, sizeof *p);
         s->req.slot = -1;
         s->t_submit = brisk_now();
-        if (e->inbox_tail) e->inbox_tail->next = s;
-        else e->inbox_head = s;
+        if (e->inbox_tail)
+            e->inbox_tail->next = s;
+        else
+            e->inbox_head = s;
         e->inbox_tail = s;
         e->n_waiting++;
         e->waiting_tokens += s->p.n_prompt;
@@ -238,7 +253,8 @@ int sched_engine_submit(sched_engine *e, sched_seq_params *p) {
 
 void sched_engine_cancel(sched_engine *e, void *user) {
     cancel_msg *c = brisk_calloc(1, sizeof *c);
-    if (!c) return; /* the sequence runs to its end instead */
+    if (!c)
+        return; /* the sequence runs to its end instead */
     c->user = user;
     pthread_mutex_lock(&e->mu);
     c->next = e->cancels;
@@ -250,7 +266,8 @@ void sched_engine_cancel(sched_engine *e, void *user) {
 sched_state sched_engine_state(const sched_engine *e, char *err, size_t err_len) {
     pthread_mutex_lock((pthread_mutex_t *)&e->mu);
     sched_state s = e->state;
-    if (err && err_len) snprintf(err, err_len, "%s", e->load_err);
+    if (err && err_len)
+        snprintf(err, err_len, "%s", e->load_err);
     pthread_mutex_unlock((pthread_mutex_t *)&e->mu);
     return s;
 }
@@ -275,7 +292,8 @@ void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out) {
  * The final event cannot fail (see seq_emit), so the server always learns
  * that the sequence ended and can release its request. */
 static void seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err) {
-    if (s->ready) sched_core_remove(e->core, &s->req);
+    if (s->ready)
+        sched_core_remove(e->core, &s->req);
     seq_emit(e, s, f, err);
     seq_free(s);
 }
@@ -284,7 +302,8 @@ static int push_token(seq *s, const sched_token *t) {
     if (s->n_toks == s->cap_toks) {
         int cap = s->cap_toks ? 2 * s->cap_toks : 8;
         sched_token *n = brisk_realloc(s->toks, (size_t)cap * sizeof *n);
-        if (!n) return BRISK_ENOMEM;
+        if (!n)
+            return BRISK_ENOMEM;
         s->toks = n;
         s->cap_toks = cap;
     }
@@ -295,9 +314,11 @@ static int push_token(seq *s, const sched_token *t) {
 /* Log-softmax of the raw row: the chosen id's log-prob and the top n. */
 static void fill_logprobs(const float *row, int n_vocab, int32_t id, int n_top, sched_token *t) {
     float mx = row[0];
-    for (int i = 1; i < n_vocab; i++) mx = row[i] > mx ? row[i] : mx;
+    for (int i = 1; i < n_vocab; i++)
+        mx = row[i] > mx ? row[i] : mx;
     double sum = 0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)row[i] - mx);
+    for (int i = 0; i < n_vocab; i++)
+        sum += exp((double)row[i] - mx);
     float lse = mx + (float)log(sum);
     t->id = id;
     t->logprob = row[id] - lse;
@@ -305,7 +326,8 @@ static void fill_logprobs(const float *row, int n_vocab, int32_t id, int n_top, 
     /* Insertion into a small sorted list: n_top <= 20. */
     for (int i = 0; i < n_vocab && n_top > 0; i++) {
         float v = row[i];
-        if (t->n_top == n_top && v <= row[t->top_id[n_top - 1]]) continue;
+        if (t->n_top == n_top && v <= row[t->top_id[n_top - 1]])
+            continue;
         int k = t->n_top < n_top ? t->n_top++ : n_top - 1;
         while (k > 0 && row[t->top_id[k - 1]] < v) {
             t->top_id[k] = t->top_id[k - 1];
@@ -313,7 +335,8 @@ static void fill_logprobs(const float *row, int n_vocab, int32_t id, int n_top, 
         }
         t->top_id[k] = i;
     }
-    for (int k = 0; k < t->n_top; k++) t->top_logprob[k] = row[t->top_id[k]] - lse;
+    for (int k = 0; k < t->n_top; k++)
+        t->top_logprob[k] = row[t->top_id[k]] - lse;
 }
 
 static void drain_inbox(sched_engine *e, seq **in, cancel_msg **cancels) {
@@ -327,15 +350,18 @@ static void drain_inbox(sched_engine *e, seq **in, cancel_msg **cancels) {
 static seq *find_seq(sched_engine *e, const void *user) {
     sched_req *const *run = sched_core_running(e->core);
     for (int i = 0; i < sched_core_n_running(e->core); i++)
-        if (((seq *)run[i])->p.user == user) return (seq *)run[i];
+        if (((seq *)run[i])->p.user == user)
+            return (seq *)run[i];
     for (sched_req *r = sched_core_waiting_head(e->core); r; r = r->next)
-        if (((seq *)r)->p.user == user) return (seq *)r;
+        if (((seq *)r)->p.user == user)
+            return (seq *)r;
     return NULL;
 }
 
 /* A sequence leaves the submit-side waiting count when it first runs or ends. */
 static void uncount_waiting(sched_engine *e, seq *s) {
-    if (s->left_waiting) return;
+    if (s->left_waiting)
+        return;
     s->left_waiting = 1;
     pthread_mutex_lock(&e->mu);
     e->n_waiting--;
@@ -345,7 +371,8 @@ static void uncount_waiting(sched_engine *e, seq *s) {
 
 static void apply_cancel(sched_engine *e, void *user) {
     seq *s = find_seq(e, user);
-    if (!s) return;
+    if (!s)
+        return;
     uncount_waiting(e, s);
     seq_finish(e, s, SCHED_FINISH_ABORT, NULL);
 }
@@ -360,7 +387,8 @@ static int prompt_has_text(const sched_engine *e, const seq *s) {
 static void seq_enter(sched_engine *e, seq *s) {
     const model_config *c = model_get_config(e->m);
     int max_new = e->max_ctx - s->p.n_prompt;
-    if (s->p.max_tokens > max_new) s->p.max_tokens = max_new;
+    if (s->p.max_tokens > max_new)
+        s->p.max_tokens = max_new;
     s->cap_hist = s->p.n_prompt + s->p.max_tokens;
     s->hist = brisk_malloc((size_t)s->cap_hist * sizeof *s->hist);
     s->sampler = model_sampler_create(&s->p.sampling, c->n_vocab);
@@ -384,7 +412,8 @@ static void seq_enter(sched_engine *e, seq *s) {
     s->req.fork_of = NULL;
     if (s->p.fork_of && !want_ptoks) {
         seq *src = find_seq(e, s->p.fork_of);
-        if (src) s->req.fork_of = &src->req;
+        if (src)
+            s->req.fork_of = &src->req;
     }
     s->ready = 1;
     sched_core_add(e->core, &s->req);
@@ -397,12 +426,14 @@ static int32_t seq_sample_logprobs(sched_engine *e, seq *s, int row, sched_token
     const model_config *c = model_get_config(e->m);
     const float *raw = NULL;
     int rc = model_backend_logits(e->be, row, &raw);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     memcpy(e->lp_row, raw, (size_t)c->n_vocab * sizeof(float));
     model_sample_job job = {row, s->sampler, s->hist, s->n_hist};
     int32_t id = -1;
     rc = model_backend_sample(e->be, &job, 1, &id);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     fill_logprobs(e->lp_row, c->n_vocab, id, s->p.logprobs, t);
     return id;
 }
@@ -412,8 +443,10 @@ static int32_t seq_sample_logprobs(sched_engine *e, seq *s, int row, sched_token
 static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
     const tok_vocab *v = model_get_vocab(e->m);
     sched_token t;
-    if (tp) t = *tp;
-    else memset(&t, 0, sizeof t);
+    if (tp)
+        t = *tp;
+    else
+        memset(&t, 0, sizeof t);
     if (id < 0 || id >= model_get_config(e->m)->n_vocab) {
         seq_finish(e, s, SCHED_FINISH_ERROR, "sampling failed");
         return 1;
@@ -466,11 +499,13 @@ static void step(sched_engine *e) {
             e->b_tok[n] = s->hist[pos];
             e->b_pos[n] = pos;
             e->b_seq[n] = s->req.slot;
-            e->b_want[n] = pos == s->n_hist - 1 || (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt);
+            e->b_want[n] =
+                pos == s->n_hist - 1 || (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt);
             n++;
         }
     }
-    if (n == 0) return;
+    if (n == 0)
+        return;
     model_batch b = {n, e->b_tok, e->b_pos, e->b_seq, e->b_want};
     int n_out = 0;
     double t0 = brisk_now();
@@ -480,7 +515,8 @@ static void step(sched_engine *e) {
         BRISK_ERROR("engine: forward pass failed: %s", brisk_strerror(rc));
         for (int i = 0; i < plan.n_entries; i++) {
             seq *s = (seq *)plan.entries[i].req;
-            if (s->req.running) seq_finish(e, s, SCHED_FINISH_ERROR, brisk_strerror(rc));
+            if (s->req.running)
+                seq_finish(e, s, SCHED_FINISH_ERROR, brisk_strerror(rc));
         }
         return;
     }
@@ -493,27 +529,32 @@ static void step(sched_engine *e) {
         int pos0 = plan.entries[i].pos, cnt = plan.entries[i].n;
         int sample_row = -1;
         for (int k = 0; k < cnt; k++, t++) {
-            if (!e->b_want[t]) continue;
+            if (!e->b_want[t])
+                continue;
             int pos = pos0 + k;
             if (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt) {
                 const float *r = NULL;
                 if (model_backend_logits(e->be, row, &r) == 0)
-                    fill_logprobs(r, c->n_vocab, s->p.prompt[pos + 1], s->p.logprobs, &s->ptoks[pos]);
+                    fill_logprobs(r, c->n_vocab, s->p.prompt[pos + 1], s->p.logprobs,
+                                  &s->ptoks[pos]);
             }
-            if (pos == s->n_hist - 1) sample_row = row;
+            if (pos == s->n_hist - 1)
+                sample_row = row;
             row++;
         }
         /* Prompt tokens count once, when first computed; recomputation after
          * a preemption is not new prompt work. */
         if (s->req.n_preempted == 0 && pos0 < s->p.n_prompt)
             n_prompt += (pos0 + cnt < s->p.n_prompt ? pos0 + cnt : s->p.n_prompt) - pos0;
-        if (sample_row < 0) continue;
+        if (sample_row < 0)
+            continue;
         n_gen++;
         if (s->p.logprobs >= 0) { /* alone: its raw row is copied first */
             sched_token tk;
             memset(&tk, 0, sizeof tk);
             int32_t id = seq_sample_logprobs(e, s, sample_row, &tk);
-            if (!seq_accept(e, s, id, &tk)) seq_emit(e, s, SCHED_FINISH_NONE, NULL);
+            if (!seq_accept(e, s, id, &tk))
+                seq_emit(e, s, SCHED_FINISH_NONE, NULL);
             continue;
         }
         e->jobs[n_jobs] = (model_sample_job){sample_row, s->sampler, s->hist, s->n_hist};
@@ -522,7 +563,8 @@ static void step(sched_engine *e) {
     /* Every other sampled row in one call (on CUDA: one kernel, ids only). */
     if (n_jobs > 0) {
         rc = model_backend_sample(e->be, e->jobs, n_jobs, e->job_ids);
-        if (rc < 0) BRISK_ERROR("engine: sampling failed: %s", brisk_strerror(rc));
+        if (rc < 0)
+            BRISK_ERROR("engine: sampling failed: %s", brisk_strerror(rc));
         for (int j = 0; j < n_jobs; j++)
             if (!seq_accept(e, e->job_seq[j], rc < 0 ? -1 : e->job_ids[j], NULL))
                 seq_emit(e, e->job_seq[j], SCHED_FINISH_NONE, NULL);
@@ -582,7 +624,8 @@ static int engine_load(sched_engine *e) {
                            .prefix_caching = e->cfg.prefix_caching,
                            .kv_cache_bytes = e->cfg.kv_cache_bytes};
     int rc = sched_setup_create(&so, &e->setup, e->load_err, sizeof e->load_err);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     e->m = e->setup.m;
     e->be = e->setup.be;
     e->kv = e->setup.kv;
@@ -599,9 +642,10 @@ static int engine_load(sched_engine *e) {
     e->jobs = malloc((size_t)e->cfg.max_seqs * sizeof *e->jobs);
     e->job_seq = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_seq);
     e->job_ids = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_ids);
-    if (!e->jobs || !e->job_seq || !e->job_ids || !e->core || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->lp_row) {
-        snprintf(e->load_err, sizeof e->load_err, "out of memory for the scheduler's scratch (%ld KV blocks)",
-                 n_blocks);
+    if (!e->jobs || !e->job_seq || !e->job_ids || !e->core || !e->b_tok || !e->b_pos || !e->b_seq ||
+        !e->b_want || !e->lp_row) {
+        snprintf(e->load_err, sizeof e->load_err,
+                 "out of memory for the scheduler's scratch (%ld KV blocks)", n_blocks);
         return BRISK_ENOMEM;
     }
     char dev[160];
@@ -615,10 +659,12 @@ static int engine_load(sched_engine *e) {
                    kern_cpu_pick() == KERN_PICK_TABLE ? "fastest per op, fixed table" : "one level",
                    kernels);
     }
-    BRISK_INFO("engine: %s ready: up to %d sequences x %d positions; KV cache %.1f MB %s = %ld blocks x %d "
+    BRISK_INFO("engine: %s ready: up to %d sequences x %d positions; KV cache %.1f MB %s = %ld "
+               "blocks x %d "
                "positions (%ld positions), prefix caching %s; batch %d tokens",
-               model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6, kv_f16 ? "f16" : "f32",
-               n_blocks, bs, n_blocks * bs, e->cfg.prefix_caching ? "on" : "off", mbt);
+               model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6,
+               kv_f16 ? "f16" : "f32", n_blocks, bs, n_blocks * bs,
+               e->cfg.prefix_caching ? "on" : "off", mbt);
     return 0;
 }
 
@@ -628,9 +674,11 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     e->state = rc < 0 ? SCHED_FAILED : SCHED_READY;
     pthread_mutex_unlock(&e->mu);
-    if (rc == 0) publish_stats(e);
+    if (rc == 0)
+        publish_stats(e);
     uv_async_send(e->async);
-    if (rc < 0) return NULL;
+    if (rc < 0)
+        return NULL;
     for (;;) {
         seq *in;
         cancel_msg *cancels;
@@ -686,11 +734,13 @@ int sched_engine_create(const sched_engine_config *cfg, uv_async_t *async, sched
     if (!cfg || !cfg->model_path || !async || cfg->max_seqs < 1 || cfg->max_seqs > 4096 ||
         cfg->max_batch_tokens < cfg->max_seqs || cfg->max_ctx < 0 || cfg->max_waiting < 0 ||
         cfg->block_size < 1 || cfg->block_size > 1024 || cfg->kv_cache_bytes < 0)
-        return brisk_set_err(err, err_len, BRISK_EINVAL,
-                             "engine: bad configuration (max batch tokens must be >= max sequences; "
-                             "block size 1..1024)");
+        return brisk_set_err(
+            err, err_len, BRISK_EINVAL,
+            "engine: bad configuration (max batch tokens must be >= max sequences; "
+            "block size 1..1024)");
     sched_engine *e = calloc(1, sizeof *e);
-    if (!e) return brisk_set_err(err, err_len, BRISK_ENOMEM, "engine: out of memory");
+    if (!e)
+        return brisk_set_err(err, err_len, BRISK_ENOMEM, "engine: out of memory");
     e->cfg = *cfg;
     e->model_path = strdup(cfg->model_path);
     e->async = async;
@@ -708,7 +758,8 @@ int sched_engine_create(const sched_engine_config *cfg, uv_async_t *async, sched
 }
 
 void sched_engine_free(sched_engine *e) {
-    if (!e) return;
+    if (!e)
+        return;
     pthread_mutex_lock(&e->mu);
     e->quit = 1;
     pthread_cond_signal(&e->cv);

@@ -49,13 +49,13 @@ typedef struct sched_engine_config {
     int max_batch_tokens; /* tokens per forward call (prefill chunk budget) */
     int block_size;       /* KV positions per block */
     long long kv_cache_bytes; /* KV pool size; 0: min(1 GiB, max_seqs * max_ctx positions) */
-    int prefix_caching;   /* reuse KV blocks of earlier prompts with the same prefix */
-    int kv_f16;           /* store K/V as f16: half the memory per position */
-    int max_waiting;      /* sequences allowed to wait; beyond: submit returns BRISK_ENOSPC */
-    long max_waiting_tokens; /* prompt tokens allowed to wait */
-    model_device device;  /* --device: cpu (default), cuda, auto */
+    int prefix_caching;       /* reuse KV blocks of earlier prompts with the same prefix */
+    int kv_f16;               /* store K/V as f16: half the memory per position */
+    int max_waiting;          /* sequences allowed to wait; beyond: submit returns BRISK_ENOSPC */
+    long max_waiting_tokens;  /* prompt tokens allowed to wait */
+    model_device device;      /* --device: cpu (default), cuda, auto */
     double gpu_memory_utilization; /* CUDA: fraction of GPU memory for weights + scratch + KV */
-    int cuda_graphs;      /* CUDA: capture decode steps into CUDA graphs */
+    int cuda_graphs;               /* CUDA: capture decode steps into CUDA graphs */
 } sched_engine_config;
 
 sched_engine_config sched_engine_config_default(void);
@@ -75,16 +75,16 @@ const char *sched_finish_name(sched_finish f); /* "stop", "length", "abort", "er
  * caller still owns them. */
 typedef struct sched_seq_params {
     int32_t *prompt;
-    int n_prompt;             /* >= 1 */
-    int max_tokens;           /* >= 1; clipped to the context */
-    model_sampling sampling;  /* logit_bias_ids / logit_bias must be owned (malloc) */
-    int logprobs;             /* -1: off; else top alternatives per token (0..20) */
-    int prompt_logprobs;      /* also log-probs of prompt tokens 1..n-1 (echo) */
+    int n_prompt;            /* >= 1 */
+    int max_tokens;          /* >= 1; clipped to the context */
+    model_sampling sampling; /* logit_bias_ids / logit_bias must be owned (malloc) */
+    int logprobs;            /* -1: off; else top alternatives per token (0..20) */
+    int prompt_logprobs;     /* also log-probs of prompt tokens 1..n-1 (echo) */
     int ignore_eos;
-    char **stop;              /* n_stop malloc'd strings (the array is malloc'd too) */
+    char **stop; /* n_stop malloc'd strings (the array is malloc'd too) */
     int n_stop;
-    void *user;               /* handed back in every event */
-    void *fork_of;            /* or the user pointer of an earlier submitted sequence with the
+    void *user;    /* handed back in every event */
+    void *fork_of; /* or the user pointer of an earlier submitted sequence with the
                                  same prompt (n > 1 choices): share its prompt KV blocks */
 } sched_seq_params;
 
@@ -93,7 +93,7 @@ void sched_seq_params_free(sched_seq_params *p);
 
 typedef struct sched_token {
     int32_t id;
-    float logprob;            /* log softmax of the raw logits */
+    float logprob; /* log softmax of the raw logits */
     int n_top;
     int32_t top_id[SCHED_MAX_TOP_LOGPROBS];
     float top_logprob[SCHED_MAX_TOP_LOGPROBS];
@@ -102,16 +102,16 @@ typedef struct sched_token {
 typedef struct sched_event {
     struct sched_event *next;
     void *user;
-    sched_finish finish;      /* NONE for a delta, else this is the final event */
-    char *text;               /* new output text (complete UTF-8 except at the end) */
+    sched_finish finish; /* NONE for a delta, else this is the final event */
+    char *text;          /* new output text (complete UTF-8 except at the end) */
     size_t text_len;
-    int n_tokens;             /* tokens produced since the last event */
-    sched_token *tokens;      /* with log-probs when asked, else id only */
-    int n_prompt_tokens;      /* prompt log-probs (first event only, when asked) */
+    int n_tokens;        /* tokens produced since the last event */
+    sched_token *tokens; /* with log-probs when asked, else id only */
+    int n_prompt_tokens; /* prompt log-probs (first event only, when asked) */
     sched_token *prompt_tokens;
     int prompt_len, completion_len; /* totals so far */
-    double t_event;           /* brisk_now() when emitted */
-    double t_admitted;        /* when the sequence got a slot (0 if never) */
+    double t_event;                 /* brisk_now() when emitted */
+    double t_admitted;              /* when the sequence got a slot (0 if never) */
     char err[160];
 } sched_event;
 
@@ -144,7 +144,7 @@ sched_event *sched_engine_drain(sched_engine *e);
 
 typedef struct sched_engine_stats {
     int running, waiting;
-    double kv_usage;              /* fraction of KV blocks in use */
+    double kv_usage; /* fraction of KV blocks in use */
     int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
     int kv_block_size;
     long long steps, prompt_tokens, generation_tokens;
@@ -156,7 +156,7 @@ typedef struct sched_engine_stats {
     /* Engine-thread time: busy (steps, from taking work to publishing
      * events) and, of it, inside model_forward. */
     double busy_s, forward_s;
-    long long batch_tokens;       /* summed over steps */
+    long long batch_tokens; /* summed over steps */
 } sched_engine_stats;
 void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out);
 

@@ -11,9 +11,9 @@
 struct sched_core {
     kv_cache *kv;
     sched_core_config cfg;
-    sched_req **run;   /* [max_seqs] running, admission order */
+    sched_req **run; /* [max_seqs] running, admission order */
     int n_run;
-    int *free_slots;   /* stack of unused KV slots */
+    int *free_slots; /* stack of unused KV slots */
     int n_free_slots;
     sched_req *wait_head, *wait_tail;
     int n_wait;
@@ -25,10 +25,12 @@ struct sched_core {
 };
 
 sched_core *sched_core_create(kv_cache *kv, const sched_core_config *cfg) {
-    if (!kv || !cfg || cfg->max_seqs < 1 || cfg->max_seqs > kv_cache_n_seqs(kv) || cfg->max_batch_tokens < 1)
+    if (!kv || !cfg || cfg->max_seqs < 1 || cfg->max_seqs > kv_cache_n_seqs(kv) ||
+        cfg->max_batch_tokens < 1)
         return NULL;
     sched_core *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
+    if (!c)
+        return NULL;
     c->kv = kv;
     c->cfg = *cfg;
     size_t n = (size_t)cfg->max_seqs;
@@ -41,13 +43,15 @@ sched_core *sched_core_create(kv_cache *kv, const sched_core_config *cfg) {
         return NULL;
     }
     /* Slot 0 on top of the stack: the first request gets slot 0. */
-    for (int i = 0; i < cfg->max_seqs; i++) c->free_slots[i] = cfg->max_seqs - 1 - i;
+    for (int i = 0; i < cfg->max_seqs; i++)
+        c->free_slots[i] = cfg->max_seqs - 1 - i;
     c->n_free_slots = cfg->max_seqs;
     return c;
 }
 
 void sched_core_free(sched_core *c) {
-    if (!c) return;
+    if (!c)
+        return;
     free(c->run);
     free(c->free_slots);
     free(c->entries);
@@ -55,19 +59,33 @@ void sched_core_free(sched_core *c) {
     free(c);
 }
 
-int sched_core_n_running(const sched_core *c) { return c->n_run; }
-int sched_core_n_waiting(const sched_core *c) { return c->n_wait; }
-sched_req *const *sched_core_running(const sched_core *c) { return c->run; }
-sched_req *sched_core_waiting_head(const sched_core *c) { return c->wait_head; }
-long long sched_core_n_preemptions(const sched_core *c) { return c->n_preemptions; }
+int sched_core_n_running(const sched_core *c) {
+    return c->n_run;
+}
+int sched_core_n_waiting(const sched_core *c) {
+    return c->n_wait;
+}
+sched_req *const *sched_core_running(const sched_core *c) {
+    return c->run;
+}
+sched_req *sched_core_waiting_head(const sched_core *c) {
+    return c->wait_head;
+}
+long long sched_core_n_preemptions(const sched_core *c) {
+    return c->n_preemptions;
+}
 
 /* ---- the waiting list ------------------------------------------------------ */
 
 static void wait_unlink(sched_core *c, sched_req *r) {
-    if (r->prev) r->prev->next = r->next;
-    else c->wait_head = r->next;
-    if (r->next) r->next->prev = r->prev;
-    else c->wait_tail = r->prev;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        c->wait_head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        c->wait_tail = r->prev;
     r->next = r->prev = NULL;
     c->n_wait--;
 }
@@ -75,8 +93,10 @@ static void wait_unlink(sched_core *c, sched_req *r) {
 static void wait_push_tail(sched_core *c, sched_req *r) {
     r->next = NULL;
     r->prev = c->wait_tail;
-    if (c->wait_tail) c->wait_tail->next = r;
-    else c->wait_head = r;
+    if (c->wait_tail)
+        c->wait_tail->next = r;
+    else
+        c->wait_head = r;
     c->wait_tail = r;
     c->n_wait++;
 }
@@ -84,8 +104,10 @@ static void wait_push_tail(sched_core *c, sched_req *r) {
 static void wait_push_head(sched_core *c, sched_req *r) {
     r->prev = NULL;
     r->next = c->wait_head;
-    if (c->wait_head) c->wait_head->prev = r;
-    else c->wait_tail = r;
+    if (c->wait_head)
+        c->wait_head->prev = r;
+    else
+        c->wait_tail = r;
     c->wait_head = r;
     c->n_wait++;
 }
@@ -103,7 +125,8 @@ void sched_core_add(sched_core *c, sched_req *r) {
 /* Takes r out of the running array (order kept) and frees its slot. */
 static void run_remove(sched_core *c, sched_req *r) {
     int i = 0;
-    while (i < c->n_run && c->run[i] != r) i++;
+    while (i < c->n_run && c->run[i] != r)
+        i++;
     assert(i < c->n_run);
     memmove(c->run + i, c->run + i + 1, (size_t)(c->n_run - i - 1) * sizeof *c->run);
     c->n_run--;
@@ -114,11 +137,15 @@ static void run_remove(sched_core *c, sched_req *r) {
 }
 
 void sched_core_remove(sched_core *c, sched_req *r) {
-    if (!r) return;
-    if (r->running) run_remove(c, r);
-    else if (r->prev || r->next || c->wait_head == r) wait_unlink(c, r);
+    if (!r)
+        return;
+    if (r->running)
+        run_remove(c, r);
+    else if (r->prev || r->next || c->wait_head == r)
+        wait_unlink(c, r);
     for (sched_req *w = c->wait_head; w; w = w->next)
-        if (w->fork_of == r) w->fork_of = NULL;
+        if (w->fork_of == r)
+            w->fork_of = NULL;
 }
 
 /* Preemption by recomputation: the blocks go (full ones stay in the prefix
@@ -140,9 +167,11 @@ static void plan_add(sched_plan *plan, sched_req *r, int n);
 static sched_req *fork_source(const sched_req *r, int *wait) {
     *wait = 0;
     sched_req *src = r->fork_of;
-    if (!src || !src->running || src->n_prompt != r->n_prompt || r->n_tokens != r->n_prompt || r->n_prompt < 2)
+    if (!src || !src->running || src->n_prompt != r->n_prompt || r->n_tokens != r->n_prompt ||
+        r->n_prompt < 2)
         return NULL;
-    if (memcmp(src->tokens, r->tokens, (size_t)r->n_prompt * sizeof *r->tokens) != 0) return NULL;
+    if (memcmp(src->tokens, r->tokens, (size_t)r->n_prompt * sizeof *r->tokens) != 0)
+        return NULL;
     if (src->n_computed < r->n_prompt - 1) {
         *wait = 1;
         return NULL;
@@ -154,11 +183,13 @@ static sched_req *fork_source(const sched_req *r, int *wait) {
 static int admit_one(sched_core *c, sched_req *r, int budget, sched_plan *plan) {
     int wait;
     sched_req *src = fork_source(r, &wait);
-    if (wait || c->n_free_slots == 0) return 0;
+    if (wait || c->n_free_slots == 0)
+        return 0;
     int slot = c->free_slots[c->n_free_slots - 1];
     int matched = 0;
     if (src) {
-        if (kv_cache_seq_fork(c->kv, slot, src->slot, r->n_prompt - 1) < 0) return 0;
+        if (kv_cache_seq_fork(c->kv, slot, src->slot, r->n_prompt - 1) < 0)
+            return 0;
         matched = r->n_prompt - 1;
     } else if (c->cfg.prefix_caching) {
         matched = kv_cache_seq_match(c->kv, slot, r->tokens, r->n_tokens, r->n_tokens - 1);
@@ -190,12 +221,15 @@ static int admit_one(sched_core *c, sched_req *r, int budget, sched_plan *plan) 
 /* Grows r for up to n tokens; with too few blocks, for as many as fit.
  * Returns the tokens made writable (0: not even one). */
 static int grow_fit(sched_core *c, sched_req *r, int n) {
-    if (kv_cache_seq_grow(c->kv, r->slot, n) == 0) return n;
+    if (kv_cache_seq_grow(c->kv, r->slot, n) == 0)
+        return n;
     int lo = 0, hi = n - 1; /* the largest m in [1, hi] that fits */
     while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
-        if (kv_cache_seq_blocks_needed(c->kv, r->slot, mid) <= kv_cache_n_available(c->kv)) lo = mid;
-        else hi = mid - 1;
+        if (kv_cache_seq_blocks_needed(c->kv, r->slot, mid) <= kv_cache_n_available(c->kv))
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo > 0 && kv_cache_seq_grow(c->kv, r->slot, lo) == 0 ? lo : 0;
 }
@@ -210,7 +244,8 @@ static void plan_add(sched_plan *plan, sched_req *r, int n) {
 static int schedule_decodes(sched_core *c, sched_plan *plan, int budget) {
     for (int i = 0; i < c->n_run && budget > 0; i++) {
         sched_req *r = c->run[i];
-        if (r->n_tokens - r->n_computed != 1) continue;
+        if (r->n_tokens - r->n_computed != 1)
+            continue;
         for (;;) {
             int rc = kv_cache_seq_grow(c->kv, r->slot, 1);
             if (rc == 0) {
@@ -228,7 +263,8 @@ static int schedule_decodes(sched_core *c, sched_plan *plan, int budget) {
             }
             preempt(c, victim);
             plan->n_preempted++;
-            if (victim == r) break; /* r was the newest: nothing after it */
+            if (victim == r)
+                break; /* r was the newest: nothing after it */
         }
     }
     return budget;
@@ -241,9 +277,11 @@ static int schedule_prefills(sched_core *c, sched_plan *plan, int budget) {
     for (int i = 0; i < c->n_run && budget > 0; i++) {
         sched_req *r = c->run[i];
         int need = r->n_tokens - r->n_computed;
-        if (need <= 1) continue;
+        if (need <= 1)
+            continue;
         int n = grow_fit(c, r, need < budget ? need : budget);
-        if (n == 0) continue;
+        if (n == 0)
+            continue;
         plan_add(plan, r, n);
         budget -= n;
     }
@@ -260,7 +298,8 @@ int sched_core_schedule(sched_core *c, sched_plan *plan) {
         budget = schedule_prefills(c, plan, budget);
         /* Prefills that all lack blocks, with no decode to finish and free
          * some, would wait for ever: the newest gives its blocks back. */
-        if (plan->n_entries > 0 || c->n_run == 0) break;
+        if (plan->n_entries > 0 || c->n_run == 0)
+            break;
         sched_req *victim = c->run[c->n_run - 1];
         if (c->n_run == 1) {
             run_remove(c, victim);
@@ -273,7 +312,8 @@ int sched_core_schedule(sched_core *c, sched_plan *plan) {
     /* Admission, first come first served, unless this step had to preempt. */
     if (plan->n_preempted == 0)
         while (c->wait_head && c->n_run < c->cfg.max_seqs && budget > 0) {
-            if (!admit_one(c, c->wait_head, budget, plan)) break;
+            if (!admit_one(c, c->wait_head, budget, plan))
+                break;
             budget -= plan->entries[plan->n_entries - 1].n;
         }
     return plan->n_entries;
@@ -282,9 +322,11 @@ int sched_core_schedule(sched_core *c, sched_plan *plan) {
 void sched_core_commit(sched_core *c, const sched_plan *plan) {
     for (int i = 0; i < plan->n_entries; i++) {
         sched_req *r = plan->entries[i].req;
-        if (!r->running) continue;
+        if (!r->running)
+            continue;
         r->n_computed = plan->entries[i].pos + plan->entries[i].n;
         kv_cache_seq_set_pos(c->kv, r->slot, r->n_computed);
-        if (c->cfg.prefix_caching) kv_cache_seq_commit(c->kv, r->slot, r->tokens, r->n_computed);
+        if (c->cfg.prefix_caching)
+            kv_cache_seq_commit(c->kv, r->slot, r->tokens, r->n_computed);
     }
 }

@@ -49,8 +49,8 @@ typedef struct sched_req {
     int n_prompt;
     struct sched_req *fork_of; /* or NULL; cleared by sched_core_remove of that request */
     /* the scheduler's */
-    int n_computed;        /* positions whose K/V are in the cache */
-    int slot;              /* KV slot while running, else -1 */
+    int n_computed; /* positions whose K/V are in the cache */
+    int slot;       /* KV slot while running, else -1 */
     int running;
     long long admitted_seq; /* admission order (0: never admitted) */
     int n_preempted;
@@ -58,25 +58,25 @@ typedef struct sched_req {
 } sched_req;
 
 typedef struct sched_core_config {
-    int max_seqs;          /* requests running at once (<= the KV cache's slots) */
-    int max_batch_tokens;  /* tokens per step */
-    int prefix_caching;    /* 1: match prompts against the prefix cache */
+    int max_seqs;         /* requests running at once (<= the KV cache's slots) */
+    int max_batch_tokens; /* tokens per step */
+    int prefix_caching;   /* 1: match prompts against the prefix cache */
 } sched_core_config;
 
 typedef struct sched_entry {
     sched_req *req;
-    int pos;  /* first position computed: req->n_computed at schedule time */
-    int n;    /* tokens req->tokens[pos .. pos+n) */
+    int pos; /* first position computed: req->n_computed at schedule time */
+    int n;   /* tokens req->tokens[pos .. pos+n) */
 } sched_entry;
 
 typedef struct sched_plan {
     sched_entry *entries; /* running first (admission order), then newly admitted */
     int n_entries;
     int n_tokens;
-    sched_req **starved;  /* removed from running: they cannot fit the KV pool */
+    sched_req **starved; /* removed from running: they cannot fit the KV pool */
     int n_starved;
-    int n_preempted;      /* this step */
-    int n_admitted;       /* this step */
+    int n_preempted; /* this step */
+    int n_admitted;  /* this step */
 } sched_plan;
 
 typedef struct sched_core sched_core;

@@ -22,30 +22,30 @@
 #include <stddef.h>
 
 #include "kernels/cpu/kern_pool.h"
+#include "kv/kv_cache.h"
 #include "models/backend.h"
 #include "models/model.h"
-#include "kv/kv_cache.h"
 
-#define SCHED_BLOCK_SIZE_DEFAULT 16                /* positions per KV block */
-#define SCHED_GPU_MEMORY_UTILIZATION_DEFAULT 0.9   /* fraction of GPU memory brisk may hold */
+#define SCHED_BLOCK_SIZE_DEFAULT 16              /* positions per KV block */
+#define SCHED_GPU_MEMORY_UTILIZATION_DEFAULT 0.9 /* fraction of GPU memory brisk may hold */
 
 typedef struct sched_setup_opts {
-    const char *model_path;         /* GGUF file; unused when dummy is set */
-    const char *dummy;              /* --dummy-weights shape, or NULL */
-    const char *tokenizer;          /* vocabulary for dummy weights (NULL: synthetic) */
-    model_weights_fmt weights;      /* compute format asked for */
+    const char *model_path;    /* GGUF file; unused when dummy is set */
+    const char *dummy;         /* --dummy-weights shape, or NULL */
+    const char *tokenizer;     /* vocabulary for dummy weights (NULL: synthetic) */
+    model_weights_fmt weights; /* compute format asked for */
     model_device device;
-    kern_pool *pool;                /* borrowed; outlives the setup */
-    int max_batch_tokens;                 /* tokens per forward call (>= 1) */
-    int max_ctx;                    /* positions per sequence; 0: min(training context, 4096) */
-    int max_seqs;                   /* sequence slots (>= 1) */
-    int block_size;                 /* 0: SCHED_BLOCK_SIZE_DEFAULT */
-    double gpu_memory_utilization;  /* 0: SCHED_GPU_MEMORY_UTILIZATION_DEFAULT */
-    int cuda_graphs;                /* 1: replay decode steps from CUDA graphs */
-    int kv_f16;                     /* 1: f16 K/V (the GPU's always is) */
-    int prefix_caching;             /* 1: reuse the blocks of earlier prompts */
-    long long kv_cache_bytes;       /* > 0: the pool's size in bytes */
-    int kv_exact;                   /* 1: a pool of exactly max_seqs full contexts */
+    kern_pool *pool;               /* borrowed; outlives the setup */
+    int max_batch_tokens;          /* tokens per forward call (>= 1) */
+    int max_ctx;                   /* positions per sequence; 0: min(training context, 4096) */
+    int max_seqs;                  /* sequence slots (>= 1) */
+    int block_size;                /* 0: SCHED_BLOCK_SIZE_DEFAULT */
+    double gpu_memory_utilization; /* 0: SCHED_GPU_MEMORY_UTILIZATION_DEFAULT */
+    int cuda_graphs;               /* 1: replay decode steps from CUDA graphs */
+    int kv_f16;                    /* 1: f16 K/V (the GPU's always is) */
+    int prefix_caching;            /* 1: reuse the blocks of earlier prompts */
+    long long kv_cache_bytes;      /* > 0: the pool's size in bytes */
+    int kv_exact;                  /* 1: a pool of exactly max_seqs full contexts */
 } sched_setup_opts;
 
 typedef struct sched_setup {
@@ -54,8 +54,8 @@ typedef struct sched_setup {
     kv_cache *kv;      /* owned */
     int max_ctx;       /* positions per sequence, after the defaults and the pool's size */
     int block_size;
-    long n_blocks;     /* blocks in the KV pool */
-    int kv_f16;        /* the cache's element type: 1 f16, 0 f32 */
+    long n_blocks; /* blocks in the KV pool */
+    int kv_f16;    /* the cache's element type: 1 f16, 0 f32 */
 } sched_setup;
 
 /* Loads the model, creates its backend and the KV cache. On success *out

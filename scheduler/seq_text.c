@@ -15,8 +15,10 @@ int seq_text_init(seq_text *t, const tok_vocab *v, const char *const *stop, int 
     t->n_stop = n_stop;
     if (n_stop > 0) {
         t->stop_len = brisk_malloc((size_t)n_stop * sizeof *t->stop_len);
-        if (!t->stop_len) return BRISK_ENOMEM;
-        for (int i = 0; i < n_stop; i++) t->stop_len[i] = strlen(stop[i]);
+        if (!t->stop_len)
+            return BRISK_ENOMEM;
+        for (int i = 0; i < n_stop; i++)
+            t->stop_len[i] = strlen(stop[i]);
     }
     return 0;
 }
@@ -28,11 +30,14 @@ void seq_text_free(seq_text *t) {
 }
 
 static int reserve(seq_text *t, size_t extra) {
-    if (t->len + extra + 1 <= t->cap) return 0;
+    if (t->len + extra + 1 <= t->cap)
+        return 0;
     size_t cap = t->cap ? t->cap : 256;
-    while (cap < t->len + extra + 1) cap *= 2;
+    while (cap < t->len + extra + 1)
+        cap *= 2;
     char *p = brisk_realloc(t->pend, cap);
-    if (!p) return BRISK_ENOMEM;
+    if (!p)
+        return BRISK_ENOMEM;
     t->pend = p;
     t->cap = cap;
     return 0;
@@ -45,9 +50,11 @@ static long find_stop(const seq_text *t) {
     long best = -1;
     for (int i = 0; i < t->n_stop; i++) {
         size_t n = t->stop_len[i];
-        if (n == 0 || n > t->len) continue;
+        if (n == 0 || n > t->len)
+            continue;
         for (size_t p = 0; p + n <= t->len; p++) {
-            if (best >= 0 && (long)p >= best) break;
+            if (best >= 0 && (long)p >= best)
+                break;
             if (memcmp(t->pend + p, t->stop[i], n) == 0) {
                 best = (long)p;
                 break;
@@ -58,11 +65,14 @@ static long find_stop(const seq_text *t) {
 }
 
 int seq_text_push(seq_text *t, int32_t id) {
-    if (t->stopped) return 1;
+    if (t->stopped)
+        return 1;
     size_t max = tok_decoder_max_out(t->dec.v);
-    if (reserve(t, max) < 0) return BRISK_ENOMEM;
+    if (reserve(t, max) < 0)
+        return BRISK_ENOMEM;
     int n = tok_decoder_push(&t->dec, id, t->pend + t->len, t->cap - t->len - 1);
-    if (n < 0) return n == BRISK_ENOMEM ? n : 0; /* an id the vocab can't print adds nothing */
+    if (n < 0)
+        return n == BRISK_ENOMEM ? n : 0; /* an id the vocab can't print adds nothing */
     t->len += (size_t)n;
     t->pend[t->len] = '\0';
     long at = t->n_stop ? find_stop(t) : -1;
@@ -95,18 +105,23 @@ int seq_text_take(seq_text *t, int final, char **out, size_t *len) {
         char tail[8];
         int n = tok_decoder_flush(&t->dec, tail, sizeof tail);
         if (n > 0) {
-            if (reserve(t, (size_t)n) < 0) return BRISK_ENOMEM;
+            if (reserve(t, (size_t)n) < 0)
+                return BRISK_ENOMEM;
             memcpy(t->pend + t->len, tail, (size_t)n);
             t->len += (size_t)n;
         }
     }
     size_t take = t->len;
-    if (!final && !t->stopped) take -= held_back(t);
+    if (!final && !t->stopped)
+        take -= held_back(t);
     char *s = brisk_malloc(take + 1);
-    if (!s) return BRISK_ENOMEM;
-    if (take) memcpy(s, t->pend, take);
+    if (!s)
+        return BRISK_ENOMEM;
+    if (take)
+        memcpy(s, t->pend, take);
     s[take] = '\0';
-    if (t->len > take) memmove(t->pend, t->pend + take, t->len - take);
+    if (t->len > take)
+        memmove(t->pend, t->pend + take, t->len - take);
     t->len -= take;
     *out = s;
     *len = take;

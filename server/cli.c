@@ -41,19 +41,24 @@ int cli_parse_bytes(const char *flag, const char *s, long long lo, long long hi,
     if (ok && *end) {
         const char *units = "KMGT";
         const char *u = strchr(units, *end >= 'a' ? *end - 32 : *end);
-        if (!u || !*u) ok = 0;
+        if (!u || !*u)
+            ok = 0;
         else {
             shift = 10 * (int)(u - units + 1);
             end++;
-            if (!strcmp(end, "i") || !strcmp(end, "iB") || !strcmp(end, "B")) end += strlen(end);
+            if (!strcmp(end, "i") || !strcmp(end, "iB") || !strcmp(end, "B"))
+                end += strlen(end);
             ok = !*end;
         }
     }
-    if (ok && shift && v > (LLONG_MAX >> shift)) ok = 0;
-    if (ok) v <<= shift;
+    if (ok && shift && v > (LLONG_MAX >> shift))
+        ok = 0;
+    if (ok)
+        v <<= shift;
     if (!ok || v < lo || v > hi) {
-        cli_error("%s: '%s' is not a byte count in [%lld, %lld] (digits with an optional K, M, G or T)", flag,
-                  s, lo, hi);
+        cli_error(
+            "%s: '%s' is not a byte count in [%lld, %lld] (digits with an optional K, M, G or T)",
+            flag, s, lo, hi);
         return -1;
     }
     *out = v;
@@ -95,7 +100,8 @@ const char *cli_value(int argc, char **argv, int *i) {
 const char *cli_default_model(void) {
     static char path[4096];
     const char *env = getenv("BRISK_MODEL");
-    if (env && *env) return env;
+    if (env && *env)
+        return env;
     const char *cache = getenv("BRISK_CACHE_DIR");
     const char *home = getenv("HOME");
     if (cache && *cache)
@@ -111,7 +117,8 @@ const char *cli_default_model(void) {
 int cli_check_dummy(const char *dummy, const char *tokenizer, const char *model_path) {
     if (!dummy) {
         if (tokenizer) {
-            cli_error("--tokenizer only goes with --dummy-weights (a model file has its own vocabulary)");
+            cli_error(
+                "--tokenizer only goes with --dummy-weights (a model file has its own vocabulary)");
             return -1;
         }
         return 0;
@@ -121,10 +128,12 @@ int cli_check_dummy(const char *dummy, const char *tokenizer, const char *model_
         return -1;
     }
     for (int i = 0; model_dummy_configs[i]; i++)
-        if (!strcmp(dummy, model_dummy_configs[i])) return 0;
+        if (!strcmp(dummy, model_dummy_configs[i]))
+            return 0;
     char list[256] = "";
     for (int i = 0; model_dummy_configs[i]; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", model_dummy_configs[i]);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                 model_dummy_configs[i]);
     cli_error("--dummy-weights: unknown configuration '%s' (known: %s)", dummy, list);
     return -1;
 }

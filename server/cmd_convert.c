@@ -9,7 +9,8 @@
 int cmd_convert_llama2c(int argc, char **argv) {
     cli_vals v;
     int prc = cli_opts_parse(CLI_CONVERT, argc, argv, &v);
-    if (prc != CLI_OK) return prc == CLI_HELP ? 0 : 2;
+    if (prc != CLI_OK)
+        return prc == CLI_HELP ? 0 : 2;
     const char *model_path = v.given[O_MODEL] ? v.s[O_MODEL] : NULL;
     const char *tok_path = v.given[O_TOKENIZER] ? v.s[O_TOKENIZER] : NULL;
     const char *out_path = v.given[O_OUT] ? v.s[O_OUT] : NULL;

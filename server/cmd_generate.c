@@ -40,36 +40,61 @@ static int generate_parse(int argc, char **argv, gen_opts *o) {
     o->sampling.seed = (uint64_t)time(NULL);
     cli_vals v;
     int prc = cli_opts_parse(CLI_GENERATE, argc, argv, &v);
-    if (prc != CLI_OK) return prc == CLI_HELP ? -1 : 2;
+    if (prc != CLI_OK)
+        return prc == CLI_HELP ? -1 : 2;
 #define GIVEN(id) (v.given[id])
-    if (GIVEN(O_MODEL)) o->model = v.s[O_MODEL];
-    if (GIVEN(O_DUMMY)) o->dummy = v.s[O_DUMMY];
-    if (GIVEN(O_TOKENIZER)) o->tokenizer = v.s[O_TOKENIZER];
-    if (GIVEN(O_PROMPT)) o->prompt = v.s[O_PROMPT];
-    if (GIVEN(O_PROMPT_IDS)) o->prompt_ids = v.s[O_PROMPT_IDS];
-    if (GIVEN(O_N_PREDICT)) o->n_predict = (long)v.i[O_N_PREDICT];
-    if (GIVEN(O_TEMP)) o->sampling.temperature = (float)v.f[O_TEMP];
-    if (GIVEN(O_SEED)) o->sampling.seed = v.u[O_SEED];
-    if (GIVEN(O_TOP_K)) o->sampling.top_k = (int)v.i[O_TOP_K];
-    if (GIVEN(O_TOP_P)) o->sampling.top_p = (float)v.f[O_TOP_P];
-    if (GIVEN(O_MIN_P)) o->sampling.min_p = (float)v.f[O_MIN_P];
-    if (GIVEN(O_REPEAT_PENALTY)) o->sampling.repetition_penalty = (float)v.f[O_REPEAT_PENALTY];
-    if (GIVEN(O_REPEAT_LAST_N)) o->sampling.penalty_last_n = (int)v.i[O_REPEAT_LAST_N];
-    if (GIVEN(O_PRESENCE)) o->sampling.presence_penalty = (float)v.f[O_PRESENCE];
-    if (GIVEN(O_FREQUENCY)) o->sampling.frequency_penalty = (float)v.f[O_FREQUENCY];
-    if (GIVEN(O_WEIGHTS)) model_weights_fmt_parse(v.s[O_WEIGHTS], &o->weights);
-    if (GIVEN(O_DEVICE)) model_device_parse(v.s[O_DEVICE], &o->device);
-    if (GIVEN(O_NO_GRAPHS)) o->no_graphs = 1;
-    if (GIVEN(O_THREADS)) o->threads = (long)v.i[O_THREADS];
-    if (GIVEN(O_CTX)) o->ctx = (long)v.i[O_CTX];
-    if (GIVEN(O_DUMP_LOGITS)) o->dump_logits = v.s[O_DUMP_LOGITS];
+    if (GIVEN(O_MODEL))
+        o->model = v.s[O_MODEL];
+    if (GIVEN(O_DUMMY))
+        o->dummy = v.s[O_DUMMY];
+    if (GIVEN(O_TOKENIZER))
+        o->tokenizer = v.s[O_TOKENIZER];
+    if (GIVEN(O_PROMPT))
+        o->prompt = v.s[O_PROMPT];
+    if (GIVEN(O_PROMPT_IDS))
+        o->prompt_ids = v.s[O_PROMPT_IDS];
+    if (GIVEN(O_N_PREDICT))
+        o->n_predict = (long)v.i[O_N_PREDICT];
+    if (GIVEN(O_TEMP))
+        o->sampling.temperature = (float)v.f[O_TEMP];
+    if (GIVEN(O_SEED))
+        o->sampling.seed = v.u[O_SEED];
+    if (GIVEN(O_TOP_K))
+        o->sampling.top_k = (int)v.i[O_TOP_K];
+    if (GIVEN(O_TOP_P))
+        o->sampling.top_p = (float)v.f[O_TOP_P];
+    if (GIVEN(O_MIN_P))
+        o->sampling.min_p = (float)v.f[O_MIN_P];
+    if (GIVEN(O_REPEAT_PENALTY))
+        o->sampling.repetition_penalty = (float)v.f[O_REPEAT_PENALTY];
+    if (GIVEN(O_REPEAT_LAST_N))
+        o->sampling.penalty_last_n = (int)v.i[O_REPEAT_LAST_N];
+    if (GIVEN(O_PRESENCE))
+        o->sampling.presence_penalty = (float)v.f[O_PRESENCE];
+    if (GIVEN(O_FREQUENCY))
+        o->sampling.frequency_penalty = (float)v.f[O_FREQUENCY];
+    if (GIVEN(O_WEIGHTS))
+        model_weights_fmt_parse(v.s[O_WEIGHTS], &o->weights);
+    if (GIVEN(O_DEVICE))
+        model_device_parse(v.s[O_DEVICE], &o->device);
+    if (GIVEN(O_NO_GRAPHS))
+        o->no_graphs = 1;
+    if (GIVEN(O_THREADS))
+        o->threads = (long)v.i[O_THREADS];
+    if (GIVEN(O_CTX))
+        o->ctx = (long)v.i[O_CTX];
+    if (GIVEN(O_DUMP_LOGITS))
+        o->dump_logits = v.s[O_DUMP_LOGITS];
     o->ignore_eos = GIVEN(O_IGNORE_EOS);
     o->special = GIVEN(O_SPECIAL);
     o->no_bos = GIVEN(O_NO_BOS);
 #undef GIVEN
-    if (cli_check_dummy(o->dummy, o->tokenizer, o->model) < 0) return 2;
-    if (o->dummy) o->model = o->dummy;
-    if (!o->model) o->model = cli_default_model();
+    if (cli_check_dummy(o->dummy, o->tokenizer, o->model) < 0)
+        return 2;
+    if (o->dummy)
+        o->model = o->dummy;
+    if (!o->model)
+        o->model = cli_default_model();
     if (!o->model) {
         cli_error("generate: --model is required (or run scripts/fetch-model.sh for the default)");
         return 2;
@@ -81,12 +106,15 @@ static int generate_parse(int argc, char **argv, gen_opts *o) {
 static int generate_parse_ids(const char *s, int n_vocab, int32_t **ids, int *n) {
     size_t cap = strlen(s) / 2 + 1;
     *ids = malloc(cap * sizeof **ids);
-    if (!*ids) return BRISK_ENOMEM;
+    if (!*ids)
+        return BRISK_ENOMEM;
     *n = 0;
     const char *p = s;
     while (*p) {
-        while (*p == ' ' || *p == ',') p++;
-        if (!*p) break;
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (!*p)
+            break;
         char *end;
         long id = strtol(p, &end, 10);
         if (end == p || id < 0 || id >= n_vocab || (size_t)*n >= cap) {
@@ -112,7 +140,8 @@ static int generate_encode(const tok_vocab *v, const gen_opts *o, int32_t **ids,
     size_t len = strlen(o->prompt);
     if (len == 0) {
         *ids = malloc(sizeof **ids);
-        if (!*ids) return BRISK_ENOMEM;
+        if (!*ids)
+            return BRISK_ENOMEM;
         if (tok_bos(v) < 0) {
             free(*ids);
             return BRISK_EINVAL;
@@ -122,9 +151,11 @@ static int generate_encode(const tok_vocab *v, const gen_opts *o, int32_t **ids,
         return 0;
     }
     int need = tok_encode(v, o->prompt, len, flags, NULL, 0);
-    if (need < 0) return need;
+    if (need < 0)
+        return need;
     *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof **ids);
-    if (!*ids) return BRISK_ENOMEM;
+    if (!*ids)
+        return BRISK_ENOMEM;
     int got = tok_encode(v, o->prompt, len, flags, *ids, need);
     if (got < 0) {
         free(*ids);
@@ -170,13 +201,14 @@ static int generate_prefill(model_backend *be, kv_cache *kv, const int32_t *ids,
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     int prc = generate_parse(argc, argv, &o);
-    if (prc) return prc < 0 ? 0 : prc; /* -1: --help */
+    if (prc)
+        return prc < 0 ? 0 : prc; /* -1: --help */
 
     char err[512] = "";
     int status = 1;
     kern_pool *pool = kern_pool_create((int)o.threads);
     sched_setup st = {0};
-    model *m = NULL;         /* st.m */
+    model *m = NULL;          /* st.m */
     model_backend *be = NULL; /* st.be */
     kv_cache *kv = NULL;      /* st.kv */
     model_sampler *smp = NULL;
@@ -189,9 +221,15 @@ int cmd_generate(int argc, char **argv) {
     /* One slot holding the whole context; f32 K/V on the CPU (the golden
      * outputs are checked there), f16 on the GPU. The context and the chunk
      * depend on the prompt, so the model comes first. */
-    sched_setup_opts so = {.model_path = o.model, .dummy = o.dummy, .tokenizer = o.tokenizer,
-                           .weights = o.weights, .device = o.device, .pool = pool, .max_seqs = 1,
-                           .cuda_graphs = !o.no_graphs, .kv_exact = 1};
+    sched_setup_opts so = {.model_path = o.model,
+                           .dummy = o.dummy,
+                           .tokenizer = o.tokenizer,
+                           .weights = o.weights,
+                           .device = o.device,
+                           .pool = pool,
+                           .max_seqs = 1,
+                           .cuda_graphs = !o.no_graphs,
+                           .kv_exact = 1};
     double t_load = brisk_now();
     if (sched_setup_load(&so, &st, err, sizeof err) < 0) {
         cli_error("%s", err);
@@ -219,7 +257,8 @@ int cmd_generate(int argc, char **argv) {
     if (n_ctx > c->n_ctx_train)
         BRISK_WARN("context %ld exceeds the model's training context %d", n_ctx, c->n_ctx_train);
     int chunk = n_prompt < 512 ? n_prompt : 512;
-    if (chunk < 1) chunk = 1;
+    if (chunk < 1)
+        chunk = 1;
     so.max_batch_tokens = chunk;
     so.max_ctx = (int)n_ctx;
     if (sched_setup_finish(&so, &st, err, sizeof err) < 0) {
@@ -235,7 +274,8 @@ int cmd_generate(int argc, char **argv) {
     }
     smp = model_sampler_create(&o.sampling, c->n_vocab);
     int32_t *hist = realloc(ids, sizeof(int32_t) * (size_t)(n_prompt + o.n_predict + 1));
-    if (hist) ids = hist;
+    if (hist)
+        ids = hist;
     if (!smp || !hist) {
         cli_error("out of memory for a context of %ld tokens", n_ctx);
         goto out;
@@ -277,14 +317,16 @@ int cmd_generate(int argc, char **argv) {
             goto out;
         }
         n_gen++;
-        if (!o.ignore_eos && tok_is_eog(v, tok)) break;
+        if (!o.ignore_eos && tok_is_eog(v, tok))
+            break;
         ids[n_hist++] = tok;
         int len = tok_decoder_push(&dec, tok, piece, sizeof piece);
         if (len > 0) {
             fwrite(piece, 1, (size_t)len, stdout);
             fflush(stdout);
         }
-        if (i + 1 == o.n_predict) break;
+        if (i + 1 == o.n_predict)
+            break;
         int32_t pos = n_hist - 1;
         model_batch b = {1, &tok, &pos, &seq0, NULL};
         int n_out;
@@ -295,7 +337,8 @@ int cmd_generate(int argc, char **argv) {
         row = 0;
     }
     int len = tok_decoder_flush(&dec, piece, sizeof piece);
-    if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
+    if (len > 0)
+        fwrite(piece, 1, (size_t)len, stdout);
     fflush(stdout);
     double t_gen = brisk_now() - t1;
     char devdesc[200];
@@ -307,7 +350,8 @@ int cmd_generate(int argc, char **argv) {
             t_gen > 0 ? n_gen / t_gen : 0.0, model_weights_fmt_name(o.weights), devdesc);
     status = 0;
 out:
-    if (dump) fclose(dump);
+    if (dump)
+        fclose(dump);
     free(ids);
     model_sampler_free(smp);
     sched_setup_free(&st); /* the cache, the backend, the model */

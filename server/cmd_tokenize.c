@@ -11,11 +11,13 @@
 int cmd_tokenize(int argc, char **argv) {
     cli_vals o;
     int prc = cli_opts_parse(CLI_TOKENIZE, argc, argv, &o);
-    if (prc != CLI_OK) return prc == CLI_HELP ? 0 : 2;
+    if (prc != CLI_OK)
+        return prc == CLI_HELP ? 0 : 2;
     const char *model_path = o.given[O_MODEL] ? o.s[O_MODEL] : NULL;
     const char *text = o.given[O_TEXT] ? o.s[O_TEXT] : NULL;
     int special = o.given[O_SPECIAL], no_bos = o.given[O_NO_BOS];
-    if (!model_path) model_path = cli_default_model();
+    if (!model_path)
+        model_path = cli_default_model();
     if (!model_path || !text) {
         cli_error("tokenize: --model and --text are required");
         return 2;
@@ -31,7 +33,8 @@ int cmd_tokenize(int argc, char **argv) {
         cli_error("%s", err);
         goto out;
     }
-    int flags = (special ? TOK_PARSE_SPECIAL : 0) | (!no_bos && tok_add_bos_default(v) ? TOK_ADD_BOS : 0);
+    int flags =
+        (special ? TOK_PARSE_SPECIAL : 0) | (!no_bos && tok_add_bos_default(v) ? TOK_ADD_BOS : 0);
     size_t len = strlen(text);
     int need = tok_encode(v, text, len, flags, NULL, 0);
     if (need < 0) {
@@ -39,9 +42,11 @@ int cmd_tokenize(int argc, char **argv) {
         goto out;
     }
     ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
-    if (!ids) goto out;
+    if (!ids)
+        goto out;
     int n = tok_encode(v, text, len, flags, ids, need);
-    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    for (int i = 0; i < n; i++)
+        printf(i ? " %d" : "%d", ids[i]);
     printf("\n");
     status = 0;
 out:

@@ -19,7 +19,8 @@ static void print_version(void) {
     printf("backends: %s", cpu);
 #if BRISK_HAVE_CUDA
     char cuda[256];
-    if (kern_cuda_describe(cuda, sizeof cuda) == 0) printf(" %s", cuda);
+    if (kern_cuda_describe(cuda, sizeof cuda) == 0)
+        printf(" %s", cuda);
 #endif
     printf("\n");
     if (brisk_fault_compiled())
@@ -28,16 +29,15 @@ static void print_version(void) {
 }
 
 static void print_usage(FILE *f) {
-    fprintf(f,
-            "usage: brisk <command> [options]\n"
-            "commands:\n"
-            "  serve             start the OpenAI-compatible HTTP server\n"
-            "  generate          generate text from a prompt\n"
-            "  tokenize          print the token ids of a text\n"
-            "  convert-llama2c   convert a llama2.c checkpoint + tokenizer to GGUF\n"
-            "  bench             measure prompt and generation speed (pp/tg)\n"
-            "  --version         print the version, commit and compiled backends\n"
-            "Run 'brisk <command> --help' for a command's options.\n");
+    fprintf(f, "usage: brisk <command> [options]\n"
+               "commands:\n"
+               "  serve             start the OpenAI-compatible HTTP server\n"
+               "  generate          generate text from a prompt\n"
+               "  tokenize          print the token ids of a text\n"
+               "  convert-llama2c   convert a llama2.c checkpoint + tokenizer to GGUF\n"
+               "  bench             measure prompt and generation speed (pp/tg)\n"
+               "  --version         print the version, commit and compiled backends\n"
+               "Run 'brisk <command> --help' for a command's options.\n");
 }
 
 int main(int argc, char **argv) {
@@ -64,11 +64,16 @@ int main(int argc, char **argv) {
         print_usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "generate")) return cmd_generate(sub_argc, sub_argv);
-    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(sub_argc, sub_argv);
-    if (!strcmp(cmd, "convert-llama2c")) return cmd_convert_llama2c(sub_argc, sub_argv);
-    if (!strcmp(cmd, "bench")) return cmd_bench(sub_argc, sub_argv);
-    if (!strcmp(cmd, "serve")) return cmd_serve(sub_argc, sub_argv);
+    if (!strcmp(cmd, "generate"))
+        return cmd_generate(sub_argc, sub_argv);
+    if (!strcmp(cmd, "tokenize"))
+        return cmd_tokenize(sub_argc, sub_argv);
+    if (!strcmp(cmd, "convert-llama2c"))
+        return cmd_convert_llama2c(sub_argc, sub_argv);
+    if (!strcmp(cmd, "bench"))
+        return cmd_bench(sub_argc, sub_argv);
+    if (!strcmp(cmd, "serve"))
+        return cmd_serve(sub_argc, sub_argv);
     cli_error("unknown command '%s'", cmd);
     print_usage(stderr);
     return 2;

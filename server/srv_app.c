@@ -24,8 +24,10 @@ static void json_reply(srv_req *r, int status, const char *body) {
 
 static void h_health(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    if (app->ready) json_reply(r, 200, "{\"status\":\"ok\"}");
-    else json_reply(r, 503, "{\"status\":\"loading\"}");
+    if (app->ready)
+        json_reply(r, 200, "{\"status\":\"ok\"}");
+    else
+        json_reply(r, 503, "{\"status\":\"loading\"}");
 }
 
 static void h_livez(srv_req *r) {
@@ -34,13 +36,17 @@ static void h_livez(srv_req *r) {
 
 static void h_readyz(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    if (app->ready && !app->draining) json_reply(r, 200, "{\"status\":\"ready\"}");
-    else json_reply(r, 503, app->draining ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}");
+    if (app->ready && !app->draining)
+        json_reply(r, 200, "{\"status\":\"ready\"}");
+    else
+        json_reply(r, 503,
+                   app->draining ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}");
 }
 
 static void h_models(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    char *json = srv_api_models_json(app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0);
+    char *json =
+        srv_api_models_json(app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0);
     if (!json) {
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
@@ -127,8 +133,8 @@ static void on_engine(uv_async_t *a) {
             } else {
                 model_chat_format_detect(model_chat_template(app->m), &app->chat);
             }
-            BRISK_INFO("serving '%s' (context %d, chat template %s)", app->served_name, app->max_ctx,
-                       model_chat_kind_name(app->chat.kind));
+            BRISK_INFO("serving '%s' (context %d, chat template %s)", app->served_name,
+                       app->max_ctx, model_chat_kind_name(app->chat.kind));
             app->ready = 1;
             /* Injection starts only now: loading is not the request path. */
             if (brisk_fault_configured()) {
@@ -137,7 +143,8 @@ static void on_engine(uv_async_t *a) {
             }
         }
     }
-    if (app->ready) srv_gen_on_events(app);
+    if (app->ready)
+        srv_gen_on_events(app);
 }
 
 /* ---- shutdown ----------------------------------------------------------- */
@@ -154,7 +161,8 @@ static void log_fault_counts(const char *what) {
 static void on_fault_signal(uv_signal_t *s, int signum) {
     (void)signum;
     srv_app *app = s->data;
-    if (!app->ready || !brisk_fault_configured()) return;
+    if (!app->ready || !brisk_fault_configured())
+        return;
     if (brisk_fault_armed()) {
         brisk_fault_arm(0);
         log_fault_counts("disarmed");
@@ -165,7 +173,8 @@ static void on_fault_signal(uv_signal_t *s, int signum) {
 }
 
 static void shutdown_now(srv_app *app) {
-    if (app->shutting_down) return;
+    if (app->shutting_down)
+        return;
     app->shutting_down = 1;
     if (brisk_fault_armed()) { /* teardown is not the request path */
         brisk_fault_arm(0);
@@ -190,7 +199,8 @@ static void shutdown_now(srv_app *app) {
     uv_close((uv_handle_t *)&app->sig_term, close_cb);
     uv_close((uv_handle_t *)&app->sig_int, close_cb);
     uv_close((uv_handle_t *)&app->drain_timer, close_cb);
-    if (app->fault_signal_on) uv_close((uv_handle_t *)&app->sig_fault, close_cb);
+    if (app->fault_signal_on)
+        uv_close((uv_handle_t *)&app->sig_fault, close_cb);
 }
 
 static void on_drain_tick(uv_timer_t *t) {
@@ -201,8 +211,8 @@ static void on_drain_tick(uv_timer_t *t) {
         BRISK_INFO("drained; exiting");
         shutdown_now(app);
     } else if (waited >= app->cfg.drain_timeout_s) {
-        BRISK_WARN("drain timeout (%.0f s) with %d requests in flight; exiting", app->cfg.drain_timeout_s,
-                   active);
+        BRISK_WARN("drain timeout (%.0f s) with %d requests in flight; exiting",
+                   app->cfg.drain_timeout_s, active);
         shutdown_now(app);
     }
 }
@@ -225,8 +235,10 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 static void on_http_finish(void *user, const srv_req *r, int status) {
     srv_app *app = user;
-    if (app->metrics) srv_metrics_observe_http(app->metrics, srv_metrics_route_of(srv_req_path(r)), status);
-    if (app->audit && strncmp(srv_req_path(r), "/v1/", 4) == 0) srv_gen_audit(app, r, status);
+    if (app->metrics)
+        srv_metrics_observe_http(app->metrics, srv_metrics_route_of(srv_req_path(r)), status);
+    if (app->audit && strncmp(srv_req_path(r), "/v1/", 4) == 0)
+        srv_gen_audit(app, r, status);
 }
 
 /* ---- run ------------------------------------------------------------------- */
@@ -236,18 +248,23 @@ static const char *base_name(const char *path, char *out, size_t cap) {
     b = b ? b + 1 : path;
     snprintf(out, cap, "%s", b);
     size_t n = strlen(out);
-    if (n > 5 && strcmp(out + n - 5, ".gguf") == 0) out[n - 5] = '\0';
+    if (n > 5 && strcmp(out + n - 5, ".gguf") == 0)
+        out[n - 5] = '\0';
     return out;
 }
 
 int srv_app_run(const srv_app_config *cfg) {
     srv_app *app = brisk_calloc(1, sizeof *app);
-    if (!app) return 1;
+    if (!app)
+        return 1;
     app->cfg = *cfg;
     app->created = (int64_t)time(NULL);
-    if (cfg->served_name) snprintf(app->served_name, sizeof app->served_name, "%s", cfg->served_name);
-    else if (cfg->dummy) snprintf(app->served_name, sizeof app->served_name, "%s", cfg->dummy);
-    else base_name(cfg->model_path, app->served_name, sizeof app->served_name);
+    if (cfg->served_name)
+        snprintf(app->served_name, sizeof app->served_name, "%s", cfg->served_name);
+    else if (cfg->dummy)
+        snprintf(app->served_name, sizeof app->served_name, "%s", cfg->dummy);
+    else
+        base_name(cfg->model_path, app->served_name, sizeof app->served_name);
     app->loop = uv_default_loop();
     srv_metrics_config mc = srv_metrics_config_default();
     mc.model_name = app->served_name;
@@ -273,14 +290,16 @@ int srv_app_run(const srv_app_config *cfg) {
     int n_routes = (int)(sizeof routes / sizeof routes[0]);
     /* --metrics-auth: the /metrics route needs the key too, wherever it sits. */
     for (int i = 0; cfg->metrics_auth && i < n_routes; i++)
-        if (h_metrics == table[i].handler) table[i].flags = SRV_ROUTE_AUTH;
+        if (h_metrics == table[i].handler)
+            table[i].flags = SRV_ROUTE_AUTH;
 
     srv_http_config hc = cfg->http;
     hc.on_finish = on_http_finish;
     char err[256];
     int rc = 1;
     if (cfg->audit_log) {
-        app->audit = srv_audit_open(app->loop, cfg->audit_log, cfg->audit_flush_ms, err, sizeof err);
+        app->audit =
+            srv_audit_open(app->loop, cfg->audit_log, cfg->audit_flush_ms, err, sizeof err);
         if (!app->audit) {
             BRISK_ERROR("%s", err);
             goto out;

@@ -19,8 +19,8 @@
 
 typedef struct srv_app_config {
     const char *model_path;
-    const char *dummy;         /* --dummy-weights CONFIG instead of a model file */
-    const char *tokenizer;     /* --tokenizer GGUF for a dummy model */
+    const char *dummy;     /* --dummy-weights CONFIG instead of a model file */
+    const char *tokenizer; /* --tokenizer GGUF for a dummy model */
     const char *host;
     int port;
     const char *served_name;   /* NULL: the model file's base name without .gguf */
@@ -29,9 +29,9 @@ typedef struct srv_app_config {
     double drain_timeout_s;
     srv_gpu_mode gpu_metrics;      /* --gpu-metrics auto|on|off (auto: the zero value) */
     double gpu_metrics_interval_s; /* --gpu-metrics-interval; <= 0: the default */
-    const char *audit_log; /* --audit-log FILE ("-": stdout), NULL: none */
-    int audit_content;     /* --audit-log-content: prompts and outputs in it too */
-    int audit_flush_ms;    /* --audit-log-flush-ms: buffer written at least this often */
+    const char *audit_log;         /* --audit-log FILE ("-": stdout), NULL: none */
+    int audit_content;             /* --audit-log-content: prompts and outputs in it too */
+    int audit_flush_ms;            /* --audit-log-flush-ms: buffer written at least this often */
     sched_engine_config engine;
     srv_http_config http;
 } srv_app_config;
@@ -49,7 +49,7 @@ typedef struct srv_app {
     int fault_signal_on;
     uv_timer_t drain_timer;
     srv_metrics *metrics;
-    srv_gpu *gpu; /* NULL: no GPU metrics */
+    srv_gpu *gpu;            /* NULL: no GPU metrics */
     struct srv_audit *audit; /* NULL without --audit-log */
     char served_name[256];
     int64_t created;

@@ -20,20 +20,20 @@ typedef struct gen_choice {
     gen_req *req;
     int index;
     int prompt_idx;
-    int live;             /* submitted, final event not yet seen */
+    int live; /* submitted, final event not yet seen */
     sched_finish finish;
-    char *text;           /* the whole output (non-streaming responses, echo included) */
+    char *text; /* the whole output (non-streaming responses, echo included) */
     size_t len, cap;
-    sched_token *toks;    /* every output token, for logprobs */
+    sched_token *toks; /* every output token, for logprobs */
     int n_toks, cap_toks;
-    sched_token *ptoks;   /* prompt log-probs (echo) */
+    sched_token *ptoks; /* prompt log-probs (echo) */
     int n_ptoks;
     int completion_len;
-    char *atext;          /* streaming with --audit-log-content: the output sent so far */
+    char *atext; /* streaming with --audit-log-content: the output sent so far */
     size_t alen, acap;
-    int started;          /* streaming: first chunk sent */
-    size_t lp_off;        /* streaming: text bytes of the tokens sent so far */
-    int lp_strip;         /* streaming: no text token sent yet, and the text starts afresh */
+    int started;   /* streaming: first chunk sent */
+    size_t lp_off; /* streaming: text bytes of the tokens sent so far */
+    int lp_strip;  /* streaming: no text token sent yet, and the text starts afresh */
     double t_last;
 } gen_choice;
 
@@ -51,8 +51,8 @@ struct gen_req {
     int *n_pids;
     char **ptext; /* per prompt text for echo (and for the audit log's content) */
     size_t *ptext_len;
-    int *p_is_tokens; /* per prompt: given as token ids */
-    int audit_keep;   /* --audit-log-content: keep the prompts, messages and output */
+    int *p_is_tokens;      /* per prompt: given as token ids */
+    int audit_keep;        /* --audit-log-content: keep the prompts, messages and output */
     srv_audit_msg *a_msgs; /* chat messages (contents owned, roles static) */
     int a_n_msgs;
     int prompt_tokens;
@@ -67,13 +67,16 @@ struct gen_req {
 static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1) c *= 2;
+        while (c < *len + n + 1)
+            c *= 2;
         char *p = brisk_realloc(*b, c);
-        if (!p) return BRISK_ENOMEM;
+        if (!p)
+            return BRISK_ENOMEM;
         *b = p;
         *cap = c;
     }
-    if (n) memcpy(*b + *len, s, n);
+    if (n)
+        memcpy(*b + *len, s, n);
     *len += n;
     (*b)[*len] = '\0';
     return 0;
@@ -81,15 +84,19 @@ static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) 
 
 static void gen_link(srv_app *app, gen_req *g) {
     g->next = app->live;
-    if (app->live) app->live->prev = g;
+    if (app->live)
+        app->live->prev = g;
     app->live = g;
     app->n_live++;
 }
 
 static void gen_unlink(srv_app *app, gen_req *g) {
-    if (g->prev) g->prev->next = g->next;
-    else app->live = g->next;
-    if (g->next) g->next->prev = g->prev;
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        app->live = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
     app->n_live--;
 }
 
@@ -110,15 +117,18 @@ static void gen_free(gen_req *g) {
     free(g->ptext);
     free(g->ptext_len);
     free(g->p_is_tokens);
-    for (int i = 0; i < g->a_n_msgs; i++) free((char *)g->a_msgs[i].content);
+    for (int i = 0; i < g->a_n_msgs; i++)
+        free((char *)g->a_msgs[i].content);
     free(g->a_msgs);
     /* The request outlives g only on error paths that answer after freeing it. */
-    if (g->http) srv_req_set_user(g->http, NULL);
+    if (g->http)
+        srv_req_set_user(g->http, NULL);
     free(g);
 }
 
 static uint64_t random_seed(srv_app *app) {
-    uint64_t x = uv_hrtime() ^ ((uint64_t)time(NULL) << 32) ^ (++app->n_ids * 0x9E3779B97F4A7C15ull);
+    uint64_t x =
+        uv_hrtime() ^ ((uint64_t)time(NULL) << 32) ^ (++app->n_ids * 0x9E3779B97F4A7C15ull);
     x ^= x >> 31;
     x *= 0xBF58476D1CE4E5B9ull;
     return x ^ (x >> 29);
@@ -128,11 +138,15 @@ static uint64_t random_seed(srv_app *app) {
 static char *piece(const tok_vocab *v, int32_t id, size_t *len) {
     char buf[256];
     int n = tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, buf, sizeof buf);
-    if (n < 0) n = 0;
+    if (n < 0)
+        n = 0;
     char *s = brisk_malloc((size_t)n + 1);
-    if (!s) return NULL;
-    if (n <= (int)sizeof buf) memcpy(s, buf, (size_t)n);
-    else if (tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, s, (size_t)n + 1) != n) n = 0;
+    if (!s)
+        return NULL;
+    if (n <= (int)sizeof buf)
+        memcpy(s, buf, (size_t)n);
+    else if (tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, s, (size_t)n + 1) != n)
+        n = 0;
     s[n] = '\0';
     *len = (size_t)n;
     return s;
@@ -152,7 +166,8 @@ typedef struct lp_set {
 } lp_set;
 
 static void free_lps(lp_set *s) {
-    for (int i = 0; i < s->n_strs; i++) free(s->strs[i]);
+    for (int i = 0; i < s->n_strs; i++)
+        free(s->strs[i]);
     free(s->strs);
     free(s->lps);
     free(s->tops);
@@ -165,26 +180,31 @@ static size_t text_len(const tok_vocab *v, int32_t id) {
     return n > 0 ? (size_t)n : 0;
 }
 
-static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int first_null, size_t *off,
-                     int *strip, lp_set *out) {
+static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int first_null,
+                     size_t *off, int *strip, lp_set *out) {
     memset(out, 0, sizeof *out);
-    if (n <= 0) return 0;
+    if (n <= 0)
+        return 0;
     int n_top = 0;
-    for (int i = 0; i < n; i++) n_top += toks[i].n_top;
+    for (int i = 0; i < n; i++)
+        n_top += toks[i].n_top;
     out->lps = brisk_calloc((size_t)n, sizeof *out->lps);
     out->tops = brisk_calloc((size_t)n_top + 1, sizeof *out->tops);
     out->strs = brisk_calloc((size_t)(n + n_top), sizeof *out->strs);
-    if (!out->lps || !out->tops || !out->strs) return BRISK_ENOMEM;
+    if (!out->lps || !out->tops || !out->strs)
+        return BRISK_ENOMEM;
     int t = 0;
     for (int i = 0; i < n; i++) {
         srv_token_logprob *l = &out->lps[i];
         size_t len;
         char *s = piece(v, toks[i].id, &len);
-        if (!s) return BRISK_ENOMEM;
+        if (!s)
+            return BRISK_ENOMEM;
         out->strs[out->n_strs++] = s;
         size_t tl = text_len(v, toks[i].id);
         int first_text = tl && *strip && tok_vocab_drops_first_space(v);
-        if (tl) *strip = 0;
+        if (tl)
+            *strip = 0;
         if (first_text && s[0] == ' ') {
             memmove(s, s + 1, len); /* the NUL too */
             len--;
@@ -200,7 +220,8 @@ static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int fir
         l->n_top = toks[i].n_top;
         for (int k = 0; k < toks[i].n_top; k++) {
             char *ts = piece(v, toks[i].top_id[k], &len);
-            if (!ts) return BRISK_ENOMEM;
+            if (!ts)
+                return BRISK_ENOMEM;
             if (first_text && ts[0] == ' ') { /* alternatives at the same place */
                 memmove(ts, ts + 1, len);
                 len--;
@@ -236,18 +257,21 @@ static srv_metrics_finish metrics_finish(sched_finish f) {
  * The client gets a 500, or in a stream an error event, when the last
  * choice's final event arrives. */
 static void gen_fail(gen_req *g, const char *why) {
-    if (g->failed) return;
+    if (g->failed)
+        return;
     g->failed = 1;
     snprintf(g->err, sizeof g->err, "%s", why);
     for (int i = 0; i < g->n_choices; i++)
-        if (g->choices[i].live) sched_engine_cancel(g->app->eng, &g->choices[i]);
+        if (g->choices[i].live)
+            sched_engine_cancel(g->app->eng, &g->choices[i]);
 }
 
 static void gen_on_abort(srv_req *r, void *user) {
     gen_req *g = user;
     srv_app *app = g->app;
     for (int i = 0; i < g->n_choices; i++)
-        if (g->choices[i].live) sched_engine_cancel(app->eng, &g->choices[i]);
+        if (g->choices[i].live)
+            sched_engine_cancel(app->eng, &g->choices[i]);
     g->http = NULL;
     srv_req_release(r);
 }
@@ -264,7 +288,8 @@ static int stream_send(gen_req *g, char *json) {
         gen_fail(g, "out of memory");
         return BRISK_ENOMEM;
     }
-    if (g->http) srv_stream_write(g->http, ev, n);
+    if (g->http)
+        srv_stream_write(g->http, ev, n);
     free(ev);
     return 0;
 }
@@ -273,36 +298,39 @@ static int stream_send(gen_req *g, char *json) {
  * cannot be built. */
 static void stream_error(gen_req *g) {
     srv_api_error e = {500, "server_error", "", NULL, ""};
-    snprintf(e.message, sizeof e.message, "generation failed: %s", g->err[0] ? g->err : "internal error");
+    snprintf(e.message, sizeof e.message, "generation failed: %s",
+             g->err[0] ? g->err : "internal error");
     size_t n;
     char *ev = srv_sse_error(&e, &n);
     if (ev) {
         srv_stream_write(g->http, ev, n);
         free(ev);
     } else {
-        static const char oom[] = "data: {\"error\":{\"message\":\"generation failed: out of memory\","
-                                  "\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n";
+        static const char oom[] =
+            "data: {\"error\":{\"message\":\"generation failed: out of memory\","
+            "\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n";
         srv_stream_write(g->http, oom, sizeof oom - 1);
     }
 }
 
 /* One chunk for choice c: text (len bytes) and the tokens since the last. */
-static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len, const sched_token *toks,
-                         int n_toks, const char *finish) {
+static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len,
+                         const sched_token *toks, int n_toks, const char *finish) {
     srv_app *app = g->app;
     lp_set lp;
     memset(&lp, 0, sizeof lp);
     int want_lp = g->logprobs >= 0;
-    if (want_lp && n_toks && build_lps(app->vocab, toks, n_toks, 0, &c->lp_off, &c->lp_strip, &lp) < 0) {
+    if (want_lp && n_toks &&
+        build_lps(app->vocab, toks, n_toks, 0, &c->lp_off, &c->lp_strip, &lp) < 0) {
         free_lps(&lp);
         gen_fail(g, "out of memory");
         return;
     }
     srv_choice ch = {c->index, text, len, finish, lp.lps, want_lp ? n_toks : 0};
-    char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, &ch, !c->started,
-                                                      NULL, want_lp)
-                            : srv_api_completion_chunk_json(g->id, g->created, app->served_name, &ch, NULL,
-                                                            want_lp);
+    char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, &ch,
+                                                      !c->started, NULL, want_lp)
+                            : srv_api_completion_chunk_json(g->id, g->created, app->served_name,
+                                                            &ch, NULL, want_lp);
     c->started = 1;
     c->len += len;
     stream_send(g, json);
@@ -318,38 +346,47 @@ static void gen_observe(gen_req *g) {
     sched_finish f = SCHED_FINISH_STOP;
     for (int i = 0; i < g->n_choices; i++) {
         completion += g->choices[i].completion_len;
-        if (g->choices[i].finish == SCHED_FINISH_LENGTH) f = SCHED_FINISH_LENGTH;
-        if (g->choices[i].finish == SCHED_FINISH_ABORT && f != SCHED_FINISH_ERROR) f = SCHED_FINISH_ABORT;
-        if (g->choices[i].finish == SCHED_FINISH_ERROR) f = SCHED_FINISH_ERROR;
+        if (g->choices[i].finish == SCHED_FINISH_LENGTH)
+            f = SCHED_FINISH_LENGTH;
+        if (g->choices[i].finish == SCHED_FINISH_ABORT && f != SCHED_FINISH_ERROR)
+            f = SCHED_FINISH_ABORT;
+        if (g->choices[i].finish == SCHED_FINISH_ERROR)
+            f = SCHED_FINISH_ERROR;
     }
-    if (g->failed) f = SCHED_FINISH_ERROR;
+    if (g->failed)
+        f = SCHED_FINISH_ERROR;
     srv_metrics_request mr = {metrics_finish(f), g->prompt_tokens, completion,
                               g->t_admit > 0 ? g->t_admit - g->t_start : -1, now - g->t_start};
     srv_metrics_observe_request(app->metrics, &mr, now);
     if (g->http)
         srv_req_set_log_fields(g->http, g->is_chat ? "/v1/chat/completions" : "/v1/completions",
-                               g->prompt_tokens, completion, g->t_first > 0 ? g->t_first - g->t_start : -1);
+                               g->prompt_tokens, completion,
+                               g->t_first > 0 ? g->t_first - g->t_start : -1);
 }
 
 static void gen_finish(gen_req *g) {
     srv_app *app = g->app;
     gen_observe(g);
     int completion = 0;
-    for (int i = 0; i < g->n_choices; i++) completion += g->choices[i].completion_len;
+    for (int i = 0; i < g->n_choices; i++)
+        completion += g->choices[i].completion_len;
     srv_usage usage = {g->prompt_tokens, completion};
     if (g->http && g->stream) {
         if (!g->failed && g->include_usage) {
-            char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, NULL, 0,
-                                                              &usage, 0)
-                                    : srv_api_completion_chunk_json(g->id, g->created, app->served_name,
-                                                                    NULL, &usage, 0);
+            char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name,
+                                                              NULL, 0, &usage, 0)
+                                    : srv_api_completion_chunk_json(
+                                          g->id, g->created, app->served_name, NULL, &usage, 0);
             stream_send(g, json);
         }
-        if (g->failed && g->http) stream_error(g);
+        if (g->failed && g->http)
+            stream_error(g);
         size_t n;
         const char *done = srv_sse_done(&n);
-        if (g->http) srv_stream_write(g->http, done, n);
-        if (g->http) srv_stream_end(g->http);
+        if (g->http)
+            srv_stream_write(g->http, done, n);
+        if (g->http)
+            srv_stream_end(g->http);
         g->http = NULL;
     } else if (g->http) {
         if (g->failed) {
@@ -376,15 +413,19 @@ static void gen_finish(gen_req *g) {
                     if (np) {
                         all[0].id = g->pids[c->prompt_idx][0];
                         for (int k = 1; k < np; k++) {
-                            if (c->ptoks && k - 1 < c->n_ptoks) all[k] = c->ptoks[k - 1];
-                            else all[k].id = g->pids[c->prompt_idx][k];
+                            if (c->ptoks && k - 1 < c->n_ptoks)
+                                all[k] = c->ptoks[k - 1];
+                            else
+                                all[k].id = g->pids[c->prompt_idx][k];
                         }
                     }
                     memcpy(all + np, c->toks, (size_t)c->n_toks * sizeof *all);
                     size_t off = 0;
                     int strip = np > 0 || !tok_ids_have_text(app->vocab, g->pids[c->prompt_idx],
                                                              g->n_pids[c->prompt_idx]);
-                    if (build_lps(app->vocab, all, np + c->n_toks, np > 0, &off, &strip, &lps[i]) < 0) ok = 0;
+                    if (build_lps(app->vocab, all, np + c->n_toks, np > 0, &off, &strip, &lps[i]) <
+                        0)
+                        ok = 0;
                     free(all);
                     ch[i].lps = lps[i].lps;
                     ch[i].n_lps = np + c->n_toks;
@@ -392,14 +433,17 @@ static void gen_finish(gen_req *g) {
             }
             char *json = NULL;
             if (ok)
-                json = g->is_chat ? srv_api_chat_json(g->id, g->created, app->served_name, ch, g->n_choices,
-                                                      &usage, g->logprobs >= 0)
+                json = g->is_chat ? srv_api_chat_json(g->id, g->created, app->served_name, ch,
+                                                      g->n_choices, &usage, g->logprobs >= 0)
                                   : srv_api_completion_json(g->id, g->created, app->served_name, ch,
                                                             g->n_choices, &usage, g->logprobs >= 0);
-            if (json) srv_respond(g->http, 200, "application/json", json, strlen(json), NULL);
-            else srv_respond_code(g->http, BRISK_ENOMEM, NULL);
+            if (json)
+                srv_respond(g->http, 200, "application/json", json, strlen(json), NULL);
+            else
+                srv_respond_code(g->http, BRISK_ENOMEM, NULL);
             free(json);
-            for (int i = 0; lps && i < g->n_choices; i++) free_lps(&lps[i]);
+            for (int i = 0; lps && i < g->n_choices; i++)
+                free_lps(&lps[i]);
             free(lps);
             free(ch);
         }
@@ -415,14 +459,16 @@ static void on_event(srv_app *app, sched_event *ev) {
     gen_choice *c = ev->user;
     gen_req *g = c->req;
     double now = ev->t_event;
-    if (ev->t_admitted > 0 && (g->t_admit == 0 || ev->t_admitted < g->t_admit)) g->t_admit = ev->t_admitted;
+    if (ev->t_admitted > 0 && (g->t_admit == 0 || ev->t_admitted < g->t_admit))
+        g->t_admit = ev->t_admitted;
     if (ev->n_tokens > 0) {
         if (g->t_first == 0) {
             g->t_first = now;
             srv_metrics_observe_ttft(app->metrics, now - g->t_start, now);
         } else if (c->t_last > 0) {
             double gap = (now - c->t_last) / ev->n_tokens;
-            for (int i = 0; i < ev->n_tokens; i++) srv_metrics_observe_itl(app->metrics, gap, now);
+            for (int i = 0; i < ev->n_tokens; i++)
+                srv_metrics_observe_itl(app->metrics, gap, now);
         }
         c->t_last = now;
         srv_metrics_observe_tokens(app->metrics, 0, ev->n_tokens, now);
@@ -434,7 +480,8 @@ static void on_event(srv_app *app, sched_event *ev) {
         ev->prompt_tokens = NULL;
     }
     c->completion_len = ev->completion_len;
-    if (ev->finish == SCHED_FINISH_ERROR) gen_fail(g, ev->err);
+    if (ev->finish == SCHED_FINISH_ERROR)
+        gen_fail(g, ev->err);
     if (g->failed) {
         /* nothing more to collect or send: the error goes out at the end */
     } else if (g->stream && g->http) {
@@ -446,17 +493,20 @@ static void on_event(srv_app *app, sched_event *ev) {
         if (!c->started && g->echo && !g->is_chat) {
             stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0, NULL);
         }
-        if (!g->failed &&
-            (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) || (!c->started && g->is_chat)))
+        if (!g->failed && (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) ||
+                           (!c->started && g->is_chat)))
             stream_chunk(g, c, ev->text, ev->text_len, ev->tokens, ev->n_tokens, fin);
     } else {
-        if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0) gen_fail(g, "out of memory");
+        if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0)
+            gen_fail(g, "out of memory");
         if (g->logprobs >= 0 && ev->n_tokens) {
             if (c->n_toks + ev->n_tokens > c->cap_toks) {
                 int cap = c->cap_toks ? c->cap_toks : 16;
-                while (cap < c->n_toks + ev->n_tokens) cap *= 2;
+                while (cap < c->n_toks + ev->n_tokens)
+                    cap *= 2;
                 sched_token *t = brisk_realloc(c->toks, (size_t)cap * sizeof *t);
-                if (!t) gen_fail(g, "out of memory");
+                if (!t)
+                    gen_fail(g, "out of memory");
                 else {
                     c->toks = t;
                     c->cap_toks = cap;
@@ -471,7 +521,8 @@ static void on_event(srv_app *app, sched_event *ev) {
     if (ev->finish != SCHED_FINISH_NONE) {
         c->finish = ev->finish;
         c->live = 0;
-        if (--g->n_live == 0) gen_finish(g);
+        if (--g->n_live == 0)
+            gen_finish(g);
     }
 }
 
@@ -488,7 +539,8 @@ void srv_gen_on_events(srv_app *app) {
 void srv_gen_free_all(srv_app *app) {
     while (app->live) {
         gen_req *g = app->live;
-        if (g->http) srv_req_release(g->http);
+        if (g->http)
+            srv_req_release(g->http);
         g->http = NULL;
         gen_unlink(app, g);
         gen_free(g);
@@ -498,7 +550,8 @@ void srv_gen_free_all(srv_app *app) {
 /* ---- requests ---------------------------------------------------------------------- */
 
 static void respond_api_error(srv_req *r, const srv_api_error *e) {
-    srv_respond_error(r, e->status, e->type, e->param[0] ? e->param : NULL, e->code, "%s", e->message);
+    srv_respond_error(r, e->status, e->type, e->param[0] ? e->param : NULL, e->code, "%s",
+                      e->message);
 }
 
 /* Common checks before parsing: ready and not draining. */
@@ -538,10 +591,13 @@ static int check_model(srv_app *app, srv_req *r, const char *name) {
 /* The steps both endpoints take after parsing: answer a parse failure,
  * count unknown fields, check the model name. Returns 0 to go on, -1 once
  * the request has been answered (the caller frees what it parsed). */
-static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e, const srv_gen_params *p) {
+static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e,
+                      const srv_gen_params *p) {
     if (rc < 0) {
-        if (rc == BRISK_ENOMEM) srv_respond_code(r, BRISK_ENOMEM, NULL);
-        else respond_api_error(r, e);
+        if (rc == BRISK_ENOMEM)
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+        else
+            respond_api_error(r, e);
         return -1;
     }
     srv_metrics_count_unknown_fields(app->metrics, p->n_unknown_fields);
@@ -554,19 +610,23 @@ static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e, 
  * fit the context is refused without tokenizing it (answers and returns 1). */
 static int refuse_surely_too_long(srv_app *app, srv_req *r, size_t len, const char *param) {
     size_t at_least = len / tok_max_token_bytes(app->vocab);
-    if (at_least < (size_t)app->max_ctx) return 0;
-    srv_respond_error(r, 400, "invalid_request_error", param, "context_length_exceeded",
-                      "This model's maximum context length is %d tokens. However, your prompt of %zu "
-                      "bytes needs at least %zu tokens. Please reduce the prompt.",
-                      app->max_ctx, len, at_least);
+    if (at_least < (size_t)app->max_ctx)
+        return 0;
+    srv_respond_error(
+        r, 400, "invalid_request_error", param, "context_length_exceeded",
+        "This model's maximum context length is %d tokens. However, your prompt of %zu "
+        "bytes needs at least %zu tokens. Please reduce the prompt.",
+        app->max_ctx, len, at_least);
     return 1;
 }
 
 static int32_t *tokenize(srv_app *app, const char *text, size_t len, int flags, int *n_out) {
     int cap = (int)(len < 1024 ? 1024 : len + 16);
-    if (len > (size_t)1 << 28) return NULL;
+    if (len > (size_t)1 << 28)
+        return NULL;
     int32_t *ids = brisk_malloc((size_t)cap * sizeof *ids);
-    if (!ids) return NULL;
+    if (!ids)
+        return NULL;
     int n = tok_encode(app->vocab, text, len, flags, ids, cap);
     if (n > cap) {
         int32_t *t = brisk_realloc(ids, (size_t)n * sizeof *ids);
@@ -588,7 +648,8 @@ static int32_t *tokenize(srv_app *app, const char *text, size_t len, int flags, 
 static char *dup_str(const char *s) {
     size_t n = strlen(s);
     char *d = brisk_malloc(n + 1);
-    if (d) memcpy(d, s, n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
     return d;
 }
 
@@ -598,7 +659,8 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
     memset(sp, 0, sizeof *sp);
     int np = g->n_pids[prompt_idx];
     sp->prompt = brisk_malloc((size_t)np * sizeof *sp->prompt);
-    if (!sp->prompt) return BRISK_ENOMEM;
+    if (!sp->prompt)
+        return BRISK_ENOMEM;
     memcpy(sp->prompt, g->pids[prompt_idx], (size_t)np * sizeof *sp->prompt);
     sp->n_prompt = np;
     sp->max_tokens = max_tokens;
@@ -650,32 +712,37 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
 /* max_tokens of a prompt of np tokens: as asked, else the endpoint's
  * default (completions: 16, as OpenAI), else the rest of the context. */
 static int gen_max_tokens(const srv_app *app, const srv_gen_params *p, int np, int dflt) {
-    if (p->max_tokens > 0) return p->max_tokens;
-    if (dflt > 0) return dflt;
+    if (p->max_tokens > 0)
+        return p->max_tokens;
+    if (dflt > 0)
+        return dflt;
     return app->max_ctx - np;
 }
 
 /* Validates lengths, submits every choice and starts the response.
  * Takes ownership of g (freed or linked). */
-static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, int max_tokens_default) {
+static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
+                      int max_tokens_default) {
     /* Context: every prompt + max_tokens must fit. */
     for (int i = 0; i < g->n_prompts; i++) {
         int np = g->n_pids[i];
         int mt = gen_max_tokens(app, p, np, max_tokens_default);
         if (np == 0) {
-            srv_respond_error(r, 400, "invalid_request_error", "prompt", NULL, "the prompt is empty");
+            srv_respond_error(r, 400, "invalid_request_error", "prompt", NULL,
+                              "the prompt is empty");
             gen_free(g);
             return;
         }
         /* In 64 bits: max_tokens may be as large as INT32_MAX. */
         long long want = (long long)np + mt;
         if (want > app->max_ctx || np >= app->max_ctx) {
-            srv_respond_error(r, 400, "invalid_request_error", p->max_tokens > 0 ? "max_tokens" : "messages",
-                              "context_length_exceeded",
-                              "This model's maximum context length is %d tokens. However, you requested %lld "
-                              "tokens (%d in the prompt, %d for the completion). Please reduce the prompt "
-                              "or max_tokens.",
-                              app->max_ctx, want, np, mt);
+            srv_respond_error(
+                r, 400, "invalid_request_error", p->max_tokens > 0 ? "max_tokens" : "messages",
+                "context_length_exceeded",
+                "This model's maximum context length is %d tokens. However, you requested %lld "
+                "tokens (%d in the prompt, %d for the completion). Please reduce the prompt "
+                "or max_tokens.",
+                app->max_ctx, want, np, mt);
             gen_free(g);
             return;
         }
@@ -685,7 +752,8 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
     int n_choices = g->n_prompts * p->n;
     if (n_choices > GEN_MAX_CHOICES) {
         srv_respond_error(r, 400, "invalid_request_error", "n", NULL,
-                          "prompts x n = %d choices; at most %d in one request", n_choices, GEN_MAX_CHOICES);
+                          "prompts x n = %d choices; at most %d in one request", n_choices,
+                          GEN_MAX_CHOICES);
         gen_free(g);
         return;
     }
@@ -714,8 +782,10 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
                 break;
             }
             sched_seq_params sp;
-            rc = make_params(app, g, p, i, j, gen_max_tokens(app, p, g->n_pids[i], max_tokens_default), &sp);
-            if (rc < 0) break;
+            rc = make_params(app, g, p, i, j,
+                             gen_max_tokens(app, p, g->n_pids[i], max_tokens_default), &sp);
+            if (rc < 0)
+                break;
             sp.user = c;
             /* Later choices of a prompt share the first one's prompt KV blocks. */
             sp.fork_of = j > 0 ? &g->choices[i * p->n] : NULL;
@@ -729,9 +799,12 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
         }
     if (rc < 0) {
         for (int i = 0; i < g->n_choices; i++)
-            if (g->choices[i].live) sched_engine_cancel(app->eng, &g->choices[i]);
-        if (rc == BRISK_ENOSPC) srv_respond_code(r, rc, NULL); /* 429, the queue is full */
-        else srv_respond_code(r, rc, "cannot queue the request: %s", brisk_strerror(rc));
+            if (g->choices[i].live)
+                sched_engine_cancel(app->eng, &g->choices[i]);
+        if (rc == BRISK_ENOSPC)
+            srv_respond_code(r, rc, NULL); /* 429, the queue is full */
+        else
+            srv_respond_code(r, rc, "cannot queue the request: %s", brisk_strerror(rc));
         g->http = NULL;
         if (g->n_live == 0) {
             gen_unlink(app, g);
@@ -744,13 +817,16 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, i
     if (g->stream) {
         srv_stream_begin(r, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
         if (g->is_chat) /* the role comes first, as OpenAI sends it */
-            for (int i = 0; i < g->n_choices; i++) stream_chunk(g, &g->choices[i], "", 0, NULL, 0, NULL);
+            for (int i = 0; i < g->n_choices; i++)
+                stream_chunk(g, &g->choices[i], "", 0, NULL, 0, NULL);
     }
 }
 
-static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_params *p, int n_prompts) {
+static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_params *p,
+                        int n_prompts) {
     gen_req *g = brisk_calloc(1, sizeof *g);
-    if (!g) return NULL;
+    if (!g)
+        return NULL;
     g->app = app;
     g->is_chat = is_chat;
     g->stream = p->stream;
@@ -777,10 +853,12 @@ static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_par
 /* --audit-log-content: a copy of the chat messages for the audit line. */
 static int audit_keep_msgs(gen_req *g, const srv_chat_req *cr) {
     g->a_msgs = brisk_calloc((size_t)cr->n_msgs, sizeof *g->a_msgs);
-    if (!g->a_msgs) return BRISK_ENOMEM;
+    if (!g->a_msgs)
+        return BRISK_ENOMEM;
     for (int i = 0; i < cr->n_msgs; i++) {
         char *s = brisk_malloc(cr->msgs[i].content_len + 1);
-        if (!s) return BRISK_ENOMEM;
+        if (!s)
+            return BRISK_ENOMEM;
         memcpy(s, cr->msgs[i].content, cr->msgs[i].content_len);
         s[cr->msgs[i].content_len] = '\0';
         g->a_msgs[i].role = cr->msgs[i].role;
@@ -797,18 +875,21 @@ static int add_bos_flag(srv_app *app) {
 
 void srv_gen_completions(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    if (gen_precheck(app, r) < 0) return;
+    if (gen_precheck(app, r) < 0)
+        return;
     size_t len;
     const char *body = srv_req_body(r, &len);
     srv_completion_req cr;
     srv_api_error e;
     int rc = srv_api_parse_completion(body, len, &app->limits, &cr, &e);
     if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
-        if (rc == 0) srv_completion_req_free(&cr);
+        if (rc == 0)
+            srv_completion_req_free(&cr);
         return;
     }
     for (int i = 0; i < cr.n_prompts; i++) {
-        if (!cr.prompts[i].is_tokens && refuse_surely_too_long(app, r, cr.prompts[i].text_len, "prompt")) {
+        if (!cr.prompts[i].is_tokens &&
+            refuse_surely_too_long(app, r, cr.prompts[i].text_len, "prompt")) {
             srv_completion_req_free(&cr);
             return;
         }
@@ -823,7 +904,8 @@ void srv_gen_completions(srv_req *r) {
         srv_prompt *pr = &cr.prompts[i];
         if (pr->is_tokens) {
             g->pids[i] = brisk_malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
-            if (g->pids[i]) memcpy(g->pids[i], pr->ids, (size_t)pr->n_ids * sizeof(int32_t));
+            if (g->pids[i])
+                memcpy(g->pids[i], pr->ids, (size_t)pr->n_ids * sizeof(int32_t));
             g->n_pids[i] = pr->n_ids;
             g->p_is_tokens[i] = 1;
             if (g->echo) {
@@ -831,7 +913,8 @@ void srv_gen_completions(srv_req *r) {
                 g->ptext_len[i] = g->ptext[i] ? strlen(g->ptext[i]) : 0;
             }
         } else {
-            g->pids[i] = tokenize(app, pr->text, pr->text_len, add_bos_flag(app) | TOK_PARSE_SPECIAL, &g->n_pids[i]);
+            g->pids[i] = tokenize(app, pr->text, pr->text_len,
+                                  add_bos_flag(app) | TOK_PARSE_SPECIAL, &g->n_pids[i]);
             if (g->echo || g->audit_keep) {
                 g->ptext[i] = brisk_malloc(pr->text_len + 1);
                 if (g->ptext[i]) {
@@ -855,11 +938,13 @@ void srv_gen_completions(srv_req *r) {
 
 void srv_gen_chat(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    if (gen_precheck(app, r) < 0) return;
+    if (gen_precheck(app, r) < 0)
+        return;
     if (app->chat.kind == MODEL_CHAT_NONE) {
-        srv_respond_error(r, 400, "invalid_request_error", "messages", "chat_template_missing",
-                          "this model has no chat template brisk can apply; use /v1/completions or start "
-                          "the server with --chat-template NAME");
+        srv_respond_error(
+            r, 400, "invalid_request_error", "messages", "chat_template_missing",
+            "this model has no chat template brisk can apply; use /v1/completions or start "
+            "the server with --chat-template NAME");
         return;
     }
     size_t len;
@@ -868,12 +953,14 @@ void srv_gen_chat(srv_req *r) {
     srv_api_error e;
     int rc = srv_api_parse_chat(body, len, &app->limits, &cr, &e);
     if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
-        if (rc == 0) srv_chat_req_free(&cr);
+        if (rc == 0)
+            srv_chat_req_free(&cr);
         return;
     }
     /* The rendered text holds every content: refuse before rendering. */
     size_t content_len = 0;
-    for (int i = 0; i < cr.n_msgs; i++) content_len += cr.msgs[i].content_len;
+    for (int i = 0; i < cr.n_msgs; i++)
+        content_len += cr.msgs[i].content_len;
     if (refuse_surely_too_long(app, r, content_len, "messages")) {
         srv_chat_req_free(&cr);
         return;
@@ -902,13 +989,15 @@ void srv_gen_chat(srv_req *r) {
     char *text = NULL;
     size_t text_len = 0;
     int has_bos = 0;
-    rc = model_chat_format_render(&app->chat, msgs, cr.n_msgs, bos, eos, &text, &text_len, &has_bos, err,
-                                  sizeof err);
+    rc = model_chat_format_render(&app->chat, msgs, cr.n_msgs, bos, eos, &text, &text_len, &has_bos,
+                                  err, sizeof err);
     free(msgs);
     if (rc < 0) {
         srv_chat_req_free(&cr);
-        if (rc == BRISK_ENOMEM) srv_respond_code(r, BRISK_ENOMEM, NULL);
-        else srv_respond_error(r, 400, "invalid_request_error", "messages", NULL, "%s", err);
+        if (rc == BRISK_ENOMEM)
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+        else
+            srv_respond_error(r, 400, "invalid_request_error", "messages", NULL, "%s", err);
         return;
     }
     gen_req *g = gen_new(app, r, 1, &cr.params, 1);
@@ -934,13 +1023,18 @@ void srv_gen_chat(srv_req *r) {
 /* ---- the audit line ------------------------------------------------------------ */
 
 /* The finish field: how the request ended, from the client's point of view. */
-static const char *audit_finish(const srv_app *app, const gen_req *g, const srv_req *r, int status) {
+static const char *audit_finish(const srv_app *app, const gen_req *g, const srv_req *r,
+                                int status) {
     /* At shutdown (a second signal, the drain timeout) the server cut it off. */
-    if (srv_req_aborted(r)) return app->shutting_down ? "shutdown" : "client_abort";
-    if (!g || status >= 400) return NULL; /* the status says it */
-    if (g->failed || g->n_live > 0) return "error"; /* a stream that ended with an error event */
+    if (srv_req_aborted(r))
+        return app->shutting_down ? "shutdown" : "client_abort";
+    if (!g || status >= 400)
+        return NULL; /* the status says it */
+    if (g->failed || g->n_live > 0)
+        return "error"; /* a stream that ended with an error event */
     for (int i = 0; i < g->n_choices; i++)
-        if (g->choices[i].finish == SCHED_FINISH_LENGTH) return "length";
+        if (g->choices[i].finish == SCHED_FINISH_LENGTH)
+            return "length";
     return "stop";
 }
 
@@ -965,13 +1059,15 @@ void srv_gen_audit(srv_app *app, const srv_req *r, int status) {
         rec.model = app->served_name;
         rec.prompt_tokens = g->prompt_tokens;
         rec.completion_tokens = 0;
-        for (int i = 0; i < g->n_choices; i++) rec.completion_tokens += g->choices[i].completion_len;
+        for (int i = 0; i < g->n_choices; i++)
+            rec.completion_tokens += g->choices[i].completion_len;
     }
     if (g && g->audit_keep) {
         rec.content = 1;
         prompts = brisk_calloc((size_t)g->n_prompts + 1, sizeof *prompts);
         outs = brisk_calloc((size_t)g->n_choices + 1, sizeof *outs);
-        if (!prompts || !outs) rec.content = 0;
+        if (!prompts || !outs)
+            rec.content = 0;
         if (g->is_chat) {
             rec.msgs = g->a_msgs;
             rec.n_msgs = g->a_n_msgs;
@@ -998,8 +1094,10 @@ void srv_gen_audit(srv_app *app, const srv_req *r, int status) {
     }
     size_t len;
     char *line = srv_audit_format(&rec, &len);
-    if (line) srv_audit_write(app->audit, line, len);
-    else srv_audit_write(app->audit, NULL, 0); /* counted as dropped */
+    if (line)
+        srv_audit_write(app->audit, line, len);
+    else
+        srv_audit_write(app->audit, NULL, 0); /* counted as dropped */
     free(line);
     free(prompts);
     free(outs);

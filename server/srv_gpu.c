@@ -380,8 +380,9 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
     for (int i = 0; i < n; i++)
         any |= g->cache[i].have_ids;
     if (any) {
-        brisk_buf_printf(&b, "# HELP brisk_gpu_info GPUs sampled through NVML: index, name and UUID.\n"
-                       "# TYPE brisk_gpu_info gauge\n");
+        brisk_buf_printf(&b,
+                         "# HELP brisk_gpu_info GPUs sampled through NVML: index, name and UUID.\n"
+                         "# TYPE brisk_gpu_info gauge\n");
         for (int i = 0; i < n; i++) {
             const srv_nvml_gpu *d = &g->cache[i];
             if (!d->have_ids)
@@ -390,7 +391,7 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
             gpu_escape(name, sizeof name, d->name);
             gpu_escape(uuid, sizeof uuid, d->uuid);
             brisk_buf_printf(&b, "brisk_gpu_info{%s,gpu=\"%d\",name=\"%s\",uuid=\"%s\"} 1\n",
-                       g->model_label, i, name, uuid);
+                             g->model_label, i, name, uuid);
         }
     }
     for (int f = 0; f < GPU_F_COUNT; f++) {
@@ -401,7 +402,7 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
                 continue;
             if (!header) {
                 brisk_buf_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", gpu_families[f].name,
-                           gpu_families[f].help, gpu_families[f].name);
+                                 gpu_families[f].help, gpu_families[f].name);
                 header = 1;
             }
             gpu_put_value(&b, g, f, i, &g->cache[i]);
@@ -412,11 +413,11 @@ int srv_gpu_render_append(srv_gpu *g, double now, char **text, size_t *len) {
     srv_metrics_format_float(num, sizeof num, (double)g->errors);
     pthread_mutex_unlock(&g->mu);
     brisk_buf_printf(&b,
-               "# HELP brisk_gpu_metrics_errors_total NVML reads that failed or returned "
-               "impossible values.\n"
-               "# TYPE brisk_gpu_metrics_errors_total counter\n"
-               "brisk_gpu_metrics_errors_total{%s} %s\n",
-               g->model_label, num);
+                     "# HELP brisk_gpu_metrics_errors_total NVML reads that failed or returned "
+                     "impossible values.\n"
+                     "# TYPE brisk_gpu_metrics_errors_total counter\n"
+                     "brisk_gpu_metrics_errors_total{%s} %s\n",
+                     g->model_label, num);
     if (b.oom) {
         free(b.p);
         return BRISK_ENOMEM;

@@ -230,16 +230,17 @@ void srv_respond_error(srv_req *r, int status, const char *type, const char *par
  *   EIO and anything else                  500 server_error */
 typedef struct srv_error_map {
     int status;
-    const char *type;     /* OpenAI error type */
-    const char *code;     /* OpenAI error code, or NULL */
-    const char *headers;  /* extra response headers ("Name: v\r\n"), or NULL */
-    const char *message;  /* the default message */
+    const char *type;    /* OpenAI error type */
+    const char *code;    /* OpenAI error code, or NULL */
+    const char *headers; /* extra response headers ("Name: v\r\n"), or NULL */
+    const char *message; /* the default message */
 } srv_error_map;
 srv_error_map srv_error_for_code(int code);
 
 /* An OpenAI-shaped error for a BRISK_E* code through srv_error_for_code;
  * fmt NULL gives the code's default message. Finishes r. */
-void srv_respond_code(srv_req *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void srv_respond_code(srv_req *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Streaming: sends the head with Transfer-Encoding: chunked (HTTP/1.0
  * clients get the raw bytes and the connection closes at the end). Returns 0,

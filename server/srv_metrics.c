@@ -524,8 +524,7 @@ void srv_metrics_count_unknown_fields(srv_metrics *m, int n) {
 /* ---- rendering --------------------------------------------------------- */
 
 /* HELP text escaping: \ -> \\, newline -> \n. */
-static void metrics_put_family(brisk_buf *b, const char *name, const char *type,
-                               const char *help) {
+static void metrics_put_family(brisk_buf *b, const char *name, const char *type, const char *help) {
     brisk_buf_printf(b, "# HELP %s ", name);
     for (const char *c = help; *c; c++) {
         if (*c == '\\')
@@ -544,7 +543,7 @@ static void metrics_put_sample(brisk_buf *b, const srv_metrics *m, const char *n
     char num[64];
     srv_metrics_format_float(num, sizeof num, v);
     brisk_buf_printf(b, "%s{%s%s%s} %s\n", name, m->label, extra ? "," : "", extra ? extra : "",
-                       num);
+                     num);
 }
 
 static void metrics_put_scalar(brisk_buf *b, const srv_metrics *m, const char *name,
@@ -553,8 +552,8 @@ static void metrics_put_scalar(brisk_buf *b, const srv_metrics *m, const char *n
     metrics_put_sample(b, m, name, NULL, v);
 }
 
-static void metrics_put_hist(brisk_buf *b, const srv_metrics *m, const char *name,
-                             const char *help, const metrics_hist *h) {
+static void metrics_put_hist(brisk_buf *b, const srv_metrics *m, const char *name, const char *help,
+                             const metrics_hist *h) {
     metrics_put_family(b, name, "histogram", help);
     char series[160], le[96], num[64];
     snprintf(series, sizeof series, "%s_bucket", name);
@@ -604,8 +603,8 @@ static double metrics_nearest_rank(const double *sorted, int n, int q_pm) {
     return sorted[k - 1];
 }
 
-static void metrics_put_window_quantiles(brisk_buf *b, srv_metrics *m, int which,
-                                         const char *stem, const char *what) {
+static void metrics_put_window_quantiles(brisk_buf *b, srv_metrics *m, int which, const char *stem,
+                                         const char *what) {
     int n = metrics_window_sorted(m, &m->win[which]);
     for (int q = 0; q < 3; q++) {
         char name[128], help[256];
@@ -649,8 +648,9 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
                        (double)g->prefix_hits);
 
     if (g->kv_blocks_total > 0) {
-        metrics_put_family(&b, "brisk_kv_cache_blocks", "gauge",
-                           "KV cache blocks by state: used (referenced), cached (reusable prefix), free.");
+        metrics_put_family(
+            &b, "brisk_kv_cache_blocks", "gauge",
+            "KV cache blocks by state: used (referenced), cached (reusable prefix), free.");
         metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"total\"", g->kv_blocks_total);
         metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"used\"", g->kv_blocks_used);
         metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"cached\"", g->kv_blocks_cached);
@@ -659,16 +659,18 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
         metrics_put_scalar(&b, m, "brisk_kv_cache_slots_allocated_total", "counter",
                            "KV positions in used blocks, summed over engine steps.",
                            (double)g->kv_slots_allocated);
-        metrics_put_scalar(&b, m, "brisk_kv_cache_slots_filled_total", "counter",
-                           "KV positions in used blocks that hold a token, summed over engine steps.",
-                           (double)g->kv_slots_filled);
-        metrics_put_scalar(&b, m, "brisk_engine_busy_seconds_total", "counter",
-                           "Engine-thread seconds spent on steps (scheduling, forward pass, sampling).",
-                           g->engine_busy_s);
+        metrics_put_scalar(
+            &b, m, "brisk_kv_cache_slots_filled_total", "counter",
+            "KV positions in used blocks that hold a token, summed over engine steps.",
+            (double)g->kv_slots_filled);
+        metrics_put_scalar(
+            &b, m, "brisk_engine_busy_seconds_total", "counter",
+            "Engine-thread seconds spent on steps (scheduling, forward pass, sampling).",
+            g->engine_busy_s);
         metrics_put_scalar(&b, m, "brisk_engine_forward_seconds_total", "counter",
                            "Engine-thread seconds inside the forward pass.", g->engine_forward_s);
-        metrics_put_scalar(&b, m, "brisk_engine_steps_total", "counter", "Engine steps (forward passes).",
-                           (double)g->engine_steps);
+        metrics_put_scalar(&b, m, "brisk_engine_steps_total", "counter",
+                           "Engine steps (forward passes).", (double)g->engine_steps);
         metrics_put_scalar(&b, m, "brisk_engine_batch_tokens_total", "counter",
                            "Tokens computed by forward passes, summed over steps.",
                            (double)g->engine_batch_tokens);

@@ -106,6 +106,8 @@ int srv_proc_sample(srv_proc_stats *out) {
     }
     out->open_fds = proc_count_fds();
     struct rlimit rl;
-    out->max_fds = (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) ? (double)rl.rlim_cur : -1;
+    out->max_fds = (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+                       ? (double)rl.rlim_cur
+                       : -1;
     return 0;
 }

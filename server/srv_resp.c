@@ -439,14 +439,13 @@ srv_error_map srv_error_for_code(int code) {
     case BRISK_EUNSUPPORTED:
         return (srv_error_map){400, "invalid_request_error", NULL, NULL, brisk_strerror(code)};
     case BRISK_ENOTFOUND:
-        return (srv_error_map){404, "invalid_request_error", "not_found", NULL, brisk_strerror(code)};
+        return (srv_error_map){404, "invalid_request_error", "not_found", NULL,
+                               brisk_strerror(code)};
     case BRISK_ENOSPC:
         return (srv_error_map){429, "rate_limit_error", "queue_full", "Retry-After: 1\r\n",
                                "the server's waiting queue is full; retry later"};
-    case BRISK_ENOMEM:
-        return (srv_error_map){500, "server_error", NULL, NULL, "out of memory"};
-    default:
-        return (srv_error_map){500, "server_error", NULL, NULL, brisk_strerror(code)};
+    case BRISK_ENOMEM: return (srv_error_map){500, "server_error", NULL, NULL, "out of memory"};
+    default: return (srv_error_map){500, "server_error", NULL, NULL, brisk_strerror(code)};
     }
 }
 

@@ -61,16 +61,14 @@
 #define X8Z_BB(K) (8 * KERN_WK_BB(K))
 #define X8Z_DOFF(K) ((size_t)(KERN_WK_NIB(K) ? 128 : 256))
 
-AI uint32_t x8z_u32(const void *p)
-{
+AI uint32_t x8z_u32(const void *p) {
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
 }
 
 /* [16 bytes at pa | 16 bytes at pb]. */
-AI __m256i x8z_pair(const uint8_t *pa, const uint8_t *pb)
-{
+AI __m256i x8z_pair(const uint8_t *pa, const uint8_t *pb) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)pa)),
                                    _mm_loadu_si128((const __m128i *)pb), 1);
 }
@@ -84,8 +82,7 @@ typedef struct {
 
 /* Stores lanes 0-7 at row o[0] and 8-15 at row o[1] of output row y, only
  * the rows below r1. */
-AI void x8z_store(float *y, __m512 v, const x8z_zp *zp, int r1)
-{
+AI void x8z_store(float *y, __m512 v, const x8z_zp *zp, int r1) {
     if (zp->o[1] == zp->o[0] + 8 && zp->o[0] + 16 <= r1) {
         _mm512_storeu_ps(y + zp->o[0], v);
         return;
@@ -107,9 +104,8 @@ AI void x8z_store(float *y, __m512 v, const x8z_zp *zp, int r1)
 /* NZ zmm (zp[0..NZ)) x T tokens from t0. pf 1: prefetch pfoff bytes on from
  * each group's block (the next tile's groups); pf 2: X8Z_STREAM_PF bytes on
  * in each group's stream (decode). */
-AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, const int NZ, const int T,
-                      const int K, const int pf, size_t pfoff)
-{
+AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, const int NZ,
+                      const int T, const int K, const int pf, size_t pfoff) {
     const int nb = a->n_in / 32, M = KERN_WK_M(K);
     const size_t bb = X8Z_BB(K), doff = X8Z_DOFF(K);
     const int16_t *x[8];
@@ -138,7 +134,8 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
                     _mm_prefetch((const char *)wb[z] + pfoff + l, _MM_HINT_T0);
                 }
             } else if (pf == 2) { /* the lines that start in this block, X8Z_STREAM_PF on */
-                for (size_t l = ((size_t)b * bb + 63) & ~(size_t)63; l < (size_t)(b + 1) * bb; l += 64) {
+                for (size_t l = ((size_t)b * bb + 63) & ~(size_t)63; l < (size_t)(b + 1) * bb;
+                     l += 64) {
                     _mm_prefetch((const char *)zp[z].g[0] + l + X8Z_STREAM_PF, X8Z_HINT);
                     _mm_prefetch((const char *)zp[z].g[1] + l + X8Z_STREAM_PF, X8Z_HINT);
                 }
@@ -158,7 +155,8 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
                     __m512i w0[2], w1[2];
 #pragma GCC unroll 2
                     for (int z = 0; z < NZ; z++) {
-                        const __m512i raw = _mm512_cvtepu8_epi16(x8z_pair(wa[z] + 16 * c, wb[z] + 16 * c));
+                        const __m512i raw =
+                            _mm512_cvtepu8_epi16(x8z_pair(wa[z] + 16 * c, wb[z] + 16 * c));
                         w0[z] = _mm512_and_si512(raw, _mm512_set1_epi16(0x0f));
                         w1[z] = _mm512_srli_epi16(raw, 4);
                     }
@@ -204,8 +202,9 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
 #pragma GCC unroll 2
             for (int z = 0; z < NZ; z++) {
                 if (NA == 4)
-                    s[z][t * NA] = _mm512_add_epi32(_mm512_add_epi32(s[z][t * NA], s[z][t * NA + 1]),
-                                                    _mm512_add_epi32(s[z][t * NA + 2], s[z][t * NA + 3]));
+                    s[z][t * NA] =
+                        _mm512_add_epi32(_mm512_add_epi32(s[z][t * NA], s[z][t * NA + 1]),
+                                         _mm512_add_epi32(s[z][t * NA + 2], s[z][t * NA + 3]));
                 else if (NA == 2)
                     s[z][t * NA] = _mm512_add_epi32(s[z][t * NA], s[z][t * NA + 1]);
             }
@@ -220,11 +219,13 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
 #pragma GCC unroll 2
         for (int z = 0; z < NZ; z++) {
             const __m512 dw = _mm512_cvtph_ps(x8z_pair(wa[z] + doff, wb[z] + doff));
-            const __m512 mw = M ? _mm512_cvtph_ps(x8z_pair(wa[z] + doff + 16, wb[z] + doff + 16)) : dw;
+            const __m512 mw =
+                M ? _mm512_cvtph_ps(x8z_pair(wa[z] + doff + 16, wb[z] + doff + 16)) : dw;
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
-                acc[z][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[z][t * NA]),
-                                            _mm512_mul_ps(dw, _mm512_set1_ps(a->xd[xo + t])), acc[z][t]);
+                acc[z][t] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[z][t * NA]),
+                                    _mm512_mul_ps(dw, _mm512_set1_ps(a->xd[xo + t])), acc[z][t]);
                 if (M)
                     acc[z][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->xs[xo + t]), acc[z][t]);
             }
@@ -242,8 +243,7 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
 /* Decode of rows [r0, r1) (r0 a multiple of 8): group g of the first half of
  * the range beside group g of the second half, so the thread reads two
  * sequential streams; an odd last group is paired with itself. */
-AI void X8Z_FN(_rows1)(const kern_mm_args *a, int r0, int r1, const int K)
-{
+AI void X8Z_FN(_rows1)(const kern_mm_args *a, int r0, int r1, const int K) {
     const size_t gbytes = (size_t)(a->n_in / 32) * X8Z_BB(K);
     const int n_g = (r1 - r0 + 7) / 8, half = n_g / 2;
     const uint8_t *grp = a->W + (size_t)(r0 / 8) * gbytes;
@@ -263,8 +263,8 @@ AI void X8Z_FN(_rows1)(const kern_mm_args *a, int r0, int r1, const int K)
  * (two zmm) per tile; past the last group a tile reads that group again and
  * stores nothing for it (one tile shape: half the code). pf: prefetch the
  * next tile's groups (the first token tile of a chunk). */
-AI void X8Z_FN(_tiles)(const kern_mm_args *a, int ng, int o, int r1, int t0, const int T, const int K, int pf)
-{
+AI void X8Z_FN(_tiles)(const kern_mm_args *a, int ng, int o, int r1, int t0, const int T,
+                       const int K, int pf) {
     const size_t gbytes = (size_t)(a->n_in / 32) * X8Z_BB(K);
     const uint8_t *grp = a->W + (size_t)(o / 8) * gbytes;
     for (int g = 0; g < ng; g += 4) {
@@ -283,8 +283,7 @@ AI void X8Z_FN(_tiles)(const kern_mm_args *a, int ng, int o, int r1, int t0, con
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8) of an X8 matrix of base format K. */
-AI void X8Z_FN(_rows_k)(const kern_mm_args *a, int r0, int r1, const int K)
-{
+AI void X8Z_FN(_rows_k)(const kern_mm_args *a, int r0, int r1, const int K) {
     if (a->n_tok == 1) {
         X8Z_FN(_rows1)(a, r0, r1, K);
         return;
@@ -317,8 +316,7 @@ AI void X8Z_FN(_rows_k)(const kern_mm_args *a, int r0, int r1, const int K)
     }
 }
 
-static void X8Z_FN(_rows)(const kern_mm_args *a, int r0, int r1)
-{
+static void X8Z_FN(_rows)(const kern_mm_args *a, int r0, int r1) {
     switch (a->wt) {
     case KERN_TYPE_Q8_0X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q8_0); break;
     case KERN_TYPE_Q8_0MX8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q8_0M); break;

@@ -21,7 +21,8 @@ double kern_measure_read_bw(kern_pool *pool, size_t bytes, int reps);
  * them, so each call reads W from DRAM as in a real decode step rather than
  * from cache. *gflops (may be NULL) gets 2*n_out*n_in*n_tok / seconds / 1e9
  * (GOP/s for Q8_0). Returns 0 on allocation failure. */
-double kern_bench_matmul(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok, int reps, double *gflops);
+double kern_bench_matmul(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok, int reps,
+                         double *gflops);
 
 /* Microseconds per kern_pool_run() of n_threads tiny tasks, averaged over
  * n_runs back-to-back dispatches (the per-call overhead of a decode step). */

@@ -17,15 +17,14 @@
 #endif
 
 static kern_cpu_features g_features;
-static atomic_int g_detected;   /* 0 = not yet, 1 = g_features valid */
-static atomic_int g_level = -1; /* cached effective level, -1 = recompute */
-static atomic_int g_cap = -1;   /* kern_cpu_set_max_level(), -1 = none */
-static atomic_int g_pick = -1;  /* kern_cpu_set_pick(), -1 = from the environment */
+static atomic_int g_detected;      /* 0 = not yet, 1 = g_features valid */
+static atomic_int g_level = -1;    /* cached effective level, -1 = recompute */
+static atomic_int g_cap = -1;      /* kern_cpu_set_max_level(), -1 = none */
+static atomic_int g_pick = -1;     /* kern_cpu_set_pick(), -1 = from the environment */
 static atomic_int g_env_pick = -1; /* BRISK_CPU_KERNELS, read once */
 
 #ifdef KERN_X86
-static uint64_t xgetbv0(void)
-{
+static uint64_t xgetbv0(void) {
     uint32_t lo, hi;
     /* xgetbv with ecx = 0; written as asm so that this baseline-compiled file
      * needs no -mxsave. */
@@ -34,8 +33,7 @@ static uint64_t xgetbv0(void)
 }
 #endif
 
-static void detect(kern_cpu_features *f)
-{
+static void detect(kern_cpu_features *f) {
     memset(f, 0, sizeof(*f));
 #ifdef KERN_X86
     unsigned a, b, c, d;
@@ -72,8 +70,7 @@ static void detect(kern_cpu_features *f)
 #endif
 }
 
-const kern_cpu_features *kern_cpu_detect(void)
-{
+const kern_cpu_features *kern_cpu_detect(void) {
     /* Detection is idempotent, so two threads racing here both write the
      * same values; the release/acquire pair publishes them. */
     if (!atomic_load_explicit(&g_detected, memory_order_acquire)) {
@@ -85,8 +82,7 @@ const kern_cpu_features *kern_cpu_detect(void)
     return &g_features;
 }
 
-static int env_cap(void)
-{
+static int env_cap(void) {
     const char *s = getenv("BRISK_CPU_LEVEL");
     if (!s || !*s)
         return -1;
@@ -97,8 +93,7 @@ static int env_cap(void)
     return -1;
 }
 
-static int compute_level(void)
-{
+static int compute_level(void) {
     const kern_cpu_features *f = kern_cpu_detect();
     int l = KERN_LEVEL_SCALAR;
     if (f->avx2)
@@ -116,8 +111,7 @@ static int compute_level(void)
     return l;
 }
 
-kern_level kern_cpu_level(void)
-{
+kern_level kern_cpu_level(void) {
     /* Called once per kernel call, so it is one relaxed load when cached. */
     int l = atomic_load_explicit(&g_level, memory_order_relaxed);
     if (l < 0) {
@@ -127,14 +121,12 @@ kern_level kern_cpu_level(void)
     return (kern_level)l;
 }
 
-void kern_cpu_set_max_level(kern_level level)
-{
+void kern_cpu_set_max_level(kern_level level) {
     atomic_store_explicit(&g_cap, (int)level, memory_order_relaxed);
     atomic_store_explicit(&g_level, -1, memory_order_relaxed);
 }
 
-static int env_pick(void)
-{
+static int env_pick(void) {
     const char *s = getenv("BRISK_CPU_KERNELS");
     if (!s || !*s || strcmp(s, "table") == 0)
         return KERN_PICK_TABLE;
@@ -144,8 +136,7 @@ static int env_pick(void)
     return KERN_PICK_TABLE;
 }
 
-kern_pick kern_cpu_pick(void)
-{
+kern_pick kern_cpu_pick(void) {
     int p = atomic_load_explicit(&g_pick, memory_order_relaxed);
     if (p >= 0)
         return (kern_pick)p;
@@ -157,14 +148,12 @@ kern_pick kern_cpu_pick(void)
     return (kern_pick)p;
 }
 
-void kern_cpu_set_pick(int pick)
-{
+void kern_cpu_set_pick(int pick) {
     atomic_store_explicit(&g_pick, pick == KERN_PICK_TABLE || pick == KERN_PICK_LEVEL ? pick : -1,
                           memory_order_relaxed);
 }
 
-const char *kern_level_name(kern_level level)
-{
+const char *kern_level_name(kern_level level) {
     switch (level) {
     case KERN_LEVEL_SCALAR: return "scalar";
     case KERN_LEVEL_AVX2: return "avx2";
@@ -174,8 +163,7 @@ const char *kern_level_name(kern_level level)
     return "unknown";
 }
 
-void kern_cpu_describe(char *buf, int len)
-{
+void kern_cpu_describe(char *buf, int len) {
     if (!buf || len <= 0)
         return;
     const kern_cpu_features *f = kern_cpu_detect();

@@ -36,10 +36,9 @@ enum { KERN_WK_Q8_0, KERN_WK_Q8_0M, KERN_WK_Q4_0, KERN_WK_Q4_1 };
 
 /* 1 for the weight types the int8 kernels run (Q8_0, Q8_0M, Q4_0, Q4_1 and
  * the X8 forms of the first two). */
-static inline int kern_is_int_weight(kern_type t)
-{
-    return t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q8_0M || t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1 ||
-           kern_type_is_x8(t);
+static inline int kern_is_int_weight(kern_type t) {
+    return t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q8_0M || t == KERN_TYPE_Q4_0 ||
+           t == KERN_TYPE_Q4_1 || kern_type_is_x8(t);
 }
 
 /* One matmul call as the row kernels see it. For the integer weight types
@@ -92,9 +91,10 @@ void kern_mm_rows_avx512vnni(const kern_mm_args *a, int r0, int r1);
  * (tested) and with slot = -1 stores them the same way; slot 0 or 1 stores
  * them as token 0 or 1 of the paired rows starting at q (2n values, see
  * kern_matmul_avx2.c). */
-void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum, int stride);
-void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum, int stride,
-                            int slot);
+void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum,
+                              int stride);
+void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum,
+                            int stride, int slot);
 
 /* Row-op SIMD versions (kern_ops_avx2.c); kern_ops.c dispatches. */
 void kern_fp32_to_fp16_row_avx2(uint16_t *dst, const float *src, int n);
@@ -108,9 +108,9 @@ float kern_dot_avx2(const float *a, const float *b, int n);
 #define KERN_ATTN_MAX_HEAD_DIM 128
 /* row_pf > 0: also prefetch the whole cache rows, row_pf elements from KV
  * head 0, into L2 as phase 1 walks them (kern_attention_rows_all). */
-void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                              int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
-                              float scale, float *scratch, int row_pf);
+void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride,
+                              int n_rows, int n_heads, int pos0, const kern_kv_view *kv,
+                              int kv_head, int head_dim, float scale, float *scratch, int row_pf);
 /* y[i] += alpha * x[i] over n floats, n a multiple of 8. */
 void kern_axpy_avx2(float *y, float alpha, const float *x, int n);
 /* exp over n floats (n any): the vectorised exp used by silu and softmax,

@@ -43,11 +43,12 @@
  * in kern_matmul_multi). */
 #define MM_STREAM_MAX_TOK 16
 
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+static size_t align64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
 
 /* int16 activations [n_tok][n_in], then d, s and sum(q), each [n_in/32][n_tok]. */
-size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok)
-{
+size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok) {
     if (!kern_is_int_weight(wt))
         return 0;
     size_t scales = (size_t)(n_in / KERN_QK) * (size_t)n_tok * sizeof(float);
@@ -61,14 +62,13 @@ size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok)
  * weights produce. The SIMD paths give -32768 for it (cvtps' "integer
  * indefinite", saturated by packs), so this does too; a finite v is within
  * +-32767 by construction of the scale. */
-static int16_t act_q16(float v)
-{
+static int16_t act_q16(float v) {
     float r = rintf(v);
     return r == r ? (int16_t)r : INT16_MIN;
 }
 
-void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum, int stride)
-{
+void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum,
+                              int stride) {
     for (int b = 0; b < n / KERN_QK; b++) {
         const float *xb = x + b * KERN_QK;
         float amax = 0.0f;
@@ -93,8 +93,7 @@ void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float
 
 /* ---- reference ------------------------------------------------------------ */
 
-static float weight_at(kern_type wt, const uint8_t *row, int i)
-{
+static float weight_at(kern_type wt, const uint8_t *row, int i) {
     uint16_t h;
     switch (wt) {
     case KERN_TYPE_F32: {
@@ -102,22 +101,16 @@ static float weight_at(kern_type wt, const uint8_t *row, int i)
         memcpy(&f, row + (size_t)i * 4, 4);
         return f;
     }
-    case KERN_TYPE_F16:
-        memcpy(&h, row + (size_t)i * 2, 2);
-        return kern_fp16_to_fp32(h);
-    case KERN_TYPE_BF16:
-        memcpy(&h, row + (size_t)i * 2, 2);
-        return kern_bf16_to_fp32(h);
-    default:
-        return 0.0f;
+    case KERN_TYPE_F16: memcpy(&h, row + (size_t)i * 2, 2); return kern_fp16_to_fp32(h);
+    case KERN_TYPE_BF16: memcpy(&h, row + (size_t)i * 2, 2); return kern_bf16_to_fp32(h);
+    default: return 0.0f;
     }
 }
 
 /* Block b of an integer weight row: its 32 values q, d and (Q8_0M, Q4_1)
  * m. The int8 types return their qs; the Q4 types unpack into buf. */
 static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw, float *mw,
-                              int8_t buf[KERN_QK])
-{
+                              int8_t buf[KERN_QK]) {
     switch (wt) {
     case KERN_TYPE_Q8_0M: {
         const kern_block_q8_0m *blk = (const kern_block_q8_0m *)row + b;
@@ -157,9 +150,8 @@ static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw
 /* Block b of row o of matrix W (rows of rb bytes, nb blocks): q8_block, and
  * for the X8 types the row's block taken out of its group (kern_x8_get_row)
  * first, its values copied into buf. */
-static const int8_t *q8_block_at(kern_type wt, const uint8_t *W, size_t rb, int nb, int o, int b, float *dw,
-                                 float *mw, int8_t buf[KERN_QK])
-{
+static const int8_t *q8_block_at(kern_type wt, const uint8_t *W, size_t rb, int nb, int o, int b,
+                                 float *dw, float *mw, int8_t buf[KERN_QK]) {
     if (!kern_type_is_x8(wt))
         return q8_block(wt, W + (size_t)o * rb, b, dw, mw, buf);
     const kern_type base = kern_x8_base(wt);
@@ -172,16 +164,14 @@ static const int8_t *q8_block_at(kern_type wt, const uint8_t *W, size_t rb, int 
     return buf;
 }
 
-static int has_offset(kern_type wt)
-{
+static int has_offset(kern_type wt) {
     kern_type b = kern_x8_base(wt);
     return b == KERN_TYPE_Q8_0M || b == KERN_TYPE_Q4_1;
 }
 
 /* One block's contribution, the arithmetic every level reproduces. */
-static float q8_block_acc(float acc, kern_type wt, const int8_t *qw, float dw, float mw, const int16_t *qx,
-                          float dx, float sx)
-{
+static float q8_block_acc(float acc, kern_type wt, const int8_t *qw, float dw, float mw,
+                          const int16_t *qx, float dx, float sx) {
     int32_t isum = 0;
     for (int j = 0; j < KERN_QK; j++)
         isum += (int32_t)qw[j] * (int32_t)qx[j];
@@ -193,8 +183,8 @@ static float q8_block_acc(float acc, kern_type wt, const int8_t *qw, float dw, f
 
 /* The definition. Allocates a temporary for the quantized activations (it
  * is a test oracle, not a hot path). */
-void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in, const float *x, int n_tok, float *y)
-{
+void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in, const float *x, int n_tok,
+                     float *y) {
     const uint8_t *w = W;
     size_t rb = kern_row_bytes(wt, n_in);
     if (kern_is_int_weight(wt)) {
@@ -247,8 +237,7 @@ void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in, const flo
 
 #define SCALAR_TT 4 /* tokens per tile */
 
-static void rows_scalar_q8(const kern_mm_args *a, int r0, int r1)
-{
+static void rows_scalar_q8(const kern_mm_args *a, int r0, int r1) {
     int nb = a->n_in / KERN_QK;
     for (int t0 = 0; t0 < a->n_tok; t0 += SCALAR_TT) {
         int nt = a->n_tok - t0 < SCALAR_TT ? a->n_tok - t0 : SCALAR_TT;
@@ -260,7 +249,8 @@ static void rows_scalar_q8(const kern_mm_args *a, int r0, int r1)
                 const int8_t *qw = q8_block_at(a->wt, a->W, a->row_bytes, nb, o, b, &dw, &mw, buf);
                 for (int t = 0; t < nt; t++) {
                     size_t k = (size_t)b * a->n_tok + t0 + t;
-                    acc[t] = q8_block_acc(acc[t], a->wt, qw, dw, mw, a->xq + (size_t)(t0 + t) * a->n_in + b * KERN_QK,
+                    acc[t] = q8_block_acc(acc[t], a->wt, qw, dw, mw,
+                                          a->xq + (size_t)(t0 + t) * a->n_in + b * KERN_QK,
                                           a->xd[k], a->xs[k]);
                 }
             }
@@ -270,8 +260,7 @@ static void rows_scalar_q8(const kern_mm_args *a, int r0, int r1)
     }
 }
 
-static void rows_scalar_float(const kern_mm_args *a, int r0, int r1)
-{
+static void rows_scalar_float(const kern_mm_args *a, int r0, int r1) {
     for (int t0 = 0; t0 < a->n_tok; t0 += SCALAR_TT) {
         int nt = a->n_tok - t0 < SCALAR_TT ? a->n_tok - t0 : SCALAR_TT;
         for (int o = r0; o < r1; o++) {
@@ -288,8 +277,7 @@ static void rows_scalar_float(const kern_mm_args *a, int r0, int r1)
     }
 }
 
-void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1)
-{
+void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1) {
     if (kern_is_int_weight(a->wt))
         rows_scalar_q8(a, r0, r1);
     else
@@ -307,14 +295,12 @@ void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1)
 
 /* 1: the AVX2 kernel of row-major integer weights for n_tok tokens reads the
  * paired activation layout (kern_internal.h). */
-static int act_paired(kern_level lv, kern_type wt, int n_tok)
-{
+static int act_paired(kern_level lv, kern_type wt, int n_tok) {
     return lv == KERN_LEVEL_AVX2 && kern_is_int_weight(wt) && !kern_type_is_x8(wt) &&
            n_tok < KERN_AVX2_PLAIN_MIN_TOK;
 }
 
-static kern_level pick_level(kern_type wt, int n_tok, kern_level top, kern_pick pick)
-{
+static kern_level pick_level(kern_type wt, int n_tok, kern_level top, kern_pick pick) {
     /* Row-major integer weights have AVX2 kernels only: the AVX-512 levels
      * run them (the X8 forms, which the CPU backend loads, have their own). */
     if (top > KERN_LEVEL_AVX2 && kern_is_int_weight(wt) && !kern_type_is_x8(wt))
@@ -344,13 +330,11 @@ static kern_level pick_level(kern_type wt, int n_tok, kern_level top, kern_pick 
     return KERN_LEVEL_AVX2;
 }
 
-kern_level kern_matmul_level(kern_type wt, int n_tok)
-{
+kern_level kern_matmul_level(kern_type wt, int n_tok) {
     return pick_level(wt, n_tok, kern_cpu_level(), kern_cpu_pick());
 }
 
-const char *kern_matmul_kernel_name(kern_type wt, int n_tok)
-{
+const char *kern_matmul_kernel_name(kern_type wt, int n_tok) {
     const kern_level lv = kern_matmul_level(wt, n_tok);
     const int x8 = kern_type_is_x8(wt), integer = kern_is_int_weight(wt);
     switch (lv) {
@@ -359,7 +343,9 @@ const char *kern_matmul_kernel_name(kern_type wt, int n_tok)
         if (x8)
             return n_tok == 1 ? "avx2 x8 2-stream" : "avx2 x8 16x3";
         if (integer)
-            return n_tok == 1 ? "avx2 row 8x1" : n_tok < KERN_AVX2_PLAIN_MIN_TOK ? "avx2 row 2x4 paired" : "avx2 row g8 16x3";
+            return n_tok == 1                        ? "avx2 row 8x1"
+                   : n_tok < KERN_AVX2_PLAIN_MIN_TOK ? "avx2 row 2x4 paired"
+                                                     : "avx2 row g8 16x3";
         return n_tok == 1 ? "avx2 f 2-stream" : "avx2 f 2x4";
     case KERN_LEVEL_AVX512:
     case KERN_LEVEL_AVX512VNNI:
@@ -373,16 +359,15 @@ const char *kern_matmul_kernel_name(kern_type wt, int n_tok)
     return "unknown";
 }
 
-void kern_matmul_describe(kern_type wt, char *buf, int len)
-{
+void kern_matmul_describe(kern_type wt, char *buf, int len) {
     if (!buf || len <= 0)
         return;
     snprintf(buf, (size_t)len, "%s: 1 token %s, 4 tokens %s, 64 tokens %s", kern_type_name(wt),
-             kern_matmul_kernel_name(wt, 1), kern_matmul_kernel_name(wt, 4), kern_matmul_kernel_name(wt, 64));
+             kern_matmul_kernel_name(wt, 1), kern_matmul_kernel_name(wt, 4),
+             kern_matmul_kernel_name(wt, 64));
 }
 
-static kern_mm_rows_fn rows_fn(kern_level lv)
-{
+static kern_mm_rows_fn rows_fn(kern_level lv) {
     switch (lv) {
     case KERN_LEVEL_AVX512VNNI: return kern_mm_rows_avx512vnni;
     case KERN_LEVEL_AVX512: return kern_mm_rows_avx512;
@@ -402,8 +387,7 @@ typedef struct {
     int n_groups, n_tasks, n_threads;
 } mm_job;
 
-static void mm_task(void *ctx, int task, int thread)
-{
+static void mm_task(void *ctx, int task, int thread) {
     (void)thread;
     const mm_job *j = ctx;
     /* The pool hands tasks out in order, so thread k usually runs tasks k,
@@ -424,7 +408,8 @@ static void mm_task(void *ctx, int task, int thread)
             continue;
         const kern_mm_args *a = &j->a[p];
         int r0 = (lo - j->g_first[p]) * ROW_GROUP;
-        int r1 = (hi - j->g_first[p]) * ROW_GROUP < a->n_out ? (hi - j->g_first[p]) * ROW_GROUP : a->n_out;
+        int r1 = (hi - j->g_first[p]) * ROW_GROUP < a->n_out ? (hi - j->g_first[p]) * ROW_GROUP
+                                                             : a->n_out;
         j->rows[p](a, r0, r1);
     }
 }
@@ -439,8 +424,7 @@ typedef struct {
     int32_t *xi;
 } quant_job;
 
-static void quant_task(void *ctx, int task, int thread)
-{
+static void quant_task(void *ctx, int task, int thread) {
     (void)thread;
     const quant_job *q = ctx;
     int t0 = task * q->tok_per_task;
@@ -448,13 +432,14 @@ static void quant_task(void *ctx, int task, int thread)
     for (int t = t0; t < t1; t++) {
         const float *x = q->x + (size_t)t * q->n_in;
         if (!q->avx2) {
-            kern_quantize_act_scalar(x, q->n_in, q->xq + (size_t)t * q->n_in, q->xd + t, q->xs + t, q->xi + t,
-                                     q->n_tok);
+            kern_quantize_act_scalar(x, q->n_in, q->xq + (size_t)t * q->n_in, q->xd + t, q->xs + t,
+                                     q->xi + t, q->n_tok);
             continue;
         }
         int paired = q->paired && t < (q->n_tok & ~1);
         int16_t *row = q->xq + (size_t)(paired ? t & ~1 : t) * q->n_in;
-        kern_quantize_act_avx2(x, q->n_in, row, q->xd + t, q->xs + t, q->xi + t, q->n_tok, paired ? t & 1 : -1);
+        kern_quantize_act_avx2(x, q->n_in, row, q->xd + t, q->xs + t, q->xi + t, q->n_tok,
+                               paired ? t & 1 : -1);
     }
 }
 
@@ -462,9 +447,8 @@ static void quant_task(void *ctx, int task, int thread)
  * row) is cheaper than a pool dispatch (~1-2 us). */
 #define QUANT_PARALLEL_MIN_TOK 8
 
-void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_parts, int n_in, const float *x,
-                       int n_tok, void *ws)
-{
+void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_parts, int n_in,
+                       const float *x, int n_tok, void *ws) {
     if (n_tok <= 0 || n_parts <= 0)
         return;
     assert(n_parts <= KERN_MATMUL_MAX_PARTS);
@@ -478,8 +462,14 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
         int n_out = q->n_out > 0 ? q->n_out : 0;
         kern_level lv = pick_level(q->wt, n_tok, top, pick);
         j.a[p] = (kern_mm_args){
-            .wt = q->wt, .W = q->W, .row_bytes = kern_row_bytes(q->wt, n_in),
-            .n_out = n_out, .n_in = n_in, .n_tok = n_tok, .x = x, .y = q->y,
+            .wt = q->wt,
+            .W = q->W,
+            .row_bytes = kern_row_bytes(q->wt, n_in),
+            .n_out = n_out,
+            .n_in = n_in,
+            .n_tok = n_tok,
+            .x = x,
+            .y = q->y,
         };
         j.rows[p] = rows_fn(lv);
         j.g_first[p + 1] = j.g_first[p] + (n_out + ROW_GROUP - 1) / ROW_GROUP;
@@ -507,11 +497,19 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
     if (any_int) {
         size_t scales = align64((size_t)(n_in / KERN_QK) * (size_t)n_tok * sizeof(float));
         int16_t *xq = ws;
-        float *xd = (float *)((uint8_t *)ws + align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)));
+        float *xd =
+            (float *)((uint8_t *)ws + align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)));
         float *xs = (float *)((uint8_t *)xd + scales);
         int32_t *xi = (int32_t *)((uint8_t *)xs + scales);
-        quant_job q = {.x = x, .n_in = n_in, .n_tok = n_tok, .xq = xq, .xd = xd, .xs = xs, .xi = xi,
-                       .avx2 = top >= KERN_LEVEL_AVX2, .paired = n_paired > 0};
+        quant_job q = {.x = x,
+                       .n_in = n_in,
+                       .n_tok = n_tok,
+                       .xq = xq,
+                       .xd = xd,
+                       .xs = xs,
+                       .xi = xi,
+                       .avx2 = top >= KERN_LEVEL_AVX2,
+                       .paired = n_paired > 0};
         if (n_threads > 1 && n_tok >= QUANT_PARALLEL_MIN_TOK) {
             int n_tasks = n_threads * 4 < n_tok ? n_threads * 4 : n_tok;
             q.tok_per_task = (n_tok + n_tasks - 1) / n_tasks;
@@ -547,9 +545,8 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
     kern_pool_run(pool, mm_task, &j, n_tasks);
 }
 
-void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in, const float *x, int n_tok,
-                 float *y, void *ws)
-{
+void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in, const float *x,
+                 int n_tok, float *y, void *ws) {
     kern_matmul_part part = {.wt = wt, .W = W, .n_out = n_out, .y = y};
     kern_matmul_multi(pool, &part, 1, n_in, x, n_tok, ws);
 }

@@ -52,8 +52,7 @@
 
 /* ---- activation quantization (bit-identical to kern_quantize_act_scalar) -- */
 
-AI int32_t hsum8_epi32(__m256i v)
-{
+AI int32_t hsum8_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
@@ -73,17 +72,17 @@ AI int32_t hsum8_epi32(__m256i v)
  * c goes to PAIR_OFF[slot][c]. */
 static const int PAIR_OFF[2][4] = {{0, 24, 32, 56}, {16, 8, 48, 40}};
 
-void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum, int stride,
-                            int slot)
-{
+void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum,
+                            int stride, int slot) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int b = 0; b < n / 32; b++) {
         const float *p = x + b * 32;
         __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8);
         __m256 v2 = _mm256_loadu_ps(p + 16), v3 = _mm256_loadu_ps(p + 24);
-        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
-                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        __m256 m =
+            _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                          _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
@@ -110,7 +109,8 @@ void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *
             _mm_storeu_si128((__m128i *)(o + off[2]), _mm256_castsi256_si128(q23));
             _mm_storeu_si128((__m128i *)(o + off[3]), _mm256_extracti128_si256(q23, 1));
         }
-        int32_t sum = hsum8_epi32(_mm256_add_epi32(_mm256_madd_epi16(q01, ones), _mm256_madd_epi16(q23, ones)));
+        int32_t sum = hsum8_epi32(
+            _mm256_add_epi32(_mm256_madd_epi16(q01, ones), _mm256_madd_epi16(q23, ones)));
         d[(size_t)b * stride] = db;
         s[(size_t)b * stride] = db * (float)sum;
         qsum[(size_t)b * stride] = sum;
@@ -122,31 +122,29 @@ void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *
 /* Pairwise folds; each keeps integer sums exact, so only the final lane
  * assignment matters. Per 128 bits, fold32(a, b) = [a0+a2, b0+b2, a1+a3,
  * b1+b3] and fold64(p, q) = [p0+p2, p1+p3, q0+q2, q1+q3]. */
-AI __m256i fold32(__m256i a, __m256i b)
-{
+AI __m256i fold32(__m256i a, __m256i b) {
     return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
 }
-AI __m256i fold64(__m256i a, __m256i b)
-{
+AI __m256i fold64(__m256i a, __m256i b) {
     return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
 }
 /* Each 128-bit half of the result holds the sums of that half of v[0..3]. */
-AI __m256i reduce4(const __m256i v[4]) { return fold64(fold32(v[0], v[1]), fold32(v[2], v[3])); }
+AI __m256i reduce4(const __m256i v[4]) {
+    return fold64(fold32(v[0], v[1]), fold32(v[2], v[3]));
+}
 /* reduce8(v)[k] = the sum of the 8 lanes of v[k]. */
-AI __m256i reduce8(const __m256i v[8])
-{
+AI __m256i reduce8(const __m256i v[8]) {
     __m256i lo = reduce4(v), hi = reduce4(v + 4);
-    return _mm256_add_epi32(_mm256_blend_epi32(lo, hi, 0xf0), _mm256_permute2x128_si256(lo, hi, 0x21));
+    return _mm256_add_epi32(_mm256_blend_epi32(lo, hi, 0xf0),
+                            _mm256_permute2x128_si256(lo, hi, 0x21));
 }
 
-AI uint16_t load_u16(const uint8_t *p)
-{
+AI uint16_t load_u16(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return h;
 }
-AI uint32_t load_u32(const uint8_t *p)
-{
+AI uint32_t load_u32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
@@ -154,8 +152,7 @@ AI uint32_t load_u32(const uint8_t *p)
 /* The two floats at v (any 4-byte alignment) in every 64-bit lane: through
  * an integer load, since a double-typed load of a float array is misaligned
  * for C (UBSan reports it) even where the instruction is not. */
-AI __m256 bcast2(const float *v)
-{
+AI __m256 bcast2(const float *v) {
     long long q;
     memcpy(&q, v, 8);
     return _mm256_castsi256_ps(_mm256_set1_epi64x(q));
@@ -163,10 +160,10 @@ AI __m256 bcast2(const float *v)
 
 /* The T activation values of tokens t0.. for block b (d or s), repeated in
  * each 128-bit half: [v0 v1 v2 v3], [v0 v1 v0 v1] or [v0 v0 v0 v0]. */
-AI __m256 tok_bcast(const float *v, const int T)
-{
+AI __m256 tok_bcast(const float *v, const int T) {
     if (T == 4)
-        return _mm256_castsi256_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)v)));
+        return _mm256_castsi256_ps(
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)v)));
     if (T == 2)
         return bcast2(v);
     return _mm256_broadcast_ss(v);
@@ -175,16 +172,15 @@ AI __m256 tok_bcast(const float *v, const int T)
 /* Output lane k of a tile: T = 1 (plain): row k, token 0. Paired (T = 2, 4):
  * the duo vectors D[i], i = pair * R + row, each [token 2 pair | 2 pair + 1],
  * reduce4() to lane k = (i = k & 3) in the half k >> 2 (the token's slot). */
-#define LANE_ROW(k, R, T) ((T) == 1 ? (k) : ((k) & 3) % (R))
-#define LANE_TOK(k, R, T) ((T) == 1 ? 0 : 2 * (((k) & 3) / (R)) + ((k) >> 2))
+#define LANE_ROW(k, R, T) ((T) == 1 ? (k) : ((k)&3) % (R))
+#define LANE_TOK(k, R, T) ((T) == 1 ? 0 : 2 * (((k)&3) / (R)) + ((k) >> 2))
 
 /* Cache lines prefetched per block in decode: 8 rows' blocks (272, 288, 144
  * or 160 bytes) rounded up to whole lines (see q8_tile). */
 #define PF_LINES(K) ((int)((8 * KERN_WK_BB(K) + 63) / 64))
 
 /* Values 0..15 and 16..31 of block b of a weight row as int16 (w0, w1). */
-AI void q8_widen(const uint8_t *row, int b, const int K, __m256i *w0, __m256i *w1)
-{
+AI void q8_widen(const uint8_t *row, int b, const int K, __m256i *w0, __m256i *w1) {
     const uint8_t *qs = row + (size_t)b * KERN_WK_BB(K) + KERN_WK_QO(K);
     if (KERN_WK_NIB(K)) {
         __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qs));
@@ -202,9 +198,8 @@ AI void q8_widen(const uint8_t *row, int b, const int K, __m256i *w0, __m256i *w
 
 /* The integer part for block b: the 8 (T = 1) or 4 (paired) partial-sum
  * vectors that reduce8() / reduce4() turn into the 8 lanes' block sums. */
-AI void q8_dots(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *pf, const int16_t *xr,
-                int b, const int R, const int T, const int K, __m256i *v)
-{
+AI void q8_dots(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *pf,
+                const int16_t *xr, int b, const int R, const int T, const int K, __m256i *v) {
     if (T == 1) {
         /* Row by row, so that only x and the 8 sums stay in registers. */
         const __m256i *xp = (const __m256i *)(xr + b * 32);
@@ -243,16 +238,17 @@ AI void q8_dots(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m256i pt = _mm256_add_epi32(_mm256_madd_epi16(w0[r], x), _mm256_madd_epi16(w1[r], y));
-            __m256i pu = _mm256_add_epi32(_mm256_madd_epi16(w0[r], xs), _mm256_madd_epi16(w1[r], ys));
+            __m256i pu =
+                _mm256_add_epi32(_mm256_madd_epi16(w0[r], xs), _mm256_madd_epi16(w1[r], ys));
             v[p * R + r] = _mm256_add_epi32(pt, _mm256_permute4x64_epi64(pu, 0x4e));
         }
     }
 }
 
 /* The float part for block b, given its partial-sum vectors v. */
-AI __m256 q8_finish(const kern_mm_args *a, const uint8_t *const *wr, const float *sd, const float *sm, int t0,
-                    int b, const __m256i *v, const int R, const int T, const int K, const int P, __m256 acc)
-{
+AI __m256 q8_finish(const kern_mm_args *a, const uint8_t *const *wr, const float *sd,
+                    const float *sm, int t0, int b, const __m256i *v, const int R, const int T,
+                    const int K, const int P, __m256 acc) {
     const size_t bb = KERN_WK_BB(K);
     const int M = KERN_WK_M(K);
     __m256i isum = T == 1 ? reduce8(v) : reduce4(v);
@@ -290,26 +286,30 @@ AI __m256 q8_finish(const kern_mm_args *a, const uint8_t *const *wr, const float
             lo = _mm_insert_epi32(lo, (int)load_u32(wr[3] + bo), 3);
             hi = _mm_insert_epi32(hi, (int)load_u32(wr[7] + bo), 3);
             /* Per 32 bits [d | qs0 qs1] -> the four d first, in each half. */
-            const __m128i split = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-            dw = _mm256_cvtph_ps(_mm_unpacklo_epi64(_mm_shuffle_epi8(lo, split), _mm_shuffle_epi8(hi, split)));
+            const __m128i split =
+                _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+            dw = _mm256_cvtph_ps(
+                _mm_unpacklo_epi64(_mm_shuffle_epi8(lo, split), _mm_shuffle_epi8(hi, split)));
         }
     } else {
 #define HL(off, k) (short)load_u16(wr[LANE_ROW(k, R, T)] + (size_t)b * bb + (off))
-        dw = _mm256_cvtph_ps(_mm_setr_epi16(HL(0, 0), HL(0, 1), HL(0, 2), HL(0, 3), HL(0, 4), HL(0, 5), HL(0, 6),
-                                            HL(0, 7)));
+        dw = _mm256_cvtph_ps(_mm_setr_epi16(HL(0, 0), HL(0, 1), HL(0, 2), HL(0, 3), HL(0, 4),
+                                            HL(0, 5), HL(0, 6), HL(0, 7)));
         if (M)
-            mw = _mm256_cvtph_ps(_mm_setr_epi16(HL(2, 0), HL(2, 1), HL(2, 2), HL(2, 3), HL(2, 4), HL(2, 5),
-                                                HL(2, 6), HL(2, 7)));
+            mw = _mm256_cvtph_ps(_mm_setr_epi16(HL(2, 0), HL(2, 1), HL(2, 2), HL(2, 3), HL(2, 4),
+                                                HL(2, 5), HL(2, 6), HL(2, 7)));
 #undef HL
     }
     const __m256i ctrl = _mm256_setr_epi32(LANE_TOK(0, R, T), LANE_TOK(1, R, T), LANE_TOK(2, R, T),
                                            LANE_TOK(3, R, T), LANE_TOK(4, R, T), LANE_TOK(5, R, T),
                                            LANE_TOK(6, R, T), LANE_TOK(7, R, T));
     const size_t xo = (size_t)b * a->n_tok + t0;
-    __m256 dx = T == 1 ? tok_bcast(a->xd + xo, T) : _mm256_permutevar_ps(tok_bcast(a->xd + xo, T), ctrl);
+    __m256 dx =
+        T == 1 ? tok_bcast(a->xd + xo, T) : _mm256_permutevar_ps(tok_bcast(a->xd + xo, T), ctrl);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
     if (M) {
-        __m256 sx = T == 1 ? tok_bcast(a->xs + xo, T) : _mm256_permutevar_ps(tok_bcast(a->xs + xo, T), ctrl);
+        __m256 sx = T == 1 ? tok_bcast(a->xs + xo, T)
+                           : _mm256_permutevar_ps(tok_bcast(a->xs + xo, T), ctrl);
         acc = _mm256_fmadd_ps(mw, sx, acc);
     }
     return acc;
@@ -348,8 +348,8 @@ AI __m256 q8_finish(const kern_mm_args *a, const uint8_t *const *wr, const float
  * kern_matmul.c (SmolLM2-135M, 2 threads, brisk bench tg128, machine
  * shared): int8 120-145 -> 135-169 tok/s, Q4_1 210-238 -> 203-256. */
 AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *pf, const float *sd,
-                const float *sm, int t0, const int R, const int T, const int K, const int P, float *out)
-{
+                const float *sm, int t0, const int R, const int T, const int K, const int P,
+                float *out) {
     const int nb = a->n_in / 32;
     const int16_t *xr = a->xq + (size_t)t0 * a->n_in; /* the plain row, or the first pair's rows */
     __m256 acc = _mm256_setzero_ps();
@@ -381,9 +381,8 @@ AI void q8_tile(const kern_mm_args *a, const uint8_t *const *wr, const uint8_t *
  * spilled them to the stack). SmolLM2-135M, 2 threads, brisk bench tg128,
  * machine shared: int8 136-191 -> 147-202 tok/s, paired runs 9 of 9 faster;
  * Q4_1 unchanged within noise. */
-AI void q8_tile1_(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint8_t *pf, int t0, const int K,
-                  const int PF, float *out)
-{
+AI void q8_tile1_(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint8_t *pf, int t0,
+                  const int K, const int PF, float *out) {
     const int nb = a->n_in / 32;
     const size_t bb = KERN_WK_BB(K);
     const int M = KERN_WK_M(K);
@@ -438,8 +437,10 @@ AI void q8_tile1_(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint
             hi = _mm_insert_epi32(hi, (int)load_u32(rp[6]), 2);
             lo = _mm_insert_epi32(lo, (int)load_u32(rp[3]), 3);
             hi = _mm_insert_epi32(hi, (int)load_u32(rp[7]), 3);
-            const __m128i split = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-            dw = _mm256_cvtph_ps(_mm_unpacklo_epi64(_mm_shuffle_epi8(lo, split), _mm_shuffle_epi8(hi, split)));
+            const __m128i split =
+                _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+            dw = _mm256_cvtph_ps(
+                _mm_unpacklo_epi64(_mm_shuffle_epi8(lo, split), _mm_shuffle_epi8(hi, split)));
         }
         __m256 dx = _mm256_broadcast_ss(xd);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc);
@@ -450,9 +451,8 @@ AI void q8_tile1_(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint
     }
     _mm256_storeu_ps(out, acc);
 }
-AI void q8_tile1(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint8_t *pf, int t0, const int K,
-                 float *out)
-{
+AI void q8_tile1(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint8_t *pf, int t0,
+                 const int K, float *out) {
     if (pf)
         q8_tile1_(a, w, rs, pf, t0, K, 1, out);
     else
@@ -461,8 +461,7 @@ AI void q8_tile1(const kern_mm_args *a, const uint8_t *w, size_t rs, const uint8
 
 /* Decode: a task's first tile, which no earlier tile of the task prefetched,
  * is prefetched whole (rows r0.. up to R of them, contiguous). */
-AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R)
-{
+AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R) {
     const char *f = (const char *)(a->W + (size_t)r0 * a->row_bytes);
     size_t nl = ((size_t)(r1 - r0 < R ? r1 - r0 : R) * a->row_bytes + 63) / 64;
     for (size_t l = 0; l < nl; l++)
@@ -473,8 +472,7 @@ AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R)
  * With P, sd/sm hold the rows' float scales, [d_row0, d_row1] per block. */
 #define DEFINE_Q8_SPAN(NAME, K, P, R, T)                                                           \
     static void q8_span_##NAME##_##R##x##T##_##P(const kern_mm_args *a, int r0, int r1, int t0,    \
-                                                 const float *sd, const float *sm)                 \
-    {                                                                                              \
+                                                 const float *sd, const float *sm) {               \
         const size_t sstride = (size_t)(a->n_in / 32) * 2;                                         \
         if (T <= 4)                                                                                \
             prefetch_first_tile(a, r0, r1, R);                                                     \
@@ -482,16 +480,15 @@ AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R)
             const uint8_t *wr[R];                                                                  \
             for (int r = 0; r < R; r++)                                                            \
                 wr[r] = a->W + (size_t)(o + r < r1 ? o + r : r1 - 1) * a->row_bytes;               \
-            const uint8_t *pf = T <= 4 && o + 3 * R < a->n_out                                     \
-                                    ? a->W + (size_t)(o + R) * a->row_bytes                        \
-                                    : NULL;                                                        \
+            const uint8_t *pf =                                                                    \
+                T <= 4 && o + 3 * R < a->n_out ? a->W + (size_t)(o + R) * a->row_bytes : NULL;     \
             float out[8];                                                                          \
             size_t so = (size_t)((o - r0) / R) * sstride;                                          \
             if (T == 1 && !P && o + 8 <= r1)                                                       \
                 q8_tile1(a, wr[0], a->row_bytes, pf, t0, K, out);                                  \
             else                                                                                   \
-                q8_tile(a, wr, pf, P ? sd + so : NULL, P && KERN_WK_M(K) ? sm + so : NULL, t0, R, T, \
-                        K, P, out);                                                                \
+                q8_tile(a, wr, pf, P ? sd + so : NULL, P &&KERN_WK_M(K) ? sm + so : NULL, t0, R,   \
+                        T, K, P, out);                                                             \
             for (int k = 0; k < 8; k++)                                                            \
                 if (o + LANE_ROW(k, R, T) < r1)                                                    \
                     a->y[(size_t)(t0 + LANE_TOK(k, R, T)) * a->n_out + o + LANE_ROW(k, R, T)] =    \
@@ -509,17 +506,17 @@ AI void prefetch_first_tile(const kern_mm_args *a, int r0, int r1, int R)
  * vector per token per block, the reference's arithmetic lane by lane. The
  * repacking (about 60 instructions per 8 row blocks) is paid once per row for
  * every token of the call. */
-#define G8_VECS 18            /* per block: 16 weight vectors, d, m */
-#define G8_TOK 3 /* tokens per tile of 2 groups: 6 sums + 6 accumulators + 2 weights + 1 broadcast in 16 ymm */
+#define G8_VECS 18 /* per block: 16 weight vectors, d, m */
+#define G8_TOK                                                                                     \
+    3 /* tokens per tile of 2 groups: 6 sums + 6 accumulators + 2 weights + 1 broadcast in 16 ymm */
 _Static_assert(G8_TOK == 3, "g8_rows: the remainder of a token tile is 1 or 2 tokens");
 #ifndef G8_CHUNK_BYTES
 #define G8_CHUNK_BYTES (160 * 1024) /* repacked groups per chunk: 160 KiB of L2 */
 #endif
-#define G8_STACK_BLOCKS 64    /* n_in <= 2048: the repacked group (36 KiB) on the stack */
+#define G8_STACK_BLOCKS 64 /* n_in <= 2048: the repacked group (36 KiB) on the stack */
 
 /* In-lane 8x8 transpose of int32 elements: out[j] lane r = in[r] lane j. */
-AI void transpose8(const __m256i in[8], __m256i *out, size_t stride)
-{
+AI void transpose8(const __m256i in[8], __m256i *out, size_t stride) {
     __m256i t[8], u[8];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
@@ -542,8 +539,7 @@ AI void transpose8(const __m256i in[8], __m256i *out, size_t stride)
 }
 
 /* Repacks rows [o, o + 8) (clamped to r1 - 1) into pk, G8_VECS per block. */
-AI void g8_pack(const kern_mm_args *a, int o, int r1, const int K, __m256i *pk)
-{
+AI void g8_pack(const kern_mm_args *a, int o, int r1, const int K, __m256i *pk) {
     const int nb = a->n_in / 32;
     const size_t bb = KERN_WK_BB(K);
     const uint8_t *wr[8];
@@ -568,23 +564,21 @@ AI void g8_pack(const kern_mm_args *a, int o, int r1, const int K, __m256i *pk)
 /* The float step of block b for T tokens of one group of 8 rows (lanes):
  * acc = fma(cvt(isum), d_w * d_x, acc), then fma(m_w, s_x, acc) when the
  * weights carry an offset (M), as the reference does lane by lane. */
-AI void g8_scale(const kern_mm_args *a, __m256 *acc, const __m256i *s, __m256 dw, __m256 mw, int b, int t0,
-                 const int T, const int M)
-{
+AI void g8_scale(const kern_mm_args *a, __m256 *acc, const __m256i *s, __m256 dw, __m256 mw, int b,
+                 int t0, const int T, const int M) {
     const size_t xo = (size_t)b * a->n_tok + t0;
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_broadcast_ss(a->xd + xo + t)),
-                                 acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]),
+                                 _mm256_mul_ps(dw, _mm256_broadcast_ss(a->xd + xo + t)), acc[t]);
         if (M)
             acc[t] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(a->xs + xo + t), acc[t]);
     }
 }
 
 /* Stores G groups x T tokens of outputs (rows from o, those below r1). */
-AI void g8_store(const kern_mm_args *a, __m256 (*acc)[8], int o, int ostep, int r1, int t0, const int G,
-                 const int T)
-{
+AI void g8_store(const kern_mm_args *a, __m256 (*acc)[8], int o, int ostep, int r1, int t0,
+                 const int G, const int T) {
 #pragma GCC unroll 2
     for (int g = 0; g < G; g++) {
         const int og = o + ostep * g;
@@ -605,8 +599,8 @@ AI void g8_store(const kern_mm_args *a, __m256 (*acc)[8], int o, int ostep, int 
 
 /* The start of a g8/x8 tile: the T tokens' int16 activation rows, and G x T
  * zeroed accumulators. */
-AI void g8_begin(const kern_mm_args *a, int t0, const int G, const int T, const int16_t **x, __m256 (*acc)[8])
-{
+AI void g8_begin(const kern_mm_args *a, int t0, const int G, const int T, const int16_t **x,
+                 __m256 (*acc)[8]) {
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
         x[t] = a->xq + (size_t)(t0 + t) * a->n_in;
@@ -620,9 +614,8 @@ AI void g8_begin(const kern_mm_args *a, int t0, const int G, const int T, const 
  * repacked groups (gstride vectors apart), plain activation rows. With G = 2
  * each broadcast activation pair feeds two vpmaddwd, which are then 2 of
  * every 5 vector ops instead of 1 of 3 (broadcast, madd, add). */
-AI void g8_tile(const kern_mm_args *a, const __m256i *pk, size_t gstride, int o, int r1, int t0, const int G,
-                const int T, const int K)
-{
+AI void g8_tile(const kern_mm_args *a, const __m256i *pk, size_t gstride, int o, int r1, int t0,
+                const int G, const int T, const int K) {
     const int nb = a->n_in / 32;
     const int16_t *x[8];
     __m256 acc[2][8];
@@ -649,7 +642,8 @@ AI void g8_tile(const kern_mm_args *a, const __m256i *pk, size_t gstride, int o,
                 wj[g] = _mm256_load_si256(w[g] + j);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
-                const __m256i xj = _mm256_set1_epi32((int)load_u32((const uint8_t *)(xb[t] + 2 * j)));
+                const __m256i xj =
+                    _mm256_set1_epi32((int)load_u32((const uint8_t *)(xb[t] + 2 * j)));
 #pragma GCC unroll 2
                 for (int g = 0; g < G; g++)
                     s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(wj[g], xj));
@@ -665,9 +659,8 @@ AI void g8_tile(const kern_mm_args *a, const __m256i *pk, size_t gstride, int o,
 
 /* Tokens t0..t0+T against every group of the chunk (ng groups from row o),
  * two groups per tile while two remain. */
-AI void g8_tiles(const kern_mm_args *a, const __m256i *pk, size_t gstride, int ng, int o, int r1, int t0, const int T,
-                 const int K)
-{
+AI void g8_tiles(const kern_mm_args *a, const __m256i *pk, size_t gstride, int ng, int o, int r1,
+                 int t0, const int T, const int K) {
     int g = 0;
     for (; g + 2 <= ng; g += 2)
         g8_tile(a, pk + (size_t)g * gstride, gstride, o + 8 * g, r1, t0, 2, T, K);
@@ -675,8 +668,7 @@ AI void g8_tiles(const kern_mm_args *a, const __m256i *pk, size_t gstride, int n
         g8_tile(a, pk + (size_t)g * gstride, gstride, o + 8 * g, r1, t0, 1, T, K);
 }
 
-AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K)
-{
+AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K) {
     const int nb = a->n_in / 32;
     const size_t gstride = (size_t)nb * G8_VECS; /* vectors per repacked group */
     /* Groups repacked together: a token tile's activations, loaded into L1
@@ -747,9 +739,8 @@ AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K)
  * tokens t0..t0+T. pf 1: prefetch the groups 2 * gbytes on (the next tile's,
  * consecutive groups); pf 2: prefetch X8_STREAM_PF bytes ahead in each
  * group's stream (decode, x8_rows1). */
-AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_t gbytes, int o, int ostep, int r1,
-                int t0, const int G, const int T, const int K, int pf)
-{
+AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_t gbytes, int o,
+                int ostep, int r1, int t0, const int G, const int T, const int K, int pf) {
     const int nb = a->n_in / 32, M = KERN_WK_M(K);
     const size_t bb = X8_BB(K), doff = X8_DOFF(K);
     const int16_t *x[3];
@@ -765,8 +756,10 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
                 for (size_t l = 0; l < bb; l += 64)
                     _mm_prefetch((const char *)w[g] + 2 * gbytes + l, _MM_HINT_T0);
             else if (pf == 2) /* the lines that start in this block, X8_STREAM_PF on */
-                for (size_t l = ((size_t)b * bb + 63) & ~(size_t)63; l < (size_t)(b + 1) * bb; l += 64)
-                    _mm_prefetch((const char *)grp + (size_t)g * gstride + l + X8_STREAM_PF, _MM_HINT_T0);
+                for (size_t l = ((size_t)b * bb + 63) & ~(size_t)63; l < (size_t)(b + 1) * bb;
+                     l += 64)
+                    _mm_prefetch((const char *)grp + (size_t)g * gstride + l + X8_STREAM_PF,
+                                 _MM_HINT_T0);
 #pragma GCC unroll 3
             for (int t = 0; t < T; t++)
                 s[g][t] = _mm256_setzero_si256();
@@ -777,7 +770,8 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
                 __m256i w0[2], w1[2];
 #pragma GCC unroll 2
                 for (int g = 0; g < G; g++) {
-                    const __m256i raw = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w[g] + 16 * c)));
+                    const __m256i raw =
+                        _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w[g] + 16 * c)));
                     w0[g] = _mm256_and_si256(raw, _mm256_set1_epi16(0x0f));
                     w1[g] = _mm256_srli_epi16(raw, 4);
                 }
@@ -788,8 +782,9 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
                     const __m256i x1 = _mm256_set1_epi32((int)load_u32(xp + 4));
 #pragma GCC unroll 2
                     for (int g = 0; g < G; g++)
-                        s[g][t] = _mm256_add_epi32(s[g][t], _mm256_add_epi32(_mm256_madd_epi16(w0[g], x0),
-                                                                             _mm256_madd_epi16(w1[g], x1)));
+                        s[g][t] = _mm256_add_epi32(s[g][t],
+                                                   _mm256_add_epi32(_mm256_madd_epi16(w0[g], x0),
+                                                                    _mm256_madd_epi16(w1[g], x1)));
                 }
             }
             if (K == KERN_WK_Q4_0) /* sum (q - 8) x = sum q x - 8 sum x, exactly */
@@ -809,7 +804,8 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
                     wj[g] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[g] + 16 * j)));
 #pragma GCC unroll 3
                 for (int t = 0; t < T; t++) {
-                    const __m256i xj = _mm256_set1_epi32((int)load_u32((const uint8_t *)(x[t] + b * 32 + 2 * j)));
+                    const __m256i xj =
+                        _mm256_set1_epi32((int)load_u32((const uint8_t *)(x[t] + b * 32 + 2 * j)));
 #pragma GCC unroll 2
                     for (int g = 0; g < G; g++)
                         s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(wj[g], xj));
@@ -818,8 +814,10 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
         }
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++)
-            g8_scale(a, acc[g], s[g], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff))),
-                     M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff + 16))) : _mm256_setzero_ps(),
+            g8_scale(a, acc[g], s[g],
+                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff))),
+                     M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff + 16)))
+                       : _mm256_setzero_ps(),
                      b, t0, T, M);
     }
     g8_store(a, acc, o, ostep, r1, t0, G, T);
@@ -827,8 +825,8 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
 
 /* Tokens t0..t0+T against the ng groups from row o (group o / 8). pf: the
  * weights come from memory (first token tile), prefetch the next tile's. */
-AI void x8_tiles(const kern_mm_args *a, int ng, int o, int r1, int t0, const int T, const int K, int pf)
-{
+AI void x8_tiles(const kern_mm_args *a, int ng, int o, int r1, int t0, const int T, const int K,
+                 int pf) {
     const size_t gbytes = (size_t)(a->n_in / 32) * X8_BB(K);
     const uint8_t *grp = a->W + (size_t)(o / 8) * gbytes;
     int g = 0;
@@ -843,20 +841,20 @@ AI void x8_tiles(const kern_mm_args *a, int ng, int o, int r1, int t0, const int
  * for float weights, the two groups of a tile come from the two halves of
  * the range, so the thread reads two sequential streams, each prefetched
  * X8_STREAM_PF bytes ahead. Same tiles and arithmetic as x8_rows. */
-AI void x8_rows1(const kern_mm_args *a, int r0, int r1, const int K)
-{
+AI void x8_rows1(const kern_mm_args *a, int r0, int r1, const int K) {
     const size_t gbytes = (size_t)(a->n_in / 32) * X8_BB(K);
     const int n_g = (r1 - r0 + 7) / 8, half = n_g / 2;
     const uint8_t *grp = a->W + (size_t)(r0 / 8) * gbytes;
     for (int g = 0; g < half; g++)
-        x8_tile(a, grp + (size_t)g * gbytes, (size_t)half * gbytes, gbytes, r0 + 8 * g, 8 * half, r1, 0, 2, 1, K, 2);
+        x8_tile(a, grp + (size_t)g * gbytes, (size_t)half * gbytes, gbytes, r0 + 8 * g, 8 * half,
+                r1, 0, 2, 1, K, 2);
     if (n_g & 1)
-        x8_tile(a, grp + (size_t)(n_g - 1) * gbytes, gbytes, gbytes, r0 + 8 * (n_g - 1), 8, r1, 0, 1, 1, K, 2);
+        x8_tile(a, grp + (size_t)(n_g - 1) * gbytes, gbytes, gbytes, r0 + 8 * (n_g - 1), 8, r1, 0,
+                1, 1, K, 2);
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8) of an X8 matrix. */
-AI void x8_rows(const kern_mm_args *a, int r0, int r1, const int K)
-{
+AI void x8_rows(const kern_mm_args *a, int r0, int r1, const int K) {
     if (a->n_tok == 1) {
         x8_rows1(a, r0, r1, K);
         return;
@@ -883,8 +881,7 @@ AI void x8_rows(const kern_mm_args *a, int r0, int r1, const int K)
     DEFINE_Q8_SPAN(NAME, K, 0, 2, 4)                                                               \
     DEFINE_Q8_SPAN(NAME, K, 0, 4, 2)                                                               \
     DEFINE_Q8_SPAN(NAME, K, 0, 8, 1)                                                               \
-    static void q8_rows_##NAME(const kern_mm_args *a, int r0, int r1)                              \
-    {                                                                                              \
+    static void q8_rows_##NAME(const kern_mm_args *a, int r0, int r1) {                            \
         if (a->n_tok >= KERN_AVX2_PLAIN_MIN_TOK) {                                                 \
             g8_rows(a, r0, r1, K);                                                                 \
             return;                                                                                \
@@ -904,8 +901,7 @@ DEFINE_Q8_ROWS(q4_1, KERN_WK_Q4_1)
 
 /* ---- F32 / F16 / BF16 ------------------------------------------------------ */
 
-AI __m256 load8(kern_type wt, const uint8_t *row, int i)
-{
+AI __m256 load8(kern_type wt, const uint8_t *row, int i) {
     if (wt == KERN_TYPE_F32)
         return _mm256_loadu_ps((const float *)row + i);
     __m128i h = _mm_loadu_si128((const __m128i *)(row + (size_t)i * 2));
@@ -914,8 +910,7 @@ AI __m256 load8(kern_type wt, const uint8_t *row, int i)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* bf16 */
 }
 
-AI float load1(kern_type wt, const uint8_t *row, int i)
-{
+AI float load1(kern_type wt, const uint8_t *row, int i) {
     if (wt == KERN_TYPE_F32) {
         float f;
         memcpy(&f, row + (size_t)i * 4, 4);
@@ -931,8 +926,7 @@ AI float load1(kern_type wt, const uint8_t *row, int i)
 }
 
 /* Fixed horizontal sum: (lo128 + hi128), then pairs, then the last two. */
-AI float hsum8(__m256 v)
-{
+AI float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -943,9 +937,8 @@ AI float hsum8(__m256 v)
  * rows of a tile are one stretch of memory, so each step of 8 values
  * prefetches the next tile's matching R x 8 values NTA; pf is NULL near the
  * matrix end. F32 rows stream well without it. Decode uses f_pair, below. */
-AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, const uint8_t *pf, int t0,
-               const int R, const int T, float *out)
-{
+AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, const uint8_t *pf,
+               int t0, const int R, const int T, float *out) {
     const char *f = wt == KERN_TYPE_F32 ? NULL : (const char *)pf;
     const int n = a->n_in, n8 = n & ~7;
     const float *xr[4];
@@ -1000,9 +993,8 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *wr, co
 #endif
 
 /* P = 2: rows w0 and w1; P = 1: w0 alone (the odd row of a range). */
-AI void f_pair(const kern_mm_args *a, kern_type wt, const uint8_t *w0, const uint8_t *w1, const float *x,
-               float *y0, float *y1, const int P)
-{
+AI void f_pair(const kern_mm_args *a, kern_type wt, const uint8_t *w0, const uint8_t *w1,
+               const float *x, float *y0, float *y1, const int P) {
     const int n = a->n_in, n8 = n & ~7, es = wt == KERN_TYPE_F32 ? 4 : 2;
     const int pf_mask = 64 / es - 1; /* one prefetch per line of progress */
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -1029,28 +1021,27 @@ AI void f_pair(const kern_mm_args *a, kern_type wt, const uint8_t *w0, const uin
 }
 
 #define DEFINE_F_PAIRS(NAME, WT)                                                                   \
-    static void f_pairs_##NAME(const kern_mm_args *a, int r0, int r1, int t0)                      \
-    {                                                                                              \
+    static void f_pairs_##NAME(const kern_mm_args *a, int r0, int r1, int t0) {                    \
         const int half = (r1 - r0) / 2;                                                            \
         const float *x = a->x + (size_t)t0 * a->n_in;                                              \
         float *y = a->y + (size_t)t0 * a->n_out;                                                   \
         for (int o = r0; o < r0 + half; o++)                                                       \
-            f_pair(a, WT, a->W + (size_t)o * a->row_bytes, a->W + (size_t)(o + half) * a->row_bytes, \
-                   x, y + o, y + o + half, 2);                                                     \
+            f_pair(a, WT, a->W + (size_t)o * a->row_bytes,                                         \
+                   a->W + (size_t)(o + half) * a->row_bytes, x, y + o, y + o + half, 2);           \
         if ((r1 - r0) & 1)                                                                         \
-            f_pair(a, WT, a->W + (size_t)(r1 - 1) * a->row_bytes, NULL, x, y + r1 - 1, NULL, 1);    \
+            f_pair(a, WT, a->W + (size_t)(r1 - 1) * a->row_bytes, NULL, x, y + r1 - 1, NULL, 1);   \
     }
 
 #define DEFINE_F_SPAN(NAME, WT, R, T)                                                              \
-    static void f_span_##NAME##_##R##x##T(const kern_mm_args *a, int r0, int r1, int t0)           \
-    {                                                                                              \
+    static void f_span_##NAME##_##R##x##T(const kern_mm_args *a, int r0, int r1, int t0) {         \
         if (WT != KERN_TYPE_F32) /* see f_tile */                                                  \
             prefetch_first_tile(a, r0, r1, R);                                                     \
         for (int o = r0; o < r1; o += R) {                                                         \
             const uint8_t *wr[R];                                                                  \
             for (int r = 0; r < R; r++)                                                            \
-                wr[r] = a->W + (size_t)(o + r < r1 ? o + r : r1 - 1) * a->row_bytes;                 \
-            const uint8_t *pf = o + 3 * R < a->n_out ? a->W + (size_t)(o + R) * a->row_bytes : NULL; \
+                wr[r] = a->W + (size_t)(o + r < r1 ? o + r : r1 - 1) * a->row_bytes;               \
+            const uint8_t *pf =                                                                    \
+                o + 3 * R < a->n_out ? a->W + (size_t)(o + R) * a->row_bytes : NULL;               \
             float out[8];                                                                          \
             f_tile(a, WT, wr, pf, t0, R, T, out);                                                  \
             for (int k = 0; k < 8; k++)                                                            \
@@ -1062,8 +1053,7 @@ AI void f_pair(const kern_mm_args *a, kern_type wt, const uint8_t *w0, const uin
     DEFINE_F_SPAN(NAME, WT, 2, 4)                                                                  \
     DEFINE_F_SPAN(NAME, WT, 4, 2)                                                                  \
     DEFINE_F_PAIRS(NAME, WT)                                                                       \
-    static void f_rows_##NAME(const kern_mm_args *a, int r0, int r1)                               \
-    {                                                                                              \
+    static void f_rows_##NAME(const kern_mm_args *a, int r0, int r1) {                             \
         int t0 = 0;                                                                                \
         for (; t0 + 4 <= a->n_tok; t0 += 4)                                                        \
             f_span_##NAME##_2x4(a, r0, r1, t0);                                                    \
@@ -1076,8 +1066,7 @@ DEFINE_F_ROWS(f32, KERN_TYPE_F32)
 DEFINE_F_ROWS(f16, KERN_TYPE_F16)
 DEFINE_F_ROWS(bf16, KERN_TYPE_BF16)
 
-void kern_mm_rows_avx2(const kern_mm_args *a, int r0, int r1)
-{
+void kern_mm_rows_avx2(const kern_mm_args *a, int r0, int r1) {
     switch (a->wt) {
     case KERN_TYPE_Q8_0: q8_rows_q8_0(a, r0, r1); break;
     case KERN_TYPE_Q8_0M: q8_rows_q8_0m(a, r0, r1); break;

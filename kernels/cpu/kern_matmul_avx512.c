@@ -39,8 +39,7 @@
 #endif
 
 /* [8 values of row ra from i | 8 of row rb from i] as floats. */
-AI __m512 f_load2(kern_type wt, const uint8_t *ra, const uint8_t *rb, int i)
-{
+AI __m512 f_load2(kern_type wt, const uint8_t *ra, const uint8_t *rb, int i) {
     if (wt == KERN_TYPE_F32)
         return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)ra + i)),
                                   _mm256_loadu_ps((const float *)rb + i), 1);
@@ -52,8 +51,7 @@ AI __m512 f_load2(kern_type wt, const uint8_t *ra, const uint8_t *rb, int i)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16 */
 }
 
-AI float f_load1(kern_type wt, const uint8_t *row, int i)
-{
+AI float f_load1(kern_type wt, const uint8_t *row, int i) {
     if (wt == KERN_TYPE_F32) {
         float f;
         memcpy(&f, row + (size_t)i * 4, 4);
@@ -70,8 +68,7 @@ AI float f_load1(kern_type wt, const uint8_t *row, int i)
 }
 
 /* kern_matmul_avx2.c's hsum8: (lo128 + hi128), then pairs, then the last two. */
-AI float f_hsum8(__m256 v)
-{
+AI float f_hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -83,8 +80,7 @@ AI float f_hsum8(__m256 v)
  * (v_k + v_k+4), then (s0 + s2, s1 + s3), then their sum, done on
  * whole registers with the partial sums of different outputs side by side.
  * Lane 4 j + m of the result is output (j & 1 ? B : A) of z[2 m + (j >> 1)]. */
-AI __m512 f_hsum8x16(const __m512 z[8])
-{
+AI __m512 f_hsum8x16(const __m512 z[8]) {
     __m512 r[4], w[2];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) /* blocks [z2k.A, z2k.B, z2k+1.A, z2k+1.B], lane i: v_i + v_i+4 */
@@ -93,7 +89,8 @@ AI __m512 f_hsum8x16(const __m512 z[8])
 #pragma GCC unroll 2
     for (int k = 0; k < 2; k++) { /* per block [r2k: s0+s2, s1+s3 | r2k+1: s0+s2, s1+s3] */
         const __m512d a = _mm512_castps_pd(r[2 * k]), b = _mm512_castps_pd(r[2 * k + 1]);
-        w[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+        w[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
     }
     /* per block [r0, r1, r2, r3] of that block: (s0 + s2) + (s1 + s3) */
     return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
@@ -102,8 +99,7 @@ AI __m512 f_hsum8x16(const __m512 z[8])
 
 /* Output of one row: hsum8 of its accumulator, then the tail n8..n in order
  * (the AVX2 kernels' exact sequence). */
-AI float f_finish(kern_type wt, __m256 acc, const uint8_t *row, const float *x, int n8, int n)
-{
+AI float f_finish(kern_type wt, __m256 acc, const uint8_t *row, const float *x, int n8, int n) {
     float s = f_hsum8(acc);
     for (int i = n8; i < n; i++)
         s = s + f_load1(wt, row, i) * x[i];
@@ -113,9 +109,9 @@ AI float f_finish(kern_type wt, __m256 acc, const uint8_t *row, const float *x, 
 /* RP row pairs (ra[p], rb[p]) x T tokens from t0; out[p][t][0..1] gets the
  * two rows' outputs. pf: prefetch F_STREAM_PF bytes ahead in each row
  * (decode: each row is its own stream). */
-AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *ra, const uint8_t *const *rb, int t0,
-               const int RP, const int T, const int pf, const char *nt, float (*out)[F_TT][2])
-{
+AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *ra,
+               const uint8_t *const *rb, int t0, const int RP, const int T, const int pf,
+               const char *nt, float (*out)[F_TT][2]) {
     /* nt (may be NULL): the next tile's rows, 2 RP rows from nt, walked at
      * the rate this tile reads its own: 2 RP * 8 values per step. */
     const size_t nt_step = (size_t)2 * RP * 8 * (wt == KERN_TYPE_F32 ? 4 : 2);
@@ -193,8 +189,7 @@ AI void f_tile(const kern_mm_args *a, kern_type wt, const uint8_t *const *ra, co
  * decode does; every weight is read once for the T tokens. (Two row pairs
  * per step, four streams, ran at half the speed from memory; the batch tiles
  * below, six rows at a time, lost to the AVX2 tiles at 2-4 tokens.) */
-AI void f_rows_stream(const kern_mm_args *a, kern_type wt, int r0, int r1, const int T)
-{
+AI void f_rows_stream(const kern_mm_args *a, kern_type wt, int r0, int r1, const int T) {
     const int half = (r1 - r0) / 2;
     const size_t rs = a->row_bytes;
     float out[1][F_TT][2];
@@ -223,21 +218,23 @@ AI void f_rows_stream(const kern_mm_args *a, kern_type wt, int r0, int r1, const
  * the rate it reads its own, as the AVX2 tiles do (a burst of the whole next
  * tile at once, NTA, left the chunk out of L2 for the later passes and ran
  * 4-token batches at 0.4x the AVX2 tiles). */
-AI void f_span(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0, const int RP, const int T, int pf)
-{
+AI void f_span(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0, const int RP,
+               const int T, int pf) {
     float out[F_RP][F_TT][2];
     const size_t rs = a->row_bytes;
     for (int o = r0; o < r1; o += 2 * RP) {
         const uint8_t *ra[F_RP], *rb[F_RP];
 #pragma GCC unroll 4
         for (int p = 0; p < RP; p++) {
-            const int oa = o + 2 * p < r1 ? o + 2 * p : r1 - 1, ob = o + 2 * p + 1 < r1 ? o + 2 * p + 1 : r1 - 1;
+            const int oa = o + 2 * p < r1 ? o + 2 * p : r1 - 1,
+                      ob = o + 2 * p + 1 < r1 ? o + 2 * p + 1 : r1 - 1;
             ra[p] = a->W + (size_t)oa * rs;
             rb[p] = a->W + (size_t)ob * rs;
         }
         /* The next tile's rows (inside the matrix), when this pass is the
          * one that brings the chunk from memory. */
-        const char *nt = pf && o + 4 * RP <= a->n_out ? (const char *)(a->W + (size_t)(o + 2 * RP) * rs) : NULL;
+        const char *nt =
+            pf && o + 4 * RP <= a->n_out ? (const char *)(a->W + (size_t)(o + 2 * RP) * rs) : NULL;
         f_tile(a, wt, ra, rb, t0, RP, T, 0, nt, out);
 #pragma GCC unroll 4
         for (int p = 0; p < RP; p++)
@@ -260,8 +257,7 @@ AI void f_span(const kern_mm_args *a, kern_type wt, int r0, int r1, int t0, cons
 #ifndef F_CHUNK_BYTES
 #define F_CHUNK_BYTES (256 * 1024)
 #endif
-AI void f_rows(const kern_mm_args *a, kern_type wt, int r0, int r1)
-{
+AI void f_rows(const kern_mm_args *a, kern_type wt, int r0, int r1) {
     switch (a->n_tok) {
     case 1: f_rows_stream(a, wt, r0, r1, 1); return;
     case 2: f_rows_stream(a, wt, r0, r1, 2); return;
@@ -293,12 +289,17 @@ AI void f_rows(const kern_mm_args *a, kern_type wt, int r0, int r1)
     }
 }
 
-static void f_rows_f32(const kern_mm_args *a, int r0, int r1) { f_rows(a, KERN_TYPE_F32, r0, r1); }
-static void f_rows_f16(const kern_mm_args *a, int r0, int r1) { f_rows(a, KERN_TYPE_F16, r0, r1); }
-static void f_rows_bf16(const kern_mm_args *a, int r0, int r1) { f_rows(a, KERN_TYPE_BF16, r0, r1); }
+static void f_rows_f32(const kern_mm_args *a, int r0, int r1) {
+    f_rows(a, KERN_TYPE_F32, r0, r1);
+}
+static void f_rows_f16(const kern_mm_args *a, int r0, int r1) {
+    f_rows(a, KERN_TYPE_F16, r0, r1);
+}
+static void f_rows_bf16(const kern_mm_args *a, int r0, int r1) {
+    f_rows(a, KERN_TYPE_BF16, r0, r1);
+}
 
-void kern_mm_rows_avx512(const kern_mm_args *a, int r0, int r1)
-{
+void kern_mm_rows_avx512(const kern_mm_args *a, int r0, int r1) {
     switch (a->wt) {
     case KERN_TYPE_Q8_0X8:
     case KERN_TYPE_Q8_0MX8:
@@ -307,6 +308,8 @@ void kern_mm_rows_avx512(const kern_mm_args *a, int r0, int r1)
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;
-    default: kern_mm_rows_scalar(a, r0, r1); break; /* row-major integer weights run at AVX2 (kern_matmul.c) */
+    default:
+        kern_mm_rows_scalar(a, r0, r1);
+        break; /* row-major integer weights run at AVX2 (kern_matmul.c) */
     }
 }

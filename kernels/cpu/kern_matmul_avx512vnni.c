@@ -12,8 +12,7 @@
 #define X8Z_PREFIX x8v
 #include "kernels/cpu/kern_avx512_x8.h"
 
-void kern_mm_rows_avx512vnni(const kern_mm_args *a, int r0, int r1)
-{
+void kern_mm_rows_avx512vnni(const kern_mm_args *a, int r0, int r1) {
     if (kern_type_is_x8(a->wt))
         x8v_rows(a, r0, r1);
     else

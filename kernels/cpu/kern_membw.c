@@ -1,16 +1,15 @@
 /* kern_membw.c - read-bandwidth and matmul measurement helpers (kern_bench.h). */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#include <math.h>
 
 #include "kernels/cpu/kern_bench.h"
 #include "kernels/cpu/kern_ops.h"
 
-static double now_s(void)
-{
+static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -18,8 +17,7 @@ static double now_s(void)
 
 /* xorshift64*: fast, good enough to defeat any zero-page or compression
  * effect and to give the kernels realistic operands. */
-static uint64_t rng_next(uint64_t *s)
-{
+static uint64_t rng_next(uint64_t *s) {
     uint64_t x = *s;
     x ^= x >> 12;
     x ^= x << 25;
@@ -29,8 +27,7 @@ static uint64_t rng_next(uint64_t *s)
 }
 
 /* Approximately N(0,1): sum of 4 uniforms, rescaled (Irwin-Hall). */
-static float rng_normal(uint64_t *s)
-{
+static float rng_normal(uint64_t *s) {
     float acc = 0.0f;
     for (int i = 0; i < 4; i++)
         acc += (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f);
@@ -43,8 +40,7 @@ typedef struct {
     uint64_t sums[256]; /* one slot per task, written once */
 } bw_job;
 
-static void bw_task(void *ctx, int task, int thread)
-{
+static void bw_task(void *ctx, int task, int thread) {
     (void)thread;
     bw_job *j = ctx;
     size_t i0 = (size_t)task * j->per_task;
@@ -70,8 +66,7 @@ static void bw_task(void *ctx, int task, int thread)
     j->sums[task] = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
 }
 
-double kern_measure_read_bw(kern_pool *pool, size_t bytes, int reps)
-{
+double kern_measure_read_bw(kern_pool *pool, size_t bytes, int reps) {
     size_t words = bytes / 8;
     /* On 2 MiB pages where transparent huge pages allow, as the model's
      * converted weights are (model_alloc_owned): 4 KiB pages read slower. */
@@ -118,10 +113,11 @@ double kern_measure_read_bw(kern_pool *pool, size_t bytes, int reps)
 
 #define BENCH_ROTATE_BYTES (256u << 20) /* 256 MiB: 8x a 32 MiB L3 */
 
-double kern_bench_matmul(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok, int reps, double *gflops)
-{
+double kern_bench_matmul(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok, int reps,
+                         double *gflops) {
     const int x8 = kern_type_is_x8(wt);
-    size_t rb = kern_row_bytes(wt, n_in), wbytes = x8 ? kern_x8_bytes(wt, n_out, n_in) : rb * (size_t)n_out;
+    size_t rb = kern_row_bytes(wt, n_in),
+           wbytes = x8 ? kern_x8_bytes(wt, n_out, n_in) : rb * (size_t)n_out;
     int copies = (int)((BENCH_ROTATE_BYTES + wbytes - 1) / wbytes);
     size_t wsb = (kern_matmul_ws_bytes(wt, n_in, n_tok) + 63) & ~(size_t)63;
     /* On 2 MiB pages where THP allows, as the model's weights are. */
@@ -189,15 +185,13 @@ out:
     return best;
 }
 
-static void noop_task(void *ctx, int task, int thread)
-{
+static void noop_task(void *ctx, int task, int thread) {
     (void)task;
     (void)thread;
     (void)ctx;
 }
 
-double kern_bench_pool_dispatch(kern_pool *pool, int n_runs)
-{
+double kern_bench_pool_dispatch(kern_pool *pool, int n_runs) {
     int n = kern_pool_size(pool);
     kern_pool_run(pool, noop_task, NULL, n);
     double t = now_s();

@@ -14,8 +14,7 @@
 
 /* ---- f32 -> f16 rows --------------------------------------------------------- */
 
-void kern_fp32_to_fp16_row(uint16_t *dst, const float *src, int n)
-{
+void kern_fp32_to_fp16_row(uint16_t *dst, const float *src, int n) {
     if (kern_cpu_level() >= KERN_LEVEL_AVX2) {
         kern_fp32_to_fp16_row_avx2(dst, src, n);
         return;
@@ -26,8 +25,7 @@ void kern_fp32_to_fp16_row(uint16_t *dst, const float *src, int n)
 
 /* ---- RMSNorm -------------------------------------------------------------- */
 
-void kern_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps)
-{
+void kern_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps) {
     double ss = 0.0;
     for (int i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
@@ -36,8 +34,7 @@ void kern_rmsnorm_ref(float *out, const float *x, const float *w, int n, float e
         out[i] = x[i] * scale * w[i];
 }
 
-void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
-{
+void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     if (kern_cpu_level() >= KERN_LEVEL_AVX2)
         kern_rmsnorm_avx2(out, x, w, n, eps);
     else
@@ -46,16 +43,14 @@ void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 
 /* ---- SiLU gate -------------------------------------------------------------- */
 
-void kern_silu_mul_ref(float *out, const float *gate, const float *up, int n)
-{
+void kern_silu_mul_ref(float *out, const float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
     }
 }
 
-void kern_silu_mul(float *out, const float *gate, const float *up, int n)
-{
+void kern_silu_mul(float *out, const float *gate, const float *up, int n) {
     if (kern_cpu_level() >= KERN_LEVEL_AVX2)
         kern_silu_mul_avx2(out, gate, up, n);
     else
@@ -64,8 +59,7 @@ void kern_silu_mul(float *out, const float *gate, const float *up, int n)
 
 /* ---- softmax ------------------------------------------------------------------ */
 
-void kern_softmax_ref(float *x, int n)
-{
+void kern_softmax_ref(float *x, int n) {
     if (n <= 0)
         return;
     float max = x[0];
@@ -81,8 +75,7 @@ void kern_softmax_ref(float *x, int n)
         x[i] *= inv;
 }
 
-void kern_softmax(float *x, int n)
-{
+void kern_softmax(float *x, int n) {
     if (kern_cpu_level() >= KERN_LEVEL_AVX2)
         kern_softmax_avx2(x, n);
     else
@@ -107,8 +100,8 @@ typedef struct {
 
 static _Thread_local rope_cache g_rope;
 
-static void rope_angles(int pos, int n_rot, float base, float freq_scale, const float *ff, float *cs, float *sn)
-{
+static void rope_angles(int pos, int n_rot, float base, float freq_scale, const float *ff,
+                        float *cs, float *sn) {
     for (int i = 0; i < n_rot / 2; i++) {
         double theta = (double)pos * freq_scale * pow((double)base, -2.0 * i / n_rot);
         if (ff)
@@ -118,9 +111,10 @@ static void rope_angles(int pos, int n_rot, float base, float freq_scale, const 
     }
 }
 
-static int rope_cache_hit(const rope_cache *c, int pos, int n_rot, float base, float freq_scale, const float *ff)
-{
-    if (!c->valid || c->pos != pos || c->n_rot != n_rot || c->base != base || c->freq_scale != freq_scale)
+static int rope_cache_hit(const rope_cache *c, int pos, int n_rot, float base, float freq_scale,
+                          const float *ff) {
+    if (!c->valid || c->pos != pos || c->n_rot != n_rot || c->base != base ||
+        c->freq_scale != freq_scale)
         return 0;
     for (int i = 0; i < n_rot / 2; i++)
         if (c->ff[i] != (ff ? ff[i] : 1.0f))
@@ -128,9 +122,8 @@ static int rope_cache_hit(const rope_cache *c, int pos, int n_rot, float base, f
     return 1;
 }
 
-static void rope_apply(float *x, int n_heads, int head_dim, int n_rot, const float *cs, const float *sn,
-                       kern_rope_mode mode)
-{
+static void rope_apply(float *x, int n_heads, int head_dim, int n_rot, const float *cs,
+                       const float *sn, kern_rope_mode mode) {
     int half = n_rot / 2;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * head_dim;
@@ -144,9 +137,8 @@ static void rope_apply(float *x, int n_heads, int head_dim, int n_rot, const flo
     }
 }
 
-void kern_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float base, float freq_scale,
-               const float *freq_factors, kern_rope_mode mode)
-{
+void kern_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float base,
+               float freq_scale, const float *freq_factors, kern_rope_mode mode) {
     if (n_rot > head_dim)
         n_rot = head_dim;
     if (n_rot / 2 > ROPE_CACHE_PAIRS) { /* no model has this; stay correct anyway */
@@ -183,23 +175,20 @@ void kern_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float ba
 /* ---- attention ---------------------------------------------------------------- */
 
 /* Element offset of position p, KV head kv_head, in the view's K or V. */
-static inline size_t kv_off(const kern_kv_view *kv, int kv_head, int head_dim, int p)
-{
+static inline size_t kv_off(const kern_kv_view *kv, int kv_head, int head_dim, int p) {
     return (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
            (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
 }
 
 /* Element i of K (is_v = 0) or V as f32, from an f32 or an f16 cache. */
-static inline float kv_at(const kern_kv_view *kv, int is_v, size_t i)
-{
+static inline float kv_at(const kern_kv_view *kv, int is_v, size_t i) {
     if (kv->k16)
         return kern_fp16_to_fp32((is_v ? kv->v16 : kv->k16)[i]);
     return (is_v ? kv->v : kv->k)[i];
 }
 
-void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx,
-                             int head_dim, float scale, float *scratch)
-{
+void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head,
+                             int n_ctx, int head_dim, float scale, float *scratch) {
     for (int p = 0; p < n_ctx; p++) {
         size_t ko = kv_off(kv, kv_head, head_dim, p);
         double s = 0.0;
@@ -219,10 +208,9 @@ void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv,
 /* Portable path of kern_attention_rows_gqa: the same three phases as the
  * AVX2 one (scores, softmax, weighted V sum), one (row, head) at a time in
  * plain C. */
-static void attention_rows_c(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                             int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
-                             float scale, float *scratch)
-{
+static void attention_rows_c(float *out, size_t out_stride, const float *q, size_t q_stride,
+                             int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
+                             int head_dim, float scale, float *scratch) {
     int n_ctx_max = pos0 + n_rows;
     for (int h = 0; h < n_heads; h++)
         for (int r = 0; r < n_rows; r++) {
@@ -247,45 +235,44 @@ static void attention_rows_c(float *out, size_t out_stride, const float *q, size
         }
 }
 
-void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                             int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
-                             float scale, float *scratch)
-{
-    if (kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 && head_dim <= KERN_ATTN_MAX_HEAD_DIM)
-        kern_attention_rows_avx2(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
-                                 scale, scratch, 0);
+void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride,
+                             int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
+                             int head_dim, float scale, float *scratch) {
+    if (kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 &&
+        head_dim <= KERN_ATTN_MAX_HEAD_DIM)
+        kern_attention_rows_avx2(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
+                                 head_dim, scale, scratch, 0);
     else
-        attention_rows_c(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale,
-                         scratch);
+        attention_rows_c(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                         scale, scratch);
 }
 
-void kern_attention_rows_all(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                             int n_heads, int n_kv_heads, int pos0, const kern_kv_view *kv, int head_dim, float scale,
-                             float *scratch)
-{
+void kern_attention_rows_all(float *out, size_t out_stride, const float *q, size_t q_stride,
+                             int n_rows, int n_heads, int n_kv_heads, int pos0,
+                             const kern_kv_view *kv, int head_dim, float scale, float *scratch) {
     const int group = n_heads / n_kv_heads;
-    const int simd = kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 && head_dim <= KERN_ATTN_MAX_HEAD_DIM;
+    const int simd = kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 &&
+                     head_dim <= KERN_ATTN_MAX_HEAD_DIM;
     for (int g = 0; g < n_kv_heads; g++) {
         const size_t off = (size_t)g * group * head_dim;
         if (simd)
-            kern_attention_rows_avx2(out + off, out_stride, q + off, q_stride, n_rows, group, pos0, kv, g, head_dim,
-                                     scale, scratch, g == 0 && n_kv_heads > 1 ? n_kv_heads * head_dim : 0);
+            kern_attention_rows_avx2(out + off, out_stride, q + off, q_stride, n_rows, group, pos0,
+                                     kv, g, head_dim, scale, scratch,
+                                     g == 0 && n_kv_heads > 1 ? n_kv_heads * head_dim : 0);
         else
-            attention_rows_c(out + off, out_stride, q + off, q_stride, n_rows, group, pos0, kv, g, head_dim, scale,
-                             scratch);
+            attention_rows_c(out + off, out_stride, q + off, q_stride, n_rows, group, pos0, kv, g,
+                             head_dim, scale, scratch);
     }
 }
 
 void kern_attention_rows(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
                          int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
-                         float *scratch)
-{
-    kern_attention_rows_gqa(out, out_stride, q, q_stride, n_rows, 1, pos0, kv, kv_head, head_dim, scale,
-                            scratch);
+                         float *scratch) {
+    kern_attention_rows_gqa(out, out_stride, q, q_stride, n_rows, 1, pos0, kv, kv_head, head_dim,
+                            scale, scratch);
 }
 
-void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx, int head_dim,
-                         float scale, float *scratch)
-{
+void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx,
+                         int head_dim, float scale, float *scratch) {
     kern_attention_rows(out, 0, q, 0, 1, n_ctx - 1, kv, kv_head, head_dim, scale, scratch);
 }

@@ -52,8 +52,8 @@ extern "C" {
  * token for the integer types, 0 for the float types), 64-byte aligned.
  * pool may be NULL. */
 size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok);
-void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in,
-                 const float *x, int n_tok, float *y, void *ws);
+void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in, const float *x,
+                 int n_tok, float *y, void *ws);
 /* Several matrices over the same x in one pool run: y_p = x W_p^T for each
  * part (types may differ; n_in is shared). The activations are quantized
  * once, and the parts' rows form one row space cut into tasks, so a decode
@@ -78,8 +78,8 @@ const char *kern_matmul_kernel_name(kern_type wt, int n_tok);
  * weight type runs at decode, short-batch and prompt sizes (logs, bench). */
 void kern_matmul_describe(kern_type wt, char *buf, int len);
 /* Reference: single-threaded plain C, same arithmetic definition. */
-void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in,
-                     const float *x, int n_tok, float *y);
+void kern_matmul_ref(kern_type wt, const void *W, int n_out, int n_in, const float *x, int n_tok,
+                     float *y);
 
 /* ---- elementwise / row ops (one row; the model threads over rows) ------- */
 
@@ -134,8 +134,8 @@ typedef struct kern_kv_view {
 /* One query head against positions [0, n_ctx) of KV head kv_head:
  * out = softmax(q . K^T * scale) . V. q and out are head_dim floats;
  * scratch holds n_ctx floats. */
-void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int kv_head,
-                         int n_ctx, int head_dim, float scale, float *scratch);
+void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx,
+                         int head_dim, float scale, float *scratch);
 void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head,
                              int n_ctx, int head_dim, float scale, float *scratch);
 
@@ -157,9 +157,9 @@ void kern_attention_rows(float *out, size_t out_stride, const float *q, size_t q
  * serves every head of the group, and each (row, head) output is bit for bit
  * what kern_attention_head gives for it alone, for any n_heads and n_rows.
  * scratch holds n_heads * n_rows * (pos0 + n_rows) floats. */
-void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                             int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
-                             float scale, float *scratch);
+void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride,
+                             int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
+                             int head_dim, float scale, float *scratch);
 
 /* All n_heads query heads of the rows, over n_kv_heads KV heads (query head
  * h reads KV head h / (n_heads / n_kv_heads)): kern_attention_rows_gqa for
@@ -169,9 +169,9 @@ void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size
  * and the values pass find them in cache (a decode step of many sequences:
  * one task per sequence). scratch: n_heads / n_kv_heads * n_rows *
  * (pos0 + n_rows) floats. */
-void kern_attention_rows_all(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                             int n_heads, int n_kv_heads, int pos0, const kern_kv_view *kv, int head_dim, float scale,
-                             float *scratch);
+void kern_attention_rows_all(float *out, size_t out_stride, const float *q, size_t q_stride,
+                             int n_rows, int n_heads, int n_kv_heads, int pos0,
+                             const kern_kv_view *kv, int head_dim, float scale, float *scratch);
 
 #ifdef __cplusplus
 }

@@ -18,8 +18,7 @@
 
 #define AI static inline __attribute__((always_inline))
 
-AI __m256 exp8(__m256 x)
-{
+AI __m256 exp8(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -34,12 +33,12 @@ AI __m256 exp8(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-AI float hsum8(__m256 v)
-{
+AI float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -47,14 +46,12 @@ AI float hsum8(__m256 v)
 }
 
 /* The last n % 8 elements as one zero-padded (or masked) vector step. */
-AI __m256i tail_mask(int rem)
-{
+AI __m256i tail_mask(int rem) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), idx);
 }
 
-void kern_exp_avx2(float *out, const float *x, int n)
-{
+void kern_exp_avx2(float *out, const float *x, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(out + i, exp8(_mm256_loadu_ps(x + i)));
@@ -64,8 +61,7 @@ void kern_exp_avx2(float *out, const float *x, int n)
     }
 }
 
-void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps)
-{
+void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     int i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -80,19 +76,18 @@ void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float 
     __m256 vs = _mm256_set1_ps(scale);
     i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs),
+                                                _mm256_loadu_ps(w + i)));
     for (; i < n; i++)
         out[i] = x[i] * scale * w[i];
 }
 
-AI __m256 silu_mul8(__m256 g, __m256 u)
-{
+AI __m256 silu_mul8(__m256 g, __m256 u) {
     __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
     return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 
-void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n)
-{
+void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(out + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
@@ -103,8 +98,7 @@ void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n)
     }
 }
 
-void kern_softmax_avx2(float *x, int n)
-{
+void kern_softmax_avx2(float *x, int n) {
     if (n <= 0)
         return;
     __m256 vm = _mm256_set1_ps(-INFINITY);
@@ -139,29 +133,28 @@ void kern_softmax_avx2(float *x, int n)
         x[i] *= _mm256_cvtss_f32(inv);
 }
 
-float kern_dot_avx2(const float *a, const float *b, int n)
-{
+float kern_dot_avx2(const float *a, const float *b, int n) {
     __m256 s = _mm256_setzero_ps();
     for (int i = 0; i < n; i += 8)
         s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s);
     return hsum8(s);
 }
 
-void kern_axpy_avx2(float *y, float alpha, const float *x, int n)
-{
+void kern_axpy_avx2(float *y, float alpha, const float *x, int n) {
     __m256 va = _mm256_set1_ps(alpha);
     for (int i = 0; i < n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
 }
 
 /* ---- f32 -> f16 rows: vcvtps2ph rounds to nearest even, as kern_fp32_to_fp16 -- */
 
-void kern_fp32_to_fp16_row_avx2(uint16_t *dst, const float *src, int n)
-{
+void kern_fp32_to_fp16_row_avx2(uint16_t *dst, const float *src, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     for (; i < n; i++)
         dst[i] = (uint16_t)_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
@@ -182,18 +175,17 @@ void kern_fp32_to_fp16_row_avx2(uint16_t *dst, const float *src, int n)
 #define ATTN_PB 8    /* positions whose scores are reduced together */
 
 /* Element offset of position p, KV head kv_head, in the view's K or V. */
-static inline size_t attn_off(const kern_kv_view *kv, int kv_head, int head_dim, int p)
-{
+static inline size_t attn_off(const kern_kv_view *kv, int kv_head, int head_dim, int p) {
     return (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
            (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
 }
 
 /* Eight elements of K (is_v = 0) or V from element offset off, as f32; an
  * f16 cache (f16 = 1) converts with F16C, exactly as kern_fp16_to_fp32. */
-AI __m256 kv_load8(const kern_kv_view *kv, int is_v, size_t off, const int f16)
-{
+AI __m256 kv_load8(const kern_kv_view *kv, int is_v, size_t off, const int f16) {
     if (f16)
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((is_v ? kv->v16 : kv->k16) + off)));
+        return _mm256_cvtph_ps(
+            _mm_loadu_si128((const __m128i *)((is_v ? kv->v16 : kv->k16) + off)));
     return _mm256_loadu_ps((is_v ? kv->v : kv->k) + off);
 }
 
@@ -211,8 +203,7 @@ AI __m256 kv_load8(const kern_kv_view *kv, int is_v, size_t off, const int f16)
 _Static_assert(ATTN_PF % ATTN_PB == 0, "attn_scores: a prefetched chunk starts a chunk");
 
 /* Prefetches n elements of K or V from element offset off. */
-AI void attn_prefetch(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16)
-{
+AI void attn_prefetch(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16) {
     const char *p = f16 ? (const char *)((is_v ? kv->v16 : kv->k16) + off)
                         : (const char *)((is_v ? kv->v : kv->k) + off);
     size_t bytes = (size_t)n * (f16 ? 2 : 4);
@@ -227,8 +218,7 @@ AI void attn_prefetch(const kern_kv_view *kv, int is_v, size_t off, int n, const
 #ifndef ATTN_ROW_PF
 #define ATTN_ROW_PF 8
 #endif
-AI void attn_prefetch_l2(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16)
-{
+AI void attn_prefetch_l2(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16) {
     const char *p = f16 ? (const char *)((is_v ? kv->v16 : kv->k16) + off)
                         : (const char *)((is_v ? kv->v : kv->k) + off);
     size_t bytes = (size_t)n * (f16 ? 2 : 4);
@@ -239,8 +229,7 @@ AI void attn_prefetch_l2(const kern_kv_view *kv, int is_v, size_t off, int n, co
 /* q . k over nv vectors with two accumulators (even and odd vectors), so the
  * FMA chain is half as long as with one; returns the eight lanes that
  * hsum8 turns into the score. */
-AI __m256 attn_dotv(const float *q, const __m256 *k, int nv)
-{
+AI __m256 attn_dotv(const float *q, const __m256 *k, int nv) {
     __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(q), k[0]);
     if (nv == 1)
         return a0;
@@ -257,8 +246,7 @@ AI __m256 attn_dotv(const float *q, const __m256 *k, int nv)
  * because the same pairs of lanes are added in the same order (j and j + 4,
  * then j and j + 2, then j and j + 1). Pairing v[i] with v[i + 4] in the
  * first step leaves the sums in the order of i. */
-AI __m256 hsum8x8(const __m256 *v)
-{
+AI __m256 hsum8x8(const __m256 *v) {
     __m256 w[4]; /* w[i] = [v[i] low + high | v[i + 4] low + high] */
     for (int i = 0; i < 4; i++)
         w[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[i], v[i + 4], 0x20),
@@ -276,10 +264,9 @@ AI __m256 hsum8x8(const __m256 *v)
  * full block of ATTN_PB positions, rows that end inside the block also get
  * the scores past their end: those land inside their own scratch row (the
  * block ends at or before the tile's last position) and are never read. */
-AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const kern_kv_view *kv, int kv_head,
-                    int head_dim, float scale, float *scratch, int h0, int nh, int r0, int nt, const int nv,
-                    const int f16, int row_pf)
-{
+AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const kern_kv_view *kv,
+                    int kv_head, int head_dim, float scale, float *scratch, int h0, int nh, int r0,
+                    int nt, const int nv, const int f16, int row_pf) {
     /* row_pf > 0: also bring the whole cache rows (row_pf elements from KV
      * head 0, K and V) into L2, ATTN_ROW_PF positions ahead, for the later
      * groups and phase 3 (first tile only). */
@@ -299,7 +286,8 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
         /* Rows before rfirst end before this block. */
         int rfirst = p - pos0 > r0 ? p - pos0 : r0;
         size_t ko0 = chunked ? attn_off(kv, kv_head, head_dim, p) : 0;
-        size_t pf0 = chunked && p + ATTN_PF <= last ? attn_off(kv, kv_head, head_dim, p + ATTN_PF) : 0;
+        size_t pf0 =
+            chunked && p + ATTN_PF <= last ? attn_off(kv, kv_head, head_dim, p + ATTN_PF) : 0;
         for (int i = 0; i < ATTN_PB; i++) {
             if (row_pf && p + i + ATTN_ROW_PF <= last) {
                 const size_t ro = attn_off(kv, 0, head_dim, p + i + ATTN_ROW_PF);
@@ -311,13 +299,15 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
                               chunked ? pf0 + (size_t)i * kv->row_stride
                                       : attn_off(kv, kv_head, head_dim, p + i + ATTN_PF),
                               head_dim, f16);
-            size_t ko = chunked ? ko0 + (size_t)i * kv->row_stride : attn_off(kv, kv_head, head_dim, p + i);
+            size_t ko =
+                chunked ? ko0 + (size_t)i * kv->row_stride : attn_off(kv, kv_head, head_dim, p + i);
             for (int d = 0; d < nv; d++)
                 k[d] = kv_load8(kv, 0, ko + 8 * (size_t)d, f16);
             int j = 0;
             for (int r = rfirst; r < r0 + nt; r++)
                 for (int h = h0; h < h0 + nh; h++)
-                    part[j++][i] = attn_dotv(q + (size_t)r * q_stride + (size_t)h * head_dim, k, nv);
+                    part[j++][i] =
+                        attn_dotv(q + (size_t)r * q_stride + (size_t)h * head_dim, k, nv);
         }
         int j = 0;
         for (int r = rfirst; r < r0 + nt; r++)
@@ -333,7 +323,8 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
         for (int r = rfirst; r < r0 + nt; r++)
             for (int h = h0; h < h0 + nh; h++)
                 scratch[((size_t)h * n_rows + r) * n_ctx_max + p] =
-                    hsum8(attn_dotv(q + (size_t)r * q_stride + (size_t)h * head_dim, k, nv)) * scale;
+                    hsum8(attn_dotv(q + (size_t)r * q_stride + (size_t)h * head_dim, k, nv)) *
+                    scale;
     }
 }
 
@@ -343,9 +334,8 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
  * order from zero, as for one head alone; sharing a V load between heads
  * and splitting head_dim into chunks changes no lane's sequence. Positions
  * are walked block by block of the paged view, without a division each. */
-AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const kern_kv_view *kv, int kv_head,
-                    int head_dim, int c0, const int hg, const int cv, const int f16)
-{
+AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const kern_kv_view *kv,
+                    int kv_head, int head_dim, int c0, const int hg, const int cv, const int f16) {
     __m256 acc[3][8];
     for (int h = 0; h < hg; h++)
         for (int i = 0; i < cv; i++)
@@ -361,8 +351,10 @@ AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const 
             size_t vp = vb + (size_t)p * kv->row_stride;
             if (p + ATTN_PF < n)
                 attn_prefetch(kv, 1, vp + (size_t)ATTN_PF * kv->row_stride, 8 * cv, f16);
-            else if (has_next && p + ATTN_PF - n < n_ctx - b0 - n && p + ATTN_PF - n < kv->block_size)
-                attn_prefetch(kv, 1, vnext + (size_t)(p + ATTN_PF - n) * kv->row_stride, 8 * cv, f16);
+            else if (has_next && p + ATTN_PF - n < n_ctx - b0 - n &&
+                     p + ATTN_PF - n < kv->block_size)
+                attn_prefetch(kv, 1, vnext + (size_t)(p + ATTN_PF - n) * kv->row_stride, 8 * cv,
+                              f16);
             __m256 wp[3];
             for (int h = 0; h < hg; h++)
                 wp[h] = _mm256_broadcast_ss(wb + (size_t)h * w_stride + p);
@@ -380,9 +372,9 @@ AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const 
 
 /* Phase 3 over all of head_dim in chunks that keep hg x cv accumulators,
  * the hg weights and one V vector within the 16 ymm registers. */
-AI void attn_values_heads(float *o, const float *w, size_t w_stride, int n_ctx, const kern_kv_view *kv,
-                          int kv_head, int head_dim, const int hg, const int nv, const int f16)
-{
+AI void attn_values_heads(float *o, const float *w, size_t w_stride, int n_ctx,
+                          const kern_kv_view *kv, int kv_head, int head_dim, const int hg,
+                          const int nv, const int f16) {
     const int cv = hg == 1 ? 8 : 4;
     int c0 = 0;
     for (; c0 + cv <= nv; c0 += cv)
@@ -391,10 +383,9 @@ AI void attn_values_heads(float *o, const float *w, size_t w_stride, int n_ctx, 
         attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, nv - c0, f16);
 }
 
-AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int n_heads,
-                     int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale, float *scratch,
-                     const int nv, const int f16, int row_pf)
-{
+AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
+                     int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
+                     float scale, float *scratch, const int nv, const int f16, int row_pf) {
     size_t n_ctx_max = (size_t)(pos0 + n_rows);
     size_t w_stride = (size_t)n_rows * n_ctx_max; /* floats between heads in scratch */
     /* Phase 1: scores, a tile of heads x rows at a time. */
@@ -402,8 +393,8 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
         int nh = n_heads - h0 < ATTN_HEADS ? n_heads - h0 : ATTN_HEADS;
         for (int r0 = 0; r0 < n_rows; r0 += ATTN_TILE) {
             int nt = n_rows - r0 < ATTN_TILE ? n_rows - r0 : ATTN_TILE;
-            attn_scores(q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, h0, nh, r0, nt, nv, f16,
-                        row_pf);
+            attn_scores(q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, h0, nh,
+                        r0, nt, nv, f16, row_pf);
         }
     }
     /* Phases 2 and 3, row by row. */
@@ -429,38 +420,36 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
 
 /* The head sizes as constants, so the compiler keeps K and the outputs in
  * registers for the common ones. */
-AI void attn_rows_dispatch(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int n_heads,
-                           int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale, float *scratch,
-                           const int f16, int row_pf)
-{
+AI void attn_rows_dispatch(float *out, size_t out_stride, const float *q, size_t q_stride,
+                           int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
+                           int head_dim, float scale, float *scratch, const int f16, int row_pf) {
     switch (head_dim) {
     case 64:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch, 8,
-                     f16, row_pf);
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                     scale, scratch, 8, f16, row_pf);
         break;
     case 128:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch,
-                     16, f16, row_pf);
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                     scale, scratch, 16, f16, row_pf);
         break;
     case 32:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch, 4,
-                     f16, row_pf);
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                     scale, scratch, 4, f16, row_pf);
         break;
     default:
-        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale, scratch,
-                     head_dim / 8, f16, row_pf);
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                     scale, scratch, head_dim / 8, f16, row_pf);
         break;
     }
 }
 
-void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
-                              int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
-                              float scale, float *scratch, int row_pf)
-{
+void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride,
+                              int n_rows, int n_heads, int pos0, const kern_kv_view *kv,
+                              int kv_head, int head_dim, float scale, float *scratch, int row_pf) {
     if (kv->k16)
-        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale,
-                           scratch, 1, row_pf);
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
+                           head_dim, scale, scratch, 1, row_pf);
     else
-        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale,
-                           scratch, 0, row_pf);
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
+                           head_dim, scale, scratch, 0, row_pf);
 }

@@ -67,16 +67,14 @@ struct worker_arg {
     int index;
 };
 
-static uint64_t now_ns(void)
-{
+static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Returns once state differs from `seen` or stop is set. */
-static unsigned wait_for_change(kern_pool *p, unsigned seen)
-{
+static unsigned wait_for_change(kern_pool *p, unsigned seen) {
     unsigned s;
     uint64_t t0 = 0;
     for (int i = 0;; i++) {
@@ -101,8 +99,7 @@ static unsigned wait_for_change(kern_pool *p, unsigned seen)
     return s;
 }
 
-static void run_tasks(kern_pool *p, int thread)
-{
+static void run_tasks(kern_pool *p, int thread) {
     kern_task_fn fn = p->fn;
     void *ctx = p->ctx;
     int n = p->n_tasks;
@@ -114,8 +111,7 @@ static void run_tasks(kern_pool *p, int thread)
     }
 }
 
-static void *worker_main(void *arg)
-{
+static void *worker_main(void *arg) {
     struct worker_arg *wa = arg;
     kern_pool *p = wa->pool;
     unsigned seen = atomic_load(&p->state);
@@ -134,8 +130,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-kern_pool *kern_pool_create(int n_threads)
-{
+kern_pool *kern_pool_create(int n_threads) {
     if (n_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n > 0 ? (int)n : 1;
@@ -178,8 +173,7 @@ kern_pool *kern_pool_create(int n_threads)
     return p;
 }
 
-void kern_pool_free(kern_pool *pool)
-{
+void kern_pool_free(kern_pool *pool) {
     if (!pool)
         return;
     pthread_mutex_lock(&pool->mu);
@@ -195,10 +189,11 @@ void kern_pool_free(kern_pool *pool)
     free(pool);
 }
 
-int kern_pool_size(const kern_pool *pool) { return pool ? pool->n_threads : 1; }
+int kern_pool_size(const kern_pool *pool) {
+    return pool ? pool->n_threads : 1;
+}
 
-void kern_pool_run(kern_pool *pool, kern_task_fn fn, void *ctx, int n_tasks)
-{
+void kern_pool_run(kern_pool *pool, kern_task_fn fn, void *ctx, int n_tasks) {
     if (n_tasks <= 0)
         return;
     /* One task, or no helpers: waking workers would only add latency. */

@@ -11,28 +11,23 @@
 
 /* Q8_0M is deliberately missing here: the GGUF reader and writer accept
  * exactly the ids this returns 1 for, and Q8_0M is no GGML type. */
-int kern_type_valid(uint32_t type)
-{
+int kern_type_valid(uint32_t type) {
     switch (type) {
     case KERN_TYPE_F32:
     case KERN_TYPE_F16:
     case KERN_TYPE_Q4_0:
     case KERN_TYPE_Q4_1:
     case KERN_TYPE_Q8_0:
-    case KERN_TYPE_BF16:
-        return 1;
-    default:
-        return 0;
+    case KERN_TYPE_BF16: return 1;
+    default: return 0;
     }
 }
 
-int kern_type_known(uint32_t type)
-{
+int kern_type_known(uint32_t type) {
     return kern_type_valid(type) || type == KERN_TYPE_Q8_0M;
 }
 
-const char *kern_type_name(kern_type t)
-{
+const char *kern_type_name(kern_type t) {
     switch (t) {
     case KERN_TYPE_F32: return "f32";
     case KERN_TYPE_F16: return "f16";
@@ -49,8 +44,7 @@ const char *kern_type_name(kern_type t)
     return "unknown";
 }
 
-int kern_type_block_size(kern_type t)
-{
+int kern_type_block_size(kern_type t) {
     switch (t) {
     case KERN_TYPE_Q4_0:
     case KERN_TYPE_Q4_1:
@@ -59,15 +53,12 @@ int kern_type_block_size(kern_type t)
     case KERN_TYPE_Q8_0X8:
     case KERN_TYPE_Q8_0MX8:
     case KERN_TYPE_Q4_0X8:
-    case KERN_TYPE_Q4_1X8:
-        return KERN_QK;
-    default:
-        return 1;
+    case KERN_TYPE_Q4_1X8: return KERN_QK;
+    default: return 1;
     }
 }
 
-size_t kern_type_block_bytes(kern_type t)
-{
+size_t kern_type_block_bytes(kern_type t) {
     switch (t) {
     case KERN_TYPE_F32: return 4;
     case KERN_TYPE_F16: return 2;
@@ -84,15 +75,13 @@ size_t kern_type_block_bytes(kern_type t)
     return 0;
 }
 
-size_t kern_row_bytes(kern_type t, int64_t n)
-{
+size_t kern_row_bytes(kern_type t, int64_t n) {
     return (size_t)(n / kern_type_block_size(t)) * kern_type_block_bytes(t);
 }
 
 /* ---- row-interleaved int8 ------------------------------------------------ */
 
-kern_type kern_x8_type(kern_type t)
-{
+kern_type kern_x8_type(kern_type t) {
     switch (t) {
     case KERN_TYPE_Q8_0: return KERN_TYPE_Q8_0X8;
     case KERN_TYPE_Q8_0M: return KERN_TYPE_Q8_0MX8;
@@ -102,8 +91,7 @@ kern_type kern_x8_type(kern_type t)
     }
 }
 
-kern_type kern_x8_base(kern_type t)
-{
+kern_type kern_x8_base(kern_type t) {
     switch (t) {
     case KERN_TYPE_Q8_0X8: return KERN_TYPE_Q8_0;
     case KERN_TYPE_Q8_0MX8: return KERN_TYPE_Q8_0M;
@@ -113,17 +101,18 @@ kern_type kern_x8_base(kern_type t)
     }
 }
 
-int kern_type_is_x8(kern_type t) { return kern_x8_base(t) != t; }
+int kern_type_is_x8(kern_type t) {
+    return kern_x8_base(t) != t;
+}
 
-size_t kern_x8_bytes(kern_type t, int64_t n_out, int64_t n_in)
-{
+size_t kern_x8_bytes(kern_type t, int64_t n_out, int64_t n_in) {
     return (size_t)((n_out + 7) / 8) * 8 * kern_row_bytes(t, n_in);
 }
 
 /* A base block's 32 stored codes (the int8 q of Q8_0/Q8_0M as bytes, the
  * nibbles of Q4_0/Q4_1), d and m (0 where the type has none). */
-static void x8_block_codes(kern_type base, const uint8_t *blk, uint8_t codes[KERN_QK], uint16_t *d, uint16_t *m)
-{
+static void x8_block_codes(kern_type base, const uint8_t *blk, uint8_t codes[KERN_QK], uint16_t *d,
+                           uint16_t *m) {
     *m = 0;
     memcpy(d, blk, 2);
     switch (base) {
@@ -142,15 +131,13 @@ static void x8_block_codes(kern_type base, const uint8_t *blk, uint8_t codes[KER
         }
         break;
     }
-    default: /* Q8_0 */
-        memcpy(codes, blk + 2, KERN_QK);
-        break;
+    default: /* Q8_0 */ memcpy(codes, blk + 2, KERN_QK); break;
     }
 }
 
 /* The inverse: a base block from its codes, d and m. */
-static void x8_block_make(kern_type base, const uint8_t codes[KERN_QK], uint16_t d, uint16_t m, uint8_t *blk)
-{
+static void x8_block_make(kern_type base, const uint8_t codes[KERN_QK], uint16_t d, uint16_t m,
+                          uint8_t *blk) {
     memcpy(blk, &d, 2);
     switch (base) {
     case KERN_TYPE_Q8_0M:
@@ -166,19 +153,20 @@ static void x8_block_make(kern_type base, const uint8_t codes[KERN_QK], uint16_t
             qs[j] = (uint8_t)(codes[j] | codes[j + 16] << 4);
         break;
     }
-    default:
-        memcpy(blk + 2, codes, KERN_QK);
-        break;
+    default: memcpy(blk + 2, codes, KERN_QK); break;
     }
 }
 
-static int x8_is_nibble(kern_type base) { return base == KERN_TYPE_Q4_0 || base == KERN_TYPE_Q4_1; }
-static int x8_has_m(kern_type base) { return base == KERN_TYPE_Q8_0M || base == KERN_TYPE_Q4_1; }
+static int x8_is_nibble(kern_type base) {
+    return base == KERN_TYPE_Q4_0 || base == KERN_TYPE_Q4_1;
+}
+static int x8_has_m(kern_type base) {
+    return base == KERN_TYPE_Q8_0M || base == KERN_TYPE_Q4_1;
+}
 
 /* Where value i (0..31) of lane r sits in a group block: byte *at, and for
  * the 4-bit bases *shift 0 (low nibble) or 4 (high). */
-static void x8_value_at(kern_type base, int r, int i, size_t *at, int *shift)
-{
+static void x8_value_at(kern_type base, int r, int i, size_t *at, int *shift) {
     if (!x8_is_nibble(base)) {
         *at = (size_t)(16 * (i / 2) + 2 * r + (i & 1));
         *shift = 0;
@@ -189,10 +177,12 @@ static void x8_value_at(kern_type base, int r, int i, size_t *at, int *shift)
 }
 
 /* Byte offset of d[8] in a group block (m[8] follows it). */
-static size_t x8_d_off(kern_type base) { return x8_is_nibble(base) ? 128 : 256; }
+static size_t x8_d_off(kern_type base) {
+    return x8_is_nibble(base) ? 128 : 256;
+}
 
-void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int64_t n_in, void *dst, int64_t g)
-{
+void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int64_t n_in,
+                        void *dst, int64_t g) {
     const size_t bb = kern_type_block_bytes(base), gb = 8 * bb, doff = x8_d_off(base);
     const int64_t nb = n_in / KERN_QK;
     const int nib = x8_is_nibble(base), has_m = x8_has_m(base);
@@ -209,7 +199,8 @@ void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int
             if (nib) {
                 for (int c = 0; c < 8; c++)
                     for (int e = 0; e < 2; e++)
-                        o[16 * c + 2 * r + e] = (uint8_t)(codes[4 * c + e] | codes[4 * c + 2 + e] << 4);
+                        o[16 * c + 2 * r + e] =
+                            (uint8_t)(codes[4 * c + e] | codes[4 * c + 2 + e] << 4);
             } else {
                 for (int j = 0; j < 16; j++) {
                     o[16 * j + 2 * r] = codes[2 * j];
@@ -223,8 +214,7 @@ void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int
     }
 }
 
-void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *dst)
-{
+void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *dst) {
     const kern_type base = kern_x8_base(t);
     const size_t bb = kern_type_block_bytes(base), gb = 8 * bb, doff = x8_d_off(base);
     const int64_t nb = n_in / KERN_QK;
@@ -247,8 +237,7 @@ void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *
     }
 }
 
-void kern_x8_dequantize_row(kern_type t, const void *W, int64_t n_in, int64_t r, float *dst)
-{
+void kern_x8_dequantize_row(kern_type t, const void *W, int64_t n_in, int64_t r, float *dst) {
     const kern_type base = kern_x8_base(t);
     const size_t gb = 8 * kern_type_block_bytes(base);
     const int64_t nb = n_in / KERN_QK;
@@ -263,22 +252,19 @@ void kern_x8_dequantize_row(kern_type t, const void *W, int64_t n_in, int64_t r,
 
 /* ---- scalar conversions ------------------------------------------------- */
 
-static inline uint32_t f32_bits(float f)
-{
+static inline uint32_t f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
 
-static inline float bits_f32(uint32_t u)
-{
+static inline float bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-float kern_fp16_to_fp32(uint16_t h)
-{
+float kern_fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -294,8 +280,7 @@ float kern_fp16_to_fp32(uint16_t h)
     return bits_f32(sign | f32_bits(v));
 }
 
-uint16_t kern_fp32_to_fp16(float f)
-{
+uint16_t kern_fp32_to_fp16(float f) {
     uint32_t u = f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
@@ -334,10 +319,11 @@ uint16_t kern_fp32_to_fp16(float f)
     return sign | (uint16_t)h;
 }
 
-float kern_bf16_to_fp32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+float kern_bf16_to_fp32(uint16_t h) {
+    return bits_f32((uint32_t)h << 16);
+}
 
-uint16_t kern_fp32_to_bf16(float f)
-{
+uint16_t kern_fp32_to_bf16(float f) {
     uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: truncate, force quiet */
         return (uint16_t)((u >> 16) | 0x40u);
@@ -348,8 +334,7 @@ uint16_t kern_fp32_to_bf16(float f)
 
 /* ---- rows ---------------------------------------------------------------- */
 
-void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
-{
+void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case KERN_TYPE_Q8_0X8:
     case KERN_TYPE_Q8_0MX8:
@@ -358,9 +343,7 @@ void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;
-    case KERN_TYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        break;
+    case KERN_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case KERN_TYPE_F16: {
         const uint16_t *s = src;
         for (int64_t i = 0; i < n; i++)
@@ -424,8 +407,7 @@ void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
  * from files: a NaN or an infinity in a block makes x / d NaN (inf * 0) or
  * out of range, and converting such a float to an integer is undefined.
  * For finite weights q is already in range and passes unchanged. */
-static int8_t q8_pin(float q)
-{
+static int8_t q8_pin(float q) {
     if (q != q)
         return 0;
     return (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
@@ -433,8 +415,7 @@ static int8_t q8_pin(float q)
 
 /* The Q8_0 rule for one block: d = max|x| / 127, q = round-half-away(x / d)
  * computed as x * (1/d); |q| <= 127 because max|x| * (1/d) rounds to 127. */
-static void quantize_block_q8_0(const float *x, kern_block_q8_0 *b)
-{
+static void quantize_block_q8_0(const float *x, kern_block_q8_0 *b) {
     float amax = 0.0f;
     for (int j = 0; j < KERN_QK; j++)
         amax = fmaxf(amax, fabsf(x[j]));
@@ -449,8 +430,7 @@ static void quantize_block_q8_0(const float *x, kern_block_q8_0 *b)
  * from the rounded m, rounded UP to fp16, so neither rounding costs range:
  * the extreme values land at |q| <= 127 and nothing is clipped (rounding d
  * to nearest could shrink it by 8% where it is an fp16 subnormal). */
-static void quantize_block_q8_0m(const float *x, kern_block_q8_0m *b)
-{
+static void quantize_block_q8_0m(const float *x, kern_block_q8_0m *b) {
     float min = x[0], max = x[0];
     for (int j = 1; j < KERN_QK; j++) {
         min = fminf(min, x[j]);
@@ -468,8 +448,7 @@ static void quantize_block_q8_0m(const float *x, kern_block_q8_0m *b)
         b->qs[j] = q8_pin(roundf((x[j] - m) * id));
 }
 
-void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n)
-{
+void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n) {
     switch (t) {
     case KERN_TYPE_Q8_0X8:
     case KERN_TYPE_Q8_0MX8:
@@ -478,9 +457,7 @@ void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n)
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;
-    case KERN_TYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        break;
+    case KERN_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case KERN_TYPE_F16: {
         uint16_t *d = dst;
         for (int64_t i = 0; i < n; i++)
@@ -558,8 +535,7 @@ void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n)
     }
 }
 
-void kern_requantize_row_q8_0(kern_type t, const void *src, kern_block_q8_0 *dst, int64_t n)
-{
+void kern_requantize_row_q8_0(kern_type t, const void *src, kern_block_q8_0 *dst, int64_t n) {
     if (t == KERN_TYPE_Q4_0) {
         /* Lossless: Q4_0 values are d * (q - 8) with q - 8 in [-8, 7], which
          * Q8_0 holds exactly with the same fp16 scale. */
@@ -583,23 +559,17 @@ void kern_requantize_row_q8_0(kern_type t, const void *src, kern_block_q8_0 *dst
     }
 }
 
-kern_type kern_int8_type(kern_type t)
-{
+kern_type kern_int8_type(kern_type t) {
     switch (t) {
     case KERN_TYPE_Q4_1:
-    case KERN_TYPE_Q8_0M:
-        return KERN_TYPE_Q8_0M;
-    default:
-        return KERN_TYPE_Q8_0;
+    case KERN_TYPE_Q8_0M: return KERN_TYPE_Q8_0M;
+    default: return KERN_TYPE_Q8_0;
     }
 }
 
-int kern_requantize_row_q8(kern_type src_type, const void *src, void *dst, int64_t n)
-{
+int kern_requantize_row_q8(kern_type src_type, const void *src, void *dst, int64_t n) {
     switch (src_type) {
-    case KERN_TYPE_Q4_0:
-        kern_requantize_row_q8_0(src_type, src, dst, n);
-        return 0;
+    case KERN_TYPE_Q4_0: kern_requantize_row_q8_0(src_type, src, dst, n); return 0;
     case KERN_TYPE_Q4_1: {
         /* Lossless: the nibble (0..15) is the int8 q, d and m carry over. */
         const kern_block_q4_1 *b = src;
@@ -615,10 +585,7 @@ int kern_requantize_row_q8(kern_type src_type, const void *src, void *dst, int64
         return 0;
     }
     case KERN_TYPE_Q8_0:
-    case KERN_TYPE_Q8_0M:
-        memcpy(dst, src, kern_row_bytes(src_type, n));
-        return 0;
-    default:
-        return -1;
+    case KERN_TYPE_Q8_0M: memcpy(dst, src, kern_row_bytes(src_type, n)); return 0;
+    default: return -1;
     }
 }

@@ -104,7 +104,8 @@ size_t kern_x8_bytes(kern_type t, int64_t n_out, int64_t n_in);
 /* Writes group g of X8 matrix dst (type kern_x8_type(base)) from n_rows <= 8
  * rows of base type at rows[0..n_rows) (each kern_row_bytes(base, n_in)
  * bytes); rows n_rows..7 of the group are zero. */
-void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int64_t n_in, void *dst, int64_t g);
+void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int64_t n_in,
+                        void *dst, int64_t g);
 /* Copies row r of X8 matrix W (type t) into dst as one row of
  * kern_x8_base(t). */
 void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *dst);

@@ -53,19 +53,29 @@ extern "C" int kern_cuda_measure_copy_bw(size_t bytes, int reps, double *bytes_p
     cudaStream_t s = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     int rc = KERN_CUDA_CALL(cudaMalloc(&a, bytes));
-    if (!rc) rc = KERN_CUDA_CALL(cudaMalloc(&b, bytes));
-    if (!rc) rc = KERN_CUDA_CALL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    if (!rc) rc = KERN_CUDA_CALL(cudaEventCreate(&e0));
-    if (!rc) rc = KERN_CUDA_CALL(cudaEventCreate(&e1));
-    if (!rc) rc = KERN_CUDA_CALL(cudaMemsetAsync(a, 0x5a, bytes, s));
-    if (!rc) rc = KERN_CUDA_CALL(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); // warm-up
+    if (!rc)
+        rc = KERN_CUDA_CALL(cudaMalloc(&b, bytes));
+    if (!rc)
+        rc = KERN_CUDA_CALL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (!rc)
+        rc = KERN_CUDA_CALL(cudaEventCreate(&e0));
+    if (!rc)
+        rc = KERN_CUDA_CALL(cudaEventCreate(&e1));
+    if (!rc)
+        rc = KERN_CUDA_CALL(cudaMemsetAsync(a, 0x5a, bytes, s));
+    if (!rc)
+        rc = KERN_CUDA_CALL(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); // warm-up
     for (int r = 0; !rc && r < reps; r++) {
         float ms = 0.0f;
         rc = KERN_CUDA_CALL(cudaEventRecord(e0, s));
-        if (!rc) rc = KERN_CUDA_CALL(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
-        if (!rc) rc = KERN_CUDA_CALL(cudaEventRecord(e1, s));
-        if (!rc) rc = KERN_CUDA_CALL(cudaEventSynchronize(e1));
-        if (!rc) rc = KERN_CUDA_CALL(cudaEventElapsedTime(&ms, e0, e1));
+        if (!rc)
+            rc = KERN_CUDA_CALL(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+        if (!rc)
+            rc = KERN_CUDA_CALL(cudaEventRecord(e1, s));
+        if (!rc)
+            rc = KERN_CUDA_CALL(cudaEventSynchronize(e1));
+        if (!rc)
+            rc = KERN_CUDA_CALL(cudaEventElapsedTime(&ms, e0, e1));
         if (!rc && ms > 0.0f) {
             double bw = 2.0 * (double)bytes / ((double)ms * 1e-3);
             if (bw > *bytes_per_s)

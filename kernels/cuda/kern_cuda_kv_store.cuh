@@ -27,8 +27,7 @@ extern "C" {
 int kern_cuda_kv_store(uint16_t *k16, uint16_t *v16, const float *k, const float *v, size_t ld,
                        const int64_t *slots, int n_tok, int kv_dim, cudaStream_t stream);
 
-int kern_cuda_add_bias(float *x, size_t ld, const float *b, int n_tok, int n,
-                       cudaStream_t stream);
+int kern_cuda_add_bias(float *x, size_t ld, const float *b, int n_tok, int n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -5,9 +5,9 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <mutex>
 #include <stdio.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -408,7 +408,7 @@ extern "C" int kern_cuda_matmul(kern_cuda_matmul_ctx *c, const kern_cuda_weight 
     // not read.
     const float alpha = 1.0f, beta = 0.0f;
     return MM_BLAS(g_blas.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &alpha,
-                                w->data, CUDA_R_16F, n_in, x16, CUDA_R_16F, n_in, &beta, y,
-                                CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                  w->data, CUDA_R_16F, n_in, x16, CUDA_R_16F, n_in, &beta, y,
+                                  CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "cublasGemmEx");
 }

@@ -72,8 +72,8 @@ void kern_cuda_matmul_ctx_free(kern_cuda_matmul_ctx *c);
  * for no tokens, (size_t)-1 for invalid sizes. */
 size_t kern_cuda_matmul_ws_bytes(int n_in, int n_tok);
 
-int kern_cuda_matmul(kern_cuda_matmul_ctx *c, const kern_cuda_weight *w, const float *x,
-                     int n_tok, float *y, size_t ldy, void *ws, size_t ws_bytes);
+int kern_cuda_matmul(kern_cuda_matmul_ctx *c, const kern_cuda_weight *w, const float *x, int n_tok,
+                     float *y, size_t ldy, void *ws, size_t ws_bytes);
 
 #ifdef __cplusplus
 }

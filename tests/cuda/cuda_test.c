@@ -108,9 +108,15 @@ void report(const char *op, double err, double bound, const char *fmt, ...) {
         printf("  %s(%s): err %.2e (bound %.0e) %s\n", op, params, err, bound, ok ? "OK" : "FAIL");
 }
 
-int cuda_test_cases(void) { return g_cases; }
-int cuda_test_passed(void) { return g_passed; }
-int cuda_test_failed(void) { return g_failed; }
+int cuda_test_cases(void) {
+    return g_cases;
+}
+int cuda_test_passed(void) {
+    return g_passed;
+}
+int cuda_test_failed(void) {
+    return g_failed;
+}
 
 double copy_bandwidth(void) {
     size_t bytes = (size_t)256 << 20;

@@ -20,16 +20,16 @@
  * access) the first two, which hold the small and the odd sizes. */
 #define CASES_LEN(a) (g_small && ARRAY_LEN(a) > 2 ? (size_t)2 : ARRAY_LEN(a))
 
-extern cudaStream_t g_stream;  /* every op runs on it */
-extern const char *g_filter;   /* -o OP, or NULL for every op */
-extern int g_small;            /* --small: the reduced shape set (CASES_LEN) */
-extern double g_peak_bw;       /* bytes/s from the memory clock and bus width (perf) */
+extern cudaStream_t g_stream; /* every op runs on it */
+extern const char *g_filter;  /* -o OP, or NULL for every op */
+extern int g_small;           /* --small: the reduced shape set (CASES_LEN) */
+extern double g_peak_bw;      /* bytes/s from the memory clock and bus width (perf) */
 
 void must(int rc, const char *what);             /* a kern_cuda_* return code */
 void cuda_must(cudaError_t e, const char *what); /* a CUDA runtime call */
 void *xmalloc(size_t bytes);
 void *dev_alloc(size_t bytes);
-void *dev_from(const void *host, size_t bytes); /* a device copy of host[0, bytes) */
+void *dev_from(const void *host, size_t bytes);          /* a device copy of host[0, bytes) */
 void to_host(void *host, const void *dev, size_t bytes); /* waits for the stream, copies back */
 void dev_free(void *d);
 float *dev_random(size_t n, float scale); /* n random floats (never zero) on the device */

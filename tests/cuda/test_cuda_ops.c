@@ -61,7 +61,6 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "tests/cuda/cuda_test.h"
 #include "common/brisk_error.h"
 #include "kernels/cpu/kern_ops.h"
 #include "kernels/cpu/kern_types.h"
@@ -75,6 +74,7 @@
 #include "kernels/cuda/kern_cuda_silu.cuh"
 #include "kernels/cuda/kern_cuda_softmax.cuh"
 #include "models/sampler.h"
+#include "tests/cuda/cuda_test.h"
 
 static const int k_batches[] = {1, 7, 64};
 static const int k_dims[] = {64, 100, 333, 576, 4096};
@@ -816,7 +816,8 @@ int main(int argc, char **argv) {
     }
     char desc[256];
     kern_cuda_describe(desc, sizeof desc);
-    printf("test_cuda_ops: %s, mode %s%s\n", desc, perf ? "perf" : "test", g_small ? " (--small: 2 shapes and 2 batches a list)" : "");
+    printf("test_cuda_ops: %s, mode %s%s\n", desc, perf ? "perf" : "test",
+           g_small ? " (--small: 2 shapes and 2 batches a list)" : "");
     must(kern_cuda_stream_create(&g_stream), "kern_cuda_stream_create");
 
     if (perf) {
@@ -827,12 +828,17 @@ int main(int argc, char **argv) {
     struct {
         const char *name;
         void (*run)(void);
-    } tests[] = {
-        {"embedding", test_embedding},    {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
-        {"silu_mul", test_silu_mul},      {"softmax", test_softmax}, {"argmax", test_argmax},
-        {"attn_decode", test_attn_decode}, {"attn_prefill", test_attn_prefill},
-        {"kv_store", test_kv_store},      {"matmul", test_matmul},
-        {"sample", test_sample}};
+    } tests[] = {{"embedding", test_embedding},
+                 {"rmsnorm", test_rmsnorm},
+                 {"rope", test_rope},
+                 {"silu_mul", test_silu_mul},
+                 {"softmax", test_softmax},
+                 {"argmax", test_argmax},
+                 {"attn_decode", test_attn_decode},
+                 {"attn_prefill", test_attn_prefill},
+                 {"kv_store", test_kv_store},
+                 {"matmul", test_matmul},
+                 {"sample", test_sample}};
     for (size_t i = 0; i < ARRAY_LEN(tests); i++)
         if (selected(tests[i].name)) {
             printf("%s:\n", tests[i].name);

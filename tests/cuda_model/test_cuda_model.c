@@ -41,13 +41,18 @@ typedef struct rig {
     int n_vocab;
 } rig;
 
-static int rig_open_kv(rig *r, const model *m, model_device dev, model_weights_fmt w, int max_batch_tokens,
-                       int ctx, int n_seqs, int graphs, int kv16) {
+static int rig_open_kv(rig *r, const model *m, model_device dev, model_weights_fmt w,
+                       int max_batch_tokens, int ctx, int n_seqs, int graphs, int kv16) {
     memset(r, 0, sizeof *r);
     char err[256] = "";
-    model_backend_opts o = {.device = dev, .max_batch_tokens = max_batch_tokens, .max_ctx = ctx,
-                            .max_seqs = n_seqs, .block_size = 16, .gpu_memory_utilization = 0.5,
-                            .cuda_graphs = graphs, .weights = w};
+    model_backend_opts o = {.device = dev,
+                            .max_batch_tokens = max_batch_tokens,
+                            .max_ctx = ctx,
+                            .max_seqs = n_seqs,
+                            .block_size = 16,
+                            .gpu_memory_utilization = 0.5,
+                            .cuda_graphs = graphs,
+                            .weights = w};
     o.pool = kern_pool_create(0);
     if (model_backend_create(m, &o, &r->be, err, sizeof err) < 0) {
         fprintf(stderr, "test_cuda_model: backend %s: %s\n", model_device_name(dev), err);
@@ -62,16 +67,18 @@ static int rig_open_kv(rig *r, const model *m, model_device dev, model_weights_f
                           .max_seqs = n_seqs,
                           .max_seq_blocks = per,
                           .f16 = dev == MODEL_DEVICE_CUDA || kv16};
-    if (model_backend_kv_create(r->be, &kc, &r->kv) < 0) return -1;
+    if (model_backend_kv_create(r->be, &kc, &r->kv) < 0)
+        return -1;
     for (int s = 0; s < n_seqs; s++)
-        if (kv_cache_seq_grow(r->kv, s, ctx) < 0) return -1;
+        if (kv_cache_seq_grow(r->kv, s, ctx) < 0)
+            return -1;
     r->n_vocab = c->n_vocab;
     return 0;
 }
 
 /* The GPU's cache is always f16; the CPU's f32 unless asked. */
-static int rig_open(rig *r, const model *m, model_device dev, model_weights_fmt w, int max_batch_tokens,
-                    int ctx, int n_seqs, int graphs) {
+static int rig_open(rig *r, const model *m, model_device dev, model_weights_fmt w,
+                    int max_batch_tokens, int ctx, int n_seqs, int graphs) {
     return rig_open_kv(r, m, dev, w, max_batch_tokens, ctx, n_seqs, graphs, 0);
 }
 
@@ -85,7 +92,8 @@ static void rig_close(rig *r) {
 static int argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
+        if (x[i] > x[b])
+            b = i;
     return b;
 }
 
@@ -98,19 +106,22 @@ static int greedy(rig *r, const int32_t *prompt, int n_prompt, int n, int32_t *o
     int32_t *hist = malloc(sizeof(int32_t) * (size_t)(n_prompt + n + 1));
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_prompt), *seq = calloc((size_t)n_prompt, 4);
     memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
-    for (int i = 0; i < n_prompt; i++) pos[i] = i;
+    for (int i = 0; i < n_prompt; i++)
+        pos[i] = i;
     model_batch b = {n_prompt, hist, pos, seq, NULL};
     int n_out = 0, rc = model_backend_forward(r->be, r->kv, &b, &n_out);
     int n_hist = n_prompt, done = 0;
     while (rc == 0 && done < n) {
         model_sample_job job = {n_out - 1, s, hist, n_hist};
         int32_t id;
-        if ((rc = model_backend_sample(r->be, &job, 1, &id)) < 0) break;
+        if ((rc = model_backend_sample(r->be, &job, 1, &id)) < 0)
+            break;
         out[done++] = id;
         hist[n_hist++] = id;
         int32_t p = n_hist - 1, s0 = 0;
         model_batch d = {1, &hist[n_hist - 1], &p, &s0, NULL};
-        if (done < n) rc = model_backend_forward(r->be, r->kv, &d, &n_out);
+        if (done < n)
+            rc = model_backend_forward(r->be, r->kv, &d, &n_out);
     }
     free(hist), free(pos), free(seq);
     model_sampler_free(s);
@@ -121,19 +132,23 @@ static int greedy(rig *r, const int32_t *prompt, int n_prompt, int n, int32_t *o
  * chunks of `chunk` tokens (host copies, n rows). */
 static float *logits_chunked(rig *r, const int32_t *toks, int n, int chunk, int slot) {
     float *all = malloc(sizeof(float) * (size_t)n * r->n_vocab);
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk), *seq = malloc(sizeof(int32_t) * (size_t)chunk);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk),
+            *seq = malloc(sizeof(int32_t) * (size_t)chunk);
     uint8_t *want = malloc((size_t)chunk);
     memset(want, 1, (size_t)chunk);
     for (int off = 0; off < n; off += chunk) {
         int k = n - off < chunk ? n - off : chunk;
-        for (int i = 0; i < k; i++) pos[i] = off + i, seq[i] = slot;
+        for (int i = 0; i < k; i++)
+            pos[i] = off + i, seq[i] = slot;
         model_batch b = {k, toks + off, pos, seq, want};
         int n_out = 0, rc = model_backend_forward(r->be, r->kv, &b, &n_out);
-        CHECK(rc == 0 && n_out == k, "forward rc %d (%s) n_out %d", rc, kern_cuda_last_error(), n_out);
+        CHECK(rc == 0 && n_out == k, "forward rc %d (%s) n_out %d", rc, kern_cuda_last_error(),
+              n_out);
         for (int i = 0; rc == 0 && i < n_out; i++) {
             const float *row;
             if (model_backend_logits(r->be, i, &row) == 0)
-                memcpy(all + (size_t)(off + i) * r->n_vocab, row, sizeof(float) * (size_t)r->n_vocab);
+                memcpy(all + (size_t)(off + i) * r->n_vocab, row,
+                       sizeof(float) * (size_t)r->n_vocab);
         }
     }
     free(pos), free(seq), free(want);
@@ -150,7 +165,8 @@ static float *logits_chunked(rig *r, const int32_t *toks, int n, int chunk, int 
 
 /* Rows of x whose top-1 differs from ref's where ref's margin is clear (as
  * above, for a row error within bound); *counted gets the clear rows. */
-static int clear_disagreements(const float *ref, const float *x, int n, int nv, double bound, int *counted) {
+static int clear_disagreements(const float *ref, const float *x, int n, int nv, double bound,
+                               int *counted) {
     int bad = 0;
     *counted = 0;
     for (int i = 0; i < n; i++) {
@@ -158,7 +174,8 @@ static int clear_disagreements(const float *ref, const float *x, int n, int nv, 
         int c1 = argmax(c, nv), c2 = c1 == 0 ? 1 : 0;
         double den = 0;
         for (int j = 0; j < nv; j++) {
-            if (j != c1 && c[j] > c[c2]) c2 = j;
+            if (j != c1 && c[j] > c[c2])
+                c2 = j;
             den += (double)c[j] * c[j];
         }
         if (c[c1] - c[c2] > MARGIN_K * bound * sqrt(den / nv)) {
@@ -178,9 +195,11 @@ static int agree_rows(const float *a, const float *b, int n, int nv, double *wor
         const float *x = a + (size_t)i * nv, *y = b + (size_t)i * nv;
         agree += argmax(x, nv) == argmax(y, nv);
         double num = 0, den = 0;
-        for (int j = 0; j < nv; j++) num += (double)(x[j] - y[j]) * (x[j] - y[j]), den += (double)x[j] * x[j];
+        for (int j = 0; j < nv; j++)
+            num += (double)(x[j] - y[j]) * (x[j] - y[j]), den += (double)x[j] * x[j];
         double rel = sqrt(num / (den > 0 ? den : 1));
-        if (rel > *worst) *worst = rel;
+        if (rel > *worst)
+            *worst = rel;
     }
     return agree;
 }
@@ -189,14 +208,16 @@ static model *load(const char *path, model_weights_fmt f) {
     model_load_opts o = {.weights = f};
     model *m = NULL;
     char err[256];
-    if (model_load(path, &o, &m, err, sizeof err) < 0) fprintf(stderr, "load %s: %s\n", path, err);
+    if (model_load(path, &o, &m, err, sizeof err) < 0)
+        fprintf(stderr, "load %s: %s\n", path, err);
     return m;
 }
 
 static void test_stories(const char *gguf) {
     model *m = load(gguf, MODEL_WEIGHTS_F32);
     CHECK(m != NULL, "load stories260K");
-    if (!m) return;
+    if (!m)
+        return;
     int32_t bos = 1, out[200];
     for (int graphs = 1; graphs >= 0; graphs--) {
         rig r;
@@ -206,20 +227,26 @@ static void test_stories(const char *gguf) {
             break;
         }
         int got = greedy(&r, &bos, 1, 200, out), match = 0;
-        while (got > 0 && match < got && out[match] == golden[match]) match++;
-        printf("test_cuda_model: stories260K f16, graphs %s: golden %d/200\n", graphs ? "on" : "off", match);
+        while (got > 0 && match < got && out[match] == golden[match])
+            match++;
+        printf("test_cuda_model: stories260K f16, graphs %s: golden %d/200\n",
+               graphs ? "on" : "off", match);
         CHECK(match == 200, "golden (graphs %d): first %d of 200 match", graphs, match);
         rig_close(&r);
         if (match < 200) { /* does the CPU, with the same f16 weights and cache, part there too? */
             model *m16 = load(gguf, MODEL_WEIGHTS_F16);
             int32_t cpu[200];
             rig c16;
-            if (m16 && rig_open_kv(&c16, m16, MODEL_DEVICE_CPU, MODEL_WEIGHTS_F16, 256, 256, 1, 1, 1) == 0) {
+            if (m16 && rig_open_kv(&c16, m16, MODEL_DEVICE_CPU, MODEL_WEIGHTS_F16, 256, 256, 1, 1,
+                                   1) == 0) {
                 int n16 = greedy(&c16, &bos, 1, 200, cpu), m_cpu = 0, m_gpu = 0;
-                while (m_cpu < n16 && cpu[m_cpu] == golden[m_cpu]) m_cpu++;
-                while (m_gpu < n16 && m_gpu < got && cpu[m_gpu] == out[m_gpu]) m_gpu++;
+                while (m_cpu < n16 && cpu[m_cpu] == golden[m_cpu])
+                    m_cpu++;
+                while (m_gpu < n16 && m_gpu < got && cpu[m_gpu] == out[m_gpu])
+                    m_gpu++;
                 printf("test_cuda_model: CPU with f16 weights and an f16 cache: golden %d/200; "
-                       "CUDA and that CPU run agree on the first %d tokens\n", m_cpu, m_gpu);
+                       "CUDA and that CPU run agree on the first %d tokens\n",
+                       m_cpu, m_gpu);
             }
             rig_close(&c16);
             model_free(m16);
@@ -239,7 +266,8 @@ static void test_stories(const char *gguf) {
         int a1 = agree_rows(ref, one, 200, c.n_vocab, &w1);
         int a7 = agree_rows(ref, seven, 200, c.n_vocab, &w7);
         int a17 = agree_rows(one, seven, 200, c.n_vocab, &w17);
-        printf("test_cuda_model: stories260K prefill vs CPU f32: batch 200 top-1 %d/200 (rel err %.2e), "
+        printf("test_cuda_model: stories260K prefill vs CPU f32: batch 200 top-1 %d/200 (rel err "
+               "%.2e), "
                "chunks of 7 %d/200 (%.2e); batch vs chunks %d/200 (%.2e)\n",
                a1, w1, a7, w7, a17, w17);
         /* f16 weights on the CPU agree 120/120 with f32 at 3e-3 (test_model);
@@ -250,9 +278,12 @@ static void test_stories(const char *gguf) {
         int d1 = clear_disagreements(ref, one, 200, c.n_vocab, 1e-2, &n1);
         int d7 = clear_disagreements(ref, seven, 200, c.n_vocab, 1e-2, &n7);
         int d17 = clear_disagreements(one, seven, 200, c.n_vocab, 1e-2, &n17);
-        printf("test_cuda_model: clear-margin top-1 disagreements: batch %d of %d, chunks %d of %d, "
-               "batch vs chunks %d of %d\n", d1, n1, d7, n7, d17, n17);
-        CHECK(d1 == 0 && d7 == 0 && d17 == 0 && n1 > 100, "prefill top-1 where the margin is clear");
+        printf(
+            "test_cuda_model: clear-margin top-1 disagreements: batch %d of %d, chunks %d of %d, "
+            "batch vs chunks %d of %d\n",
+            d1, n1, d7, n7, d17, n17);
+        CHECK(d1 == 0 && d7 == 0 && d17 == 0 && n1 > 100,
+              "prefill top-1 where the margin is clear");
         CHECK(w1 < 1e-2 && w7 < 1e-2 && w17 < 1e-2, "prefill logits within 1e-2");
         /* Three sequences (toks from offsets 0, 10, 20) interleaved token by
          * token in one batch: row 3t + s is sequence s at position t. */
@@ -265,12 +296,14 @@ static void test_stories(const char *gguf) {
         if (rig_open(&g2, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 60, 256, 3, 1) == 0) {
             model_batch b = {60, itok, ipos, iseq, iwant};
             int n_out = 0;
-            CHECK(model_backend_forward(g2.be, g2.kv, &b, &n_out) == 0 && n_out == 60, "interleaved");
+            CHECK(model_backend_forward(g2.be, g2.kv, &b, &n_out) == 0 && n_out == 60,
+                  "interleaved");
             /* Compare against each sequence run alone in its own rig. */
             int ok = 0;
             for (int s = 0; s < 3; s++) {
                 rig a;
-                if (rig_open(&a, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 20, 256, 1, 1) < 0) break;
+                if (rig_open(&a, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 20, 256, 1, 1) < 0)
+                    break;
                 float *alone = logits_chunked(&a, toks + 10 * s, 20, 20, 0);
                 for (int t = 0; t < 20; t++) {
                     const float *row;
@@ -280,13 +313,16 @@ static void test_stories(const char *gguf) {
                         double d = row[j] - alone[(size_t)t * g2.n_vocab + j];
                         num += d * d, den += (double)row[j] * row[j];
                     }
-                    ok += argmax(row, g2.n_vocab) == argmax(alone + (size_t)t * g2.n_vocab, g2.n_vocab) &&
+                    ok += argmax(row, g2.n_vocab) ==
+                              argmax(alone + (size_t)t * g2.n_vocab, g2.n_vocab) &&
                           sqrt(num / den) < 1e-3;
                 }
                 free(alone);
                 rig_close(&a);
             }
-            printf("test_cuda_model: 3 sequences interleaved in one batch vs alone: %d/60 rows agree\n", ok);
+            printf("test_cuda_model: 3 sequences interleaved in one batch vs alone: %d/60 rows "
+                   "agree\n",
+                   ok);
             CHECK(ok == 60, "interleaved == alone (%d/60)", ok);
         }
         rig_close(&g2);
@@ -341,30 +377,36 @@ static int agree_greedy(const char *label, const side *t, const side *ref, const
     sp.temperature = 0.0f;
     model_sampler *smp = model_sampler_create(&sp, nv);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_prompt), *seq = calloc((size_t)n_prompt, 4);
-    for (int i = 0; i < n_prompt; i++) pos[i] = i;
+    for (int i = 0; i < n_prompt; i++)
+        pos[i] = i;
     model_batch b = {n_prompt, toks, pos, seq, NULL};
     int n_out = 0, rc = model_backend_forward(a.be, a.kv, &b, &n_out), made = 0, self = 0;
     while (rc == 0 && made < n) {
         const float *row = NULL;
-        if ((rc = model_backend_logits(a.be, n_out - 1, &row)) < 0) break;
+        if ((rc = model_backend_logits(a.be, n_out - 1, &row)) < 0)
+            break;
         memcpy(rows + (size_t)made * nv, row, sizeof(float) * (size_t)nv);
         model_sample_job job = {n_out - 1, smp, toks, n_prompt + made};
         int32_t id;
-        if ((rc = model_backend_sample(a.be, &job, 1, &id)) < 0) break;
+        if ((rc = model_backend_sample(a.be, &job, 1, &id)) < 0)
+            break;
         self += id == argmax(rows + (size_t)made * nv, nv);
         toks[n_prompt + made++] = id;
         int32_t p = n_prompt + made - 1, s0 = 0;
         model_batch d = {1, &toks[p], &p, &s0, NULL};
-        if (made < n) rc = model_backend_forward(a.be, a.kv, &d, &n_out);
+        if (made < n)
+            rc = model_backend_forward(a.be, a.kv, &d, &n_out);
     }
     model_sampler_free(smp);
     free(pos), free(seq);
     rig_close(&a);
-    CHECK(rc == 0 && made == n, "%s: decode rc %d (%s), %d of %d", label, rc, kern_cuda_last_error(), made, n);
+    CHECK(rc == 0 && made == n, "%s: decode rc %d (%s), %d of %d", label, rc,
+          kern_cuda_last_error(), made, n);
     int bad = 0, counted = 0;
     double worst = 0, sum = 0;
     rig r;
-    if (made == n && rig_open_kv(&r, ref->m, ref->dev, ref->w, n_prompt + n, ctx, 1, 1, ref->kv16) == 0) {
+    if (made == n &&
+        rig_open_kv(&r, ref->m, ref->dev, ref->w, n_prompt + n, ctx, 1, 1, ref->kv16) == 0) {
         float *ref_rows = logits_chunked(&r, toks, n_prompt + n - 1, n_prompt + n - 1, 0);
         int first_bad = -1;
         for (int i = 0; i < n; i++) {
@@ -372,28 +414,34 @@ static int agree_greedy(const char *label, const side *t, const side *ref, const
             int c1 = argmax(c, nv), c2 = c1 == 0 ? 1 : 0;
             double num = 0, den = 0;
             for (int j = 0; j < nv; j++) {
-                if (j != c1 && c[j] > c[c2]) c2 = j;
+                if (j != c1 && c[j] > c[c2])
+                    c2 = j;
                 num += (double)(g[j] - c[j]) * (g[j] - c[j]), den += (double)c[j] * c[j];
             }
             double rel = sqrt(num / (den > 0 ? den : 1)), rms = sqrt(den / nv);
             sum += rel;
-            if (rel > worst || rel != rel) worst = rel;
+            if (rel > worst || rel != rel)
+                worst = rel;
             if (c[c1] - c[c2] > MARGIN_K * bound * rms) {
                 counted++;
                 if (toks[n_prompt + i] != c1) {
                     bad++;
-                    if (first_bad < 0) first_bad = i;
+                    if (first_bad < 0)
+                        first_bad = i;
                 }
             }
         }
-        printf("test_cuda_model: %s: %d positions, sampled == own argmax %d/%d; logits vs reference: "
-               "max rel L2 %.2e, mean %.2e (bound %.0e); greedy disagreements %d of %d positions "
-               "with margin > %.0f x bound x rms (first at %d)\n",
-               label, n, self, n, worst, sum / n, bound, bad, counted, MARGIN_K, first_bad);
-        CHECK(self == n, "%s: the sampler's greedy token is its own logits' argmax (%d/%d)", label, self, n);
-        CHECK(worst <= bound, "%s: logits within %.0e of the reference (%.2e)", label, bound, worst);
-        CHECK(bad == 0, "%s: %d greedy disagreements outside near-ties (first at position %d)", label,
-              bad, first_bad);
+        printf(
+            "test_cuda_model: %s: %d positions, sampled == own argmax %d/%d; logits vs reference: "
+            "max rel L2 %.2e, mean %.2e (bound %.0e); greedy disagreements %d of %d positions "
+            "with margin > %.0f x bound x rms (first at %d)\n",
+            label, n, self, n, worst, sum / n, bound, bad, counted, MARGIN_K, first_bad);
+        CHECK(self == n, "%s: the sampler's greedy token is its own logits' argmax (%d/%d)", label,
+              self, n);
+        CHECK(worst <= bound, "%s: logits within %.0e of the reference (%.2e)", label, bound,
+              worst);
+        CHECK(bad == 0, "%s: %d greedy disagreements outside near-ties (first at position %d)",
+              label, bad, first_bad);
         CHECK(counted > 0, "%s: no position has a clear margin (the check would be empty)", label);
         free(ref_rows);
     } else if (made == n) {
@@ -409,7 +457,8 @@ static model *load_dummy(const char *shape, model_weights_fmt f) {
     model_load_opts o = {.weights = f, .dummy = shape};
     model *m = NULL;
     char err[256];
-    if (model_load(NULL, &o, &m, err, sizeof err) < 0) fprintf(stderr, "dummy %s: %s\n", shape, err);
+    if (model_load(NULL, &o, &m, err, sizeof err) < 0)
+        fprintf(stderr, "dummy %s: %s\n", shape, err);
     return m;
 }
 
@@ -423,30 +472,36 @@ static void test_agreement(const char *stories_gguf, int cpu_only, int n) {
     int n_models = cpu_only ? 2 : 3;
     for (int k = 0; k < n_models; k++) {
         const char *name = k == 0 ? "stories260K" : shapes[k - 1];
-        if (k == 0 && !stories_gguf) continue;
+        if (k == 0 && !stories_gguf)
+            continue;
         int32_t prompt[8];
         int n_prompt = 1;
         prompt[0] = 1; /* BOS */
         for (int f = 0; f < 2; f++) {
-            if (cpu_only && f == 1) continue;
+            if (cpu_only && f == 1)
+                continue;
             model *m = k == 0 ? load(stories_gguf, fmts[f]) : load_dummy(name, fmts[f]);
             CHECK(m != NULL, "load %s", name);
-            if (!m) continue;
+            if (!m)
+                continue;
             if (k > 0) { /* a few fixed ids spread over the vocabulary */
                 int nv = model_get_config(m)->n_vocab;
                 n_prompt = 8;
-                for (int i = 1; i < n_prompt; i++) prompt[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)nv);
+                for (int i = 1; i < n_prompt; i++)
+                    prompt[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)nv);
             }
             model *mref = cpu_only ? (k == 0 ? load(stories_gguf, MODEL_WEIGHTS_F32)
                                              : load_dummy(name, MODEL_WEIGHTS_F32))
                                    : m;
             char label[128];
             snprintf(label, sizeof label, "%s %s weights, %s vs CPU%s", name, f ? "int8" : "f16",
-                     cpu_only ? "CPU (f16 cache)" : "CUDA", cpu_only ? " f32" : " (same weights, f16 cache)");
+                     cpu_only ? "CPU (f16 cache)" : "CUDA",
+                     cpu_only ? " f32" : " (same weights, f16 cache)");
             side t = {m, cpu_only ? MODEL_DEVICE_CPU : MODEL_DEVICE_CUDA, fmts[f], 1};
             side r = {mref, MODEL_DEVICE_CPU, cpu_only ? MODEL_WEIGHTS_F32 : fmts[f], !cpu_only};
             agree_greedy(label, &t, &r, prompt, n_prompt, n, f ? BOUND_INT8 : BOUND_F16);
-            if (mref != m) model_free(mref);
+            if (mref != m)
+                model_free(mref);
             model_free(m);
         }
     }
@@ -454,8 +509,11 @@ static void test_agreement(const char *stories_gguf, int cpu_only, int n) {
 
 static const char *smollm2_path(char *buf, size_t len) {
     const char *env = getenv("BRISK_MODEL"), *home = getenv("HOME");
-    if (env && *env) snprintf(buf, len, "%s", env);
-    else snprintf(buf, len, "%s/.cache/brisk/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+    if (env && *env)
+        snprintf(buf, len, "%s", env);
+    else
+        snprintf(buf, len, "%s/.cache/brisk/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 home ? home : "");
     return access(buf, R_OK) == 0 ? buf : NULL;
 }
 
@@ -467,14 +525,18 @@ static void test_smollm2(void) {
     }
     model *mf = load(path, MODEL_WEIGHTS_F16), *mq = load(path, MODEL_WEIGHTS_AUTO);
     CHECK(mf && mq, "load SmolLM2");
-    if (!mf || !mq) return;
+    if (!mf || !mq)
+        return;
     /* A chat prompt's ids through the model's own tokenizer. */
-    const char *text = "<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n"
-                       "<|im_start|>assistant\n";
+    const char *text =
+        "<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n"
+        "<|im_start|>assistant\n";
     int32_t prompt[128];
-    int n_prompt = tok_encode(model_get_vocab(mf), text, (int)strlen(text), TOK_PARSE_SPECIAL, prompt, 128);
+    int n_prompt =
+        tok_encode(model_get_vocab(mf), text, (int)strlen(text), TOK_PARSE_SPECIAL, prompt, 128);
     CHECK(n_prompt > 4, "prompt ids (%d)", n_prompt);
-    if (n_prompt <= 4) return;
+    if (n_prompt <= 4)
+        return;
     enum { N = 256 };
     int32_t cpu_out[N], gpu_out[N];
     rig c, g;
@@ -490,7 +552,8 @@ static void test_smollm2(void) {
             continue;
         }
         int n_gpu = greedy(&g, prompt, n_prompt, 32, gpu_out), same = 0;
-        while (same < n_gpu && gpu_out[same] == cpu_out[same]) same++;
+        while (same < n_gpu && gpu_out[same] == cpu_out[same])
+            same++;
         rig_close(&g);
         /* Teacher forcing: the prompt and the CPU's tokens in one pass. */
         int32_t toks[128 + N];
@@ -499,7 +562,8 @@ static void test_smollm2(void) {
         rig_open(&g, f ? mq : mf, MODEL_DEVICE_CUDA, fmts[f], 512, 512, 1, 1);
         float *lg = logits_chunked(&g, toks, n_prompt + N - 1, 128, 0);
         int agree = 0;
-        for (int i = 0; i < N; i++) agree += argmax(lg + (size_t)(n_prompt - 1 + i) * g.n_vocab, g.n_vocab) == cpu_out[i];
+        for (int i = 0; i < N; i++)
+            agree += argmax(lg + (size_t)(n_prompt - 1 + i) * g.n_vocab, g.n_vocab) == cpu_out[i];
         free(lg);
         rig_close(&g);
         printf("test_cuda_model: SmolLM2 %s on the GPU vs f16 on the CPU: first %d/32 free-running "
@@ -515,14 +579,16 @@ static void test_smollm2(void) {
     /* A seeded sampled run repeats exactly on the GPU. */
     int32_t a[64], b[64];
     for (int rep = 0; rep < 2; rep++) {
-        if (rig_open(&g, mf, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 512, 512, 1, 1) < 0) break;
+        if (rig_open(&g, mf, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 512, 512, 1, 1) < 0)
+            break;
         model_sampling sp = model_sampling_default();
         sp.temperature = 0.8f, sp.top_p = 0.9f, sp.top_k = 40, sp.seed = 1234;
         sp.repetition_penalty = 1.1f;
         model_sampler *s = model_sampler_create(&sp, g.n_vocab);
         int32_t hist[128 + 64], pos[128], seq[128] = {0};
         memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
-        for (int i = 0; i < n_prompt; i++) pos[i] = i;
+        for (int i = 0; i < n_prompt; i++)
+            pos[i] = i;
         model_batch bt = {n_prompt, hist, pos, seq, NULL};
         int n_out, n_hist = n_prompt;
         int rc = model_backend_forward(g.be, g.kv, &bt, &n_out);
@@ -534,7 +600,8 @@ static void test_smollm2(void) {
             hist[n_hist++] = id;
             int32_t p = n_hist - 1, s0 = 0;
             model_batch d = {1, &hist[n_hist - 1], &p, &s0, NULL};
-            if (rc == 0) rc = model_backend_forward(g.be, g.kv, &d, &n_out);
+            if (rc == 0)
+                rc = model_backend_forward(g.be, g.kv, &d, &n_out);
         }
         CHECK(rc == 0, "sampled run %d", rep);
         model_sampler_free(s);
@@ -548,8 +615,9 @@ static void test_smollm2(void) {
 int main(int argc, char **argv) {
     int cpu_only = argc > 1 && !strcmp(argv[1], "--cpu");
     if (argc > 1 && !cpu_only) {
-        fprintf(stderr, "usage: test_cuda_model [--cpu]\n"
-                        "  --cpu: rehearse the agreement checks on the CPU alone (f16 against f32)\n");
+        fprintf(stderr,
+                "usage: test_cuda_model [--cpu]\n"
+                "  --cpu: rehearse the agreement checks on the CPU alone (f16 against f32)\n");
         return 2;
     }
     if (!cpu_only && kern_cuda_device_count() <= 0) {
@@ -568,13 +636,15 @@ int main(int argc, char **argv) {
         have_dir = 1;
         snprintf(out, sizeof out, "%s/stories260K.gguf", dir);
         CHECK(model_convert_llama2c(src, tok, out, err, sizeof err) == 0, "convert: %s", err);
-        if (!cpu_only) test_stories(out);
+        if (!cpu_only)
+            test_stories(out);
     }
     test_agreement(have_dir ? out : NULL, cpu_only, cpu_only ? 48 : 256);
     if (have_dir) {
         unlink(out);
         rmdir(dir);
     }
-    if (!cpu_only) test_smollm2();
+    if (!cpu_only)
+        test_smollm2();
     return BT_SUMMARY("test_cuda_model");
 }

@@ -18,22 +18,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     fuzz_quiet_logs();
     /* Help and usage text would flood the fuzzer's output. */
-    if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) return 0;
+    if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+        return 0;
     return 0;
 }
 
 static int points_into(const char *s, char **argv, int argc) {
     for (int i = 0; i < argc; i++)
-        if (s == argv[i]) return 1;
+        if (s == argv[i])
+            return 1;
     return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (size < 1 || size > 4096) return 0;
+    if (size < 1 || size > 4096)
+        return 0;
     static const unsigned cmds[] = {CLI_SERVE, CLI_GENERATE, CLI_BENCH, CLI_TOKENIZE, CLI_CONVERT};
     unsigned cmd = cmds[data[0] % 5];
     char *buf = malloc(size);
-    if (!buf) return 0;
+    if (!buf)
+        return 0;
     memcpy(buf, data + 1, size - 1);
     buf[size - 1] = 0;
     char *argv[64];
@@ -45,15 +49,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cli_vals *a = malloc(sizeof *a), *b = malloc(sizeof *b);
     if (a && b) {
         int rc = cli_opts_parse(cmd, argc, argv, a);
-        if (rc != CLI_OK && rc != CLI_HELP && rc != CLI_USAGE) abort();
+        if (rc != CLI_OK && rc != CLI_HELP && rc != CLI_USAGE)
+            abort();
         if (rc == CLI_OK) {
-            if (a->n_keys < 0 || a->n_keys > CLI_MAX_KEYS) abort();
+            if (a->n_keys < 0 || a->n_keys > CLI_MAX_KEYS)
+                abort();
             for (int k = 0; k < a->n_keys; k++)
-                if (!points_into(a->keys[k], argv, argc)) abort();
+                if (!points_into(a->keys[k], argv, argc))
+                    abort();
             for (int id = 0; id < O_N; id++)
-                if (a->given[id] && a->s[id] && !points_into(a->s[id], argv, argc)) abort();
-            if (cli_opts_parse(cmd, argc, argv, b) != CLI_OK || memcmp(a->given, b->given, sizeof a->given) ||
-                memcmp(a->i, b->i, sizeof a->i) || memcmp(a->u, b->u, sizeof a->u))
+                if (a->given[id] && a->s[id] && !points_into(a->s[id], argv, argc))
+                    abort();
+            if (cli_opts_parse(cmd, argc, argv, b) != CLI_OK ||
+                memcmp(a->given, b->given, sizeof a->given) || memcmp(a->i, b->i, sizeof a->i) ||
+                memcmp(a->u, b->u, sizeof a->u))
                 abort();
         }
     }

@@ -27,11 +27,11 @@
 
 #include "common/brisk_error.h"
 #include "kernels/cpu/kern_cpu.h"
+#include "kv/kv_cache.h"
 #include "models/gguf.h"
 #include "models/model.h"
 #include "models/sampler.h"
 #include "models/tokenizer.h"
-#include "kv/kv_cache.h"
 #include "tests/fuzz/fuzz_util.h"
 
 /* Bounds a replayed file; the fuzzer's -max_len is far lower. */

@@ -11,22 +11,22 @@
 
 static int bt_passed, bt_failed;
 
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        if (cond) {                                                                              \
-            bt_passed++;                                                                         \
-        } else {                                                                                 \
-            bt_failed++;                                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);             \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fprintf(stderr, "\n");                                                               \
-        }                                                                                        \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            bt_passed++;                                                                           \
+        } else {                                                                                   \
+            bt_failed++;                                                                           \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
     } while (0)
 
 /* A check whose condition says it all. */
 #define CHECK_COND(cond) CHECK(cond, "%s", "")
 
-#define BT_SUMMARY(name)                                                                         \
+#define BT_SUMMARY(name)                                                                           \
     (printf("%s: %d passed, %d failed\n", name, bt_passed, bt_failed), bt_failed ? 1 : 0)
 
 /* A useful error message is non-empty and exactly one line. */

@@ -13,9 +13,9 @@
 
 #include "brisk_test.h"
 #include "common/brisk_error.h"
+#include "kv/kv_cache.h"
 #include "models/llama2c.h"
 #include "scheduler/engine.h"
-#include "kv/kv_cache.h"
 
 static const char *GOLDEN =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
@@ -42,7 +42,8 @@ static int n_done_target;
 
 static void on_async(uv_async_t *a) {
     (void)a;
-    if (!eng) return; /* a wake-up left over from an engine already freed */
+    if (!eng)
+        return; /* a wake-up left over from an engine already freed */
     for (sched_event *ev = sched_engine_drain(eng), *n; ev; ev = n) {
         n = ev->next;
         result *r = ev->user;
@@ -56,7 +57,8 @@ static void on_async(uv_async_t *a) {
             const sched_token *t = &ev->tokens[i];
             if (t->n_top > 0) {
                 int ok = t->logprob <= 1e-6f && t->top_logprob[0] >= t->logprob - 1e-6f;
-                for (int k = 1; k < t->n_top; k++) ok &= t->top_logprob[k] <= t->top_logprob[k - 1];
+                for (int k = 1; k < t->n_top; k++)
+                    ok &= t->top_logprob[k] <= t->top_logprob[k - 1];
                 r->lp_ok &= ok;
             }
         }
@@ -68,8 +70,10 @@ static void on_async(uv_async_t *a) {
         sched_event_free(ev);
     }
     int all = 1;
-    for (int i = 0; i < n_done_target; i++) all &= res[i].done;
-    if (all && n_done_target) uv_stop(&loop);
+    for (int i = 0; i < n_done_target; i++)
+        all &= res[i].done;
+    if (all && n_done_target)
+        uv_stop(&loop);
 }
 
 static sched_seq_params params(int32_t *prompt, int n, int max_tokens, result *user) {
@@ -123,7 +127,8 @@ static sched_engine *start_engine(const char *path, int max_seqs, long long kv_b
     sched_engine *e = NULL;
     CHECK(sched_engine_create(&cfg, &async, &e, err, sizeof err) == 0, "create: %s", err);
     eng = e; /* on_async drains the current engine */
-    while (e && sched_engine_state(e, NULL, 0) == SCHED_LOADING) uv_run(&loop, UV_RUN_ONCE);
+    while (e && sched_engine_state(e, NULL, 0) == SCHED_LOADING)
+        uv_run(&loop, UV_RUN_ONCE);
     CHECK(e && sched_engine_state(e, err, sizeof err) == SCHED_READY, "ready: %s", err);
     return e;
 }
@@ -132,7 +137,8 @@ static sched_engine *start_engine(const char *path, int max_seqs, long long kv_b
 static int prompt16(int i, int32_t *out) {
     int n = 1 + (i * 7) % 23;
     out[0] = 1;
-    for (int k = 1; k < n; k++) out[k] = 3 + (i * 131 + k * 57) % 500;
+    for (int k = 1; k < n; k++)
+        out[k] = 3 + (i * 131 + k * 57) % 500;
     return n;
 }
 
@@ -151,8 +157,8 @@ static void run16(char **out, float temp) {
     run_until_done();
     for (int i = 0; i < 16; i++) {
         out[i] = res[i].text ? strdup(res[i].text) : strdup("");
-        CHECK(res[i].finish == SCHED_FINISH_LENGTH && res[i].n_tokens == 120, "seq %d: finish %d, %d tokens", i,
-              res[i].finish, res[i].n_tokens);
+        CHECK(res[i].finish == SCHED_FINISH_LENGTH && res[i].n_tokens == 120,
+              "seq %d: finish %d, %d tokens", i, res[i].finish, res[i].n_tokens);
     }
 }
 
@@ -177,9 +183,10 @@ static void test_paged(const char *path) {
     run16(batched, 0);
     sched_engine_stats st;
     sched_engine_get_stats(eng, &st);
-    CHECK(st.preemptions == 0 && st.kv_blocks_used == 0, "roomy pool: %lld preemptions, %d blocks left",
-          st.preemptions, st.kv_blocks_used);
-    for (int i = 0; i < 16; i++) CHECK(!strcmp(solo[i], batched[i]), "prompt %d batched differs", i);
+    CHECK(st.preemptions == 0 && st.kv_blocks_used == 0,
+          "roomy pool: %lld preemptions, %d blocks left", st.preemptions, st.kv_blocks_used);
+    for (int i = 0; i < 16; i++)
+        CHECK(!strcmp(solo[i], batched[i]), "prompt %d batched differs", i);
 
     /* Cancelling frees every block in the step: 8 long ones, cancelled mid-way. */
     reset(8);
@@ -189,12 +196,15 @@ static void test_paged(const char *path) {
         sched_seq_params p = params(pr, n, 250, &res[i]);
         CHECK_COND(sched_engine_submit(eng, &p) == 0);
     }
-    while (res[0].n_tokens < 5) uv_run(&loop, UV_RUN_ONCE);
-    for (int i = 0; i < 8; i++) sched_engine_cancel(eng, &res[i]);
+    while (res[0].n_tokens < 5)
+        uv_run(&loop, UV_RUN_ONCE);
+    for (int i = 0; i < 8; i++)
+        sched_engine_cancel(eng, &res[i]);
     run_until_done();
     usleep(20000);
     sched_engine_get_stats(eng, &st);
-    CHECK(st.kv_blocks_used == 0 && st.running == 0, "after cancel: %d blocks used", st.kv_blocks_used);
+    CHECK(st.kv_blocks_used == 0 && st.running == 0, "after cancel: %d blocks used",
+          st.kv_blocks_used);
     sched_engine_free(eng);
     eng = NULL;
 
@@ -206,9 +216,11 @@ static void test_paged(const char *path) {
     sched_engine_get_stats(eng, &st);
     CHECK(st.kv_blocks_total == 40 && st.preemptions > 0, "tight pool: %d blocks, %lld preemptions",
           st.kv_blocks_total, st.preemptions);
-    for (int i = 0; i < 16; i++) CHECK(!strcmp(solo[i], tight[i]), "prompt %d differs after preemption", i);
-    printf("test_engine: 16 sequences in a 40-block pool: %lld preemptions, all outputs unchanged\n",
-           st.preemptions);
+    for (int i = 0; i < 16; i++)
+        CHECK(!strcmp(solo[i], tight[i]), "prompt %d differs after preemption", i);
+    printf(
+        "test_engine: 16 sequences in a 40-block pool: %lld preemptions, all outputs unchanged\n",
+        st.preemptions);
     for (int i = 0; i < 16; i++) {
         free(batched[i]);
         free(tight[i]);
@@ -219,11 +231,13 @@ static void test_paged(const char *path) {
     eng = NULL;
     eng = start_engine(path, 16, 0, 64);
     run16(batched, 0.9f);
-    for (int i = 0; i < 16; i++) CHECK(!strcmp(batched[i], tight[i]), "seeded prompt %d differs", i);
+    for (int i = 0; i < 16; i++)
+        CHECK(!strcmp(batched[i], tight[i]), "seeded prompt %d differs", i);
 
     /* Prefix cache: a 100-token prompt, then the same prompt again. */
     int32_t longp[100];
-    for (int k = 0; k < 100; k++) longp[k] = k ? 3 + (k * 37) % 500 : 1;
+    for (int k = 0; k < 100; k++)
+        longp[k] = k ? 3 + (k * 37) % 500 : 1;
     sched_engine_get_stats(eng, &st);
     long long hits0 = st.prefix_hits;
     for (int rep = 0; rep < 2; rep++) {
@@ -233,7 +247,8 @@ static void test_paged(const char *path) {
         run_until_done();
     }
     sched_engine_get_stats(eng, &st);
-    CHECK(st.prefix_hits - hits0 == 96, "prefix hits %lld (want 6 blocks = 96)", st.prefix_hits - hits0);
+    CHECK(st.prefix_hits - hits0 == 96, "prefix hits %lld (want 6 blocks = 96)",
+          st.prefix_hits - hits0);
 
     /* Forks: 4 seeded choices of one prompt share its blocks and each equals
      * the same seed run alone. */
@@ -247,7 +262,8 @@ static void test_paged(const char *path) {
     }
     run_until_done();
     char *forked[4];
-    for (int j = 0; j < 4; j++) forked[j] = strdup(res[j].text ? res[j].text : "");
+    for (int j = 0; j < 4; j++)
+        forked[j] = strdup(res[j].text ? res[j].text : "");
     for (int j = 0; j < 4; j++) {
         reset(1);
         sched_seq_params p = params(longp, 45, 60, &res[0]);
@@ -255,10 +271,12 @@ static void test_paged(const char *path) {
         p.sampling.seed = 77 + (uint64_t)j;
         CHECK_COND(sched_engine_submit(eng, &p) == 0);
         run_until_done();
-        CHECK(!strcmp(forked[j], res[0].text ? res[0].text : ""), "fork %d differs from its solo run", j);
+        CHECK(!strcmp(forked[j], res[0].text ? res[0].text : ""),
+              "fork %d differs from its solo run", j);
         free(forked[j]);
     }
-    CHECK(strcmp(res[0].text ? res[0].text : "", solo[0]) != 0, "%s", "sanity: seeded differs from greedy");
+    CHECK(strcmp(res[0].text ? res[0].text : "", solo[0]) != 0, "%s",
+          "sanity: seeded differs from greedy");
     sched_engine_get_stats(eng, &st);
     CHECK(st.kv_blocks_used == 0, "blocks left %d", st.kv_blocks_used);
     sched_engine_free(eng);
@@ -291,7 +309,8 @@ int main(void) {
         printf("test_engine: SKIP: %s not found (set BRISK_SHARED_DIR)\n", src);
         return 0;
     }
-    if (!mkdtemp(dir)) return 1;
+    if (!mkdtemp(dir))
+        return 1;
     snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
     char err[256];
     CHECK(model_convert_llama2c(src, tok, path, err, sizeof err) == 0, "convert: %s", err);
@@ -308,7 +327,8 @@ int main(void) {
     cfg.max_waiting = 8;
     cfg.max_waiting_tokens = 200;
     CHECK(sched_engine_create(&cfg, &async, &eng, err, sizeof err) == 0, "create: %s", err);
-    while (sched_engine_state(eng, NULL, 0) == SCHED_LOADING) uv_run(&loop, UV_RUN_ONCE);
+    while (sched_engine_state(eng, NULL, 0) == SCHED_LOADING)
+        uv_run(&loop, UV_RUN_ONCE);
     CHECK(sched_engine_state(eng, err, sizeof err) == SCHED_READY, "ready: %s", err);
     CHECK_COND(sched_engine_max_ctx(eng) == 256);
 
@@ -319,14 +339,16 @@ int main(void) {
     CHECK_COND(sched_engine_submit(eng, &p) == 0);
     run_until_done();
     CHECK(res[0].text && strcmp(res[0].text, GOLDEN) == 0, "golden alone: got '%s'", res[0].text);
-    CHECK(res[0].finish == SCHED_FINISH_LENGTH && res[0].completion_len == 200 && res[0].n_tokens == 200,
+    CHECK(res[0].finish == SCHED_FINISH_LENGTH && res[0].completion_len == 200 &&
+              res[0].n_tokens == 200,
           "finish %d, %d tokens", res[0].finish, res[0].n_tokens);
 
     /* 2. Six at once (4 slots, 2 wait), with log-probs on some, prompts of
      * different lengths in the same batches: the BOS ones match the golden. */
     reset(6);
     int32_t longp[40];
-    for (int i = 0; i < 40; i++) longp[i] = 3 + (i * 37) % 500;
+    for (int i = 0; i < 40; i++)
+        longp[i] = 3 + (i * 37) % 500;
     longp[0] = 1;
     for (int i = 0; i < 6; i++) {
         p = i % 2 ? params(longp, 20 + i * 3, 50, &res[i]) : params(&bos, 1, 200, &res[i]);
@@ -335,8 +357,10 @@ int main(void) {
     }
     run_until_done();
     for (int i = 0; i < 6; i += 2)
-        CHECK(res[i].text && strcmp(res[i].text, GOLDEN) == 0, "golden batched %d: '%s'", i, res[i].text);
-    for (int i = 1; i < 6; i += 2) CHECK(res[i].n_tokens == 50, "seq %d: %d tokens", i, res[i].n_tokens);
+        CHECK(res[i].text && strcmp(res[i].text, GOLDEN) == 0, "golden batched %d: '%s'", i,
+              res[i].text);
+    for (int i = 1; i < 6; i += 2)
+        CHECK(res[i].n_tokens == 50, "seq %d: %d tokens", i, res[i].n_tokens);
     CHECK_COND(res[2].lp_ok);
 
     /* 3. Stop strings: "little girl" spans tokens; the text ends before it. */
@@ -350,11 +374,13 @@ int main(void) {
     p.n_stop = 2;
     CHECK_COND(sched_engine_submit(eng, &p) == 0);
     run_until_done();
-    CHECK(res[0].finish == SCHED_FINISH_STOP && !strcmp(res[0].text, "Once upon a time, there was a "),
+    CHECK(res[0].finish == SCHED_FINISH_STOP &&
+              !strcmp(res[0].text, "Once upon a time, there was a "),
           "stop 1: '%s'", res[0].text);
     CHECK(res[1].finish == SCHED_FINISH_STOP &&
-              !strcmp(res[1].text, "Once upon a time, there was a little girl named Lily. She loved to play "
-                                   "outside in the "),
+              !strcmp(res[1].text,
+                      "Once upon a time, there was a little girl named Lily. She loved to play "
+                      "outside in the "),
           "stop 2: '%s'", res[1].text);
 
     /* 4. Cancellation: one running, one waiting; each gets one ABORT. */
@@ -366,14 +392,15 @@ int main(void) {
     sched_engine_cancel(eng, &res[0]);
     sched_engine_cancel(eng, &res[5]);
     run_until_done();
-    CHECK(res[0].finish == SCHED_FINISH_ABORT && res[5].finish == SCHED_FINISH_ABORT, "aborts %d %d",
-          res[0].finish, res[5].finish);
+    CHECK(res[0].finish == SCHED_FINISH_ABORT && res[5].finish == SCHED_FINISH_ABORT,
+          "aborts %d %d", res[0].finish, res[5].finish);
     CHECK(res[1].finish == SCHED_FINISH_LENGTH && res[1].n_tokens == 250, "others run on");
 
     /* 5. The waiting-tokens cap (200): a 201-token prompt is refused, a
      * 200-token one runs (timing-independent, unlike the count cap). */
     int32_t *toks = calloc(256, sizeof *toks);
-    for (int i = 0; i < 256; i++) toks[i] = 3 + i;
+    for (int i = 0; i < 256; i++)
+        toks[i] = 3 + i;
     reset(1);
     p = params(toks, 201, 10, &res[1]);
     CHECK_COND(sched_engine_submit(eng, &p) == BRISK_ENOSPC);
@@ -395,8 +422,8 @@ int main(void) {
 
     sched_engine_stats stats;
     sched_engine_get_stats(eng, &stats);
-    CHECK(stats.running == 0 && stats.waiting == 0 && stats.generation_tokens > 1000, "stats %d %d %lld",
-          stats.running, stats.waiting, stats.generation_tokens);
+    CHECK(stats.running == 0 && stats.waiting == 0 && stats.generation_tokens > 1000,
+          "stats %d %d %lld", stats.running, stats.waiting, stats.generation_tokens);
 
     /* 6. Freeing with work in flight drops it cleanly. */
     reset(0);

@@ -16,8 +16,6 @@
 #include "models/gguf.h"
 #include "models/gguf_write.h"
 
-
-
 /* ---- a raw byte builder for files the writer refuses to make ---------- */
 
 typedef struct buf {
@@ -233,7 +231,7 @@ static void check_sample(const gguf_file *gf, uint32_t alignment) {
     CHECK_COND(gguf_get_bool(gf, "t.flag_i32", &b) == 0 && b == 1);
     CHECK_COND(gguf_get_bool(gf, "t.u8", &b) == BRISK_EFORMAT);
     CHECK_COND(gguf_get_str(gf, "t.str", &s) == 0 && s.len == 12 &&
-          memcmp(s.data, "h\xc3\xa9llo\nworld", 12) == 0);
+               memcmp(s.data, "h\xc3\xa9llo\nworld", 12) == 0);
     CHECK_COND(gguf_get_str(gf, "t.u32", &s) == BRISK_EFORMAT);
     CHECK_COND(gguf_get_u32(gf, "no.such.key", &u32) == BRISK_ENOTFOUND);
     CHECK_COND(gguf_find_key(gf, "no.such.key") == -1);
@@ -242,13 +240,14 @@ static void check_sample(const gguf_file *gf, uint32_t alignment) {
     CHECK_COND(gguf_str_eq(gguf_key_at(gf, gguf_find_key(gf, "t.u16")), "t.u16"));
     CHECK_COND(gguf_key_at(gf, -1).len == 0 && gguf_key_at(gf, 1000).len == 0);
 
-    CHECK_COND(gguf_get_arr(gf, "t.arr_i32", &et, &n, &data) == 0 && et == GGUF_TYPE_INT32 && n == 3 &&
-          memcmp(data, arr_i32, sizeof arr_i32) == 0);
-    CHECK_COND(gguf_get_arr(gf, "t.arr_f32", &et, &n, &data) == 0 && et == GGUF_TYPE_FLOAT32 && n == 2 &&
-          memcmp(data, arr_f32, sizeof arr_f32) == 0);
-    CHECK_COND(gguf_get_arr(gf, "t.arr_bool", &et, &n, &data) == 0 && et == GGUF_TYPE_BOOL && n == 3 &&
-          memcmp(data, arr_bool, 3) == 0);
-    CHECK_COND(gguf_get_arr(gf, "t.arr_empty", &et, &n, &data) == 0 && et == GGUF_TYPE_UINT64 && n == 0);
+    CHECK_COND(gguf_get_arr(gf, "t.arr_i32", &et, &n, &data) == 0 && et == GGUF_TYPE_INT32 &&
+               n == 3 && memcmp(data, arr_i32, sizeof arr_i32) == 0);
+    CHECK_COND(gguf_get_arr(gf, "t.arr_f32", &et, &n, &data) == 0 && et == GGUF_TYPE_FLOAT32 &&
+               n == 2 && memcmp(data, arr_f32, sizeof arr_f32) == 0);
+    CHECK_COND(gguf_get_arr(gf, "t.arr_bool", &et, &n, &data) == 0 && et == GGUF_TYPE_BOOL &&
+               n == 3 && memcmp(data, arr_bool, 3) == 0);
+    CHECK_COND(gguf_get_arr(gf, "t.arr_empty", &et, &n, &data) == 0 && et == GGUF_TYPE_UINT64 &&
+               n == 0);
     CHECK_COND(gguf_get_arr(gf, "t.u32", &et, &n, &data) == BRISK_EFORMAT);
 
     gguf_str *strs = NULL;
@@ -256,19 +255,19 @@ static void check_sample(const gguf_file *gf, uint32_t alignment) {
     if (strs && n == 4)
         for (int i = 0; i < 4; i++)
             CHECK_COND(strs[i].len == arr_lens[i] &&
-                  memcmp(strs[i].data, arr_strs[i], arr_lens[i]) == 0);
+                       memcmp(strs[i].data, arr_strs[i], arr_lens[i]) == 0);
     free(strs);
     CHECK_COND(gguf_get_arr_str(gf, "t.arr_i32", &strs, &n) == BRISK_EFORMAT);
 
     buf nested = {0};
     nested_value(&nested);
-    CHECK_COND(gguf_get_arr(gf, "t.nested", &et, &n, &data) == 0 && et == GGUF_TYPE_ARRAY && n == 2 &&
-          memcmp(data, nested.p + 12, nested.n - 12) == 0);
+    CHECK_COND(gguf_get_arr(gf, "t.nested", &et, &n, &data) == 0 && et == GGUF_TYPE_ARRAY &&
+               n == 2 && memcmp(data, nested.p + 12, nested.n - 12) == 0);
     free(nested.p);
     memset(&nested, 0, sizeof nested);
     nested_str_value(&nested);
     CHECK_COND(gguf_get_arr(gf, "t.nested_str", &et, &n, &data) == 0 && et == GGUF_TYPE_ARRAY &&
-          n == 1 && memcmp(data, nested.p + 12, nested.n - 12) == 0);
+               n == 1 && memcmp(data, nested.p + 12, nested.n - 12) == 0);
     free(nested.p);
 
     for (int i = 0; i < N_TENSORS; i++) {
@@ -392,7 +391,7 @@ static unsigned touch_everything(const gguf_file *gf, const uint8_t *base, size_
         if (gguf_get_arr_str(gf, key, &strs, &n) == 0) {
             for (uint64_t j = 0; j < n; j++) {
                 CHECK_COND((const uint8_t *)strs[j].data >= base &&
-                      (const uint8_t *)strs[j].data + strs[j].len <= base + len);
+                           (const uint8_t *)strs[j].data + strs[j].len <= base + len);
                 for (uint64_t c = 0; c < strs[j].len; c++)
                     sum += (unsigned char)strs[j].data[c];
             }
@@ -720,7 +719,7 @@ static void test_hostile(void) {
     char err[256] = "";
     gguf_file *gf = (gguf_file *)1;
     CHECK_COND(gguf_open("/nonexistent/x.gguf", &gf, err, sizeof err) == BRISK_EIO && gf == NULL &&
-          bt_one_line(err));
+               bt_one_line(err));
     CHECK_COND(gguf_open("/tmp", &gf, err, sizeof err) < 0 && bt_one_line(err));
     char path[] = "/tmp/test_gguf_empty_XXXXXX";
     int fd = mkstemp(path);
@@ -757,7 +756,7 @@ static void check_vocab(const char *dir, const char *file, const char *model, ui
     CHECK_COND(gguf_get_str(gf, "tokenizer.ggml.model", &s) == 0 && gguf_str_eq(s, model));
     CHECK_COND(gguf_get_arr_str(gf, "tokenizer.ggml.tokens", &toks, &n) == 0 && n == n_tokens);
     CHECK_COND(gguf_get_arr(gf, "tokenizer.ggml.token_type", &et, &n, &data) == 0 &&
-          et == GGUF_TYPE_INT32 && n == n_tokens);
+               et == GGUF_TYPE_INT32 && n == n_tokens);
     CHECK_COND(gguf_n_tensors(gf) == 0);
     printf("test_gguf: %s: %lld keys, %llu tokens, opened in %.2f ms\n", file,
            (long long)gguf_n_kv(gf), (unsigned long long)n_tokens, dt * 1e3);
@@ -782,7 +781,8 @@ static void check_smollm2(void) {
         return;
     CHECK_COND(gguf_n_tensors(gf) == 272);
     const gguf_tensor *t = gguf_find_tensor(gf, "token_embd.weight");
-    CHECK_COND(t && t->type == KERN_TYPE_Q8_0 && t->n_dims == 2 && t->ne[0] == 576 && t->ne[1] == 49152);
+    CHECK_COND(t && t->type == KERN_TYPE_Q8_0 && t->n_dims == 2 && t->ne[0] == 576 &&
+               t->ne[1] == 49152);
     uint32_t blocks = 0;
     CHECK_COND(gguf_get_u32(gf, "llama.block_count", &blocks) == 0 && blocks == 30);
     int found = 0;

@@ -29,7 +29,9 @@ static const kern_type k_types[] = {KERN_TYPE_F32,   KERN_TYPE_F16,  KERN_TYPE_B
 static const kern_type *const k_int_types = k_types + INT_TYPES_FIRST;
 #define N_INT_TYPES (N_TYPES - INT_TYPES_FIRST)
 
-static int has_offset(kern_type wt) { return wt == KERN_TYPE_Q8_0M || wt == KERN_TYPE_Q4_1; }
+static int has_offset(kern_type wt) {
+    return wt == KERN_TYPE_Q8_0M || wt == KERN_TYPE_Q4_1;
+}
 
 typedef struct {
     uint8_t *w;
@@ -37,8 +39,7 @@ typedef struct {
     void *ws;
 } bufs;
 
-static void make(bufs *b, kern_type wt, int n_out, int n_in, int n_tok)
-{
+static void make(bufs *b, kern_type wt, int n_out, int n_in, int n_tok) {
     size_t rb = kern_row_bytes(wt, n_in);
     b->w = malloc(rb * n_out);
     b->x = malloc(sizeof(float) * n_tok * n_in);
@@ -60,8 +61,7 @@ static void make(bufs *b, kern_type wt, int n_out, int n_in, int n_tok)
     fill_normal(b->x, (size_t)n_tok * n_in, 1.0f);
 }
 
-static void unmake(bufs *b)
-{
+static void unmake(bufs *b) {
     free(b->w);
     free(b->x);
     free(b->y);
@@ -70,8 +70,8 @@ static void unmake(bufs *b)
 }
 
 /* || |W| |x| ||: the reference computed on absolute values, in double. */
-static double abs_norm(kern_type wt, const uint8_t *w, int n_out, int n_in, const float *x, int n_tok)
-{
+static double abs_norm(kern_type wt, const uint8_t *w, int n_out, int n_in, const float *x,
+                       int n_tok) {
     size_t rb = kern_row_bytes(wt, n_in);
     float *row = malloc(sizeof(float) * n_in);
     double s2 = 0.0;
@@ -92,8 +92,7 @@ static double abs_norm(kern_type wt, const uint8_t *w, int n_out, int n_in, cons
  * TSan looks for races in the thread pool's sharing of the work, which is the
  * same at every level, and runs the kernels ~10x slower; the Release and ASan
  * runs check every level's numbers. */
-static int lv_first(kern_level top)
-{
+static int lv_first(kern_level top) {
 #if defined(__SANITIZE_THREAD__)
     return (int)top;
 #else
@@ -102,11 +101,11 @@ static int lv_first(kern_level top)
 #endif
 }
 
-static void test_vs_ref(kern_pool *pool, kern_level top)
-{
+static void test_vs_ref(kern_pool *pool, kern_level top) {
     const int outs[] = {1, 3, 17, 64, 577};
     const int ins[] = {32, 64, 576, 1536};
-    const int toks[] = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 18, 19, 20, 22, 33}; /* all tile shapes and the layout tails */
+    const int toks[] = {1,  2,  3,  4,  5,  6,  7, 9,
+                        10, 11, 18, 19, 20, 22, 33}; /* all tile shapes and the layout tails */
     for (int lv = (int)top + 1; lv <= KERN_LEVEL_AVX512VNNI; lv++)
         printf("skip level %s: not supported by this CPU\n", kern_level_name((kern_level)lv));
     for (int ti = 0; ti < N_TYPES; ti++) {
@@ -131,16 +130,17 @@ static void test_vs_ref(kern_pool *pool, kern_level top)
                     make(&b, wt, n_out, n_in, n_tok);
                     kern_matmul_ref(wt, b.w, n_out, n_in, b.x, n_tok, b.ref);
                     size_t n = (size_t)n_out * n_tok;
-                    double absn = kern_is_int_weight(wt) ? 0.0 : abs_norm(wt, b.w, n_out, n_in, b.x, n_tok);
+                    double absn =
+                        kern_is_int_weight(wt) ? 0.0 : abs_norm(wt, b.w, n_out, n_in, b.x, n_tok);
                     for (int lv = lv_first(top); lv <= (int)top; lv++) {
                         kern_cpu_set_max_level((kern_level)lv);
                         kern_matmul(pool, wt, b.w, n_out, n_in, b.x, n_tok, b.y, b.ws);
                         if (kern_is_int_weight(wt)) {
                             if (memcmp(b.y, b.ref, n * sizeof(float)) != 0) {
                                 exact_fail[lv]++;
-                                fprintf(stderr, "  %s %s %dx%d tok %d: err %g\n", kern_type_name(wt),
-                                        kern_level_name((kern_level)lv), n_out, n_in, n_tok,
-                                        norm_err(b.y, b.ref, n));
+                                fprintf(stderr, "  %s %s %dx%d tok %d: err %g\n",
+                                        kern_type_name(wt), kern_level_name((kern_level)lv), n_out,
+                                        n_in, n_tok, norm_err(b.y, b.ref, n));
                             }
                             continue;
                         }
@@ -157,8 +157,10 @@ static void test_vs_ref(kern_pool *pool, kern_level top)
                 }
         for (int lv = lv_first(top); lv <= (int)top; lv++) {
             const char *ln = kern_level_name((kern_level)lv), *tn = kern_type_name(wt);
-            printf("level %-10s %-5s: %3d shapes, worst normalised error %.2e (vs |W||x|: %.2e)%s\n", ln, tn,
-                   cases, worst[lv], worst_abs[lv], kern_is_int_weight(wt) ? " (bit-exact required)" : "");
+            printf(
+                "level %-10s %-5s: %3d shapes, worst normalised error %.2e (vs |W||x|: %.2e)%s\n",
+                ln, tn, cases, worst[lv], worst_abs[lv],
+                kern_is_int_weight(wt) ? " (bit-exact required)" : "");
             CHECK(worst_abs[lv] <= 1e-6, "%s %s: error vs |W||x| %g > 1e-6", ln, tn, worst_abs[lv]);
             CHECK(worst[lv] <= 1e-5, "%s %s: normalised error %g > 1e-5", ln, tn, worst[lv]);
             CHECK(exact_fail[lv] == 0, "%s %s: %d shapes not bit-exact", ln, tn, exact_fail[lv]);
@@ -171,8 +173,7 @@ static void test_vs_ref(kern_pool *pool, kern_level top)
  * converted weight scales (the AVX2 file's SC_FLOATS / blocks rows: 32 at
  * n_in = 4096), with an odd row count so the last chunk ends in a clamped
  * row pair; one thread, so tasks are 32-48 rows. Bit-exact like the rest. */
-static void test_long_rows(kern_pool *pool1, kern_level top)
-{
+static void test_long_rows(kern_pool *pool1, kern_level top) {
     const int n_out = 157, n_in = 4096, n_tok = 17;
     for (int ti = 0; ti < N_INT_TYPES; ti++) {
         kern_type wt = k_int_types[ti];
@@ -182,8 +183,9 @@ static void test_long_rows(kern_pool *pool1, kern_level top)
         for (int lv = lv_first(top); lv <= (int)top; lv++) {
             kern_cpu_set_max_level((kern_level)lv);
             kern_matmul(pool1, wt, b.w, n_out, n_in, b.x, n_tok, b.y, b.ws);
-            CHECK(memcmp(b.y, b.ref, sizeof(float) * n_out * n_tok) == 0, "%s %s: long rows not bit-exact",
-                  kern_level_name((kern_level)lv), kern_type_name(wt));
+            CHECK(memcmp(b.y, b.ref, sizeof(float) * n_out * n_tok) == 0,
+                  "%s %s: long rows not bit-exact", kern_level_name((kern_level)lv),
+                  kern_type_name(wt));
         }
         kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
         unmake(&b);
@@ -191,8 +193,7 @@ static void test_long_rows(kern_pool *pool1, kern_level top)
 }
 
 /* n_in not a multiple of 8/16 (float types only): exercises the tails. */
-static void test_odd_n_in(kern_pool *pool, kern_level top)
-{
+static void test_odd_n_in(kern_pool *pool, kern_level top) {
     const int ins[] = {1, 7, 9, 15, 17, 33, 100};
     for (int lv = lv_first(top); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
@@ -213,8 +214,7 @@ static void test_odd_n_in(kern_pool *pool, kern_level top)
 
 /* y[t][o] must not depend on n_tok, on the other rows of x, or on the
  * thread count: one token at a time == a batch of 37, 1 thread == 2. */
-static void test_invariance(kern_pool *pool1, kern_pool *pool2, kern_level top)
-{
+static void test_invariance(kern_pool *pool1, kern_pool *pool2, kern_level top) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     const int n_out = 193, n_in = 576, n_tok = 37; /* 13 row groups: still several tasks */
 #else
@@ -237,16 +237,20 @@ static void test_invariance(kern_pool *pool1, kern_pool *pool2, kern_level top)
             }
             /* The same batch with the rows of x reordered (other tokens change). */
             int diff_perm = 0;
-            float *xp = malloc(sizeof(float) * n_tok * n_in), *yp = malloc(sizeof(float) * n_tok * n_out);
+            float *xp = malloc(sizeof(float) * n_tok * n_in),
+                  *yp = malloc(sizeof(float) * n_tok * n_out);
             for (int t = 0; t < n_tok; t++)
-                memcpy(xp + (size_t)t * n_in, b.x + (size_t)((t * 11) % n_tok) * n_in, sizeof(float) * n_in);
+                memcpy(xp + (size_t)t * n_in, b.x + (size_t)((t * 11) % n_tok) * n_in,
+                       sizeof(float) * n_in);
             kern_matmul(pool1, wt, b.w, n_out, n_in, xp, n_tok, yp, b.ws);
             for (int t = 0; t < n_tok; t++)
-                diff_perm += memcmp(yp + (size_t)t * n_out, b.y + (size_t)((t * 11) % n_tok) * n_out,
-                                    sizeof(float) * n_out) != 0;
+                diff_perm +=
+                    memcmp(yp + (size_t)t * n_out, b.y + (size_t)((t * 11) % n_tok) * n_out,
+                           sizeof(float) * n_out) != 0;
             CHECK(diff_tok == 0, "%s %s: %d tokens differ between n_tok=1 and n_tok=%d",
                   kern_level_name((kern_level)lv), kern_type_name(wt), diff_tok, n_tok);
-            CHECK(diff_perm == 0, "%s %s: %d tokens differ when the batch is reordered (1 vs 2 threads)",
+            CHECK(diff_perm == 0,
+                  "%s %s: %d tokens differ when the batch is reordered (1 vs 2 threads)",
                   kern_level_name((kern_level)lv), kern_type_name(wt), diff_perm);
             free(y1);
             free(ws1);
@@ -262,8 +266,7 @@ static void test_invariance(kern_pool *pool1, kern_pool *pool2, kern_level top)
  * multiple of the 16-row group, so tasks straddle parts) over one x give, for
  * every part, exactly kern_matmul's bits for that part alone, for decode and
  * batch sizes, 1 and 2 threads; and the ws of an integer part serves all. */
-static void test_multi(kern_pool *pool1, kern_pool *pool2, kern_level top)
-{
+static void test_multi(kern_pool *pool1, kern_pool *pool2, kern_level top) {
     const int n_in = 576;
     const int n_outs[3] = {200, 37, 133};
     const kern_type sets[][3] = {
@@ -284,21 +287,25 @@ static void test_multi(kern_pool *pool1, kern_pool *pool2, kern_level top)
                     make(&b[p], sets[si][p], n_outs[p], n_in, n_tok);
                     if (p > 0) /* one x for all parts */
                         memcpy(b[p].x, b[0].x, sizeof(float) * n_tok * n_in);
-                    parts[p] = (kern_matmul_part){.wt = sets[si][p], .W = b[p].w, .n_out = n_outs[p], .y = b[p].y};
+                    parts[p] = (kern_matmul_part){
+                        .wt = sets[si][p], .W = b[p].w, .n_out = n_outs[p], .y = b[p].y};
                 }
                 size_t wsb = (kern_matmul_ws_bytes(KERN_TYPE_Q8_0, n_in, n_tok) + 63) & ~(size_t)63;
                 void *ws = aligned_alloc(64, wsb);
                 for (int np = 0; np < 2; np++) {
                     kern_pool *pool = np ? pool2 : pool1;
                     for (int p = 0; p < 3; p++)
-                        fill_normal(b[p].y, (size_t)n_tok * n_outs[p], 1.0f); /* no stale result can pass */
+                        fill_normal(b[p].y, (size_t)n_tok * n_outs[p],
+                                    1.0f); /* no stale result can pass */
                     kern_matmul_multi(pool, parts, 3, n_in, b[0].x, n_tok, ws);
                     for (int p = 0; p < 3; p++) {
-                        kern_matmul(pool1, sets[si][p], b[p].w, n_outs[p], n_in, b[0].x, n_tok, b[p].ref, b[p].ws);
+                        kern_matmul(pool1, sets[si][p], b[p].w, n_outs[p], n_in, b[0].x, n_tok,
+                                    b[p].ref, b[p].ws);
                         CHECK(memcmp(b[p].y, b[p].ref, sizeof(float) * n_tok * n_outs[p]) == 0,
-                              "%s multi part %d (%s, %d rows), %d tokens, %d threads: differs from kern_matmul",
-                              kern_level_name((kern_level)lv), p, kern_type_name(sets[si][p]), n_outs[p], n_tok,
-                              np + 1);
+                              "%s multi part %d (%s, %d rows), %d tokens, %d threads: differs from "
+                              "kern_matmul",
+                              kern_level_name((kern_level)lv), p, kern_type_name(sets[si][p]),
+                              n_outs[p], n_tok, np + 1);
                     }
                 }
                 free(ws);
@@ -313,8 +320,7 @@ static void test_multi(kern_pool *pool1, kern_pool *pool2, kern_level top)
  * bit, including exact .5 ties (to even), all-zero and denormal blocks; and
  * the scalar one keeps its contract (|q| <= 32767, the block max at +-32767,
  * s = d * sum(q)). */
-static void test_quantize_act(kern_level top)
-{
+static void test_quantize_act(kern_level top) {
     enum { N = 1536, NB = N / 32 };
     static float x[N], d_ref[NB], s_ref[NB], d_simd[NB], s_simd[NB];
     static int32_t i_ref[NB], i_simd[NB];
@@ -346,13 +352,15 @@ static void test_quantize_act(kern_level top)
         bad += d_ref[b] != 0.0f ? qmax != 32767 : qmax != 0;
     }
     CHECK(bad == 0, "scalar activation quantizer breaks its contract (%d)", bad);
-    CHECK(d_ref[0] == 1.0f && q_ref[1] == -14 && q_ref[2] == -14 && q_ref[3] == -12, "ties to even: %d %d %d",
-          q_ref[1], q_ref[2], q_ref[3]);
+    CHECK(d_ref[0] == 1.0f && q_ref[1] == -14 && q_ref[2] == -14 && q_ref[3] == -12,
+          "ties to even: %d %d %d", q_ref[1], q_ref[2], q_ref[3]);
     CHECK(d_ref[1] == 0.0f && d_ref[2] == 0.0f && s_ref[2] == 0.0f, "zero/denormal blocks");
     if (top >= KERN_LEVEL_AVX2) {
         kern_quantize_act_avx2(x, N, q_simd, d_simd, s_simd, i_simd, 1, -1);
-        CHECK(memcmp(q_ref, q_simd, sizeof(q_ref)) == 0 && memcmp(d_ref, d_simd, sizeof(d_ref)) == 0 &&
-                  memcmp(s_ref, s_simd, sizeof(s_ref)) == 0 && memcmp(i_ref, i_simd, sizeof(i_ref)) == 0,
+        CHECK(memcmp(q_ref, q_simd, sizeof(q_ref)) == 0 &&
+                  memcmp(d_ref, d_simd, sizeof(d_ref)) == 0 &&
+                  memcmp(s_ref, s_simd, sizeof(s_ref)) == 0 &&
+                  memcmp(i_ref, i_simd, sizeof(i_ref)) == 0,
               "avx2 activation quantizer differs from the scalar one");
         /* The paired layout (kern_matmul_avx2.c): token t = slot 0 and u =
          * slot 1, chunks c0..c3 of 8 values, per block of 64 values
@@ -380,8 +388,7 @@ static void test_quantize_act(kern_level top)
  * conversion; fuzz_gguf found it undefined) and give a NaN the -32768 the
  * SIMD paths give it. A block holding an infinity has an infinite scale:
  * its finite values become 0, the infinity NaN and so -32768. */
-static void test_quantize_act_nonfinite(void)
-{
+static void test_quantize_act_nonfinite(void) {
     static float x[64];
     static int16_t q[64];
     float d[2], s[2];
@@ -404,8 +411,7 @@ static void test_quantize_act_nonfinite(void)
 /* Weights of any int8 value, including -128, which no quantizer makes but a
  * GGUF Q8_0 block may hold, against the largest activations (+-32767): the
  * SIMD dot products must stay exact (|w| * |x| pairs summed in int32). */
-static void test_q8_full_range(kern_pool *pool, kern_level top)
-{
+static void test_q8_full_range(kern_pool *pool, kern_level top) {
     const int n_out = 37, n_in = 96, n_tok = 7;
     for (int ti = 0; ti < 2; ti++) {
         kern_type wt = ti ? KERN_TYPE_Q8_0M : KERN_TYPE_Q8_0;
@@ -435,8 +441,9 @@ static void test_q8_full_range(kern_pool *pool, kern_level top)
         for (int lv = lv_first(top); lv <= (int)top; lv++) {
             kern_cpu_set_max_level((kern_level)lv);
             kern_matmul(pool, wt, w, n_out, n_in, x, n_tok, y, ws);
-            CHECK(memcmp(y, ref, sizeof(float) * n_tok * n_out) == 0, "%s: %s with -128 weights not exact",
-                  kern_level_name((kern_level)lv), kern_type_name(wt));
+            CHECK(memcmp(y, ref, sizeof(float) * n_tok * n_out) == 0,
+                  "%s: %s with -128 weights not exact", kern_level_name((kern_level)lv),
+                  kern_type_name(wt));
         }
         kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
         free(w);
@@ -455,8 +462,7 @@ static void test_q8_full_range(kern_pool *pool, kern_level top)
  * tokens), the layout tails (odd token counts, a row count that is no
  * multiple of any row tile) and the prompt path's converted scales (>= 16
  * tokens). */
-static void test_q4_as_q8(kern_pool *pool, kern_level top)
-{
+static void test_q4_as_q8(kern_pool *pool, kern_level top) {
     const int outs[] = {1, 19, 61};
     const int ins[] = {32, 576};
     const int toks[] = {1, 2, 3, 4, 5, 7, 18, 33};
@@ -481,12 +487,15 @@ static void test_q4_as_q8(kern_pool *pool, kern_level top)
                             for (size_t j = wt == KERN_TYPE_Q4_1 ? 4 : 2; j < bb; j++)
                                 blk[j] = (uint8_t)rng_u64();
                         }
-                        CHECK(kern_requantize_row_q8(wt, w + rb * o, w8 + rb8 * o, n_in) == 0, "requantize");
+                        CHECK(kern_requantize_row_q8(wt, w + rb * o, w8 + rb8 * o, n_in) == 0,
+                              "requantize");
                     }
-                    float *x = malloc(sizeof(float) * n_tok * n_in), *ref = malloc(sizeof(float) * n);
+                    float *x = malloc(sizeof(float) * n_tok * n_in),
+                          *ref = malloc(sizeof(float) * n);
                     float *y = malloc(sizeof(float) * n), *y8 = malloc(sizeof(float) * n);
                     fill_normal(x, (size_t)n_tok * n_in, 1.0f);
-                    void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(wt, n_in, n_tok) + 64) & ~(size_t)63);
+                    void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(wt, n_in, n_tok) + 64) &
+                                                     ~(size_t)63);
                     kern_matmul_ref(wt8, w8, n_out, n_in, x, n_tok, ref);
                     kern_matmul_ref(wt, w, n_out, n_in, x, n_tok, y);
                     fails += memcmp(y, ref, n * sizeof(float)) != 0;
@@ -494,10 +503,12 @@ static void test_q4_as_q8(kern_pool *pool, kern_level top)
                         kern_cpu_set_max_level((kern_level)lv);
                         kern_matmul(pool, wt, w, n_out, n_in, x, n_tok, y, ws);
                         kern_matmul(pool, wt8, w8, n_out, n_in, x, n_tok, y8, ws);
-                        if (memcmp(y, y8, n * sizeof(float)) != 0 || memcmp(y, ref, n * sizeof(float)) != 0) {
+                        if (memcmp(y, y8, n * sizeof(float)) != 0 ||
+                            memcmp(y, ref, n * sizeof(float)) != 0) {
                             fails++;
-                            fprintf(stderr, "  %s %s %dx%d tok %d: differs from %s\n", kern_type_name(wt),
-                                    kern_level_name((kern_level)lv), n_out, n_in, n_tok, kern_type_name(wt8));
+                            fprintf(stderr, "  %s %s %dx%d tok %d: differs from %s\n",
+                                    kern_type_name(wt), kern_level_name((kern_level)lv), n_out,
+                                    n_in, n_tok, kern_type_name(wt8));
                         }
                     }
                     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
@@ -511,8 +522,9 @@ static void test_q4_as_q8(kern_pool *pool, kern_level top)
                     free(ws);
                 }
     }
-    printf("q4_0/q4_1 vs their q8_0/q8_0m requantization: %d shapes x %d levels, %d differ (memcmp)\n", cases,
-           (int)top + 1, fails);
+    printf(
+        "q4_0/q4_1 vs their q8_0/q8_0m requantization: %d shapes x %d levels, %d differ (memcmp)\n",
+        cases, (int)top + 1, fails);
     CHECK(fails == 0, "q4 matmul differs from its q8 requantization in %d cases", fails);
 }
 
@@ -522,8 +534,7 @@ static void test_q4_as_q8(kern_pool *pool, kern_level top)
  * stream of small LLMs). A block with an outlier quantizes the others with a
  * step of ~600 / 32767 of their size; observed ~5e-5 (int8 activations,
  * with a 256x coarser step, would give ~1e-2). Bound: 1e-4. */
-static void test_accuracy(kern_pool *pool, kern_level top)
-{
+static void test_accuracy(kern_pool *pool, kern_level top) {
     const int n_out = 96, n_in = 576, n_tok = 9;
     for (int ti = 0; ti < N_INT_TYPES; ti++) {
         kern_type wt = k_int_types[ti];
@@ -566,22 +577,24 @@ static void test_accuracy(kern_pool *pool, kern_level top)
  * padded group) and weights covering all of int8 including -128. Also:
  * kern_x8_get_row gives back each row, and kern_matmul_multi mixing X8 with
  * a row-major integer part at a short batch (the paired layout) is exact. */
-static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top)
-{
+static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
     const int outs[] = {1, 7, 19, 64, 200, 577};
     const int ins[] = {32, 576};
     const int toks[] = {1, 2, 3, 4, 5, 6, 7, 10, 11, 16, 33};
     int fails = 0, cases = 0;
-    static const kern_type bases[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1};
+    static const kern_type bases[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0,
+                                      KERN_TYPE_Q4_1};
     for (int bi = 0; bi < 4; bi++) {
         kern_type base = bases[bi], x8 = kern_x8_type(base);
         int ti = has_offset(base);
-        CHECK(kern_type_is_x8(x8) && kern_x8_base(x8) == base && !kern_type_is_x8(base), "x8 type mapping");
+        CHECK(kern_type_is_x8(x8) && kern_x8_base(x8) == base && !kern_type_is_x8(base),
+              "x8 type mapping");
         for (size_t oi = 0; oi < sizeof(outs) / sizeof(outs[0]); oi++)
             for (size_t ii = 0; ii < sizeof(ins) / sizeof(ins[0]); ii++) {
                 int n_out = outs[oi], n_in = ins[ii];
                 size_t rb = kern_row_bytes(base, n_in), bb = kern_type_block_bytes(base);
-                uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(x8, n_out, n_in)), *row = malloc(rb);
+                uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(x8, n_out, n_in)),
+                        *row = malloc(rb);
                 for (int o = 0; o < n_out; o++)
                     for (int k = 0; k < n_in / 32; k++) {
                         uint8_t *blk = w + rb * o + bb * k;
@@ -607,10 +620,12 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top)
                 for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
                     int n_tok = toks[ki];
                     size_t n = (size_t)n_out * n_tok;
-                    float *x = malloc(sizeof(float) * n_tok * n_in), *ref = malloc(sizeof(float) * n);
+                    float *x = malloc(sizeof(float) * n_tok * n_in),
+                          *ref = malloc(sizeof(float) * n);
                     float *y = malloc(sizeof(float) * n), *y2 = malloc(sizeof(float) * n);
                     fill_normal(x, (size_t)n_tok * n_in, 1.0f);
-                    void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(x8, n_in, n_tok) + 64) & ~(size_t)63);
+                    void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(x8, n_in, n_tok) + 64) &
+                                                     ~(size_t)63);
                     kern_matmul_ref(base, w, n_out, n_in, x, n_tok, ref);
                     kern_matmul_ref(x8, wx, n_out, n_in, x, n_tok, y);
                     fails += memcmp(y, ref, n * sizeof(float)) != 0;
@@ -620,15 +635,17 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top)
                             kern_matmul(th ? pool2 : pool1, x8, wx, n_out, n_in, x, n_tok, y, ws);
                             if (memcmp(y, ref, n * sizeof(float)) != 0) {
                                 fails++;
-                                fprintf(stderr, "  %s %s %dx%d tok %d, %d threads: differs from %s\n",
-                                        kern_type_name(x8), kern_level_name((kern_level)lv), n_out, n_in, n_tok,
-                                        th + 1, kern_type_name(base));
+                                fprintf(stderr,
+                                        "  %s %s %dx%d tok %d, %d threads: differs from %s\n",
+                                        kern_type_name(x8), kern_level_name((kern_level)lv), n_out,
+                                        n_in, n_tok, th + 1, kern_type_name(base));
                             }
                         }
                         /* One X8 part beside its row-major twin. */
                         kern_matmul_part parts[2] = {{x8, wx, n_out, y}, {base, w, n_out, y2}};
                         kern_matmul_multi(pool2, parts, 2, n_in, x, n_tok, ws);
-                        fails += memcmp(y, ref, n * sizeof(float)) != 0 || memcmp(y2, ref, n * sizeof(float)) != 0;
+                        fails += memcmp(y, ref, n * sizeof(float)) != 0 ||
+                                 memcmp(y2, ref, n * sizeof(float)) != 0;
                     }
                     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
                     cases++;
@@ -643,8 +660,9 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top)
                 free(row);
             }
     }
-    printf("x8 types vs q8_0/q8_0m/q4_0/q4_1: %d shapes x %d levels x 1-2 threads, %d differ (memcmp)\n", cases,
-           (int)top + 1 - lv_first(top), fails);
+    printf("x8 types vs q8_0/q8_0m/q4_0/q4_1: %d shapes x %d levels x 1-2 threads, %d differ "
+           "(memcmp)\n",
+           cases, (int)top + 1 - lv_first(top), fails);
     CHECK(fails == 0, "X8 matmul differs from its base type in %d cases", fails);
 }
 
@@ -653,13 +671,13 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top)
  * every level, every tile shape (token counts 1-17, row counts that leave
  * partial tiles, n_in with a tail), 1 and 2 threads, so the kernel choice
  * may mix levels by batch size. */
-static void test_float_levels_agree(kern_pool *pool1, kern_pool *pool2, kern_level top)
-{
+static void test_float_levels_agree(kern_pool *pool1, kern_pool *pool2, kern_level top) {
     static const kern_type types[] = {KERN_TYPE_F32, KERN_TYPE_F16, KERN_TYPE_BF16};
     const int outs[] = {1, 7, 37, 200}, ins[] = {8, 44, 576}, toks[] = {1, 2, 3, 5, 8, 9, 16, 17};
     int fails = 0, cases = 0;
     if (top < KERN_LEVEL_AVX512) {
-        printf("skip float level agreement: this CPU has no AVX-512 (one x86 SIMD float kernel set)\n");
+        printf("skip float level agreement: this CPU has no AVX-512 (one x86 SIMD float kernel "
+               "set)\n");
         return;
     }
     for (size_t ti = 0; ti < 3; ti++)
@@ -674,12 +692,13 @@ static void test_float_levels_agree(kern_pool *pool1, kern_pool *pool2, kern_lev
                     for (int lv = KERN_LEVEL_AVX512; lv <= (int)top; lv++) {
                         kern_cpu_set_max_level((kern_level)lv);
                         for (int th = 0; th < 2; th++) {
-                            kern_matmul(th ? pool2 : pool1, types[ti], b.w, n_out, n_in, b.x, n_tok, b.y, b.ws);
+                            kern_matmul(th ? pool2 : pool1, types[ti], b.w, n_out, n_in, b.x, n_tok,
+                                        b.y, b.ws);
                             if (memcmp(b.y, b.ref, sizeof(float) * n_out * n_tok) != 0) {
                                 fails++;
                                 fprintf(stderr, "  %s %s %dx%d tok %d: differs from avx2\n",
-                                        kern_level_name((kern_level)lv), kern_type_name(types[ti]), n_out, n_in,
-                                        n_tok);
+                                        kern_level_name((kern_level)lv), kern_type_name(types[ti]),
+                                        n_out, n_in, n_tok);
                             }
                         }
                     }
@@ -696,11 +715,11 @@ static void test_float_levels_agree(kern_pool *pool1, kern_pool *pool2, kern_lev
  * decode step and of a prompt give exactly the reference's bits (integer
  * types) or the top level's own bits (float types, whose kernels share one
  * arithmetic), and one token at a time equals the batch. */
-static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top)
-{
-    static const kern_type types[] = {KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16,   KERN_TYPE_Q8_0,
-                                      KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1,   KERN_TYPE_Q8_0X8,
-                                      KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8};
+static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
+    static const kern_type types[] = {KERN_TYPE_F32,    KERN_TYPE_F16,    KERN_TYPE_BF16,
+                                      KERN_TYPE_Q8_0,   KERN_TYPE_Q8_0M,  KERN_TYPE_Q4_0,
+                                      KERN_TYPE_Q4_1,   KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8,
+                                      KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8};
     const int n_out = 200, n_in = 576, toks[] = {1, 2, 3, 5, 9, 10, 16, 37};
     int fails = 0;
     kern_cpu_set_max_level(top);
@@ -740,8 +759,8 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top)
             kern_matmul(pool2, wt, W, n_out, n_in, x, toks[k], y, ws);
             if (memcmp(y, want, sizeof(float) * toks[k] * n_out) != 0) {
                 fails++;
-                fprintf(stderr, "  table: %s %d tokens (level %s) differs\n", kern_type_name(wt), toks[k],
-                        kern_level_name(kern_matmul_level(wt, toks[k])));
+                fprintf(stderr, "  table: %s %d tokens (level %s) differs\n", kern_type_name(wt),
+                        toks[k], kern_level_name(kern_matmul_level(wt, toks[k])));
             }
         }
         for (int t = 0; t < n_max; t += 7) {
@@ -759,16 +778,18 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top)
         free(ws);
     }
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
-    printf("kernel table at %s: 11 types x 8 batch sizes, %d differ\n", kern_level_name(top), fails);
-    CHECK(fails == 0, "the default kernel choice breaks exactness or batch invariance in %d cases", fails);
+    printf("kernel table at %s: 11 types x 8 batch sizes, %d differ\n", kern_level_name(top),
+           fails);
+    CHECK(fails == 0, "the default kernel choice breaks exactness or batch invariance in %d cases",
+          fails);
 }
 
-int main(void)
-{
+int main(void) {
     kern_level top = detected_level();
     printf("detected level: %s\n", kern_level_name(top));
     if (test_min_level() > 0)
-        printf("levels below %s skipped (KERN_TEST_MIN_LEVEL)\n", kern_level_name((kern_level)test_min_level()));
+        printf("levels below %s skipped (KERN_TEST_MIN_LEVEL)\n",
+               kern_level_name((kern_level)test_min_level()));
     kern_pool *pool1 = kern_pool_create(1), *pool2 = kern_pool_create(2);
     double t = now_sec();
     /* Each level's own kernels for everything, so that a sweep checks every

@@ -14,8 +14,7 @@
 #include "kernels/cpu/kern_ops.h"
 #include "test_kern_util.h"
 
-static void test_exp(kern_level top)
-{
+static void test_exp(kern_level top) {
     if (top < KERN_LEVEL_AVX2) {
         printf("skip avx2 exp: not supported by this CPU\n");
         return;
@@ -35,8 +34,7 @@ static void test_exp(kern_level top)
     CHECK(worst <= 1e-6, "exp relative error %g > 1e-6", worst);
 }
 
-static void test_rows(kern_level top)
-{
+static void test_rows(kern_level top) {
     const int ns[] = {1, 7, 8, 9, 64, 576, 1536, 1539};
     enum { NMAX = 1539 };
     static float x[NMAX], w[NMAX], g[NMAX], u[NMAX], a[NMAX], b[NMAX];
@@ -77,8 +75,8 @@ static void test_rows(kern_level top)
                 sum += a[i];
             CHECK(fabs(sum - 1.0) < 1e-5, "softmax sums to %g", sum);
         }
-        printf("level %-6s rmsnorm %.1e silu_mul %.1e softmax %.1e\n", kern_level_name((kern_level)lv), e_rms, e_silu,
-               e_soft);
+        printf("level %-6s rmsnorm %.1e silu_mul %.1e softmax %.1e\n",
+               kern_level_name((kern_level)lv), e_rms, e_silu, e_soft);
         CHECK(e_rms <= 1e-6, "rmsnorm err %g", e_rms);
         CHECK(e_silu <= 2e-6, "silu_mul err %g", e_silu);
         CHECK(e_soft <= 2e-6, "softmax err %g", e_soft);
@@ -86,8 +84,7 @@ static void test_rows(kern_level top)
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
 }
 
-static void test_rope(void)
-{
+static void test_rope(void) {
     const int n_heads = 3, head_dim = 64;
     enum { D = 3 * 64 };
     static float x[D], y[D], ff[32];
@@ -100,19 +97,22 @@ static void test_rope(void)
             for (int sc = 0; sc < 2; sc++)
                 for (int use_ff = 0; use_ff < 2; use_ff++)
                     for (size_t pi = 0; pi < sizeof(positions) / sizeof(positions[0]); pi++) {
-                        int n_rot = n_rot_i ? 32 : 64; /* partial rotation leaves dims >= n_rot alone */
+                        int n_rot =
+                            n_rot_i ? 32 : 64; /* partial rotation leaves dims >= n_rot alone */
                         float fs = sc ? 0.25f : 1.0f, base = 10000.0f;
                         int pos = positions[pi];
                         fill_normal(x, D, 1.0f);
                         memcpy(y, x, sizeof(x));
                         const float *f = use_ff ? ff : NULL;
-                        kern_rope(y, n_heads, head_dim, n_rot, pos, base, fs, f, (kern_rope_mode)mode);
+                        kern_rope(y, n_heads, head_dim, n_rot, pos, base, fs, f,
+                                  (kern_rope_mode)mode);
                         for (int h = 0; h < n_heads; h++) {
                             const float *xi = x + h * head_dim;
                             const float *yo = y + h * head_dim;
                             double n0 = 0, n1 = 0;
                             for (int i = 0; i < n_rot / 2; i++) {
-                                double th = pos * (double)fs * pow(base, -2.0 * i / n_rot) / (f ? f[i] : 1.0);
+                                double th = pos * (double)fs * pow(base, -2.0 * i / n_rot) /
+                                            (f ? f[i] : 1.0);
                                 int i0 = mode == KERN_ROPE_ADJACENT ? 2 * i : i;
                                 int i1 = mode == KERN_ROPE_ADJACENT ? 2 * i + 1 : i + n_rot / 2;
                                 double r0 = xi[i0] * cos(th) - xi[i1] * sin(th);
@@ -130,15 +130,15 @@ static void test_rope(void)
                                 CHECK(xi[i] == yo[i], "rope touched dim %d >= n_rot %d", i, n_rot);
                         }
                     }
-    printf("rope: max abs error vs float64 %.1e, max relative norm change %.1e\n", worst, worst_norm);
+    printf("rope: max abs error vs float64 %.1e, max relative norm change %.1e\n", worst,
+           worst_norm);
     CHECK(worst <= 1e-6, "rope error %g", worst);
     CHECK(worst_norm <= 1e-6, "rope norm change %g", worst_norm);
 }
 
 /* Paged (block_size 16, shuffled block table, padded row stride) and
  * contiguous caches holding the same K/V must give identical outputs. */
-static void test_attention(kern_level top)
-{
+static void test_attention(kern_level top) {
     const int n_kv_head = 2, block_size = 16;
     const int head_dims[] = {64, 8, 12, 5};
     const int ctxs[] = {1, 15, 16, 17, 100};
@@ -152,7 +152,8 @@ static void test_attention(kern_level top)
                 int n_blocks = (n_ctx + block_size - 1) / block_size;
                 size_t row = (size_t)n_kv_head * hd;
                 size_t prow = row + 3; /* padded stride */
-                float *kc = malloc(sizeof(float) * row * n_ctx), *vc = malloc(sizeof(float) * row * n_ctx);
+                float *kc = malloc(sizeof(float) * row * n_ctx),
+                      *vc = malloc(sizeof(float) * row * n_ctx);
                 fill_normal(kc, row * n_ctx, 1.0f);
                 fill_normal(vc, row * n_ctx, 1.0f);
                 /* Physical blocks in a shuffled order, one spare block. */
@@ -163,13 +164,15 @@ static void test_attention(kern_level top)
                 float *kp = calloc((size_t)phys * block_size * prow, sizeof(float));
                 float *vp = calloc((size_t)phys * block_size * prow, sizeof(float));
                 for (int p = 0; p < n_ctx; p++) {
-                    size_t off = (size_t)table[p / block_size] * block_size * prow + (size_t)(p % block_size) * prow;
+                    size_t off = (size_t)table[p / block_size] * block_size * prow +
+                                 (size_t)(p % block_size) * prow;
                     memcpy(kp + off, kc + p * row, sizeof(float) * row);
                     memcpy(vp + off, vc + p * row, sizeof(float) * row);
                 }
                 int32_t zero = 0;
                 kern_kv_view contig = {kc, vc, &zero, 1 << 30, 0, row, NULL, NULL};
-                kern_kv_view paged = {kp, vp, table, block_size, (size_t)block_size * prow, prow, NULL, NULL};
+                kern_kv_view paged = {kp,   vp,   table, block_size, (size_t)block_size * prow,
+                                      prow, NULL, NULL};
                 float q[64], o1[64], o2[64], oref[64], scratch[128];
                 fill_normal(q, hd, 1.0f);
                 float scale = 1.0f / sqrtf((float)hd);
@@ -199,8 +202,7 @@ static void test_attention(kern_level top)
  * and matches the float64 reference within 1e-5. Head sizes cover the
  * register-resident AVX2 specialisations (32, 64, 128), a generic multiple
  * of 8 (40) and the portable fallback (12). */
-static void test_attention_rows(kern_level top)
-{
+static void test_attention_rows(kern_level top) {
     const int hds[] = {32, 64, 128, 40, 12};
     const int n_kv_head = 1, n_rows = 23, pos0 = 9, n_ctx = pos0 + n_rows;
     for (int lv = test_min_level(); lv <= (int)top; lv++) {
@@ -210,8 +212,10 @@ static void test_attention_rows(kern_level top)
         for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
             int hd = hds[hi];
             size_t row = (size_t)n_kv_head * hd;
-            float *k = malloc(sizeof(float) * row * n_ctx), *v = malloc(sizeof(float) * row * n_ctx);
-            float *q = malloc(sizeof(float) * hd * n_rows), *out = malloc(sizeof(float) * hd * n_rows);
+            float *k = malloc(sizeof(float) * row * n_ctx),
+                  *v = malloc(sizeof(float) * row * n_ctx);
+            float *q = malloc(sizeof(float) * hd * n_rows),
+                  *out = malloc(sizeof(float) * hd * n_rows);
             float *one = malloc(sizeof(float) * hd), *ref = malloc(sizeof(float) * hd);
             float *scratch = malloc(sizeof(float) * (size_t)n_rows * n_ctx);
             fill_normal(k, row * n_ctx, 1.0f);
@@ -226,12 +230,14 @@ static void test_attention_rows(kern_level top)
                 int a = splits[si];
                 kern_attention_rows(out, hd, q, hd, a, pos0, &view, 0, hd, scale, scratch);
                 if (a < n_rows)
-                    kern_attention_rows(out + (size_t)a * hd, hd, q + (size_t)a * hd, hd, n_rows - a, pos0 + a,
-                                        &view, 0, hd, scale, scratch);
+                    kern_attention_rows(out + (size_t)a * hd, hd, q + (size_t)a * hd, hd,
+                                        n_rows - a, pos0 + a, &view, 0, hd, scale, scratch);
                 for (int r = 0; r < n_rows; r++) {
-                    kern_attention_head(one, q + (size_t)r * hd, &view, 0, pos0 + r + 1, hd, scale, scratch);
+                    kern_attention_head(one, q + (size_t)r * hd, &view, 0, pos0 + r + 1, hd, scale,
+                                        scratch);
                     mismatches += memcmp(one, out + (size_t)r * hd, sizeof(float) * hd) != 0;
-                    kern_attention_head_ref(ref, q + (size_t)r * hd, &view, 0, pos0 + r + 1, hd, scale, scratch);
+                    kern_attention_head_ref(ref, q + (size_t)r * hd, &view, 0, pos0 + r + 1, hd,
+                                            scale, scratch);
                     double e = norm_err(out + (size_t)r * hd, ref, hd);
                     worst = e > worst ? e : worst;
                 }
@@ -252,8 +258,7 @@ static void test_attention_rows(kern_level top)
  * places, every (row, head) equals kern_attention_head bit for bit and
  * matches the float64 reference within 1e-5. The query and output rows
  * hold all n_kv_head groups, as in the model. */
-static void test_attention_gqa(kern_level top)
-{
+static void test_attention_gqa(kern_level top) {
     const int hds[] = {64, 32, 128, 40, 12};
     const int groups[] = {1, 3, 4};
     const int n_kv_head = 2, n_rows = 21, pos0 = 6, n_ctx = pos0 + n_rows, block_size = 5;
@@ -272,44 +277,51 @@ static void test_attention_gqa(kern_level top)
                     table[i] = (i * 3 + 2) % phys;
                 float *k = malloc(sizeof(float) * phys * block_size * prow);
                 float *v = malloc(sizeof(float) * phys * block_size * prow);
-                float *q = malloc(sizeof(float) * q_dim * n_rows), *out = malloc(sizeof(float) * q_dim * n_rows);
+                float *q = malloc(sizeof(float) * q_dim * n_rows),
+                      *out = malloc(sizeof(float) * q_dim * n_rows);
                 float *one = malloc(sizeof(float) * hd), *ref = malloc(sizeof(float) * hd);
                 float *scratch = malloc(sizeof(float) * (size_t)group * n_rows * n_ctx);
                 fill_normal(k, (size_t)phys * block_size * prow, 1.0f);
                 fill_normal(v, (size_t)phys * block_size * prow, 1.0f);
                 fill_normal(q, q_dim * n_rows, 1.0f);
-                kern_kv_view view = {k, v, table, block_size, (size_t)block_size * prow, prow, NULL, NULL};
+                kern_kv_view view = {k,    v,    table, block_size, (size_t)block_size * prow,
+                                     prow, NULL, NULL};
                 float scale = 1.0f / sqrtf((float)hd);
                 const int splits[] = {1, 4, 9, 21};
                 for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
                     int a = splits[si];
-                    memset(out, 0xff, sizeof(float) * q_dim * n_rows); /* NaN: catches unwritten lanes */
+                    memset(out, 0xff,
+                           sizeof(float) * q_dim * n_rows); /* NaN: catches unwritten lanes */
                     for (int g = 0; g < n_kv_head; g++) {
                         size_t off = (size_t)g * group * hd;
-                        kern_attention_rows_gqa(out + off, q_dim, q + off, q_dim, a, group, pos0, &view, g, hd,
-                                                scale, scratch);
+                        kern_attention_rows_gqa(out + off, q_dim, q + off, q_dim, a, group, pos0,
+                                                &view, g, hd, scale, scratch);
                         if (a < n_rows)
-                            kern_attention_rows_gqa(out + a * q_dim + off, q_dim, q + a * q_dim + off, q_dim,
-                                                    n_rows - a, group, pos0 + a, &view, g, hd, scale, scratch);
+                            kern_attention_rows_gqa(out + a * q_dim + off, q_dim,
+                                                    q + a * q_dim + off, q_dim, n_rows - a, group,
+                                                    pos0 + a, &view, g, hd, scale, scratch);
                     }
                     /* All the groups in one call (the decode task of a
                      * sequence): the same bits as group by group. */
                     float *all = malloc(sizeof(float) * q_dim * n_rows);
                     memset(all, 0xff, sizeof(float) * q_dim * n_rows);
-                    kern_attention_rows_all(all, q_dim, q, q_dim, a, n_heads, n_kv_head, pos0, &view, hd, scale,
-                                            scratch);
+                    kern_attention_rows_all(all, q_dim, q, q_dim, a, n_heads, n_kv_head, pos0,
+                                            &view, hd, scale, scratch);
                     if (a < n_rows)
-                        kern_attention_rows_all(all + a * q_dim, q_dim, q + a * q_dim, q_dim, n_rows - a, n_heads,
-                                                n_kv_head, pos0 + a, &view, hd, scale, scratch);
+                        kern_attention_rows_all(all + a * q_dim, q_dim, q + a * q_dim, q_dim,
+                                                n_rows - a, n_heads, n_kv_head, pos0 + a, &view, hd,
+                                                scale, scratch);
                     mismatches += memcmp(all, out, sizeof(float) * q_dim * n_rows) != 0;
                     free(all);
                     for (int r = 0; r < n_rows; r++)
                         for (int h = 0; h < n_heads; h++) {
                             const float *qh = q + r * q_dim + (size_t)h * hd;
                             const float *oh = out + r * q_dim + (size_t)h * hd;
-                            kern_attention_head(one, qh, &view, h / group, pos0 + r + 1, hd, scale, scratch);
+                            kern_attention_head(one, qh, &view, h / group, pos0 + r + 1, hd, scale,
+                                                scratch);
                             mismatches += memcmp(one, oh, sizeof(float) * hd) != 0;
-                            kern_attention_head_ref(ref, qh, &view, h / group, pos0 + r + 1, hd, scale, scratch);
+                            kern_attention_head_ref(ref, qh, &view, h / group, pos0 + r + 1, hd,
+                                                    scale, scratch);
                             double e = norm_err(oh, ref, hd);
                             worst = e > worst || e != e ? e : worst;
                             cases++;
@@ -317,10 +329,12 @@ static void test_attention_gqa(kern_level top)
                 }
                 free(k), free(v), free(q), free(out), free(one), free(ref), free(scratch);
             }
-        printf("level %-6s attention gqa: worst error %.1e, (row, head) vs single-query mismatches %d of %d\n",
+        printf("level %-6s attention gqa: worst error %.1e, (row, head) vs single-query mismatches "
+               "%d of %d\n",
                kern_level_name((kern_level)lv), worst, mismatches, cases);
         CHECK(worst <= 1e-5, "attention gqa err %g", worst);
-        CHECK(mismatches == 0, "attention gqa differs from single-query in %d (row, head)s", mismatches);
+        CHECK(mismatches == 0, "attention gqa differs from single-query in %d (row, head)s",
+              mismatches);
     }
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
 }
@@ -329,10 +343,10 @@ static void test_attention_gqa(kern_level top)
  * f16 view gives bit for bit what an f32 view of the same (f16-rounded)
  * values gives, at every level, paged and with GQA groups; and the float64
  * reference reading the f16 view agrees within 1e-5. */
-static void test_attention_f16(kern_level top)
-{
+static void test_attention_f16(kern_level top) {
     const int hds[] = {64, 32, 40, 12};
-    const int group = 3, n_kv_head = 2, n_rows = 13, pos0 = 7, n_ctx = pos0 + n_rows, block_size = 6;
+    const int group = 3, n_kv_head = 2, n_rows = 13, pos0 = 7, n_ctx = pos0 + n_rows,
+              block_size = 6;
     const int n_blocks = (n_ctx + block_size - 1) / block_size, phys = n_blocks + 1;
     for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
@@ -355,34 +369,41 @@ static void test_attention_f16(kern_level top)
                 k[i] = kern_fp16_to_fp32(k16[i]);
                 v[i] = kern_fp16_to_fp32(v16[i]);
             }
-            kern_kv_view v32 = {k, v, table, block_size, (size_t)block_size * prow, prow, NULL, NULL};
-            kern_kv_view vh = {NULL, NULL, table, block_size, (size_t)block_size * prow, prow, k16, v16};
+            kern_kv_view v32 = {k,    v,    table, block_size, (size_t)block_size * prow,
+                                prow, NULL, NULL};
+            kern_kv_view vh = {NULL, NULL, table, block_size, (size_t)block_size * prow,
+                               prow, k16,  v16};
             float *q = malloc(sizeof(float) * q_dim * n_rows);
-            float *o32 = malloc(sizeof(float) * q_dim * n_rows), *oh = malloc(sizeof(float) * q_dim * n_rows);
-            float *ref = malloc(sizeof(float) * hd), *scratch = malloc(sizeof(float) * (size_t)group * n_rows * n_ctx);
+            float *o32 = malloc(sizeof(float) * q_dim * n_rows),
+                  *oh = malloc(sizeof(float) * q_dim * n_rows);
+            float *ref = malloc(sizeof(float) * hd),
+                  *scratch = malloc(sizeof(float) * (size_t)group * n_rows * n_ctx);
             fill_normal(q, q_dim * n_rows, 1.0f);
             float scale = 1.0f / sqrtf((float)hd);
             for (int g = 0; g < n_kv_head; g++) {
                 size_t off = (size_t)g * group * hd;
-                kern_attention_rows_gqa(o32 + off, q_dim, q + off, q_dim, n_rows, group, pos0, &v32, g, hd, scale,
-                                        scratch);
-                kern_attention_rows_gqa(oh + off, q_dim, q + off, q_dim, n_rows, group, pos0, &vh, g, hd, scale,
-                                        scratch);
+                kern_attention_rows_gqa(o32 + off, q_dim, q + off, q_dim, n_rows, group, pos0, &v32,
+                                        g, hd, scale, scratch);
+                kern_attention_rows_gqa(oh + off, q_dim, q + off, q_dim, n_rows, group, pos0, &vh,
+                                        g, hd, scale, scratch);
             }
             mismatches += memcmp(o32, oh, sizeof(float) * q_dim * n_rows) != 0;
             for (int r = 0; r < n_rows; r++)
                 for (int h = 0; h < n_heads; h++) {
-                    kern_attention_head_ref(ref, q + r * q_dim + (size_t)h * hd, &vh, h / group, pos0 + r + 1, hd,
-                                            scale, scratch);
+                    kern_attention_head_ref(ref, q + r * q_dim + (size_t)h * hd, &vh, h / group,
+                                            pos0 + r + 1, hd, scale, scratch);
                     double e = norm_err(oh + r * q_dim + (size_t)h * hd, ref, hd);
                     worst = e > worst ? e : worst;
                 }
-            free(k), free(v), free(k16), free(v16), free(q), free(o32), free(oh), free(ref), free(scratch);
+            free(k), free(v), free(k16), free(v16), free(q), free(o32), free(oh), free(ref),
+                free(scratch);
         }
-        printf("level %-6s attention f16 KV: worst error %.1e, f16 vs f32-of-same-values mismatches %d\n",
+        printf("level %-6s attention f16 KV: worst error %.1e, f16 vs f32-of-same-values "
+               "mismatches %d\n",
                kern_level_name((kern_level)lv), worst, mismatches);
         CHECK(worst <= 1e-5, "f16 attention err %g", worst);
-        CHECK(mismatches == 0, "f16 view differs from the f32 view of the same values in %d head sizes", mismatches);
+        CHECK(mismatches == 0,
+              "f16 view differs from the f32 view of the same values in %d head sizes", mismatches);
     }
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
 }
@@ -391,8 +412,7 @@ static void test_attention_f16(kern_level top)
  * on random values of every magnitude (normal halves, subnormal halves,
  * values that round to zero or overflow to infinity, ties), signed zeros and
  * infinities, and keeps a NaN a NaN; row lengths cover the vector tail. */
-static void test_fp16_row(kern_level top)
-{
+static void test_fp16_row(kern_level top) {
     enum { N = 4099 };
     static float x[N];
     static uint16_t h[N];
@@ -400,9 +420,11 @@ static void test_fp16_row(kern_level top)
         float e = (float)((int)(rng_u64() % 60) - 30); /* 2^-30 .. 2^29 */
         x[i] = ldexpf((float)rng_uniform() + 0.5f, (int)e) * (rng_u64() & 1 ? -1.0f : 1.0f);
     }
-    x[0] = 0.0f, x[1] = -0.0f, x[2] = INFINITY, x[3] = -INFINITY, x[4] = NAN, x[5] = 65504.0f, x[6] = 65520.0f;
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = INFINITY, x[3] = -INFINITY, x[4] = NAN, x[5] = 65504.0f,
+    x[6] = 65520.0f;
     x[7] = 65519.99f, x[8] = ldexpf(1.0f, -25), x[9] = ldexpf(1.5f, -25), x[10] = ldexpf(1.0f, -24);
-    x[11] = 1.0f + ldexpf(1.0f, -11), x[12] = 1.0f + 3 * ldexpf(1.0f, -11); /* ties to even, both ways */
+    x[11] = 1.0f + ldexpf(1.0f, -11),
+    x[12] = 1.0f + 3 * ldexpf(1.0f, -11); /* ties to even, both ways */
     for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
         const int lens[] = {N, 1, 7, 8, 9, 192};
@@ -425,8 +447,7 @@ static void test_fp16_row(kern_level top)
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
 }
 
-int main(void)
-{
+int main(void) {
     kern_level top = detected_level();
     test_fp16_row(top);
     test_exp(top);

@@ -16,11 +16,11 @@ typedef struct {
     atomic_int count[MAX_TASKS];
     atomic_int bad_thread;
     int n_threads;
-    int payload[MAX_TASKS]; /* plain writes: TSan checks they are ordered before the caller's reads */
+    int payload
+        [MAX_TASKS]; /* plain writes: TSan checks they are ordered before the caller's reads */
 } job;
 
-static void task_fn(void *ctx, int task, int thread)
-{
+static void task_fn(void *ctx, int task, int thread) {
     job *j = ctx;
     atomic_fetch_add(&j->count[task], 1);
     if (thread < 0 || thread >= j->n_threads)
@@ -28,8 +28,7 @@ static void task_fn(void *ctx, int task, int thread)
     j->payload[task] = task * 3 + 1;
 }
 
-static int run_and_check(kern_pool *pool, job *j, int n_tasks)
-{
+static int run_and_check(kern_pool *pool, job *j, int n_tasks) {
     for (int i = 0; i < MAX_TASKS; i++)
         atomic_store(&j->count[i], 0);
     memset(j->payload, 0, sizeof(j->payload));
@@ -43,8 +42,7 @@ static int run_and_check(kern_pool *pool, job *j, int n_tasks)
     return bad;
 }
 
-static void test_pool(int n_threads)
-{
+static void test_pool(int n_threads) {
     kern_pool *pool = kern_pool_create(n_threads);
     CHECK(pool != NULL, "create %d", n_threads);
     if (!pool)
@@ -77,8 +75,7 @@ static void test_pool(int n_threads)
     kern_pool_free(pool);
 }
 
-int main(void)
-{
+int main(void) {
     kern_pool_run(NULL, task_fn, &(job){.n_threads = 1}, 0);
     static job j1;
     j1.n_threads = 1;

@@ -7,14 +7,12 @@
 #include "kernels/cpu/kern_types.h"
 #include "test_kern_util.h"
 
-static uint32_t bits(float f)
-{
+static uint32_t bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
-static float from_bits(uint32_t u)
-{
+static float from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
@@ -24,8 +22,7 @@ static float from_bits(uint32_t u)
  * bracket f by comparing exact double distances, ties to the even one. It
  * scans the ordered positive halfs by bisection, so it shares no code or
  * idea with the bit-twiddling version under test. */
-static uint16_t oracle_fp32_to_fp16(float f)
-{
+static uint16_t oracle_fp32_to_fp16(float f) {
     if (f != f)
         return 0x7e00;
     uint16_t sign = signbit(f) ? 0x8000 : 0;
@@ -47,8 +44,7 @@ static uint16_t oracle_fp32_to_fp16(float f)
     return sign | r;
 }
 
-static void test_fp16(void)
-{
+static void test_fp16(void) {
     /* Every half -> float -> half is the identity (NaNs keep their payload),
      * and finite halfs convert to the exact value d * 2^e. */
     int bad = 0;
@@ -93,14 +89,15 @@ static void test_fp16(void)
             bad++;
     }
     CHECK(bad == 0, "fp32->fp16 rounding: %d mismatches vs oracle", bad);
-    CHECK(kern_fp32_to_fp16(65519.0f) == 0x7bff && kern_fp32_to_fp16(65520.0f) == 0x7c00, "fp16 overflow edge");
-    CHECK(kern_fp32_to_fp16(INFINITY) == 0x7c00 && kern_fp32_to_fp16(-INFINITY) == 0xfc00, "fp16 inf");
+    CHECK(kern_fp32_to_fp16(65519.0f) == 0x7bff && kern_fp32_to_fp16(65520.0f) == 0x7c00,
+          "fp16 overflow edge");
+    CHECK(kern_fp32_to_fp16(INFINITY) == 0x7c00 && kern_fp32_to_fp16(-INFINITY) == 0xfc00,
+          "fp16 inf");
     uint16_t hn = kern_fp32_to_fp16(NAN);
     CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff), "fp16 NaN stays NaN");
 }
 
-static void test_bf16(void)
-{
+static void test_bf16(void) {
     int bad = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         float f = kern_bf16_to_fp32((uint16_t)h);
@@ -118,28 +115,32 @@ static void test_bf16(void)
     CHECK((bn & 0x7f80) == 0x7f80 && (bn & 0x7f), "bf16 NaN stays NaN");
 }
 
-static void test_table(void)
-{
-    const kern_type types[] = {KERN_TYPE_F32, KERN_TYPE_F16, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1, KERN_TYPE_Q8_0,
-                               KERN_TYPE_BF16};
+static void test_table(void) {
+    const kern_type types[] = {KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_Q4_0,
+                               KERN_TYPE_Q4_1, KERN_TYPE_Q8_0, KERN_TYPE_BF16};
     const size_t bytes[] = {4, 2, 18, 20, 34, 2};
     for (int i = 0; i < 6; i++) {
         CHECK(kern_type_valid(types[i]) && kern_type_known(types[i]), "valid %d", types[i]);
-        CHECK(kern_type_block_bytes(types[i]) == bytes[i], "block bytes %s", kern_type_name(types[i]));
+        CHECK(kern_type_block_bytes(types[i]) == bytes[i], "block bytes %s",
+              kern_type_name(types[i]));
     }
-    CHECK(!kern_type_valid(7) && !kern_type_valid(31) && !kern_type_valid(0xffffffffu), "invalid ids");
+    CHECK(!kern_type_valid(7) && !kern_type_valid(31) && !kern_type_valid(0xffffffffu),
+          "invalid ids");
     CHECK(!kern_type_known(7) && !kern_type_known(31) && !kern_type_known(65), "unknown ids");
     /* Q8_0M is brisk's own: known to the kernels, never valid in a file. */
     CHECK(!kern_type_valid(KERN_TYPE_Q8_0M) && kern_type_known(KERN_TYPE_Q8_0M), "q8_0m validity");
-    CHECK(kern_type_block_bytes(KERN_TYPE_Q8_0M) == 36 && kern_type_block_size(KERN_TYPE_Q8_0M) == 32 &&
+    CHECK(kern_type_block_bytes(KERN_TYPE_Q8_0M) == 36 &&
+              kern_type_block_size(KERN_TYPE_Q8_0M) == 32 &&
               strcmp(kern_type_name(KERN_TYPE_Q8_0M), "q8_0m") == 0,
           "q8_0m table");
     CHECK(kern_row_bytes(KERN_TYPE_Q8_0, 576) == 18 * 34, "q8_0 row bytes");
     CHECK(kern_row_bytes(KERN_TYPE_Q8_0M, 576) == 18 * 36, "q8_0m row bytes");
     CHECK(kern_row_bytes(KERN_TYPE_F16, 576) == 1152, "f16 row bytes");
-    CHECK(kern_int8_type(KERN_TYPE_Q4_0) == KERN_TYPE_Q8_0 && kern_int8_type(KERN_TYPE_Q4_1) == KERN_TYPE_Q8_0M &&
+    CHECK(kern_int8_type(KERN_TYPE_Q4_0) == KERN_TYPE_Q8_0 &&
+              kern_int8_type(KERN_TYPE_Q4_1) == KERN_TYPE_Q8_0M &&
               kern_int8_type(KERN_TYPE_Q8_0) == KERN_TYPE_Q8_0 &&
-              kern_int8_type(KERN_TYPE_Q8_0M) == KERN_TYPE_Q8_0M && kern_int8_type(KERN_TYPE_F16) == KERN_TYPE_Q8_0,
+              kern_int8_type(KERN_TYPE_Q8_0M) == KERN_TYPE_Q8_0M &&
+              kern_int8_type(KERN_TYPE_F16) == KERN_TYPE_Q8_0,
           "kern_int8_type");
 }
 
@@ -153,8 +154,7 @@ static void test_table(void)
  * 2^-24 absolute where d is an fp16 subnormal) plus the f32 rounding of the
  * dequantized value,
  * F16 <= 2^-11 relative, BF16 <= 2^-8 relative, F32 exact. */
-static void test_quant_roundtrip(void)
-{
+static void test_quant_roundtrip(void) {
     enum { N = 1536 };
     static float x[N], y[N];
     static uint8_t buf[N * 4];
@@ -166,8 +166,8 @@ static void test_quant_roundtrip(void)
         x[i] = 100.0f + 0.01f * x[i];
     for (int i = 128; i < 160; i++) /* one constant block */
         x[i] = -0.3f;
-    const kern_type types[] = {KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16,
-                               KERN_TYPE_Q8_0, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1, KERN_TYPE_Q8_0M};
+    const kern_type types[] = {KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,
+                               KERN_TYPE_Q4_0, KERN_TYPE_Q4_1, KERN_TYPE_Q8_0M};
     for (int ti = 0; ti < 7; ti++) {
         kern_type t = types[ti];
         kern_quantize_row(t, x, buf, N);
@@ -190,10 +190,14 @@ static void test_quant_roundtrip(void)
                 case KERN_TYPE_Q8_0: bound = amax * (0.5 / 127 + 0x1p-10); break;
                 case KERN_TYPE_Q4_0: bound = amax / 8 * (1.0 + 0x1p-9) + amax * 0x1p-10; break;
                 case KERN_TYPE_Q8_0M:
-                    bound = 0.5 * (((mx - mn) / 2 + fabs(mx + mn) / 2 * 0x1p-11) / 127 * (1 + 0x1p-10) + 0x1p-24) +
-                            amax * 0x1p-23; /* the f32 rounding of d * q + m */
+                    bound =
+                        0.5 * (((mx - mn) / 2 + fabs(mx + mn) / 2 * 0x1p-11) / 127 * (1 + 0x1p-10) +
+                               0x1p-24) +
+                        amax * 0x1p-23; /* the f32 rounding of d * q + m */
                     break;
-                default: bound = (mx - mn) / 15 * (0.5 + 0x1p-9) + fabsf(mn) * 0x1p-10 + 1e-7; break;
+                default:
+                    bound = (mx - mn) / 15 * (0.5 + 0x1p-9) + fabsf(mn) * 0x1p-10 + 1e-7;
+                    break;
                 }
                 if (err > bound * 1.0001 + 1e-30 && err - bound > worst)
                     worst = err - bound;
@@ -225,8 +229,7 @@ static void test_quant_roundtrip(void)
     CHECK(lo && hi && !has128, "q8_0m range");
 }
 
-static void test_requant(void)
-{
+static void test_requant(void) {
     enum { N = 576 };
     static float x[N], a[N], b[N];
     static uint8_t q4[N], q8[N * 2];
@@ -274,8 +277,7 @@ static void test_requant(void)
  * defined (the ASan+UBSan build checks the float -> int8 conversions) and
  * give quants in range; a NaN becomes 0. fuzz_gguf found the undefined
  * conversion with a NaN weight converted to Q8_0 (--weights int8). */
-static void test_quant_nonfinite(void)
-{
+static void test_quant_nonfinite(void) {
     static float x[64];
     static kern_block_q8_0 q8[2];
     static kern_block_q8_0m q8m[2];
@@ -298,8 +300,7 @@ static void test_quant_nonfinite(void)
     CHECK(q8[0].qs[6] == 127, "finite values keep their scale: %d", q8[0].qs[6]);
 }
 
-static void test_cpu(void)
-{
+static void test_cpu(void) {
     char buf[128];
     kern_cpu_describe(buf, sizeof(buf));
     printf("%s\n", buf);
@@ -315,8 +316,7 @@ static void test_cpu(void)
     CHECK(strcmp(kern_level_name(KERN_LEVEL_AVX512VNNI), "avx512vnni") == 0, "level name");
 }
 
-int main(void)
-{
+int main(void) {
     test_table();
     test_fp16();
     test_bf16();

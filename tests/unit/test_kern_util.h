@@ -26,8 +26,7 @@ static int g_failures;
 
 static uint64_t g_rng = 0x243F6A8885A308D3ULL; /* fixed seed: failures reproduce */
 
-static inline uint64_t rng_u64(void)
-{
+static inline uint64_t rng_u64(void) {
     uint64_t x = g_rng;
     x ^= x >> 12;
     x ^= x << 25;
@@ -37,26 +36,25 @@ static inline uint64_t rng_u64(void)
 }
 
 /* Uniform in [0, 1). */
-static inline double rng_uniform(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
+static inline double rng_uniform(void) {
+    return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0);
+}
 
 /* N(0, 1) by Box-Muller. */
-static inline float rng_normal(void)
-{
+static inline float rng_normal(void) {
     double u1 = rng_uniform(), u2 = rng_uniform();
     if (u1 < 1e-300)
         u1 = 1e-300;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-static inline void fill_normal(float *x, size_t n, float scale)
-{
+static inline void fill_normal(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++)
         x[i] = rng_normal() * scale;
 }
 
 /* ||y - ref|| / ||ref|| in double (0 when both are zero). */
-static inline double norm_err(const float *y, const float *ref, size_t n)
-{
+static inline double norm_err(const float *y, const float *ref, size_t n) {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = (double)y[i] - ref[i];
@@ -66,8 +64,7 @@ static inline double norm_err(const float *y, const float *ref, size_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static inline double now_sec(void)
-{
+static inline double now_sec(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -77,8 +74,7 @@ static inline double now_sec(void)
  * name) or 0. tests/tools/run_emu512.sh sets it to avx512 so that its slow
  * emulated builds test only the AVX-512 files; the native levels below run
  * in the normal builds. */
-static inline int test_min_level(void)
-{
+static inline int test_min_level(void) {
     const char *s = getenv("KERN_TEST_MIN_LEVEL");
     for (int l = KERN_LEVEL_SCALAR; s && l <= KERN_LEVEL_AVX512VNNI; l++)
         if (strcmp(s, kern_level_name((kern_level)l)) == 0)
@@ -87,14 +83,12 @@ static inline int test_min_level(void)
 }
 
 /* The detected level: tests loop over levels 0..detected, capping each. */
-static inline kern_level detected_level(void)
-{
+static inline kern_level detected_level(void) {
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
     return kern_cpu_level();
 }
 
-static inline int finish(const char *name)
-{
+static inline int finish(const char *name) {
     if (g_failures) {
         fprintf(stderr, "%s: %d failure(s)\n", name, g_failures);
         return 1;

@@ -754,14 +754,16 @@ static void test_f16(void) {
                          .f16 = 1};
     kv_cache *kv = kv_cache_create_paged(&c);
     CHECK(kv != NULL, "f16 cache");
-    if (!kv) return;
+    if (!kv)
+        return;
     CHECK(kv_cache_bytes(kv) == kv_cache_pool_bytes_dtype(L, D, BS, 8, 1) &&
               kv_cache_pool_bytes_dtype(L, D, BS, 8, 1) * 2 == kv_cache_pool_bytes(L, D, BS, 8),
           "f16 pool is half the f32 one");
     CHECK(kv_cache_seq_grow(kv, 0, 6) == 0, "grow");
     for (int l = 0; l < L; l++) {
         kern_kv_view v;
-        CHECK(kv_cache_view(kv, l, 0, &v) == 0 && v.k == NULL && v.v == NULL && v.k16 && v.v16, "f16 view");
+        CHECK(kv_cache_view(kv, l, 0, &v) == 0 && v.k == NULL && v.v == NULL && v.k16 && v.v16,
+              "f16 view");
         for (int p = 0; p < 6; p++)
             for (int d = 0; d < D; d++) {
                 size_t o = (size_t)v.block_table[p / v.block_size] * v.block_stride +
@@ -772,7 +774,8 @@ static void test_f16(void) {
     }
     kv_cache_seq_set_pos(kv, 0, 6);
     CHECK(kv_cache_seq_fork(kv, 1, 0, 6) == 0 && kv_cache_seq_grow(kv, 1, 1) == 0, "fork + grow");
-    CHECK(stats(kv).cow_copies == 1 && kv_cache_seq_blocks(kv, 1)[1] != kv_cache_seq_blocks(kv, 0)[1],
+    CHECK(stats(kv).cow_copies == 1 &&
+              kv_cache_seq_blocks(kv, 1)[1] != kv_cache_seq_blocks(kv, 0)[1],
           "partial block copied");
     int bad = 0;
     for (int l = 0; l < L; l++) {
@@ -814,12 +817,20 @@ static void ext_copy_rows(void *ctx, int32_t dst, int32_t src, int n_rows) {
 
 static void test_external(void) {
     ext_copy rec = {0};
-    kv_cache_config cfg = {.n_layers = 2, .kv_dim = 8, .block_size = 4, .n_blocks = 8,
-                           .max_seqs = 3, .max_seq_blocks = 4, .prefix_cache = 1, .f16 = 1,
-                           .copy_rows = ext_copy_rows, .copy_ctx = &rec};
+    kv_cache_config cfg = {.n_layers = 2,
+                           .kv_dim = 8,
+                           .block_size = 4,
+                           .n_blocks = 8,
+                           .max_seqs = 3,
+                           .max_seq_blocks = 4,
+                           .prefix_cache = 1,
+                           .f16 = 1,
+                           .copy_rows = ext_copy_rows,
+                           .copy_ctx = &rec};
     kv_cache *kv = kv_cache_create_paged(&cfg);
     CHECK(kv != NULL, "external create");
-    if (!kv) return;
+    if (!kv)
+        return;
     kern_kv_view v;
     CHECK(kv_cache_view(kv, 1, 0, &v) == 0 && !v.k && !v.v && !v.k16 && !v.v16 &&
               v.block_size == 4 && v.row_stride == 8 && v.block_stride == 32,

@@ -53,11 +53,11 @@ static void check_tensor(const gguf_file *gf, const char *name, int64_t ne0, int
     if (!t)
         return;
     CHECK(t->type == KERN_TYPE_F32 && t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 &&
-               t->n_dims == (ne1 > 1 ? 2u : 1u),
-           "%s: type %d ne %lld x %lld n_dims %u", name, (int)t->type, (long long)t->ne[0],
-           (long long)t->ne[1], t->n_dims);
+              t->n_dims == (ne1 > 1 ? 2u : 1u),
+          "%s: type %d ne %lld x %lld n_dims %u", name, (int)t->type, (long long)t->ne[0],
+          (long long)t->ne[1], t->n_dims);
     CHECK(t->nbytes == (size_t)(ne0 * ne1) * 4 && memcmp(t->data, src, t->nbytes) == 0,
-           "%s: data differs from the checkpoint", name);
+          "%s: data differs from the checkpoint", name);
 }
 
 static void test_stories(const char *shared) {
@@ -107,9 +107,9 @@ static void test_stories(const char *shared) {
     const void *scores_p, *types_p;
     CHECK_COND(gguf_get_arr_str(gf, "tokenizer.ggml.tokens", &toks, &n) == 0 && n == 512);
     CHECK_COND(gguf_get_arr(gf, "tokenizer.ggml.scores", &et_s, &n_scores, &scores_p) == 0 &&
-          et_s == GGUF_TYPE_FLOAT32 && n_scores == 512);
+               et_s == GGUF_TYPE_FLOAT32 && n_scores == 512);
     CHECK_COND(gguf_get_arr(gf, "tokenizer.ggml.token_type", &et_t, &n_types, &types_p) == 0 &&
-          et_t == GGUF_TYPE_INT32 && n_types == 512);
+               et_t == GGUF_TYPE_INT32 && n_types == 512);
     if (toks && n == 512 && n_scores == 512 && n_types == 512) {
         int32_t types[512];
         float scores[512];
@@ -294,10 +294,10 @@ static void test_stories(const char *shared) {
     }
     free(tcopy);
     CHECK_COND(model_convert_llama2c("/nonexistent.bin", tok, out, err, sizeof err) == BRISK_EIO &&
-          bt_one_line(err));
+               bt_one_line(err));
     CHECK_COND(model_convert_llama2c(model, tok, "/nonexistent-dir/x.gguf", err, sizeof err) ==
-              BRISK_EIO &&
-          bt_one_line(err));
+                   BRISK_EIO &&
+               bt_one_line(err));
     unlink(bad_model);
     unlink(bad_tok);
 done:
@@ -362,8 +362,8 @@ static void test_unshared_classifier(void) {
         CHECK_COND(gguf_get_arr_str(gf, "tokenizer.ggml.tokens", &toks, &nt) == 0 && nt == VOCAB);
         if (toks && nt == VOCAB)
             CHECK_COND(gguf_str_eq(toks[3], "\xe2\x96\x81"
-                                       "a\xe2\x96\x81"
-                                       "b"));
+                                            "a\xe2\x96\x81"
+                                            "b"));
         free(toks);
         gguf_close(gf);
     }

@@ -22,7 +22,8 @@ static model *load(const char *path, model_weights_fmt fmt, kern_pool *pool) {
     model_load_opts o = {.weights = fmt, .pool = pool};
     model *m = NULL;
     char err[256];
-    if (model_load(path, &o, &m, err, sizeof err) < 0) fprintf(stderr, "load: %s\n", err);
+    if (model_load(path, &o, &m, err, sizeof err) < 0)
+        fprintf(stderr, "load: %s\n", err);
     return m;
 }
 
@@ -36,11 +37,14 @@ static int greedy_match(model *m, kern_pool *pool, int n) {
         model_batch b = {1, &tok, &pos, &seq, NULL};
         float *lg;
         int n_out;
-        if (model_forward(m, st, kv, pool, &b, &lg, &n_out) < 0) break;
+        if (model_forward(m, st, kv, pool, &b, &lg, &n_out) < 0)
+            break;
         int best = 0;
         for (int i = 1; i < c->n_vocab; i++)
-            if (lg[i] > lg[best]) best = i;
-        if (best != golden[pos]) break;
+            if (lg[i] > lg[best])
+                best = i;
+        if (best != golden[pos])
+            break;
         matched++;
         tok = best;
     }
@@ -60,7 +64,8 @@ static float *run_chunked(model *m, kern_pool *pool, const int32_t *toks, int n,
     memset(want, 1, sizeof want);
     for (int off = 0; off < n; off += chunk) {
         int k = n - off < chunk ? n - off : chunk;
-        for (int i = 0; i < k; i++) pos[i] = off + i;
+        for (int i = 0; i < k; i++)
+            pos[i] = off + i;
         model_batch b = {k, toks + off, pos, seq, want};
         float *lg;
         int n_out;
@@ -81,8 +86,10 @@ static void test_hostile_block_count(void) {
     static const char *const toks[] = {"<unk>", "<s>", "</s>", "a"};
     static const uint64_t lens[] = {5, 3, 4, 1};
     static float embd[4 * 32], norm[32];
-    for (int i = 0; i < 32; i++) norm[i] = 1.0f;
-    for (int i = 0; i < 4 * 32; i++) embd[i] = 0.01f * (float)(i % 13);
+    for (int i = 0; i < 32; i++)
+        norm[i] = 1.0f;
+    for (int i = 0; i < 4 * 32; i++)
+        embd[i] = 0.01f * (float)(i % 13);
     for (int pass = 0; pass < 2; pass++) {
         uint32_t blocks = pass ? (1u << 24) : 1;
         gguf_writer *w = gguf_writer_create();
@@ -104,7 +111,8 @@ static void test_hostile_block_count(void) {
         }
         uint8_t *buf = NULL;
         size_t len = 0;
-        if (rc == 0) rc = gguf_writer_to_buffer(w, &buf, &len);
+        if (rc == 0)
+            rc = gguf_writer_to_buffer(w, &buf, &len);
         gguf_writer_free(w);
         CHECK(rc == 0, "writing the file");
         model *m = (model *)1;
@@ -112,7 +120,8 @@ static void test_hostile_block_count(void) {
         rc = model_load_memory(buf, len, NULL, &m, err, sizeof err);
         /* One layer: its first tensor is missing. 16M layers: the count. */
         CHECK(rc == BRISK_EFORMAT && m == NULL, "block_count %u: rc %d", blocks, rc);
-        CHECK(strstr(err, pass ? "block_count 16777216 but only" : "missing tensor 'blk.0.") != NULL,
+        CHECK(strstr(err, pass ? "block_count 16777216 but only" : "missing tensor 'blk.0.") !=
+                  NULL,
               "block_count %u: %s", blocks, err);
         free(buf);
     }
@@ -127,7 +136,8 @@ int main(void) {
         printf("test_model: SKIP: %s not found (set BRISK_SHARED_DIR)\n", src);
         return 0;
     }
-    if (!mkdtemp(dir)) return 1;
+    if (!mkdtemp(dir))
+        return 1;
     snprintf(out, sizeof out, "%s/stories260K.gguf", dir);
     char err[256];
     int rc = model_convert_llama2c(src, tok, out, err, sizeof err);
@@ -136,7 +146,8 @@ int main(void) {
     kern_pool *pool2 = kern_pool_create(2), *pool1 = kern_pool_create(1);
     model *m = load(out, MODEL_WEIGHTS_F32, pool2);
     CHECK(m != NULL, "load f32");
-    if (!m) return BT_SUMMARY("test_model");
+    if (!m)
+        return BT_SUMMARY("test_model");
     const model_config *c = model_get_config(m);
     CHECK(c->dim == 64 && c->n_layers == 5 && c->n_heads == 8 && c->n_kv_heads == 4 &&
               c->n_vocab == 512 && c->hidden_dim == 172 && c->tied_output,
@@ -208,7 +219,8 @@ int main(void) {
     for (int f = 0; f < 2; f++) {
         model *mq = load(out, fmts[f], pool2);
         CHECK(mq != NULL, "load %s", model_weights_fmt_name(fmts[f]));
-        if (!mq) continue;
+        if (!mq)
+            continue;
         float *q = run_chunked(mq, pool2, toks, 120, 120);
         int agree = 0;
         double worst = 0;
@@ -217,14 +229,17 @@ int main(void) {
             int ia = 0, ib = 0;
             double num = 0, den = 0;
             for (int j = 0; j < c->n_vocab; j++) {
-                if (a[j] > a[ia]) ia = j;
-                if (b[j] > b[ib]) ib = j;
+                if (a[j] > a[ia])
+                    ia = j;
+                if (b[j] > b[ib])
+                    ib = j;
                 num += (double)(a[j] - b[j]) * (a[j] - b[j]);
                 den += (double)a[j] * a[j];
             }
             agree += ia == ib;
             double rel = sqrt(num / den);
-            if (rel > worst) worst = rel;
+            if (rel > worst)
+                worst = rel;
         }
         printf("test_model: %s vs f32: top-1 agreement %d/120, max relative logit error %.2e\n",
                model_weights_fmt_name(fmts[f]), agree, worst);

@@ -17,9 +17,11 @@
  * final norm, and per layer two norms, q/k/v/o, the three MLP matrices and
  * the qwen2 q/k/v biases. */
 static int64_t count_params(const model_config *c) {
-    int64_t d = c->dim, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t d = c->dim, q = (int64_t)c->n_heads * c->head_dim,
+            kv = (int64_t)c->n_kv_heads * c->head_dim;
     int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * c->hidden_dim;
-    if (c->has_qkv_bias) per_layer += q + 2 * kv;
+    if (c->has_qkv_bias)
+        per_layer += q + 2 * kv;
     return (int64_t)c->n_vocab * d * (c->tied_output ? 1 : 2) + d + c->n_layers * per_layer;
 }
 
@@ -55,14 +57,18 @@ static void test_shapes(void) {
 
 static model *load_dummy(const char *name, model_weights_fmt fmt, kern_pool *pool, uint64_t seed,
                          const char *tokenizer, char *err, size_t err_len) {
-    model_load_opts o = {.weights = fmt, .pool = pool, .dummy = name, .tokenizer = tokenizer, .dummy_seed = seed};
+    model_load_opts o = {
+        .weights = fmt, .pool = pool, .dummy = name, .tokenizer = tokenizer, .dummy_seed = seed};
     model *m = NULL;
     /* The path is ignored for a dummy model: nothing is opened. */
-    if (model_load("/nonexistent/ignored.gguf", &o, &m, err, err_len) < 0) return NULL;
+    if (model_load("/nonexistent/ignored.gguf", &o, &m, err, err_len) < 0)
+        return NULL;
     return m;
 }
 
-static size_t matrix_bytes(const model_matrix *mm) { return kern_row_bytes(mm->type, mm->n_in) * (size_t)mm->n_out; }
+static size_t matrix_bytes(const model_matrix *mm) {
+    return kern_row_bytes(mm->type, mm->n_in) * (size_t)mm->n_out;
+}
 
 static void test_weights(void) {
     kern_pool *p2 = kern_pool_create(2), *p1 = kern_pool_create(1);
@@ -73,26 +79,35 @@ static void test_weights(void) {
     CHECK(b != NULL, "load: %s", err);
     model *s = load_dummy("stories110m", MODEL_WEIGHTS_INT8, p2, 7, NULL, err, sizeof err);
     CHECK(s != NULL, "load: %s", err);
-    if (!a || !b || !s) goto out;
+    if (!a || !b || !s)
+        goto out;
     const model_config *c = model_get_config(a);
     CHECK(model_n_params(a) == count_params(c), "%lld vs %lld", (long long)model_n_params(a),
           (long long)count_params(c));
-    CHECK(model_n_params(a) == 109529856LL, "stories110M (tied) has 109,529,856 parameters, got %lld",
-          (long long)model_n_params(a));
+    CHECK(model_n_params(a) == 109529856LL,
+          "stories110M (tied) has 109,529,856 parameters, got %lld", (long long)model_n_params(a));
     CHECK(c->n_layers == 12 && c->dim == 768 && c->n_vocab == 32000 && c->tied_output, "shape");
     CHECK(!strcmp(model_name(a), "dummy-stories110m"), "name %s", model_name(a));
-    const model_weights *wa = model_get_weights(a), *wb = model_get_weights(b), *ws = model_get_weights(s);
-    CHECK(wa->layers[0].wq.type == KERN_TYPE_Q8_0, "int8 -> Q8_0, got type %d", wa->layers[0].wq.type);
+    const model_weights *wa = model_get_weights(a), *wb = model_get_weights(b),
+                        *ws = model_get_weights(s);
+    CHECK(wa->layers[0].wq.type == KERN_TYPE_Q8_0, "int8 -> Q8_0, got type %d",
+          wa->layers[0].wq.type);
     /* Same seed: the same bytes with 1 or 2 threads; another seed: others. */
-    const model_matrix *ma[] = {&wa->output, &wa->layers[0].wq, &wa->layers[11].w_down, &wa->layers[5].wv};
-    const model_matrix *mb[] = {&wb->output, &wb->layers[0].wq, &wb->layers[11].w_down, &wb->layers[5].wv};
-    const model_matrix *ms[] = {&ws->output, &ws->layers[0].wq, &ws->layers[11].w_down, &ws->layers[5].wv};
+    const model_matrix *ma[] = {&wa->output, &wa->layers[0].wq, &wa->layers[11].w_down,
+                                &wa->layers[5].wv};
+    const model_matrix *mb[] = {&wb->output, &wb->layers[0].wq, &wb->layers[11].w_down,
+                                &wb->layers[5].wv};
+    const model_matrix *ms[] = {&ws->output, &ws->layers[0].wq, &ws->layers[11].w_down,
+                                &ws->layers[5].wv};
     for (int i = 0; i < 4; i++) {
-        CHECK(memcmp(ma[i]->data, mb[i]->data, matrix_bytes(ma[i])) == 0, "matrix %d differs across thread counts", i);
-        CHECK(memcmp(ma[i]->data, ms[i]->data, matrix_bytes(ma[i])) != 0, "matrix %d equal across seeds", i);
+        CHECK(memcmp(ma[i]->data, mb[i]->data, matrix_bytes(ma[i])) == 0,
+              "matrix %d differs across thread counts", i);
+        CHECK(memcmp(ma[i]->data, ms[i]->data, matrix_bytes(ma[i])) != 0,
+              "matrix %d equal across seeds", i);
     }
     /* Different tensors differ (each has its own seed). */
-    CHECK(memcmp(wa->layers[0].wq.data, wa->layers[1].wq.data, matrix_bytes(&wa->layers[0].wq)) != 0,
+    CHECK(memcmp(wa->layers[0].wq.data, wa->layers[1].wq.data, matrix_bytes(&wa->layers[0].wq)) !=
+              0,
           "layers 0 and 1 share weights");
     /* Scale: uniform in [-a, a] with a = sqrt(3 / n_in): mean 0, variance 1 / n_in. */
     const model_matrix *w = &wa->layers[3].w_down;
@@ -100,12 +115,14 @@ static void test_weights(void) {
     double sum = 0, sq = 0, amax = 0;
     long n = 0;
     for (int r = 0; r < 64; r++) {
-        kern_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)r * kern_row_bytes(w->type, w->n_in), row,
-                            w->n_in);
+        kern_dequantize_row(w->type,
+                            (const uint8_t *)w->data + (size_t)r * kern_row_bytes(w->type, w->n_in),
+                            row, w->n_in);
         for (int i = 0; i < w->n_in; i++, n++) {
             sum += row[i];
             sq += (double)row[i] * row[i];
-            if (fabs(row[i]) > amax) amax = fabs(row[i]);
+            if (fabs(row[i]) > amax)
+                amax = fabs(row[i]);
         }
     }
     free(row);
@@ -126,7 +143,8 @@ static void test_weights(void) {
     model_batch batch = {4, toks, pos, seq, NULL};
     float *lg = NULL;
     int n_out = 0;
-    CHECK(kv && st && model_forward(a, st, kv, p2, &batch, &lg, &n_out) == 0 && n_out == 1, "forward");
+    CHECK(kv && st && model_forward(a, st, kv, p2, &batch, &lg, &n_out) == 0 && n_out == 1,
+          "forward");
     if (lg && n_out == 1) {
         double ls = 0, lq = 0;
         int finite = 1;
@@ -144,15 +162,18 @@ static void test_weights(void) {
 
     /* The synthetic vocabulary: 32000 SentencePiece tokens, exact round trip. */
     const tok_vocab *v = model_get_vocab(a);
-    CHECK(tok_n_vocab(v) == 32000 && tok_vocab_type(v) == TOK_TYPE_SPM && tok_bos(v) == 1 && tok_eos(v) == 2,
+    CHECK(tok_n_vocab(v) == 32000 && tok_vocab_type(v) == TOK_TYPE_SPM && tok_bos(v) == 1 &&
+              tok_eos(v) == 2,
           "vocab %d", tok_n_vocab(v));
-    const char *texts[] = {"hello world", "The quick brown fox, 42 times!", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"};
+    const char *texts[] = {"hello world", "The quick brown fox, 42 times!",
+                           "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"};
     for (int t = 0; t < 3; t++) {
         int32_t ids[128];
         int k = tok_encode(v, texts[t], strlen(texts[t]), 0, ids, 128);
         CHECK(k > 0 && k < (int)strlen(texts[t]) + 8, "encode '%s': %d tokens", texts[t], k);
         char *back = k > 0 ? tok_decode_all(v, ids, k, 0) : NULL;
-        CHECK(back && !strcmp(back, texts[t]), "round trip '%s' -> '%s'", texts[t], back ? back : "(null)");
+        CHECK(back && !strcmp(back, texts[t]), "round trip '%s' -> '%s'", texts[t],
+              back ? back : "(null)");
         free(back);
     }
 out:
@@ -171,7 +192,8 @@ static void test_tokenizer_file_and_errors(void) {
     model *m = load_dummy("smollm2-135m", MODEL_WEIGHTS_F16, p, 3, path, err, sizeof err);
     CHECK(m != NULL, "with %s: %s", path, err);
     if (m) {
-        CHECK(tok_n_vocab(model_get_vocab(m)) == 32000, "vocab %d", tok_n_vocab(model_get_vocab(m)));
+        CHECK(tok_n_vocab(model_get_vocab(m)) == 32000, "vocab %d",
+              tok_n_vocab(model_get_vocab(m)));
         CHECK(model_get_config(m)->n_vocab == 49152, "n_vocab %d", model_get_config(m)->n_vocab);
         CHECK(model_get_weights(m)->layers[0].w_up.type == KERN_TYPE_F16, "f16");
         model_free(m);

@@ -23,17 +23,20 @@ static float rnd_normal(void) {
 }
 
 static void fill(float *l, float scale) {
-    for (int i = 0; i < NV; i++) l[i] = rnd_normal() * scale;
+    for (int i = 0; i < NV; i++)
+        l[i] = rnd_normal() * scale;
 }
 
 static int argmax(const float *l) {
     int b = 0;
     for (int i = 1; i < NV; i++)
-        if (l[i] > l[b]) b = i;
+        if (l[i] > l[b])
+            b = i;
     return b;
 }
 
-static int32_t sample_once(const model_sampling *p, const float *logits, const int32_t *hist, int nh) {
+static int32_t sample_once(const model_sampling *p, const float *logits, const int32_t *hist,
+                           int nh) {
     float tmp[NV];
     memcpy(tmp, logits, sizeof tmp);
     model_sampler *s = model_sampler_create(p, NV);
@@ -122,7 +125,8 @@ int main(void) {
         memcpy(la, logits, sizeof la);
         memcpy(lb, logits, sizeof lb);
         memcpy(lc, logits, sizeof lc);
-        int32_t ta = model_sampler_sample(a, la, NULL, 0), tb = model_sampler_sample(b, lb, NULL, 0);
+        int32_t ta = model_sampler_sample(a, la, NULL, 0),
+                tb = model_sampler_sample(b, lb, NULL, 0);
         int32_t tc = model_sampler_sample(c, lc, NULL, 0);
         same &= ta == tb;
         differ |= ta != tc;
@@ -137,11 +141,14 @@ int main(void) {
      * within 5 standard errors per token that has mass >= 0.5%. */
     float small[NV];
     fill(small, 1.0f);
-    for (int i = 0; i < NV; i++) small[i] = i < 20 ? small[i] + 4.0f : small[i] - 10.0f;
+    for (int i = 0; i < NV; i++)
+        small[i] = i < 20 ? small[i] + 4.0f : small[i] - 10.0f;
     double pr[NV], z = 0;
     float mx = small[argmax(small)];
-    for (int i = 0; i < NV; i++) z += pr[i] = exp((small[i] - mx) / 0.7);
-    for (int i = 0; i < NV; i++) pr[i] /= z;
+    for (int i = 0; i < NV; i++)
+        z += pr[i] = exp((small[i] - mx) / 0.7);
+    for (int i = 0; i < NV; i++)
+        pr[i] /= z;
     static int cnt[NV];
     p = model_sampling_default();
     p.temperature = 0.7f;
@@ -155,9 +162,11 @@ int main(void) {
     model_sampler_free(s);
     int bad = 0;
     for (int i = 0; i < NV; i++) {
-        if (pr[i] < 0.005) continue;
+        if (pr[i] < 0.005)
+            continue;
         double se = sqrt(pr[i] * (1 - pr[i]) / draws);
-        if (fabs((double)cnt[i] / draws - pr[i]) > 5 * se) bad++;
+        if (fabs((double)cnt[i] / draws - pr[i]) > 5 * se)
+            bad++;
     }
     CHECK(bad == 0, "%d tokens off their softmax probability", bad);
 
@@ -172,7 +181,8 @@ int main(void) {
         memcpy(tmp, small, sizeof tmp);
         int32_t t = model_sampler_sample(s, tmp, NULL, 0);
         int rank = 0;
-        for (int j = 0; j < NV; j++) rank += small[j] > small[t];
+        for (int j = 0; j < NV; j++)
+            rank += small[j] > small[t];
         ok &= rank < 5;
     }
     model_sampler_free(s);
@@ -183,14 +193,16 @@ int main(void) {
     s = model_sampler_create(&p, NV);
     ok = 1;
     double pt[NV], zz = 0;
-    for (int j = 0; j < NV; j++) zz += pt[j] = exp(small[j] - mx);
+    for (int j = 0; j < NV; j++)
+        zz += pt[j] = exp(small[j] - mx);
     for (int i = 0; i < 2000; i++) {
         memcpy(tmp, small, sizeof tmp);
         int32_t t = model_sampler_sample(s, tmp, NULL, 0);
         /* Mass strictly above t must be < 0.5, else t would have been cut. */
         double above = 0;
         for (int j = 0; j < NV; j++)
-            if (small[j] > small[t]) above += pt[j] / zz;
+            if (small[j] > small[t])
+                above += pt[j] / zz;
         ok &= above < 0.5;
     }
     model_sampler_free(s);

@@ -43,7 +43,8 @@ static kv_cache *make_kv(int n_blocks, int block_size, int max_seqs, int max_seq
 /* The entry of r in plan, or NULL. */
 static const sched_entry *entry_of(const sched_plan *p, const treq *t) {
     for (int i = 0; i < p->n_entries; i++)
-        if (p->entries[i].req == &t->r) return &p->entries[i];
+        if (p->entries[i].req == &t->r)
+            return &p->entries[i];
     return NULL;
 }
 
@@ -82,7 +83,8 @@ static void test_admission_and_chunking(void) {
     sched_plan p;
     /* Step 1: A's first chunk takes the whole budget; B waits its turn. */
     sched_core_schedule(c, &p);
-    CHECK(p.n_entries == 1 && p.entries[0].req == &a.r && p.entries[0].pos == 0 && p.entries[0].n == 8,
+    CHECK(p.n_entries == 1 && p.entries[0].req == &a.r && p.entries[0].pos == 0 &&
+              p.entries[0].n == 8,
           "step 1: %d entries", p.n_entries);
     CHECK_COND(sched_core_n_running(c) == 1 && sched_core_n_waiting(c) == 2);
     finish_step(c, &p);
@@ -90,7 +92,8 @@ static void test_admission_and_chunking(void) {
     /* Step 2: A's last 2 prompt tokens, then B and C admitted in order. */
     sched_core_schedule(c, &p);
     const sched_entry *ea = entry_of(&p, &a), *eb = entry_of(&p, &b), *ec = entry_of(&p, &d);
-    CHECK(ea && ea->pos == 8 && ea->n == 2 && eb && eb->n == 3 && ec && ec->n == 2 && p.n_tokens == 7,
+    CHECK(ea && ea->pos == 8 && ea->n == 2 && eb && eb->n == 3 && ec && ec->n == 2 &&
+              p.n_tokens == 7,
           "step 2");
     CHECK_COND(p.entries[0].req == &a.r && p.entries[1].req == &b.r && p.entries[2].req == &d.r);
     CHECK_COND(p.n_admitted == 2 && b.r.admitted_seq < d.r.admitted_seq);
@@ -98,7 +101,8 @@ static void test_admission_and_chunking(void) {
     CHECK_COND(a.r.n_tokens == 11 && b.r.n_tokens == 4 && d.r.n_tokens == 3);
     /* Step 3: one decode token each. */
     sched_core_schedule(c, &p);
-    CHECK(p.n_entries == 3 && p.n_tokens == 3, "step 3: %d entries, %d tokens", p.n_entries, p.n_tokens);
+    CHECK(p.n_entries == 3 && p.n_tokens == 3, "step 3: %d entries, %d tokens", p.n_entries,
+          p.n_tokens);
     finish_step(c, &p);
     CHECK_COND(kv_cache_check(kv) == 0);
     sched_core_remove(c, &a.r);
@@ -114,7 +118,8 @@ static void test_decodes_before_prefills(void) {
     sched_core_config cfg = {4, 4, 1};
     sched_core *c = sched_core_create(kv, &cfg);
     int32_t pa[2] = {1, 2}, pb[20];
-    for (int i = 0; i < 20; i++) pb[i] = 50 + i;
+    for (int i = 0; i < 20; i++)
+        pb[i] = 50 + i;
     treq a, b;
     treq_init(&a, pa, 2, 64);
     treq_init(&b, pb, 20, 64);
@@ -129,7 +134,9 @@ static void test_decodes_before_prefills(void) {
         /* A's decode token is in every step; B's prompt fills the rest. */
         CHECK(ea && ea->n == 1 && p.entries[0].req == &a.r, "step %d: A's decode", step);
         int left = 20 - b.r.n_computed;
-        if (left > 0) CHECK(eb && eb->n == (left < 3 ? left : 3), "step %d: B chunk %d", step, eb ? eb->n : -1);
+        if (left > 0)
+            CHECK(eb && eb->n == (left < 3 ? left : 3), "step %d: B chunk %d", step,
+                  eb ? eb->n : -1);
         finish_step(c, &p);
     }
     CHECK_COND(b.r.n_computed >= 20);
@@ -168,8 +175,8 @@ static void test_preemption(void) {
     sched_core_remove(c, &t[0].r);
     sched_core_schedule(c, &p);
     const sched_entry *e2 = entry_of(&p, &t[2]);
-    CHECK(e2 && e2->pos == 0 && e2->n == 5 && t[2].r.n_tokens == 5, "C resumes at %d (+%d)", e2 ? e2->pos : -1,
-          e2 ? e2->n : -1);
+    CHECK(e2 && e2->pos == 0 && e2->n == 5 && t[2].r.n_tokens == 5, "C resumes at %d (+%d)",
+          e2 ? e2->pos : -1, e2 ? e2->n : -1);
     finish_step(c, &p);
     CHECK_COND(t[2].r.n_tokens == 6 && t[2].toks[5] == 105);
     CHECK_COND(kv_cache_check(kv) == 0);
@@ -204,7 +211,8 @@ static void test_prefix_reuse(void) {
     sched_core_config cfg = {4, 64, 1};
     sched_core *c = sched_core_create(kv, &cfg);
     int32_t pr[14];
-    for (int i = 0; i < 14; i++) pr[i] = 7 + i;
+    for (int i = 0; i < 14; i++)
+        pr[i] = 7 + i;
     treq a, b, d;
     treq_init(&a, pr, 14, 64);
     sched_core_add(c, &a.r);
@@ -220,7 +228,8 @@ static void test_prefix_reuse(void) {
     const sched_entry *e = entry_of(&p, &b);
     CHECK(e && e->pos == 12 && e->n == 2, "reused %d", e ? e->pos : -1);
     kv_cache_stats s = stats(kv);
-    CHECK(s.prefix_hits == 12 && s.prefix_queries >= 14, "hits %lld of %lld", s.prefix_hits, s.prefix_queries);
+    CHECK(s.prefix_hits == 12 && s.prefix_queries >= 14, "hits %lld of %lld", s.prefix_hits,
+          s.prefix_queries);
     finish_step(c, &p);
     /* A prompt that is exactly 3 blocks reuses only 2: one token must be computed. */
     treq_init(&d, pr, 12, 64);
@@ -261,8 +270,8 @@ static void test_fork(void) {
     const sched_entry *eb = entry_of(&p, &b);
     CHECK(eb && eb->pos == 5 && eb->n == 1, "fork at %d", eb ? eb->pos : -1);
     const int32_t *ba = kv_cache_seq_blocks(kv, a.r.slot), *bb = kv_cache_seq_blocks(kv, b.r.slot);
-    CHECK(ba[0] == bb[0] && ba[1] != bb[1], "block 0 shared, block 1 copied: %d/%d %d/%d", ba[0], bb[0], ba[1],
-          bb[1]);
+    CHECK(ba[0] == bb[0] && ba[1] != bb[1], "block 0 shared, block 1 copied: %d/%d %d/%d", ba[0],
+          bb[0], ba[1], bb[1]);
     CHECK_COND(stats(kv).cow_copies >= 1);
     finish_step(c, &p);
     CHECK_COND(kv_cache_check(kv) == 0);
@@ -297,7 +306,8 @@ static void test_random(void) {
         if (added < N && RND() % 3 == 0) {
             int32_t pr[40];
             int n = 1 + RND() % 30;
-            for (int i = 0; i < n; i++) pr[i] = i < 8 ? 5 : RND() % 4; /* shared heads: prefix hits */
+            for (int i = 0; i < n; i++)
+                pr[i] = i < 8 ? 5 : RND() % 4; /* shared heads: prefix hits */
             treq_init(&t[added], pr, n, n + 1 + RND() % 40);
             if (added > 0 && RND() % 4 == 0 && t[added - 1].r.n_prompt == n && !done[added - 1]) {
                 memcpy(t[added].toks, t[added - 1].toks, (size_t)n * sizeof(int32_t));
@@ -311,8 +321,10 @@ static void test_random(void) {
         bad += p.n_tokens > cfg.max_batch_tokens || sched_core_n_running(c) > cfg.max_seqs;
         for (int i = 0; i < p.n_entries; i++) {
             sched_req *r = p.entries[i].req;
-            bad += !r->running || p.entries[i].pos + p.entries[i].n > kv_cache_seq_capacity(kv, r->slot) ||
-                   p.entries[i].pos != r->n_computed || p.entries[i].pos + p.entries[i].n > r->n_tokens;
+            bad += !r->running ||
+                   p.entries[i].pos + p.entries[i].n > kv_cache_seq_capacity(kv, r->slot) ||
+                   p.entries[i].pos != r->n_computed ||
+                   p.entries[i].pos + p.entries[i].n > r->n_tokens;
         }
         for (int i = 0; i < p.n_starved; i++) {
             int k = (int)((treq *)p.starved[i] - t);
@@ -323,7 +335,8 @@ static void test_random(void) {
         finish_step(c, &p);
         bad += kv_cache_check(kv) != 0;
         for (int k = 0; k < added; k++) {
-            if (done[k]) continue;
+            if (done[k])
+                continue;
             int cancel = RND() % 200 == 0;
             if (t[k].r.n_tokens >= t[k].max_len || cancel) {
                 sched_core_remove(c, &t[k].r);
@@ -333,12 +346,13 @@ static void test_random(void) {
         }
     }
 #undef RND
-    CHECK(bad == 0 && n_done == N, "%d violations, %d of %d done in %d steps", bad, n_done, N, steps);
+    CHECK(bad == 0 && n_done == N, "%d violations, %d of %d done in %d steps", bad, n_done, N,
+          steps);
     kv_cache_stats s = stats(kv);
     CHECK(s.blocks_used == 0 && sched_core_n_running(c) == 0 && sched_core_n_waiting(c) == 0,
           "left: %d blocks", s.blocks_used);
-    CHECK(sched_core_n_preemptions(c) > 0 && s.prefix_hits > 0, "preemptions %lld, prefix hits %lld",
-          sched_core_n_preemptions(c), s.prefix_hits);
+    CHECK(sched_core_n_preemptions(c) > 0 && s.prefix_hits > 0,
+          "preemptions %lld, prefix hits %lld", sched_core_n_preemptions(c), s.prefix_hits);
     free(t);
     sched_core_free(c);
     kv_cache_free(kv);

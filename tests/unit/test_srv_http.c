@@ -1308,11 +1308,13 @@ static void test_error_map(void) {
         srv_error_map m = srv_error_for_code(want[i].code);
         CHECK(m.status == want[i].status && !strcmp(m.type, want[i].type) &&
                   (want[i].oa_code ? m.code && !strcmp(m.code, want[i].oa_code) : m.code == NULL) &&
-                  (want[i].retry_after ? m.headers && !strcmp(m.headers, "Retry-After: 1\r\n") : !m.headers) &&
+                  (want[i].retry_after ? m.headers && !strcmp(m.headers, "Retry-After: 1\r\n")
+                                       : !m.headers) &&
                   m.message && m.message[0],
               "code %d -> %d %s", want[i].code, m.status, m.type);
     }
-    CHECK(!strcmp(srv_error_for_code(BRISK_ENOMEM).message, "out of memory"), "ENOMEM says out of memory");
+    CHECK(!strcmp(srv_error_for_code(BRISK_ENOMEM).message, "out of memory"),
+          "ENOMEM says out of memory");
 }
 
 int main(void) {

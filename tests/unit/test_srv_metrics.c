@@ -261,8 +261,9 @@ static void test_escaping_and_counters(void) {
     srv_metrics_count_unknown_fields(m, 1);
     srv_metrics_observe_tokens(m, 100, 7, 1.0);
     srv_metrics_observe_tokens(m, -3, 2, 2.0);
-    srv_metrics_gauges g = {3,   4,   0.25, 5, 1000, 600, 10, 4, 3, 1000,
-                            900, 2.5, 2.0,  7, 70,   0,   0,  0, 0, 0, {0, 0, 0, 0, 0, 0}};
+    srv_metrics_gauges g = {3,  4, 0.25, 5,   1000, 600, 10,
+                            4,  3, 1000, 900, 2.5,  2.0, 7,
+                            70, 0, 0,    0,   0,    0,   {0, 0, 0, 0, 0, 0}};
     t = render(m, &g, 2.0);
     CHECK(val(t, "brisk_kv_cache_blocks", "state=\"total\"") == 10 &&
               val(t, "brisk_kv_cache_blocks", "state=\"used\"") == 4 &&
@@ -273,9 +274,11 @@ static void test_escaping_and_counters(void) {
               val(t, "brisk_kv_cache_slots_filled_total", NULL) == 900 &&
               val(t, "brisk_engine_busy_seconds_total", NULL) == 2.5 &&
               val(t, "brisk_engine_forward_seconds_total", NULL) == 2.0 &&
-              val(t, "brisk_engine_steps_total", NULL) == 7 && val(t, "brisk_engine_batch_tokens_total", NULL) == 70,
+              val(t, "brisk_engine_steps_total", NULL) == 7 &&
+              val(t, "brisk_engine_batch_tokens_total", NULL) == 70,
           "engine families");
-    CHECK(val(t, "brisk_http_requests_total", "route=\"/v1/completions\",code=\"200\"") == 3, "200");
+    CHECK(val(t, "brisk_http_requests_total", "route=\"/v1/completions\",code=\"200\"") == 3,
+          "200");
     CHECK(val(t, "brisk_http_requests_total", "route=\"/v1/chat/completions\",code=\"200\"") == 1,
           "chat 200");
     CHECK(val(t, "brisk_http_requests_total", "route=\"probe\",code=\"503\"") == 1, "probe 503");
@@ -293,13 +296,16 @@ static void test_escaping_and_counters(void) {
     for (const char *q = t; (q = strstr(q, "route=\"other\"")) != NULL; q++)
         n_other++;
     CHECK(n_other == 1, "ignored routes and codes add no series");
-    CHECK(srv_metrics_route_of("/health") == SRV_ROUTE_PROBE && srv_metrics_route_of("/livez") == SRV_ROUTE_PROBE &&
+    CHECK(srv_metrics_route_of("/health") == SRV_ROUTE_PROBE &&
+              srv_metrics_route_of("/livez") == SRV_ROUTE_PROBE &&
               srv_metrics_route_of("/metrics") == SRV_ROUTE_METRICS &&
               srv_metrics_route_of("/v1/models") == SRV_ROUTE_MODELS &&
-              srv_metrics_route_of("/v1/completions/") == SRV_ROUTE_OTHER && srv_metrics_route_of(NULL) == SRV_ROUTE_OTHER,
+              srv_metrics_route_of("/v1/completions/") == SRV_ROUTE_OTHER &&
+              srv_metrics_route_of(NULL) == SRV_ROUTE_OTHER,
           "route classes");
     CHECK(val(t, "brisk_unknown_request_fields_total", NULL) == 3, "unknown fields");
-    CHECK(val(t, "brisk_build_info", "version=\"unknown\",commit=\"unknown\",backends=\"unknown\"") == 1,
+    CHECK(val(t, "brisk_build_info",
+              "version=\"unknown\",commit=\"unknown\",backends=\"unknown\"") == 1,
           "build info defaults");
     CHECK(strstr(t, "process_") == NULL, "no process families without g.process");
     CHECK(val(t, "vllm:prompt_tokens_total", NULL) == 100, "prompt total");
@@ -549,12 +555,14 @@ static void test_promtool(void) {
         srv_metrics_observe_itl(m, rnd_log(1e-3, 100), now);
         srv_metrics_observe_request(m, &r, now);
         srv_metrics_observe_tokens(m, r.prompt_tokens, r.generation_tokens, now);
-        srv_metrics_observe_http(m, (srv_metrics_route)(i % SRV_ROUTE_COUNT), i % 7 ? 200 : 400 + i % 100);
+        srv_metrics_observe_http(m, (srv_metrics_route)(i % SRV_ROUTE_COUNT),
+                                 i % 7 ? 200 : 400 + i % 100);
     }
     srv_metrics_count_unknown_fields(m, 3);
     /* The last four: the audit log families rendered (12 lines, 1 error, 0 dropped). */
-    srv_metrics_gauges g = {7,    2,    0.625, 12, 123456789, 98765432, 64, 40, 20, 5000,
-                            4800, 12.5, 11.0,  99, 999,       1,        12, 1,  0, 0, {0, 0, 0, 0, 0, 0}};
+    srv_metrics_gauges g = {7,   2,  0.625, 12,   123456789, 98765432, 64,
+                            40,  20, 5000,  4800, 12.5,      11.0,     99,
+                            999, 1,  12,    1,    0,         0,        {0, 0, 0, 0, 0, 0}};
     /* The process families from this test process's own /proc. */
     CHECK(srv_proc_sample(&g.proc) == 0, "srv_proc_sample");
     g.process = 1;
@@ -607,7 +615,8 @@ static void test_build_info(void) {
         return;
     char *t = render(m, NULL, 1.0);
     CHECK(val(t, "brisk_build_info",
-              "version=\"1.2.3\",commit=\"abc\\\"def\",backends=\"cpu(avx2 fma) cuda(sm_90)\"") == 1,
+              "version=\"1.2.3\",commit=\"abc\\\"def\",backends=\"cpu(avx2 fma) cuda(sm_90)\"") ==
+              1,
           "build info labels:\n%s", t);
     free(t);
     srv_metrics_free(m);

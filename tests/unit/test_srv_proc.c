@@ -16,8 +16,9 @@ static void test_parse(void) {
     /* pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt
      * cmajflt utime stime cutime cstime priority nice threads itrealvalue
      * starttime vsize rss ... */
-    const char *line = "4242 (br isk) (x)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 "
-                       "3 0 12345 987654321 2500 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1\n";
+    const char *line =
+        "4242 (br isk) (x)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 "
+        "3 0 12345 987654321 2500 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1\n";
     srv_proc_stats st;
     memset(&st, 0, sizeof st);
     CHECK(srv_proc_parse_stat(line, 1700000000, 100, 4096, &st) == 0, "parse");
@@ -28,7 +29,9 @@ static void test_parse(void) {
 
     /* Refused: truncated lines, no ')', non-numbers, bad rates. */
     const char *bad[] = {
-        "", "4242 br isk S 1", "4242 (brisk) S 1 2 3",
+        "",
+        "4242 br isk S 1",
+        "4242 (brisk) S 1 2 3",
         "4242 (brisk) S 1 4242 4242 0 -1 4194560 1000 0 0 0 2x0 50 0 0 20 0 3 0 12345 9 25\n",
         "4242 (brisk) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 3 0 12345 "
         "99999999999999999999999 25\n",
@@ -56,11 +59,13 @@ static void test_live(void) {
     for (int i = 0; i < 20; i++)
         fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
     CHECK(srv_proc_sample(&b) == 0, "sample 2");
-    CHECK(b.rss_bytes - a.rss_bytes > 48.0 * (1 << 20), "rss grew by %.0f", b.rss_bytes - a.rss_bytes);
+    CHECK(b.rss_bytes - a.rss_bytes > 48.0 * (1 << 20), "rss grew by %.0f",
+          b.rss_bytes - a.rss_bytes);
     CHECK(b.open_fds - a.open_fds == 20, "fds %f -> %f", a.open_fds, b.open_fds);
     CHECK(b.max_fds == -1 || b.max_fds >= b.open_fds, "max fds %f", b.max_fds);
     double now = (double)time(NULL);
-    CHECK(b.start_time_s > now - 3600 && b.start_time_s <= now + 1, "start %f now %f", b.start_time_s, now);
+    CHECK(b.start_time_s > now - 3600 && b.start_time_s <= now + 1, "start %f now %f",
+          b.start_time_s, now);
     CHECK(b.cpu_seconds >= a.cpu_seconds && b.cpu_seconds >= 0, "cpu");
     CHECK(b.vsize_bytes >= b.rss_bytes, "vsize >= rss");
     for (int i = 0; i < 20; i++)

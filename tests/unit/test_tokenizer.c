@@ -37,16 +37,16 @@
 
 static int n_pass, n_fail;
 
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        if (cond) {                                                                              \
-            n_pass++;                                                                            \
-        } else {                                                                                 \
-            n_fail++;                                                                            \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                      \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fputc('\n', stderr);                                                                 \
-        }                                                                                        \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            n_pass++;                                                                              \
+        } else {                                                                                   \
+            n_fail++;                                                                              \
+            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -70,7 +70,8 @@ static double now_s(void) {
 
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    if (!f)
+        return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -92,27 +93,34 @@ static void put_escaped(FILE *f, const char *s, size_t n) {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '\n') fputs("\\n", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c == '\r') fputs("\\r", f);
-        else if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c >= 0x7F) fprintf(f, "\\x%02X", c);
-        else fputc(c, f);
+        if (c == '\n')
+            fputs("\\n", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c == '\r')
+            fputs("\\r", f);
+        else if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7F)
+            fprintf(f, "\\x%02X", c);
+        else
+            fputc(c, f);
     }
     fputc('"', f);
 }
 
 static void put_ids(FILE *f, const int32_t *ids, int n) {
     fputc('[', f);
-    for (int i = 0; i < n; i++) fprintf(f, i ? " %d" : "%d", (int)ids[i]);
+    for (int i = 0; i < n; i++)
+        fprintf(f, i ? " %d" : "%d", (int)ids[i]);
     fputc(']', f);
 }
 
 typedef struct golden {
-    char *inp, *out;      /* file contents */
-    const char **str;     /* test strings (pointers into inp) */
+    char *inp, *out;  /* file contents */
+    const char **str; /* test strings (pointers into inp) */
     size_t *len;
-    char **line;          /* expected id lines (pointers into out) */
+    char **line; /* expected id lines (pointers into out) */
     int n;
 } golden;
 
@@ -131,7 +139,8 @@ static int golden_load(golden *g, const char *inp_path, const char *out_path) {
     memset(g, 0, sizeof *g);
     g->inp = read_file(inp_path, &in_len);
     g->out = read_file(out_path, &out_len);
-    if (!g->inp || !g->out) return -1;
+    if (!g->inp || !g->out)
+        return -1;
     int cap = 16;
     g->str = malloc(cap * sizeof *g->str);
     g->len = malloc(cap * sizeof *g->len);
@@ -143,7 +152,8 @@ static int golden_load(golden *g, const char *inp_path, const char *out_path) {
                 hit = g->inp + i;
                 break;
             }
-        if (!hit) break;
+        if (!hit)
+            break;
         if (g->n == cap) {
             cap *= 2;
             g->str = realloc(g->str, cap * sizeof *g->str);
@@ -159,9 +169,11 @@ static int golden_load(golden *g, const char *inp_path, const char *out_path) {
     for (int i = 0; i < g->n; i++) {
         char *nl = q ? strchr(q, '\n') : NULL;
         g->line[i] = q;
-        if (nl) *nl = 0;
+        if (nl)
+            *nl = 0;
         q = nl ? nl + 1 : NULL;
-        if (!g->line[i]) return -1;
+        if (!g->line[i])
+            return -1;
     }
     return 0;
 }
@@ -171,8 +183,10 @@ static int parse_ids(const char *line, int32_t *ids, int cap) {
     char *end;
     for (const char *p = line;;) {
         long x = strtol(p, &end, 10);
-        if (end == p) break;
-        if (n < cap) ids[n] = (int32_t)x;
+        if (end == p)
+            break;
+        if (n < cap)
+            ids[n] = (int32_t)x;
         n++;
         p = end;
     }
@@ -189,10 +203,12 @@ static tok_vocab *load_vocab(const char *path, double *load_ms) {
     }
     double t0 = now_s();
     int rc = tok_vocab_create_from_gguf(gf, &v, err, sizeof err);
-    if (load_ms) *load_ms = (now_s() - t0) * 1e3;
+    if (load_ms)
+        *load_ms = (now_s() - t0) * 1e3;
     /* The vocab copies what it needs: closing the file must be safe. */
     gguf_close(gf);
-    if (rc < 0) fprintf(stderr, "cannot load vocab %s: %s\n", path, err);
+    if (rc < 0)
+        fprintf(stderr, "cannot load vocab %s: %s\n", path, err);
     return v;
 }
 
@@ -200,7 +216,8 @@ static tok_vocab *load_vocab(const char *path, double *load_ms) {
 static int encode(const tok_vocab *v, const char *s, size_t n, int flags, int32_t **ids) {
     int need = tok_encode(v, s, n, flags, NULL, 0);
     *ids = NULL;
-    if (need < 0) return need;
+    if (need < 0)
+        return need;
     *ids = malloc((size_t)(need ? need : 1) * sizeof **ids);
     int got = tok_encode(v, s, n, flags, *ids, need);
     return got == need ? got : -1000;
@@ -217,14 +234,17 @@ static char *stream_decode(const tok_vocab *v, const int32_t *ids, int n, int fl
     for (int i = 0; i < n; i++) {
         int r = tok_decoder_push(&d, ids[i], s + o, 256);
         if (r < 0) {
-            if (ids[i] >= 0 && ids[i] < tok_n_vocab(v)) *bad_rc = r;
+            if (ids[i] >= 0 && ids[i] < tok_n_vocab(v))
+                *bad_rc = r;
             continue;
         }
         o += (size_t)r;
     }
     int r = tok_decoder_flush(&d, s + o, 256);
-    if (r < 0) *bad_rc = r;
-    else o += (size_t)r;
+    if (r < 0)
+        *bad_rc = r;
+    else
+        o += (size_t)r;
     *len = o;
     return s;
 }
@@ -234,7 +254,8 @@ static int utf8_valid(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         int l = tok_utf8_next(u + i, n - i, &cp);
-        if (cp == TOK_CP_INVALID) return 0;
+        if (cp == TOK_CP_INVALID)
+            return 0;
         i += (size_t)l;
     }
     return 1;
@@ -256,7 +277,8 @@ static void test_golden(const char *name, const tok_vocab *v, const char *inp, c
         int nw = parse_ids(g.line[i], want, 1024);
         int32_t *got;
         int ng = encode(v, g.str[i], g.len[i], 0, &got);
-        int same = ng == nw && nw <= 1024 && (ng == 0 || !memcmp(got, want, (size_t)ng * sizeof *got));
+        int same =
+            ng == nw && nw <= 1024 && (ng == 0 || !memcmp(got, want, (size_t)ng * sizeof *got));
         if (!same) {
             fails++;
             fprintf(stderr, "%s #%d: input ", name, i);
@@ -276,14 +298,17 @@ static void test_golden(const char *name, const tok_vocab *v, const char *inp, c
          * characters) are dropped, as the reference does: no round trip. */
         int lossless = 1;
         for (size_t j = 0; j < g.len[i]; j++)
-            if (v->byte_id[(unsigned char)g.str[i][j]] < 0) lossless = 0;
+            if (v->byte_id[(unsigned char)g.str[i][j]] < 0)
+                lossless = 0;
         char *back = tok_decode_all(v, got, ng, 0);
-        int rt = back && (!lossless || (strlen(back) == g.len[i] && !memcmp(back, g.str[i], g.len[i])));
+        int rt =
+            back && (!lossless || (strlen(back) == g.len[i] && !memcmp(back, g.str[i], g.len[i])));
         if (!rt) {
             fprintf(stderr, "%s #%d: round trip of ", name, i);
             put_escaped(stderr, g.str[i], g.len[i]);
             fprintf(stderr, " gave ");
-            if (back) put_escaped(stderr, back, strlen(back));
+            if (back)
+                put_escaped(stderr, back, strlen(back));
             fputc('\n', stderr);
         }
         CHECK(rt, "%s #%d: decode(encode(s)) != s", name, i);
@@ -372,11 +397,14 @@ static void test_spm(const tok_vocab *v) {
     char buf[16];
     CHECK(tok_token_to_piece(v, 3 + 0x41, 0, buf, sizeof buf) == 1 && buf[0] == 'A', "<0x41> -> A");
     CHECK(tok_token_to_piece(v, 2, 0, buf, sizeof buf) == 0, "</s> piece hidden");
-    CHECK(tok_token_to_piece(v, 2, TOK_PARSE_SPECIAL, buf, sizeof buf) == 4 && !memcmp(buf, "</s>", 4),
+    CHECK(tok_token_to_piece(v, 2, TOK_PARSE_SPECIAL, buf, sizeof buf) == 4 &&
+              !memcmp(buf, "</s>", 4),
           "</s> piece with special");
-    CHECK(tok_token_to_piece(v, 15043, 0, buf, sizeof buf) == 6 && !memcmp(buf, " Hello", 6), "▁Hello");
+    CHECK(tok_token_to_piece(v, 15043, 0, buf, sizeof buf) == 6 && !memcmp(buf, " Hello", 6),
+          "▁Hello");
     memset(buf, 'x', sizeof buf);
-    CHECK(tok_token_to_piece(v, 15043, 0, buf, 2) == 6 && buf[2] == 'x', "short cap writes only cap");
+    CHECK(tok_token_to_piece(v, 15043, 0, buf, 2) == 6 && buf[2] == 'x',
+          "short cap writes only cap");
     CHECK(tok_token_to_piece(v, -1, 0, buf, sizeof buf) < 0, "invalid id");
     CHECK(tok_token_to_piece(v, 32000, 0, buf, sizeof buf) < 0, "invalid id");
 
@@ -389,17 +417,23 @@ static void test_spm(const tok_vocab *v) {
           "first piece loses its space");
     CHECK(tok_decoder_push(&d, 29871, out, sizeof out) == 1 && out[0] == ' ', "later ▁ is a space");
     const int32_t emoji[4] = {3 + 0xF0, 3 + 0x9F, 3 + 0xA6, 3 + 0x99};
-    for (int i = 0; i < 3; i++) CHECK(tok_decoder_push(&d, emoji[i], out, sizeof out) == 0, "held back %d", i);
+    for (int i = 0; i < 3; i++)
+        CHECK(tok_decoder_push(&d, emoji[i], out, sizeof out) == 0, "held back %d", i);
     CHECK(d.n_pending == 3, "3 bytes pending");
     /* Too small a buffer: ENOSPC and nothing consumed. */
-    CHECK(tok_decoder_push(&d, emoji[3], out, 2) == BRISK_ENOSPC && d.n_pending == 3, "ENOSPC keeps state");
+    CHECK(tok_decoder_push(&d, emoji[3], out, 2) == BRISK_ENOSPC && d.n_pending == 3,
+          "ENOSPC keeps state");
     n = tok_decoder_push(&d, emoji[3], out, sizeof out);
     CHECK(n == 4 && !memcmp(out, "\xF0\x9F\xA6\x99", 4), "emoji complete (n=%d)", n);
     CHECK(tok_decoder_flush(&d, out, sizeof out) == 0, "nothing left");
     /* An incomplete sequence interrupted by ASCII: U+FFFD, then the ASCII. */
     CHECK(tok_decoder_push(&d, 3 + 0xE2, out, sizeof out) == 0, "E2 held");
     n = tok_decoder_push(&d, 3 + 'a', out, sizeof out);
-    CHECK(n == 4 && !memcmp(out, "\xEF\xBF\xBD" "a", 4), "E2 a -> FFFD a (n=%d)", n);
+    CHECK(n == 4 && !memcmp(out,
+                            "\xEF\xBF\xBD"
+                            "a",
+                            4),
+          "E2 a -> FFFD a (n=%d)", n);
     /* A lone continuation byte and a stray lead at the end. */
     n = tok_decoder_push(&d, 3 + 0x80, out, sizeof out);
     CHECK(n == 3 && !memcmp(out, "\xEF\xBF\xBD", 3), "lone 80 -> FFFD");
@@ -428,7 +462,8 @@ static void test_gpt2(const tok_vocab *v) {
     CHECK(n == 3 && ids[1] == 50256, "special parse (n=%d)", n);
     n = tok_encode(v, s, strlen(s), 0, ids, 64);
     int has = 0;
-    for (int i = 0; i < n && i < 64; i++) has |= ids[i] == 50256;
+    for (int i = 0; i < n && i < 64; i++)
+        has |= ids[i] == 50256;
     CHECK(n > 3 && !has, "plain text (n=%d)", n);
     char buf[32];
     CHECK(tok_token_to_piece(v, 50256, 0, buf, sizeof buf) == 0, "control hidden");
@@ -436,9 +471,11 @@ static void test_gpt2(const tok_vocab *v) {
     /* "Ġworld" decodes through the byte map to " world". */
     int32_t w = tok_find_piece(v, "\xC4\xA0world", 7);
     CHECK(w == 995, "find_piece Ġworld = %d", w);
-    CHECK(tok_token_to_piece(v, w, 0, buf, sizeof buf) == 6 && !memcmp(buf, " world", 6), "Ġworld piece");
+    CHECK(tok_token_to_piece(v, w, 0, buf, sizeof buf) == 6 && !memcmp(buf, " world", 6),
+          "Ġworld piece");
     /* Encoding into a short buffer: the full count, nothing past cap. */
-    for (int i = 0; i < 64; i++) ids[i] = -7;
+    for (int i = 0; i < 64; i++)
+        ids[i] = -7;
     n = tok_encode(v, "Hello world and more words", 26, 0, ids, 2);
     CHECK(n == 5 && ids[2] == -7, "cap respected (n=%d)", n);
     CHECK(tok_encode(v, NULL, 5, 0, ids, 2) == BRISK_EINVAL, "NULL text");
@@ -449,7 +486,8 @@ static void test_gpt2(const tok_vocab *v) {
 
 static void test_smollm2(const tok_vocab *v) {
     CHECK(tok_vocab_type(v) == TOK_TYPE_BPE && tok_n_vocab(v) == 49152, "SmolLM2 vocab");
-    int32_t im_start = tok_find_piece(v, "<|im_start|>", 12), im_end = tok_find_piece(v, "<|im_end|>", 10);
+    int32_t im_start = tok_find_piece(v, "<|im_start|>", 12),
+            im_end = tok_find_piece(v, "<|im_end|>", 10);
     CHECK(im_start == 1 && im_end == 2, "<|im_start|> = %d, <|im_end|> = %d", im_start, im_end);
     CHECK(tok_is_eog(v, 2) && tok_is_eog(v, 0) && !tok_is_eog(v, 1), "eog: im_end, endoftext");
     const char *s = "<|im_start|>user\nHi<|im_end|>";
@@ -461,7 +499,8 @@ static void test_smollm2(const tok_vocab *v) {
           "special chat: n=%d [%d %d %d %d %d]", n, ids[0], ids[1], ids[2], ids[3], ids[4]);
     n = tok_encode(v, s, strlen(s), 0, ids, 64);
     int ctrl = 0;
-    for (int i = 0; i < n && i < 64; i++) ctrl |= ids[i] == 1 || ids[i] == 2;
+    for (int i = 0; i < n && i < 64; i++)
+        ctrl |= ids[i] == 1 || ids[i] == 2;
     CHECK(n > 5 && !ctrl, "plain chat text has no control ids (n=%d)", n);
     char *back = tok_decode_all(v, ids, n, 0);
     CHECK(back && !strcmp(back, s), "plain chat round trip");
@@ -472,19 +511,39 @@ static void test_smollm2(const tok_vocab *v) {
 /* ---- hostile and synthetic vocabularies --------------------------------- */
 
 static uint32_t gpt2_cp(unsigned b) {
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return b;
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)
+        return b;
     uint32_t k = 0;
     for (unsigned c = 0; c < b; c++)
-        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) k++;
+        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE))
+            k++;
     return 256 + k;
 }
 
 enum {
     H_OK = 0,
-    H_NO_MODEL, H_BAD_MODEL, H_MODEL_U32, H_NO_TOKENS, H_TOKENS_U32, H_EMPTY_TOKENS,
-    H_SCORES_LEN, H_SCORES_I32, H_SCORES_NAN, H_TYPES_LEN, H_TYPE_VALUE, H_TYPES_STR,
-    H_BOS_RANGE, H_BOS_STR, H_ADD_BOS_U32, H_NO_MERGES, H_MERGE_NOSPACE, H_MERGE_EMPTY_RIGHT,
-    H_MERGE_LEADING_SPACE, H_MERGES_U32, H_PRE_U32, H_COUNT
+    H_NO_MODEL,
+    H_BAD_MODEL,
+    H_MODEL_U32,
+    H_NO_TOKENS,
+    H_TOKENS_U32,
+    H_EMPTY_TOKENS,
+    H_SCORES_LEN,
+    H_SCORES_I32,
+    H_SCORES_NAN,
+    H_TYPES_LEN,
+    H_TYPE_VALUE,
+    H_TYPES_STR,
+    H_BOS_RANGE,
+    H_BOS_STR,
+    H_ADD_BOS_U32,
+    H_NO_MERGES,
+    H_MERGE_NOSPACE,
+    H_MERGE_EMPTY_RIGHT,
+    H_MERGE_LEADING_SPACE,
+    H_MERGES_U32,
+    H_PRE_U32,
+    H_COUNT
 };
 
 /* A small byte-level vocab: the 256 byte chars, "ab" (merge "a b"), a
@@ -505,7 +564,8 @@ static int make_vocab(int hostile, const char *pre, tok_vocab **out, char *err, 
     strcpy(texts[256], "ab");
     strcpy(texts[257], "<|x|>");
     strcpy(texts[258], "<|x|>y");
-    for (int i = 256; i < NT; i++) lens[i] = strlen(texts[i]);
+    for (int i = 256; i < NT; i++)
+        lens[i] = strlen(texts[i]);
     types[256] = 1;
     types[257] = 3;
     types[258] = 4;
@@ -513,43 +573,68 @@ static int make_vocab(int hostile, const char *pre, tok_vocab **out, char *err, 
         strs[i] = texts[i];
         scores[i] = (float)-i;
     }
-    if (hostile == H_SCORES_NAN) scores[5] = NAN;
-    if (hostile == H_TYPE_VALUE) types[7] = 9;
+    if (hostile == H_SCORES_NAN)
+        scores[5] = NAN;
+    if (hostile == H_TYPE_VALUE)
+        types[7] = 9;
 
     gguf_writer *w = gguf_writer_create();
-    if (hostile == H_BAD_MODEL) gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
-    else if (hostile == H_MODEL_U32) gguf_writer_set_u32(w, "tokenizer.ggml.model", 2);
-    else if (hostile != H_NO_MODEL) gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
-    if (hostile == H_PRE_U32) gguf_writer_set_u32(w, "tokenizer.ggml.pre", 3);
-    else if (pre) gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
-    if (hostile == H_TOKENS_U32) gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_TYPE_UINT32, types, NT);
-    else if (hostile == H_EMPTY_TOKENS) gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, 0);
-    else if (hostile != H_NO_TOKENS) gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, NT);
-    if (hostile == H_SCORES_I32) gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_INT32, types, NT);
-    else gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores,
-                             hostile == H_SCORES_LEN ? NT - 1 : NT);
-    if (hostile == H_TYPES_STR) gguf_writer_set_arr_str(w, "tokenizer.ggml.token_type", strs, lens, NT);
-    else gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types,
-                             hostile == H_TYPES_LEN ? NT - 3 : NT);
-    if (hostile == H_BOS_RANGE) gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", NT);
-    else if (hostile == H_BOS_STR) gguf_writer_set_str(w, "tokenizer.ggml.bos_token_id", "1");
-    else gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 257);
+    if (hostile == H_BAD_MODEL)
+        gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+    else if (hostile == H_MODEL_U32)
+        gguf_writer_set_u32(w, "tokenizer.ggml.model", 2);
+    else if (hostile != H_NO_MODEL)
+        gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    if (hostile == H_PRE_U32)
+        gguf_writer_set_u32(w, "tokenizer.ggml.pre", 3);
+    else if (pre)
+        gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    if (hostile == H_TOKENS_U32)
+        gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_TYPE_UINT32, types, NT);
+    else if (hostile == H_EMPTY_TOKENS)
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, 0);
+    else if (hostile != H_NO_TOKENS)
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, NT);
+    if (hostile == H_SCORES_I32)
+        gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_INT32, types, NT);
+    else
+        gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores,
+                            hostile == H_SCORES_LEN ? NT - 1 : NT);
+    if (hostile == H_TYPES_STR)
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.token_type", strs, lens, NT);
+    else
+        gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types,
+                            hostile == H_TYPES_LEN ? NT - 3 : NT);
+    if (hostile == H_BOS_RANGE)
+        gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", NT);
+    else if (hostile == H_BOS_STR)
+        gguf_writer_set_str(w, "tokenizer.ggml.bos_token_id", "1");
+    else
+        gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 257);
     gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 0xFFFFFFFFu); /* "none" */
-    if (hostile == H_ADD_BOS_U32) gguf_writer_set_u32(w, "tokenizer.ggml.add_bos_token", 7);
+    if (hostile == H_ADD_BOS_U32)
+        gguf_writer_set_u32(w, "tokenizer.ggml.add_bos_token", 7);
     const char *merges[3] = {"a b", "<|x|> y", "q z"}; /* the last two name no token */
-    if (hostile == H_MERGE_NOSPACE) merges[1] = "ab";
-    if (hostile == H_MERGE_EMPTY_RIGHT) merges[1] = "a ";
-    if (hostile == H_MERGE_LEADING_SPACE) merges[1] = " a";
+    if (hostile == H_MERGE_NOSPACE)
+        merges[1] = "ab";
+    if (hostile == H_MERGE_EMPTY_RIGHT)
+        merges[1] = "a ";
+    if (hostile == H_MERGE_LEADING_SPACE)
+        merges[1] = " a";
     uint64_t mlens[3];
-    for (int i = 0; i < 3; i++) mlens[i] = strlen(merges[i]);
-    if (hostile == H_MERGES_U32) gguf_writer_set_arr(w, "tokenizer.ggml.merges", GGUF_TYPE_UINT32, types, 3);
-    else if (hostile != H_NO_MERGES) gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, mlens, 3);
+    for (int i = 0; i < 3; i++)
+        mlens[i] = strlen(merges[i]);
+    if (hostile == H_MERGES_U32)
+        gguf_writer_set_arr(w, "tokenizer.ggml.merges", GGUF_TYPE_UINT32, types, 3);
+    else if (hostile != H_NO_MERGES)
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, mlens, 3);
 
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = gguf_writer_to_buffer(w, &buf, &len);
     gguf_writer_free(w);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     gguf_file *gf = NULL;
     rc = gguf_open_memory(buf, len, &gf, err, err_len);
     if (rc == 0) {
@@ -570,11 +655,13 @@ static void test_hostile(void) {
         /* Refused by the tokenizer itself, with its one-line reason. */
         CHECK(rc < 0 && v == NULL && !strncmp(err, "tokenizer: ", 11) && !strchr(err, '\n'),
               "hostile case %d: rc=%d err='%s'", h, rc, err);
-        if (getenv("TOK_TEST_VERBOSE")) printf("hostile case %d: %s\n", h, err);
+        if (getenv("TOK_TEST_VERBOSE"))
+            printf("hostile case %d: %s\n", h, err);
     }
     int rc = make_vocab(H_OK, "no-such-pre", &v, err, sizeof err);
     CHECK(rc == 0 && v, "synthetic vocab loads: %s", err);
-    if (!v) return;
+    if (!v)
+        return;
     CHECK(tok_bos(v) == 257 && tok_eos(v) == -1, "ids");
     int32_t ids[16];
     /* "a b" merges "ab"; the user-defined "<|x|>y" is the longer match. */
@@ -600,11 +687,13 @@ static void test_spm_synthetic(void) {
     strcpy(texts[0], "<unk>");
     strcpy(texts[1], "<s>");
     strcpy(texts[2], "</s>");
-    for (int b = 0; b < 256; b++) snprintf(texts[3 + b], sizeof texts[0], "<0x%02X>", b);
+    for (int b = 0; b < 256; b++)
+        snprintf(texts[3 + b], sizeof texts[0], "<0x%02X>", b);
     strcpy(texts[259], "\xE2\x96\x81");
     strcpy(texts[260], "a");
     strcpy(texts[261], "b");
-    strcpy(texts[262], "\xE2\x96\x81" "a");
+    strcpy(texts[262], "\xE2\x96\x81"
+                       "a");
     strcpy(texts[263], "ab");
     scores[262] = -1.0f;
     scores[263] = -2.0f;
@@ -623,20 +712,23 @@ static void test_spm_synthetic(void) {
     char err[256] = "";
     int rc = gguf_writer_to_buffer(w, &buf, &len);
     gguf_writer_free(w);
-    if (rc == 0) rc = gguf_open_memory(buf, len, &gf, err, sizeof err);
+    if (rc == 0)
+        rc = gguf_open_memory(buf, len, &gf, err, sizeof err);
     if (rc == 0) {
         rc = tok_vocab_create_from_gguf(gf, &v, err, sizeof err);
         gguf_close(gf);
     }
     free(buf);
     CHECK(rc == 0 && v, "synthetic SPM vocab: %s", err);
-    if (!v) return;
+    if (!v)
+        return;
     CHECK(tok_bos(v) == 1 && tok_eos(v) == 2 && tok_add_bos_default(v), "SPM defaults");
     int32_t ids[16];
     /* "▁ab▁a": "▁a" (-1) beats "ab" (-2); the two "▁a" tie, leftmost first,
      * and "▁ab" is no token, so b stays alone. 'c' falls back to <0x63>. */
     int n = tok_encode(v, "ab ac", 5, TOK_ADD_BOS, ids, 16);
-    CHECK(n == 5 && ids[0] == 1 && ids[1] == 262 && ids[2] == 261 && ids[3] == 262 && ids[4] == 3 + 'c',
+    CHECK(n == 5 && ids[0] == 1 && ids[1] == 262 && ids[2] == 261 && ids[3] == 262 &&
+              ids[4] == 3 + 'c',
           "SPM merges by score: n=%d", n);
     int32_t seq[7] = {1, 262, 261, 262, 3 + 'c', 2, 0};
     char *s = tok_decode_all(v, seq, 7, 0);
@@ -659,10 +751,33 @@ static uint32_t rnd(void) {
 }
 
 static size_t random_text(char *b, size_t max) {
-    static const char *const parts[] = {"a", "Z", " ", "  ", "\n", "\r\n", "\t", "7", "42", "'s", "'LL",
-                                        "\xC3\xA9", "\xE4\xBD\xA0", "\xF0\x9F\x98\x80", "\xD9\x85",
-                                        "<|im_start|>", "<|endoftext|>", "</s>", "<s>", "<0x41>", ".",
-                                        "\xC2\xA0", "\xE2\x80\x83", "\xF0", "\x80", "\xFF", "hello"};
+    static const char *const parts[] = {"a",
+                                        "Z",
+                                        " ",
+                                        "  ",
+                                        "\n",
+                                        "\r\n",
+                                        "\t",
+                                        "7",
+                                        "42",
+                                        "'s",
+                                        "'LL",
+                                        "\xC3\xA9",
+                                        "\xE4\xBD\xA0",
+                                        "\xF0\x9F\x98\x80",
+                                        "\xD9\x85",
+                                        "<|im_start|>",
+                                        "<|endoftext|>",
+                                        "</s>",
+                                        "<s>",
+                                        "<0x41>",
+                                        ".",
+                                        "\xC2\xA0",
+                                        "\xE2\x80\x83",
+                                        "\xF0",
+                                        "\x80",
+                                        "\xFF",
+                                        "hello"};
     size_t n = rnd() % (max + 1), o = 0;
     int mode = rnd() % 3;
     while (o < n) {
@@ -671,7 +786,8 @@ static size_t random_text(char *b, size_t max) {
         } else {
             const char *p = parts[rnd() % (sizeof parts / sizeof parts[0])];
             size_t l = strlen(p);
-            if (o + l > n) break;
+            if (o + l > n)
+                break;
             memcpy(b + o, p, l);
             o += l;
         }
@@ -682,7 +798,8 @@ static size_t random_text(char *b, size_t max) {
 /* Whether s holds "▁", which SPM decodes to a plain space. */
 static int has_spm_space(const char *s, size_t n) {
     for (size_t i = 0; i + 3 <= n; i++)
-        if (!memcmp(s + i, "\xE2\x96\x81", 3)) return 1;
+        if (!memcmp(s + i, "\xE2\x96\x81", 3))
+            return 1;
     return 0;
 }
 
@@ -701,12 +818,14 @@ static void test_random(const char *name, const tok_vocab *v, int iters) {
             continue;
         }
         for (int i = 0; i < k; i++)
-            if (ids[i] < 0 || ids[i] >= nv) bad_ids++;
+            if (ids[i] < 0 || ids[i] >= nv)
+                bad_ids++;
         /* Plain encoding is lossless (SPM via byte fallback, BPE via byte
          * chars) for bytes the vocab has a token for; "▁" is SPM's space. */
         int lossless = !has_spm_space(text, n);
         for (size_t i = 0; i < n; i++)
-            if (v->byte_id[(unsigned char)text[i]] < 0) lossless = 0;
+            if (v->byte_id[(unsigned char)text[i]] < 0)
+                lossless = 0;
         if (flags == 0 && lossless) {
             char *back = tok_decode_all(v, ids, k, 0);
             if (!back || strlen(back) != n || memcmp(back, text, n)) {
@@ -721,7 +840,8 @@ static void test_random(const char *name, const tok_vocab *v, int iters) {
         size_t sl;
         int brc;
         char *st = stream_decode(v, ids, k, flags & TOK_PARSE_SPECIAL, &sl, &brc);
-        if (brc != 0 || !utf8_valid(st, sl)) bad_stream++;
+        if (brc != 0 || !utf8_valid(st, sl))
+            bad_stream++;
         free(st);
         free(ids);
     }
@@ -729,14 +849,17 @@ static void test_random(const char *name, const tok_vocab *v, int iters) {
     int32_t rid[64];
     for (int it = 0; it < iters / 10; it++) {
         int k = (int)(rnd() % 64);
-        for (int i = 0; i < k; i++) rid[i] = (int32_t)(rnd() % (uint32_t)(nv + 20)) - 10;
+        for (int i = 0; i < k; i++)
+            rid[i] = (int32_t)(rnd() % (uint32_t)(nv + 20)) - 10;
         char *s = tok_decode_all(v, rid, k, (int)(rnd() % 4));
-        if (!s) bad_rc++;
+        if (!s)
+            bad_rc++;
         free(s);
         size_t sl;
         int brc;
         char *st = stream_decode(v, rid, k, (int)(rnd() % 4), &sl, &brc);
-        if (brc != 0 || !utf8_valid(st, sl)) bad_stream++;
+        if (brc != 0 || !utf8_valid(st, sl))
+            bad_stream++;
         free(st);
     }
     CHECK(bad_rc == 0, "%s: %d encodes failed", name, bad_rc);
@@ -749,14 +872,15 @@ static void test_random(const char *name, const tok_vocab *v, int iters) {
 
 /* The fastest of iters runs, so that a busy machine does not fail the
  * check: the question is what the code costs, not what the neighbours do. */
-static double encode_us_per_kb(const tok_vocab *v, const char *text, size_t n, int32_t *ids, int iters,
-                               int *k) {
+static double encode_us_per_kb(const tok_vocab *v, const char *text, size_t n, int32_t *ids,
+                               int iters, int *k) {
     double best = 1e30;
     for (int i = 0; i < iters; i++) {
         double t0 = now_s();
         *k = tok_encode(v, text, n, 0, ids, (int)n);
         double t = now_s() - t0;
-        if (t < best) best = t;
+        if (t < best)
+            best = t;
     }
     return best * 1e6 / ((double)n / 1024.0);
 }
@@ -796,7 +920,8 @@ static void test_speed(const char *name, const tok_vocab *v) {
 int main(void) {
     char path[1024], inp[1100], out[1100];
     const char *shared = getenv("BRISK_SHARED_DIR");
-    if (!shared || !*shared) shared = "../shared";
+    if (!shared || !*shared)
+        shared = "../shared";
     brisk_log_set_level(BRISK_LOG_ERROR); /* the hostile cases warn by design */
 
     test_pretok_golden();
@@ -830,10 +955,12 @@ int main(void) {
     }
 
     const char *home = getenv("HOME");
-    snprintf(path, sizeof path, "%s/.cache/brisk/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+    snprintf(path, sizeof path, "%s/.cache/brisk/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+             home ? home : "");
     FILE *f = fopen(path, "rb");
     if (!f) {
-        printf("SKIP SmolLM2 tests: %s not found (see tests/data/tok/gen_smollm2_golden.py)\n", path);
+        printf("SKIP SmolLM2 tests: %s not found (see tests/data/tok/gen_smollm2_golden.py)\n",
+               path);
     } else {
         fclose(f);
         /* The best of three loads, for the same reason as in test_speed. */
@@ -843,12 +970,14 @@ int main(void) {
             double t = 0;
             tok_vocab_free(smol);
             smol = load_vocab(path, &t);
-            if (t < ms) ms = t;
+            if (t < ms)
+                ms = t;
         }
         CHECK(smol != NULL, "load %s", path);
         printf("smollm2: vocab load %.1f ms\n", ms);
         if (smol) {
-            test_golden("smollm2", smol, "tests/data/tok/smollm2.inp", "tests/data/tok/smollm2.out");
+            test_golden("smollm2", smol, "tests/data/tok/smollm2.inp",
+                        "tests/data/tok/smollm2.out");
             test_smollm2(smol);
             test_random("smollm2", smol, 10000);
             test_speed("smollm2", smol);
