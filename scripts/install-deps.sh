@@ -13,6 +13,7 @@ PKGS=(
     prometheus  # promtool lints GET /metrics; tests/deploy runs the daemon against brisk
     gnuplot-nox # brisk-bench --plot draws its PNG charts with it
     valgrind    # scripts/valgrind-serve.sh: memcheck over a short serve session (CI)
+    clang-format-14 # scripts/check-format.sh: the C style (.clang-format), pinned: versions format differently
 )
 
 # kubectl renders deploy/'s kustomizations in tests/deploy (`kubectl kustomize`,

@@ -122,6 +122,7 @@ step "install dependencies" bash scripts/install-deps.sh || finish
 step "fetch SmolLM2" bash scripts/fetch-model.sh
 step "python venv" setup_venv
 step "module layers (#include check)" bash scripts/check-layers.sh
+step "C format (clang-format 14)" bash scripts/check-format.sh
 step "build Release" bash scripts/build.sh Release || finish
 step "ctest (Release)" run_ctest build
 step "pytest (Release)" run_pytest build/bin/brisk -m "not exhaustive"
