@@ -180,18 +180,21 @@ static const char *cmd_name(unsigned cmd) {
     }
 }
 
-static int has_alias(const opt *o, const char *a) {
-    if (!o->aliases)
-        return 0;
-    size_t n = strlen(a);
-    for (const char *p = o->aliases; *p;) {
-        const char *e = strchr(p, ' ');
+/* Whether w is one of the sep-separated words of list. */
+static int list_has(const char *list, char sep, const char *w) {
+    size_t n = strlen(w);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, sep);
         size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncmp(p, a, n))
+        if (len == n && !strncmp(p, w, n))
             return 1;
         p += len + (e ? 1 : 0);
     }
     return 0;
+}
+
+static int has_alias(const opt *o, const char *a) {
+    return o->aliases && list_has(o->aliases, ' ', a);
 }
 
 static const opt *find(unsigned cmd, const char *a) {
@@ -206,18 +209,6 @@ static void env_name(const opt *o, char *buf, size_t len) {
     snprintf(buf, len, "BRISK_%s", o->name + 2);
     for (char *p = buf + 6; *p; p++)
         *p = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
-}
-
-static int choice_ok(const char *choices, const char *v) {
-    size_t n = strlen(v);
-    for (const char *p = choices; *p;) {
-        const char *e = strchr(p, '|');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncmp(p, v, n))
-            return 1;
-        p += len + (e ? 1 : 0);
-    }
-    return 0;
 }
 
 /* Validates and stores one value; flag names the source (the option, or
@@ -267,7 +258,7 @@ static int set_value(const opt *o, const char *flag, const char *val, cli_vals *
             return -1;
         break;
     case T_CHOICE:
-        if (!choice_ok(o->choices, val)) {
+        if (!list_has(o->choices, '|', val)) {
             char list[160];
             snprintf(list, sizeof list, "%s", o->choices);
             for (char *p = list; *p; p++)
