@@ -19,8 +19,9 @@
 #include "scheduler/seq_text.h"
 
 typedef struct seq {
-    sched_req req;    /* the scheduler's view: tokens = hist */
-    struct seq *next; /* inbox link */
+    sched_req req;      /* the scheduler's view: tokens = hist (first: casts) */
+    uint64_t submit_no; /* 1, 2, ... in submission order (under mu) */
+    struct seq *next;   /* inbox link */
     sched_seq_params p;
     int32_t *hist; /* prompt then generated tokens */
     int n_hist, cap_hist;
@@ -41,6 +42,11 @@ typedef struct seq {
 typedef struct cancel_msg {
     struct cancel_msg *next;
     void *user;
+    /* Submissions made before the cancel: a sequence submitted after it is
+     * another request that reuses the user pointer (the first one's final
+     * event was drained and its memory freed and allocated again before the
+     * engine saw the cancel), and is left alone. */
+    uint64_t n_submitted;
 } cancel_msg;
 
 struct sched_engine {
@@ -54,6 +60,7 @@ struct sched_engine {
     /* under mu */
     seq *inbox_head, *inbox_tail;
     cancel_msg *cancels;
+    uint64_t n_submitted; /* sequences accepted by sched_engine_submit */
     sched_event *out_head, *out_tail;
     int n_waiting; /* inbox + waiting queue */
     long waiting_tokens;
@@ -233,6 +240,7 @@ int sched_engine_submit(sched_engine *e, sched_seq_params *p) {
         memset(p, 0, sizeof *p);
         s->req.slot = -1;
         s->t_submit = brisk_now();
+        s->submit_no = ++e->n_submitted;
         if (e->inbox_tail)
             e->inbox_tail->next = s;
         else
@@ -257,6 +265,7 @@ void sched_engine_cancel(sched_engine *e, void *user) {
         return; /* the sequence runs to its end instead */
     c->user = user;
     pthread_mutex_lock(&e->mu);
+    c->n_submitted = e->n_submitted;
     c->next = e->cancels;
     e->cancels = c;
     pthread_cond_signal(&e->cv);
@@ -369,9 +378,9 @@ static void uncount_waiting(sched_engine *e, seq *s) {
     pthread_mutex_unlock(&e->mu);
 }
 
-static void apply_cancel(sched_engine *e, void *user) {
-    seq *s = find_seq(e, user);
-    if (!s)
+static void apply_cancel(sched_engine *e, const cancel_msg *c) {
+    seq *s = find_seq(e, c->user);
+    if (!s || s->submit_no > c->n_submitted) /* gone, or a later request at the same address */
         return;
     uncount_waiting(e, s);
     seq_finish(e, s, SCHED_FINISH_ABORT, NULL);
@@ -713,7 +722,7 @@ static void *engine_main(void *arg) {
         }
         while (cancels) {
             cancel_msg *n = cancels->next;
-            apply_cancel(e, cancels->user);
+            apply_cancel(e, cancels);
             free(cancels);
             cancels = n;
         }

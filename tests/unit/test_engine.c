@@ -396,6 +396,29 @@ int main(void) {
           "aborts %d %d", res[0].finish, res[5].finish);
     CHECK(res[1].finish == SCHED_FINISH_LENGTH && res[1].n_tokens == 250, "others run on");
 
+    /* 4b. A stale cancel: the server cancels a choice whose final event is
+     * already on its way (the client went away meanwhile), frees the request
+     * once that event is drained, and the next request's choice can get the
+     * same address. Here the first sequence has ended and its event is
+     * drained when the cancel is sent, and a new sequence with the same user
+     * pointer follows at once: it must run to its end, however the engine
+     * interleaves the two (an engine matching cancels by pointer alone
+     * stopped it: a 200 stream with no tokens). */
+    int stale_ok = 0;
+    for (int rep = 0; rep < 40; rep++) {
+        reset(1);
+        p = params(&bos, 1, 2, &res[0]);
+        CHECK_COND(sched_engine_submit(eng, &p) == 0);
+        run_until_done();
+        sched_engine_cancel(eng, &res[0]);
+        reset(1);
+        p = params(&bos, 1, 8, &res[0]);
+        CHECK_COND(sched_engine_submit(eng, &p) == 0);
+        run_until_done();
+        stale_ok += res[0].finish == SCHED_FINISH_LENGTH && res[0].n_tokens == 8;
+    }
+    CHECK(stale_ok == 40, "a stale cancel stopped %d of 40 later requests", 40 - stale_ok);
+
     /* 5. The waiting-tokens cap (200): a 201-token prompt is refused, a
      * 200-token one runs (timing-independent, unlike the count cap). */
     int32_t *toks = calloc(256, sizeof *toks);
