@@ -598,13 +598,9 @@ static void publish_stats(sched_engine *e) {
     e->stats.running = sched_core_n_running(e->core);
     e->stats.waiting = sched_core_n_waiting(e->core) + (int)(e->inbox_head != NULL);
     e->stats.kv_usage = ks.blocks_total ? (double)ks.blocks_used / ks.blocks_total : 0;
-    e->stats.kv_blocks_total = ks.blocks_total;
-    e->stats.kv_blocks_used = ks.blocks_used;
-    e->stats.kv_blocks_cached = ks.blocks_cached;
+    e->stats.kv = ks;
     e->stats.kv_block_size = kv_cache_block_size(e->kv);
     e->stats.preemptions = sched_core_n_preemptions(e->core);
-    e->stats.prefix_queries = ks.prefix_queries;
-    e->stats.prefix_hits = ks.prefix_hits;
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "kv/kv_cache.h"
 #include "models/backend.h"
 #include "models/model.h"
 #include "models/sampler.h"
@@ -144,12 +145,11 @@ sched_event *sched_engine_drain(sched_engine *e);
 
 typedef struct sched_engine_stats {
     int running, waiting;
-    double kv_usage; /* fraction of KV blocks in use */
-    int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
+    double kv_usage;   /* fraction of KV blocks in use */
+    kv_cache_stats kv; /* the cache's own counters: blocks, prefix-cache tokens (copied as one) */
     int kv_block_size;
     long long steps, prompt_tokens, generation_tokens;
     long long preemptions;
-    long long prefix_queries, prefix_hits; /* tokens */
     /* KV waste: summed over steps, the positions in used blocks and those of
      * them holding a token; 1 - filled/allocated is the run's waste. */
     long long kv_slots_allocated, kv_slots_filled;

@@ -66,11 +66,7 @@ static void h_metrics(srv_req *r) {
         g.waiting = st.waiting;
         g.kv_usage = st.kv_usage;
         g.preemptions = st.preemptions;
-        g.prefix_queries = st.prefix_queries;
-        g.prefix_hits = st.prefix_hits;
-        g.kv_blocks_total = st.kv_blocks_total;
-        g.kv_blocks_used = st.kv_blocks_used;
-        g.kv_blocks_cached = st.kv_blocks_cached;
+        g.kv = st.kv;
         g.kv_slots_allocated = st.kv_slots_allocated;
         g.kv_slots_filled = st.kv_slots_filled;
         g.engine_busy_s = st.busy_s;

@@ -642,20 +642,20 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
                        "Cumulative number of preemption from the engine.", (double)g->preemptions);
     metrics_put_scalar(&b, m, "vllm:prefix_cache_queries_total", "counter",
                        "Prefix cache queries, in terms of number of queried tokens.",
-                       (double)g->prefix_queries);
+                       (double)g->kv.prefix_queries);
     metrics_put_scalar(&b, m, "vllm:prefix_cache_hits_total", "counter",
                        "Prefix cache hits, in terms of number of cached tokens.",
-                       (double)g->prefix_hits);
+                       (double)g->kv.prefix_hits);
 
-    if (g->kv_blocks_total > 0) {
+    if (g->kv.blocks_total > 0) {
         metrics_put_family(
             &b, "brisk_kv_cache_blocks", "gauge",
             "KV cache blocks by state: used (referenced), cached (reusable prefix), free.");
-        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"total\"", g->kv_blocks_total);
-        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"used\"", g->kv_blocks_used);
-        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"cached\"", g->kv_blocks_cached);
+        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"total\"", g->kv.blocks_total);
+        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"used\"", g->kv.blocks_used);
+        metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"cached\"", g->kv.blocks_cached);
         metrics_put_sample(&b, m, "brisk_kv_cache_blocks", "state=\"free\"",
-                           g->kv_blocks_total - g->kv_blocks_used - g->kv_blocks_cached);
+                           g->kv.blocks_total - g->kv.blocks_used - g->kv.blocks_cached);
         metrics_put_scalar(&b, m, "brisk_kv_cache_slots_allocated_total", "counter",
                            "KV positions in used blocks, summed over engine steps.",
                            (double)g->kv_slots_allocated);

@@ -71,6 +71,7 @@
 #ifndef SRV_METRICS_H
 #define SRV_METRICS_H
 
+#include "kv/kv_cache.h"
 #include "server/srv_proc.h"
 
 #include <stddef.h>
@@ -165,14 +166,14 @@ void srv_metrics_count_unknown_fields(srv_metrics *m, int n);
 /* The engine-owned values, read by the caller at render time. The three
  * counters must only grow over the process lifetime. */
 typedef struct srv_metrics_gauges {
-    int running;              /* requests in the running batch */
-    int waiting;              /* requests queued */
-    double kv_usage;          /* KV cache blocks in use, 0..1 */
-    long long preemptions;    /* cumulative preemptions */
-    long long prefix_queries; /* cumulative prefix-cache tokens queried */
-    long long prefix_hits;    /* cumulative prefix-cache tokens hit */
-    /* brisk_ engine families (rendered only when kv_blocks_total > 0) */
-    int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
+    int running;           /* requests in the running batch */
+    int waiting;           /* requests queued */
+    double kv_usage;       /* KV cache blocks in use, 0..1 */
+    long long preemptions; /* cumulative preemptions */
+    /* The KV cache's counters as the cache keeps them: prefix_queries and
+     * prefix_hits (cumulative tokens); the brisk_ engine families below are
+     * rendered only when kv.blocks_total > 0. */
+    kv_cache_stats kv;
     long long kv_slots_allocated, kv_slots_filled; /* summed over engine steps */
     double engine_busy_s, engine_forward_s;        /* cumulative engine-thread seconds */
     long long engine_steps, engine_batch_tokens;

@@ -183,8 +183,8 @@ static void test_paged(const char *path) {
     run16(batched, 0);
     sched_engine_stats st;
     sched_engine_get_stats(eng, &st);
-    CHECK(st.preemptions == 0 && st.kv_blocks_used == 0,
-          "roomy pool: %lld preemptions, %d blocks left", st.preemptions, st.kv_blocks_used);
+    CHECK(st.preemptions == 0 && st.kv.blocks_used == 0,
+          "roomy pool: %lld preemptions, %d blocks left", st.preemptions, st.kv.blocks_used);
     for (int i = 0; i < 16; i++)
         CHECK(!strcmp(solo[i], batched[i]), "prompt %d batched differs", i);
 
@@ -203,8 +203,8 @@ static void test_paged(const char *path) {
     run_until_done();
     usleep(20000);
     sched_engine_get_stats(eng, &st);
-    CHECK(st.kv_blocks_used == 0 && st.running == 0, "after cancel: %d blocks used",
-          st.kv_blocks_used);
+    CHECK(st.kv.blocks_used == 0 && st.running == 0, "after cancel: %d blocks used",
+          st.kv.blocks_used);
     sched_engine_free(eng);
     eng = NULL;
 
@@ -214,8 +214,8 @@ static void test_paged(const char *path) {
     eng = start_engine(path, 16, 40 * block_bytes, 64);
     run16(tight, 0);
     sched_engine_get_stats(eng, &st);
-    CHECK(st.kv_blocks_total == 40 && st.preemptions > 0, "tight pool: %d blocks, %lld preemptions",
-          st.kv_blocks_total, st.preemptions);
+    CHECK(st.kv.blocks_total == 40 && st.preemptions > 0, "tight pool: %d blocks, %lld preemptions",
+          st.kv.blocks_total, st.preemptions);
     for (int i = 0; i < 16; i++)
         CHECK(!strcmp(solo[i], tight[i]), "prompt %d differs after preemption", i);
     printf(
@@ -239,7 +239,7 @@ static void test_paged(const char *path) {
     for (int k = 0; k < 100; k++)
         longp[k] = k ? 3 + (k * 37) % 500 : 1;
     sched_engine_get_stats(eng, &st);
-    long long hits0 = st.prefix_hits;
+    long long hits0 = st.kv.prefix_hits;
     for (int rep = 0; rep < 2; rep++) {
         reset(1);
         sched_seq_params p = params(longp, 100, 10, &res[0]);
@@ -247,8 +247,8 @@ static void test_paged(const char *path) {
         run_until_done();
     }
     sched_engine_get_stats(eng, &st);
-    CHECK(st.prefix_hits - hits0 == 96, "prefix hits %lld (want 6 blocks = 96)",
-          st.prefix_hits - hits0);
+    CHECK(st.kv.prefix_hits - hits0 == 96, "prefix hits %lld (want 6 blocks = 96)",
+          st.kv.prefix_hits - hits0);
 
     /* Forks: 4 seeded choices of one prompt share its blocks and each equals
      * the same seed run alone. */
@@ -278,7 +278,7 @@ static void test_paged(const char *path) {
     CHECK(strcmp(res[0].text ? res[0].text : "", solo[0]) != 0, "%s",
           "sanity: seeded differs from greedy");
     sched_engine_get_stats(eng, &st);
-    CHECK(st.kv_blocks_used == 0, "blocks left %d", st.kv_blocks_used);
+    CHECK(st.kv.blocks_used == 0, "blocks left %d", st.kv.blocks_used);
     sched_engine_free(eng);
     eng = NULL;
 

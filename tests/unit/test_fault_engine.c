@@ -143,7 +143,7 @@ static int engine_idle(void) {
     for (int i = 0; i < 2000; i++) {
         sched_engine_stats st;
         sched_engine_get_stats(eng, &st);
-        if (st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0)
+        if (st.running == 0 && st.waiting == 0 && st.kv.blocks_used == 0)
             return 1;
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);

@@ -261,9 +261,21 @@ static void test_escaping_and_counters(void) {
     srv_metrics_count_unknown_fields(m, 1);
     srv_metrics_observe_tokens(m, 100, 7, 1.0);
     srv_metrics_observe_tokens(m, -3, 2, 2.0);
-    srv_metrics_gauges g = {3,  4, 0.25, 5,   1000, 600, 10,
-                            4,  3, 1000, 900, 2.5,  2.0, 7,
-                            70, 0, 0,    0,   0,    0,   {0, 0, 0, 0, 0, 0}};
+    srv_metrics_gauges g = {.running = 3,
+                            .waiting = 4,
+                            .kv_usage = 0.25,
+                            .preemptions = 5,
+                            .kv = {.prefix_queries = 1000,
+                                   .prefix_hits = 600,
+                                   .blocks_total = 10,
+                                   .blocks_used = 4,
+                                   .blocks_cached = 3},
+                            .kv_slots_allocated = 1000,
+                            .kv_slots_filled = 900,
+                            .engine_busy_s = 2.5,
+                            .engine_forward_s = 2.0,
+                            .engine_steps = 7,
+                            .engine_batch_tokens = 70};
     t = render(m, &g, 2.0);
     CHECK(val(t, "brisk_kv_cache_blocks", "state=\"total\"") == 10 &&
               val(t, "brisk_kv_cache_blocks", "state=\"used\"") == 4 &&
@@ -560,9 +572,24 @@ static void test_promtool(void) {
     }
     srv_metrics_count_unknown_fields(m, 3);
     /* The last four: the audit log families rendered (12 lines, 1 error, 0 dropped). */
-    srv_metrics_gauges g = {7,   2,  0.625, 12,   123456789, 98765432, 64,
-                            40,  20, 5000,  4800, 12.5,      11.0,     99,
-                            999, 1,  12,    1,    0,         0,        {0, 0, 0, 0, 0, 0}};
+    srv_metrics_gauges g = {.running = 7,
+                            .waiting = 2,
+                            .kv_usage = 0.625,
+                            .preemptions = 12,
+                            .kv = {.prefix_queries = 123456789,
+                                   .prefix_hits = 98765432,
+                                   .blocks_total = 64,
+                                   .blocks_used = 40,
+                                   .blocks_cached = 20},
+                            .kv_slots_allocated = 5000,
+                            .kv_slots_filled = 4800,
+                            .engine_busy_s = 12.5,
+                            .engine_forward_s = 11.0,
+                            .engine_steps = 99,
+                            .engine_batch_tokens = 999,
+                            .audit_log = 1,
+                            .audit_lines = 12,
+                            .audit_errors = 1};
     /* The process families from this test process's own /proc. */
     CHECK(srv_proc_sample(&g.proc) == 0, "srv_proc_sample");
     g.process = 1;
