@@ -297,46 +297,30 @@ static int nvml_read_thermal(const srv_nvml *n, nvml_device d, srv_nvml_gpu *g, 
             snprintf(ebuf, ebuf_len, "%s", e);                                                     \
     } while (0)
     unsigned v = 0;
-    if (n->temp) {
-        v = 0;
-        nvml_return rc = n->temp(d, NVML_TEMPERATURE_GPU, &v);
-        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetTemperature", v, 0, SRV_NVML_MAX_TEMP_C,
-                                    "C", e, sizeof e),
-                     g->have_temp);
-        g->temp_c = g->have_temp ? v : 0;
-    }
-    if (n->power) {
-        v = 0;
-        nvml_return rc = n->power(d, &v);
-        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetPowerUsage", v, 0, SRV_NVML_MAX_POWER_MW,
-                                    "mW", e, sizeof e),
-                     g->have_power);
-        g->power_mw = g->have_power ? v : 0;
-    }
-    if (n->power_limit) {
-        v = 0;
-        nvml_return rc = n->power_limit(d, &v);
-        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetEnforcedPowerLimit", v, 1,
-                                    SRV_NVML_MAX_POWER_MW, "mW", e, sizeof e),
-                     g->have_power_limit);
-        g->power_limit_mw = g->have_power_limit ? v : 0;
-    }
-    if (n->clock) {
-        v = 0;
-        nvml_return rc = n->clock(d, NVML_CLOCK_SM, &v);
-        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetClockInfo(SM)", v, 0,
-                                    SRV_NVML_MAX_CLOCK_MHZ, "MHz", e, sizeof e),
-                     g->have_sm_clock);
-        g->sm_clock_mhz = g->have_sm_clock ? v : 0;
-    }
-    if (n->clock_max) {
-        v = 0;
-        nvml_return rc = n->clock_max(d, NVML_CLOCK_SM, &v);
-        NVML_OUTCOME(nvml_read_uint(n, rc, "nvmlDeviceGetMaxClockInfo(SM)", v, 1,
-                                    SRV_NVML_MAX_CLOCK_MHZ, "MHz", e, sizeof e),
-                     g->have_sm_clock_max);
-        g->sm_clock_max_mhz = g->have_sm_clock_max ? v : 0;
-    }
+    /* One unsigned reading: the call, then its checks; have and out set. */
+#define NVML_READ_UINT(call, name, lo, hi, unit, have, out)                                        \
+    do {                                                                                           \
+        v = 0;                                                                                     \
+        nvml_return rc_ = (call);                                                                  \
+        NVML_OUTCOME(nvml_read_uint(n, rc_, name, v, lo, hi, unit, e, sizeof e), have);            \
+        (out) = (have) ? v : 0;                                                                    \
+    } while (0)
+    if (n->temp)
+        NVML_READ_UINT(n->temp(d, NVML_TEMPERATURE_GPU, &v), "nvmlDeviceGetTemperature", 0,
+                       SRV_NVML_MAX_TEMP_C, "C", g->have_temp, g->temp_c);
+    if (n->power)
+        NVML_READ_UINT(n->power(d, &v), "nvmlDeviceGetPowerUsage", 0, SRV_NVML_MAX_POWER_MW, "mW",
+                       g->have_power, g->power_mw);
+    if (n->power_limit)
+        NVML_READ_UINT(n->power_limit(d, &v), "nvmlDeviceGetEnforcedPowerLimit", 1,
+                       SRV_NVML_MAX_POWER_MW, "mW", g->have_power_limit, g->power_limit_mw);
+    if (n->clock)
+        NVML_READ_UINT(n->clock(d, NVML_CLOCK_SM, &v), "nvmlDeviceGetClockInfo(SM)", 0,
+                       SRV_NVML_MAX_CLOCK_MHZ, "MHz", g->have_sm_clock, g->sm_clock_mhz);
+    if (n->clock_max)
+        NVML_READ_UINT(n->clock_max(d, NVML_CLOCK_SM, &v), "nvmlDeviceGetMaxClockInfo(SM)", 1,
+                       SRV_NVML_MAX_CLOCK_MHZ, "MHz", g->have_sm_clock_max, g->sm_clock_max_mhz);
+#undef NVML_READ_UINT
     if (n->reasons) {
         /* Any mask is possible: bits NVML adds later are kept, not named. */
         unsigned long long mask = 0;
