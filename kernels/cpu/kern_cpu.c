@@ -5,6 +5,7 @@
  * when cpuid advertises the instructions, and using them would fault. */
 #include "kernels/cpu/kern_cpu.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,7 +18,7 @@
 #endif
 
 static kern_cpu_features g_features;
-static atomic_int g_detected;      /* 0 = not yet, 1 = g_features valid */
+static pthread_once_t g_detect_once = PTHREAD_ONCE_INIT; /* guards g_features */
 static atomic_int g_level = -1;    /* cached effective level, -1 = recompute */
 static atomic_int g_cap = -1;      /* kern_cpu_set_max_level(), -1 = none */
 static atomic_int g_pick = -1;     /* kern_cpu_set_pick(), -1 = from the environment */
@@ -70,15 +71,15 @@ static void detect(kern_cpu_features *f) {
 #endif
 }
 
+static void detect_once(void) {
+    detect(&g_features);
+}
+
 const kern_cpu_features *kern_cpu_detect(void) {
-    /* Detection is idempotent, so two threads racing here both write the
-     * same values; the release/acquire pair publishes them. */
-    if (!atomic_load_explicit(&g_detected, memory_order_acquire)) {
-        kern_cpu_features f;
-        detect(&f);
-        g_features = f;
-        atomic_store_explicit(&g_detected, 1, memory_order_release);
-    }
+    /* Kernel threads reach here at once after kern_cpu_set_max_level() resets
+     * the cached level: pthread_once runs detect() exactly once and orders
+     * its writes before every caller's reads. */
+    pthread_once(&g_detect_once, detect_once);
     return &g_features;
 }
 
