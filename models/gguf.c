@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf.c reads little-endian values in place and needs a little-endian host"
@@ -511,22 +512,6 @@ static int place_tensors(gguf_file *gf, rd *r) {
 
 /* ---- open / close ---------------------------------------------------- */
 
-/* Grows *arr (of elem-size entries) so that index `need` fits, doubling but
- * never past max. */
-static int grow(void **arr, int64_t *cap, int64_t need, int64_t max, size_t elem) {
-    if (need < *cap)
-        return 0;
-    int64_t nc = *cap ? *cap * 2 : 16;
-    if (nc > max)
-        nc = max;
-    void *p = realloc(*arr, (size_t)nc * elem);
-    if (!p)
-        return BRISK_ENOMEM;
-    *arr = p;
-    *cap = nc;
-    return 0;
-}
-
 static int parse(gguf_file *gf, char *err, size_t err_len) {
     rd r = {.p = gf->base,
             .size = gf->size,
@@ -561,10 +546,12 @@ static int parse(gguf_file *gf, char *err, size_t err_len) {
         return rd_fail(&r, BRISK_EFORMAT, "tensor count %llu cannot fit in the %zu bytes left",
                        (unsigned long long)n_tensors, rd_left(&r));
 
-    int64_t cap = 0;
+    /* The arrays grow as entries parse (doubling, never past the declared
+     * count), so a file that lies about its counts costs no memory upfront. */
+    size_t cap = 0;
     r.sect = "kv";
     for (uint64_t i = 0; i < n_kv; i++) {
-        if (grow((void **)&gf->kvs, &cap, (int64_t)i, (int64_t)n_kv, sizeof *gf->kvs))
+        if (brisk_grow_libc(&gf->kvs, &cap, (size_t)i + 1, sizeof *gf->kvs, 16, (size_t)n_kv))
             return brisk_set_err(err, err_len, BRISK_ENOMEM, "gguf: out of memory");
         r.idx = (int64_t)i;
         r.name.len = 0;
@@ -601,7 +588,8 @@ static int parse(gguf_file *gf, char *err, size_t err_len) {
     cap = 0;
     r.sect = "tensor";
     for (uint64_t i = 0; i < n_tensors; i++) {
-        if (grow((void **)&gf->tensors, &cap, (int64_t)i, (int64_t)n_tensors, sizeof *gf->tensors))
+        if (brisk_grow_libc(&gf->tensors, &cap, (size_t)i + 1, sizeof *gf->tensors, 16,
+                            (size_t)n_tensors))
             return brisk_set_err(err, err_len, BRISK_ENOMEM, "gguf: out of memory");
         r.idx = (int64_t)i;
         r.name.len = 0;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf_write.c writes values in host order and needs a little-endian host"
@@ -66,18 +67,6 @@ void gguf_writer_free(gguf_writer *w) {
     free(w);
 }
 
-static int grow(void **arr, size_t *cap, size_t n, size_t elem) {
-    if (n < *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 16;
-    void *p = realloc(*arr, nc * elem);
-    if (!p)
-        return BRISK_ENOMEM;
-    *arr = p;
-    *cap = nc;
-    return 0;
-}
-
 static int has_key(const gguf_writer *w, const char *key) {
     for (size_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->kvs[i].key, key) == 0)
@@ -93,7 +82,7 @@ static int add_kv(gguf_writer *w, const char *key, uint32_t type, const void *a,
         return BRISK_EINVAL;
     if (n2 > SIZE_MAX - 4 - n1)
         return BRISK_ENOMEM;
-    if (grow((void **)&w->kvs, &w->cap_kv, w->n_kv, sizeof *w->kvs))
+    if (brisk_grow_libc(&w->kvs, &w->cap_kv, w->n_kv + 1, sizeof *w->kvs, 16, 0))
         return BRISK_ENOMEM;
     wkv kv = {0};
     kv.key = strdup(key);
@@ -230,7 +219,7 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, kern_type type, uin
     if (!data)
         return BRISK_EINVAL;
     t.data = data;
-    if (grow((void **)&w->tensors, &w->cap_tensors, w->n_tensors, sizeof *w->tensors))
+    if (brisk_grow_libc(&w->tensors, &w->cap_tensors, w->n_tensors + 1, sizeof *w->tensors, 16, 0))
         return BRISK_ENOMEM;
     t.name = strdup(name);
     if (!t.name)

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "models/model_internal.h"
@@ -66,14 +67,9 @@ static void *model_alloc_huge(size_t bytes) {
 }
 
 void *model_alloc_owned(model *m, size_t bytes) {
-    if (m->n_owned == m->cap_owned) {
-        int cap = m->cap_owned ? m->cap_owned * 2 : 64;
-        void **p = realloc(m->owned, (size_t)cap * sizeof *p);
-        if (!p)
-            return NULL;
-        m->owned = p;
-        m->cap_owned = cap;
-    }
+    if (brisk_grow_libc(&m->owned, &m->cap_owned, (size_t)m->n_owned + 1, sizeof *m->owned, 64, 0) <
+        0)
+        return NULL;
     /* 64-byte alignment: SIMD kernels load whole cache lines. */
     size_t need = (bytes + 63) & ~(size_t)63;
     if (need < bytes)

@@ -14,7 +14,8 @@ struct model {
     gguf_file *gf;     /* owns the mmap that unconverted weights point into */
     gguf_file *tok_gf; /* dummy models: the file the vocabulary came from, or NULL */
     void **owned;      /* buffers of converted tensors, freed with the model */
-    int n_owned, cap_owned;
+    int n_owned;
+    size_t cap_owned;
     uint8_t *arena; /* the huge-page chunk large owned buffers are cut from */
     size_t arena_used, arena_cap;
     char *name;

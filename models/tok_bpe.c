@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 #include "models/tok_internal.h"
 
 typedef struct bpe_work {
@@ -32,13 +33,8 @@ static int try_merge(const tok_vocab *v, const tok_sym *sym, int32_t l, int32_t 
 /* Llama-3 (ignore_merges): a word that is itself a token is taken whole,
  * before any merging; returns its id or -1. */
 static int32_t whole_word(const tok_vocab *v, const unsigned char *w, size_t n, bpe_work *wk) {
-    if (2 * n > wk->cap_enc) {
-        char *p = realloc(wk->enc, 2 * n);
-        if (!p)
-            return -1; /* just merge normally */
-        wk->enc = p;
-        wk->cap_enc = 2 * n;
-    }
+    if (brisk_grow_libc(&wk->enc, &wk->cap_enc, 2 * n, 1, 2 * n, 0) < 0)
+        return -1; /* just merge normally */
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         memcpy(wk->enc + k, v->byte_char[w[i]], v->byte_char_len[w[i]]);
@@ -66,13 +62,8 @@ static int bpe_word(const tok_vocab *v, const unsigned char *w, size_t n, bpe_wo
         if (id >= 0)
             return tok_ids_push(out, id);
     }
-    if (n > wk->cap_sym) {
-        tok_sym *p = realloc(wk->sym, n * sizeof *p);
-        if (!p)
-            return BRISK_ENOMEM;
-        wk->sym = p;
-        wk->cap_sym = n;
-    }
+    if (brisk_grow_libc(&wk->sym, &wk->cap_sym, n, sizeof *wk->sym, n, 0) < 0)
+        return BRISK_ENOMEM;
     /* Bytes without a token are left out before merging, so that their
      * neighbours meet, as in Hugging Face's BPE (see emit()). */
     tok_sym *sym = wk->sym;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 #include "models/tok_internal.h"
 #include "models/tok_unicode.h"
 
@@ -44,16 +45,12 @@ static int fl_at(const split *s, size_t i) {
 static void emit(split *s, size_t e) {
     if (e <= s->prev)
         return;
-    if (*s->n_spans + 1 > *s->cap_spans) {
-        size_t cap = *s->cap_spans ? *s->cap_spans * 2 : 64;
-        uint32_t *p = realloc(*s->spans, cap * 2 * sizeof *p);
-        if (!p) {
-            s->rc = BRISK_ENOMEM;
-            s->prev = e;
-            return;
-        }
-        *s->spans = p;
-        *s->cap_spans = cap;
+    /* Two uint32 (start, end) per span: the element is the pair. */
+    if (brisk_grow_libc(s->spans, s->cap_spans, *s->n_spans + 1, 2 * sizeof **s->spans, 64, 0) <
+        0) {
+        s->rc = BRISK_ENOMEM;
+        s->prev = e;
+        return;
     }
     uint32_t *w = *s->spans + 2 * *s->n_spans;
     w[0] = s->off[s->prev];

@@ -7,19 +7,14 @@
 #include <string.h>
 
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 #include "models/tok_internal.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
 int tok_ids_push(tok_ids *ids, int32_t id) {
-    if (ids->n == ids->cap) {
-        size_t cap = ids->cap ? ids->cap * 2 : 64;
-        int32_t *p = realloc(ids->v, cap * sizeof *p);
-        if (!p)
-            return BRISK_ENOMEM;
-        ids->v = p;
-        ids->cap = cap;
-    }
+    if (brisk_grow_libc(&ids->v, &ids->cap, ids->n + 1, sizeof *ids->v, 64, 0) < 0)
+        return BRISK_ENOMEM;
     ids->v[ids->n++] = id;
     return 0;
 }
@@ -97,14 +92,8 @@ static int bigram_better(const tok_bigram *a, const tok_bigram *b) {
 }
 
 int tok_heap_push(tok_heap *h, tok_bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        tok_bigram *p = realloc(h->v, cap * sizeof *p);
-        if (!p)
-            return BRISK_ENOMEM;
-        h->v = p;
-        h->cap = cap;
-    }
+    if (brisk_grow_libc(&h->v, &h->cap, h->n + 1, sizeof *h->v, 64, 0) < 0)
+        return BRISK_ENOMEM;
     size_t i = h->n++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;

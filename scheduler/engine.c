@@ -9,6 +9,7 @@
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_pool.h"
@@ -29,7 +30,8 @@ typedef struct seq {
     model_sampler *sampler;
     seq_text text;     /* detokenizer + stop strings + UTF-8 hold-back */
     sched_token *toks; /* tokens since the last event */
-    int n_toks, cap_toks;
+    int n_toks;
+    size_t cap_toks;
     sched_token *ptoks; /* prompt log-probs, sent with the first event */
     int n_ptoks;
     int sent_ptoks;
@@ -308,14 +310,8 @@ static void seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err)
 }
 
 static int push_token(seq *s, const sched_token *t) {
-    if (s->n_toks == s->cap_toks) {
-        int cap = s->cap_toks ? 2 * s->cap_toks : 8;
-        sched_token *n = brisk_realloc(s->toks, (size_t)cap * sizeof *n);
-        if (!n)
-            return BRISK_ENOMEM;
-        s->toks = n;
-        s->cap_toks = cap;
-    }
+    if (brisk_grow(&s->toks, &s->cap_toks, (size_t)s->n_toks + 1, sizeof *s->toks, 8, 0) < 0)
+        return BRISK_ENOMEM;
     s->toks[s->n_toks++] = *t;
     return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 
 int seq_text_init(seq_text *t, const tok_vocab *v, const char *const *stop, int n_stop,
                   int continuation) {
@@ -30,17 +31,7 @@ void seq_text_free(seq_text *t) {
 }
 
 static int reserve(seq_text *t, size_t extra) {
-    if (t->len + extra + 1 <= t->cap)
-        return 0;
-    size_t cap = t->cap ? t->cap : 256;
-    while (cap < t->len + extra + 1)
-        cap *= 2;
-    char *p = brisk_realloc(t->pend, cap);
-    if (!p)
-        return BRISK_ENOMEM;
-    t->pend = p;
-    t->cap = cap;
-    return 0;
+    return brisk_grow(&t->pend, &t->cap, t->len + extra + 1, 1, 256, 0);
 }
 
 /* First position where a stop string occurs in pend, or -1. Matches cannot

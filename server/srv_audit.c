@@ -18,6 +18,7 @@
 #include "common/brisk_alloc.h"
 #include "common/brisk_buf.h"
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "server/srv_api.h"
 
@@ -358,17 +359,9 @@ void srv_audit_write(srv_audit *a, const char *line, size_t len) {
         a->stats.dropped++;
         return;
     }
-    if (a->len + len > a->cap) {
-        size_t cap = a->cap ? a->cap : 16384;
-        while (cap < a->len + len)
-            cap *= 2;
-        char *p = brisk_realloc(a->buf, cap);
-        if (!p) {
-            a->stats.dropped++;
-            return;
-        }
-        a->buf = p;
-        a->cap = cap;
+    if (brisk_grow(&a->buf, &a->cap, a->len + len, 1, 16384, 0) < 0) {
+        a->stats.dropped++;
+        return;
     }
     memcpy(a->buf + a->len, line, len);
     a->len += len;

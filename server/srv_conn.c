@@ -14,6 +14,7 @@
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "server/srv_http_int.h"
 
@@ -108,14 +109,8 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len) {
     if (!r->in_field) {
         if (r->n_hdrs >= c->h->cfg.max_headers)
             return fail(p, 431, "too many header fields");
-        if (r->n_hdrs == r->cap_hdrs) {
-            int cap = r->cap_hdrs ? 2 * r->cap_hdrs : 16;
-            srv_hdr *n = brisk_realloc(r->hdrs, (size_t)cap * sizeof *n);
-            if (!n)
-                return fail(p, 503, "out of memory");
-            r->hdrs = n;
-            r->cap_hdrs = cap;
-        }
+        if (brisk_grow(&r->hdrs, &r->cap_hdrs, (size_t)r->n_hdrs + 1, sizeof *r->hdrs, 16, 0) < 0)
+            return fail(p, 503, "out of memory");
         memset(&r->hdrs[r->n_hdrs], 0, sizeof r->hdrs[0]);
         r->hdrs[r->n_hdrs].name_off = (uint32_t)r->head_len;
         r->in_field = 1;
@@ -257,20 +252,10 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
     size_t max = c->h->cfg.max_body_bytes;
     if (len > max || r->body_len > max - len)
         return fail(p, 413, "request body too large");
-    if (r->body_len + len + 1 > r->body_cap) {
-        /* Grow geometrically as bytes arrive; never trust a declared length
-         * for the allocation, and never beyond the limit (+1 for the NUL). */
-        size_t cap = r->body_cap ? r->body_cap : 1024;
-        while (cap < r->body_len + len + 1)
-            cap *= 2;
-        if (cap > max + 1)
-            cap = max + 1;
-        char *nb = brisk_realloc(r->body, cap);
-        if (!nb)
-            return fail(p, 503, "out of memory");
-        r->body = nb;
-        r->body_cap = cap;
-    }
+    /* Grow geometrically as bytes arrive; never trust a declared length for
+     * the allocation, and never beyond the limit (+1 for the NUL). */
+    if (brisk_grow(&r->body, &r->body_cap, r->body_len + len + 1, 1, 1024, max + 1) < 0)
+        return fail(p, 503, "out of memory");
     memcpy(r->body + r->body_len, at, len);
     r->body_len += len;
     r->body[r->body_len] = '\0';

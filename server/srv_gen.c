@@ -10,6 +10,7 @@
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "server/srv_app.h"
 #include "server/srv_audit.h"
@@ -25,7 +26,8 @@ typedef struct gen_choice {
     char *text; /* the whole output (non-streaming responses, echo included) */
     size_t len, cap;
     sched_token *toks; /* every output token, for logprobs */
-    int n_toks, cap_toks;
+    int n_toks;
+    size_t cap_toks;
     sched_token *ptoks; /* prompt log-probs (echo) */
     int n_ptoks;
     int completion_len;
@@ -65,16 +67,8 @@ struct gen_req {
 /* ---- small helpers -------------------------------------------------------- */
 
 static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *p = brisk_realloc(*b, c);
-        if (!p)
-            return BRISK_ENOMEM;
-        *b = p;
-        *cap = c;
-    }
+    if (brisk_grow(b, cap, *len + n + 1, 1, 256, 0) < 0)
+        return BRISK_ENOMEM;
     if (n)
         memcpy(*b + *len, s, n);
     *len += n;
@@ -500,19 +494,10 @@ static void on_event(srv_app *app, sched_event *ev) {
         if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0)
             gen_fail(g, "out of memory");
         if (g->logprobs >= 0 && ev->n_tokens) {
-            if (c->n_toks + ev->n_tokens > c->cap_toks) {
-                int cap = c->cap_toks ? c->cap_toks : 16;
-                while (cap < c->n_toks + ev->n_tokens)
-                    cap *= 2;
-                sched_token *t = brisk_realloc(c->toks, (size_t)cap * sizeof *t);
-                if (!t)
-                    gen_fail(g, "out of memory");
-                else {
-                    c->toks = t;
-                    c->cap_toks = cap;
-                }
-            }
-            if (c->n_toks + ev->n_tokens <= c->cap_toks) {
+            size_t need = (size_t)c->n_toks + (size_t)ev->n_tokens;
+            if (brisk_grow(&c->toks, &c->cap_toks, need, sizeof *c->toks, 16, 0) < 0)
+                gen_fail(g, "out of memory");
+            else {
                 memcpy(c->toks + c->n_toks, ev->tokens, (size_t)ev->n_tokens * sizeof *c->toks);
                 c->n_toks += ev->n_tokens;
             }

@@ -56,7 +56,8 @@ struct srv_req {
     size_t url_off, url_len, query_off;
     int url_done;
     srv_hdr *hdrs;
-    int n_hdrs, cap_hdrs;
+    int n_hdrs;
+    size_t cap_hdrs;
     int in_field, in_value;
 
     char *body;

@@ -13,6 +13,7 @@
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "server/srv_http_int.h"
 
@@ -49,16 +50,9 @@ void srv_req_free(srv_req *r) {
 }
 
 int srv_req_append_head(srv_req *r, const char *at, size_t len) {
-    if (r->head_len + len + 1 > r->head_cap) {
-        size_t cap = r->head_cap ? r->head_cap : 512;
-        while (cap < r->head_len + len + 1)
-            cap *= 2;
-        char *n = brisk_realloc(r->head, cap);
-        if (!n)
-            return BRISK_ENOMEM;
-        r->head = n;
-        r->head_cap = cap;
-    }
+    if (len > SIZE_MAX - r->head_len - 1 ||
+        brisk_grow(&r->head, &r->head_cap, r->head_len + len + 1, 1, 512, 0) < 0)
+        return BRISK_ENOMEM;
     if (len)
         memcpy(r->head + r->head_len, at, len);
     r->head_len += len;

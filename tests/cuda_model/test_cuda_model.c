@@ -15,7 +15,12 @@
  * Results go to stdout (and the agreement figures with them).
  *
  * Without a CUDA device it prints "test_cuda_model: SKIP: no CUDA device"
- * and exits 0. */
+ * and exits 0.
+ *
+ * The rig below builds backends by hand, not through sched_setup: it runs
+ * one host model under two backends at once (CPU and CUDA), which
+ * sched_setup (one owned model per setup) does not do, and pre-grows every
+ * slot to a fixed context as a scheduler would not. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,12 @@
  * parsing, AUTO's choice on a machine without a GPU, the CPU backend giving
  * exactly model_forward's logits and model_sampler_sample's tokens (the
  * engine runs through it), its KV storage, and a clean refusal of
- * --device cuda where there is no GPU or no CUDA in the build. */
+ * --device cuda where there is no GPU or no CUDA in the build.
+ *
+ * These tests are of the layer below sched_setup (scheduler/sched_setup.h),
+ * so they create the backend and the KV cache themselves, through the calls
+ * sched_setup makes, and link no scheduler code; everything above the
+ * backend sets up through sched_setup. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,13 @@
  * text over and leaves the buffer empty; an impossible size sets oom, after
  * which every append is a no-op and take gives NULL. With the fault injector
  * compiled in (the ASan build), a failed allocation at every point of a
- * sequence must also end in NULL from take, without leaks. */
+ * sequence must also end in NULL from take, without leaks.
+ *
+ * brisk_grow / brisk_grow_libc (common/brisk_grow.h), the arrays' growth
+ * rule: random pushes keep every element, the capacity starts at `first`,
+ * doubles, never passes `max`; need > max is BRISK_ERANGE and a size that
+ * overflows is BRISK_ENOMEM, both leaving the array and its capacity as they
+ * were; an injected failure (ASan build) does the same for brisk_grow only. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +20,8 @@
 #include "brisk_test.h"
 #include "common/brisk_alloc.h"
 #include "common/brisk_buf.h"
+#include "common/brisk_error.h"
+#include "common/brisk_grow.h"
 
 /* xorshift64*: the tests' own repeatable random numbers. */
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -169,7 +177,78 @@ static void test_injected_failures(void) {
     brisk_fault_configure("off", NULL, 0);
 }
 
+typedef int (*grow_fn)(void *, size_t *, size_t, size_t, size_t, size_t);
+
+static void test_grow_with(grow_fn grow, const char *name) {
+    uint64_t *v = NULL;
+    size_t cap = 0, n = 0;
+    for (int round = 0; round < 200; round++) {
+        size_t want = n + 1 + rnd() % 40;
+        size_t old_cap = cap;
+        CHECK(grow(&v, &cap, want, sizeof *v, 8, 0) == 0 && v, "%s: grow to %zu", name, want);
+        CHECK(cap >= want, "%s: cap %zu < %zu", name, cap, want);
+        if (old_cap == 0)
+            CHECK(cap >= 8, "%s: first capacity %zu", name, cap);
+        else if (want > old_cap)
+            CHECK(cap >= 2 * old_cap && (cap / 2 < want || cap == 2 * old_cap),
+                  "%s: %zu -> %zu for %zu is not doubling", name, old_cap, cap, want);
+        else
+            CHECK(cap == old_cap, "%s: grew without need", name);
+        for (; n < want; n++)
+            v[n] = (uint64_t)n * 0x9e3779b97f4a7c15ull;
+    }
+    int intact = 1;
+    for (size_t i = 0; i < n; i++)
+        intact &= v[i] == (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    CHECK(intact, "%s: elements kept across growth", name);
+    uint64_t *keep = v;
+    size_t keep_cap = cap;
+    CHECK(grow(&v, &cap, SIZE_MAX / 4, sizeof *v, 8, 0) == BRISK_ENOMEM && v == keep &&
+              cap == keep_cap,
+          "%s: overflow refused, array untouched", name);
+    CHECK(grow(&v, &cap, keep_cap + 1, sizeof *v, 8, keep_cap) == BRISK_ERANGE && v == keep &&
+              cap == keep_cap,
+          "%s: need over max refused, array untouched", name);
+    free(v);
+    /* max caps the doubling: 1000 elements at most, asked 700 from 512. */
+    char *c = NULL;
+    size_t cc = 0;
+    CHECK(grow(&c, &cc, 300, 1, 512, 1000) == 0 && cc == 512, "%s: first 512 (%zu)", name, cc);
+    CHECK(grow(&c, &cc, 700, 1, 512, 1000) == 0 && cc == 1000, "%s: capped at max (%zu)", name, cc);
+    memset(c, 'x', cc);
+    free(c);
+}
+
+static void test_grow_injected(void) {
+    if (!brisk_fault_compiled()) {
+        printf("test_brisk_buf: SKIP brisk_grow injected failure (built without "
+               "-DBRISK_FAULT_INJECT)\n");
+        return;
+    }
+    int *v = NULL;
+    size_t cap = 0;
+    CHECK(brisk_grow(&v, &cap, 10, sizeof *v, 16, 0) == 0, "grow");
+    int *keep = v;
+    CHECK(brisk_fault_configure("nth:1", NULL, 0) == 0, "configure");
+    brisk_fault_arm(1);
+    int rc = brisk_grow(&v, &cap, 100, sizeof *v, 16, 0);
+    brisk_fault_arm(0);
+    CHECK(rc == BRISK_ENOMEM && v == keep && cap == 16, "injected failure leaves the array (%d)",
+          rc);
+    /* brisk_grow_libc is outside the seam. */
+    CHECK(brisk_fault_configure("nth:1", NULL, 0) == 0, "configure");
+    brisk_fault_arm(1);
+    rc = brisk_grow_libc(&v, &cap, 100, sizeof *v, 16, 0);
+    brisk_fault_arm(0);
+    CHECK(rc == 0 && cap >= 100 && brisk_fault_injected() == 0, "libc growth is not injected");
+    brisk_fault_configure("off", NULL, 0);
+    free(v);
+}
+
 int main(void) {
+    test_grow_with(brisk_grow, "brisk_grow");
+    test_grow_with(brisk_grow_libc, "brisk_grow_libc");
+    test_grow_injected();
     test_random_sequences();
     test_empty_take();
     test_oom_is_sticky();
