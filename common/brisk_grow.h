@@ -24,8 +24,7 @@
 
 /* Out-of-line halves; call the inline wrappers below. */
 int brisk_grow_slow(void *pp, size_t *cap, size_t need, size_t elem, size_t first, size_t max);
-int brisk_grow_libc_slow(void *pp, size_t *cap, size_t need, size_t elem, size_t first,
-                         size_t max);
+int brisk_grow_libc_slow(void *pp, size_t *cap, size_t need, size_t elem, size_t first, size_t max);
 
 /* pp: address of the caller's array pointer (T **), which stays the
  * caller's; see above. */

@@ -2,11 +2,13 @@
  * host arrays, model_sampler_sample on each row. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/brisk_error.h"
 #include "kernels/cpu/kern_bench.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_ops.h"
+#include "kernels/cpu/kern_types.h"
 #include "models/backend.h"
 
 typedef struct cpu_backend {
@@ -135,6 +137,27 @@ static const model_backend_ops cpu_ops = {
 int model_backend_cpu_create(const model *m, const model_backend_opts *o, model_backend **out,
                              char *err, size_t err_len) {
     *out = NULL;
+    /* A model loaded for a converting backend (keep_stored) may hold blocks
+     * the CPU kernels do not multiply. */
+    const model_weights *w = model_get_weights(m);
+    const model_config *cfg = model_get_config(m);
+    for (int l = -1; l < cfg->n_layers; l++) {
+        const model_matrix *mats[7] = {&w->output};
+        if (l >= 0) {
+            const model_layer *ly = &w->layers[l];
+            const model_matrix *lm[7] = {&ly->wq,     &ly->wk,   &ly->wv,    &ly->wo,
+                                         &ly->w_gate, &ly->w_up, &ly->w_down};
+            memcpy(mats, lm, sizeof mats);
+        }
+        for (int i = 0; i < 7 && mats[i]; i++)
+            if (mats[i]->data && !kern_type_matmul_ok(mats[i]->type)) {
+                snprintf(err, err_len,
+                         "the CPU backend does not multiply %s matrices as stored (the model "
+                         "was loaded with keep_stored, for the GPU)",
+                         kern_type_name(mats[i]->type));
+                return BRISK_EUNSUPPORTED;
+            }
+    }
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, err_len, "out of memory");

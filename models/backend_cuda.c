@@ -197,9 +197,10 @@ static int upload_matrix(cuda_backend *cb, kern_cuda_weight *w, const model_matr
     return rc;
 }
 
+/* Any block type (Q4_*, Q5_*, Q8_*, the K-quants, IQ4_*): a quantized file
+ * runs int8 weights by default, a float one f16. */
 static int is_quantized(kern_type t) {
-    return t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1 ||
-           t == KERN_TYPE_Q8_0M;
+    return kern_type_block_size(t) > 1;
 }
 
 static kern_cuda_wfmt pick_wfmt(const model *m, model_weights_fmt want) {

@@ -434,7 +434,7 @@ static int parse_tensor_info(rd *r, gguf_tensor *t) {
         if (tn)
             return rd_fail(r, BRISK_EUNSUPPORTED,
                            "type %u (%s) is unsupported (brisk loads F32, F16, BF16, "
-                           "Q8_0, Q4_0, Q4_1)",
+                           "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS)",
                            type, tn);
         return rd_fail(r, BRISK_EFORMAT, "type %u is unknown and unsupported", type);
     }

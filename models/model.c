@@ -15,6 +15,7 @@
 #include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
+#include "kernels/cpu/kern_kquant.h"
 #include "models/model_internal.h"
 
 #define ERR(code, ...) brisk_set_err(err, err_len, code, __VA_ARGS__)
@@ -269,7 +270,10 @@ static void model_convert_task(void *ctx, int task, int thread) {
     for (int r = r0; r < r1; r++) {
         const uint8_t *src = (const uint8_t *)j->t->data + (size_t)r * j->src_row_bytes;
         uint8_t *dst = (uint8_t *)j->dst + (size_t)r * j->dst_row_bytes;
-        /* Q4_0 -> Q8_0 and Q4_1 -> Q8_0M are exact; anything else goes through f32. */
+        /* Q4_0 -> Q8_0, Q4_1 -> Q8_0M and kern_kq_convert_row's pairs (Q4_K
+         * -> Q4_1, ...) carry the codes over; anything else goes through f32. */
+        if (kern_kq_convert_row(j->t->type, src, j->dst_type, dst, j->n_in) == 0)
+            continue;
         if (j->dst_type != kern_int8_type(j->t->type) ||
             kern_requantize_row_q8(j->t->type, src, dst, j->n_in) < 0) {
             kern_dequantize_row(j->t->type, src, tmp, j->n_in);
@@ -334,6 +338,13 @@ kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in) {
         case KERN_TYPE_Q4_0X8:
         case KERN_TYPE_Q4_1X8: return stored;
         case KERN_TYPE_BF16: return KERN_TYPE_F16;
+        default:
+            /* Q5_*, the K-quants and IQ4_*: converted once at load into the
+             * int8 or 4-bit form the kernels run (kern_kq_run_type; docs/
+             * ARCHITECTURE.md says why and what it costs). */
+            if (kern_kq_is(stored))
+                return kern_kq_run_type(stored);
+            break;
         }
     }
     return KERN_TYPE_F32;
@@ -431,7 +442,9 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
     int rc = model_check_shape(t, name, n_in, n_out, err, err_len);
     if (rc < 0)
         return rc;
-    kern_type dst = model_target_type(m->fmt, t->type, n_in);
+    kern_type dst = m->keep_stored && m->fmt == MODEL_WEIGHTS_AUTO && kern_kq_is(t->type)
+                        ? t->type
+                        : model_target_type(m->fmt, t->type, n_in);
     rc = model_convert(m, pool, t, n_out, n_in, dst, &out->data);
     if (rc < 0)
         return ERR(rc, "model: out of memory converting '%s'", name);
@@ -588,6 +601,62 @@ void model_count_bytes(model *m) {
     m->weight_bytes = b;
 }
 
+/* general.file_type as llama.cpp names it (its llama_ftype, without
+ * MOSTLY_); NULL for ids it does not define. */
+static const char *file_type_name(uint32_t ft) {
+    static const char *const names[] = {
+        [0] = "F32",      [1] = "F16",      [2] = "Q4_0",    [3] = "Q4_1",    [7] = "Q8_0",
+        [8] = "Q5_0",     [9] = "Q5_1",     [10] = "Q2_K",   [11] = "Q3_K_S", [12] = "Q3_K_M",
+        [13] = "Q3_K_L",  [14] = "Q4_K_S",  [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M",
+        [18] = "Q6_K",    [19] = "IQ2_XXS", [20] = "IQ2_XS", [21] = "Q2_K_S", [22] = "IQ3_XS",
+        [23] = "IQ3_XXS", [24] = "IQ1_S",   [25] = "IQ4_NL", [26] = "IQ3_S",  [27] = "IQ3_M",
+        [28] = "IQ2_S",   [29] = "IQ2_M",   [30] = "IQ4_XS", [31] = "IQ1_M",  [32] = "BF16",
+        [36] = "TQ1_0",   [37] = "TQ2_0",
+    };
+    return ft < sizeof names / sizeof names[0] ? names[ft] : NULL;
+}
+
+/* Logs how many tensors of each type the file holds and sets m->file_type:
+ * the file's general.file_type, or, where it is missing or unknown, the
+ * type most of its 2-D tensors have ("guessed", as llama.cpp does). */
+static void model_log_types(model *m) {
+    int64_t count[KERN_TYPE_BF16 + 1] = {0}, count2d[KERN_TYPE_BF16 + 1] = {0};
+    for (int64_t i = 0; i < gguf_n_tensors(m->gf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->gf, i);
+        if ((unsigned)t->type <= KERN_TYPE_BF16) {
+            count[t->type]++;
+            count2d[t->type] += t->ne[1] > 1;
+        }
+    }
+    char list[256] = "";
+    size_t at = 0;
+    int best = -1;
+    for (int ty = 0; ty <= KERN_TYPE_BF16; ty++) {
+        if (!count[ty])
+            continue;
+        if (at < sizeof list)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s%lld %s", at ? ", " : "",
+                                   (long long)count[ty], kern_type_name((kern_type)ty));
+        if (count2d[ty] && (best < 0 || count2d[ty] > count2d[best]))
+            best = ty;
+    }
+    uint32_t ft = 0;
+    const char *name =
+        gguf_get_u32(m->gf, "general.file_type", &ft) == 0 ? file_type_name(ft) : NULL;
+    if (name)
+        snprintf(m->file_type, sizeof m->file_type, "%s", name);
+    else if (best >= 0)
+        snprintf(m->file_type, sizeof m->file_type, "%s (guessed)",
+                 kern_type_name((kern_type)best));
+    else
+        snprintf(m->file_type, sizeof m->file_type, "unknown");
+    BRISK_INFO("model: file type %s; tensors: %s", m->file_type, list);
+}
+
+const char *model_get_file_type(const model *m) {
+    return m->file_type[0] ? m->file_type : NULL;
+}
+
 /* Everything after the file is open: metadata, vocabulary, tensors. m->gf is
  * set; on failure the caller frees m. */
 static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *err, size_t err_len) {
@@ -617,6 +686,7 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
             m->chat_template = copy;
     }
     model_count_bytes(m);
+    model_log_types(m);
     BRISK_INFO("model: %s: %s, %d layers, dim %d, heads %d/%d, vocab %d, weights %s (%.1f MB read "
                "per token)",
                what, m->cfg.arch == MODEL_ARCH_LLAMA ? "llama" : "qwen2", m->cfg.n_layers,
@@ -634,6 +704,7 @@ static int model_load_from(const char *path, const void *buf, size_t len,
         return ERR(BRISK_ENOMEM, "model: out of memory");
     m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
     m->x8 = model_want_x8(opts);
+    m->keep_stored = opts && opts->keep_stored;
     kern_pool *pool = opts ? opts->pool : NULL;
     int rc = path ? gguf_open(path, &m->gf, err, err_len)
                   : gguf_open_memory(buf, len, &m->gf, err, err_len);

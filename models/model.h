@@ -105,6 +105,12 @@ typedef struct model_load_opts {
      * given back. 0 keeps every matrix row-major on the file's pages (the
      * CUDA backend reads rows). Results are the same bits either way. */
     int cpu_layout;
+    /* 1 for a backend that converts the weights itself while uploading them
+     * (CUDA): with weights auto, matrices in a type the CPU kernels do not
+     * multiply (Q5_*, K-quants, IQ4_*; kern_kquant.h) keep the file's
+     * blocks instead of being converted on the host. The CPU backend
+     * refuses such a model. */
+    int keep_stored;
 } model_load_opts;
 
 /* The names --dummy-weights accepts, NULL-terminated. */
@@ -130,6 +136,10 @@ const tok_vocab *model_get_vocab(const model *m);
 const char *model_name(const model *m);
 const char *model_chat_template(const model *m); /* NULL if the file has none */
 model_weights_fmt model_get_weights_fmt(const model *m);
+/* The file's type as llama.cpp names it ("Q4_K_M", "F16", ...; "q6_K
+ * (guessed)" from the tensors where general.file_type is missing), or NULL
+ * for dummy weights. Owned by the model. */
+const char *model_get_file_type(const model *m);
 /* Parameter count and the bytes of weights one decode step reads (every
  * matrix once plus the norms; the embedding row gather is not counted
  * unless the output is tied, when the whole table is read as the output). */

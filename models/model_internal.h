@@ -16,7 +16,9 @@ struct model {
     void **owned;      /* buffers of converted tensors, freed with the model */
     int n_owned;
     size_t cap_owned;
-    uint8_t *arena; /* the huge-page chunk large owned buffers are cut from */
+    int keep_stored;    /* model_load_opts.keep_stored */
+    char file_type[32]; /* e.g. "Q4_K_M" (model_log_types); empty for dummy weights */
+    uint8_t *arena;     /* the huge-page chunk large owned buffers are cut from */
     size_t arena_used, arena_cap;
     char *name;
     char *chat_template;

@@ -29,7 +29,8 @@ int sched_setup_load(const sched_setup_opts *o, sched_setup *out, char *err, siz
                           .pool = o->pool,
                           .dummy = o->dummy,
                           .tokenizer = o->tokenizer,
-                          .cpu_layout = model_device_is_cpu(o->device)};
+                          .cpu_layout = model_device_is_cpu(o->device),
+                          .keep_stored = o->device == MODEL_DEVICE_CUDA};
     /* On the GPU the weights are converted while uploaded: keep the file's
      * blocks on the host (mmap, no conversion) unless f32 is asked for. */
     if (o->device == MODEL_DEVICE_CUDA && lo.weights != MODEL_WEIGHTS_F32 && !o->dummy)

@@ -183,9 +183,10 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
                               int want_logprobs);
 
 /* /v1/models: {"object":"list","data":[{"id","object":"model","created",
- * "owned_by","max_model_len"}]}; max_model_len <= 0 leaves it out. */
+ * "owned_by","max_model_len","file_type"}]}; max_model_len <= 0 and
+ * file_type NULL (dummy weights, still loading) leave them out. */
 char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,
-                          int max_model_len);
+                          int max_model_len, const char *file_type);
 
 /* ---------------------------------------------------------------- SSE */
 

@@ -475,7 +475,7 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
 }
 
 char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,
-                          int max_model_len) {
+                          int max_model_len, const char *file_type) {
     brisk_buf w = {0};
     brisk_buf_str(&w, "{\"object\":\"list\",\"data\":[{\"id\":");
     w_cstr(&w, model_id);
@@ -486,6 +486,10 @@ char *srv_api_models_json(const char *model_id, int64_t created, const char *own
     if (max_model_len > 0) {
         brisk_buf_str(&w, ",\"max_model_len\":");
         w_int(&w, max_model_len);
+    }
+    if (file_type) {
+        brisk_buf_str(&w, ",\"file_type\":");
+        w_cstr(&w, file_type);
     }
     brisk_buf_str(&w, "}]}");
     return brisk_buf_take(&w, NULL);

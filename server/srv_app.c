@@ -46,7 +46,8 @@ static void h_readyz(srv_req *r) {
 static void h_models(srv_req *r) {
     srv_app *app = srv_req_app(r);
     char *json =
-        srv_api_models_json(app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0);
+        srv_api_models_json(app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0,
+                            app->ready ? model_get_file_type(app->m) : NULL);
     if (!json) {
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;

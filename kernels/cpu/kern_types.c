@@ -5,6 +5,8 @@
  * kernels use F16C where they have it and agree with these bit for bit. */
 #include "kernels/cpu/kern_types.h"
 
+#include "kernels/cpu/kern_kquant.h"
+
 #include <assert.h>
 #include <math.h>
 #include <string.h>
@@ -19,8 +21,13 @@ int kern_type_valid(uint32_t type) {
     case KERN_TYPE_Q4_1:
     case KERN_TYPE_Q8_0:
     case KERN_TYPE_BF16: return 1;
-    default: return 0;
+    default: return kern_kq_is((kern_type)type);
     }
+}
+
+int kern_type_matmul_ok(uint32_t type) {
+    return (kern_type_known(type) && !kern_kq_is((kern_type)type)) ||
+           kern_type_is_x8((kern_type)type);
 }
 
 int kern_type_known(uint32_t type) {
@@ -40,6 +47,15 @@ const char *kern_type_name(kern_type t) {
     case KERN_TYPE_Q8_0MX8: return "q8_0mx8";
     case KERN_TYPE_Q4_0X8: return "q4_0x8";
     case KERN_TYPE_Q4_1X8: return "q4_1x8";
+    case KERN_TYPE_Q5_0: return "q5_0";
+    case KERN_TYPE_Q5_1: return "q5_1";
+    case KERN_TYPE_Q2_K: return "q2_K";
+    case KERN_TYPE_Q3_K: return "q3_K";
+    case KERN_TYPE_Q4_K: return "q4_K";
+    case KERN_TYPE_Q5_K: return "q5_K";
+    case KERN_TYPE_Q6_K: return "q6_K";
+    case KERN_TYPE_IQ4_NL: return "iq4_nl";
+    case KERN_TYPE_IQ4_XS: return "iq4_xs";
     }
     return "unknown";
 }
@@ -54,7 +70,7 @@ int kern_type_block_size(kern_type t) {
     case KERN_TYPE_Q8_0MX8:
     case KERN_TYPE_Q4_0X8:
     case KERN_TYPE_Q4_1X8: return KERN_QK;
-    default: return 1;
+    default: return kern_kq_is(t) ? kern_kq_block_size(t) : 1;
     }
 }
 
@@ -71,8 +87,8 @@ size_t kern_type_block_bytes(kern_type t) {
     case KERN_TYPE_Q8_0MX8: return sizeof(kern_block_q8_0m);
     case KERN_TYPE_Q4_0X8: return sizeof(kern_block_q4_0);
     case KERN_TYPE_Q4_1X8: return sizeof(kern_block_q4_1);
+    default: return kern_kq_block_bytes(t);
     }
-    return 0;
 }
 
 size_t kern_row_bytes(kern_type t, int64_t n) {
@@ -335,6 +351,10 @@ uint16_t kern_fp32_to_bf16(float f) {
 /* ---- rows ---------------------------------------------------------------- */
 
 void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n) {
+    if (kern_kq_is(t)) {
+        kern_kq_dequantize_row(t, src, dst, n);
+        return;
+    }
     switch (t) {
     case KERN_TYPE_Q8_0X8:
     case KERN_TYPE_Q8_0MX8:
@@ -349,6 +369,7 @@ void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n) {
         for (int64_t i = 0; i < n; i++)
             dst[i] = kern_fp16_to_fp32(s[i]);
         break;
+    default: break; /* kern_kquant.h's types: above, or nothing to write */
     }
     case KERN_TYPE_BF16: {
         const uint16_t *s = src;
@@ -463,6 +484,7 @@ void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n) {
         for (int64_t i = 0; i < n; i++)
             d[i] = kern_fp32_to_fp16(src[i]);
         break;
+    default: break; /* brisk writes no other type */
     }
     case KERN_TYPE_BF16: {
         uint16_t *d = dst;
@@ -562,6 +584,9 @@ void kern_requantize_row_q8_0(kern_type t, const void *src, kern_block_q8_0 *dst
 kern_type kern_int8_type(kern_type t) {
     switch (t) {
     case KERN_TYPE_Q4_1:
+    case KERN_TYPE_Q5_1:
+    case KERN_TYPE_Q4_K:
+    case KERN_TYPE_Q5_K:
     case KERN_TYPE_Q8_0M: return KERN_TYPE_Q8_0M;
     default: return KERN_TYPE_Q8_0;
     }
@@ -586,6 +611,6 @@ int kern_requantize_row_q8(kern_type src_type, const void *src, void *dst, int64
     }
     case KERN_TYPE_Q8_0:
     case KERN_TYPE_Q8_0M: memcpy(dst, src, kern_row_bytes(src_type, n)); return 0;
-    default: return -1;
+    default: return kern_kq_convert_row(src_type, src, kern_int8_type(src_type), dst, n);
     }
 }

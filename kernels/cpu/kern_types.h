@@ -35,7 +35,16 @@ typedef enum kern_type {
     KERN_TYPE_F16 = 1,
     KERN_TYPE_Q4_0 = 2,
     KERN_TYPE_Q4_1 = 3,
+    KERN_TYPE_Q5_0 = 6, /* Q5_0 .. IQ4_XS: read from files and converted */
+    KERN_TYPE_Q5_1 = 7, /* (kern_kquant.h); the matmul kernels never see them */
     KERN_TYPE_Q8_0 = 8,
+    KERN_TYPE_Q2_K = 10,
+    KERN_TYPE_Q3_K = 11,
+    KERN_TYPE_Q4_K = 12,
+    KERN_TYPE_Q5_K = 13,
+    KERN_TYPE_Q6_K = 14,
+    KERN_TYPE_IQ4_NL = 20,
+    KERN_TYPE_IQ4_XS = 23,
     KERN_TYPE_BF16 = 30,
     KERN_TYPE_Q8_0M = 64,   /* brisk-internal, see above */
     KERN_TYPE_Q8_0X8 = 65,  /* brisk-internal: Q8_0 in groups of 8 rows, see below */
@@ -113,18 +122,23 @@ void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *
  * that row in the base type. */
 void kern_x8_dequantize_row(kern_type t, const void *W, int64_t n_in, int64_t r, float *dst);
 
-/* 1 for the six GGML types above, 0 for anything else (e.g. an id read from
- * a file, and Q8_0M, which no file may hold). */
+/* 1 for the fifteen GGML types above, 0 for anything else (e.g. an id read
+ * from a file, and Q8_0M, which no file may hold). */
 int kern_type_valid(uint32_t type);
-/* 1 for the six GGML types and Q8_0M: the types the functions below and the
- * matmul kernels handle. */
+/* 1 for the GGML types and Q8_0M: the types the row conversions below
+ * handle. */
 int kern_type_known(uint32_t type);
+/* 1 for the types kern_matmul multiplies as they are: F32, F16, BF16, Q8_0,
+ * Q8_0M, Q4_0, Q4_1 and the X8 forms. The others (kern_kquant.h) are
+ * converted at load. */
+int kern_type_matmul_ok(uint32_t type);
 const char *kern_type_name(kern_type t);
-/* Values per block: 1 for F32/F16/BF16, 32 for the quantized types (the X8
- * types: as their base). */
+/* Values per block: 1 for F32/F16/BF16, 32 for Q4_*, Q5_*, Q8_*, IQ4_NL
+ * (the X8 types: as their base), 256 for the K-quants and IQ4_XS. */
 int kern_type_block_size(kern_type t);
-/* Bytes per block: 4, 2, 2, 34, 18, 20, 36 (Q8_0M); an X8 type as its base
- * (so kern_row_bytes gives 1/8 of a group). */
+/* Bytes per block: 4, 2, 2, 34, 18, 20, 36 (Q8_0M), the others' as in
+ * kern_kquant.h; an X8 type as its base (so kern_row_bytes gives 1/8 of a
+ * group). */
 size_t kern_type_block_bytes(kern_type t);
 /* Bytes of a row of n values; n must be a multiple of the block size. */
 size_t kern_row_bytes(kern_type t, int64_t n);
@@ -137,7 +151,8 @@ uint16_t kern_fp32_to_bf16(float f);
 
 /* Row conversions. n is a multiple of the type's block size. */
 void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n);
-/* Quantize f32 to t (any known type). Q8_0 uses d = max|x| / 127 and
+/* Quantize f32 to t: F32, F16, BF16, Q8_0, Q8_0M, Q4_0 or Q4_1 (brisk
+ * writes no other type; for those this does nothing). Q8_0 uses d = max|x| / 127 and
  * qs = round(x / d), as GGML does. Q8_0M centres each block: m = its
  * (max + min) / 2 in fp16, d = the larger distance from m to max or min,
  * over 127, rounded up to fp16, and qs = round((x - m) / d) in [-127, 127]. */
@@ -146,12 +161,16 @@ void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n);
 /* ---- int8 weights for the matmul kernels ----------------------------------
  * The int8 type that holds every value of type t exactly, where one exists:
  * Q4_0 -> Q8_0 (q - 8 fits int8, same d), Q4_1 -> Q8_0M (the nibble fits
- * int8, same d and m), Q8_0 and Q8_0M -> themselves. Any other t has no exact
- * int8 form and gets Q8_0 (quantize from f32). */
+ * int8, same d and m), Q8_0 and Q8_0M -> themselves; Q5_0 and IQ4_NL ->
+ * Q8_0 and Q5_1 -> Q8_0M exactly, IQ4_XS -> Q8_0 and Q4_K, Q5_K -> Q8_0M
+ * with their block scales rounded to fp16 (kern_kq_convert_row). Any other
+ * t (F32, F16, BF16, Q2_K, Q3_K, Q6_K) has no such int8 form and gets Q8_0
+ * (quantize from f32). */
 kern_type kern_int8_type(kern_type t);
 /* Converts a row of n values (n a multiple of 32) of src_type to
  * kern_int8_type(src_type) bit-exactly: dequantizing dst gives the same
- * floats as dequantizing src. Returns 0, or -1 (dst untouched) if src_type has
+ * floats as dequantizing src (for IQ4_XS, Q4_K and Q5_K: up to the fp16
+ * rounding of the scales). Returns 0, or -1 (dst untouched) if src_type has
  * no exact int8 form; the caller then dequantizes to f32 and calls
  * kern_quantize_row(KERN_TYPE_Q8_0, ...). src and dst are borrowed. */
 int kern_requantize_row_q8(kern_type src_type, const void *src, void *dst, int64_t n);

@@ -173,10 +173,11 @@ static void mm_convert_rows(kern_cuda_wfmt fmt, kern_type src_type, const uint8_
                                // is assumed of the source
         if (src_type == KERN_TYPE_Q8_0) {
             blocks = row; // exact: values and scales as stored
-        } else if (src_type == KERN_TYPE_Q4_0) {
-            // Exact as well: q - 8 with the same scale (the CPU's --weights
-            // int8 conversion, kern_int8_type(Q4_0) == Q8_0).
-            kern_requantize_row_q8(KERN_TYPE_Q4_0, row, tmp->q8, n_in);
+        } else if (kern_int8_type(src_type) == KERN_TYPE_Q8_0 &&
+                   kern_requantize_row_q8(src_type, row, tmp->q8, n_in) == 0) {
+            // The codes carried over with the block's scale, as the CPU's
+            // --weights int8 conversion does: exact for Q4_0, Q5_0 and
+            // IQ4_NL, IQ4_XS's scales rounded to fp16 (kern_kquant.h).
             blocks = (const uint8_t *)tmp->q8;
         } else {
             kern_dequantize_row(src_type, row, tmp->f32, n_in);

@@ -136,10 +136,54 @@ class Spec:
 SCALE = {"embd": 0.25, "qk": 1.5, "out": 1.0}  # see the module docstring
 
 
-def _store(w, name, qname, values):
-    """Adds float array values (NumPy shape [rows, cols] or [n]) as type qname."""
+# Types the gguf package cannot quantize (K-quants, IQ4_*): their tensors are
+# random blocks instead, every code and sub-block scale drawn uniformly, the
+# block scales (fp16) at byte offset d_off drawn from U(0.5, 1.5) and then
+# scaled so that the tensor's standard deviation is that of the values the
+# spec asks for. A second fp16 field (the min's scale dmin, Q5_1's m) at
+# m_off is m_ratio times d, which centres the values near zero.
+#   type: (d_off, m_off, m_ratio)
+RANDOM_BLOCKS = {
+    "Q2_K": (80, 82, 1.5),
+    "Q3_K": (108, None, 0),
+    "Q4_K": (0, 2, 7.5),
+    "Q5_K": (0, 2, 15.5),
+    "Q6_K": (208, None, 0),
+    "IQ4_NL": (0, None, 0),
+    "IQ4_XS": (0, None, 0),
+}
+
+
+def random_blocks(qname, shape, std, rng):
+    """uint8 [rows, row bytes] of type qname whose values have this std."""
+    qt = QT[qname]
+    bs, ts = gguf.GGML_QUANT_SIZES[qt]
+    rows, cols = shape
+    assert cols % bs == 0, f"{qname} rows must be a multiple of {bs}, not {cols}"
+    raw = rng.integers(0, 256, size=(rows * cols // bs, ts), dtype=np.uint8)
+    d_off, m_off, m_ratio = RANDOM_BLOCKS[qname]
+    d = rng.uniform(0.5, 1.5, len(raw)).astype(np.float32)
+
+    def put(scale):
+        raw[:, d_off:d_off + 2] = (d * scale).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        if m_off is not None:
+            m = (d * scale * m_ratio).astype(np.float16)
+            raw[:, m_off:m_off + 2] = m.view(np.uint8).reshape(-1, 2)
+
+    put(1.0)
+    got = gguf.quants.dequantize(raw, qt).std()
+    put(std / got)
+    return raw.reshape(rows, cols // bs * ts)
+
+
+def _store(w, name, qname, values, rng):
+    """Adds float array values (NumPy shape [rows, cols] or [n]) as type qname
+    (a RANDOM_BLOCKS type: random blocks of the same shape and spread)."""
     values = np.ascontiguousarray(values, dtype=np.float32)
-    if qname == "F32":
+    if qname in RANDOM_BLOCKS:
+        w.add_tensor(name, random_blocks(qname, values.shape, float(values.std()), rng),
+                     raw_dtype=QT[qname])
+    elif qname == "F32":
         w.add_tensor(name, values)
     elif qname == "F16":
         w.add_tensor(name, values.astype(np.float16))
@@ -233,8 +277,9 @@ def write_model(path, s, vocab=VOCAB):
     w.add_eos_token_id(vocab.eos)
     w.add_add_bos_token(False)
 
+    blocks_rng = np.random.default_rng(s.seed + 7919)  # random blocks, in file order
     for name, (vals, qt) in make_tensors(s).items():
-        _store(w, name, qt, vals)
+        _store(w, name, qt, vals, blocks_rng)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

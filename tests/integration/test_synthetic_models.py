@@ -54,6 +54,14 @@ MODELS = {
     "llama-mqa-partial-rope": Spec(n_head_kv=1, head_dim=64, n_rot=32, seed=20),
     "qwen2-tied-q8_0": Spec(arch="qwen2", n_head_kv=2, rope_base=1e6, mat_type="Q8_0", seed=21),
 }
+# The types read from files and converted at load (kern_kquant.h): rows 256
+# wide, so that the K-quants fit, every per-layer matrix and the output in the
+# type (the K-quants and IQ4_* as random blocks: synth_gguf.RANDOM_BLOCKS).
+for _i, _t in enumerate(("Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+                         "IQ4_XS")):
+    MODELS[f"llama-{_t.lower()}"] = Spec(n_embd=256, n_ff=512, n_head=4, n_head_kv=2,
+                                         mat_type=_t, embd_type="Q8_0", output_type=_t,
+                                         seed=40 + _i)
 
 PROMPT_IDS = [int(t) for t in np.random.default_rng(2024).integers(0, N_VOCAB, 24)]
 N_GEN = 16
@@ -83,7 +91,14 @@ N_GEN = 16
 # Top-1 for the lossy formats is counted over positions whose reference
 # top-2 gap is at least NEAR_TIE * rms(reference logits): a gap smaller than
 # that can flip within the error the bound allows, on any correct engine.
+# The converted types: Q5_0, Q5_1 and IQ4_NL convert to int8 exactly, Q4_K
+# (to Q4_1 for auto, Q8_0M for int8), Q5_K and IQ4_XS with their block
+# scales rounded to fp16 (2^-11): the int8 bar. Q2_K, Q3_K and Q6_K carry two
+# scales in every 32 values and are requantized to Q8_0 from f32, as float
+# matrices are: the int8-from-float bound.
+#
 BOUND = {"f32": 1e-4, "f16": 1e-2, "int8": 2e-2}
+REQUANTIZED = {"Q2_K", "Q3_K", "Q6_K"}
 INT8_FROM_FLOAT_BOUND = 1e-1
 MIN_TOP1 = 0.99
 MIN_TOP1_INT8_FROM_FLOAT = 0.90
@@ -98,7 +113,8 @@ def stored_types(spec):
 
 
 def int8_from_float(spec, weights):
-    return weights == "int8" and spec.mat_type in FLOAT_TYPES
+    return (weights == "int8" and spec.mat_type in FLOAT_TYPES) or (
+        weights in ("int8", "auto") and spec.mat_type in REQUANTIZED)
 
 
 def bound_for(spec, weights):

@@ -62,7 +62,16 @@ def dequantize_rows(raw, ggml_type, n_cols):
 
     block_bytes = {T_Q8_0: 34, T_Q4_0: 18, T_Q4_1: 20}.get(ggml_type)
     if block_bytes is None:
-        raise ValueError(f"unsupported tensor type {ggml_type}")
+        # Q5_*, the K-quants, IQ4_*: the gguf package's NumPy dequantizers,
+        # an implementation independent of brisk's (kern_kquant.c).
+        import gguf
+        from gguf.quants import dequantize
+        qt = gguf.GGMLQuantizationType(ggml_type)
+        bs, ts = gguf.GGML_QUANT_SIZES[qt]
+        if n_cols % bs:
+            raise ValueError(f"row length {n_cols} is not a multiple of {bs}")
+        rows = raw.reshape(-1, n_cols // bs * ts)
+        return dequantize(rows, qt).astype(np.float64).reshape(-1, n_cols)
     if n_cols % QK:
         raise ValueError(f"row length {n_cols} is not a multiple of {QK}")
     blocks = raw.reshape(-1, block_bytes)

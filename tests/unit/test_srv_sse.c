@@ -437,15 +437,17 @@ static void test_chunks(void) {
 }
 
 static void test_models_sse(void) {
-    cJSON *o = parse_out(srv_api_models_json("smol", 123, "brisk", 2048), "models");
+    cJSON *o = parse_out(srv_api_models_json("smol", 123, "brisk", 2048, "Q4_1"), "models");
     const cJSON *d0 = cJSON_GetArrayItem(get(o, "data"), 0);
     CHECK(is_str(o, "object", "list") && is_str(d0, "id", "smol") &&
               is_str(d0, "object", "model") && is_num(d0, "created", 123) &&
-              is_str(d0, "owned_by", "brisk") && is_num(d0, "max_model_len", 2048),
+              is_str(d0, "owned_by", "brisk") && is_num(d0, "max_model_len", 2048) &&
+              is_str(d0, "file_type", "Q4_1"),
           "models");
     cJSON_Delete(o);
-    o = parse_out(srv_api_models_json("smol", 123, "brisk", 0), "models, no len");
+    o = parse_out(srv_api_models_json("smol", 123, "brisk", 0, NULL), "models, no len");
     CHECK(!get(cJSON_GetArrayItem(get(o, "data"), 0), "max_model_len"), "max_model_len omitted");
+    CHECK(!get(cJSON_GetArrayItem(get(o, "data"), 0), "file_type"), "file_type omitted");
     cJSON_Delete(o);
 
     size_t n;
