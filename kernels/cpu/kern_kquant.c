@@ -55,8 +55,8 @@ size_t kern_kq_block_bytes(kern_type t) {
 
 /* Q5_0/Q5_1: the 5-bit code of value i (0..31). */
 static int q5_code(const uint8_t *qh, const uint8_t *qs, int i) {
-    uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
-                 (uint32_t)qh[3] << 24;
+    uint32_t h =
+        (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
     int lo = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
     return lo | (int)((h >> i) & 1) << 4;
 }

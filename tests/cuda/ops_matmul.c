@@ -51,6 +51,7 @@
 #include <string.h>
 
 #include "common/brisk_error.h"
+#include "kernels/cpu/kern_kquant.h"
 #include "kernels/cpu/kern_types.h"
 #include "kernels/cuda/kern_cuda_buf.h"
 #include "kernels/cuda/kern_cuda_matmul.cuh"
@@ -114,6 +115,37 @@ static uint8_t *make_src(kern_type t, const float *f, int n_out, int n_in) {
     return b;
 }
 
+/* n_out rows of n_in values of a type read from files only (Q5_*, the
+ * K-quants, IQ4_*; brisk has no quantizer for them): random codes and
+ * sub-block scales, the fp16 block scales (d, and dmin or m) random in
+ * [2^-12, 2^-4), as in real files. */
+static uint8_t *make_random_blocks(kern_type t, int n_out, int n_in) {
+    size_t rb = kern_row_bytes(t, n_in), bb = kern_type_block_bytes(t);
+    size_t n_blocks = rb / bb * (size_t)n_out;
+    uint8_t *b = xmalloc(rb * (size_t)n_out);
+    for (size_t i = 0; i < rb * (size_t)n_out; i++)
+        b[i] = (uint8_t)(rng_u64() >> 56);
+    int offs[2] = {-1, -1};
+    switch (t) {
+    case KERN_TYPE_Q5_1:
+    case KERN_TYPE_Q4_K:
+    case KERN_TYPE_Q5_K: offs[0] = 0, offs[1] = 2; break;
+    case KERN_TYPE_Q2_K: offs[0] = 80, offs[1] = 82; break;
+    case KERN_TYPE_Q3_K: offs[0] = 108; break;
+    case KERN_TYPE_Q6_K: offs[0] = 208; break;
+    default: offs[0] = 0; break; /* Q5_0, IQ4_NL, IQ4_XS */
+    }
+    for (size_t k = 0; k < n_blocks; k++)
+        for (int j = 0; j < 2; j++)
+            if (offs[j] >= 0) {
+                float v = ldexpf(1.0f + (float)(rng_u64() >> 41) / (float)(1 << 23),
+                                 -12 + (int)(rng_u64() % 8));
+                uint16_t h = kern_fp32_to_fp16(v);
+                memcpy(b + k * bb + (size_t)offs[j], &h, 2);
+            }
+    return b;
+}
+
 /* What kern_cuda_weight_upload must make of src, by the contract. */
 static host_weight expect_upload(kern_cuda_wfmt fmt, kern_type t, const uint8_t *src, int n_out,
                                  int n_in) {
@@ -131,8 +163,9 @@ static host_weight expect_upload(kern_cuda_wfmt fmt, kern_type t, const uint8_t 
         }
         if (t == KERN_TYPE_Q8_0) {
             memcpy(blk, sr, rb);
-        } else if (t == KERN_TYPE_Q4_0) {
-            kern_requantize_row_q8(t, sr, blk, n_in);
+        } else if (kern_int8_type(t) == KERN_TYPE_Q8_0 &&
+                   kern_requantize_row_q8(t, sr, blk, n_in) == 0) {
+            /* Q4_0, Q5_0, IQ4_NL, IQ4_XS: the codes carried over */
         } else {
             kern_dequantize_row(t, sr, row, n_in);
             kern_quantize_row(KERN_TYPE_Q8_0, row, blk, n_in);
@@ -292,7 +325,8 @@ static void upload_case(kern_cuda_wfmt fmt, kern_type src_type, int n_out, int n
     size_t n = (size_t)n_out * n_in;
     float *f = xmalloc(n * sizeof(float));
     fill(f, n, 0.05f);
-    uint8_t *src = make_src(src_type, f, n_out, n_in);
+    uint8_t *src = kern_kq_is(src_type) ? make_random_blocks(src_type, n_out, n_in)
+                                        : make_src(src_type, f, n_out, n_in);
     free(f);
     kern_cuda_weight w;
     must(kern_cuda_weight_upload(&w, fmt, src_type, src, n_out, n_in), "kern_cuda_weight_upload");
@@ -448,6 +482,14 @@ void test_matmul(void) {
     /* Two staging slices (32 MiB of output each). */
     upload_case(KERN_CUDA_W_F16, KERN_TYPE_F32, 4100, 4096);
     upload_case(KERN_CUDA_W_INT8, KERN_TYPE_Q8_0, 7800, 4096);
+    /* The types converted at load on the CPU: uploaded from the file's
+     * blocks (rows of 512, two super-blocks). */
+    const kern_type file_only[] = {KERN_TYPE_Q5_0, KERN_TYPE_Q5_1,   KERN_TYPE_Q2_K,
+                                   KERN_TYPE_Q3_K, KERN_TYPE_Q4_K,   KERN_TYPE_Q5_K,
+                                   KERN_TYPE_Q6_K, KERN_TYPE_IQ4_NL, KERN_TYPE_IQ4_XS};
+    for (int fmt = 0; fmt < 2; fmt++)
+        for (size_t si = 0; si < ARRAY_LEN(file_only); si++)
+            upload_case((kern_cuda_wfmt)fmt, file_only[si], 96, 512);
 
     /* (n_out, n_in): tiny; odd row counts; SmolLM2's 576 / 1536; a long
      * row (llama's 4096: GEMV splits it among 2 or 4 warps). Each shape's

@@ -266,6 +266,25 @@ def gguf_seeds():
     put("hand-v2-empty", b"GGUF" + struct.pack("<IQQ", 2, 0, 0))
     put("hand-v1", b"GGUF" + struct.pack("<IQQ", 1, 0, 0))
     put("hand-big-endian", b"GGUF" + struct.pack(">IQQ", 3, 0, 0))
+    # The block types converted at load (kernels/cpu/kern_kquant.h): a tiny
+    # model in Q5_0/Q5_1/IQ4_NL (32-value blocks), and a tensor table of one
+    # 256-wide row of every super-block type, so mutations meet their size
+    # rules (block and super-block sizes, data past the end).
+    with tempfile.TemporaryDirectory() as td:
+        p = os.path.join(td, "q5.gguf")
+        sg.write_model(p, sg.Spec(n_embd=32, n_layer=1, n_head=2, n_head_kv=1, n_ff=64,
+                                  mat_type="Q5_0", embd_type="Q5_1", output_type="IQ4_NL"))
+        put("llama-q5_0-q5_1-iq4_nl", open(p, "rb").read())
+    ktypes = [(10, 84), (11, 110), (12, 144), (13, 176), (14, 210), (23, 136)]
+    tinfo, off = b"", 0
+    for i, (t, size) in enumerate(ktypes):
+        tinfo += s(f"k.{t}.weight") + struct.pack("<I", 2) + struct.pack("<QQ", 256, 1) + \
+            struct.pack("<IQ", t, off)
+        off += (size + 31) // 32 * 32
+    kvs = [kv("general.architecture", 8, s("llama"))]
+    hdr = b"GGUF" + struct.pack("<IQQ", 3, len(ktypes), len(kvs)) + b"".join(kvs) + tinfo
+    data = bytes((i * 37 + 11) & 0xFF for i in range(off))
+    put("hand-kquant-tensors", hdr + b"\0" * ((-len(hdr)) % 32) + data)
 
 
 # ---- tokenizer, SSE ------------------------------------------------------------------

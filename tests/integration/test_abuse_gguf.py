@@ -318,7 +318,10 @@ def corpus(stories):
                      ("dims-none", dict(dims=[])),
                      ("dims-five", dict(dims=[64, 512, 1, 1, 1])),
                      ("type-99", dict(type=99)),
-                     ("type-q4_k", dict(type=12)),
+                     ("type-q4_k-rows-not-superblocks", dict(type=12)),
+                     ("type-iq4_xs-rows-not-superblocks", dict(type=23)),
+                     ("type-q5_1-rows-not-blocks", dict(type=7, dims=[48, 512])),
+                     ("type-q6_k-data-past-end", dict(type=14, dims=[256, 1 << 20])),
                      ("type-q8_0-rows-not-blocks", dict(type=8, dims=[48, 512])),
                      ("offset-unaligned", dict(offset=4)),
                      ("offset-huge", dict(offset=1 << 63)),
@@ -333,6 +336,10 @@ def corpus(stories):
     # F16 over the same shape: half the bytes, still inside the data, so a
     # well-formed file brisk must run (on garbage weights).
     add("tensor-q-type", with_tensor(g, q, type=1), refuse=False)
+    # Q5_0 and IQ4_NL (32-value blocks) over the same shape: fewer bytes,
+    # well-formed, converted at load and run on garbage.
+    add("tensor-q-type-q5_0", with_tensor(g, q, type=6), refuse=False)
+    add("tensor-q-type-iq4_nl", with_tensor(g, q, type=20), refuse=False)
     add("tensor-name-length", b[:g.tensors[q].at] + struct.pack("<Q", 1 << 40)
         + b[g.tensors[q].at + 8:])
     add("tensor-ndims-huge", b[:g.tensors[q].at + 8 + len(g.tensors[q].name)]

@@ -670,8 +670,17 @@ static void test_hostile(void) {
     const uint64_t ne_zero[2] = {4, 0};
     one_tensor(&b, 2, ne_zero, KERN_TYPE_F32, 0, 16);
     expect_refused("dim 0", &b, "dim 1 is 0");
-    one_tensor(&b, 1, ne4, 12, 0, 16);
-    expect_refused("Q4_K", &b, "type 12 (Q4_K) is unsupported");
+    one_tensor(&b, 1, ne4, 16, 0, 16);
+    expect_refused("IQ2_XXS", &b, "type 16 (IQ2_XXS) is unsupported");
+    /* The super-block types: rows of whole 256-value blocks, data whole. */
+    one_tensor(&b, 1, ne4, KERN_TYPE_Q4_K, 0, 16);
+    expect_refused("Q4_K ne0 4", &b, "not a multiple of the q4_K block size 256");
+    const uint64_t ne256[1] = {256};
+    one_tensor(&b, 1, ne256, KERN_TYPE_Q6_K, 0, 209);
+    expect_refused("Q6_K data one byte short", &b, "past the end");
+    const uint64_t ne48[1] = {48};
+    one_tensor(&b, 1, ne48, KERN_TYPE_Q5_1, 0, 64);
+    expect_refused("Q5_1 ne0 48", &b, "block size");
     one_tensor(&b, 1, ne4, 1000, 0, 16);
     expect_refused("type 1000", &b, "type 1000");
     const uint64_t ne33[1] = {33};

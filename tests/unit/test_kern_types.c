@@ -116,17 +116,24 @@ static void test_bf16(void) {
 }
 
 static void test_table(void) {
-    const kern_type types[] = {KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_Q4_0,
-                               KERN_TYPE_Q4_1, KERN_TYPE_Q8_0, KERN_TYPE_BF16};
-    const size_t bytes[] = {4, 2, 18, 20, 34, 2};
-    for (int i = 0; i < 6; i++) {
+    const kern_type types[] = {KERN_TYPE_F32,  KERN_TYPE_F16,    KERN_TYPE_Q4_0,  KERN_TYPE_Q4_1,
+                               KERN_TYPE_Q8_0, KERN_TYPE_BF16,   KERN_TYPE_Q5_0,  KERN_TYPE_Q5_1,
+                               KERN_TYPE_Q2_K, KERN_TYPE_Q3_K,   KERN_TYPE_Q4_K,  KERN_TYPE_Q5_K,
+                               KERN_TYPE_Q6_K, KERN_TYPE_IQ4_NL, KERN_TYPE_IQ4_XS};
+    const size_t bytes[] = {4, 2, 18, 20, 34, 2, 22, 24, 84, 110, 144, 176, 210, 18, 136};
+    const int block[] = {1, 1, 32, 32, 32, 1, 32, 32, 256, 256, 256, 256, 256, 32, 256};
+    for (int i = 0; i < 15; i++) {
+        CHECK(kern_type_block_size(types[i]) == block[i], "block size %s",
+              kern_type_name(types[i]));
+        CHECK(kern_type_matmul_ok(types[i]) == (i < 6), "matmul_ok %s", kern_type_name(types[i]));
         CHECK(kern_type_valid(types[i]) && kern_type_known(types[i]), "valid %d", types[i]);
         CHECK(kern_type_block_bytes(types[i]) == bytes[i], "block bytes %s",
               kern_type_name(types[i]));
     }
-    CHECK(!kern_type_valid(7) && !kern_type_valid(31) && !kern_type_valid(0xffffffffu),
+    CHECK(!kern_type_valid(9) && !kern_type_valid(15) && !kern_type_valid(16) &&
+              !kern_type_valid(31) && !kern_type_valid(0xffffffffu),
           "invalid ids");
-    CHECK(!kern_type_known(7) && !kern_type_known(31) && !kern_type_known(65), "unknown ids");
+    CHECK(!kern_type_known(9) && !kern_type_known(31) && !kern_type_known(65), "unknown ids");
     /* Q8_0M is brisk's own: known to the kernels, never valid in a file. */
     CHECK(!kern_type_valid(KERN_TYPE_Q8_0M) && kern_type_known(KERN_TYPE_Q8_0M), "q8_0m validity");
     CHECK(kern_type_block_bytes(KERN_TYPE_Q8_0M) == 36 &&
