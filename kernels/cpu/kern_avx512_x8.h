@@ -59,7 +59,7 @@
 #define X8Z_TT 6 /* tokens per batch tile (<= 8; remainders run in tiles of 4, 2 and 1) */
 #endif
 #define X8Z_BB(K) (8 * KERN_WK_BB(K))
-#define X8Z_DOFF(K) ((size_t)(KERN_WK_NIB(K) ? 128 : 256))
+#define X8Z_DOFF(K) KERN_WK_X8_DOFF(K)
 
 AI uint32_t x8z_u32(const void *p) {
     uint32_t v;
@@ -159,6 +159,17 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
                             _mm512_cvtepu8_epi16(x8z_pair(wa[z] + 16 * c, wb[z] + 16 * c));
                         w0[z] = _mm512_and_si512(raw, _mm512_set1_epi16(0x0f));
                         w1[z] = _mm512_srli_epi16(raw, 4);
+                        if (KERN_WK_H5(K)) {
+                            /* Fifth bits (bit 4 is clear: add is or): lanes 0-15 from group A's masks,
+                             * 16-31 from group B's, as write masks. */
+                            const uint32_t ha = x8z_u32(wa[z] + 128 + 4 * c);
+                            const uint32_t hb = x8z_u32(wb[z] + 128 + 4 * c);
+                            const __m512i v16 = _mm512_set1_epi16(16);
+                            w0[z] = _mm512_mask_add_epi16(
+                                w0[z], (__mmask32)((ha & 0xffff) | hb << 16), w0[z], v16);
+                            w1[z] = _mm512_mask_add_epi16(
+                                w1[z], (__mmask32)((ha >> 16) | (hb & 0xffff0000u)), w1[z], v16);
+                        }
                     }
 #pragma GCC unroll 8
                     for (int t = 0; t < T; t++) {
@@ -208,8 +219,9 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
                 else if (NA == 2)
                     s[z][t * NA] = _mm512_add_epi32(s[z][t * NA], s[z][t * NA + 1]);
             }
-            if (K == KERN_WK_Q4_0) {
-                const __m512i c8 = _mm512_set1_epi32(8 * a->xi[(size_t)b * a->n_tok + t0 + t]);
+            if (KERN_WK_BIAS(K)) { /* Q4_0: 8, Q5_0: 16 */
+                const __m512i c8 =
+                    _mm512_set1_epi32(KERN_WK_BIAS(K) * a->xi[(size_t)b * a->n_tok + t0 + t]);
 #pragma GCC unroll 2
                 for (int z = 0; z < NZ; z++)
                     s[z][t * NA] = _mm512_sub_epi32(s[z][t * NA], c8);
@@ -322,6 +334,8 @@ static void X8Z_FN(_rows)(const kern_mm_args *a, int r0, int r1) {
     case KERN_TYPE_Q8_0MX8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q8_0M); break;
     case KERN_TYPE_Q4_0X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q4_0); break;
     case KERN_TYPE_Q4_1X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q4_1); break;
+    case KERN_TYPE_Q5_0X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q5_0); break;
+    case KERN_TYPE_Q5_1X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q5_1); break;
     default: kern_mm_rows_scalar(a, r0, r1); break;
     }
 }

@@ -21,18 +21,29 @@
  * the same for all four. Q4_0 runs as Q8_0 with q = nibble - 8, Q4_1 as
  * Q8_0M with q = nibble: the same integers, scales and offsets that
  * kern_requantize_row_q8 writes, hence the same results bit for bit. */
-enum { KERN_WK_Q8_0, KERN_WK_Q8_0M, KERN_WK_Q4_0, KERN_WK_Q4_1 };
-/* Block bytes: 34, 36, 18, 20. */
+/* Q5_0 and Q5_1 (X8 forms only: Q5_0X8, Q5_1X8) run as Q8_0 with q = code -
+ * 16 and as Q8_0M with q = code: the 4-bit X8 layout plus a plane of the
+ * codes' fifth bits (kern_types.h). */
+enum { KERN_WK_Q8_0, KERN_WK_Q8_0M, KERN_WK_Q4_0, KERN_WK_Q4_1, KERN_WK_Q5_0, KERN_WK_Q5_1 };
+/* Block bytes: 34, 36, 18, 20, 22, 24. */
 #define KERN_WK_BB(K)                                                                              \
     ((K) == KERN_WK_Q8_0    ? sizeof(kern_block_q8_0)                                              \
      : (K) == KERN_WK_Q8_0M ? sizeof(kern_block_q8_0m)                                             \
      : (K) == KERN_WK_Q4_0  ? sizeof(kern_block_q4_0)                                              \
-                            : sizeof(kern_block_q4_1))
+     : (K) == KERN_WK_Q4_1  ? sizeof(kern_block_q4_1)                                              \
+     : (K) == KERN_WK_Q5_0  ? (size_t)22                                                           \
+                            : (size_t)24)
 /* 1 if the block carries an offset m (at byte 2), which puts qs at byte 4. */
-#define KERN_WK_M(K) ((K) == KERN_WK_Q8_0M || (K) == KERN_WK_Q4_1)
+#define KERN_WK_M(K) ((K) == KERN_WK_Q8_0M || (K) == KERN_WK_Q4_1 || (K) == KERN_WK_Q5_1)
 #define KERN_WK_QO(K) ((size_t)(KERN_WK_M(K) ? 4 : 2))
-/* 1 if qs are 16 bytes of nibbles (value j low, value j + 16 high). */
-#define KERN_WK_NIB(K) ((K) == KERN_WK_Q4_0 || (K) == KERN_WK_Q4_1)
+/* 1 if the X8 form holds the codes as nibbles (two value pairs per 16
+ * bytes); KERN_WK_H5: and a plane of fifth bits after them. */
+#define KERN_WK_H5(K) ((K) == KERN_WK_Q5_0 || (K) == KERN_WK_Q5_1)
+#define KERN_WK_NIB(K) ((K) == KERN_WK_Q4_0 || (K) == KERN_WK_Q4_1 || KERN_WK_H5(K))
+/* Offset of d[8] in an X8 group block: after the codes (and the bit plane). */
+#define KERN_WK_X8_DOFF(K) ((size_t)(KERN_WK_H5(K) ? 160 : KERN_WK_NIB(K) ? 128 : 256))
+/* The code bias subtracted in the integer sum (Q4_0: 8, Q5_0: 16, else 0). */
+#define KERN_WK_BIAS(K) ((K) == KERN_WK_Q4_0 ? 8 : (K) == KERN_WK_Q5_0 ? 16 : 0)
 
 /* 1 for the weight types the int8 kernels run (Q8_0, Q8_0M, Q4_0, Q4_1 and
  * the X8 forms of the first two). */

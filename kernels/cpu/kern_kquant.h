@@ -56,9 +56,10 @@ size_t kern_kq_block_bytes(kern_type t);
  * computed in f32 as GGML does (d * sc first, then times q, minus the min). */
 void kern_kq_dequantize_row(kern_type t, const void *src, float *dst, int64_t n);
 
-/* The form the CPU's matmul kernels run for t when the weights are `auto`:
- *   Q5_0, IQ4_NL, IQ4_XS -> Q8_0; Q5_1, Q5_K -> Q8_0M; Q4_K -> Q4_1;
- *   Q2_K, Q3_K, Q6_K -> Q8_0. */
+/* The row-major form the CPU's matmul kernels run for t when the weights
+ * are `auto`: Q5_0, IQ4_NL, IQ4_XS -> Q8_0; Q5_1, Q5_K -> Q8_0M; Q4_K ->
+ * Q4_1; Q2_K, Q3_K, Q6_K -> Q8_0. (The CPU backend keeps Q5_0 and Q5_1 as
+ * stored where their X8 forms apply, models/model.c.) */
 kern_type kern_kq_run_type(kern_type t);
 
 /* Converts a row of n values of src_type into dst_type without going

@@ -36,6 +36,7 @@
 
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_internal.h"
+#include "kernels/cpu/kern_kquant.h"
 #include "kernels/cpu/kern_ops.h"
 
 #define ROW_GROUP 16 /* rows; a multiple of the largest row tile (AVX-512 T=1: 16) */
@@ -138,6 +139,25 @@ static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw
         }
         return buf;
     }
+    case KERN_TYPE_Q5_0:
+    case KERN_TYPE_Q5_1: {
+        /* Q5_0 as Q8_0 with q = code - 16, Q5_1 as Q8_0M with q = code: the
+         * exact conversion (kern_kq_convert_row) of the one block. */
+        kern_block_q8_0m q;
+        const size_t bb = kern_type_block_bytes(wt);
+        kern_kq_convert_row(wt, row + (size_t)b * bb, kern_int8_type(wt), &q, KERN_QK);
+        if (wt == KERN_TYPE_Q5_0) {
+            const kern_block_q8_0 *q0 = (const kern_block_q8_0 *)(void *)&q;
+            *dw = kern_fp16_to_fp32(q0->d);
+            *mw = 0.0f;
+            memcpy(buf, q0->qs, KERN_QK);
+        } else {
+            *dw = kern_fp16_to_fp32(q.d);
+            *mw = kern_fp16_to_fp32(q.m);
+            memcpy(buf, q.qs, KERN_QK);
+        }
+        return buf;
+    }
     default: {
         const kern_block_q8_0 *blk = (const kern_block_q8_0 *)row + b;
         *dw = kern_fp16_to_fp32(blk->d);
@@ -166,7 +186,7 @@ static const int8_t *q8_block_at(kern_type wt, const uint8_t *W, size_t rb, int 
 
 static int has_offset(kern_type wt) {
     kern_type b = kern_x8_base(wt);
-    return b == KERN_TYPE_Q8_0M || b == KERN_TYPE_Q4_1;
+    return b == KERN_TYPE_Q8_0M || b == KERN_TYPE_Q4_1 || b == KERN_TYPE_Q5_1;
 }
 
 /* One block's contribution, the arithmetic every level reproduces. */

@@ -733,7 +733,17 @@ AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K) {
 #endif
 /* One block of a group (8 base blocks) and the offset of its d[8]. */
 #define X8_BB(K) (8 * KERN_WK_BB(K))
-#define X8_DOFF(K) (KERN_WK_NIB(K) ? 128 : 256)
+#define X8_DOFF(K) KERN_WK_X8_DOFF(K)
+
+/* Q5_0X8/Q5_1X8: OR 16 into the int16 lanes of w whose bit is set in the
+ * 16-bit mask h (lane i <-> bit i; kern_types.h's fifth-bit plane). */
+AI __m256i x8_h5(__m256i w, uint32_t h) {
+    const __m256i bits = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+                                           8192, 16384, (short)0x8000);
+    const __m256i set =
+        _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16((short)h), bits), bits);
+    return _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi16(16)));
+}
 
 /* G groups at grp + g * gstride, rows o + g * ostep (those below r1 stored),
  * tokens t0..t0+T. pf 1: prefetch the groups 2 * gbytes on (the next tile's,
@@ -774,6 +784,11 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
                         _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w[g] + 16 * c)));
                     w0[g] = _mm256_and_si256(raw, _mm256_set1_epi16(0x0f));
                     w1[g] = _mm256_srli_epi16(raw, 4);
+                    if (KERN_WK_H5(K)) {
+                        const uint32_t h = load_u32(w[g] + 128 + 4 * c);
+                        w0[g] = x8_h5(w0[g], h & 0xffff);
+                        w1[g] = x8_h5(w1[g], h >> 16);
+                    }
                 }
 #pragma GCC unroll 3
                 for (int t = 0; t < T; t++) {
@@ -787,10 +802,11 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
                                                                     _mm256_madd_epi16(w1[g], x1)));
                 }
             }
-            if (K == KERN_WK_Q4_0) /* sum (q - 8) x = sum q x - 8 sum x, exactly */
+            if (KERN_WK_BIAS(K)) /* sum (q - 8) x = sum q x - 8 sum x, exactly (Q5_0: 16) */
 #pragma GCC unroll 3
                 for (int t = 0; t < T; t++) {
-                    const __m256i c8 = _mm256_set1_epi32(8 * a->xi[(size_t)b * a->n_tok + t0 + t]);
+                    const __m256i c8 =
+                        _mm256_set1_epi32(KERN_WK_BIAS(K) * a->xi[(size_t)b * a->n_tok + t0 + t]);
 #pragma GCC unroll 2
                     for (int g = 0; g < G; g++)
                         s[g][t] = _mm256_sub_epi32(s[g][t], c8);
@@ -1076,6 +1092,8 @@ void kern_mm_rows_avx2(const kern_mm_args *a, int r0, int r1) {
     case KERN_TYPE_Q8_0MX8: x8_rows(a, r0, r1, KERN_WK_Q8_0M); break;
     case KERN_TYPE_Q4_0X8: x8_rows(a, r0, r1, KERN_WK_Q4_0); break;
     case KERN_TYPE_Q4_1X8: x8_rows(a, r0, r1, KERN_WK_Q4_1); break;
+    case KERN_TYPE_Q5_0X8: x8_rows(a, r0, r1, KERN_WK_Q5_0); break;
+    case KERN_TYPE_Q5_1X8: x8_rows(a, r0, r1, KERN_WK_Q5_1); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

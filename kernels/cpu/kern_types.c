@@ -47,6 +47,8 @@ const char *kern_type_name(kern_type t) {
     case KERN_TYPE_Q8_0MX8: return "q8_0mx8";
     case KERN_TYPE_Q4_0X8: return "q4_0x8";
     case KERN_TYPE_Q4_1X8: return "q4_1x8";
+    case KERN_TYPE_Q5_0X8: return "q5_0x8";
+    case KERN_TYPE_Q5_1X8: return "q5_1x8";
     case KERN_TYPE_Q5_0: return "q5_0";
     case KERN_TYPE_Q5_1: return "q5_1";
     case KERN_TYPE_Q2_K: return "q2_K";
@@ -69,7 +71,9 @@ int kern_type_block_size(kern_type t) {
     case KERN_TYPE_Q8_0X8:
     case KERN_TYPE_Q8_0MX8:
     case KERN_TYPE_Q4_0X8:
-    case KERN_TYPE_Q4_1X8: return KERN_QK;
+    case KERN_TYPE_Q4_1X8:
+    case KERN_TYPE_Q5_0X8:
+    case KERN_TYPE_Q5_1X8: return KERN_QK;
     default: return kern_kq_is(t) ? kern_kq_block_size(t) : 1;
     }
 }
@@ -87,6 +91,8 @@ size_t kern_type_block_bytes(kern_type t) {
     case KERN_TYPE_Q8_0MX8: return sizeof(kern_block_q8_0m);
     case KERN_TYPE_Q4_0X8: return sizeof(kern_block_q4_0);
     case KERN_TYPE_Q4_1X8: return sizeof(kern_block_q4_1);
+    case KERN_TYPE_Q5_0X8: return kern_kq_block_bytes(KERN_TYPE_Q5_0);
+    case KERN_TYPE_Q5_1X8: return kern_kq_block_bytes(KERN_TYPE_Q5_1);
     default: return kern_kq_block_bytes(t);
     }
 }
@@ -103,6 +109,8 @@ kern_type kern_x8_type(kern_type t) {
     case KERN_TYPE_Q8_0M: return KERN_TYPE_Q8_0MX8;
     case KERN_TYPE_Q4_0: return KERN_TYPE_Q4_0X8;
     case KERN_TYPE_Q4_1: return KERN_TYPE_Q4_1X8;
+    case KERN_TYPE_Q5_0: return KERN_TYPE_Q5_0X8;
+    case KERN_TYPE_Q5_1: return KERN_TYPE_Q5_1X8;
     default: return t;
     }
 }
@@ -113,6 +121,8 @@ kern_type kern_x8_base(kern_type t) {
     case KERN_TYPE_Q8_0MX8: return KERN_TYPE_Q8_0M;
     case KERN_TYPE_Q4_0X8: return KERN_TYPE_Q4_0;
     case KERN_TYPE_Q4_1X8: return KERN_TYPE_Q4_1;
+    case KERN_TYPE_Q5_0X8: return KERN_TYPE_Q5_0;
+    case KERN_TYPE_Q5_1X8: return KERN_TYPE_Q5_1;
     default: return t;
     }
 }
@@ -147,6 +157,19 @@ static void x8_block_codes(kern_type base, const uint8_t *blk, uint8_t codes[KER
         }
         break;
     }
+    case KERN_TYPE_Q5_0:
+    case KERN_TYPE_Q5_1: { /* { d, (m), qh[4], qs[16] }: codes 0..31 */
+        const int o = base == KERN_TYPE_Q5_1 ? 4 : 2;
+        if (base == KERN_TYPE_Q5_1)
+            memcpy(m, blk + 2, 2);
+        uint32_t qh = (uint32_t)blk[o] | (uint32_t)blk[o + 1] << 8 | (uint32_t)blk[o + 2] << 16 |
+                      (uint32_t)blk[o + 3] << 24;
+        for (int j = 0; j < KERN_QK / 2; j++) {
+            codes[j] = (uint8_t)((blk[o + 4 + j] & 0x0f) | ((qh >> j) & 1) << 4);
+            codes[j + 16] = (uint8_t)((blk[o + 4 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+        }
+        break;
+    }
     default: /* Q8_0 */ memcpy(codes, blk + 2, KERN_QK); break;
     }
 }
@@ -169,15 +192,32 @@ static void x8_block_make(kern_type base, const uint8_t codes[KERN_QK], uint16_t
             qs[j] = (uint8_t)(codes[j] | codes[j + 16] << 4);
         break;
     }
+    case KERN_TYPE_Q5_0:
+    case KERN_TYPE_Q5_1: {
+        const int o = base == KERN_TYPE_Q5_1 ? 4 : 2;
+        if (base == KERN_TYPE_Q5_1)
+            memcpy(blk + 2, &m, 2);
+        uint32_t qh = 0;
+        for (int j = 0; j < KERN_QK; j++)
+            qh |= (uint32_t)(codes[j] >> 4 & 1) << j;
+        for (int k = 0; k < 4; k++)
+            blk[o + k] = (uint8_t)(qh >> (8 * k));
+        for (int j = 0; j < KERN_QK / 2; j++)
+            blk[o + 4 + j] = (uint8_t)((codes[j] & 0x0f) | (codes[j + 16] & 0x0f) << 4);
+        break;
+    }
     default: memcpy(blk + 2, codes, KERN_QK); break;
     }
 }
 
+static int x8_has_h5(kern_type base) {
+    return base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1;
+}
 static int x8_is_nibble(kern_type base) {
-    return base == KERN_TYPE_Q4_0 || base == KERN_TYPE_Q4_1;
+    return base == KERN_TYPE_Q4_0 || base == KERN_TYPE_Q4_1 || x8_has_h5(base);
 }
 static int x8_has_m(kern_type base) {
-    return base == KERN_TYPE_Q8_0M || base == KERN_TYPE_Q4_1;
+    return base == KERN_TYPE_Q8_0M || base == KERN_TYPE_Q4_1 || base == KERN_TYPE_Q5_1;
 }
 
 /* Where value i (0..31) of lane r sits in a group block: byte *at, and for
@@ -194,14 +234,21 @@ static void x8_value_at(kern_type base, int r, int i, size_t *at, int *shift) {
 
 /* Byte offset of d[8] in a group block (m[8] follows it). */
 static size_t x8_d_off(kern_type base) {
-    return x8_is_nibble(base) ? 128 : 256;
+    return x8_has_h5(base) ? 160 : x8_is_nibble(base) ? 128 : 256;
+}
+
+/* Q5_0X8/Q5_1X8: byte and bit of value i's fifth bit for row r. */
+static void x8_h5_at(int r, int i, size_t *at, int *bit) {
+    int c = i / 4, hi = (i & 2) ? 1 : 0, lane = 2 * r + (i & 1);
+    *at = (size_t)(128 + 4 * c + 2 * hi + lane / 8);
+    *bit = lane % 8;
 }
 
 void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int64_t n_in,
                         void *dst, int64_t g) {
     const size_t bb = kern_type_block_bytes(base), gb = 8 * bb, doff = x8_d_off(base);
     const int64_t nb = n_in / KERN_QK;
-    const int nib = x8_is_nibble(base), has_m = x8_has_m(base);
+    const int nib = x8_is_nibble(base), has_m = x8_has_m(base), h5 = x8_has_h5(base);
     uint8_t *grp = (uint8_t *)dst + (size_t)g * (size_t)nb * gb;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *o = grp + (size_t)b * gb;
@@ -215,8 +262,15 @@ void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int
             if (nib) {
                 for (int c = 0; c < 8; c++)
                     for (int e = 0; e < 2; e++)
-                        o[16 * c + 2 * r + e] =
-                            (uint8_t)(codes[4 * c + e] | codes[4 * c + 2 + e] << 4);
+                        o[16 * c + 2 * r + e] = (uint8_t)((codes[4 * c + e] & 0x0f) |
+                                                          (codes[4 * c + 2 + e] & 0x0f) << 4);
+                if (h5)
+                    for (int i = 0; i < KERN_QK; i++) {
+                        size_t at;
+                        int bit;
+                        x8_h5_at(r, i, &at, &bit);
+                        o[at] |= (uint8_t)((codes[i] >> 4 & 1) << bit);
+                    }
             } else {
                 for (int j = 0; j < 16; j++) {
                     o[16 * j + 2 * r] = codes[2 * j];
@@ -244,6 +298,11 @@ void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *
             int shift;
             x8_value_at(base, lane, i, &at, &shift);
             codes[i] = x8_is_nibble(base) ? (uint8_t)((in[at] >> shift) & 0x0f) : in[at];
+            if (x8_has_h5(base)) {
+                int bit;
+                x8_h5_at(lane, i, &at, &bit);
+                codes[i] |= (uint8_t)((in[at] >> bit & 1) << 4);
+            }
         }
         uint16_t d, m = 0;
         memcpy(&d, in + doff + 2 * lane, 2);
@@ -360,6 +419,8 @@ void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n) {
     case KERN_TYPE_Q8_0MX8:
     case KERN_TYPE_Q4_0X8:
     case KERN_TYPE_Q4_1X8:
+    case KERN_TYPE_Q5_0X8:
+    case KERN_TYPE_Q5_1X8:
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;
@@ -475,6 +536,8 @@ void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n) {
     case KERN_TYPE_Q8_0MX8:
     case KERN_TYPE_Q4_0X8:
     case KERN_TYPE_Q4_1X8:
+    case KERN_TYPE_Q5_0X8:
+    case KERN_TYPE_Q5_1X8:
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;

@@ -233,6 +233,27 @@ def test_greedy_matches_reference(brisk, synth, name):
     assert r.out.decode("utf-8", errors="strict") == want, f"reference ids {ids}"
 
 
+@pytest.mark.parametrize("name", ["llama-q5_0", "llama-q5_1"])
+def test_q5_runs_as_stored(brisk, synth, name, tmp_path, report):
+    """weights auto multiplies Q5_0/Q5_1 in their own X8 form (22/24 bytes per
+    32 weights) rather than converting them to int8 (34/36): fewer bytes read
+    per token, and the same bits as the int8 conversion, whose integers they
+    are (code - 16 for Q5_0, code with the offset for Q5_1)."""
+    read = {}
+    for w in ("auto", "int8"):
+        r = brisk.run("generate", "--model", synth.path(name), "--prompt-ids",
+                      " ".join(map(str, PROMPT_IDS)), "-n", "0", "--temp", "0", "--weights", w,
+                      "--dump-logits", tmp_path / f"{w}.f32")
+        mb = [ln for ln in r.err_lines() if "MB read per token" in ln]
+        assert mb, r.err
+        read[w] = float(mb[0].split("(")[-1].split(" MB")[0])
+    same = (tmp_path / "auto.f32").read_bytes() == (tmp_path / "int8.f32").read_bytes()
+    report(f"synthetic {name:>22}: auto reads {read['auto']:.2f} MB/token, int8 "
+           f"{read['int8']:.2f}; logits identical: {same}")
+    assert same
+    assert read["auto"] < 0.8 * read["int8"], read
+
+
 def _q8_0_weights(ref, m):
     """Makes m's float matrices read back as GGML Q8_0 blocks (what
     --weights int8 runs on), leaving quantized ones as stored."""

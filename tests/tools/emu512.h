@@ -228,6 +228,13 @@ EMU emu_m512i e_sub_epi16(emu_m512i a, emu_m512i b) {
     EMU_LOOP(32) r.v.w[i] = (int16_t)((uint16_t)a.v.w[i] - (uint16_t)b.v.w[i]);
     return r;
 }
+/* vpaddw with a write mask: lanes whose bit of m is clear keep src. */
+EMU emu_m512i e_mask_add_epi16(emu_m512i src, __mmask32 m, emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(32)
+    r.v.w[i] = (m >> i) & 1 ? (int16_t)((uint16_t)a.v.w[i] + (uint16_t)b.v.w[i]) : src.v.w[i];
+    return r;
+}
 /* Logical shift; a count above 15 gives 0, as the instruction does. */
 EMU emu_m512i e_srli_epi16(emu_m512i a, unsigned n) {
     emu_m512i r;
@@ -416,6 +423,7 @@ EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 #define _mm512_slli_epi32 e_slli_epi32
 #define _mm512_sub_epi16 e_sub_epi16
 #define _mm512_srli_epi16 e_srli_epi16
+#define _mm512_mask_add_epi16 e_mask_add_epi16
 #define _mm512_and_si512 e_and_si512
 #define _mm512_xor_si512 e_xor_si512
 #define _mm512_madd_epi16 e_madd_epi16

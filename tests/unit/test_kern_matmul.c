@@ -30,7 +30,7 @@ static const kern_type *const k_int_types = k_types + INT_TYPES_FIRST;
 #define N_INT_TYPES (N_TYPES - INT_TYPES_FIRST)
 
 static int has_offset(kern_type wt) {
-    return wt == KERN_TYPE_Q8_0M || wt == KERN_TYPE_Q4_1;
+    return wt == KERN_TYPE_Q8_0M || wt == KERN_TYPE_Q4_1 || wt == KERN_TYPE_Q5_1;
 }
 
 typedef struct {
@@ -582,10 +582,14 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
     const int ins[] = {32, 576};
     const int toks[] = {1, 2, 3, 4, 5, 6, 7, 10, 11, 16, 33};
     int fails = 0, cases = 0;
+    /* Q5_0 and Q5_1 have X8 forms only: their row-major twin is the exact
+     * int8 conversion (Q8_0 with q = code - 16, Q8_0M with q = code). */
     static const kern_type bases[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0,
-                                      KERN_TYPE_Q4_1};
-    for (int bi = 0; bi < 4; bi++) {
+                                      KERN_TYPE_Q4_1, KERN_TYPE_Q5_0,  KERN_TYPE_Q5_1};
+    for (int bi = 0; bi < 6; bi++) {
         kern_type base = bases[bi], x8 = kern_x8_type(base);
+        const int q5 = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1;
+        const kern_type twin = q5 ? kern_int8_type(base) : base;
         int ti = has_offset(base);
         CHECK(kern_type_is_x8(x8) && kern_x8_base(x8) == base && !kern_type_is_x8(base),
               "x8 type mapping");
@@ -617,6 +621,13 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                     kern_x8_get_row(x8, wx, n_in, o, row);
                     fails += memcmp(row, w + rb * o, rb) != 0;
                 }
+                const size_t trb = kern_row_bytes(twin, n_in);
+                uint8_t *tw = w;
+                if (q5) {
+                    tw = malloc(trb * n_out);
+                    for (int o = 0; o < n_out; o++)
+                        fails += kern_requantize_row_q8(base, w + rb * o, tw + trb * o, n_in) != 0;
+                }
                 for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
                     int n_tok = toks[ki];
                     size_t n = (size_t)n_out * n_tok;
@@ -626,7 +637,7 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                     fill_normal(x, (size_t)n_tok * n_in, 1.0f);
                     void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(x8, n_in, n_tok) + 64) &
                                                      ~(size_t)63);
-                    kern_matmul_ref(base, w, n_out, n_in, x, n_tok, ref);
+                    kern_matmul_ref(twin, tw, n_out, n_in, x, n_tok, ref);
                     kern_matmul_ref(x8, wx, n_out, n_in, x, n_tok, y);
                     fails += memcmp(y, ref, n * sizeof(float)) != 0;
                     for (int lv = lv_first(top); lv <= (int)top; lv++) {
@@ -642,7 +653,7 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                             }
                         }
                         /* One X8 part beside its row-major twin. */
-                        kern_matmul_part parts[2] = {{x8, wx, n_out, y}, {base, w, n_out, y2}};
+                        kern_matmul_part parts[2] = {{x8, wx, n_out, y}, {twin, tw, n_out, y2}};
                         kern_matmul_multi(pool2, parts, 2, n_in, x, n_tok, ws);
                         fails += memcmp(y, ref, n * sizeof(float)) != 0 ||
                                  memcmp(y2, ref, n * sizeof(float)) != 0;
@@ -655,12 +666,15 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                     free(y2);
                     free(ws);
                 }
+                if (tw != w)
+                    free(tw);
                 free(w);
                 free(wx);
                 free(row);
             }
     }
-    printf("x8 types vs q8_0/q8_0m/q4_0/q4_1: %d shapes x %d levels x 1-2 threads, %d differ "
+    printf("x8 types vs q8_0/q8_0m/q4_0/q4_1 (q5_0/q5_1 vs their int8 twins): %d shapes x %d "
+           "levels x 1-2 threads, %d differ "
            "(memcmp)\n",
            cases, (int)top + 1 - lv_first(top), fails);
     CHECK(fails == 0, "X8 matmul differs from its base type in %d cases", fails);
@@ -716,10 +730,10 @@ static void test_float_levels_agree(kern_pool *pool1, kern_pool *pool2, kern_lev
  * types) or the top level's own bits (float types, whose kernels share one
  * arithmetic), and one token at a time equals the batch. */
 static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
-    static const kern_type types[] = {KERN_TYPE_F32,    KERN_TYPE_F16,    KERN_TYPE_BF16,
-                                      KERN_TYPE_Q8_0,   KERN_TYPE_Q8_0M,  KERN_TYPE_Q4_0,
-                                      KERN_TYPE_Q4_1,   KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8,
-                                      KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8};
+    static const kern_type types[] = {
+        KERN_TYPE_F32,    KERN_TYPE_F16,    KERN_TYPE_BF16,   KERN_TYPE_Q8_0,    KERN_TYPE_Q8_0M,
+        KERN_TYPE_Q4_0,   KERN_TYPE_Q4_1,   KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8,
+        KERN_TYPE_Q4_1X8, KERN_TYPE_Q5_0X8, KERN_TYPE_Q5_1X8};
     const int n_out = 200, n_in = 576, toks[] = {1, 2, 3, 5, 9, 10, 16, 37};
     int fails = 0;
     kern_cpu_set_max_level(top);
@@ -728,9 +742,25 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         const size_t rb = kern_row_bytes(base, n_in);
         uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(wt, n_out, n_in));
         float *row = malloc(sizeof(float) * n_in);
+        const int q5 = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1;
         for (int o = 0; o < n_out; o++) {
             fill_normal(row, n_in, 1.0f / 24.0f);
-            kern_quantize_row(base, row, w + rb * o, n_in);
+            if (!q5) {
+                kern_quantize_row(base, row, w + rb * o, n_in);
+                continue;
+            }
+            /* No quantizer for Q5_*: random codes, d ~ 1/24 / 16, m ~ -d * 16. */
+            const size_t bb = kern_type_block_bytes(base);
+            for (int k = 0; k < n_in / 32; k++) {
+                uint8_t *blk = w + rb * o + bb * (size_t)k;
+                for (size_t j = 0; j < bb; j++)
+                    blk[j] = (uint8_t)rng_u64();
+                float d = (0.5f + (float)rng_uniform()) / 384.0f;
+                uint16_t dh = kern_fp32_to_fp16(d), mh = kern_fp32_to_fp16(-16.0f * d);
+                memcpy(blk, &dh, 2);
+                if (base == KERN_TYPE_Q5_1)
+                    memcpy(blk + 2, &mh, 2);
+            }
         }
         const uint8_t *W = w;
         if (wt != base) {
@@ -749,7 +779,7 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(wt, n_in, n_max) + 64) & ~(size_t)63);
         fill_normal(x, (size_t)n_max * n_in, 1.0f);
         if (kern_is_int_weight(wt)) {
-            kern_matmul_ref(base, w, n_out, n_in, x, n_max, want);
+            kern_matmul_ref(q5 ? wt : base, q5 ? W : w, n_out, n_in, x, n_max, want);
         } else { /* the top level's own kernels */
             kern_cpu_set_pick(KERN_PICK_LEVEL);
             kern_matmul(pool2, wt, W, n_out, n_in, x, n_max, want, ws);
@@ -778,7 +808,7 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         free(ws);
     }
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
-    printf("kernel table at %s: 11 types x 8 batch sizes, %d differ\n", kern_level_name(top),
+    printf("kernel table at %s: 13 types x 8 batch sizes, %d differ\n", kern_level_name(top),
            fails);
     CHECK(fails == 0, "the default kernel choice breaks exactness or batch invariance in %d cases",
           fails);
