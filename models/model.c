@@ -443,15 +443,18 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
     if (rc < 0)
         return rc;
     /* With weights auto, a matrix the CPU kernels do not multiply is kept as
-     * stored for a converting backend (keep_stored), and Q5_0/Q5_1 for their
-     * X8 forms (Q5_0X8/Q5_1X8: 22/24 bytes per 32 weights instead of the 34
-     * of Q8_0; rows in whole groups of 8); everything else takes
+     * stored for a converting backend (keep_stored), and Q5_0/Q5_1/IQ4_NL
+     * for their X8 forms (Q5_0X8/Q5_1X8/IQ4_NLX8: 22/24/18 bytes per 32
+     * weights instead of the 34 of Q8_0; rows in whole groups of 8), IQ4_XS
+     * becomes IQ4_NL for the same (18 bytes); everything else takes
      * model_target_type's form. */
     const int auto_fmt = m->fmt == MODEL_WEIGHTS_AUTO;
-    const int q5 = t->type == KERN_TYPE_Q5_0 || t->type == KERN_TYPE_Q5_1;
-    kern_type dst = (auto_fmt && m->keep_stored && kern_kq_is(t->type)) ||
-                            (auto_fmt && m->x8 && q5 && n_out % 8 == 0)
-                        ? t->type
+    const int x8_ok = auto_fmt && m->x8 && n_out % 8 == 0;
+    const int q5 =
+        t->type == KERN_TYPE_Q5_0 || t->type == KERN_TYPE_Q5_1 || t->type == KERN_TYPE_IQ4_NL;
+    kern_type dst = (auto_fmt && m->keep_stored && kern_kq_is(t->type)) || (x8_ok && q5) ? t->type
+                    : x8_ok && t->type == KERN_TYPE_IQ4_XS
+                        ? KERN_TYPE_IQ4_NL /* its 32-value sub-blocks as IQ4_NL: IQ4_NLX8 */
                         : model_target_type(m->fmt, t->type, n_in);
     rc = model_convert(m, pool, t, n_out, n_in, dst, &out->data);
     if (rc < 0)

@@ -155,6 +155,17 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
                     __m512i w0[2], w1[2];
 #pragma GCC unroll 2
                     for (int z = 0; z < NZ; z++) {
+                        if (KERN_WK_LUT(K)) { /* IQ4_NL: the table's values of the nibbles */
+                            const __m256i tbl = _mm256_broadcastsi128_si256(
+                                _mm_loadu_si128((const __m128i *)kern_iq4_values));
+                            const __m256i nb4 = x8z_pair(wa[z] + 16 * c, wb[z] + 16 * c);
+                            const __m256i m4 = _mm256_set1_epi8(0x0f);
+                            w0[z] = _mm512_cvtepi8_epi16(
+                                _mm256_shuffle_epi8(tbl, _mm256_and_si256(nb4, m4)));
+                            w1[z] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(
+                                tbl, _mm256_and_si256(_mm256_srli_epi16(nb4, 4), m4)));
+                            continue;
+                        }
                         const __m512i raw =
                             _mm512_cvtepu8_epi16(x8z_pair(wa[z] + 16 * c, wb[z] + 16 * c));
                         w0[z] = _mm512_and_si512(raw, _mm512_set1_epi16(0x0f));
@@ -336,6 +347,7 @@ static void X8Z_FN(_rows)(const kern_mm_args *a, int r0, int r1) {
     case KERN_TYPE_Q4_1X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q4_1); break;
     case KERN_TYPE_Q5_0X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q5_0); break;
     case KERN_TYPE_Q5_1X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q5_1); break;
+    case KERN_TYPE_IQ4_NLX8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_IQ4NL); break;
     default: kern_mm_rows_scalar(a, r0, r1); break;
     }
 }

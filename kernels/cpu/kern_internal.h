@@ -24,22 +24,36 @@
 /* Q5_0 and Q5_1 (X8 forms only: Q5_0X8, Q5_1X8) run as Q8_0 with q = code -
  * 16 and as Q8_0M with q = code: the 4-bit X8 layout plus a plane of the
  * codes' fifth bits (kern_types.h). */
-enum { KERN_WK_Q8_0, KERN_WK_Q8_0M, KERN_WK_Q4_0, KERN_WK_Q4_1, KERN_WK_Q5_0, KERN_WK_Q5_1 };
-/* Block bytes: 34, 36, 18, 20, 22, 24. */
+/* IQ4_NL (X8 form only: IQ4_NLX8) runs as Q8_0 with q = the IQ4 table's
+ * value of the nibble (KERN_WK_LUT: a 16-entry byte shuffle). */
+enum {
+    KERN_WK_Q8_0,
+    KERN_WK_Q8_0M,
+    KERN_WK_Q4_0,
+    KERN_WK_Q4_1,
+    KERN_WK_Q5_0,
+    KERN_WK_Q5_1,
+    KERN_WK_IQ4NL
+};
+/* Block bytes: 34, 36, 18, 20, 22, 24, 18. */
 #define KERN_WK_BB(K)                                                                              \
-    ((K) == KERN_WK_Q8_0    ? sizeof(kern_block_q8_0)                                              \
-     : (K) == KERN_WK_Q8_0M ? sizeof(kern_block_q8_0m)                                             \
-     : (K) == KERN_WK_Q4_0  ? sizeof(kern_block_q4_0)                                              \
-     : (K) == KERN_WK_Q4_1  ? sizeof(kern_block_q4_1)                                              \
-     : (K) == KERN_WK_Q5_0  ? (size_t)22                                                           \
-                            : (size_t)24)
+    ((K) == KERN_WK_Q8_0                           ? sizeof(kern_block_q8_0)                       \
+     : (K) == KERN_WK_Q8_0M                        ? sizeof(kern_block_q8_0m)                      \
+     : (K) == KERN_WK_Q4_0 || (K) == KERN_WK_IQ4NL ? sizeof(kern_block_q4_0)                       \
+     : (K) == KERN_WK_Q4_1                         ? sizeof(kern_block_q4_1)                       \
+     : (K) == KERN_WK_Q5_0                         ? (size_t)22                                    \
+                                                   : (size_t)24)
 /* 1 if the block carries an offset m (at byte 2), which puts qs at byte 4. */
 #define KERN_WK_M(K) ((K) == KERN_WK_Q8_0M || (K) == KERN_WK_Q4_1 || (K) == KERN_WK_Q5_1)
 #define KERN_WK_QO(K) ((size_t)(KERN_WK_M(K) ? 4 : 2))
 /* 1 if the X8 form holds the codes as nibbles (two value pairs per 16
  * bytes); KERN_WK_H5: and a plane of fifth bits after them. */
 #define KERN_WK_H5(K) ((K) == KERN_WK_Q5_0 || (K) == KERN_WK_Q5_1)
-#define KERN_WK_NIB(K) ((K) == KERN_WK_Q4_0 || (K) == KERN_WK_Q4_1 || KERN_WK_H5(K))
+#define KERN_WK_LUT(K) ((K) == KERN_WK_IQ4NL)
+#define KERN_WK_NIB(K)                                                                             \
+    ((K) == KERN_WK_Q4_0 || (K) == KERN_WK_Q4_1 || KERN_WK_H5(K) || KERN_WK_LUT(K))
+/* The IQ4 table (kern_kquant.h), for the byte shuffles. */
+extern const int8_t kern_iq4_values[16];
 /* Offset of d[8] in an X8 group block: after the codes (and the bit plane). */
 #define KERN_WK_X8_DOFF(K) ((size_t)(KERN_WK_H5(K) ? 160 : KERN_WK_NIB(K) ? 128 : 256))
 /* The code bias subtracted in the integer sum (Q4_0: 8, Q5_0: 16, else 0). */

@@ -4,10 +4,13 @@
  * a time, for reading rather than speed: they run once per weight at load. */
 #include "kernels/cpu/kern_kquant.h"
 
+#include "kernels/cpu/kern_internal.h"
+
 #include <string.h>
 
-static const int8_t KV_IQ4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                  1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t kern_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                    1,    13,   25,  38,  53,  69,  89,  113};
+#define KV_IQ4 kern_iq4_values
 
 static float f16(const uint8_t *p) {
     return kern_fp16_to_fp32((uint16_t)(p[0] | p[1] << 8));
@@ -274,6 +277,16 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
                 for (int k = 0; k < 32; k++)
                     q[k] = KV_IQ4[nib32(s + 8 + 16 * j, k)];
                 put_q8_0(&o[8 * i + j], kern_fp32_to_fp16(f16(s) * (float)iq4xs_scale(s, j)), q);
+            }
+        return 0;
+    }
+    if (st == KERN_TYPE_IQ4_XS && dt == KERN_TYPE_IQ4_NL) {
+        uint8_t *o = dst;
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 136)
+            for (int j = 0; j < 8; j++, o += 18) {
+                uint16_t d = kern_fp32_to_fp16(f16(s) * (float)iq4xs_scale(s, j));
+                o[0] = (uint8_t)d, o[1] = (uint8_t)(d >> 8);
+                memcpy(o + 2, s + 8 + 16 * j, 16);
             }
         return 0;
     }

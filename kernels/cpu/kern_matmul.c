@@ -140,13 +140,15 @@ static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw
         return buf;
     }
     case KERN_TYPE_Q5_0:
-    case KERN_TYPE_Q5_1: {
-        /* Q5_0 as Q8_0 with q = code - 16, Q5_1 as Q8_0M with q = code: the
-         * exact conversion (kern_kq_convert_row) of the one block. */
+    case KERN_TYPE_Q5_1:
+    case KERN_TYPE_IQ4_NL: {
+        /* Q5_0 as Q8_0 with q = code - 16, Q5_1 as Q8_0M with q = code,
+         * IQ4_NL as Q8_0 with q = KV[code]: the exact conversion
+         * (kern_kq_convert_row) of the one block. */
         kern_block_q8_0m q;
         const size_t bb = kern_type_block_bytes(wt);
         kern_kq_convert_row(wt, row + (size_t)b * bb, kern_int8_type(wt), &q, KERN_QK);
-        if (wt == KERN_TYPE_Q5_0) {
+        if (wt != KERN_TYPE_Q5_1) {
             const kern_block_q8_0 *q0 = (const kern_block_q8_0 *)(void *)&q;
             *dw = kern_fp16_to_fp32(q0->d);
             *mw = 0.0f;

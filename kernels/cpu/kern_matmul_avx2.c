@@ -780,6 +780,15 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
                 __m256i w0[2], w1[2];
 #pragma GCC unroll 2
                 for (int g = 0; g < G; g++) {
+                    if (KERN_WK_LUT(K)) { /* IQ4_NL: the table's values of the nibbles */
+                        const __m128i tbl = _mm_loadu_si128((const __m128i *)kern_iq4_values);
+                        const __m128i nb4 = _mm_loadu_si128((const __m128i *)(w[g] + 16 * c));
+                        const __m128i m4 = _mm_set1_epi8(0x0f);
+                        w0[g] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(tbl, _mm_and_si128(nb4, m4)));
+                        w1[g] = _mm256_cvtepi8_epi16(
+                            _mm_shuffle_epi8(tbl, _mm_and_si128(_mm_srli_epi16(nb4, 4), m4)));
+                        continue;
+                    }
                     const __m256i raw =
                         _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w[g] + 16 * c)));
                     w0[g] = _mm256_and_si256(raw, _mm256_set1_epi16(0x0f));
@@ -1094,6 +1103,7 @@ void kern_mm_rows_avx2(const kern_mm_args *a, int r0, int r1) {
     case KERN_TYPE_Q4_1X8: x8_rows(a, r0, r1, KERN_WK_Q4_1); break;
     case KERN_TYPE_Q5_0X8: x8_rows(a, r0, r1, KERN_WK_Q5_0); break;
     case KERN_TYPE_Q5_1X8: x8_rows(a, r0, r1, KERN_WK_Q5_1); break;
+    case KERN_TYPE_IQ4_NLX8: x8_rows(a, r0, r1, KERN_WK_IQ4NL); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

@@ -49,6 +49,7 @@ const char *kern_type_name(kern_type t) {
     case KERN_TYPE_Q4_1X8: return "q4_1x8";
     case KERN_TYPE_Q5_0X8: return "q5_0x8";
     case KERN_TYPE_Q5_1X8: return "q5_1x8";
+    case KERN_TYPE_IQ4_NLX8: return "iq4_nlx8";
     case KERN_TYPE_Q5_0: return "q5_0";
     case KERN_TYPE_Q5_1: return "q5_1";
     case KERN_TYPE_Q2_K: return "q2_K";
@@ -73,7 +74,8 @@ int kern_type_block_size(kern_type t) {
     case KERN_TYPE_Q4_0X8:
     case KERN_TYPE_Q4_1X8:
     case KERN_TYPE_Q5_0X8:
-    case KERN_TYPE_Q5_1X8: return KERN_QK;
+    case KERN_TYPE_Q5_1X8:
+    case KERN_TYPE_IQ4_NLX8: return KERN_QK;
     default: return kern_kq_is(t) ? kern_kq_block_size(t) : 1;
     }
 }
@@ -93,6 +95,7 @@ size_t kern_type_block_bytes(kern_type t) {
     case KERN_TYPE_Q4_1X8: return sizeof(kern_block_q4_1);
     case KERN_TYPE_Q5_0X8: return kern_kq_block_bytes(KERN_TYPE_Q5_0);
     case KERN_TYPE_Q5_1X8: return kern_kq_block_bytes(KERN_TYPE_Q5_1);
+    case KERN_TYPE_IQ4_NLX8: return kern_kq_block_bytes(KERN_TYPE_IQ4_NL);
     default: return kern_kq_block_bytes(t);
     }
 }
@@ -111,6 +114,7 @@ kern_type kern_x8_type(kern_type t) {
     case KERN_TYPE_Q4_1: return KERN_TYPE_Q4_1X8;
     case KERN_TYPE_Q5_0: return KERN_TYPE_Q5_0X8;
     case KERN_TYPE_Q5_1: return KERN_TYPE_Q5_1X8;
+    case KERN_TYPE_IQ4_NL: return KERN_TYPE_IQ4_NLX8;
     default: return t;
     }
 }
@@ -123,6 +127,7 @@ kern_type kern_x8_base(kern_type t) {
     case KERN_TYPE_Q4_1X8: return KERN_TYPE_Q4_1;
     case KERN_TYPE_Q5_0X8: return KERN_TYPE_Q5_0;
     case KERN_TYPE_Q5_1X8: return KERN_TYPE_Q5_1;
+    case KERN_TYPE_IQ4_NLX8: return KERN_TYPE_IQ4_NL;
     default: return t;
     }
 }
@@ -147,6 +152,7 @@ static void x8_block_codes(kern_type base, const uint8_t *blk, uint8_t codes[KER
         memcpy(codes, blk + 4, KERN_QK);
         break;
     case KERN_TYPE_Q4_0:
+    case KERN_TYPE_IQ4_NL: /* { d, qs[16] } as Q4_0: the codes are table indices */
     case KERN_TYPE_Q4_1: {
         const uint8_t *qs = blk + (base == KERN_TYPE_Q4_1 ? 4 : 2);
         if (base == KERN_TYPE_Q4_1)
@@ -184,6 +190,7 @@ static void x8_block_make(kern_type base, const uint8_t codes[KERN_QK], uint16_t
         memcpy(blk + 4, codes, KERN_QK);
         break;
     case KERN_TYPE_Q4_0:
+    case KERN_TYPE_IQ4_NL:
     case KERN_TYPE_Q4_1: {
         uint8_t *qs = blk + (base == KERN_TYPE_Q4_1 ? 4 : 2);
         if (base == KERN_TYPE_Q4_1)
@@ -214,7 +221,8 @@ static int x8_has_h5(kern_type base) {
     return base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1;
 }
 static int x8_is_nibble(kern_type base) {
-    return base == KERN_TYPE_Q4_0 || base == KERN_TYPE_Q4_1 || x8_has_h5(base);
+    return base == KERN_TYPE_Q4_0 || base == KERN_TYPE_Q4_1 || base == KERN_TYPE_IQ4_NL ||
+           x8_has_h5(base);
 }
 static int x8_has_m(kern_type base) {
     return base == KERN_TYPE_Q8_0M || base == KERN_TYPE_Q4_1 || base == KERN_TYPE_Q5_1;
@@ -421,6 +429,7 @@ void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n) {
     case KERN_TYPE_Q4_1X8:
     case KERN_TYPE_Q5_0X8:
     case KERN_TYPE_Q5_1X8:
+    case KERN_TYPE_IQ4_NLX8:
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;
@@ -538,6 +547,7 @@ void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n) {
     case KERN_TYPE_Q4_1X8:
     case KERN_TYPE_Q5_0X8:
     case KERN_TYPE_Q5_1X8:
+    case KERN_TYPE_IQ4_NLX8:
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;

@@ -46,13 +46,14 @@ typedef enum kern_type {
     KERN_TYPE_IQ4_NL = 20,
     KERN_TYPE_IQ4_XS = 23,
     KERN_TYPE_BF16 = 30,
-    KERN_TYPE_Q8_0M = 64,   /* brisk-internal, see above */
-    KERN_TYPE_Q8_0X8 = 65,  /* brisk-internal: Q8_0 in groups of 8 rows, see below */
-    KERN_TYPE_Q8_0MX8 = 66, /* brisk-internal: Q8_0M in groups of 8 rows */
-    KERN_TYPE_Q4_0X8 = 67,  /* brisk-internal: Q4_0 in groups of 8 rows */
-    KERN_TYPE_Q4_1X8 = 68,  /* brisk-internal: Q4_1 in groups of 8 rows */
-    KERN_TYPE_Q5_0X8 = 69,  /* brisk-internal: Q5_0 in groups of 8 rows */
-    KERN_TYPE_Q5_1X8 = 70,  /* brisk-internal: Q5_1 in groups of 8 rows */
+    KERN_TYPE_Q8_0M = 64,    /* brisk-internal, see above */
+    KERN_TYPE_Q8_0X8 = 65,   /* brisk-internal: Q8_0 in groups of 8 rows, see below */
+    KERN_TYPE_Q8_0MX8 = 66,  /* brisk-internal: Q8_0M in groups of 8 rows */
+    KERN_TYPE_Q4_0X8 = 67,   /* brisk-internal: Q4_0 in groups of 8 rows */
+    KERN_TYPE_Q4_1X8 = 68,   /* brisk-internal: Q4_1 in groups of 8 rows */
+    KERN_TYPE_Q5_0X8 = 69,   /* brisk-internal: Q5_0 in groups of 8 rows */
+    KERN_TYPE_Q5_1X8 = 70,   /* brisk-internal: Q5_1 in groups of 8 rows */
+    KERN_TYPE_IQ4_NLX8 = 71, /* brisk-internal: IQ4_NL in groups of 8 rows */
 } kern_type;
 
 #define KERN_QK 32
@@ -110,11 +111,13 @@ KERN_STATIC_ASSERT(sizeof(kern_block_q4_1) == 20, "q4_1 block is 20 bytes");
  * set where value 4 c + e of row r has its fifth bit, the u16 at 130 + 4 c
  * the same for value 4 c + 2 + e: the lanes of the chunk widened to int16,
  * low nibbles then high. A group block is 176 (Q5_0) or 192 (Q5_1) bytes.
- * Q5_0's value is d * (code - 16), Q5_1's d * code + m. The row-major Q5_0
- * and Q5_1 have no matmul kernel: a matrix in them is either X8 or
- * converted (kern_kquant.h). */
+ * Q5_0's value is d * (code - 16), Q5_1's d * code + m. IQ4_NLX8 is Q4_0X8's
+ * layout of IQ4_NL's nibbles, the value d * KV[nibble] (kern_kquant.h). The
+ * row-major Q5_0, Q5_1 and IQ4_NL have no matmul kernel: a matrix in them is
+ * either X8 or converted (kern_kquant.h). */
 /* The X8 form of t (Q8_0 -> Q8_0X8, Q8_0M -> Q8_0MX8, Q4_0 -> Q4_0X8,
- * Q4_1 -> Q4_1X8, Q5_0 -> Q5_0X8, Q5_1 -> Q5_1X8), or t when it has none. */
+ * Q4_1 -> Q4_1X8, Q5_0 -> Q5_0X8, Q5_1 -> Q5_1X8, IQ4_NL -> IQ4_NLX8), or t
+ * when it has none. */
 kern_type kern_x8_type(kern_type t);
 /* The row-major type of an X8 type (Q8_0X8 -> Q8_0, ...), or t itself. */
 kern_type kern_x8_base(kern_type t);

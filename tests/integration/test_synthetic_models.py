@@ -233,12 +233,13 @@ def test_greedy_matches_reference(brisk, synth, name):
     assert r.out.decode("utf-8", errors="strict") == want, f"reference ids {ids}"
 
 
-@pytest.mark.parametrize("name", ["llama-q5_0", "llama-q5_1"])
-def test_q5_runs_as_stored(brisk, synth, name, tmp_path, report):
-    """weights auto multiplies Q5_0/Q5_1 in their own X8 form (22/24 bytes per
-    32 weights) rather than converting them to int8 (34/36): fewer bytes read
-    per token, and the same bits as the int8 conversion, whose integers they
-    are (code - 16 for Q5_0, code with the offset for Q5_1)."""
+@pytest.mark.parametrize("name", ["llama-q5_0", "llama-q5_1", "llama-iq4_nl", "llama-iq4_xs"])
+def test_runs_as_stored(brisk, synth, name, tmp_path, report):
+    """weights auto multiplies Q5_0/Q5_1/IQ4_NL in their own X8 forms (22/24/18
+    bytes per 32 weights; IQ4_XS as IQ4_NL blocks) rather than converting them
+    to int8 (34/36): fewer bytes read per token, and the same bits as the int8
+    conversion, whose integers they are (code - 16 for Q5_0, code with the
+    offset for Q5_1, the IQ4 table's value)."""
     read = {}
     for w in ("auto", "int8"):
         r = brisk.run("generate", "--model", synth.path(name), "--prompt-ids",

@@ -582,13 +582,15 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
     const int ins[] = {32, 576};
     const int toks[] = {1, 2, 3, 4, 5, 6, 7, 10, 11, 16, 33};
     int fails = 0, cases = 0;
-    /* Q5_0 and Q5_1 have X8 forms only: their row-major twin is the exact
-     * int8 conversion (Q8_0 with q = code - 16, Q8_0M with q = code). */
-    static const kern_type bases[] = {KERN_TYPE_Q8_0, KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0,
-                                      KERN_TYPE_Q4_1, KERN_TYPE_Q5_0,  KERN_TYPE_Q5_1};
-    for (int bi = 0; bi < 6; bi++) {
+    /* Q5_0, Q5_1 and IQ4_NL have X8 forms only: their row-major twin is the
+     * exact int8 conversion (Q8_0 with q = code - 16, Q8_0M with q = code,
+     * Q8_0 with q = the IQ4 table value). */
+    static const kern_type bases[] = {KERN_TYPE_Q8_0,  KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0,
+                                      KERN_TYPE_Q4_1,  KERN_TYPE_Q5_0,  KERN_TYPE_Q5_1,
+                                      KERN_TYPE_IQ4_NL};
+    for (int bi = 0; bi < 7; bi++) {
         kern_type base = bases[bi], x8 = kern_x8_type(base);
-        const int q5 = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1;
+        const int q5 = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1 || base == KERN_TYPE_IQ4_NL;
         const kern_type twin = q5 ? kern_int8_type(base) : base;
         int ti = has_offset(base);
         CHECK(kern_type_is_x8(x8) && kern_x8_base(x8) == base && !kern_type_is_x8(base),
@@ -673,10 +675,11 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                 free(row);
             }
     }
-    printf("x8 types vs q8_0/q8_0m/q4_0/q4_1 (q5_0/q5_1 vs their int8 twins): %d shapes x %d "
-           "levels x 1-2 threads, %d differ "
-           "(memcmp)\n",
-           cases, (int)top + 1 - lv_first(top), fails);
+    printf(
+        "x8 types vs q8_0/q8_0m/q4_0/q4_1 (q5_0/q5_1/iq4_nl vs their int8 twins): %d shapes x %d "
+        "levels x 1-2 threads, %d differ "
+        "(memcmp)\n",
+        cases, (int)top + 1 - lv_first(top), fails);
     CHECK(fails == 0, "X8 matmul differs from its base type in %d cases", fails);
 }
 
@@ -733,7 +736,7 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
     static const kern_type types[] = {
         KERN_TYPE_F32,    KERN_TYPE_F16,    KERN_TYPE_BF16,   KERN_TYPE_Q8_0,    KERN_TYPE_Q8_0M,
         KERN_TYPE_Q4_0,   KERN_TYPE_Q4_1,   KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8,
-        KERN_TYPE_Q4_1X8, KERN_TYPE_Q5_0X8, KERN_TYPE_Q5_1X8};
+        KERN_TYPE_Q4_1X8, KERN_TYPE_Q5_0X8, KERN_TYPE_Q5_1X8, KERN_TYPE_IQ4_NLX8};
     const int n_out = 200, n_in = 576, toks[] = {1, 2, 3, 5, 9, 10, 16, 37};
     int fails = 0;
     kern_cpu_set_max_level(top);
@@ -742,7 +745,7 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         const size_t rb = kern_row_bytes(base, n_in);
         uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(wt, n_out, n_in));
         float *row = malloc(sizeof(float) * n_in);
-        const int q5 = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1;
+        const int q5 = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1 || base == KERN_TYPE_IQ4_NL;
         for (int o = 0; o < n_out; o++) {
             fill_normal(row, n_in, 1.0f / 24.0f);
             if (!q5) {
@@ -808,7 +811,7 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         free(ws);
     }
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
-    printf("kernel table at %s: 13 types x 8 batch sizes, %d differ\n", kern_level_name(top),
+    printf("kernel table at %s: 14 types x 8 batch sizes, %d differ\n", kern_level_name(top),
            fails);
     CHECK(fails == 0, "the default kernel choice breaks exactness or batch invariance in %d cases",
           fails);
