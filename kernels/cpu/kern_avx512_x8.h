@@ -144,11 +144,30 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
             for (int k = 0; k < T * NA; k++)
                 s[z][k] = _mm512_setzero_si512();
         }
+        __m512i sa[2][8];  /* Q6_0S: the sums of values 0..15 (chunks 0-3) */
+        if (KERN_WK_S2(K)) /* set at chunk 4; zeroed so the compiler sees it set */
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+                for (int z = 0; z < NZ; z++)
+                    sa[z][t] = _mm512_setzero_si512();
         if (KERN_WK_NIB(K)) {
             /* Two chunks per iteration: enough for NA <= 4 partial sums to
              * take fixed registers, and a tenth of the code of a full unroll. */
 #pragma GCC unroll 1
             for (int c0 = 0; c0 < 8; c0 += 2) {
+                if (KERN_WK_S2(K) && c0 == 4)
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+                        for (int z = 0; z < NZ; z++) {
+                            __m512i v = s[z][t * NA];
+                            for (int k = 1; k < NA; k++)
+                                v = _mm512_add_epi32(v, s[z][t * NA + k]);
+                            sa[z][t] = v;
+                            for (int k = 0; k < NA; k++)
+                                s[z][t * NA + k] = _mm512_setzero_si512();
+                        }
 #pragma GCC unroll 2
                 for (int cc = 0; cc < 2; cc++) {
                     const int c = c0 + cc;
@@ -180,6 +199,20 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
                                 w0[z], (__mmask32)((ha & 0xffff) | hb << 16), w0[z], v16);
                             w1[z] = _mm512_mask_add_epi16(
                                 w1[z], (__mmask32)((ha >> 16) | (hb & 0xffff0000u)), w1[z], v16);
+                        }
+                        if (KERN_WK_H6(K)) { /* Q6_0S: bit 5 from the second plane, then - 32 */
+                            const uint32_t ha = x8z_u32(wa[z] + 160 + 4 * c);
+                            const uint32_t hb = x8z_u32(wb[z] + 160 + 4 * c);
+                            const __m512i v32 = _mm512_set1_epi16(32);
+                            w0[z] = _mm512_sub_epi16(
+                                _mm512_mask_add_epi16(w0[z], (__mmask32)((ha & 0xffff) | hb << 16),
+                                                      w0[z], v32),
+                                v32);
+                            w1[z] = _mm512_sub_epi16(
+                                _mm512_mask_add_epi16(w1[z],
+                                                      (__mmask32)((ha >> 16) | (hb & 0xffff0000u)),
+                                                      w1[z], v32),
+                                v32);
                         }
                     }
 #pragma GCC unroll 8
@@ -242,10 +275,19 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
 #pragma GCC unroll 2
         for (int z = 0; z < NZ; z++) {
             const __m512 dw = _mm512_cvtph_ps(x8z_pair(wa[z] + doff, wb[z] + doff));
-            const __m512 mw =
-                M ? _mm512_cvtph_ps(x8z_pair(wa[z] + doff + 16, wb[z] + doff + 16)) : dw;
+            const __m512 mw = M || KERN_WK_S2(K)
+                                  ? _mm512_cvtph_ps(x8z_pair(wa[z] + doff + 16, wb[z] + doff + 16))
+                                  : dw;
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
+                if (KERN_WK_S2(K)) { /* da for values 0..15, then db (mw) for 16..31 */
+                    const __m512 dx = _mm512_set1_ps(a->xd[xo + t]);
+                    acc[z][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa[z][t]), _mm512_mul_ps(dw, dx),
+                                                acc[z][t]);
+                    acc[z][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[z][t * NA]),
+                                                _mm512_mul_ps(mw, dx), acc[z][t]);
+                    continue;
+                }
                 acc[z][t] =
                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[z][t * NA]),
                                     _mm512_mul_ps(dw, _mm512_set1_ps(a->xd[xo + t])), acc[z][t]);
@@ -348,6 +390,7 @@ static void X8Z_FN(_rows)(const kern_mm_args *a, int r0, int r1) {
     case KERN_TYPE_Q5_0X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q5_0); break;
     case KERN_TYPE_Q5_1X8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q5_1); break;
     case KERN_TYPE_IQ4_NLX8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_IQ4NL); break;
+    case KERN_TYPE_Q6_0SX8: X8Z_FN(_rows_k)(a, r0, r1, KERN_WK_Q6S); break;
     default: kern_mm_rows_scalar(a, r0, r1); break;
     }
 }

@@ -33,29 +33,39 @@ enum {
     KERN_WK_Q4_1,
     KERN_WK_Q5_0,
     KERN_WK_Q5_1,
-    KERN_WK_IQ4NL
+    KERN_WK_IQ4NL,
+    KERN_WK_Q6S
 };
-/* Block bytes: 34, 36, 18, 20, 22, 24, 18. */
+/* Q6_0S (X8 form only) runs as two Q8_0 half-blocks: q = code - 32 (6-bit
+ * codes from nibbles and two bit planes, minus 32 in the lanes), an integer
+ * sum over values 0..15 scaled by da, one over 16..31 by db:
+ *     acc = fma(isum_a, da * d_x, acc);  acc = fma(isum_b, db * d_x, acc) */
+/* Block bytes: 34, 36, 18, 20, 22, 24, 18, 28. */
 #define KERN_WK_BB(K)                                                                              \
     ((K) == KERN_WK_Q8_0                           ? sizeof(kern_block_q8_0)                       \
      : (K) == KERN_WK_Q8_0M                        ? sizeof(kern_block_q8_0m)                      \
      : (K) == KERN_WK_Q4_0 || (K) == KERN_WK_IQ4NL ? sizeof(kern_block_q4_0)                       \
      : (K) == KERN_WK_Q4_1                         ? sizeof(kern_block_q4_1)                       \
      : (K) == KERN_WK_Q5_0                         ? (size_t)22                                    \
-                                                   : (size_t)24)
+     : (K) == KERN_WK_Q5_1                         ? (size_t)24                                    \
+                                                   : (size_t)28)
 /* 1 if the block carries an offset m (at byte 2), which puts qs at byte 4. */
 #define KERN_WK_M(K) ((K) == KERN_WK_Q8_0M || (K) == KERN_WK_Q4_1 || (K) == KERN_WK_Q5_1)
 #define KERN_WK_QO(K) ((size_t)(KERN_WK_M(K) ? 4 : 2))
 /* 1 if the X8 form holds the codes as nibbles (two value pairs per 16
  * bytes); KERN_WK_H5: and a plane of fifth bits after them. */
-#define KERN_WK_H5(K) ((K) == KERN_WK_Q5_0 || (K) == KERN_WK_Q5_1)
+#define KERN_WK_H6(K) ((K) == KERN_WK_Q6S)
+#define KERN_WK_H5(K) ((K) == KERN_WK_Q5_0 || (K) == KERN_WK_Q5_1 || KERN_WK_H6(K))
+/* 1 for the two-scale block (Q6_0S). */
+#define KERN_WK_S2(K) ((K) == KERN_WK_Q6S)
 #define KERN_WK_LUT(K) ((K) == KERN_WK_IQ4NL)
 #define KERN_WK_NIB(K)                                                                             \
     ((K) == KERN_WK_Q4_0 || (K) == KERN_WK_Q4_1 || KERN_WK_H5(K) || KERN_WK_LUT(K))
 /* The IQ4 table (kern_kquant.h), for the byte shuffles. */
 extern const int8_t kern_iq4_values[16];
 /* Offset of d[8] in an X8 group block: after the codes (and the bit plane). */
-#define KERN_WK_X8_DOFF(K) ((size_t)(KERN_WK_H5(K) ? 160 : KERN_WK_NIB(K) ? 128 : 256))
+#define KERN_WK_X8_DOFF(K)                                                                         \
+    ((size_t)(KERN_WK_H6(K) ? 192 : KERN_WK_H5(K) ? 160 : KERN_WK_NIB(K) ? 128 : 256))
 /* The code bias subtracted in the integer sum (Q4_0: 8, Q5_0: 16, else 0). */
 #define KERN_WK_BIAS(K) ((K) == KERN_WK_Q4_0 ? 8 : (K) == KERN_WK_Q5_0 ? 16 : 0)
 

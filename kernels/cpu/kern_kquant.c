@@ -21,13 +21,14 @@ static uint16_t u16(const uint8_t *p) {
 }
 
 int kern_kq_is(kern_type t) {
-    return kern_kq_block_size(t) != 0;
+    return kern_kq_block_size(t) != 0 && t != KERN_TYPE_Q6_0S;
 }
 
 int kern_kq_block_size(kern_type t) {
     switch (t) {
     case KERN_TYPE_Q5_0:
     case KERN_TYPE_Q5_1:
+    case KERN_TYPE_Q6_0S:
     case KERN_TYPE_IQ4_NL: return 32;
     case KERN_TYPE_Q2_K:
     case KERN_TYPE_Q3_K:
@@ -44,6 +45,7 @@ size_t kern_kq_block_bytes(kern_type t) {
     case KERN_TYPE_Q5_0: return 22;
     case KERN_TYPE_Q5_1: return 24;
     case KERN_TYPE_IQ4_NL: return 18;
+    case KERN_TYPE_Q6_0S: return 28;
     case KERN_TYPE_Q2_K: return 84;
     case KERN_TYPE_Q3_K: return 110;
     case KERN_TYPE_Q4_K: return 144;
@@ -182,6 +184,14 @@ static void dequantize_block(kern_type t, const uint8_t *b, float *y) {
             y[i] = d * (float)sc[i / 16] * (float)(q6k_code(ql, qh, i) - 32);
         break;
     }
+    case KERN_TYPE_Q6_0S: {
+        float da = f16(b), db = f16(b + 2);
+        for (int i = 0; i < 32; i++) {
+            int code = nib32(b + 4, i) | ((b[20 + i / 4] >> (2 * (i % 4))) & 3) << 4;
+            y[i] = (i < 16 ? da : db) * (float)(code - 32);
+        }
+        break;
+    }
     case KERN_TYPE_IQ4_XS: {
         float d = f16(b);
         for (int j = 0; j < 8; j++) {
@@ -278,6 +288,26 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
                     q[k] = KV_IQ4[nib32(s + 8 + 16 * j, k)];
                 put_q8_0(&o[8 * i + j], kern_fp32_to_fp16(f16(s) * (float)iq4xs_scale(s, j)), q);
             }
+        return 0;
+    }
+    if (st == KERN_TYPE_Q6_K && dt == KERN_TYPE_Q6_0S) {
+        uint8_t *o = dst;
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 210) {
+            const int8_t *sc = (const int8_t *)(s + 192);
+            float d = f16(s + 208);
+            for (int j = 0; j < 8; j++, o += 28) {
+                uint16_t da = kern_fp32_to_fp16(d * (float)sc[2 * j]);
+                uint16_t db = kern_fp32_to_fp16(d * (float)sc[2 * j + 1]);
+                o[0] = (uint8_t)da, o[1] = (uint8_t)(da >> 8);
+                o[2] = (uint8_t)db, o[3] = (uint8_t)(db >> 8);
+                memset(o + 4, 0, 24);
+                for (int k = 0; k < 32; k++) {
+                    int code = q6k_code(s, s + 128, 32 * j + k);
+                    o[4 + k % 16] |= (uint8_t)((code & 15) << (k < 16 ? 0 : 4));
+                    o[20 + k / 4] |= (uint8_t)((code >> 4) << (2 * (k % 4)));
+                }
+            }
+        }
         return 0;
     }
     if (st == KERN_TYPE_IQ4_XS && dt == KERN_TYPE_IQ4_NL) {

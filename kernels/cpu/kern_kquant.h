@@ -48,19 +48,20 @@
 
 /* 1 for the nine types above. */
 int kern_kq_is(kern_type t);
-/* Values per block (32 or 256) and bytes per block; 0 for other types. */
+/* Values per block (32 or 256) and bytes per block, for the nine and for
+ * brisk's Q6_0S (32, 28: kern_types.h); 0 for other types. */
 int kern_kq_block_size(kern_type t);
 size_t kern_kq_block_bytes(kern_type t);
 
-/* The reference: n values (a multiple of the block size) of t as floats,
+/* The reference: n values (a multiple of the block size) of t (or Q6_0S) as floats,
  * computed in f32 as GGML does (d * sc first, then times q, minus the min). */
 void kern_kq_dequantize_row(kern_type t, const void *src, float *dst, int64_t n);
 
 /* The row-major form the CPU's matmul kernels run for t when the weights
  * are `auto`: Q5_0, IQ4_NL, IQ4_XS -> Q8_0; Q5_1, Q5_K -> Q8_0M; Q4_K ->
  * Q4_1; Q2_K, Q3_K, Q6_K -> Q8_0. (The CPU backend keeps Q5_0, Q5_1 and
- * IQ4_NL as stored and makes IQ4_XS IQ4_NL where their X8 forms apply,
- * models/model.c.) */
+ * IQ4_NL as stored and makes IQ4_XS IQ4_NL and Q6_K Q6_0S where their X8
+ * forms apply, models/model.c.) */
 kern_type kern_kq_run_type(kern_type t);
 
 /* Converts a row of n values of src_type into dst_type without going
@@ -69,7 +70,8 @@ kern_type kern_kq_run_type(kern_type t);
  *           IQ4_NL -> Q8_0 (KV[q], same d);
  *   scales rounded to fp16 (relative error <= 2^-11 per block scale, the
  *   quants exact): IQ4_XS -> Q8_0 and IQ4_XS -> IQ4_NL (d * (ls - 32) per
- *   32 values, the nibbles as they are), Q4_K -> Q4_1 and
+ *   32 values, the nibbles as they are), Q6_K -> Q6_0S (d * sc per 16
+ *   values), Q4_K -> Q4_1 and
  *   Q4_K, Q5_K -> Q8_0M (d * sc_j and -dmin * m_j per 32 values).
  * Returns 0, or -1 (dst untouched) for any other pair; the caller then
  * dequantizes to f32 and quantizes (Q2_K, Q3_K and Q6_K to Q8_0: their 16-

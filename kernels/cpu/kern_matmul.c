@@ -139,6 +139,19 @@ static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw
         }
         return buf;
     }
+    case KERN_TYPE_Q6_0S: { /* q = code - 32; da as dw, db as mw */
+        const uint8_t *blk = row + (size_t)b * 28;
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        *dw = kern_fp16_to_fp32(h);
+        memcpy(&h, blk + 2, 2);
+        *mw = kern_fp16_to_fp32(h);
+        for (int j = 0; j < KERN_QK; j++)
+            buf[j] = (int8_t)(((j < 16 ? blk[4 + j] & 0x0f : blk[4 + j - 16] >> 4) |
+                               ((blk[20 + j / 4] >> (2 * (j % 4))) & 3) << 4) -
+                              32);
+        return buf;
+    }
     case KERN_TYPE_Q5_0:
     case KERN_TYPE_Q5_1:
     case KERN_TYPE_IQ4_NL: {
@@ -194,6 +207,16 @@ static int has_offset(kern_type wt) {
 /* One block's contribution, the arithmetic every level reproduces. */
 static float q8_block_acc(float acc, kern_type wt, const int8_t *qw, float dw, float mw,
                           const int16_t *qx, float dx, float sx) {
+    if (kern_x8_base(wt) == KERN_TYPE_Q6_0S) {
+        /* Two half-blocks: da (dw) for values 0..15, db (mw) for 16..31. */
+        int32_t ia = 0, ib = 0;
+        for (int j = 0; j < 16; j++) {
+            ia += (int32_t)qw[j] * (int32_t)qx[j];
+            ib += (int32_t)qw[j + 16] * (int32_t)qx[j + 16];
+        }
+        acc = fmaf((float)ia, dw * dx, acc);
+        return fmaf((float)ib, mw * dx, acc);
+    }
     int32_t isum = 0;
     for (int j = 0; j < KERN_QK; j++)
         isum += (int32_t)qw[j] * (int32_t)qx[j];

@@ -735,14 +735,15 @@ AI void g8_rows(const kern_mm_args *a, int r0, int r1, const int K) {
 #define X8_BB(K) (8 * KERN_WK_BB(K))
 #define X8_DOFF(K) KERN_WK_X8_DOFF(K)
 
-/* Q5_0X8/Q5_1X8: OR 16 into the int16 lanes of w whose bit is set in the
- * 16-bit mask h (lane i <-> bit i; kern_types.h's fifth-bit plane). */
-AI __m256i x8_h5(__m256i w, uint32_t h) {
+/* Q5_0X8/Q5_1X8/Q6_0SX8: OR v (16; Q6_0S's second plane: 32) into the
+ * int16 lanes of w whose bit is set in the 16-bit mask h (lane i <-> bit i;
+ * kern_types.h's bit planes). */
+AI __m256i x8_h5(__m256i w, uint32_t h, short v) {
     const __m256i bits = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
                                            8192, 16384, (short)0x8000);
     const __m256i set =
         _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16((short)h), bits), bits);
-    return _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi16(16)));
+    return _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi16(v)));
 }
 
 /* G groups at grp + g * gstride, rows o + g * ostep (those below r1 stored),
@@ -774,9 +775,18 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
             for (int t = 0; t < T; t++)
                 s[g][t] = _mm256_setzero_si256();
         }
+        __m256i sa[2][8]; /* Q6_0S: the sums of values 0..15 (chunks 0-3) */
         if (KERN_WK_NIB(K)) {
 #pragma GCC unroll 2
             for (int c = 0; c < 8; c++) {
+                if (KERN_WK_S2(K) && c == 4)
+#pragma GCC unroll 2
+                    for (int g = 0; g < G; g++)
+#pragma GCC unroll 3
+                        for (int t = 0; t < T; t++) {
+                            sa[g][t] = s[g][t];
+                            s[g][t] = _mm256_setzero_si256();
+                        }
                 __m256i w0[2], w1[2];
 #pragma GCC unroll 2
                 for (int g = 0; g < G; g++) {
@@ -795,8 +805,14 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
                     w1[g] = _mm256_srli_epi16(raw, 4);
                     if (KERN_WK_H5(K)) {
                         const uint32_t h = load_u32(w[g] + 128 + 4 * c);
-                        w0[g] = x8_h5(w0[g], h & 0xffff);
-                        w1[g] = x8_h5(w1[g], h >> 16);
+                        w0[g] = x8_h5(w0[g], h & 0xffff, 16);
+                        w1[g] = x8_h5(w1[g], h >> 16, 16);
+                    }
+                    if (KERN_WK_H6(K)) { /* Q6_0S: bit 5 from the second plane, then - 32 */
+                        const uint32_t h = load_u32(w[g] + 160 + 4 * c);
+                        const __m256i c32 = _mm256_set1_epi16(32);
+                        w0[g] = _mm256_sub_epi16(x8_h5(w0[g], h & 0xffff, 32), c32);
+                        w1[g] = _mm256_sub_epi16(x8_h5(w1[g], h >> 16, 32), c32);
                     }
                 }
 #pragma GCC unroll 3
@@ -837,13 +853,25 @@ AI void x8_tile(const kern_mm_args *a, const uint8_t *grp, size_t gstride, size_
                 }
             }
         }
+        if (KERN_WK_S2(K)) { /* da for values 0..15, then db for 16..31 */
 #pragma GCC unroll 2
-        for (int g = 0; g < G; g++)
-            g8_scale(a, acc[g], s[g],
-                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff))),
-                     M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff + 16)))
-                       : _mm256_setzero_ps(),
-                     b, t0, T, M);
+            for (int g = 0; g < G; g++) {
+                g8_scale(a, acc[g], sa[g],
+                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff))),
+                         _mm256_setzero_ps(), b, t0, T, 0);
+                g8_scale(a, acc[g], s[g],
+                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff + 16))),
+                         _mm256_setzero_ps(), b, t0, T, 0);
+            }
+        } else {
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                g8_scale(a, acc[g], s[g],
+                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff))),
+                         M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[g] + doff + 16)))
+                           : _mm256_setzero_ps(),
+                         b, t0, T, M);
+        }
     }
     g8_store(a, acc, o, ostep, r1, t0, G, T);
 }
@@ -1104,6 +1132,7 @@ void kern_mm_rows_avx2(const kern_mm_args *a, int r0, int r1) {
     case KERN_TYPE_Q5_0X8: x8_rows(a, r0, r1, KERN_WK_Q5_0); break;
     case KERN_TYPE_Q5_1X8: x8_rows(a, r0, r1, KERN_WK_Q5_1); break;
     case KERN_TYPE_IQ4_NLX8: x8_rows(a, r0, r1, KERN_WK_IQ4NL); break;
+    case KERN_TYPE_Q6_0SX8: x8_rows(a, r0, r1, KERN_WK_Q6S); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

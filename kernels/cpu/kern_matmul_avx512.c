@@ -307,7 +307,8 @@ void kern_mm_rows_avx512(const kern_mm_args *a, int r0, int r1) {
     case KERN_TYPE_Q4_1X8:
     case KERN_TYPE_Q5_0X8:
     case KERN_TYPE_Q5_1X8:
-    case KERN_TYPE_IQ4_NLX8: x8m_rows(a, r0, r1); break;
+    case KERN_TYPE_IQ4_NLX8:
+    case KERN_TYPE_Q6_0SX8: x8m_rows(a, r0, r1); break;
     case KERN_TYPE_F32: f_rows_f32(a, r0, r1); break;
     case KERN_TYPE_F16: f_rows_f16(a, r0, r1); break;
     case KERN_TYPE_BF16: f_rows_bf16(a, r0, r1); break;

@@ -26,12 +26,12 @@ int kern_type_valid(uint32_t type) {
 }
 
 int kern_type_matmul_ok(uint32_t type) {
-    return (kern_type_known(type) && !kern_kq_is((kern_type)type)) ||
+    return (kern_type_known(type) && !kern_kq_block_size((kern_type)type)) ||
            kern_type_is_x8((kern_type)type);
 }
 
 int kern_type_known(uint32_t type) {
-    return kern_type_valid(type) || type == KERN_TYPE_Q8_0M;
+    return kern_type_valid(type) || type == KERN_TYPE_Q8_0M || type == KERN_TYPE_Q6_0S;
 }
 
 const char *kern_type_name(kern_type t) {
@@ -50,6 +50,8 @@ const char *kern_type_name(kern_type t) {
     case KERN_TYPE_Q5_0X8: return "q5_0x8";
     case KERN_TYPE_Q5_1X8: return "q5_1x8";
     case KERN_TYPE_IQ4_NLX8: return "iq4_nlx8";
+    case KERN_TYPE_Q6_0S: return "q6_0s";
+    case KERN_TYPE_Q6_0SX8: return "q6_0sx8";
     case KERN_TYPE_Q5_0: return "q5_0";
     case KERN_TYPE_Q5_1: return "q5_1";
     case KERN_TYPE_Q2_K: return "q2_K";
@@ -75,8 +77,9 @@ int kern_type_block_size(kern_type t) {
     case KERN_TYPE_Q4_1X8:
     case KERN_TYPE_Q5_0X8:
     case KERN_TYPE_Q5_1X8:
-    case KERN_TYPE_IQ4_NLX8: return KERN_QK;
-    default: return kern_kq_is(t) ? kern_kq_block_size(t) : 1;
+    case KERN_TYPE_IQ4_NLX8:
+    case KERN_TYPE_Q6_0SX8: return KERN_QK;
+    default: return kern_kq_block_size(t) ? kern_kq_block_size(t) : 1;
     }
 }
 
@@ -96,6 +99,7 @@ size_t kern_type_block_bytes(kern_type t) {
     case KERN_TYPE_Q5_0X8: return kern_kq_block_bytes(KERN_TYPE_Q5_0);
     case KERN_TYPE_Q5_1X8: return kern_kq_block_bytes(KERN_TYPE_Q5_1);
     case KERN_TYPE_IQ4_NLX8: return kern_kq_block_bytes(KERN_TYPE_IQ4_NL);
+    case KERN_TYPE_Q6_0SX8: return kern_kq_block_bytes(KERN_TYPE_Q6_0S);
     default: return kern_kq_block_bytes(t);
     }
 }
@@ -115,6 +119,7 @@ kern_type kern_x8_type(kern_type t) {
     case KERN_TYPE_Q5_0: return KERN_TYPE_Q5_0X8;
     case KERN_TYPE_Q5_1: return KERN_TYPE_Q5_1X8;
     case KERN_TYPE_IQ4_NL: return KERN_TYPE_IQ4_NLX8;
+    case KERN_TYPE_Q6_0S: return KERN_TYPE_Q6_0SX8;
     default: return t;
     }
 }
@@ -128,6 +133,7 @@ kern_type kern_x8_base(kern_type t) {
     case KERN_TYPE_Q5_0X8: return KERN_TYPE_Q5_0;
     case KERN_TYPE_Q5_1X8: return KERN_TYPE_Q5_1;
     case KERN_TYPE_IQ4_NLX8: return KERN_TYPE_IQ4_NL;
+    case KERN_TYPE_Q6_0SX8: return KERN_TYPE_Q6_0S;
     default: return t;
     }
 }
@@ -176,6 +182,12 @@ static void x8_block_codes(kern_type base, const uint8_t *blk, uint8_t codes[KER
         }
         break;
     }
+    case KERN_TYPE_Q6_0S: /* { da, db (as m), qs[16], qh[8] }: codes 0..63 */
+        memcpy(m, blk + 2, 2);
+        for (int j = 0; j < KERN_QK; j++)
+            codes[j] = (uint8_t)((j < 16 ? blk[4 + j] & 0x0f : blk[4 + j - 16] >> 4) |
+                                 ((blk[20 + j / 4] >> (2 * (j % 4))) & 3) << 4);
+        break;
     default: /* Q8_0 */ memcpy(codes, blk + 2, KERN_QK); break;
     }
 }
@@ -213,19 +225,32 @@ static void x8_block_make(kern_type base, const uint8_t codes[KERN_QK], uint16_t
             blk[o + 4 + j] = (uint8_t)((codes[j] & 0x0f) | (codes[j + 16] & 0x0f) << 4);
         break;
     }
+    case KERN_TYPE_Q6_0S:
+        memcpy(blk + 2, &m, 2);
+        memset(blk + 4, 0, 24);
+        for (int j = 0; j < KERN_QK; j++) {
+            blk[4 + j % 16] |= (uint8_t)((codes[j] & 15) << (j < 16 ? 0 : 4));
+            blk[20 + j / 4] |= (uint8_t)((codes[j] >> 4 & 3) << (2 * (j % 4)));
+        }
+        break;
     default: memcpy(blk + 2, codes, KERN_QK); break;
     }
 }
 
+static int x8_has_h6(kern_type base) {
+    return base == KERN_TYPE_Q6_0S;
+}
 static int x8_has_h5(kern_type base) {
-    return base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1;
+    return base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1 || x8_has_h6(base);
 }
 static int x8_is_nibble(kern_type base) {
     return base == KERN_TYPE_Q4_0 || base == KERN_TYPE_Q4_1 || base == KERN_TYPE_IQ4_NL ||
            x8_has_h5(base);
 }
 static int x8_has_m(kern_type base) {
-    return base == KERN_TYPE_Q8_0M || base == KERN_TYPE_Q4_1 || base == KERN_TYPE_Q5_1;
+    /* Q6_0S's second scale db sits where the others' m does. */
+    return base == KERN_TYPE_Q8_0M || base == KERN_TYPE_Q4_1 || base == KERN_TYPE_Q5_1 ||
+           base == KERN_TYPE_Q6_0S;
 }
 
 /* Where value i (0..31) of lane r sits in a group block: byte *at, and for
@@ -242,7 +267,7 @@ static void x8_value_at(kern_type base, int r, int i, size_t *at, int *shift) {
 
 /* Byte offset of d[8] in a group block (m[8] follows it). */
 static size_t x8_d_off(kern_type base) {
-    return x8_has_h5(base) ? 160 : x8_is_nibble(base) ? 128 : 256;
+    return x8_has_h6(base) ? 192 : x8_has_h5(base) ? 160 : x8_is_nibble(base) ? 128 : 256;
 }
 
 /* Q5_0X8/Q5_1X8: byte and bit of value i's fifth bit for row r. */
@@ -278,6 +303,8 @@ void kern_x8_pack_group(kern_type base, const void *const *rows, int n_rows, int
                         int bit;
                         x8_h5_at(r, i, &at, &bit);
                         o[at] |= (uint8_t)((codes[i] >> 4 & 1) << bit);
+                        if (x8_has_h6(base)) /* bit 5: the same plane 32 bytes on */
+                            o[at + 32] |= (uint8_t)((codes[i] >> 5 & 1) << bit);
                     }
             } else {
                 for (int j = 0; j < 16; j++) {
@@ -310,6 +337,8 @@ void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *
                 int bit;
                 x8_h5_at(lane, i, &at, &bit);
                 codes[i] |= (uint8_t)((in[at] >> bit & 1) << 4);
+                if (x8_has_h6(base))
+                    codes[i] |= (uint8_t)((in[at + 32] >> bit & 1) << 5);
             }
         }
         uint16_t d, m = 0;
@@ -418,7 +447,7 @@ uint16_t kern_fp32_to_bf16(float f) {
 /* ---- rows ---------------------------------------------------------------- */
 
 void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n) {
-    if (kern_kq_is(t)) {
+    if (kern_kq_block_size(t)) { /* the nine file types and Q6_0S */
         kern_kq_dequantize_row(t, src, dst, n);
         return;
     }
@@ -430,6 +459,7 @@ void kern_dequantize_row(kern_type t, const void *src, float *dst, int64_t n) {
     case KERN_TYPE_Q5_0X8:
     case KERN_TYPE_Q5_1X8:
     case KERN_TYPE_IQ4_NLX8:
+    case KERN_TYPE_Q6_0SX8:
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;
@@ -548,6 +578,7 @@ void kern_quantize_row(kern_type t, const float *src, void *dst, int64_t n) {
     case KERN_TYPE_Q5_0X8:
     case KERN_TYPE_Q5_1X8:
     case KERN_TYPE_IQ4_NLX8:
+    case KERN_TYPE_Q6_0SX8:
         /* Not a row-major type: callers use kern_x8_get_row / pack_group. */
         assert(!"kern_(de)quantize_row: X8 type");
         break;

@@ -54,6 +54,8 @@ typedef enum kern_type {
     KERN_TYPE_Q5_0X8 = 69,   /* brisk-internal: Q5_0 in groups of 8 rows */
     KERN_TYPE_Q5_1X8 = 70,   /* brisk-internal: Q5_1 in groups of 8 rows */
     KERN_TYPE_IQ4_NLX8 = 71, /* brisk-internal: IQ4_NL in groups of 8 rows */
+    KERN_TYPE_Q6_0S = 72,    /* brisk-internal: Q6_K's values 32 at a time, see below */
+    KERN_TYPE_Q6_0SX8 = 73,  /* brisk-internal: Q6_0S in groups of 8 rows */
 } kern_type;
 
 #define KERN_QK 32
@@ -114,10 +116,16 @@ KERN_STATIC_ASSERT(sizeof(kern_block_q4_1) == 20, "q4_1 block is 20 bytes");
  * Q5_0's value is d * (code - 16), Q5_1's d * code + m. IQ4_NLX8 is Q4_0X8's
  * layout of IQ4_NL's nibbles, the value d * KV[nibble] (kern_kquant.h). The
  * row-major Q5_0, Q5_1 and IQ4_NL have no matmul kernel: a matrix in them is
- * either X8 or converted (kern_kquant.h). */
+ * either X8 or converted (kern_kquant.h).
+ * Q6_0S is Q6_K regrouped 32 values at a time (kern_kquant.h: 28 bytes,
+ * { fp16 da, db; u8 qs[16]; u8 qh[8] }: x = da * (code - 32) for values
+ * 0..15, db * (code - 32) for 16..31, the scales d * sc of the two 16-value
+ * sub-blocks in fp16); Q6_0SX8 holds its codes as Q5_0X8 does plus a second
+ * bit plane (bit 5) at byte 160, and da[8], db[8] at 192 and 208: a group
+ * block of 224 bytes. Its block sum is two integer sums, one per scale. */
 /* The X8 form of t (Q8_0 -> Q8_0X8, Q8_0M -> Q8_0MX8, Q4_0 -> Q4_0X8,
- * Q4_1 -> Q4_1X8, Q5_0 -> Q5_0X8, Q5_1 -> Q5_1X8, IQ4_NL -> IQ4_NLX8), or t
- * when it has none. */
+ * Q4_1 -> Q4_1X8, Q5_0 -> Q5_0X8, Q5_1 -> Q5_1X8, IQ4_NL -> IQ4_NLX8, Q6_0S
+ * -> Q6_0SX8), or t when it has none. */
 kern_type kern_x8_type(kern_type t);
 /* The row-major type of an X8 type (Q8_0X8 -> Q8_0, ...), or t itself. */
 kern_type kern_x8_base(kern_type t);

@@ -79,6 +79,24 @@ def test_reference_equals_gguf(kq_dequant, name, report):
     assert bad.size == 0, f"first at {bad[0]}: brisk {got[bad[0]]!r}, gguf {want[bad[0]]!r}"
 
 
+@pytest.mark.parametrize("name", ["Q6_K", "IQ4_XS"])
+def test_x8_conversion_within_bound(kq_dequant, name, report):
+    """What the CPU backend runs in its row-interleaved form: Q6_K as Q6_0S
+    (the two 16-value scales d * sc in fp16 per 32 values, codes exact),
+    IQ4_XS as IQ4_NL (d * (ls - 32) in fp16): error per 32 values <= 2^-10 of
+    the block's largest magnitude (fp16's rounding of a scale, 2^-11, and a
+    block's magnitude can come from the other 16-value half)."""
+    rng = np.random.default_rng(200 + list(QT.__members__).index(name))
+    raw, bs = random_blocks(name, rng, lo_exp=-12, hi_exp=-4)
+    want = dequantize(raw, QT[name]).reshape(-1, 32).astype(np.float64)
+    got = run_tool(kq_dequant, name, raw, bs, "--x8").reshape(-1, 32).astype(np.float64)
+    err = np.abs(got - want).max(axis=1)
+    ratio = float((err / np.maximum(np.abs(want).max(axis=1), 1e-30)).max())
+    report(f"kquant {name:>6}: X8 conversion, max error per 32 values {ratio:.2e} of the block's "
+           f"largest magnitude")
+    assert ratio <= 2.0 ** -10, ratio
+
+
 @pytest.mark.parametrize("name", TYPES)
 def test_conversion_within_bound(kq_dequant, name, report):
     # Scales as in real files (small positive d, dmin), so that d * sub-scale

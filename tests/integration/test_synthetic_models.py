@@ -95,7 +95,8 @@ N_GEN = 16
 # (to Q4_1 for auto, Q8_0M for int8), Q5_K and IQ4_XS with their block
 # scales rounded to fp16 (2^-11): the int8 bar. Q2_K, Q3_K and Q6_K carry two
 # scales in every 32 values and are requantized to Q8_0 from f32, as float
-# matrices are: the int8-from-float bound.
+# matrices are: the int8-from-float bound; but with weights auto the CPU
+# keeps Q6_K's two scales (Q6_0S, fp16-rounded): the int8 bar.
 #
 BOUND = {"f32": 1e-4, "f16": 1e-2, "int8": 2e-2}
 REQUANTIZED = {"Q2_K", "Q3_K", "Q6_K"}
@@ -113,8 +114,8 @@ def stored_types(spec):
 
 
 def int8_from_float(spec, weights):
-    return (weights == "int8" and spec.mat_type in FLOAT_TYPES) or (
-        weights in ("int8", "auto") and spec.mat_type in REQUANTIZED)
+    return (weights == "int8" and spec.mat_type in FLOAT_TYPES | REQUANTIZED) or (
+        weights == "auto" and spec.mat_type in REQUANTIZED - {"Q6_K"})
 
 
 def bound_for(spec, weights):

@@ -2,7 +2,9 @@
  * raw bytes of N values of GGML type id TYPE on stdin and writes the N
  * floats brisk's reference (kern_dequantize_row) gives, little-endian f32,
  * on stdout; with `--convert` it writes what the load-time conversion into
- * the type the matmul kernels run (kern_kq_run_type) dequantizes to instead.
+ * the type the matmul kernels run (kern_kq_run_type) dequantizes to instead,
+ * with `--x8` what the CPU backend's X8 path converts to (Q6_K -> Q6_0S,
+ * IQ4_XS -> IQ4_NL; the other types as kern_kq_run_type).
  * tests/integration/test_kquant_types.py compares both with the gguf
  * package's NumPy dequantizers. Exit 2 on bad arguments or short input. */
 #include <stdio.h>
@@ -14,8 +16,9 @@
 
 int main(int argc, char **argv) {
     int convert = argc == 4 && strcmp(argv[3], "--convert") == 0;
-    if (argc != 3 && !convert) {
-        fprintf(stderr, "usage: kq_dequant TYPE N [--convert] < blocks > floats\n");
+    int x8 = argc == 4 && strcmp(argv[3], "--x8") == 0;
+    if (argc != 3 && !convert && !x8) {
+        fprintf(stderr, "usage: kq_dequant TYPE N [--convert|--x8] < blocks > floats\n");
         return 2;
     }
     long type = strtol(argv[1], NULL, 10), n = strtol(argv[2], NULL, 10);
@@ -32,8 +35,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kq_dequant: want %zu bytes on stdin\n", bytes);
         return 2;
     }
-    if (convert && kern_kq_is(t)) {
-        kern_type rt = kern_kq_run_type(t);
+    if ((convert || x8) && kern_kq_is(t)) {
+        kern_type rt = x8 && t == KERN_TYPE_Q6_K    ? KERN_TYPE_Q6_0S
+                       : x8 && t == KERN_TYPE_IQ4_XS ? KERN_TYPE_IQ4_NL
+                                                     : kern_kq_run_type(t);
         if (kern_kq_convert_row(t, in, rt, conv, n) < 0) {
             float *f = malloc((size_t)n * sizeof *f);
             kern_dequantize_row(t, in, f, n);

@@ -585,13 +585,16 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
     /* Q5_0, Q5_1 and IQ4_NL have X8 forms only: their row-major twin is the
      * exact int8 conversion (Q8_0 with q = code - 16, Q8_0M with q = code,
      * Q8_0 with q = the IQ4 table value). */
-    static const kern_type bases[] = {KERN_TYPE_Q8_0,  KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0,
-                                      KERN_TYPE_Q4_1,  KERN_TYPE_Q5_0,  KERN_TYPE_Q5_1,
-                                      KERN_TYPE_IQ4_NL};
-    for (int bi = 0; bi < 7; bi++) {
+    static const kern_type bases[] = {KERN_TYPE_Q8_0,   KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0,
+                                      KERN_TYPE_Q4_1,   KERN_TYPE_Q5_0,  KERN_TYPE_Q5_1,
+                                      KERN_TYPE_IQ4_NL, KERN_TYPE_Q6_0S};
+    for (int bi = 0; bi < 8; bi++) {
         kern_type base = bases[bi], x8 = kern_x8_type(base);
         const int q5 = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1 || base == KERN_TYPE_IQ4_NL;
-        const kern_type twin = q5 ? kern_int8_type(base) : base;
+        /* Q6_0S (two scales per block) has no int8 twin: the reference runs
+         * its X8 form block by block (kern_matmul.c q8_block_acc). */
+        const int s6 = base == KERN_TYPE_Q6_0S;
+        const kern_type twin = q5 ? kern_int8_type(base) : s6 ? x8 : base;
         int ti = has_offset(base);
         CHECK(kern_type_is_x8(x8) && kern_x8_base(x8) == base && !kern_type_is_x8(base),
               "x8 type mapping");
@@ -607,9 +610,11 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                         uint16_t d = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / 64.0f);
                         uint16_t m = kern_fp32_to_fp16((float)rng_normal() * 0.1f);
                         memcpy(blk, &d, 2);
-                        if (ti)
+                        if (s6) /* db: another scale */
+                            m = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / -64.0f);
+                        if (ti || s6)
                             memcpy(blk + 2, &m, 2);
-                        for (size_t j = ti ? 4 : 2; j < bb; j++)
+                        for (size_t j = ti || s6 ? 4 : 2; j < bb; j++)
                             blk[j] = (uint8_t)rng_u64();
                     }
                 for (int g = 0; g < (n_out + 7) / 8; g++) {
@@ -624,7 +629,7 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                     fails += memcmp(row, w + rb * o, rb) != 0;
                 }
                 const size_t trb = kern_row_bytes(twin, n_in);
-                uint8_t *tw = w;
+                uint8_t *tw = s6 ? wx : w;
                 if (q5) {
                     tw = malloc(trb * n_out);
                     for (int o = 0; o < n_out; o++)
@@ -668,18 +673,18 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                     free(y2);
                     free(ws);
                 }
-                if (tw != w)
+                if (tw != w && tw != wx)
                     free(tw);
                 free(w);
                 free(wx);
                 free(row);
             }
     }
-    printf(
-        "x8 types vs q8_0/q8_0m/q4_0/q4_1 (q5_0/q5_1/iq4_nl vs their int8 twins): %d shapes x %d "
-        "levels x 1-2 threads, %d differ "
-        "(memcmp)\n",
-        cases, (int)top + 1 - lv_first(top), fails);
+    printf("x8 types vs q8_0/q8_0m/q4_0/q4_1 (q5_0/q5_1/iq4_nl vs their int8 twins, q6_0s vs the "
+           "reference): %d shapes x %d "
+           "levels x 1-2 threads, %d differ "
+           "(memcmp)\n",
+           cases, (int)top + 1 - lv_first(top), fails);
     CHECK(fails == 0, "X8 matmul differs from its base type in %d cases", fails);
 }
 
@@ -733,10 +738,11 @@ static void test_float_levels_agree(kern_pool *pool1, kern_pool *pool2, kern_lev
  * types) or the top level's own bits (float types, whose kernels share one
  * arithmetic), and one token at a time equals the batch. */
 static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
-    static const kern_type types[] = {
-        KERN_TYPE_F32,    KERN_TYPE_F16,    KERN_TYPE_BF16,   KERN_TYPE_Q8_0,    KERN_TYPE_Q8_0M,
-        KERN_TYPE_Q4_0,   KERN_TYPE_Q4_1,   KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8,
-        KERN_TYPE_Q4_1X8, KERN_TYPE_Q5_0X8, KERN_TYPE_Q5_1X8, KERN_TYPE_IQ4_NLX8};
+    static const kern_type types[] = {KERN_TYPE_F32,    KERN_TYPE_F16,      KERN_TYPE_BF16,
+                                      KERN_TYPE_Q8_0,   KERN_TYPE_Q8_0M,    KERN_TYPE_Q4_0,
+                                      KERN_TYPE_Q4_1,   KERN_TYPE_Q8_0X8,   KERN_TYPE_Q8_0MX8,
+                                      KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8,   KERN_TYPE_Q5_0X8,
+                                      KERN_TYPE_Q5_1X8, KERN_TYPE_IQ4_NLX8, KERN_TYPE_Q6_0SX8};
     const int n_out = 200, n_in = 576, toks[] = {1, 2, 3, 5, 9, 10, 16, 37};
     int fails = 0;
     kern_cpu_set_max_level(top);
@@ -745,7 +751,8 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         const size_t rb = kern_row_bytes(base, n_in);
         uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(wt, n_out, n_in));
         float *row = malloc(sizeof(float) * n_in);
-        const int q5 = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1 || base == KERN_TYPE_IQ4_NL;
+        const int q5 = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1 ||
+                       base == KERN_TYPE_IQ4_NL || base == KERN_TYPE_Q6_0S;
         for (int o = 0; o < n_out; o++) {
             fill_normal(row, n_in, 1.0f / 24.0f);
             if (!q5) {
@@ -763,6 +770,8 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                 memcpy(blk, &dh, 2);
                 if (base == KERN_TYPE_Q5_1)
                     memcpy(blk + 2, &mh, 2);
+                if (base == KERN_TYPE_Q6_0S) /* da, db: both scales, codes - 32 centred */
+                    memcpy(blk + 2, &dh, 2);
             }
         }
         const uint8_t *W = w;
@@ -811,7 +820,7 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         free(ws);
     }
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
-    printf("kernel table at %s: 14 types x 8 batch sizes, %d differ\n", kern_level_name(top),
+    printf("kernel table at %s: 15 types x 8 batch sizes, %d differ\n", kern_level_name(top),
            fails);
     CHECK(fails == 0, "the default kernel choice breaks exactness or batch invariance in %d cases",
           fails);
