@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if ((convert || x8) && kern_kq_is(t)) {
-        kern_type rt = x8 && t == KERN_TYPE_Q6_K    ? KERN_TYPE_Q6_0S
+        kern_type rt = x8 && t == KERN_TYPE_Q6_K     ? KERN_TYPE_Q6_0S
                        : x8 && t == KERN_TYPE_IQ4_XS ? KERN_TYPE_IQ4_NL
                                                      : kern_kq_run_type(t);
         if (kern_kq_convert_row(t, in, rt, conv, n) < 0) {
