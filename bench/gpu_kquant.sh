@@ -54,6 +54,10 @@ run() {
     done
     [ -n "$out" ] || { echo "gpu_kquant: --out DIR" >&2; return 2; }
     mkdir -p "$out"
+    # At most three files come back (the GPU run returns at most 8): the log
+    # and the two CUDA tests' output; the logits stay in a scratch folder.
+    local W
+    W=$(mktemp -d)
     export LD_LIBRARY_PATH="$PWD/$PKG/lib:${LD_LIBRARY_PATH:-}"
     export BRISK_SHARED_DIR="$PWD/$PKG/shared"
     local log=$out/gpu_kquant.log rc=0
@@ -73,11 +77,12 @@ run() {
         for w in f16 int8; do
             timeout 60 "$PKG/bin/brisk" generate --model "$PKG/kq/$ty.gguf" --prompt-ids "$IDS" \
                 -n 0 --temp 0 --weights "$w" --device "$device" \
-                --dump-logits "$out/$ty.$w.f32" > "$out/$ty.$w.txt" 2>&1 ||
-                { echo "$ty $w: brisk failed: $(tail -1 "$out/$ty.$w.txt")" >> "$log"; rc=1; }
+                --dump-logits "$W/$ty.$w.f32" > "$W/$ty.$w.txt" 2>&1 ||
+                { echo "$ty $w: brisk failed: $(tail -1 "$W/$ty.$w.txt")" >> "$log"; rc=1; }
         done
     done
-    python3 - "$PKG/kq" "$out" $TYPES >> "$log" 2>&1 <<'EOF' || rc=1
+    grep -h "device\|cuda" "$W/q4_k.int8.txt" >> "$log" 2>/dev/null
+    python3 - "$PKG/kq" "$W" $TYPES >> "$log" 2>&1 <<'EOF' || rc=1
 import math, struct, sys
 kq, out, types = sys.argv[1], sys.argv[2], sys.argv[3:]
 CARRY = {"q5_0", "iq4_nl", "iq4_xs"}
@@ -107,6 +112,7 @@ for t in types:
 print(f"models: {bad} failed")
 sys.exit(1 if bad else 0)
 EOF
+    rm -rf "$W"
     echo "gpu_kquant: rc $rc" >> "$log"
     cat "$log"
     return $rc
