@@ -446,8 +446,9 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
      * stored for a converting backend (keep_stored), and Q5_0/Q5_1/IQ4_NL
      * for their X8 forms (Q5_0X8/Q5_1X8/IQ4_NLX8: 22/24/18 bytes per 32
      * weights instead of the 34 of Q8_0; rows in whole groups of 8), IQ4_XS
-     * becomes IQ4_NL for the same (18 bytes) and Q6_K Q6_0S (28 bytes, its
-     * per-16 scales kept, where int8 would requantize); everything else takes
+     * becomes IQ4_NL for the same (18 bytes), Q5_K Q5_1 (24) and Q6_K and
+     * Q3_K Q6_0S (28 bytes, their per-16 scales kept, where int8 would
+     * requantize); everything else takes
      * model_target_type's form. */
     const int auto_fmt = m->fmt == MODEL_WEIGHTS_AUTO;
     const int x8_ok = auto_fmt && m->x8 && n_out % 8 == 0;
@@ -456,8 +457,10 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
     kern_type dst = (auto_fmt && m->keep_stored && kern_kq_is(t->type)) || (x8_ok && q5) ? t->type
                     : x8_ok && t->type == KERN_TYPE_IQ4_XS
                         ? KERN_TYPE_IQ4_NL /* its 32-value sub-blocks as IQ4_NL: IQ4_NLX8 */
-                    : x8_ok && t->type == KERN_TYPE_Q6_K
+                    : x8_ok && (t->type == KERN_TYPE_Q6_K || t->type == KERN_TYPE_Q3_K)
                         ? KERN_TYPE_Q6_0S /* 32 values with their two scales: Q6_0SX8 */
+                    : x8_ok && t->type == KERN_TYPE_Q5_K
+                        ? KERN_TYPE_Q5_1 /* its 32-value sub-blocks: Q5_1X8 */
                         : model_target_type(m->fmt, t->type, n_in);
     rc = model_convert(m, pool, t, n_out, n_in, dst, &out->data);
     if (rc < 0)

@@ -290,6 +290,50 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
             }
         return 0;
     }
+    if (st == KERN_TYPE_Q5_K && dt == KERN_TYPE_Q5_1) {
+        /* Each 32-value sub-block is a Q5_1 block: d * sc, -dmin * m, the
+         * 5-bit codes as they are. */
+        uint8_t *o = dst;
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 176)
+            for (int j = 0; j < 8; j++, o += 24) {
+                uint16_t d, m;
+                kq_sub(st, s, j, q, &d, &m);
+                uint32_t qh = 0;
+                for (int k = 0; k < 32; k++)
+                    qh |= (uint32_t)(q[k] >> 4 & 1) << k;
+                o[0] = (uint8_t)d, o[1] = (uint8_t)(d >> 8);
+                o[2] = (uint8_t)m, o[3] = (uint8_t)(m >> 8);
+                for (int k = 0; k < 4; k++)
+                    o[4 + k] = (uint8_t)(qh >> (8 * k));
+                for (int k = 0; k < 16; k++)
+                    o[8 + k] = (uint8_t)((q[k] & 15) | (q[k + 16] & 15) << 4);
+            }
+        return 0;
+    }
+    if (st == KERN_TYPE_Q3_K && dt == KERN_TYPE_Q6_0S) {
+        /* Q3_K's q - 4 (-4..3) as a 6-bit code q + 28, its two 16-value
+         * scales d * (sc - 32) as da and db. */
+        uint8_t *o = dst;
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 110) {
+            const uint8_t *hm = s, *qs = s + 32, *sc = s + 96;
+            float d = f16(s + 108);
+            for (int j = 0; j < 8; j++, o += 28) {
+                uint16_t da = kern_fp32_to_fp16(d * (float)q3k_scale(sc, 2 * j));
+                uint16_t db = kern_fp32_to_fp16(d * (float)q3k_scale(sc, 2 * j + 1));
+                o[0] = (uint8_t)da, o[1] = (uint8_t)(da >> 8);
+                o[2] = (uint8_t)db, o[3] = (uint8_t)(db >> 8);
+                memset(o + 4, 0, 24);
+                for (int k = 0; k < 32; k++) {
+                    int v = 32 * j + k;
+                    int high = (hm[v % 32] >> (v / 32)) & 1;
+                    int code = q2k_low(qs, v) - (high ? 0 : 4) + 32;
+                    o[4 + k % 16] |= (uint8_t)((code & 15) << (k < 16 ? 0 : 4));
+                    o[20 + k / 4] |= (uint8_t)((code >> 4) << (2 * (k % 4)));
+                }
+            }
+        }
+        return 0;
+    }
     if (st == KERN_TYPE_Q6_K && dt == KERN_TYPE_Q6_0S) {
         uint8_t *o = dst;
         for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 210) {

@@ -60,8 +60,8 @@ void kern_kq_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
 /* The row-major form the CPU's matmul kernels run for t when the weights
  * are `auto`: Q5_0, IQ4_NL, IQ4_XS -> Q8_0; Q5_1, Q5_K -> Q8_0M; Q4_K ->
  * Q4_1; Q2_K, Q3_K, Q6_K -> Q8_0. (The CPU backend keeps Q5_0, Q5_1 and
- * IQ4_NL as stored and makes IQ4_XS IQ4_NL and Q6_K Q6_0S where their X8
- * forms apply, models/model.c.) */
+ * IQ4_NL as stored and makes IQ4_XS IQ4_NL, Q5_K Q5_1 and Q3_K and Q6_K
+ * Q6_0S where their X8 forms apply, models/model.c.) */
 kern_type kern_kq_run_type(kern_type t);
 
 /* Converts a row of n values of src_type into dst_type without going
@@ -71,7 +71,8 @@ kern_type kern_kq_run_type(kern_type t);
  *   scales rounded to fp16 (relative error <= 2^-11 per block scale, the
  *   quants exact): IQ4_XS -> Q8_0 and IQ4_XS -> IQ4_NL (d * (ls - 32) per
  *   32 values, the nibbles as they are), Q6_K -> Q6_0S (d * sc per 16
- *   values), Q4_K -> Q4_1 and
+ *   values), Q3_K -> Q6_0S (d * (sc - 32) per 16 values, code q - 4 + 32),
+ *   Q5_K -> Q5_1 (d * sc, -dmin * m per 32), Q4_K -> Q4_1 and
  *   Q4_K, Q5_K -> Q8_0M (d * sc_j and -dmin * m_j per 32 values).
  * Returns 0, or -1 (dst untouched) for any other pair; the caller then
  * dequantizes to f32 and quantizes (Q2_K, Q3_K and Q6_K to Q8_0: their 16-

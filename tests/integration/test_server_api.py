@@ -69,6 +69,8 @@ def test_models_list(stories, stories_server):
     body = r.json()
     assert body["object"] == "list"
     assert body["data"][0].get("max_model_len", STORIES_CTX) == STORIES_CTX
+    # The file's type as llama.cpp names it (convert-llama2c writes all F32).
+    assert body["data"][0]["file_type"] == "F32"
 
 
 # ---- completions: prompts, goldens, usage ----------------------------------------

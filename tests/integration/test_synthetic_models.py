@@ -96,7 +96,7 @@ N_GEN = 16
 # scales rounded to fp16 (2^-11): the int8 bar. Q2_K, Q3_K and Q6_K carry two
 # scales in every 32 values and are requantized to Q8_0 from f32, as float
 # matrices are: the int8-from-float bound; but with weights auto the CPU
-# keeps Q6_K's two scales (Q6_0S, fp16-rounded): the int8 bar.
+# keeps Q6_K's and Q3_K's two scales (Q6_0S, fp16-rounded): the int8 bar.
 #
 BOUND = {"f32": 1e-4, "f16": 1e-2, "int8": 2e-2}
 REQUANTIZED = {"Q2_K", "Q3_K", "Q6_K"}
@@ -115,7 +115,7 @@ def stored_types(spec):
 
 def int8_from_float(spec, weights):
     return (weights == "int8" and spec.mat_type in FLOAT_TYPES | REQUANTIZED) or (
-        weights == "auto" and spec.mat_type in REQUANTIZED - {"Q6_K"})
+        weights == "auto" and spec.mat_type in REQUANTIZED - {"Q6_K", "Q3_K"})
 
 
 def bound_for(spec, weights):
@@ -234,10 +234,11 @@ def test_greedy_matches_reference(brisk, synth, name):
     assert r.out.decode("utf-8", errors="strict") == want, f"reference ids {ids}"
 
 
-@pytest.mark.parametrize("name", ["llama-q5_0", "llama-q5_1", "llama-iq4_nl", "llama-iq4_xs"])
+@pytest.mark.parametrize("name", ["llama-q5_0", "llama-q5_1", "llama-q5_k", "llama-iq4_nl",
+                                  "llama-iq4_xs"])
 def test_runs_as_stored(brisk, synth, name, tmp_path, report):
     """weights auto multiplies Q5_0/Q5_1/IQ4_NL in their own X8 forms (22/24/18
-    bytes per 32 weights; IQ4_XS as IQ4_NL blocks) rather than converting them
+    bytes per 32 weights; IQ4_XS as IQ4_NL blocks, Q5_K as Q5_1) rather than converting them
     to int8 (34/36): fewer bytes read per token, and the same bits as the int8
     conversion, whose integers they are (code - 16 for Q5_0, code with the
     offset for Q5_1, the IQ4 table's value)."""

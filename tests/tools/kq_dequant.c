@@ -3,8 +3,8 @@
  * floats brisk's reference (kern_dequantize_row) gives, little-endian f32,
  * on stdout; with `--convert` it writes what the load-time conversion into
  * the type the matmul kernels run (kern_kq_run_type) dequantizes to instead,
- * with `--x8` what the CPU backend's X8 path converts to (Q6_K -> Q6_0S,
- * IQ4_XS -> IQ4_NL; the other types as kern_kq_run_type).
+ * with `--x8` what the CPU backend's X8 path converts to (Q6_K, Q3_K ->
+ * Q6_0S, Q5_K -> Q5_1, IQ4_XS -> IQ4_NL; the others as kern_kq_run_type).
  * tests/integration/test_kquant_types.py compares both with the gguf
  * package's NumPy dequantizers. Exit 2 on bad arguments or short input. */
 #include <stdio.h>
@@ -36,9 +36,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     if ((convert || x8) && kern_kq_is(t)) {
-        kern_type rt = x8 && t == KERN_TYPE_Q6_K     ? KERN_TYPE_Q6_0S
-                       : x8 && t == KERN_TYPE_IQ4_XS ? KERN_TYPE_IQ4_NL
-                                                     : kern_kq_run_type(t);
+        kern_type rt = kern_kq_run_type(t);
+        if (x8 && (t == KERN_TYPE_Q6_K || t == KERN_TYPE_Q3_K))
+            rt = KERN_TYPE_Q6_0S;
+        else if (x8 && t == KERN_TYPE_Q5_K)
+            rt = KERN_TYPE_Q5_1;
+        else if (x8 && t == KERN_TYPE_IQ4_XS)
+            rt = KERN_TYPE_IQ4_NL;
         if (kern_kq_convert_row(t, in, rt, conv, n) < 0) {
             float *f = malloc((size_t)n * sizeof *f);
             kern_dequantize_row(t, in, f, n);
