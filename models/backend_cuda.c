@@ -947,6 +947,13 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
                  "(model_load_opts.cpu_layout)");
         return BRISK_EINVAL;
     }
+    if (c->has_qk_norm) {
+        snprintf(err, err_len,
+                 "--device cuda: architecture '%s' (per-head q/k norms) runs on the CPU only so "
+                 "far (--device cpu)",
+                 model_arch_name(c->arch));
+        return BRISK_EUNSUPPORTED;
+    }
     if (c->head_dim % 8 != 0 || c->head_dim > KERN_CUDA_ATTN_MAX_DIM) {
         snprintf(err, err_len,
                  "--device cuda: head_dim %d is not supported on the GPU (a multiple of 8 "

@@ -185,6 +185,14 @@ static void forward_qkv_post_task(void *ctx, int t, int thread) {
         for (int i = 0; i < kv_dim; i++)
             v[i] += L->bv[i];
     }
+    if (L->q_norm) { /* qwen3: each head normalised with its own weight */
+        for (int h = 0; h < c->n_heads; h++)
+            kern_rmsnorm(q + (size_t)h * c->head_dim, q + (size_t)h * c->head_dim, L->q_norm,
+                         c->head_dim, c->norm_eps);
+        for (int h = 0; h < c->n_kv_heads; h++)
+            kern_rmsnorm(k + (size_t)h * c->head_dim, k + (size_t)h * c->head_dim, L->k_norm,
+                         c->head_dim, c->norm_eps);
+    }
     int pos = j->b->pos[t];
     kern_rope(q, c->n_heads, c->head_dim, c->n_rot, pos, c->rope_base, c->rope_freq_scale,
               j->m->w.rope_freqs, c->rope_mode);

@@ -173,12 +173,18 @@ int model_read_config(model *m, char *err, size_t err_len) {
         c->arch = MODEL_ARCH_QWEN2;
         c->rope_mode = KERN_ROPE_SPLIT_HALF;
         c->has_qkv_bias = 1;
+    } else if (!strcmp(arch, "qwen3")) {
+        /* Qwen3: no q/k/v bias; each head of q and k RMS-normalised (its own
+         * [key_length] weight) before RoPE; split-half RoPE as Qwen2. */
+        c->arch = MODEL_ARCH_QWEN3;
+        c->rope_mode = KERN_ROPE_SPLIT_HALF;
+        c->has_qk_norm = 1;
     } else {
         for (char *p = arch; *p; p++)
             if (*p < 0x20 || *p > 0x7e)
                 *p = '?';
         return ERR(BRISK_EUNSUPPORTED,
-                   "model: unsupported architecture '%s' (supported: llama, qwen2)", arch);
+                   "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3)", arch);
     }
 
     int rc;
@@ -595,6 +601,10 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
             LVEC(bk, "attn_k.bias", kv_dim, 1)
             LVEC(bv, "attn_v.bias", kv_dim, 1)
         }
+        if (c->has_qk_norm) {
+            LVEC(q_norm, "attn_q_norm.weight", c->head_dim, 1)
+            LVEC(k_norm, "attn_k_norm.weight", c->head_dim, 1)
+        }
 #undef LVEC
 #undef LMAT
     }
@@ -616,6 +626,15 @@ void model_count_bytes(model *m) {
              2 * (size_t)c->dim * sizeof(float);
     }
     m->weight_bytes = b;
+}
+
+const char *model_arch_name(model_arch a) {
+    switch (a) {
+    case MODEL_ARCH_LLAMA: return "llama";
+    case MODEL_ARCH_QWEN2: return "qwen2";
+    case MODEL_ARCH_QWEN3: return "qwen3";
+    }
+    return "unknown";
 }
 
 /* general.file_type as llama.cpp names it (its llama_ftype, without
@@ -706,9 +725,9 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
     model_log_types(m);
     BRISK_INFO("model: %s: %s, %d layers, dim %d, heads %d/%d, vocab %d, weights %s (%.1f MB read "
                "per token)",
-               what, m->cfg.arch == MODEL_ARCH_LLAMA ? "llama" : "qwen2", m->cfg.n_layers,
-               m->cfg.dim, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.n_vocab,
-               model_weights_fmt_name(m->fmt), (double)m->weight_bytes / 1e6);
+               what, model_arch_name(m->cfg.arch), m->cfg.n_layers, m->cfg.dim, m->cfg.n_heads,
+               m->cfg.n_kv_heads, m->cfg.n_vocab, model_weights_fmt_name(m->fmt),
+               (double)m->weight_bytes / 1e6);
     return 0;
 }
 

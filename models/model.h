@@ -21,7 +21,7 @@
 #include "models/gguf.h"
 #include "models/tokenizer.h"
 
-typedef enum { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1 } model_arch;
+typedef enum { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1, MODEL_ARCH_QWEN3 = 2 } model_arch;
 
 /* Compute format of the matrix weights, chosen at load (--weights). */
 typedef enum {
@@ -34,6 +34,8 @@ typedef enum {
 /* Parses "auto", "f32", "f16", "int8" (also "q8_0"); BRISK_EINVAL otherwise. */
 int model_weights_fmt_parse(const char *s, model_weights_fmt *out);
 const char *model_weights_fmt_name(model_weights_fmt f);
+/* "llama", "qwen2", "qwen3" (static storage). */
+const char *model_arch_name(model_arch a);
 
 typedef struct model_config {
     model_arch arch;
@@ -51,6 +53,7 @@ typedef struct model_config {
     kern_rope_mode rope_mode;
     float norm_eps;
     int has_qkv_bias;
+    int has_qk_norm; /* qwen3: RMSNorm of each q and k head before RoPE */
     int tied_output; /* output projection shares token_embd */
 } model_config;
 
@@ -62,16 +65,17 @@ typedef struct model_matrix {
 } model_matrix;
 
 typedef struct model_layer {
-    const float *attn_norm;    /* [dim] */
-    const float *ffn_norm;     /* [dim] */
-    model_matrix wq;           /* [n_heads*head_dim][dim] */
-    model_matrix wk;           /* [n_kv_heads*head_dim][dim] */
-    model_matrix wv;           /* [n_kv_heads*head_dim][dim] */
-    model_matrix wo;           /* [dim][n_heads*head_dim] */
-    model_matrix w_gate;       /* [hidden][dim] */
-    model_matrix w_up;         /* [hidden][dim] */
-    model_matrix w_down;       /* [dim][hidden] */
-    const float *bq, *bk, *bv; /* qwen2 only, else NULL */
+    const float *attn_norm;       /* [dim] */
+    const float *ffn_norm;        /* [dim] */
+    model_matrix wq;              /* [n_heads*head_dim][dim] */
+    model_matrix wk;              /* [n_kv_heads*head_dim][dim] */
+    model_matrix wv;              /* [n_kv_heads*head_dim][dim] */
+    model_matrix wo;              /* [dim][n_heads*head_dim] */
+    model_matrix w_gate;          /* [hidden][dim] */
+    model_matrix w_up;            /* [hidden][dim] */
+    model_matrix w_down;          /* [dim][hidden] */
+    const float *bq, *bk, *bv;    /* qwen2 only, else NULL */
+    const float *q_norm, *k_norm; /* [head_dim], qwen3 only, else NULL */
 } model_layer;
 
 typedef struct model_weights {

@@ -234,6 +234,9 @@ def make_tensors(s):
             t[p + "attn_q.bias"] = (normal(q_dim, 0.5), "F32")
             t[p + "attn_k.bias"] = (normal(kv_dim, 0.5), "F32")
             t[p + "attn_v.bias"] = (normal(kv_dim, 0.2), "F32")
+        if s.arch == "qwen3":  # per-head q/k norms, [head_dim] each
+            t[p + "attn_q_norm.weight"] = (norm_w(hd), s.norm_type)
+            t[p + "attn_k_norm.weight"] = (norm_w(hd), s.norm_type)
         t[p + "attn_output.weight"] = (normal((s.n_embd, q_dim), SCALE["out"] / np.sqrt(q_dim)), mt)
         t[p + "ffn_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
         t[p + "ffn_gate.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
@@ -258,7 +261,7 @@ def write_model(path, s, vocab=VOCAB):
     w.add_feed_forward_length(s.n_ff)
     w.add_head_count(s.n_head)
     w.add_head_count_kv(s.n_head_kv)
-    w.add_layer_norm_rms_eps(1e-6 if a == "qwen2" else 1e-5)
+    w.add_layer_norm_rms_eps(1e-6 if a in ("qwen2", "qwen3") else 1e-5)
     w.add_rope_freq_base(s.rope_base)
     if s.head_dim:
         w.add_key_length(s.head_dim)

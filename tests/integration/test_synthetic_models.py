@@ -53,6 +53,11 @@ MODELS = {
                             output_type="F16", seed=19),
     "llama-mqa-partial-rope": Spec(n_head_kv=1, head_dim=64, n_rot=32, seed=20),
     "qwen2-tied-q8_0": Spec(arch="qwen2", n_head_kv=2, rope_base=1e6, mat_type="Q8_0", seed=21),
+    # Qwen3: per-head q/k RMSNorm, no biases, key_length 64 != n_embd / n_head.
+    "qwen3": Spec(arch="qwen3", n_head=4, n_head_kv=2, head_dim=64, rope_base=1e6,
+                  output_type="F32", seed=22),
+    "qwen3-q4_k": Spec(arch="qwen3", n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64,
+                       rope_base=1e6, mat_type="Q4_K", embd_type="Q8_0", seed=23),
 }
 # The types read from files and converted at load (kern_kquant.h): rows 256
 # wide, so that the K-quants fit, every per-layer matrix and the output in the
@@ -332,6 +337,11 @@ def _full_rotation(m):
     m.rope_dim = m.head_dim
 
 
+def _no_qk_norm(m):
+    m.tensors = {k: v for k, v in m.tensors.items()
+                 if not k.endswith(("attn_q_norm.weight", "attn_k_norm.weight"))}
+
+
 SENSITIVITY = [
     ("qwen2", "bias", _no_bias),
     ("qwen2", "split-half rope", _flip_rope_mode),
@@ -339,6 +349,7 @@ SENSITIVITY = [
     ("llama-rope-linear", "linear scaling", _no_rope_scale),
     ("llama-rope-freqs", "rope_freqs", _no_rope_freqs),
     ("llama-mqa-partial-rope", "partial rotation", _full_rotation),
+    ("qwen3", "q/k norms", _no_qk_norm),
 ]
 
 

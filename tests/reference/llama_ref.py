@@ -106,8 +106,8 @@ class Model:
         self.reader = gguf.GGUFReader(path)
         self.tensors = {t.name: t for t in self.reader.tensors}
         arch = self._meta("general.architecture")
-        if arch not in ("llama", "qwen2"):
-            raise ValueError(f"unsupported architecture {arch!r} (want llama or qwen2)")
+        if arch not in ("llama", "qwen2", "qwen3"):
+            raise ValueError(f"unsupported architecture {arch!r} (want llama, qwen2 or qwen3)")
         self.arch = arch
         self.n_embd = int(self._meta(f"{arch}.embedding_length"))
         self.n_layer = int(self._meta(f"{arch}.block_count"))
@@ -126,7 +126,7 @@ class Model:
             self.rope_scale = scale_linear
         # llama GGUFs store q/k permuted so that RoPE pairs are adjacent
         # (2i, 2i+1); qwen2 keeps the HF layout and pairs (i, i + rot/2).
-        self.rope_neox = arch == "qwen2"
+        self.rope_neox = arch in ("qwen2", "qwen3")
         self.n_vocab = int(self.tensors["token_embd.weight"].shape[1])
         self._cache = {}
         # Llama 3.1-style frequency factors: one divisor per rotated pair,
@@ -233,8 +233,13 @@ def forward(m, tokens, cache=None):
                     k = k + b
                 else:
                     v = v + b
-        q = rope(q.reshape(T, nh, hd), pos, m)
-        k = rope(k.reshape(T, nkv, hd), pos, m)
+        q = q.reshape(T, nh, hd)
+        k = k.reshape(T, nkv, hd)
+        if m.has(p + "attn_q_norm.weight"):  # qwen3: RMSNorm of every q and k head
+            q = rms_norm(q, m.weight(p + "attn_q_norm.weight"), m.eps)
+            k = rms_norm(k, m.weight(p + "attn_k_norm.weight"), m.eps)
+        q = rope(q, pos, m)
+        k = rope(k, pos, m)
         v = v.reshape(T, nkv, hd)
         cache.k[l] = k if cache.k[l] is None else np.concatenate([cache.k[l], k])
         cache.v[l] = v if cache.v[l] is None else np.concatenate([cache.v[l], v])
