@@ -406,6 +406,7 @@ int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out) {
     out->block_size = kv->cfg.block_size;
     out->block_stride = kv->block_floats;
     out->row_stride = (size_t)kv->cfg.kv_dim;
+    out->window = 0;
     return 0;
 }
 

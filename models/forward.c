@@ -194,9 +194,9 @@ static void forward_qkv_post_task(void *ctx, int t, int thread) {
                          c->head_dim, c->norm_eps);
     }
     int pos = j->b->pos[t];
-    kern_rope(q, c->n_heads, c->head_dim, c->n_rot, pos, c->rope_base, c->rope_freq_scale,
+    kern_rope(q, c->n_heads, c->head_dim, c->n_rot, pos, L->rope_base, c->rope_freq_scale,
               j->m->w.rope_freqs, c->rope_mode);
-    kern_rope(k, c->n_kv_heads, c->head_dim, c->n_rot, pos, c->rope_base, c->rope_freq_scale,
+    kern_rope(k, c->n_kv_heads, c->head_dim, c->n_rot, pos, L->rope_base, c->rope_freq_scale,
               j->m->w.rope_freqs, c->rope_mode);
     kern_kv_view view;
     kv_cache_view(j->kv, j->layer, j->b->seq[t], &view); /* indices validated up front */
@@ -237,8 +237,9 @@ static void forward_attn_task(void *ctx, int task, int thread) {
     int t0 = run->first;
     kern_kv_view view;
     kv_cache_view(j->kv, j->layer, j->b->seq[t0], &view);
+    view.window = j->m->w.layers[j->layer].window; /* Gemma's local layers */
     int group = c->n_heads / c->n_kv_heads;
-    float scale = 1.0f / sqrtf((float)c->head_dim);
+    float scale = c->attn_scale;
     float *scratch = j->st->att_scratch + (size_t)thread * forward_attn_scratch(c, j->st->max_ctx);
     size_t off = (size_t)t0 * q_dim + (size_t)h * c->head_dim;
     if (hpt == c->n_heads) /* every group of the run: whole cache rows read once */
@@ -273,12 +274,16 @@ typedef struct mlp_job {
     float *hb;
     const float *hb2;
     int hidden;
+    int gelu; /* gemma: GELU (tanh form) instead of SiLU */
 } mlp_job;
 
 static void forward_silu_task(void *ctx, int t, int thread) {
     mlp_job *j = ctx;
     size_t off = (size_t)t * (size_t)j->hidden;
-    kern_silu_mul(j->hb + off, j->hb + off, j->hb2 + off, j->hidden);
+    if (j->gelu)
+        kern_gelu_tanh_mul(j->hb + off, j->hb + off, j->hb2 + off, j->hidden);
+    else
+        kern_silu_mul(j->hb + off, j->hb + off, j->hb2 + off, j->hidden);
 }
 
 /* ---- the pass ------------------------------------------------------------- */
@@ -378,6 +383,9 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
             kern_dequantize_row(w->tok_embd.type,
                                 (const uint8_t *)w->tok_embd.data + (size_t)b->tokens[i] * embd_row,
                                 st->x + (size_t)i * dim, dim);
+        if (c->embd_scale != 0.0f) /* gemma: embeddings times sqrt(dim) */
+            for (int d = 0; d < dim; d++)
+                st->x[(size_t)i * dim + d] *= c->embd_scale;
     }
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -399,6 +407,8 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         kern_pool_run(pool, forward_attn_task, &aj, n_runs * (c->n_heads / attn_hpt));
         /* 4. Output projection and residual. */
         forward_matmul(pool, st, &L->wo, st->att, n, st->xb2);
+        if (L->post_attn_norm) /* gemma: normalise the block's output first */
+            forward_rmsnorm(pool, st->xb2, st->xb2, L->post_attn_norm, n, dim, c->norm_eps);
         for (size_t i = 0; i < (size_t)n * dim; i++)
             st->x[i] += st->xb2[i];
         /* 5. Feed-forward block: norm, SiLU(gate) * up, down, residual. */
@@ -406,7 +416,7 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         const model_matrix *gate_up[2] = {&L->w_gate, &L->w_up};
         float *gate_up_out[2] = {st->hb, st->hb2};
         forward_matmul_multi(pool, st, gate_up, 2, st->xb, n, gate_up_out);
-        mlp_job mj = {st->hb, st->hb2, c->hidden_dim};
+        mlp_job mj = {st->hb, st->hb2, c->hidden_dim, c->gemma};
         if (n <= FORWARD_INLINE_ROWS) {
             for (int t = 0; t < n; t++)
                 forward_silu_task(&mj, t, 0);
@@ -414,6 +424,8 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
             kern_pool_run(pool, forward_silu_task, &mj, n);
         }
         forward_matmul(pool, st, &L->w_down, st->hb, n, st->xb2);
+        if (L->post_ffn_norm)
+            forward_rmsnorm(pool, st->xb2, st->xb2, L->post_ffn_norm, n, dim, c->norm_eps);
         for (size_t i = 0; i < (size_t)n * dim; i++)
             st->x[i] += st->xb2[i];
     }

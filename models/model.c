@@ -173,6 +173,15 @@ int model_read_config(model *m, char *err, size_t err_len) {
         c->arch = MODEL_ARCH_QWEN2;
         c->rope_mode = KERN_ROPE_SPLIT_HALF;
         c->has_qkv_bias = 1;
+    } else if (!strcmp(arch, "gemma3")) {
+        /* Gemma 3: split-half RoPE, per-head q/k norms, GELU-tanh MLP, the
+         * extra post-attention and post-MLP norms (their weights, like all
+         * of Gemma's norms in GGUF, already hold the +1), embeddings scaled
+         * by sqrt(dim). */
+        c->arch = MODEL_ARCH_GEMMA3;
+        c->rope_mode = KERN_ROPE_SPLIT_HALF;
+        c->has_qk_norm = 1;
+        c->gemma = 1;
     } else if (!strcmp(arch, "qwen3")) {
         /* Qwen3: no q/k/v bias; each head of q and k RMS-normalised (its own
          * [key_length] weight) before RoPE; split-half RoPE as Qwen2. */
@@ -184,7 +193,8 @@ int model_read_config(model *m, char *err, size_t err_len) {
             if (*p < 0x20 || *p > 0x7e)
                 *p = '?';
         return ERR(BRISK_EUNSUPPORTED,
-                   "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3)", arch);
+                   "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, gemma3)",
+                   arch);
     }
 
     int rc;
@@ -225,10 +235,26 @@ int model_read_config(model *m, char *err, size_t err_len) {
     c->rope_base = 10000.0f;
     if ((rc = model_meta_f32(gf, arch, "rope.freq_base", &c->rope_base, err, err_len)) < 0)
         return rc;
-    c->norm_eps = 1e-5f;
+    c->norm_eps = c->gemma ? 1e-6f : 1e-5f;
     if ((rc = model_meta_f32(gf, arch, "attention.layer_norm_rms_epsilon", &c->norm_eps, err,
                              err_len)) < 0)
         return rc;
+    c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    if (c->gemma) {
+        /* Published defaults where the file is silent (Gemma 3's config):
+         * query scale 1/sqrt(key_length) (above), local RoPE base 10,000,
+         * every sixth layer global, embeddings times sqrt(width). */
+        c->embd_scale = sqrtf((float)c->dim);
+        c->rope_base_swa = 10000.0f;
+        c->swa_pattern = 6;
+        if ((rc = model_meta_u32(gf, arch, "attention.sliding_window", 0, &c->n_swa, err,
+                                 err_len)) < 0 ||
+            (rc = model_meta_u32(gf, arch, "attention.sliding_window_pattern", 0, &c->swa_pattern,
+                                 err, err_len)) < 0 ||
+            (rc = model_meta_f32(gf, arch, "rope.local.freq_base", &c->rope_base_swa, err,
+                                 err_len)) < 0)
+            return rc;
+    }
     c->rope_freq_scale = 1.0f;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
@@ -605,6 +631,15 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
             LVEC(q_norm, "attn_q_norm.weight", c->head_dim, 1)
             LVEC(k_norm, "attn_k_norm.weight", c->head_dim, 1)
         }
+        L->rope_base = c->rope_base;
+        if (c->gemma) {
+            LVEC(post_attn_norm, "post_attention_norm.weight", c->dim, 1)
+            LVEC(post_ffn_norm, "post_ffw_norm.weight", c->dim, 1)
+            if (c->n_swa > 0 && (c->swa_pattern <= 0 || (l + 1) % c->swa_pattern != 0)) {
+                L->window = c->n_swa; /* a local layer */
+                L->rope_base = c->rope_base_swa;
+            }
+        }
 #undef LVEC
 #undef LMAT
     }
@@ -633,6 +668,7 @@ const char *model_arch_name(model_arch a) {
     case MODEL_ARCH_LLAMA: return "llama";
     case MODEL_ARCH_QWEN2: return "qwen2";
     case MODEL_ARCH_QWEN3: return "qwen3";
+    case MODEL_ARCH_GEMMA3: return "gemma3";
     }
     return "unknown";
 }

@@ -21,7 +21,12 @@
 #include "models/gguf.h"
 #include "models/tokenizer.h"
 
-typedef enum { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1, MODEL_ARCH_QWEN3 = 2 } model_arch;
+typedef enum {
+    MODEL_ARCH_LLAMA = 0,
+    MODEL_ARCH_QWEN2 = 1,
+    MODEL_ARCH_QWEN3 = 2,
+    MODEL_ARCH_GEMMA3 = 3
+} model_arch;
 
 /* Compute format of the matrix weights, chosen at load (--weights). */
 typedef enum {
@@ -53,8 +58,17 @@ typedef struct model_config {
     kern_rope_mode rope_mode;
     float norm_eps;
     int has_qkv_bias;
-    int has_qk_norm; /* qwen3: RMSNorm of each q and k head before RoPE */
-    int tied_output; /* output projection shares token_embd */
+    int has_qk_norm; /* qwen3, gemma3: RMSNorm of each q and k head before RoPE */
+    /* gemma3: embeddings times sqrt(dim), GELU-tanh gated MLP, a norm after
+     * the attention and after the MLP before each residual add, sliding-
+     * window layers with their own RoPE base, query scale attn_scale. */
+    int gemma;
+    float embd_scale;    /* 0: none */
+    float attn_scale;    /* the query scale; 1 / sqrt(head_dim) unless the family says */
+    int n_swa;           /* sliding window of the local layers (0: none) */
+    int swa_pattern;     /* every swa_pattern-th layer is global (gemma3: 6) */
+    float rope_base_swa; /* the local layers' RoPE base */
+    int tied_output;     /* output projection shares token_embd */
 } model_config;
 
 /* A matrix in compute format: n_out rows of n_in values of `type`. */
@@ -65,17 +79,20 @@ typedef struct model_matrix {
 } model_matrix;
 
 typedef struct model_layer {
-    const float *attn_norm;       /* [dim] */
-    const float *ffn_norm;        /* [dim] */
-    model_matrix wq;              /* [n_heads*head_dim][dim] */
-    model_matrix wk;              /* [n_kv_heads*head_dim][dim] */
-    model_matrix wv;              /* [n_kv_heads*head_dim][dim] */
-    model_matrix wo;              /* [dim][n_heads*head_dim] */
-    model_matrix w_gate;          /* [hidden][dim] */
-    model_matrix w_up;            /* [hidden][dim] */
-    model_matrix w_down;          /* [dim][hidden] */
-    const float *bq, *bk, *bv;    /* qwen2 only, else NULL */
-    const float *q_norm, *k_norm; /* [head_dim], qwen3 only, else NULL */
+    const float *attn_norm;                      /* [dim] */
+    const float *ffn_norm;                       /* [dim] */
+    model_matrix wq;                             /* [n_heads*head_dim][dim] */
+    model_matrix wk;                             /* [n_kv_heads*head_dim][dim] */
+    model_matrix wv;                             /* [n_kv_heads*head_dim][dim] */
+    model_matrix wo;                             /* [dim][n_heads*head_dim] */
+    model_matrix w_gate;                         /* [hidden][dim] */
+    model_matrix w_up;                           /* [hidden][dim] */
+    model_matrix w_down;                         /* [dim][hidden] */
+    const float *bq, *bk, *bv;                   /* qwen2 only, else NULL */
+    const float *q_norm, *k_norm;                /* [head_dim], qwen3 and gemma3, else NULL */
+    const float *post_attn_norm, *post_ffn_norm; /* [dim], gemma3, else NULL */
+    int window;                                  /* sliding window of this layer, 0: global */
+    float rope_base;                             /* this layer's RoPE base */
 } model_layer;
 
 typedef struct model_weights {

@@ -79,6 +79,7 @@ int model_dummy_config(const char *name, model_config *out) {
     out->norm_eps = s->norm_eps;
     out->has_qkv_bias = qwen;
     out->tied_output = s->tied;
+    out->attn_scale = 1.0f / sqrtf((float)s->head_dim);
     return 0;
 }
 
@@ -327,6 +328,7 @@ static int dummy_weights(dummy_ctx *d) {
         return BRISK_ENOMEM;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *L = &w->layers[l];
+        L->rope_base = c->rope_base;
         if ((rc = dummy_vector(d, c->dim, 1.0f, 0.0f, &L->attn_norm)) < 0 ||
             (rc = dummy_vector(d, c->dim, 1.0f, 0.0f, &L->ffn_norm)) < 0 ||
             (rc = dummy_matrix(d, MAT(c->dim, q_dim, &L->wq))) < 0 ||

@@ -50,6 +50,14 @@ void kern_silu_mul_ref(float *out, const float *gate, const float *up, int n) {
     }
 }
 
+void kern_gelu_tanh_mul(float *out, const float *gate, const float *up, int n) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        float x = gate[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) * up[i];
+    }
+}
+
 void kern_silu_mul(float *out, const float *gate, const float *up, int n) {
     if (kern_cpu_level() >= KERN_LEVEL_AVX2)
         kern_silu_mul_avx2(out, gate, up, n);
@@ -196,6 +204,8 @@ void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv,
             s += (double)q[d] * kv_at(kv, 0, ko + (size_t)d);
         scratch[p] = (float)s * scale;
     }
+    for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
+        scratch[p] = -INFINITY; /* outside the sliding window */
     kern_softmax_ref(scratch, n_ctx);
     for (int d = 0; d < head_dim; d++) {
         double acc = 0.0;
@@ -224,6 +234,8 @@ static void attention_rows_c(float *out, size_t out_stride, const float *q, size
                     s += qr[d] * kv_at(kv, 0, ko + (size_t)d);
                 sr[p] = s * scale;
             }
+            for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
+                sr[p] = -INFINITY; /* outside the sliding window */
             kern_softmax(sr, n_ctx);
             float *o = out + (size_t)r * out_stride + (size_t)h * head_dim;
             memset(o, 0, (size_t)head_dim * sizeof(float));

@@ -95,6 +95,10 @@ void kern_rmsnorm_ref(float *out, const float *x, const float *w, int n, float e
 /* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)); out may alias. */
 void kern_silu_mul(float *out, const float *gate, const float *up, int n);
 void kern_silu_mul_ref(float *out, const float *gate, const float *up, int n);
+/* out[i] = gelu(gate[i]) * up[i] with GELU's tanh form,
+ * gelu(x) = x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) (Gemma's
+ * gelu_pytorch_tanh). Plain C at every level; out may alias gate. */
+void kern_gelu_tanh_mul(float *out, const float *gate, const float *up, int n);
 
 /* In place, numerically stable (max subtracted). */
 void kern_softmax(float *x, int n);
@@ -129,6 +133,10 @@ typedef struct kern_kv_view {
     size_t row_stride;   /* elements between positions in a block (>= n_kv_head * head_dim) */
     uint16_t *k16;       /* f16 storage (k and v NULL then) */
     uint16_t *v16;
+    /* > 0: sliding-window attention - a query at position p attends to
+     * positions (p - window, p] only (Gemma's local layers, Mistral); the
+     * kernels give the positions before it zero weight. 0: all of [0, p]. */
+    int window;
 } kern_kv_view;
 
 /* One query head against positions [0, n_ctx) of KV head kv_head:

@@ -401,8 +401,12 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
     for (int r = 0; r < n_rows; r++) {
         int n_ctx = pos0 + r + 1;
         float *w = scratch + (size_t)r * n_ctx_max;
-        for (int h = 0; h < n_heads; h++)
+        for (int h = 0; h < n_heads; h++) {
+            /* A sliding window: the positions before it get zero weight. */
+            for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
+                w[(size_t)h * w_stride + p] = -INFINITY;
             kern_softmax_avx2(w + (size_t)h * w_stride, n_ctx); /* this file is the AVX2 level */
+        }
         float *o = out + (size_t)r * out_stride;
         for (int h = 0, hg; h < n_heads; h += hg) {
             hg = n_heads - h < 3 ? n_heads - h : 3;

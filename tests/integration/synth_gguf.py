@@ -129,6 +129,8 @@ class Spec:
     qkv_bias: bool = None  # default: arch == "qwen2"
     n_vocab_embd: int = N_VOCAB  # rows of token_embd (== the vocabulary normally)
     drop: tuple = ()  # tensor names to leave out
+    sliding_window: int = 0  # gemma3: the local layers' window (attention.sliding_window)
+    swa_pattern: int = 0  # gemma3: every swa_pattern-th layer global (0: the file is silent)
     shapes: dict = field(default_factory=dict)  # name -> NumPy shape [rows, cols] override
     seed: int = 1234
 
@@ -234,14 +236,18 @@ def make_tensors(s):
             t[p + "attn_q.bias"] = (normal(q_dim, 0.5), "F32")
             t[p + "attn_k.bias"] = (normal(kv_dim, 0.5), "F32")
             t[p + "attn_v.bias"] = (normal(kv_dim, 0.2), "F32")
-        if s.arch == "qwen3":  # per-head q/k norms, [head_dim] each
+        if s.arch in ("qwen3", "gemma3"):  # per-head q/k norms, [head_dim] each
             t[p + "attn_q_norm.weight"] = (norm_w(hd), s.norm_type)
             t[p + "attn_k_norm.weight"] = (norm_w(hd), s.norm_type)
         t[p + "attn_output.weight"] = (normal((s.n_embd, q_dim), SCALE["out"] / np.sqrt(q_dim)), mt)
+        if s.arch == "gemma3":  # the norm of the attention block's output
+            t[p + "post_attention_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
         t[p + "ffn_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
         t[p + "ffn_gate.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
         t[p + "ffn_up.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
         t[p + "ffn_down.weight"] = (normal((s.n_embd, s.n_ff), SCALE["out"] / np.sqrt(s.n_ff)), mt)
+        if s.arch == "gemma3":  # and of the MLP's
+            t[p + "post_ffw_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
     for name, shape in s.shapes.items():
         vals, qt = t[name]
         t[name] = (np.resize(vals, shape), qt)
@@ -261,7 +267,11 @@ def write_model(path, s, vocab=VOCAB):
     w.add_feed_forward_length(s.n_ff)
     w.add_head_count(s.n_head)
     w.add_head_count_kv(s.n_head_kv)
-    w.add_layer_norm_rms_eps(1e-6 if a in ("qwen2", "qwen3") else 1e-5)
+    w.add_layer_norm_rms_eps(1e-6 if a in ("qwen2", "qwen3", "gemma3") else 1e-5)
+    if s.sliding_window:
+        w.add_uint32(f"{a}.attention.sliding_window", s.sliding_window)
+    if s.swa_pattern:
+        w.add_uint32(f"{a}.attention.sliding_window_pattern", s.swa_pattern)
     w.add_rope_freq_base(s.rope_base)
     if s.head_dim:
         w.add_key_length(s.head_dim)

@@ -56,6 +56,12 @@ MODELS = {
     # Qwen3: per-head q/k RMSNorm, no biases, key_length 64 != n_embd / n_head.
     "qwen3": Spec(arch="qwen3", n_head=4, n_head_kv=2, head_dim=64, rope_base=1e6,
                   output_type="F32", seed=22),
+    # Gemma 3: sqrt(width) embeddings, GELU-tanh, post-attention/-MLP norms,
+    # q/k norms, head size 64 with one KV head; layer 0 local (window 8, RoPE
+    # base 10,000), layer 1 global (pattern 2): the 24-token prompt runs past
+    # the window.
+    "gemma3": Spec(arch="gemma3", n_head=4, n_head_kv=1, head_dim=64, rope_base=1e6,
+                   sliding_window=8, swa_pattern=2, seed=24),
     "qwen3-q4_k": Spec(arch="qwen3", n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64,
                        rope_base=1e6, mat_type="Q4_K", embd_type="Q8_0", seed=23),
 }
@@ -337,6 +343,14 @@ def _full_rotation(m):
     m.rope_dim = m.head_dim
 
 
+def _no_window(m):
+    m.n_swa = 0
+
+
+def _silu(m):
+    m.gemma_silu = True
+
+
 def _no_qk_norm(m):
     m.tensors = {k: v for k, v in m.tensors.items()
                  if not k.endswith(("attn_q_norm.weight", "attn_k_norm.weight"))}
@@ -350,6 +364,8 @@ SENSITIVITY = [
     ("llama-rope-freqs", "rope_freqs", _no_rope_freqs),
     ("llama-mqa-partial-rope", "partial rotation", _full_rotation),
     ("qwen3", "q/k norms", _no_qk_norm),
+    ("gemma3", "the sliding window", _no_window),
+    ("gemma3", "GELU (as SiLU)", _silu),
 ]
 
 

@@ -106,15 +106,24 @@ class Model:
         self.reader = gguf.GGUFReader(path)
         self.tensors = {t.name: t for t in self.reader.tensors}
         arch = self._meta("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen3"):
-            raise ValueError(f"unsupported architecture {arch!r} (want llama, qwen2 or qwen3)")
+        if arch not in ("llama", "qwen2", "qwen3", "gemma3"):
+            raise ValueError(f"unsupported architecture {arch!r} "
+                             "(want llama, qwen2, qwen3 or gemma3)")
         self.arch = arch
+        self.gemma = arch == "gemma3"
         self.n_embd = int(self._meta(f"{arch}.embedding_length"))
         self.n_layer = int(self._meta(f"{arch}.block_count"))
         self.n_head = int(self._meta(f"{arch}.attention.head_count"))
         self.n_head_kv = int(self._meta(f"{arch}.attention.head_count_kv", self.n_head))
         self.head_dim = int(self._meta(f"{arch}.attention.key_length", self.n_embd // self.n_head))
-        self.eps = float(self._meta(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
+        self.eps = float(self._meta(f"{arch}.attention.layer_norm_rms_epsilon",
+                                    1e-6 if self.gemma else 1e-5))
+        # Gemma 3 (its published defaults where the file is silent): every
+        # sixth layer global, the others attend to the last sliding_window
+        # positions with RoPE base 10,000; embeddings times sqrt(n_embd).
+        self.n_swa = int(self._meta(f"{arch}.attention.sliding_window", 0)) if self.gemma else 0
+        self.swa_pattern = int(self._meta(f"{arch}.attention.sliding_window_pattern", 6))
+        self.rope_base_swa = float(self._meta(f"{arch}.rope.local.freq_base", 10000.0))
         self.rope_base = float(self._meta(f"{arch}.rope.freq_base", 10000.0))
         self.rope_dim = int(self._meta(f"{arch}.rope.dimension_count", self.head_dim))
         self.rope_scale = 1.0
@@ -126,7 +135,7 @@ class Model:
             self.rope_scale = scale_linear
         # llama GGUFs store q/k permuted so that RoPE pairs are adjacent
         # (2i, 2i+1); qwen2 keeps the HF layout and pairs (i, i + rot/2).
-        self.rope_neox = arch in ("qwen2", "qwen3")
+        self.rope_neox = arch in ("qwen2", "qwen3", "gemma3")
         self.n_vocab = int(self.tensors["token_embd.weight"].shape[1])
         self._cache = {}
         # Llama 3.1-style frequency factors: one divisor per rotated pair,
@@ -174,11 +183,12 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, m):
+def rope(x, pos, m, base=None):
     """Rotate x [T, n_heads, head_dim] in place-free fashion for positions pos [T]."""
     rot = m.rope_dim
     i = np.arange(rot // 2, dtype=np.float64)
-    inv_freq = m.rope_base ** (-2.0 * i / rot)  # theta_i = pos * base^(-2i/rot)
+    base = m.rope_base if base is None else base
+    inv_freq = base ** (-2.0 * i / rot)  # theta_i = pos * base^(-2i/rot)
     if m.rope_freqs is not None:
         inv_freq = inv_freq / m.rope_freqs  # per-pair divisors (rope_freqs.weight)
     ang = (pos.astype(np.float64) / m.rope_scale)[:, None] * inv_freq[None, :]  # [T, rot/2]
@@ -216,6 +226,8 @@ def forward(m, tokens, cache=None):
     # token embeddings: rows of token_embd [n_vocab, n_embd]
     emb = m.weight("token_embd.weight", keep=True)
     x = emb[tokens].copy()  # [T, n_embd]
+    if m.gemma:
+        x = x * np.sqrt(m.n_embd)
 
     for l in range(m.n_layer):
         p = f"blk.{l}."
@@ -238,8 +250,10 @@ def forward(m, tokens, cache=None):
         if m.has(p + "attn_q_norm.weight"):  # qwen3: RMSNorm of every q and k head
             q = rms_norm(q, m.weight(p + "attn_q_norm.weight"), m.eps)
             k = rms_norm(k, m.weight(p + "attn_k_norm.weight"), m.eps)
-        q = rope(q, pos, m)
-        k = rope(k, pos, m)
+        local = m.n_swa > 0 and (l + 1) % m.swa_pattern != 0  # gemma3's sliding layers
+        base = m.rope_base_swa if local else m.rope_base
+        q = rope(q, pos, m, base)
+        k = rope(k, pos, m, base)
         v = v.reshape(T, nkv, hd)
         cache.k[l] = k if cache.k[l] is None else np.concatenate([cache.k[l], k])
         cache.v[l] = v if cache.v[l] is None else np.concatenate([cache.v[l], v])
@@ -251,18 +265,30 @@ def forward(m, tokens, cache=None):
         scores = np.einsum("thd,shd->hts", q, Kq) / np.sqrt(hd)  # [nh, T, S]
         S = K.shape[0]
         mask = np.arange(S)[None, :] > pos[:, None]  # key after query -> hidden
+        if local:  # and keys that fell out of the window
+            mask |= np.arange(S)[None, :] <= pos[:, None] - m.n_swa
         scores = np.where(mask[None], -np.inf, scores)
         scores -= scores.max(axis=-1, keepdims=True)
         w = np.exp(scores)
         w /= w.sum(axis=-1, keepdims=True)
         att = np.einsum("hts,shd->thd", w, Vq).reshape(T, nh * hd)
-        x = x + att @ m.weight(p + "attn_output.weight").T
+        o = att @ m.weight(p + "attn_output.weight").T
+        if m.gemma:
+            o = rms_norm(o, m.weight(p + "post_attention_norm.weight"), m.eps)
+        x = x + o
 
         # feed-forward: RMSNorm -> SiLU(gate) * up -> down
         h = rms_norm(x, m.weight(p + "ffn_norm.weight"), m.eps)
         g = h @ m.weight(p + "ffn_gate.weight").T
         u = h @ m.weight(p + "ffn_up.weight").T
-        x = x + ((g / (1.0 + np.exp(-g))) * u) @ m.weight(p + "ffn_down.weight").T
+        if m.gemma and not getattr(m, "gemma_silu", False):  # GELU, tanh form
+            a = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
+        else:  # SiLU
+            a = g / (1.0 + np.exp(-g))
+        o = (a * u) @ m.weight(p + "ffn_down.weight").T
+        if m.gemma:
+            o = rms_norm(o, m.weight(p + "post_ffw_norm.weight"), m.eps)
+        x = x + o
 
     cache.n_past += T
     x = rms_norm(x, m.weight("output_norm.weight"), m.eps)

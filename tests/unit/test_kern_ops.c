@@ -170,9 +170,9 @@ static void test_attention(kern_level top) {
                     memcpy(vp + off, vc + p * row, sizeof(float) * row);
                 }
                 int32_t zero = 0;
-                kern_kv_view contig = {kc, vc, &zero, 1 << 30, 0, row, NULL, NULL};
+                kern_kv_view contig = {kc, vc, &zero, 1 << 30, 0, row, NULL, NULL, 0};
                 kern_kv_view paged = {kp,   vp,   table, block_size, (size_t)block_size * prow,
-                                      prow, NULL, NULL};
+                                      prow, NULL, NULL,  0};
                 float q[64], o1[64], o2[64], oref[64], scratch[128];
                 fill_normal(q, hd, 1.0f);
                 float scale = 1.0f / sqrtf((float)hd);
@@ -222,7 +222,7 @@ static void test_attention_rows(kern_level top) {
             fill_normal(v, row * n_ctx, 1.0f);
             fill_normal(q, (size_t)hd * n_rows, 1.0f);
             int32_t zero = 0;
-            kern_kv_view view = {k, v, &zero, 1 << 30, 0, row, NULL, NULL};
+            kern_kv_view view = {k, v, &zero, 1 << 30, 0, row, NULL, NULL, 0};
             float scale = 1.0f / sqrtf((float)hd);
             /* Split the rows at a few places: 1+22, 5+18, 23. */
             const int splits[] = {1, 5, 23};
@@ -285,7 +285,7 @@ static void test_attention_gqa(kern_level top) {
                 fill_normal(v, (size_t)phys * block_size * prow, 1.0f);
                 fill_normal(q, q_dim * n_rows, 1.0f);
                 kern_kv_view view = {k,    v,    table, block_size, (size_t)block_size * prow,
-                                     prow, NULL, NULL};
+                                     prow, NULL, NULL,  0};
                 float scale = 1.0f / sqrtf((float)hd);
                 const int splits[] = {1, 4, 9, 21};
                 for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
@@ -370,9 +370,9 @@ static void test_attention_f16(kern_level top) {
                 v[i] = kern_fp16_to_fp32(v16[i]);
             }
             kern_kv_view v32 = {k,    v,    table, block_size, (size_t)block_size * prow,
-                                prow, NULL, NULL};
+                                prow, NULL, NULL,  0};
             kern_kv_view vh = {NULL, NULL, table, block_size, (size_t)block_size * prow,
-                               prow, k16,  v16};
+                               prow, k16,  v16,   0};
             float *q = malloc(sizeof(float) * q_dim * n_rows);
             float *o32 = malloc(sizeof(float) * q_dim * n_rows),
                   *oh = malloc(sizeof(float) * q_dim * n_rows);
@@ -447,6 +447,59 @@ static void test_fp16_row(kern_level top) {
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
 }
 
+/* Sliding-window attention (kern_kv_view.window, Gemma's local layers): at
+ * every level, rows of queries with window W equal, within 1e-5, the float64
+ * reference run without a window on a cache holding only each query's last
+ * W positions; and a window wider than the context changes nothing (bits). */
+static void test_attention_window(kern_level top) {
+    const int hd = 64, n_rows = 21, pos0 = 30, n_ctx = pos0 + n_rows, W = 7;
+    float *k = malloc(sizeof(float) * hd * n_ctx), *v = malloc(sizeof(float) * hd * n_ctx);
+    float *q = malloc(sizeof(float) * hd * n_rows), *out = malloc(sizeof(float) * hd * n_rows);
+    float *full = malloc(sizeof(float) * hd * n_rows), *wide = malloc(sizeof(float) * hd * n_rows);
+    float *ref = malloc(sizeof(float) * hd), *scratch = malloc(sizeof(float) * n_rows * n_ctx);
+    fill_normal(k, (size_t)hd * n_ctx, 1.0f);
+    fill_normal(v, (size_t)hd * n_ctx, 1.0f);
+    fill_normal(q, (size_t)hd * n_rows, 1.0f);
+    int32_t zero = 0;
+    float scale = 0.125f;
+    for (int lv = test_min_level(); lv <= (int)top; lv++) {
+        kern_cpu_set_max_level((kern_level)lv);
+        kern_kv_view view = {k, v, &zero, 1 << 30, 0, (size_t)hd, NULL, NULL, W};
+        kern_attention_rows(out, hd, q, hd, n_rows, pos0, &view, 0, hd, scale, scratch);
+        double worst = 0;
+        for (int r = 0; r < n_rows; r++) {
+            /* The last W positions of row r as a cache of their own. */
+            int first = pos0 + r - W + 1;
+            kern_kv_view tail = {k + (size_t)first * hd,
+                                 v + (size_t)first * hd,
+                                 &zero,
+                                 1 << 30,
+                                 0,
+                                 (size_t)hd,
+                                 NULL,
+                                 NULL,
+                                 0};
+            kern_attention_head_ref(ref, q + (size_t)r * hd, &tail, 0, W, hd, scale, scratch);
+            double e = norm_err(out + (size_t)r * hd, ref, hd);
+            worst = e > worst ? e : worst;
+        }
+        view.window = 0;
+        kern_attention_rows(full, hd, q, hd, n_rows, pos0, &view, 0, hd, scale, scratch);
+        view.window = n_ctx + 1;
+        kern_attention_rows(wide, hd, q, hd, n_rows, pos0, &view, 0, hd, scale, scratch);
+        double moved = norm_err(out, full, (size_t)hd * n_rows);
+        printf("level %-6s attention window %d: worst error %.1e vs the window's own cache; "
+               "differs from no window by %.2f\n",
+               kern_level_name((kern_level)lv), W, worst, moved);
+        CHECK(worst <= 1e-5, "windowed attention err %g", worst);
+        CHECK(moved > 0.05, "the window changed nothing (%g)", moved);
+        CHECK(memcmp(wide, full, sizeof(float) * hd * n_rows) == 0,
+              "a window wider than the context changed the result");
+    }
+    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    free(k), free(v), free(q), free(out), free(full), free(wide), free(ref), free(scratch);
+}
+
 int main(void) {
     kern_level top = detected_level();
     test_fp16_row(top);
@@ -457,5 +510,6 @@ int main(void) {
     test_attention_rows(top);
     test_attention_gqa(top);
     test_attention_f16(top);
+    test_attention_window(top);
     return finish("test_kern_ops");
 }
