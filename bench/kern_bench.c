@@ -75,14 +75,14 @@ static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f1
             double t = now_s();
             for (int l = 0; l < n_layers; l++)
                 for (int s = 0; s < n_seq; s++) {
-                    kern_kv_view view = {f16 ? NULL : k,
-                                         f16 ? NULL : v,
-                                         table + (size_t)(l * n_seq + s) * nblk,
-                                         bs,
-                                         bstride,
-                                         row,
-                                         f16 ? k16 : NULL,
-                                         f16 ? v16 : NULL};
+                    kern_kv_view view = {.k = f16 ? NULL : k,
+                                         .v = f16 ? NULL : v,
+                                         .block_table = table + (size_t)(l * n_seq + s) * nblk,
+                                         .block_size = bs,
+                                         .block_stride = bstride,
+                                         .row_stride = row,
+                                         .k16 = f16 ? k16 : NULL,
+                                         .v16 = f16 ? v16 : NULL};
                     if (per_head) /* one call per KV head, as a task per group does */
                         for (int g = 0; g < n_kv; g++)
                             kern_attention_rows_gqa(out + g * group * hd, (size_t)n_kv * group * hd,

@@ -407,6 +407,7 @@ int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out) {
     out->block_stride = kv->block_floats;
     out->row_stride = (size_t)kv->cfg.kv_dim;
     out->window = 0;
+    out->softcap = 0.0f;
     return 0;
 }
 

@@ -947,10 +947,10 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
                  "(model_load_opts.cpu_layout)");
         return BRISK_EINVAL;
     }
-    if (c->has_qk_norm) {
+    if (!model_config_cuda_ready(c)) {
         snprintf(err, err_len,
-                 "--device cuda: architecture '%s' (per-head q/k norms) runs on the CPU only so "
-                 "far (--device cpu)",
+                 "--device cuda: this %s model (per-head q/k norms, Gemma's blocks or a sliding "
+                 "window) runs on the CPU only so far (--device cpu)",
                  model_arch_name(c->arch));
         return BRISK_EUNSUPPORTED;
     }

@@ -237,7 +237,8 @@ static void forward_attn_task(void *ctx, int task, int thread) {
     int t0 = run->first;
     kern_kv_view view;
     kv_cache_view(j->kv, j->layer, j->b->seq[t0], &view);
-    view.window = j->m->w.layers[j->layer].window; /* Gemma's local layers */
+    view.window = j->m->w.layers[j->layer].window; /* Gemma's local layers, Mistral */
+    view.softcap = c->attn_softcap;                /* Gemma 2 */
     int group = c->n_heads / c->n_kv_heads;
     float scale = c->attn_scale;
     float *scratch = j->st->att_scratch + (size_t)thread * forward_attn_scratch(c, j->st->max_ctx);
@@ -441,6 +442,9 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
     if (n_want > 0) {
         forward_rmsnorm(pool, st->xout, st->xout, w->output_norm, n_want, dim, c->norm_eps);
         forward_matmul(pool, st, &w->output, st->xout, n_want, st->logits);
+        if (c->final_softcap > 0.0f) /* gemma2: logits -> cap * tanh(logit / cap) */
+            for (size_t i = 0; i < (size_t)n_want * c->n_vocab; i++)
+                st->logits[i] = c->final_softcap * tanhf(st->logits[i] / c->final_softcap);
     }
     *logits = st->logits;
     *n_out = n_want;

@@ -182,6 +182,13 @@ int model_read_config(model *m, char *err, size_t err_len) {
         c->rope_mode = KERN_ROPE_SPLIT_HALF;
         c->has_qk_norm = 1;
         c->gemma = 1;
+    } else if (!strcmp(arch, "gemma2")) {
+        /* Gemma 2: as Gemma 3 without the q/k norms, local and global
+         * layers alternating (local first), attention-logit and final-logit
+         * soft-capping from the file. */
+        c->arch = MODEL_ARCH_GEMMA2;
+        c->rope_mode = KERN_ROPE_SPLIT_HALF;
+        c->gemma = 1;
     } else if (!strcmp(arch, "qwen3")) {
         /* Qwen3: no q/k/v bias; each head of q and k RMS-normalised (its own
          * [key_length] weight) before RoPE; split-half RoPE as Qwen2. */
@@ -193,7 +200,8 @@ int model_read_config(model *m, char *err, size_t err_len) {
             if (*p < 0x20 || *p > 0x7e)
                 *p = '?';
         return ERR(BRISK_EUNSUPPORTED,
-                   "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, gemma3)",
+                   "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, gemma2, "
+                   "gemma3)",
                    arch);
     }
 
@@ -240,18 +248,28 @@ int model_read_config(model *m, char *err, size_t err_len) {
                              err_len)) < 0)
         return rc;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    /* A sliding window: Gemma's local layers; in a llama file (Mistral)
+     * every layer's. */
+    if ((rc = model_meta_u32(gf, arch, "attention.sliding_window", 0, &c->n_swa, err, err_len)) < 0)
+        return rc;
+    c->rope_base_swa = c->rope_base;
     if (c->gemma) {
-        /* Published defaults where the file is silent (Gemma 3's config):
-         * query scale 1/sqrt(key_length) (above), local RoPE base 10,000,
-         * every sixth layer global, embeddings times sqrt(width). */
+        /* Published defaults where the file is silent: query scale
+         * 1/sqrt(key_length) (above; Gemma 2 27B's 1/sqrt(width/heads) is
+         * not told apart), embeddings times sqrt(width); Gemma 3: every
+         * sixth layer global, local RoPE base 10,000; Gemma 2: every other
+         * layer global, one RoPE base. */
         c->embd_scale = sqrtf((float)c->dim);
-        c->rope_base_swa = 10000.0f;
-        c->swa_pattern = 6;
-        if ((rc = model_meta_u32(gf, arch, "attention.sliding_window", 0, &c->n_swa, err,
-                                 err_len)) < 0 ||
-            (rc = model_meta_u32(gf, arch, "attention.sliding_window_pattern", 0, &c->swa_pattern,
+        c->swa_pattern = c->arch == MODEL_ARCH_GEMMA3 ? 6 : 2;
+        if (c->arch == MODEL_ARCH_GEMMA3)
+            c->rope_base_swa = 10000.0f;
+        if ((rc = model_meta_u32(gf, arch, "attention.sliding_window_pattern", 0, &c->swa_pattern,
                                  err, err_len)) < 0 ||
             (rc = model_meta_f32(gf, arch, "rope.local.freq_base", &c->rope_base_swa, err,
+                                 err_len)) < 0 ||
+            (rc = model_meta_f32(gf, arch, "attn_logit_softcapping", &c->attn_softcap, err,
+                                 err_len)) < 0 ||
+            (rc = model_meta_f32(gf, arch, "final_logit_softcapping", &c->final_softcap, err,
                                  err_len)) < 0)
             return rc;
     }
@@ -635,10 +653,10 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         if (c->gemma) {
             LVEC(post_attn_norm, "post_attention_norm.weight", c->dim, 1)
             LVEC(post_ffn_norm, "post_ffw_norm.weight", c->dim, 1)
-            if (c->n_swa > 0 && (c->swa_pattern <= 0 || (l + 1) % c->swa_pattern != 0)) {
-                L->window = c->n_swa; /* a local layer */
-                L->rope_base = c->rope_base_swa;
-            }
+        }
+        if (c->n_swa > 0 && (c->swa_pattern <= 0 || l % c->swa_pattern < c->swa_pattern - 1)) {
+            L->window = c->n_swa; /* a local layer */
+            L->rope_base = c->rope_base_swa;
         }
 #undef LVEC
 #undef LMAT
@@ -663,12 +681,18 @@ void model_count_bytes(model *m) {
     m->weight_bytes = b;
 }
 
+int model_config_cuda_ready(const model_config *c) {
+    return !c->has_qk_norm && !c->gemma && c->n_swa == 0 && c->attn_softcap == 0.0f &&
+           c->final_softcap == 0.0f;
+}
+
 const char *model_arch_name(model_arch a) {
     switch (a) {
     case MODEL_ARCH_LLAMA: return "llama";
     case MODEL_ARCH_QWEN2: return "qwen2";
     case MODEL_ARCH_QWEN3: return "qwen3";
     case MODEL_ARCH_GEMMA3: return "gemma3";
+    case MODEL_ARCH_GEMMA2: return "gemma2";
     }
     return "unknown";
 }

@@ -25,7 +25,8 @@ typedef enum {
     MODEL_ARCH_LLAMA = 0,
     MODEL_ARCH_QWEN2 = 1,
     MODEL_ARCH_QWEN3 = 2,
-    MODEL_ARCH_GEMMA3 = 3
+    MODEL_ARCH_GEMMA3 = 3,
+    MODEL_ARCH_GEMMA2 = 4
 } model_arch;
 
 /* Compute format of the matrix weights, chosen at load (--weights). */
@@ -39,7 +40,7 @@ typedef enum {
 /* Parses "auto", "f32", "f16", "int8" (also "q8_0"); BRISK_EINVAL otherwise. */
 int model_weights_fmt_parse(const char *s, model_weights_fmt *out);
 const char *model_weights_fmt_name(model_weights_fmt f);
-/* "llama", "qwen2", "qwen3" (static storage). */
+/* "llama", "qwen2", "qwen3", "gemma2", "gemma3" (static storage). */
 const char *model_arch_name(model_arch a);
 
 typedef struct model_config {
@@ -63,13 +64,22 @@ typedef struct model_config {
      * the attention and after the MLP before each residual add, sliding-
      * window layers with their own RoPE base, query scale attn_scale. */
     int gemma;
-    float embd_scale;    /* 0: none */
-    float attn_scale;    /* the query scale; 1 / sqrt(head_dim) unless the family says */
-    int n_swa;           /* sliding window of the local layers (0: none) */
-    int swa_pattern;     /* every swa_pattern-th layer is global (gemma3: 6) */
+    float embd_scale; /* 0: none */
+    float attn_scale; /* the query scale; 1 / sqrt(head_dim) unless the family says */
+    int n_swa;        /* sliding window of the local layers (0: none) */
+    /* layer l is local iff l % swa_pattern < swa_pattern - 1 (gemma3: 6,
+     * gemma2: 2); 0: every layer (a llama file's window: Mistral) */
+    int swa_pattern;
     float rope_base_swa; /* the local layers' RoPE base */
+    float attn_softcap;  /* gemma2: scores -> cap * tanh(score / cap); 0: none */
+    float final_softcap; /* gemma2: logits -> cap * tanh(logit / cap); 0: none */
     int tied_output;     /* output projection shares token_embd */
 } model_config;
+
+/* 1 when the CUDA backend has every piece this model needs: not yet the
+ * per-head q/k norms (qwen3, gemma3), Gemma's blocks, sliding windows or
+ * soft-capping. */
+int model_config_cuda_ready(const model_config *c);
 
 /* A matrix in compute format: n_out rows of n_in values of `type`. */
 typedef struct model_matrix {

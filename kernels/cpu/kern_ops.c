@@ -203,6 +203,8 @@ void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv,
         for (int d = 0; d < head_dim; d++)
             s += (double)q[d] * kv_at(kv, 0, ko + (size_t)d);
         scratch[p] = (float)s * scale;
+        if (kv->softcap > 0.0f)
+            scratch[p] = kv->softcap * tanhf(scratch[p] / kv->softcap);
     }
     for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
         scratch[p] = -INFINITY; /* outside the sliding window */
@@ -233,6 +235,8 @@ static void attention_rows_c(float *out, size_t out_stride, const float *q, size
                 for (int d = 0; d < head_dim; d++)
                     s += qr[d] * kv_at(kv, 0, ko + (size_t)d);
                 sr[p] = s * scale;
+                if (kv->softcap > 0.0f)
+                    sr[p] = kv->softcap * tanhf(sr[p] / kv->softcap);
             }
             for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
                 sr[p] = -INFINITY; /* outside the sliding window */

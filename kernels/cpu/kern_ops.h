@@ -137,6 +137,9 @@ typedef struct kern_kv_view {
      * positions (p - window, p] only (Gemma's local layers, Mistral); the
      * kernels give the positions before it zero weight. 0: all of [0, p]. */
     int window;
+    /* > 0: attention-logit soft-capping (Gemma 2): each scaled score s
+     * becomes softcap * tanh(s / softcap) before the softmax. */
+    float softcap;
 } kern_kv_view;
 
 /* One query head against positions [0, n_ctx) of KV head kv_head:

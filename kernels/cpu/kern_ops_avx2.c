@@ -402,7 +402,12 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
         int n_ctx = pos0 + r + 1;
         float *w = scratch + (size_t)r * n_ctx_max;
         for (int h = 0; h < n_heads; h++) {
-            /* A sliding window: the positions before it get zero weight. */
+            /* Soft-capping (Gemma 2), then a sliding window: the positions
+             * before it get zero weight. */
+            if (kv->softcap > 0.0f)
+                for (int p = 0; p < n_ctx; p++)
+                    w[(size_t)h * w_stride + p] =
+                        kv->softcap * tanhf(w[(size_t)h * w_stride + p] / kv->softcap);
             for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
                 w[(size_t)h * w_stride + p] = -INFINITY;
             kern_softmax_avx2(w + (size_t)h * w_stride, n_ctx); /* this file is the AVX2 level */

@@ -130,7 +130,9 @@ class Spec:
     n_vocab_embd: int = N_VOCAB  # rows of token_embd (== the vocabulary normally)
     drop: tuple = ()  # tensor names to leave out
     sliding_window: int = 0  # gemma3: the local layers' window (attention.sliding_window)
-    swa_pattern: int = 0  # gemma3: every swa_pattern-th layer global (0: the file is silent)
+    swa_pattern: int = 0  # gemma: layer l local iff l % p < p - 1 (0: the file is silent)
+    attn_softcap: float = 0.0  # gemma2: attn_logit_softcapping (0: not written)
+    final_softcap: float = 0.0  # gemma2: final_logit_softcapping
     shapes: dict = field(default_factory=dict)  # name -> NumPy shape [rows, cols] override
     seed: int = 1234
 
@@ -240,13 +242,13 @@ def make_tensors(s):
             t[p + "attn_q_norm.weight"] = (norm_w(hd), s.norm_type)
             t[p + "attn_k_norm.weight"] = (norm_w(hd), s.norm_type)
         t[p + "attn_output.weight"] = (normal((s.n_embd, q_dim), SCALE["out"] / np.sqrt(q_dim)), mt)
-        if s.arch == "gemma3":  # the norm of the attention block's output
+        if s.arch in ("gemma2", "gemma3"):  # the norm of the attention block's output
             t[p + "post_attention_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
         t[p + "ffn_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
         t[p + "ffn_gate.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
         t[p + "ffn_up.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
         t[p + "ffn_down.weight"] = (normal((s.n_embd, s.n_ff), SCALE["out"] / np.sqrt(s.n_ff)), mt)
-        if s.arch == "gemma3":  # and of the MLP's
+        if s.arch in ("gemma2", "gemma3"):  # and of the MLP's
             t[p + "post_ffw_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
     for name, shape in s.shapes.items():
         vals, qt = t[name]
@@ -267,7 +269,11 @@ def write_model(path, s, vocab=VOCAB):
     w.add_feed_forward_length(s.n_ff)
     w.add_head_count(s.n_head)
     w.add_head_count_kv(s.n_head_kv)
-    w.add_layer_norm_rms_eps(1e-6 if a in ("qwen2", "qwen3", "gemma3") else 1e-5)
+    w.add_layer_norm_rms_eps(1e-6 if a in ("qwen2", "qwen3", "gemma2", "gemma3") else 1e-5)
+    if s.attn_softcap:
+        w.add_float32(f"{a}.attn_logit_softcapping", s.attn_softcap)
+    if s.final_softcap:
+        w.add_float32(f"{a}.final_logit_softcapping", s.final_softcap)
     if s.sliding_window:
         w.add_uint32(f"{a}.attention.sliding_window", s.sliding_window)
     if s.swa_pattern:

@@ -62,6 +62,13 @@ MODELS = {
     # the window.
     "gemma3": Spec(arch="gemma3", n_head=4, n_head_kv=1, head_dim=64, rope_base=1e6,
                    sliding_window=8, swa_pattern=2, seed=24),
+    # Gemma 2: as gemma3 without q/k norms, layers alternating local/global,
+    # soft-capped attention scores (cap 1.5: these small models' scores are
+    # ~N(0, 2^2), so the cap bites) and logits (cap 5).
+    "gemma2": Spec(arch="gemma2", n_head=4, n_head_kv=2, head_dim=32, sliding_window=8,
+                   attn_softcap=1.5, final_softcap=5.0, seed=25),
+    # Mistral-style: a llama file with attention.sliding_window: every layer.
+    "llama-swa": Spec(n_head_kv=2, sliding_window=6, seed=26),
     "qwen3-q4_k": Spec(arch="qwen3", n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64,
                        rope_base=1e6, mat_type="Q4_K", embd_type="Q8_0", seed=23),
 }
@@ -351,6 +358,14 @@ def _silu(m):
     m.gemma_silu = True
 
 
+def _no_attn_softcap(m):
+    m.attn_softcap = 0.0
+
+
+def _no_final_softcap(m):
+    m.final_softcap = 0.0
+
+
 def _no_qk_norm(m):
     m.tensors = {k: v for k, v in m.tensors.items()
                  if not k.endswith(("attn_q_norm.weight", "attn_k_norm.weight"))}
@@ -366,6 +381,9 @@ SENSITIVITY = [
     ("qwen3", "q/k norms", _no_qk_norm),
     ("gemma3", "the sliding window", _no_window),
     ("gemma3", "GELU (as SiLU)", _silu),
+    ("gemma2", "attention soft-capping", _no_attn_softcap),
+    ("gemma2", "final soft-capping", _no_final_softcap),
+    ("llama-swa", "the sliding window", _no_window),
 ]
 
 

@@ -106,11 +106,11 @@ class Model:
         self.reader = gguf.GGUFReader(path)
         self.tensors = {t.name: t for t in self.reader.tensors}
         arch = self._meta("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen3", "gemma3"):
+        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3"):
             raise ValueError(f"unsupported architecture {arch!r} "
-                             "(want llama, qwen2, qwen3 or gemma3)")
+                             "(want llama, qwen2, qwen3, gemma2 or gemma3)")
         self.arch = arch
-        self.gemma = arch == "gemma3"
+        self.gemma = arch in ("gemma2", "gemma3")
         self.n_embd = int(self._meta(f"{arch}.embedding_length"))
         self.n_layer = int(self._meta(f"{arch}.block_count"))
         self.n_head = int(self._meta(f"{arch}.attention.head_count"))
@@ -118,12 +118,20 @@ class Model:
         self.head_dim = int(self._meta(f"{arch}.attention.key_length", self.n_embd // self.n_head))
         self.eps = float(self._meta(f"{arch}.attention.layer_norm_rms_epsilon",
                                     1e-6 if self.gemma else 1e-5))
-        # Gemma 3 (its published defaults where the file is silent): every
-        # sixth layer global, the others attend to the last sliding_window
-        # positions with RoPE base 10,000; embeddings times sqrt(n_embd).
-        self.n_swa = int(self._meta(f"{arch}.attention.sliding_window", 0)) if self.gemma else 0
-        self.swa_pattern = int(self._meta(f"{arch}.attention.sliding_window_pattern", 6))
-        self.rope_base_swa = float(self._meta(f"{arch}.rope.local.freq_base", 10000.0))
+        # Sliding windows (the published defaults where the file is silent):
+        # Gemma 3 every sixth layer global, the others local with RoPE base
+        # 10,000; Gemma 2 every other layer (local first), one base; a llama
+        # file with a window (Mistral): every layer. Layer l is local iff
+        # l % pattern < pattern - 1 (pattern 0: all).
+        self.n_swa = int(self._meta(f"{arch}.attention.sliding_window", 0))
+        self.swa_pattern = int(self._meta(f"{arch}.attention.sliding_window_pattern",
+                                          {"gemma3": 6, "gemma2": 2}.get(arch, 0)))
+        self.rope_base_swa = float(self._meta(f"{arch}.rope.local.freq_base",
+                                              10000.0 if arch == "gemma3" else
+                                              float(self._meta(f"{arch}.rope.freq_base", 10000.0))))
+        # Gemma 2's soft-capping of the attention scores and of the logits.
+        self.attn_softcap = float(self._meta(f"{arch}.attn_logit_softcapping", 0.0))
+        self.final_softcap = float(self._meta(f"{arch}.final_logit_softcapping", 0.0))
         self.rope_base = float(self._meta(f"{arch}.rope.freq_base", 10000.0))
         self.rope_dim = int(self._meta(f"{arch}.rope.dimension_count", self.head_dim))
         self.rope_scale = 1.0
@@ -135,7 +143,7 @@ class Model:
             self.rope_scale = scale_linear
         # llama GGUFs store q/k permuted so that RoPE pairs are adjacent
         # (2i, 2i+1); qwen2 keeps the HF layout and pairs (i, i + rot/2).
-        self.rope_neox = arch in ("qwen2", "qwen3", "gemma3")
+        self.rope_neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3")
         self.n_vocab = int(self.tensors["token_embd.weight"].shape[1])
         self._cache = {}
         # Llama 3.1-style frequency factors: one divisor per rotated pair,
@@ -250,7 +258,7 @@ def forward(m, tokens, cache=None):
         if m.has(p + "attn_q_norm.weight"):  # qwen3: RMSNorm of every q and k head
             q = rms_norm(q, m.weight(p + "attn_q_norm.weight"), m.eps)
             k = rms_norm(k, m.weight(p + "attn_k_norm.weight"), m.eps)
-        local = m.n_swa > 0 and (l + 1) % m.swa_pattern != 0  # gemma3's sliding layers
+        local = m.n_swa > 0 and (m.swa_pattern == 0 or l % m.swa_pattern < m.swa_pattern - 1)
         base = m.rope_base_swa if local else m.rope_base
         q = rope(q, pos, m, base)
         k = rope(k, pos, m, base)
@@ -263,6 +271,8 @@ def forward(m, tokens, cache=None):
         Kq = np.repeat(K, group, axis=1)  # [S, nh, hd]
         Vq = np.repeat(V, group, axis=1)
         scores = np.einsum("thd,shd->hts", q, Kq) / np.sqrt(hd)  # [nh, T, S]
+        if m.attn_softcap > 0:
+            scores = m.attn_softcap * np.tanh(scores / m.attn_softcap)
         S = K.shape[0]
         mask = np.arange(S)[None, :] > pos[:, None]  # key after query -> hidden
         if local:  # and keys that fell out of the window
@@ -293,7 +303,10 @@ def forward(m, tokens, cache=None):
     cache.n_past += T
     x = rms_norm(x, m.weight("output_norm.weight"), m.eps)
     out_name = "output.weight" if m.has("output.weight") else "token_embd.weight"
-    return x @ m.weight(out_name, keep=True).T
+    logits = x @ m.weight(out_name, keep=True).T
+    if m.final_softcap > 0:
+        logits = m.final_softcap * np.tanh(logits / m.final_softcap)
+    return logits
 
 
 def greedy(m, prompt, n_new):

@@ -170,9 +170,9 @@ static void test_attention(kern_level top) {
                     memcpy(vp + off, vc + p * row, sizeof(float) * row);
                 }
                 int32_t zero = 0;
-                kern_kv_view contig = {kc, vc, &zero, 1 << 30, 0, row, NULL, NULL, 0};
+                kern_kv_view contig = {kc, vc, &zero, 1 << 30, 0, row, NULL, NULL, 0, 0.0f};
                 kern_kv_view paged = {kp,   vp,   table, block_size, (size_t)block_size * prow,
-                                      prow, NULL, NULL,  0};
+                                      prow, NULL, NULL,  0,          0.0f};
                 float q[64], o1[64], o2[64], oref[64], scratch[128];
                 fill_normal(q, hd, 1.0f);
                 float scale = 1.0f / sqrtf((float)hd);
@@ -222,7 +222,7 @@ static void test_attention_rows(kern_level top) {
             fill_normal(v, row * n_ctx, 1.0f);
             fill_normal(q, (size_t)hd * n_rows, 1.0f);
             int32_t zero = 0;
-            kern_kv_view view = {k, v, &zero, 1 << 30, 0, row, NULL, NULL, 0};
+            kern_kv_view view = {k, v, &zero, 1 << 30, 0, row, NULL, NULL, 0, 0.0f};
             float scale = 1.0f / sqrtf((float)hd);
             /* Split the rows at a few places: 1+22, 5+18, 23. */
             const int splits[] = {1, 5, 23};
@@ -285,7 +285,7 @@ static void test_attention_gqa(kern_level top) {
                 fill_normal(v, (size_t)phys * block_size * prow, 1.0f);
                 fill_normal(q, q_dim * n_rows, 1.0f);
                 kern_kv_view view = {k,    v,    table, block_size, (size_t)block_size * prow,
-                                     prow, NULL, NULL,  0};
+                                     prow, NULL, NULL,  0,          0.0f};
                 float scale = 1.0f / sqrtf((float)hd);
                 const int splits[] = {1, 4, 9, 21};
                 for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
@@ -370,9 +370,9 @@ static void test_attention_f16(kern_level top) {
                 v[i] = kern_fp16_to_fp32(v16[i]);
             }
             kern_kv_view v32 = {k,    v,    table, block_size, (size_t)block_size * prow,
-                                prow, NULL, NULL,  0};
+                                prow, NULL, NULL,  0,          0.0f};
             kern_kv_view vh = {NULL, NULL, table, block_size, (size_t)block_size * prow,
-                               prow, k16,  v16,   0};
+                               prow, k16,  v16,   0,          0.0f};
             float *q = malloc(sizeof(float) * q_dim * n_rows);
             float *o32 = malloc(sizeof(float) * q_dim * n_rows),
                   *oh = malloc(sizeof(float) * q_dim * n_rows);
@@ -464,7 +464,7 @@ static void test_attention_window(kern_level top) {
     float scale = 0.125f;
     for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
-        kern_kv_view view = {k, v, &zero, 1 << 30, 0, (size_t)hd, NULL, NULL, W};
+        kern_kv_view view = {k, v, &zero, 1 << 30, 0, (size_t)hd, NULL, NULL, W, 0.0f};
         kern_attention_rows(out, hd, q, hd, n_rows, pos0, &view, 0, hd, scale, scratch);
         double worst = 0;
         for (int r = 0; r < n_rows; r++) {
@@ -478,7 +478,8 @@ static void test_attention_window(kern_level top) {
                                  (size_t)hd,
                                  NULL,
                                  NULL,
-                                 0};
+                                 0,
+                                 0.0f};
             kern_attention_head_ref(ref, q + (size_t)r * hd, &tail, 0, W, hd, scale, scratch);
             double e = norm_err(out + (size_t)r * hd, ref, hd);
             worst = e > worst ? e : worst;
@@ -495,6 +496,41 @@ static void test_attention_window(kern_level top) {
         CHECK(moved > 0.05, "the window changed nothing (%g)", moved);
         CHECK(memcmp(wide, full, sizeof(float) * hd * n_rows) == 0,
               "a window wider than the context changed the result");
+        /* Soft-capping (Gemma 2) with the window, against the formula in
+         * double: scores s * scale -> cap * tanh(. / cap), softmax over the
+         * window, weighted V. */
+        const float cap = 0.75f;
+        view.window = W;
+        view.softcap = cap;
+        kern_attention_rows(out, hd, q, hd, n_rows, pos0, &view, 0, hd, scale, scratch);
+        double worst_cap = 0, moved_cap = norm_err(out, full, (size_t)hd * n_rows);
+        for (int r = 0; r < n_rows; r++) {
+            int pq = pos0 + r, first = pq - W + 1;
+            double sc[64], mx = -1e300, sum = 0, o[64] = {0};
+            for (int p = first; p <= pq; p++) {
+                double d = 0;
+                for (int e = 0; e < hd; e++)
+                    d += (double)q[(size_t)r * hd + e] * k[(size_t)p * hd + e];
+                d = cap * tanh(d * scale / cap);
+                sc[p - first] = d;
+                mx = d > mx ? d : mx;
+            }
+            for (int p = 0; p < W; p++)
+                sum += (sc[p] = exp(sc[p] - mx));
+            for (int p = 0; p < W; p++)
+                for (int e = 0; e < hd; e++)
+                    o[e] += sc[p] / sum * v[(size_t)(first + p) * hd + e];
+            float of[64];
+            for (int e = 0; e < hd; e++)
+                of[e] = (float)o[e];
+            double e = norm_err(out + (size_t)r * hd, of, hd);
+            worst_cap = e > worst_cap ? e : worst_cap;
+        }
+        printf("level %-6s attention soft-cap %.2f: worst error %.1e vs the formula\n",
+               kern_level_name((kern_level)lv), cap, worst_cap);
+        CHECK(worst_cap <= 1e-5, "soft-capped attention err %g", worst_cap);
+        CHECK(moved_cap > 0.05, "soft-capping changed nothing");
+        view.softcap = 0.0f;
     }
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
     free(k), free(v), free(q), free(out), free(full), free(wide), free(ref), free(scratch);
