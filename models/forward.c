@@ -194,10 +194,23 @@ static void forward_qkv_post_task(void *ctx, int t, int thread) {
                          c->head_dim, c->norm_eps);
     }
     int pos = j->b->pos[t];
-    kern_rope(q, c->n_heads, c->head_dim, c->n_rot, pos, L->rope_base, c->rope_freq_scale,
-              j->m->w.rope_freqs, c->rope_mode);
-    kern_rope(k, c->n_kv_heads, c->head_dim, c->n_rot, pos, L->rope_base, c->rope_freq_scale,
-              j->m->w.rope_freqs, c->rope_mode);
+    const model_weights *w = &j->m->w;
+    /* phi3 LongRoPE: the long factors where a sequence's context exceeds
+     * the original one, as llama.cpp chooses them. */
+    const float *freqs = w->rope_freqs                                       ? w->rope_freqs
+                         : w->rope_long && j->st->max_ctx > c->rope_orig_ctx ? w->rope_long
+                                                                             : w->rope_short;
+    kern_rope(q, c->n_heads, c->head_dim, c->n_rot, pos, L->rope_base, c->rope_freq_scale, freqs,
+              c->rope_mode);
+    kern_rope(k, c->n_kv_heads, c->head_dim, c->n_rot, pos, L->rope_base, c->rope_freq_scale, freqs,
+              c->rope_mode);
+    if (c->rope_attn_factor != 1.0f) /* LongRoPE's scale of the rotated dims */
+        for (int h = 0; h < c->n_heads + c->n_kv_heads; h++) {
+            float *x = h < c->n_heads ? q + (size_t)h * c->head_dim
+                                      : k + (size_t)(h - c->n_heads) * c->head_dim;
+            for (int d = 0; d < c->n_rot; d++)
+                x[d] *= c->rope_attn_factor;
+        }
     kern_kv_view view;
     kv_cache_view(j->kv, j->layer, j->b->seq[t], &view); /* indices validated up front */
     size_t row = (size_t)view.block_table[pos / view.block_size] * view.block_stride +

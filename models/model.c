@@ -189,6 +189,12 @@ int model_read_config(model *m, char *err, size_t err_len) {
         c->arch = MODEL_ARCH_GEMMA2;
         c->rope_mode = KERN_ROPE_SPLIT_HALF;
         c->gemma = 1;
+    } else if (!strcmp(arch, "phi3")) {
+        /* Phi-3: split-half RoPE with LongRoPE factors where the file has
+         * them, fused q/k/v and gate/up tensors (split at load), a sliding
+         * window over every layer where the file sets one. */
+        c->arch = MODEL_ARCH_PHI3;
+        c->rope_mode = KERN_ROPE_SPLIT_HALF;
     } else if (!strcmp(arch, "qwen3")) {
         /* Qwen3: no q/k/v bias; each head of q and k RMS-normalised (its own
          * [key_length] weight) before RoPE; split-half RoPE as Qwen2. */
@@ -201,7 +207,7 @@ int model_read_config(model *m, char *err, size_t err_len) {
                 *p = '?';
         return ERR(BRISK_EUNSUPPORTED,
                    "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, gemma2, "
-                   "gemma3)",
+                   "gemma3, phi3)",
                    arch);
     }
 
@@ -253,6 +259,12 @@ int model_read_config(model *m, char *err, size_t err_len) {
     if ((rc = model_meta_u32(gf, arch, "attention.sliding_window", 0, &c->n_swa, err, err_len)) < 0)
         return rc;
     c->rope_base_swa = c->rope_base;
+    c->rope_attn_factor = 1.0f;
+    if ((rc = model_meta_u32(gf, arch, "rope.scaling.original_context_length", 0, &c->rope_orig_ctx,
+                             err, err_len)) < 0 ||
+        (rc = model_meta_f32(gf, arch, "rope.scaling.attn_factor", &c->rope_attn_factor, err,
+                             err_len)) < 0)
+        return rc;
     if (c->gemma) {
         /* Published defaults where the file is silent: query scale
          * 1/sqrt(key_length) (above; Gemma 2 27B's 1/sqrt(width/heads) is
@@ -541,6 +553,26 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
     return 0;
 }
 
+/* Rows [r0, r0 + n) of a loaded matrix as a matrix of their own, sharing
+ * its storage (a fused tensor's parts). In the X8 forms rows come in groups
+ * of 8, so the parts must start and end on a group. */
+static int model_matrix_rows(const model_matrix *f, int r0, int n, model_matrix *out,
+                             const char *name, char *err, size_t err_len) {
+    size_t off;
+    if (kern_type_is_x8(f->type)) {
+        if (r0 % 8 != 0 || n % 8 != 0)
+            return ERR(BRISK_EUNSUPPORTED,
+                       "model: tensor '%s' splits at row %d or %d, not a multiple of 8", name, r0,
+                       r0 + n);
+        off = kern_x8_bytes(f->type, r0, f->n_in);
+    } else {
+        off = kern_row_bytes(f->type, f->n_in) * (size_t)r0;
+    }
+    *out = (model_matrix){
+        .type = f->type, .data = (const uint8_t *)f->data + off, .n_out = n, .n_in = f->n_in};
+    return 0;
+}
+
 /* A vector of n floats (norm weights, biases), converted to f32 if needed. */
 static int model_load_vector(model *m, const char *name, int n, int required, const float **out,
                              char *err, size_t err_len) {
@@ -570,10 +602,10 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
     model_weights *w = &m->w;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
     int rc;
-    /* A layer is at least 9 tensors: a block_count beyond the file's tensors
+    /* A layer is at least 6 tensors: a block_count beyond the file's tensors
      * would only make us allocate per-layer state for layers that are not
      * there (16M layers in a 30 KB file: 3.5 GB of layer structs, fuzz_gguf). */
-    if ((int64_t)c->n_layers * 9 > gguf_n_tensors(m->gf))
+    if ((int64_t)c->n_layers * 6 > gguf_n_tensors(m->gf))
         return ERR(BRISK_EFORMAT, "model: block_count %d but only %lld tensors in the file",
                    c->n_layers, (long long)gguf_n_tensors(m->gf));
 
@@ -614,7 +646,11 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         w->output = w->tok_embd;
     }
     if ((rc = model_load_vector(m, "rope_freqs.weight", c->n_rot / 2, 0, &w->rope_freqs, err,
-                                err_len)) < 0)
+                                err_len)) < 0 ||
+        (rc = model_load_vector(m, "rope_factors_long.weight", c->n_rot / 2, 0, &w->rope_long, err,
+                                err_len)) < 0 ||
+        (rc = model_load_vector(m, "rope_factors_short.weight", c->n_rot / 2, 0, &w->rope_short,
+                                err, err_len)) < 0)
         return rc;
 
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
@@ -633,12 +669,37 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         return rc;
         LVEC(attn_norm, "attn_norm.weight", c->dim, 1)
         LVEC(ffn_norm, "ffn_norm.weight", c->dim, 1)
-        LMAT(wq, "attn_q.weight", c->dim, q_dim)
-        LMAT(wk, "attn_k.weight", c->dim, kv_dim)
-        LMAT(wv, "attn_v.weight", c->dim, kv_dim)
+        snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+        if (gguf_find_tensor(m->gf, name)) { /* phi3: q, k and v as one matrix */
+            model_matrix f;
+            if ((rc = model_load_matrix(m, pool, name, c->dim, q_dim + 2 * kv_dim, &f, err,
+                                        err_len)) < 0 ||
+                (rc = model_matrix_rows(&f, 0, q_dim, &L->wq, name, err, err_len)) < 0 ||
+                (rc = model_matrix_rows(&f, q_dim, kv_dim, &L->wk, name, err, err_len)) < 0 ||
+                (rc = model_matrix_rows(&f, q_dim + kv_dim, kv_dim, &L->wv, name, err, err_len)) <
+                    0)
+                return rc;
+        } else {
+            LMAT(wq, "attn_q.weight", c->dim, q_dim)
+            LMAT(wk, "attn_k.weight", c->dim, kv_dim)
+            LMAT(wv, "attn_v.weight", c->dim, kv_dim)
+        }
         LMAT(wo, "attn_output.weight", q_dim, c->dim)
-        LMAT(w_gate, "ffn_gate.weight", c->dim, c->hidden_dim)
-        LMAT(w_up, "ffn_up.weight", c->dim, c->hidden_dim)
+        snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", l);
+        if (!gguf_find_tensor(m->gf, name)) { /* phi3: gate and up as one matrix, gate first */
+            model_matrix f;
+            snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
+            if ((rc = model_load_matrix(m, pool, name, c->dim, 2 * c->hidden_dim, &f, err,
+                                        err_len)) < 0 ||
+                (rc = model_matrix_rows(&f, 0, c->hidden_dim, &L->w_gate, name, err, err_len)) <
+                    0 ||
+                (rc = model_matrix_rows(&f, c->hidden_dim, c->hidden_dim, &L->w_up, name, err,
+                                        err_len)) < 0)
+                return rc;
+        } else {
+            LMAT(w_gate, "ffn_gate.weight", c->dim, c->hidden_dim)
+            LMAT(w_up, "ffn_up.weight", c->dim, c->hidden_dim)
+        }
         LMAT(w_down, "ffn_down.weight", c->hidden_dim, c->dim)
         if (c->has_qkv_bias) {
             LVEC(bq, "attn_q.bias", q_dim, 1)
@@ -683,7 +744,7 @@ void model_count_bytes(model *m) {
 
 int model_config_cuda_ready(const model_config *c) {
     return !c->has_qk_norm && !c->gemma && c->n_swa == 0 && c->attn_softcap == 0.0f &&
-           c->final_softcap == 0.0f;
+           c->final_softcap == 0.0f && c->arch != MODEL_ARCH_PHI3;
 }
 
 const char *model_arch_name(model_arch a) {
@@ -693,6 +754,7 @@ const char *model_arch_name(model_arch a) {
     case MODEL_ARCH_QWEN3: return "qwen3";
     case MODEL_ARCH_GEMMA3: return "gemma3";
     case MODEL_ARCH_GEMMA2: return "gemma2";
+    case MODEL_ARCH_PHI3: return "phi3";
     }
     return "unknown";
 }

@@ -26,7 +26,8 @@ typedef enum {
     MODEL_ARCH_QWEN2 = 1,
     MODEL_ARCH_QWEN3 = 2,
     MODEL_ARCH_GEMMA3 = 3,
-    MODEL_ARCH_GEMMA2 = 4
+    MODEL_ARCH_GEMMA2 = 4,
+    MODEL_ARCH_PHI3 = 5
 } model_arch;
 
 /* Compute format of the matrix weights, chosen at load (--weights). */
@@ -73,7 +74,11 @@ typedef struct model_config {
     float rope_base_swa; /* the local layers' RoPE base */
     float attn_softcap;  /* gemma2: scores -> cap * tanh(score / cap); 0: none */
     float final_softcap; /* gemma2: logits -> cap * tanh(logit / cap); 0: none */
-    int tied_output;     /* output projection shares token_embd */
+    /* phi3 LongRoPE: the context the short factors are for, and the scale of
+     * the rotated dims (rope.scaling.attn_factor; 1: none) */
+    int rope_orig_ctx;
+    float rope_attn_factor;
+    int tied_output; /* output projection shares token_embd */
 } model_config;
 
 /* 1 when the CUDA backend has every piece this model needs: not yet the
@@ -110,7 +115,10 @@ typedef struct model_weights {
     const float *output_norm; /* [dim] */
     model_matrix output;      /* [n_vocab][dim]; equals tok_embd when tied */
     const float *rope_freqs;  /* [n_rot/2] frequency divisors (Llama 3.1), or NULL */
-    model_layer *layers;      /* [n_layers] */
+    /* phi3 LongRoPE divisors, [n_rot/2] each or NULL: long where the context
+     * per sequence exceeds rope_orig_ctx, else short (as llama.cpp) */
+    const float *rope_long, *rope_short;
+    model_layer *layers; /* [n_layers] */
 } model_weights;
 
 typedef struct model model;

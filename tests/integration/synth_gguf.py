@@ -131,6 +131,8 @@ class Spec:
     drop: tuple = ()  # tensor names to leave out
     sliding_window: int = 0  # gemma3: the local layers' window (attention.sliding_window)
     swa_pattern: int = 0  # gemma: layer l local iff l % p < p - 1 (0: the file is silent)
+    rope_orig_ctx: int = 0  # phi3: rope.scaling.original_context_length + LongRoPE factors
+    rope_attn_factor: float = 0.0  # phi3: rope.scaling.attn_factor (0: not written)
     attn_softcap: float = 0.0  # gemma2: attn_logit_softcapping (0: not written)
     final_softcap: float = 0.0  # gemma2: final_logit_softcapping
     shapes: dict = field(default_factory=dict)  # name -> NumPy shape [rows, cols] override
@@ -250,6 +252,16 @@ def make_tensors(s):
         t[p + "ffn_down.weight"] = (normal((s.n_embd, s.n_ff), SCALE["out"] / np.sqrt(s.n_ff)), mt)
         if s.arch in ("gemma2", "gemma3"):  # and of the MLP's
             t[p + "post_ffw_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
+    if s.arch == "phi3":  # fused tensors, as Phi-3's GGUFs store them
+        for l in range(s.n_layer):
+            p = f"blk.{l}."
+            parts = [t.pop(p + n) for n in ("attn_q.weight", "attn_k.weight", "attn_v.weight")]
+            t[p + "attn_qkv.weight"] = (np.concatenate([v for v, _ in parts]), parts[0][1])
+            gate, up = t.pop(p + "ffn_gate.weight"), t.pop(p + "ffn_up.weight")
+            t[p + "ffn_up.weight"] = (np.concatenate([gate[0], up[0]]), gate[1])
+        if s.rope_orig_ctx:  # LongRoPE divisors, >= 1
+            t["rope_factors_long.weight"] = (rng.uniform(1.0, 6.0, n_rot // 2), "F32")
+            t["rope_factors_short.weight"] = (rng.uniform(1.0, 1.5, n_rot // 2), "F32")
     for name, shape in s.shapes.items():
         vals, qt = t[name]
         t[name] = (np.resize(vals, shape), qt)
@@ -270,6 +282,10 @@ def write_model(path, s, vocab=VOCAB):
     w.add_head_count(s.n_head)
     w.add_head_count_kv(s.n_head_kv)
     w.add_layer_norm_rms_eps(1e-6 if a in ("qwen2", "qwen3", "gemma2", "gemma3") else 1e-5)
+    if s.rope_orig_ctx:
+        w.add_uint32(f"{a}.rope.scaling.original_context_length", s.rope_orig_ctx)
+    if s.rope_attn_factor:
+        w.add_float32(f"{a}.rope.scaling.attn_factor", s.rope_attn_factor)
     if s.attn_softcap:
         w.add_float32(f"{a}.attn_logit_softcapping", s.attn_softcap)
     if s.final_softcap:

@@ -69,6 +69,14 @@ MODELS = {
                    attn_softcap=1.5, final_softcap=5.0, seed=25),
     # Mistral-style: a llama file with attention.sliding_window: every layer.
     "llama-swa": Spec(n_head_kv=2, sliding_window=6, seed=26),
+    # Phi-3: fused q/k/v and gate/up tensors, split-half RoPE; "-longrope"
+    # adds LongRoPE factors with an original context of 16 (brisk's context
+    # here is the prompt's 24 or more, the reference's the trained 1024: both
+    # take the long factors) and the rotated dims' scale, and a sliding
+    # window over every layer.
+    "phi3": Spec(arch="phi3", n_head_kv=4, mat_type="Q8_0", seed=27),
+    "phi3-longrope": Spec(arch="phi3", n_head=4, n_head_kv=2, rope_orig_ctx=16,
+                          rope_attn_factor=1.19, sliding_window=12, seed=28),
     "qwen3-q4_k": Spec(arch="qwen3", n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64,
                        rope_base=1e6, mat_type="Q4_K", embd_type="Q8_0", seed=23),
 }
@@ -358,6 +366,10 @@ def _silu(m):
     m.gemma_silu = True
 
 
+def _no_attn_factor(m):
+    m.rope_attn_factor = 1.0
+
+
 def _no_attn_softcap(m):
     m.attn_softcap = 0.0
 
@@ -384,6 +396,8 @@ SENSITIVITY = [
     ("gemma2", "attention soft-capping", _no_attn_softcap),
     ("gemma2", "final soft-capping", _no_final_softcap),
     ("llama-swa", "the sliding window", _no_window),
+    ("phi3-longrope", "the LongRoPE factors", _no_rope_freqs),
+    ("phi3-longrope", "the rotated dims' scale", _no_attn_factor),
 ]
 
 

@@ -106,9 +106,9 @@ class Model:
         self.reader = gguf.GGUFReader(path)
         self.tensors = {t.name: t for t in self.reader.tensors}
         arch = self._meta("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3"):
+        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
             raise ValueError(f"unsupported architecture {arch!r} "
-                             "(want llama, qwen2, qwen3, gemma2 or gemma3)")
+                             "(want llama, qwen2, qwen3, gemma2, gemma3 or phi3)")
         self.arch = arch
         self.gemma = arch in ("gemma2", "gemma3")
         self.n_embd = int(self._meta(f"{arch}.embedding_length"))
@@ -143,7 +143,7 @@ class Model:
             self.rope_scale = scale_linear
         # llama GGUFs store q/k permuted so that RoPE pairs are adjacent
         # (2i, 2i+1); qwen2 keeps the HF layout and pairs (i, i + rot/2).
-        self.rope_neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3")
+        self.rope_neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
         self.n_vocab = int(self.tensors["token_embd.weight"].shape[1])
         self._cache = {}
         # Llama 3.1-style frequency factors: one divisor per rotated pair,
@@ -154,6 +154,16 @@ class Model:
             if self.rope_freqs.shape != (self.rope_dim // 2,):
                 raise ValueError(f"rope_freqs.weight has {self.rope_freqs.size} values, "
                                  f"want rope_dim/2 = {self.rope_dim // 2}")
+        # Phi-3 LongRoPE: long factors where the context (here: the trained
+        # one, context_length) exceeds the original, else short; the rotated
+        # dims scaled by rope.scaling.attn_factor.
+        self.rope_orig_ctx = int(self._meta(f"{arch}.rope.scaling.original_context_length", 0))
+        self.rope_attn_factor = float(self._meta(f"{arch}.rope.scaling.attn_factor", 1.0))
+        n_ctx = int(self._meta(f"{arch}.context_length", 2048))
+        if self.rope_freqs is None:
+            which = "long" if n_ctx > self.rope_orig_ctx else "short"
+            if self.has(f"rope_factors_{which}.weight"):
+                self.rope_freqs = self.weight(f"rope_factors_{which}.weight").reshape(-1)
 
     def _meta(self, key, default=None):
         field = self.reader.fields.get(key)
@@ -203,6 +213,7 @@ def rope(x, pos, m, base=None):
     cos = np.cos(ang)[:, None, :]
     sin = np.sin(ang)[:, None, :]
     out = x.copy()
+    cos, sin = cos * m.rope_attn_factor, sin * m.rope_attn_factor
     if m.rope_neox:
         a, b = x[..., : rot // 2], x[..., rot // 2 : rot]
         out[..., : rot // 2] = a * cos - b * sin
@@ -241,9 +252,13 @@ def forward(m, tokens, cache=None):
         p = f"blk.{l}."
         # attention: RMSNorm -> q, k, v (+ biases for qwen2) -> RoPE
         h = rms_norm(x, m.weight(p + "attn_norm.weight"), m.eps)
-        q = h @ m.weight(p + "attn_q.weight").T
-        k = h @ m.weight(p + "attn_k.weight").T
-        v = h @ m.weight(p + "attn_v.weight").T
+        if m.has(p + "attn_qkv.weight"):  # phi3: one fused matrix, q then k then v
+            qkv = h @ m.weight(p + "attn_qkv.weight").T
+            q, k, v = np.split(qkv, [nh * hd, nh * hd + nkv * hd], axis=1)
+        else:
+            q = h @ m.weight(p + "attn_q.weight").T
+            k = h @ m.weight(p + "attn_k.weight").T
+            v = h @ m.weight(p + "attn_v.weight").T
         for name, t in (("attn_q.bias", "q"), ("attn_k.bias", "k"), ("attn_v.bias", "v")):
             if m.has(p + name):
                 b = m.weight(p + name)
@@ -289,8 +304,11 @@ def forward(m, tokens, cache=None):
 
         # feed-forward: RMSNorm -> SiLU(gate) * up -> down
         h = rms_norm(x, m.weight(p + "ffn_norm.weight"), m.eps)
-        g = h @ m.weight(p + "ffn_gate.weight").T
-        u = h @ m.weight(p + "ffn_up.weight").T
+        if m.has(p + "ffn_gate.weight"):
+            g = h @ m.weight(p + "ffn_gate.weight").T
+            u = h @ m.weight(p + "ffn_up.weight").T
+        else:  # phi3: gate and up fused, gate first
+            g, u = np.split(h @ m.weight(p + "ffn_up.weight").T, 2, axis=1)
         if m.gemma and not getattr(m, "gemma_silu", False):  # GELU, tanh form
             a = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
         else:  # SiLU
