@@ -19,6 +19,21 @@ def cpu_model_and_flags():
     return cpu, flags
 
 
+def write_result(kind, fields, out=None):
+    """Writes fields plus the date, CPU, its flags and the commit as JSON to
+    out, or to bench/results/<date>-<machine>-<kind>.json; returns the path."""
+    import datetime
+    import json
+    import platform
+    cpu, flags = cpu_model_and_flags()
+    date = datetime.date.today().isoformat()
+    out = out or f"bench/results/{date}-{platform.node()}-{kind}.json"
+    with open(out, "w") as f:
+        json.dump({"date": date, "cpu": cpu, "cpu_flags": flags, "commit": git_commit(),
+                   **fields}, f, indent=1)
+    return out
+
+
 def git_commit(default="unknown"):
     """HEAD's full hash, "-dirty" added when tracked files are changed."""
     try:

@@ -22,10 +22,7 @@ Needs only the Python standard library and NumPy (the test venv has it).
 """
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -100,13 +97,9 @@ def main():
         print(f"| {rows[-1]['file']} | {ftype} | {rel.max():.3f} / {rel.mean():.3f}, "
               f"{top1 * 100:.1f}% | {own.max():.2e}, {own_top1 * 100:.1f}% | {text[:80]} |")
 
-    cpu, flags = bench_meta.cpu_model_and_flags()
-    date = datetime.date.today().isoformat()
-    out = a.out or f"bench/results/{date}-{platform.node()}-quant-quality.json"
-    with open(out, "w") as f:
-        json.dump({"date": date, "cpu": cpu, "cpu_flags": flags, "commit": bench_meta.git_commit(),
-                   "ref": os.path.basename(a.ref), "weights": a.weights, "positions": n_pos,
-                   "rows": rows}, f, indent=1)
+    out = bench_meta.write_result("quant-quality", {"ref": os.path.basename(a.ref),
+                                                    "weights": a.weights, "positions": n_pos,
+                                                    "rows": rows}, a.out)
     print(f"\nwrote {out}")
 
 

@@ -11,10 +11,7 @@ and writes bench/results/<date>-<machine>-ref-check.json. The reference holds
 the whole model in float64 (a 262k-token embedding is 1.3 GB).
 """
 import argparse
-import datetime
-import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -53,12 +50,8 @@ def main():
                      "top1": top1})
         print(f"{os.path.basename(a.model)} ({m.arch}) f32, {n} tokens: max rel L2 "
               f"{rel.max():.2e}, mean {rel.mean():.2e}, top-1 {top1 * 100:.1f}%")
-    cpu, flags = bench_meta.cpu_model_and_flags()
-    date = datetime.date.today().isoformat()
-    out = a.out or f"bench/results/{date}-{platform.node()}-ref-check.json"
-    with open(out, "w") as f:
-        json.dump({"date": date, "cpu": cpu, "cpu_flags": flags, "commit": bench_meta.git_commit(),
-                   "model": os.path.basename(a.model), "arch": m.arch, "rows": rows}, f, indent=1)
+    out = bench_meta.write_result("ref-check", {"model": os.path.basename(a.model),
+                                                "arch": m.arch, "rows": rows}, a.out)
     print(f"wrote {out}")
 
 
