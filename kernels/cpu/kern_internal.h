@@ -139,8 +139,9 @@ void kern_softmax_avx2(float *x, int n);
 /* dot(a, b) over n floats, n a multiple of 8. */
 float kern_dot_avx2(const float *a, const float *b, int n);
 /* AVX2 attention (kern_attention_rows_gqa's contract) keeps one K row in
- * registers: head_dim / 8 vectors. */
-#define KERN_ATTN_MAX_HEAD_DIM 128
+ * registers, head_dim / 8 vectors (up to 128 dims; Gemma's 256 spill to
+ * L1, still ~20x the portable C path on Gemma 3 270M prefill). */
+#define KERN_ATTN_MAX_HEAD_DIM 256
 /* row_pf > 0: also prefetch the whole cache rows, row_pf elements from KV
  * head 0, into L2 as phase 1 walks them (kern_attention_rows_all). */
 void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride,

@@ -203,7 +203,7 @@ static void test_attention(kern_level top) {
  * register-resident AVX2 specialisations (32, 64, 128), a generic multiple
  * of 8 (40) and the portable fallback (12). */
 static void test_attention_rows(kern_level top) {
-    const int hds[] = {32, 64, 128, 40, 12};
+    const int hds[] = {32, 64, 128, 40, 12, 256};
     const int n_kv_head = 1, n_rows = 23, pos0 = 9, n_ctx = pos0 + n_rows;
     for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
