@@ -112,7 +112,7 @@ void model_cpu_kernels_describe(const model *m, char *buf, size_t len) {
         }
     }
     const char *simd = kern_cpu_level() >= KERN_LEVEL_AVX2 ? "avx2" : "scalar";
-    snprintf(buf + at, len - at, "%sattention %s; norms, rope, silu %s", at ? "; " : "", simd,
+    snprintf(buf + at, len - at, "%sattention %s; norms, rope, silu, gelu %s", at ? "; " : "", simd,
              simd);
 }
 

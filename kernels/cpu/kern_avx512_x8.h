@@ -101,6 +101,45 @@ AI void x8z_store(float *y, __m512 v, const x8z_zp *zp, int r1) {
 }
 #endif /* X8Z_HELPERS */
 
+/* Value pairs 2c (w0) and 2c + 1 (w1) of a 4-bit-form block: lanes 0-15 the
+ * 8 rows of the block at wa, 16-31 those at wb, as int16 codes (Q6_0S: code
+ * - 32; the others before their bias). */
+AI void X8Z_FN(_decode)(const uint8_t *wa, const uint8_t *wb, int c, const int K, __m512i *w0,
+                        __m512i *w1) {
+    if (KERN_WK_LUT(K)) { /* IQ4_NL: the table's values of the nibbles */
+        const __m256i tbl =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kern_iq4_values));
+        const __m256i nb4 = x8z_pair(wa + 16 * c, wb + 16 * c);
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
+        *w0 = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(tbl, _mm256_and_si256(nb4, m4)));
+        *w1 = _mm512_cvtepi8_epi16(
+            _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(nb4, 4), m4)));
+        return;
+    }
+    const __m512i raw = _mm512_cvtepu8_epi16(x8z_pair(wa + 16 * c, wb + 16 * c));
+    *w0 = _mm512_and_si512(raw, _mm512_set1_epi16(0x0f));
+    *w1 = _mm512_srli_epi16(raw, 4);
+    if (KERN_WK_H5(K)) {
+        /* Fifth bits (bit 4 is clear: add is or): lanes 0-15 from group A's
+         * masks, 16-31 from group B's, as write masks. */
+        const uint32_t ha = x8z_u32(wa + 128 + 4 * c);
+        const uint32_t hb = x8z_u32(wb + 128 + 4 * c);
+        const __m512i v16 = _mm512_set1_epi16(16);
+        *w0 = _mm512_mask_add_epi16(*w0, (__mmask32)((ha & 0xffff) | hb << 16), *w0, v16);
+        *w1 = _mm512_mask_add_epi16(*w1, (__mmask32)((ha >> 16) | (hb & 0xffff0000u)), *w1, v16);
+    }
+    if (KERN_WK_H6(K)) { /* Q6_0S: bit 5 from the second plane, then - 32 */
+        const uint32_t ha = x8z_u32(wa + 160 + 4 * c);
+        const uint32_t hb = x8z_u32(wb + 160 + 4 * c);
+        const __m512i v32 = _mm512_set1_epi16(32);
+        *w0 = _mm512_sub_epi16(
+            _mm512_mask_add_epi16(*w0, (__mmask32)((ha & 0xffff) | hb << 16), *w0, v32), v32);
+        *w1 = _mm512_sub_epi16(
+            _mm512_mask_add_epi16(*w1, (__mmask32)((ha >> 16) | (hb & 0xffff0000u)), *w1, v32),
+            v32);
+    }
+}
+
 /* NZ zmm (zp[0..NZ)) x T tokens from t0. pf 1: prefetch pfoff bytes on from
  * each group's block (the next tile's groups); pf 2: X8Z_STREAM_PF bytes on
  * in each group's stream (decode). */
@@ -173,48 +212,8 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
                     const int c = c0 + cc;
                     __m512i w0[2], w1[2];
 #pragma GCC unroll 2
-                    for (int z = 0; z < NZ; z++) {
-                        if (KERN_WK_LUT(K)) { /* IQ4_NL: the table's values of the nibbles */
-                            const __m256i tbl = _mm256_broadcastsi128_si256(
-                                _mm_loadu_si128((const __m128i *)kern_iq4_values));
-                            const __m256i nb4 = x8z_pair(wa[z] + 16 * c, wb[z] + 16 * c);
-                            const __m256i m4 = _mm256_set1_epi8(0x0f);
-                            w0[z] = _mm512_cvtepi8_epi16(
-                                _mm256_shuffle_epi8(tbl, _mm256_and_si256(nb4, m4)));
-                            w1[z] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(
-                                tbl, _mm256_and_si256(_mm256_srli_epi16(nb4, 4), m4)));
-                            continue;
-                        }
-                        const __m512i raw =
-                            _mm512_cvtepu8_epi16(x8z_pair(wa[z] + 16 * c, wb[z] + 16 * c));
-                        w0[z] = _mm512_and_si512(raw, _mm512_set1_epi16(0x0f));
-                        w1[z] = _mm512_srli_epi16(raw, 4);
-                        if (KERN_WK_H5(K)) {
-                            /* Fifth bits (bit 4 is clear: add is or): lanes 0-15 from group A's masks,
-                             * 16-31 from group B's, as write masks. */
-                            const uint32_t ha = x8z_u32(wa[z] + 128 + 4 * c);
-                            const uint32_t hb = x8z_u32(wb[z] + 128 + 4 * c);
-                            const __m512i v16 = _mm512_set1_epi16(16);
-                            w0[z] = _mm512_mask_add_epi16(
-                                w0[z], (__mmask32)((ha & 0xffff) | hb << 16), w0[z], v16);
-                            w1[z] = _mm512_mask_add_epi16(
-                                w1[z], (__mmask32)((ha >> 16) | (hb & 0xffff0000u)), w1[z], v16);
-                        }
-                        if (KERN_WK_H6(K)) { /* Q6_0S: bit 5 from the second plane, then - 32 */
-                            const uint32_t ha = x8z_u32(wa[z] + 160 + 4 * c);
-                            const uint32_t hb = x8z_u32(wb[z] + 160 + 4 * c);
-                            const __m512i v32 = _mm512_set1_epi16(32);
-                            w0[z] = _mm512_sub_epi16(
-                                _mm512_mask_add_epi16(w0[z], (__mmask32)((ha & 0xffff) | hb << 16),
-                                                      w0[z], v32),
-                                v32);
-                            w1[z] = _mm512_sub_epi16(
-                                _mm512_mask_add_epi16(w1[z],
-                                                      (__mmask32)((ha >> 16) | (hb & 0xffff0000u)),
-                                                      w1[z], v32),
-                                v32);
-                        }
-                    }
+                    for (int z = 0; z < NZ; z++)
+                        X8Z_FN(_decode)(wa[z], wb[z], c, K, &w0[z], &w1[z]);
 #pragma GCC unroll 8
                     for (int t = 0; t < T; t++) {
                         const int16_t *xp = x[t] + b * 32 + 4 * c;
@@ -347,10 +346,190 @@ AI void X8Z_FN(_tiles)(const kern_mm_args *a, int ng, int o, int r1, int t0, con
     }
 }
 
+/* ---- long batches: decode once per chunk ("wide" tiles) ---------------------
+ * From KERN_X8_WIDE_MIN_TOK tokens on (with a scratch buffer, a->wide), a
+ * chunk of a task's groups is first decoded into the zmm operands the tiles
+ * above build in their inner loop: per pair of groups (A, B) and block, 16
+ * zmm of int16 (zmm j: value pair j of A's 8 rows in lanes 0-15, of B's in
+ * 16-31; the code bias already subtracted, sum (q - bias) x being the same
+ * integer as sum q x - bias sum x), then d of the 16 rows as f32 and m (or
+ * Q6_0S's db) as f32: KERN_X8_WIDE_PB bytes. Every token tile then loads
+ * whole operands: the same integer block sums and the same float operations
+ * in the same order as the tiles above (Q6_0S's first fma, of the sum over
+ * values 0..15, moves to the middle of the block, still before the second),
+ * so the same bits, with the nibble, bit-plane, table and widening work done
+ * once per chunk instead of once per 6 tokens. */
+AI void X8Z_FN(_wunpack)(const uint8_t *ga, const uint8_t *gb, int nb, const int K,
+                         uint8_t *dst) {
+    const size_t bb = X8Z_BB(K), doff = X8Z_DOFF(K);
+    for (int b = 0; b < nb; b++, dst += KERN_X8_WIDE_PB) {
+        const uint8_t *wa = ga + (size_t)b * bb, *wb = gb + (size_t)b * bb;
+        __m512i *o = (__m512i *)dst;
+        __m256i *o8 = (__m256i *)dst;
+        if (KERN_WK_NIB(K)) {
+            const __m512i bias = _mm512_set1_epi16(KERN_WK_BIAS(K));
+#pragma GCC unroll 1
+            for (int c = 0; c < 8; c++) {
+                __m512i w0, w1;
+                X8Z_FN(_decode)(wa, wb, c, K, &w0, &w1);
+                if (KERN_WK_BIAS(K)) {
+                    w0 = _mm512_sub_epi16(w0, bias);
+                    w1 = _mm512_sub_epi16(w1, bias);
+                }
+                _mm256_store_si256(o8 + 2 * c, _mm512_cvtepi16_epi8(w0));
+                _mm256_store_si256(o8 + 2 * c + 1, _mm512_cvtepi16_epi8(w1));
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int j = 0; j < 16; j++)
+                _mm256_store_si256(o8 + j, x8z_pair(wa + 16 * j, wb + 16 * j));
+        }
+        _mm512_store_ps((float *)(o + 8), _mm512_cvtph_ps(x8z_pair(wa + doff, wb + doff)));
+        if (KERN_WK_M(K) || KERN_WK_S2(K))
+            _mm512_store_ps((float *)(o + 9),
+                            _mm512_cvtph_ps(x8z_pair(wa + doff + 16, wb + doff + 16)));
+    }
+}
+
+/* Two decoded group pairs (u: the first one's block 0; the second follows
+ * nb blocks on) x T tokens from t0. */
+AI void X8Z_FN(_wtile)(const kern_mm_args *a, const uint8_t *u, const x8z_zp *zp, int r1, int t0,
+                       const int T, const int K) {
+    const int nb = a->n_in / 32, M = KERN_WK_M(K);
+    const int16_t *x[8];
+    __m512 acc[2][8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        x[t] = a->xq + (size_t)(t0 + t) * a->n_in;
+        acc[0][t] = _mm512_setzero_ps();
+        acc[1][t] = _mm512_setzero_ps();
+    }
+    for (int b = 0; b < nb; b++) {
+        const __m512i *wz[2] = {(const __m512i *)(u + (size_t)b * KERN_X8_WIDE_PB),
+                                (const __m512i *)(u + (size_t)(nb + b) * KERN_X8_WIDE_PB)};
+        const size_t xo = (size_t)b * a->n_tok + t0;
+        __m512i s[2][8];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            s[0][t] = _mm512_setzero_si512();
+            s[1][t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 1
+        for (int j0 = 0; j0 < 16; j0 += 4) {
+            if (KERN_WK_S2(K) && j0 == 8) /* values 0..15 done: their term, scaled by da */
+#pragma GCC unroll 2
+                for (int z = 0; z < 2; z++) {
+                    const __m512 dw = _mm512_load_ps((const float *)(wz[z] + 8));
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        const __m512 dx = _mm512_set1_ps(a->xd[xo + t]);
+                        acc[z][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[z][t]),
+                                                    _mm512_mul_ps(dw, dx), acc[z][t]);
+                        s[z][t] = _mm512_setzero_si512();
+                    }
+                }
+#pragma GCC unroll 4
+            for (int jj = 0; jj < 4; jj++) {
+                const int j = j0 + jj;
+                const __m512i w0 =
+                    _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)wz[0] + j));
+                const __m512i w1 =
+                    _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)wz[1] + j));
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    const __m512i xj = _mm512_set1_epi32((int)x8z_u32(x[t] + b * 32 + 2 * j));
+                    s[0][t] = X8Z_DPW(s[0][t], w0, xj);
+                    s[1][t] = X8Z_DPW(s[1][t], w1, xj);
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int z = 0; z < 2; z++) {
+            const __m512 dw = _mm512_load_ps((const float *)(wz[z] + 8));
+            const __m512 mw =
+                M || KERN_WK_S2(K) ? _mm512_load_ps((const float *)(wz[z] + 9)) : dw;
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                const __m512 dx = _mm512_set1_ps(a->xd[xo + t]);
+                if (KERN_WK_S2(K)) { /* values 16..31, scaled by db */
+                    acc[z][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[z][t]), _mm512_mul_ps(mw, dx),
+                                                acc[z][t]);
+                    continue;
+                }
+                acc[z][t] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[z][t]), _mm512_mul_ps(dw, dx), acc[z][t]);
+                if (M)
+                    acc[z][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->xs[xo + t]), acc[z][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        float *y = a->y + (size_t)(t0 + t) * a->n_out;
+        x8z_store(y, acc[0][t], &zp[0], r1);
+        x8z_store(y, acc[1][t], &zp[1], r1);
+    }
+}
+
+/* Tokens t0..t0+T over a decoded chunk of ng groups from row o (ng a
+ * multiple of 4 here: padded as in _tiles). */
+AI void X8Z_FN(_wtiles)(const kern_mm_args *a, const uint8_t *u, int ng, int o, int r1, int t0,
+                        const int T, const int K) {
+    const size_t pbytes = (size_t)(a->n_in / 32) * KERN_X8_WIDE_PB;
+    for (int g = 0; g < ng; g += 4) {
+        x8z_zp zp[2];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            zp[k / 2].o[k % 2] = o + 8 * (g + k) < r1 ? o + 8 * (g + k) : r1; /* r1: not stored */
+        zp[0].g[0] = zp[0].g[1] = zp[1].g[0] = zp[1].g[1] = NULL;
+        X8Z_FN(_wtile)(a, u + (size_t)(g / 2) * pbytes, zp, r1, t0, T, K);
+    }
+}
+
+/* Rows [r0, r1) through the wide tiles, a->wide_bytes of decoded groups at a
+ * time (a multiple of 4 groups; the caller checked that 4 fit). */
+AI void X8Z_FN(_rows_wide)(const kern_mm_args *a, int r0, int r1, const int K) {
+    const int nb = a->n_in / 32;
+    const size_t gbytes = (size_t)nb * X8Z_BB(K), pbytes = (size_t)nb * KERN_X8_WIDE_PB;
+    const int ng = (int)(a->wide_bytes / (pbytes / 2)) & ~3;
+    const int n_g_all = (r1 - r0 + 7) / 8;
+    const uint8_t *grp = a->W + (size_t)(r0 / 8) * gbytes;
+    const int TT = X8Z_TT, nt = a->n_tok - a->n_tok % TT;
+    for (int g0 = 0; g0 < n_g_all; g0 += ng) {
+        const int cg = n_g_all - g0 < ng ? n_g_all - g0 : ng;
+        const int cg4 = (cg + 3) & ~3;
+        for (int g = 0; g < cg4; g += 2) { /* past the last group: that group again */
+            const int ga = g < cg ? g : cg - 1, gb = g + 1 < cg ? g + 1 : cg - 1;
+            X8Z_FN(_wunpack)(grp + (size_t)(g0 + ga) * gbytes, grp + (size_t)(g0 + gb) * gbytes,
+                             nb, K, a->wide + (size_t)(g / 2) * pbytes);
+        }
+        const int o = r0 + 8 * g0;
+        for (int t0 = 0; t0 < nt; t0 += TT)
+            X8Z_FN(_wtiles)(a, a->wide, cg4, o, r1, t0, TT, K);
+        int t0 = nt;
+        if (TT > 4 && t0 + 4 <= a->n_tok) {
+            X8Z_FN(_wtiles)(a, a->wide, cg4, o, r1, t0, 4, K);
+            t0 += 4;
+        }
+        if (TT > 2 && t0 + 2 <= a->n_tok) {
+            X8Z_FN(_wtiles)(a, a->wide, cg4, o, r1, t0, 2, K);
+            t0 += 2;
+        }
+        if (t0 < a->n_tok)
+            X8Z_FN(_wtiles)(a, a->wide, cg4, o, r1, t0, 1, K);
+    }
+}
+
 /* Rows [r0, r1) (r0 a multiple of 8) of an X8 matrix of base format K. */
 AI void X8Z_FN(_rows_k)(const kern_mm_args *a, int r0, int r1, const int K) {
     if (a->n_tok == 1) {
         X8Z_FN(_rows1)(a, r0, r1, K);
+        return;
+    }
+    /* Q8_0 and Q8_0M only widen their bytes: their plain tiles are as fast. */
+    if (KERN_WK_NIB(K) && a->wide && a->n_tok >= KERN_X8_WIDE_MIN_TOK &&
+        a->wide_bytes >= 4 * (size_t)(a->n_in / 32) * (KERN_X8_WIDE_PB / 2)) {
+        X8Z_FN(_rows_wide)(a, r0, r1, K);
         return;
     }
     const size_t gbytes = (size_t)(a->n_in / 32) * X8Z_BB(K);

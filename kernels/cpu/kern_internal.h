@@ -104,7 +104,20 @@ typedef struct kern_mm_args {
     const float *xs;   /* [n_in/32][n_tok], integer types */
     const int32_t *xi; /* [n_in/32][n_tok], integer types: sum(q) of the block */
     float *y;          /* [n_tok][n_out] */
+    /* The calling thread's scratch for the AVX-512 X8 long-batch tiles
+     * (kern_avx512_x8.h), or NULL; not owned. */
+    uint8_t *wide;
+    size_t wide_bytes;
 } kern_mm_args;
+
+/* The AVX-512 X8 long-batch tiles: from this many tokens on, a chunk of a
+ * task's groups is decoded once into KERN_X8_WIDE_PB bytes per pair of groups
+ * and block (16 zmm of int16 value pairs, then d and m as f32) in a
+ * per-thread scratch of KERN_X8_WIDE_BYTES, if 4 groups fit (n_in up to
+ * KERN_X8_WIDE_BYTES / 2304 * 32: 7264 at 512 KiB). */
+#define KERN_X8_WIDE_MIN_TOK 32
+#define KERN_X8_WIDE_PB 640
+#define KERN_X8_WIDE_BYTES ((size_t)512 * 1024)
 
 /* Computes y[t][o] for every t < n_tok and o in [r0, r1). Each (t, o) is a
  * function of row o of W and row t of x alone, computed with one fixed
@@ -135,6 +148,7 @@ void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *
 void kern_fp32_to_fp16_row_avx2(uint16_t *dst, const float *src, int n);
 void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
 void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n);
+void kern_gelu_tanh_mul_avx2(float *out, const float *gate, const float *up, int n);
 void kern_softmax_avx2(float *x, int n);
 /* dot(a, b) over n floats, n a multiple of 8. */
 float kern_dot_avx2(const float *a, const float *b, int n);

@@ -430,10 +430,11 @@ typedef struct {
     int g_first[KERN_MATMUL_MAX_PARTS + 1]; /* part p owns groups [g_first[p], g_first[p + 1]) */
     int n_parts;
     int n_groups, n_tasks, n_threads;
+    kern_pool *pool; /* wide: each thread's kern_pool_scratch for the X8 long-batch tiles */
+    int wide;
 } mm_job;
 
 static void mm_task(void *ctx, int task, int thread) {
-    (void)thread;
     const mm_job *j = ctx;
     /* The pool hands tasks out in order, so thread k usually runs tasks k,
      * k + n_threads, ...: those become consecutive row ranges, each thread's
@@ -451,7 +452,14 @@ static void mm_task(void *ctx, int task, int thread) {
         int hi = g1 < j->g_first[p + 1] ? g1 : j->g_first[p + 1];
         if (lo >= hi)
             continue;
+        kern_mm_args a_thread;
         const kern_mm_args *a = &j->a[p];
+        if (j->wide) {
+            a_thread = *a;
+            a_thread.wide = kern_pool_scratch(j->pool, thread);
+            a_thread.wide_bytes = a_thread.wide ? kern_pool_scratch_bytes(j->pool) : 0;
+            a = &a_thread;
+        }
         int r0 = (lo - j->g_first[p]) * ROW_GROUP;
         int r1 = (hi - j->g_first[p]) * ROW_GROUP < a->n_out ? (hi - j->g_first[p]) * ROW_GROUP
                                                              : a->n_out;
@@ -517,6 +525,8 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
             .y = q->y,
         };
         j.rows[p] = rows_fn(lv);
+        if (lv >= KERN_LEVEL_AVX512 && kern_type_is_x8(q->wt) && n_tok >= KERN_X8_WIDE_MIN_TOK)
+            j.wide = 1;
         j.g_first[p + 1] = j.g_first[p] + (n_out + ROW_GROUP - 1) / ROW_GROUP;
         if (kern_is_int_weight(q->wt)) {
             any_int = 1;
@@ -587,6 +597,11 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
         n_tasks = j.n_groups;
     j.n_tasks = n_tasks;
     j.n_threads = n_threads;
+    /* The long-batch X8 tiles decode into per-thread scratch; without it
+     * (no pool, or no memory) they run the plain tiles: the same bits. */
+    if (j.wide && kern_pool_reserve_scratch(pool, KERN_X8_WIDE_BYTES) != 0)
+        j.wide = 0;
+    j.pool = pool;
     kern_pool_run(pool, mm_task, &j, n_tasks);
 }
 

@@ -50,12 +50,19 @@ void kern_silu_mul_ref(float *out, const float *gate, const float *up, int n) {
     }
 }
 
-void kern_gelu_tanh_mul(float *out, const float *gate, const float *up, int n) {
+void kern_gelu_tanh_mul_ref(float *out, const float *gate, const float *up, int n) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (int i = 0; i < n; i++) {
         float x = gate[i];
         out[i] = 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) * up[i];
     }
+}
+
+void kern_gelu_tanh_mul(float *out, const float *gate, const float *up, int n) {
+    if (kern_cpu_level() >= KERN_LEVEL_AVX2)
+        kern_gelu_tanh_mul_avx2(out, gate, up, n);
+    else
+        kern_gelu_tanh_mul_ref(out, gate, up, n);
 }
 
 void kern_silu_mul(float *out, const float *gate, const float *up, int n) {

@@ -97,8 +97,10 @@ void kern_silu_mul(float *out, const float *gate, const float *up, int n);
 void kern_silu_mul_ref(float *out, const float *gate, const float *up, int n);
 /* out[i] = gelu(gate[i]) * up[i] with GELU's tanh form,
  * gelu(x) = x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) (Gemma's
- * gelu_pytorch_tanh). Plain C at every level; out may alias gate. */
+ * gelu_pytorch_tanh); out may alias gate. The AVX2 form computes the same
+ * value as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))). */
 void kern_gelu_tanh_mul(float *out, const float *gate, const float *up, int n);
+void kern_gelu_tanh_mul_ref(float *out, const float *gate, const float *up, int n);
 
 /* In place, numerically stable (max subtracted). */
 void kern_softmax(float *x, int n);

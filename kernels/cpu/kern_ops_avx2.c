@@ -1,4 +1,4 @@
-/* kern_ops_avx2.c - AVX2 + FMA row ops: RMSNorm, SiLU-gate, softmax, and the
+/* kern_ops_avx2.c - AVX2 + FMA row ops: RMSNorm, SiLU and GELU gates, softmax, and the
  * dot/axpy used by attention. Compiled with -mavx2 -mfma -mf16c.
  *
  * exp: Cody-Waite reduction x = n*ln2 + r (ln2 split in a high part exact in
@@ -94,6 +94,29 @@ void kern_silu_mul_avx2(float *out, const float *gate, const float *up, int n) {
     if (i < n) {
         __m256i m = tail_mask(n - i);
         __m256 r = silu_mul8(_mm256_maskload_ps(gate + i, m), _mm256_maskload_ps(up + i, m));
+        _mm256_maskstore_ps(out + i, m, r);
+    }
+}
+
+/* gelu_tanh(g) * u. 0.5 x (1 + tanh(z)) = x / (1 + exp(-2 z)) exactly, so the
+ * tanh form costs one exp8 and one division like silu (and avoids the
+ * reference's 1 + tanh(z) cancellation for z << 0). */
+AI __m256 gelu_tanh_mul8(__m256 g, __m256 u) {
+    const __m256 k2 = _mm256_set1_ps(-2.0f * 0.7978845608028654f); /* -2 sqrt(2/pi) */
+    __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+    __m256 z = _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g);
+    __m256 e = exp8(_mm256_mul_ps(k2, z));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+void kern_gelu_tanh_mul_avx2(float *out, const float *gate, const float *up, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i,
+                         gelu_tanh_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        __m256 r = gelu_tanh_mul8(_mm256_maskload_ps(gate + i, m), _mm256_maskload_ps(up + i, m));
         _mm256_maskstore_ps(out + i, m, r);
     }
 }

@@ -60,6 +60,11 @@ struct kern_pool {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
+
+    /* kern_pool_reserve_scratch: n_scratch buffers of scratch_bytes each. */
+    void **scratch;
+    int n_scratch;
+    size_t scratch_bytes;
 };
 
 struct worker_arg {
@@ -153,10 +158,12 @@ kern_pool *kern_pool_create(int n_threads) {
         free(p);
         return NULL;
     }
+    p->scratch = calloc((size_t)n_threads, sizeof(void *));
+    p->n_scratch = n_threads;
     int n_workers = n_threads - 1;
     p->threads = calloc((size_t)(n_workers > 0 ? n_workers : 1), sizeof(pthread_t));
     p->args = calloc((size_t)(n_workers > 0 ? n_workers : 1), sizeof(struct worker_arg));
-    if (!p->threads || !p->args) {
+    if (!p->threads || !p->args || !p->scratch) {
         p->n_threads = 1;
         kern_pool_free(p);
         return NULL;
@@ -184,9 +191,47 @@ void kern_pool_free(kern_pool *pool) {
         pthread_join(pool->threads[i], NULL);
     pthread_cond_destroy(&pool->cv);
     pthread_mutex_destroy(&pool->mu);
+    for (int i = 0; pool->scratch && i < pool->n_scratch; i++)
+        free(pool->scratch[i]);
+    free(pool->scratch);
     free(pool->threads);
     free(pool->args);
     free(pool);
+}
+
+int kern_pool_reserve_scratch(kern_pool *pool, size_t bytes) {
+    if (!pool)
+        return -1;
+    if (bytes <= pool->scratch_bytes)
+        return 0;
+    size_t size = (bytes + 63) & ~(size_t)63;
+    void **fresh = calloc((size_t)pool->n_scratch, sizeof(void *));
+    int ok = fresh != NULL;
+    for (int i = 0; ok && i < pool->n_scratch; i++)
+        ok = (fresh[i] = aligned_alloc(64, size)) != NULL;
+    if (!ok) { /* keep the old buffers */
+        for (int i = 0; fresh && i < pool->n_scratch; i++)
+            free(fresh[i]);
+        free(fresh);
+        return -1;
+    }
+    for (int i = 0; i < pool->n_scratch; i++) {
+        free(pool->scratch[i]);
+        pool->scratch[i] = fresh[i];
+    }
+    free(fresh);
+    pool->scratch_bytes = size;
+    return 0;
+}
+
+void *kern_pool_scratch(const kern_pool *pool, int thread) {
+    if (!pool || thread < 0 || thread >= pool->n_scratch)
+        return NULL;
+    return pool->scratch[thread];
+}
+
+size_t kern_pool_scratch_bytes(const kern_pool *pool) {
+    return pool ? pool->scratch_bytes : 0;
 }
 
 int kern_pool_size(const kern_pool *pool) {

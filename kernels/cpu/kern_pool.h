@@ -12,6 +12,8 @@
 #ifndef KERN_POOL_H
 #define KERN_POOL_H
 
+#include <stddef.h>
+
 typedef struct kern_pool kern_pool;
 
 /* fn is called once per task index in [0, n_tasks); `thread` is the index of
@@ -25,5 +27,17 @@ int kern_pool_size(const kern_pool *pool);
 /* Runs fn(ctx, t, thread) for every t in [0, n_tasks). pool may be NULL:
  * then everything runs on the caller. */
 void kern_pool_run(kern_pool *pool, kern_task_fn fn, void *ctx, int n_tasks);
+
+/* Per-thread scratch, owned by the pool (freed by kern_pool_free).
+ * kern_pool_reserve_scratch, called like kern_pool_run (by the one thread
+ * that runs the pool, never during a run), makes each thread's buffer at
+ * least `bytes` long, 64-byte aligned; returns 0, or -1 if pool is NULL or an
+ * allocation failed (the buffers that exist keep their contents' size: check
+ * kern_pool_scratch_bytes). kern_pool_scratch(pool, thread) is the buffer of
+ * thread `thread` (the task callback's argument), NULL before any reserve;
+ * a task uses only its own thread's buffer. */
+int kern_pool_reserve_scratch(kern_pool *pool, size_t bytes);
+void *kern_pool_scratch(const kern_pool *pool, int thread);
+size_t kern_pool_scratch_bytes(const kern_pool *pool);
 
 #endif

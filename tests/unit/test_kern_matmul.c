@@ -688,6 +688,93 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
     CHECK(fails == 0, "X8 matmul differs from its base type in %d cases", fails);
 }
 
+/* The AVX-512 long-batch X8 tiles (kern_avx512_x8.h: from
+ * KERN_X8_WIDE_MIN_TOK tokens a chunk of groups is decoded once into
+ * per-thread scratch) must give the reference's bits like the plain tiles:
+ * every 4-bit-form type, token counts at and past the threshold with every
+ * remainder tile (6k + 0..5), row counts leaving a padded group and a
+ * partial chunk, n_in = 8192 (4 groups to a chunk, so a task's rows span
+ * several chunks) and 640 (Gemma 3's width), 1 and 2 threads; and without a
+ * pool (no scratch: the plain tiles) the same bits again. */
+static void test_x8_wide(kern_pool *pool1, kern_pool *pool2, kern_level top) {
+    if (top < KERN_LEVEL_AVX512) {
+        printf("skip x8 long-batch tiles: this CPU has no AVX-512\n");
+        return;
+    }
+    static const kern_type bases[] = {KERN_TYPE_Q4_0,   KERN_TYPE_Q4_1, KERN_TYPE_Q5_0,
+                                      KERN_TYPE_Q5_1,   KERN_TYPE_IQ4_NL, KERN_TYPE_Q6_0S,
+                                      KERN_TYPE_Q8_0};
+    const int outs[] = {200, 37}, ins[] = {8192, 640}, toks[] = {32, 37, 40, 45};
+    int fails = 0, cases = 0;
+    for (size_t bi = 0; bi < sizeof(bases) / sizeof(bases[0]); bi++)
+        for (size_t oi = 0; oi < 2; oi++)
+            for (size_t ii = 0; ii < 2; ii++) {
+                const kern_type base = bases[bi], x8 = kern_x8_type(base);
+                const int n_out = outs[oi], n_in = ins[ii];
+                const size_t rb = kern_row_bytes(base, n_in), bb = kern_type_block_bytes(base);
+                const int two = base == KERN_TYPE_Q4_1 || base == KERN_TYPE_Q5_1 ||
+                                base == KERN_TYPE_Q6_0S;
+                uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(x8, n_out, n_in));
+                for (int o = 0; o < n_out; o++)
+                    for (int k = 0; k < n_in / 32; k++) {
+                        uint8_t *blk = w + rb * o + bb * k;
+                        uint16_t d = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / 64.0f);
+                        uint16_t m = kern_fp32_to_fp16((float)rng_normal() * 0.1f);
+                        memcpy(blk, &d, 2);
+                        if (two)
+                            memcpy(blk + 2, &m, 2);
+                        for (size_t j = two ? 4 : 2; j < bb; j++)
+                            blk[j] = (uint8_t)rng_u64();
+                    }
+                for (int g = 0; g < (n_out + 7) / 8; g++) {
+                    const void *rows[8];
+                    int n = n_out - 8 * g < 8 ? n_out - 8 * g : 8;
+                    for (int r = 0; r < n; r++)
+                        rows[r] = w + rb * (size_t)(8 * g + r);
+                    kern_x8_pack_group(base, rows, n, n_in, wx, g);
+                }
+                for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
+                    const int n_tok = toks[ki];
+                    const size_t n = (size_t)n_out * n_tok;
+                    float *x = malloc(sizeof(float) * n_tok * n_in),
+                          *ref = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+                    fill_normal(x, (size_t)n_tok * n_in, 1.0f);
+                    void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(x8, n_in, n_tok) + 64) &
+                                                     ~(size_t)63);
+                    kern_matmul_ref(x8, wx, n_out, n_in, x, n_tok, ref);
+                    for (int lv = KERN_LEVEL_AVX512; lv <= (int)top; lv++) {
+                        kern_cpu_set_max_level((kern_level)lv);
+                        for (int th = 0; th < 3; th++) {
+                            kern_pool *pool = th == 0 ? pool1 : th == 1 ? pool2 : NULL;
+                            memset(y, 0xff, sizeof(float) * n);
+                            kern_matmul(pool, x8, wx, n_out, n_in, x, n_tok, y, ws);
+                            if (memcmp(y, ref, n * sizeof(float)) != 0) {
+                                fails++;
+                                fprintf(stderr, "  %s %s %dx%d tok %d, pool %d: differs\n",
+                                        kern_type_name(x8), kern_level_name((kern_level)lv), n_out,
+                                        n_in, n_tok, th);
+                            }
+                        }
+                    }
+                    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+                    cases++;
+                    free(x);
+                    free(ref);
+                    free(y);
+                    free(ws);
+                }
+                free(w);
+                free(wx);
+            }
+    CHECK(kern_pool_scratch_bytes(pool1) >= KERN_X8_WIDE_BYTES &&
+              kern_pool_scratch(pool1, 0) != NULL,
+          "the long-batch tiles reserved no scratch");
+    printf("x8 long-batch tiles vs the reference: %d shapes x %d levels x 3 pools, %d differ "
+           "(memcmp)\n",
+           cases, (int)top + 1 - KERN_LEVEL_AVX512, fails);
+    CHECK(fails == 0, "X8 long-batch tiles differ from the reference in %d cases", fails);
+}
+
 /* The float kernels of every SIMD level from AVX2 up share one arithmetic
  * (8-lane accumulators in input order, hsum8, the tail): the same bits at
  * every level, every tile shape (token counts 1-17, row counts that leave
@@ -848,6 +935,7 @@ int main(void) {
     test_invariance(pool1, pool2, top);
     test_multi(pool1, pool2, top);
     test_x8(pool1, pool2, top);
+    test_x8_wide(pool1, pool2, top);
     test_float_levels_agree(pool1, pool2, top);
     test_table(pool1, pool2, top);
     printf("(%.1f s)\n", now_sec() - t);

@@ -4,7 +4,9 @@
  * Tolerances (normalised error ||y - ref|| / ||ref|| unless stated):
  *   rmsnorm 1e-6 (f32 lane sums vs a double sum of squares);
  *   exp max relative error 1e-6 vs libm double; silu_mul and softmax 2e-6
- *   (that exp error plus one division/multiply);
+ *   (that exp error plus one division/multiply); gelu_tanh_mul 2e-6 (the
+ *   same exp and division; the reference's 1 + tanhf(z) loses digits for
+ *   z << 0, where the values are ~1e-7 of the row's norm);
  *   rope 1e-6 absolute per element vs float64 (cos/sin rounded to float,
  *   then two f32 products and a sum of values ~N(0,1));
  *   attention 1e-5 (f32 dot products over head_dim and f32 softmax). */
@@ -40,7 +42,7 @@ static void test_rows(kern_level top) {
     static float x[NMAX], w[NMAX], g[NMAX], u[NMAX], a[NMAX], b[NMAX];
     for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
-        double e_rms = 0, e_silu = 0, e_soft = 0;
+        double e_rms = 0, e_silu = 0, e_gelu = 0, e_soft = 0;
         for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
             int n = ns[k];
             fill_normal(x, n, 1.0f);
@@ -64,6 +66,15 @@ static void test_rows(kern_level top) {
             e = norm_err(a, b, n);
             e_silu = e > e_silu ? e : e_silu;
 
+            kern_gelu_tanh_mul(a, g, u, n);
+            kern_gelu_tanh_mul_ref(b, g, u, n);
+            e = norm_err(a, b, n);
+            e_gelu = e > e_gelu ? e : e_gelu;
+            memcpy(a, g, sizeof(float) * n); /* in place (out aliases gate) */
+            kern_gelu_tanh_mul(a, a, u, n);
+            e = norm_err(a, b, n);
+            e_gelu = e > e_gelu ? e : e_gelu;
+
             for (int i = 0; i < n; i++)
                 a[i] = b[i] = x[i] * 10.0f;
             kern_softmax(a, n);
@@ -75,10 +86,11 @@ static void test_rows(kern_level top) {
                 sum += a[i];
             CHECK(fabs(sum - 1.0) < 1e-5, "softmax sums to %g", sum);
         }
-        printf("level %-6s rmsnorm %.1e silu_mul %.1e softmax %.1e\n",
-               kern_level_name((kern_level)lv), e_rms, e_silu, e_soft);
+        printf("level %-6s rmsnorm %.1e silu_mul %.1e gelu_tanh_mul %.1e softmax %.1e\n",
+               kern_level_name((kern_level)lv), e_rms, e_silu, e_gelu, e_soft);
         CHECK(e_rms <= 1e-6, "rmsnorm err %g", e_rms);
         CHECK(e_silu <= 2e-6, "silu_mul err %g", e_silu);
+        CHECK(e_gelu <= 2e-6, "gelu_tanh_mul err %g", e_gelu);
         CHECK(e_soft <= 2e-6, "softmax err %g", e_soft);
     }
     kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
