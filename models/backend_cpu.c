@@ -112,7 +112,8 @@ void model_cpu_kernels_describe(const model *m, char *buf, size_t len) {
         }
     }
     const char *simd = kern_cpu_level() >= KERN_LEVEL_AVX2 ? "avx2" : "scalar";
-    snprintf(buf + at, len - at, "%sattention %s; norms, rope, silu, gelu %s", at ? "; " : "", simd,
+    const char *attn = kern_attention_level_name(c->head_dim);
+    snprintf(buf + at, len - at, "%sattention %s; norms, rope, silu, gelu %s", at ? "; " : "", attn,
              simd);
 }
 

@@ -161,6 +161,12 @@ float kern_dot_avx2(const float *a, const float *b, int n);
 void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, size_t q_stride,
                               int n_rows, int n_heads, int pos0, const kern_kv_view *kv,
                               int kv_head, int head_dim, float scale, float *scratch, int row_pf);
+/* The same at 16 lanes (AVX-512F, head_dim a multiple of 16): its own bits,
+ * used at the AVX-512 levels for every batch size alike. */
+void kern_attention_rows_avx512(float *out, size_t out_stride, const float *q, size_t q_stride,
+                                int n_rows, int n_heads, int pos0, const kern_kv_view *kv,
+                                int kv_head, int head_dim, float scale, float *scratch,
+                                int row_pf);
 /* y[i] += alpha * x[i] over n floats, n a multiple of 8. */
 void kern_axpy_avx2(float *y, float alpha, const float *x, int n);
 /* exp over n floats (n any): the vectorised exp used by silu and softmax,

@@ -115,10 +115,37 @@ typedef struct {
 
 static _Thread_local rope_cache g_rope;
 
+/* base^(-2i/n_rot) of the last (n_rot, base), per thread: a prompt rotates
+ * every position once per layer, so the positions change at every call but
+ * the frequencies do not (Gemma 3 alternates two bases: two entries). The
+ * same pow() values, so the same angles as computing them each time. */
+typedef struct {
+    int n_rot;
+    float base;
+    double p[ROPE_CACHE_PAIRS];
+} rope_freqs;
+
+static _Thread_local rope_freqs g_freqs[2];
+static _Thread_local int g_freqs_next;
+
+static const double *rope_freqs_get(int n_rot, float base) {
+    for (int k = 0; k < 2; k++)
+        if (g_freqs[k].n_rot == n_rot && g_freqs[k].base == base)
+            return g_freqs[k].p;
+    rope_freqs *f = &g_freqs[g_freqs_next];
+    g_freqs_next ^= 1;
+    for (int i = 0; i < n_rot / 2; i++)
+        f->p[i] = pow((double)base, -2.0 * i / n_rot);
+    f->n_rot = n_rot;
+    f->base = base;
+    return f->p;
+}
+
 static void rope_angles(int pos, int n_rot, float base, float freq_scale, const float *ff,
                         float *cs, float *sn) {
+    const double *p = rope_freqs_get(n_rot, base);
     for (int i = 0; i < n_rot / 2; i++) {
-        double theta = (double)pos * freq_scale * pow((double)base, -2.0 * i / n_rot);
+        double theta = (double)pos * freq_scale * p[i];
         if (ff)
             theta /= ff[i];
         cs[i] = (float)cos(theta);
@@ -258,13 +285,34 @@ static void attention_rows_c(float *out, size_t out_stride, const float *q, size
         }
 }
 
+typedef void (*attn_rows_fn)(float *out, size_t out_stride, const float *q, size_t q_stride,
+                             int n_rows, int n_heads, int pos0, const kern_kv_view *kv,
+                             int kv_head, int head_dim, float scale, float *scratch, int row_pf);
+
+/* The SIMD attention for this level and head size (one choice for every
+ * batch size: decode and prompt rows get the same bits), or NULL for the
+ * portable path. */
+static attn_rows_fn attn_pick(int head_dim) {
+    if (head_dim > KERN_ATTN_MAX_HEAD_DIM || head_dim % 8 != 0)
+        return NULL;
+    const kern_level lv = kern_cpu_level();
+    if (lv >= KERN_LEVEL_AVX512 && head_dim % 16 == 0)
+        return kern_attention_rows_avx512;
+    return lv >= KERN_LEVEL_AVX2 ? kern_attention_rows_avx2 : NULL;
+}
+
+const char *kern_attention_level_name(int head_dim) {
+    const attn_rows_fn f = attn_pick(head_dim);
+    return f == kern_attention_rows_avx512 ? "avx512" : f ? "avx2" : "scalar";
+}
+
 void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride,
                              int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
                              int head_dim, float scale, float *scratch) {
-    if (kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 &&
-        head_dim <= KERN_ATTN_MAX_HEAD_DIM)
-        kern_attention_rows_avx2(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
-                                 head_dim, scale, scratch, 0);
+    const attn_rows_fn simd = attn_pick(head_dim);
+    if (simd)
+        simd(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale,
+             scratch, 0);
     else
         attention_rows_c(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
                          scale, scratch);
@@ -274,14 +322,12 @@ void kern_attention_rows_all(float *out, size_t out_stride, const float *q, size
                              int n_rows, int n_heads, int n_kv_heads, int pos0,
                              const kern_kv_view *kv, int head_dim, float scale, float *scratch) {
     const int group = n_heads / n_kv_heads;
-    const int simd = kern_cpu_level() >= KERN_LEVEL_AVX2 && head_dim % 8 == 0 &&
-                     head_dim <= KERN_ATTN_MAX_HEAD_DIM;
+    const attn_rows_fn simd = attn_pick(head_dim);
     for (int g = 0; g < n_kv_heads; g++) {
         const size_t off = (size_t)g * group * head_dim;
         if (simd)
-            kern_attention_rows_avx2(out + off, out_stride, q + off, q_stride, n_rows, group, pos0,
-                                     kv, g, head_dim, scale, scratch,
-                                     g == 0 && n_kv_heads > 1 ? n_kv_heads * head_dim : 0);
+            simd(out + off, out_stride, q + off, q_stride, n_rows, group, pos0, kv, g, head_dim,
+                 scale, scratch, g == 0 && n_kv_heads > 1 ? n_kv_heads * head_dim : 0);
         else
             attention_rows_c(out + off, out_stride, q + off, q_stride, n_rows, group, pos0, kv, g,
                              head_dim, scale, scratch);

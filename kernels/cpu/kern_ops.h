@@ -147,6 +147,9 @@ typedef struct kern_kv_view {
 /* One query head against positions [0, n_ctx) of KV head kv_head:
  * out = softmax(q . K^T * scale) . V. q and out are head_dim floats;
  * scratch holds n_ctx floats. */
+/* The SIMD width the attention runs at for this head size on this CPU
+ * ("avx512", "avx2" or "scalar"): a static string. */
+const char *kern_attention_level_name(int head_dim);
 void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx,
                          int head_dim, float scale, float *scratch);
 void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head,

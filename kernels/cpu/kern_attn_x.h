@@ -1,0 +1,337 @@
+/* kern_attn_x.h - the SIMD attention of kern_attention_rows_gqa's contract,
+ * written once for two vector widths. Include from a file compiled with the
+ * matching flags after defining
+ *   AV, AW            the float vector type and its lanes (__m256, 8 / __m512, 16)
+ *   AV_LOADU, AV_STOREU, AV_LOADPH (AW f16 -> f32), AV_MUL, AV_ADD, AV_FMA,
+ *   AV_SET1, AV_ZERO, AV_FOLD (to __m256: identity / low + high half),
+ *   AV_CV1, AV_CV3    output vectors per phase-3 chunk for 1 and 2-3 heads
+ *   ATT_FN            the name of the function defined
+ * (kern_ops_avx2.c: kern_attention_rows_avx2; kern_attn_avx512.c:
+ * kern_attention_rows_avx512). Each level's results are its own (a dot is
+ * summed over AW lanes, then folded), the same for every split of rows and
+ * heads at that level. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/cpu/kern_internal.h"
+
+#ifndef AI
+#define AI static inline __attribute__((always_inline))
+#endif
+
+/* ---- attention -------------------------------------------------------------------
+ * Rows of queries at consecutive positions for the n_heads query heads that
+ * read one KV head (a GQA group). Phase 1 loads each K row once per tile of
+ * ATTN_TILE rows x ATTN_HEADS heads and reduces the dot products of
+ * ATTN_PB positions together; phase 2 is the softmax of each (row, head);
+ * phase 3 sums the V rows into outputs held in registers, each V vector
+ * loaded once for up to three heads. Every (row, head) result goes through
+ * the same operations in the same order whatever its tile, the heads beside
+ * it and where its positions fall in the blocks of ATTN_PB, so results do
+ * not depend on how rows and heads are split (batch invariance). */
+
+#define ATTN_TILE 4  /* query rows per K row load */
+#define ATTN_HEADS 4 /* query heads per K row load */
+#define ATTN_PB 8    /* positions whose scores are reduced together */
+
+/* Element offset of position p, KV head kv_head, in the view's K or V. */
+static inline size_t attn_off(const kern_kv_view *kv, int kv_head, int head_dim, int p) {
+    return (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
+           (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
+}
+
+/* AW elements of K (is_v = 0) or V from element offset off, as f32; an
+ * f16 cache (f16 = 1) converts with F16C, exactly as kern_fp16_to_fp32. */
+AI AV kv_loadv(const kern_kv_view *kv, int is_v, size_t off, const int f16) {
+    if (f16)
+        return AV_LOADPH((is_v ? kv->v16 : kv->k16) + off);
+    return AV_LOADU((is_v ? kv->v : kv->k) + off);
+}
+
+/* Software prefetch of the K/V rows ATTN_PF positions ahead: a head's slice
+ * of a row is head_dim floats inside a row of all KV heads, so successive
+ * positions are strided and, across blocks, scattered; the hardware
+ * prefetcher alone leaves the loads waiting on memory. Prefetching changes
+ * no result. */
+#ifndef ATTN_HINT
+#define ATTN_HINT _MM_HINT_T0
+#endif
+#ifndef ATTN_PF
+#define ATTN_PF 8
+#endif
+_Static_assert(ATTN_PF % ATTN_PB == 0, "attn_scores: a prefetched chunk starts a chunk");
+
+/* Prefetches n elements of K or V from element offset off. */
+AI void attn_prefetch(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16) {
+    const char *p = f16 ? (const char *)((is_v ? kv->v16 : kv->k16) + off)
+                        : (const char *)((is_v ? kv->v : kv->k) + off);
+    size_t bytes = (size_t)n * (f16 ? 2 : 4);
+    for (size_t i = 0; i < bytes; i += 64)
+        _mm_prefetch(p + i, ATTN_HINT);
+}
+
+/* The same into L2 only (prefetcht1): the far prefetch of whole rows, which
+ * as L1 prefetches would fill the core's few L1 miss buffers (a read of
+ * shuffled 16-position blocks of rows on a Zen 4 core: 21.5 GB/s with T1
+ * eight positions ahead, 9 GB/s with T0). */
+#ifndef ATTN_ROW_PF
+#define ATTN_ROW_PF 8
+#endif
+AI void attn_prefetch_l2(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16) {
+    const char *p = f16 ? (const char *)((is_v ? kv->v16 : kv->k16) + off)
+                        : (const char *)((is_v ? kv->v : kv->k) + off);
+    size_t bytes = (size_t)n * (f16 ? 2 : 4);
+    for (size_t i = 0; i < bytes; i += 64)
+        _mm_prefetch(p + i, _MM_HINT_T1);
+}
+
+/* q . k over nv vectors with two accumulators (even and odd vectors), so the
+ * FMA chain is half as long as with one; returns the lanes that AV_FOLD and
+ * att_hsum8 turn into the score. */
+AI AV attn_dotv(const float *q, const AV *k, int nv) {
+    AV a0 = AV_MUL(AV_LOADU(q), k[0]);
+    if (nv == 1)
+        return a0;
+    AV a1 = AV_MUL(AV_LOADU(q + AW), k[1]);
+    for (int i = 2; i < nv; i += 2) {
+        a0 = AV_FMA(AV_LOADU(q + AW * i), k[i], a0);
+        if (i + 1 < nv)
+            a1 = AV_FMA(AV_LOADU(q + AW * i + AW), k[i + 1], a1);
+    }
+    return AV_ADD(a0, a1);
+}
+
+AI float att_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Eight att_hsum8 at once: lane i of the result equals att_hsum8(v[i]) bit for bit,
+ * because the same pairs of lanes are added in the same order (j and j + 4,
+ * then j and j + 2, then j and j + 1). Pairing v[i] with v[i + 4] in the
+ * first step leaves the sums in the order of i. */
+AI __m256 att_hsum8x8(const __m256 *v) {
+    __m256 w[4]; /* w[i] = [v[i] low + high | v[i + 4] low + high] */
+    for (int i = 0; i < 4; i++)
+        w[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[i], v[i + 4], 0x20),
+                             _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
+    /* a = [t0(w0), t0(w1), t1(w0), t1(w1)] per half, tj = lane j + lane j + 2. */
+    __m256 a = _mm256_add_ps(_mm256_unpacklo_ps(w[0], w[1]), _mm256_unpackhi_ps(w[0], w[1]));
+    __m256 b = _mm256_add_ps(_mm256_unpacklo_ps(w[2], w[3]), _mm256_unpackhi_ps(w[2], w[3]));
+    __m256d ad = _mm256_castps_pd(a), bd = _mm256_castps_pd(b);
+    return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(ad, bd)),
+                         _mm256_castpd_ps(_mm256_unpackhi_pd(ad, bd)));
+}
+
+/* Phase 1 for heads [h0, h0 + nh) and rows [r0, r0 + nt): scores times scale
+ * into scratch row h * n_rows + r. Row r needs positions [0, pos0 + r]. In a
+ * full block of ATTN_PB positions, rows that end inside the block also get
+ * the scores past their end: those land inside their own scratch row (the
+ * block ends at or before the tile's last position) and are never read. */
+AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const kern_kv_view *kv,
+                    int kv_head, int head_dim, float scale, float *scratch, int h0, int nh, int r0,
+                    int nt, const int nv, const int f16, int row_pf) {
+    /* row_pf > 0: also bring the whole cache rows (row_pf elements from KV
+     * head 0, K and V) into L2, ATTN_ROW_PF positions ahead, for the later
+     * groups and phase 3 (first tile only). */
+    if (h0 || r0)
+        row_pf = 0;
+    size_t n_ctx_max = (size_t)(pos0 + n_rows);
+    int last = pos0 + r0 + nt - 1; /* the tile's longest causal span */
+    AV k[KERN_ATTN_MAX_HEAD_DIM / AW];
+    AV part[ATTN_TILE * ATTN_HEADS][ATTN_PB];
+    __m256 vscale = _mm256_set1_ps(scale);
+    int p = 0;
+    /* When the cache blocks hold whole chunks of ATTN_PB positions (the
+     * default 16 does), a chunk's rows are evenly spaced in one block: one
+     * block-table lookup (a division) per chunk instead of two per position. */
+    const int chunked = kv->block_size % ATTN_PB == 0;
+    for (; p + ATTN_PB <= last + 1; p += ATTN_PB) {
+        /* Rows before rfirst end before this block. */
+        int rfirst = p - pos0 > r0 ? p - pos0 : r0;
+        size_t ko0 = chunked ? attn_off(kv, kv_head, head_dim, p) : 0;
+        size_t pf0 =
+            chunked && p + ATTN_PF <= last ? attn_off(kv, kv_head, head_dim, p + ATTN_PF) : 0;
+        for (int i = 0; i < ATTN_PB; i++) {
+            if (row_pf && p + i + ATTN_ROW_PF <= last) {
+                const size_t ro = attn_off(kv, 0, head_dim, p + i + ATTN_ROW_PF);
+                attn_prefetch_l2(kv, 0, ro, row_pf, f16);
+                attn_prefetch_l2(kv, 1, ro, row_pf, f16);
+            }
+            if (p + i + ATTN_PF <= last)
+                attn_prefetch(kv, 0,
+                              chunked ? pf0 + (size_t)i * kv->row_stride
+                                      : attn_off(kv, kv_head, head_dim, p + i + ATTN_PF),
+                              head_dim, f16);
+            size_t ko =
+                chunked ? ko0 + (size_t)i * kv->row_stride : attn_off(kv, kv_head, head_dim, p + i);
+            for (int d = 0; d < nv; d++)
+                k[d] = kv_loadv(kv, 0, ko + AW * (size_t)d, f16);
+            int j = 0;
+            for (int r = rfirst; r < r0 + nt; r++)
+                for (int h = h0; h < h0 + nh; h++)
+                    part[j++][i] =
+                        attn_dotv(q + (size_t)r * q_stride + (size_t)h * head_dim, k, nv);
+        }
+        int j = 0;
+        for (int r = rfirst; r < r0 + nt; r++)
+            for (int h = h0; h < h0 + nh; h++) {
+                __m256 f[ATTN_PB];
+                for (int i = 0; i < ATTN_PB; i++)
+                    f[i] = AV_FOLD(part[j][i]);
+                j++;
+                _mm256_storeu_ps(scratch + ((size_t)h * n_rows + r) * n_ctx_max + p,
+                                 _mm256_mul_ps(att_hsum8x8(f), vscale));
+            }
+    }
+    for (; p <= last; p++) {
+        size_t ko = attn_off(kv, kv_head, head_dim, p);
+        for (int d = 0; d < nv; d++)
+            k[d] = kv_loadv(kv, 0, ko + AW * (size_t)d, f16);
+        int rfirst = p - pos0 > r0 ? p - pos0 : r0;
+        for (int r = rfirst; r < r0 + nt; r++)
+            for (int h = h0; h < h0 + nh; h++)
+                scratch[((size_t)h * n_rows + r) * n_ctx_max + p] =
+                    att_hsum8(AV_FOLD(
+                        attn_dotv(q + (size_t)r * q_stride + (size_t)h * head_dim, k, nv))) *
+                    scale;
+    }
+}
+
+/* Phase 3 for hg (<= 3) heads of one row, output vectors [c0, c0 + cv) of
+ * each: head h's weights are w[h * w_stride + p], its output starts at
+ * o + h * head_dim. Each lane is acc = fma(weight_p, v_p, acc) over p in
+ * order from zero, as for one head alone; sharing a V load between heads
+ * and splitting head_dim into chunks changes no lane's sequence. Positions
+ * are walked block by block of the paged view, without a division each. */
+AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const kern_kv_view *kv,
+                    int kv_head, int head_dim, int c0, const int hg, const int cv, const int f16) {
+    AV acc[3][AV_CV1];
+    for (int h = 0; h < hg; h++)
+        for (int i = 0; i < cv; i++)
+            acc[h][i] = AV_ZERO();
+    for (int b0 = 0, n; b0 < n_ctx; b0 += n) {
+        n = n_ctx - b0 < kv->block_size ? n_ctx - b0 : kv->block_size;
+        size_t vb = attn_off(kv, kv_head, head_dim, b0) + AW * (size_t)c0;
+        /* the rows ATTN_PF ahead may lie in the next block */
+        int has_next = b0 + n < n_ctx;
+        size_t vnext = has_next ? attn_off(kv, kv_head, head_dim, b0 + n) + AW * (size_t)c0 : 0;
+        const float *wb = w + b0;
+        for (int p = 0; p < n; p++) {
+            size_t vp = vb + (size_t)p * kv->row_stride;
+            if (p + ATTN_PF < n)
+                attn_prefetch(kv, 1, vp + (size_t)ATTN_PF * kv->row_stride, AW * cv, f16);
+            else if (has_next && p + ATTN_PF - n < n_ctx - b0 - n &&
+                     p + ATTN_PF - n < kv->block_size)
+                attn_prefetch(kv, 1, vnext + (size_t)(p + ATTN_PF - n) * kv->row_stride, AW * cv,
+                              f16);
+            AV wp[3];
+            for (int h = 0; h < hg; h++)
+                wp[h] = AV_SET1(wb[(size_t)h * w_stride + p]);
+            for (int i = 0; i < cv; i++) {
+                AV v = kv_loadv(kv, 1, vp + AW * (size_t)i, f16);
+                for (int h = 0; h < hg; h++)
+                    acc[h][i] = AV_FMA(wp[h], v, acc[h][i]);
+            }
+        }
+    }
+    for (int h = 0; h < hg; h++)
+        for (int i = 0; i < cv; i++)
+            AV_STOREU(o + (size_t)h * head_dim + AW * (c0 + i), acc[h][i]);
+}
+
+/* Phase 3 over all of head_dim in chunks that keep hg x cv accumulators,
+ * the hg weights and one V vector within the vector registers (16 ymm: cv
+ * 8 or 4; 32 zmm: 16 or 8). */
+AI void attn_values_heads(float *o, const float *w, size_t w_stride, int n_ctx,
+                          const kern_kv_view *kv, int kv_head, int head_dim, const int hg,
+                          const int nv, const int f16) {
+    const int cv = hg == 1 ? AV_CV1 : AV_CV3;
+    int c0 = 0;
+    for (; c0 + cv <= nv; c0 += cv)
+        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, cv, f16);
+    if (c0 < nv)
+        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, nv - c0, f16);
+}
+
+AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
+                     int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
+                     float scale, float *scratch, const int nv, const int f16, int row_pf) {
+    size_t n_ctx_max = (size_t)(pos0 + n_rows);
+    size_t w_stride = (size_t)n_rows * n_ctx_max; /* floats between heads in scratch */
+    /* Phase 1: scores, a tile of heads x rows at a time. */
+    for (int h0 = 0; h0 < n_heads; h0 += ATTN_HEADS) {
+        int nh = n_heads - h0 < ATTN_HEADS ? n_heads - h0 : ATTN_HEADS;
+        for (int r0 = 0; r0 < n_rows; r0 += ATTN_TILE) {
+            int nt = n_rows - r0 < ATTN_TILE ? n_rows - r0 : ATTN_TILE;
+            attn_scores(q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, h0, nh,
+                        r0, nt, nv, f16, row_pf);
+        }
+    }
+    /* Phases 2 and 3, row by row. */
+    for (int r = 0; r < n_rows; r++) {
+        int n_ctx = pos0 + r + 1;
+        float *w = scratch + (size_t)r * n_ctx_max;
+        for (int h = 0; h < n_heads; h++) {
+            /* Soft-capping (Gemma 2), then a sliding window: the positions
+             * before it get zero weight. */
+            if (kv->softcap > 0.0f)
+                for (int p = 0; p < n_ctx; p++)
+                    w[(size_t)h * w_stride + p] =
+                        kv->softcap * tanhf(w[(size_t)h * w_stride + p] / kv->softcap);
+            for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
+                w[(size_t)h * w_stride + p] = -INFINITY;
+            kern_softmax_avx2(w + (size_t)h * w_stride, n_ctx); /* AVX2 at both levels */
+        }
+        float *o = out + (size_t)r * out_stride;
+        for (int h = 0, hg; h < n_heads; h += hg) {
+            hg = n_heads - h < 3 ? n_heads - h : 3;
+            float *oh = o + (size_t)h * head_dim;
+            const float *wh = w + (size_t)h * w_stride;
+            if (hg == 3)
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 3, nv, f16);
+            else if (hg == 2)
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 2, nv, f16);
+            else
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 1, nv, f16);
+        }
+    }
+}
+
+/* The head sizes as constants, so the compiler keeps K and the outputs in
+ * registers for the common ones. */
+AI void attn_rows_dispatch(float *out, size_t out_stride, const float *q, size_t q_stride,
+                           int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
+                           int head_dim, float scale, float *scratch, const int f16, int row_pf) {
+    switch (head_dim) {
+    case 64:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                     scale, scratch, 64 / AW, f16, row_pf);
+        break;
+    case 128:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                     scale, scratch, 128 / AW, f16, row_pf);
+        break;
+    case 256:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                     scale, scratch, 256 / AW, f16, row_pf);
+        break;
+    default:
+        attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
+                     scale, scratch, head_dim / AW, f16, row_pf);
+        break;
+    }
+}
+
+void ATT_FN(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int n_heads,
+            int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
+            float *scratch, int row_pf) {
+    if (kv->k16)
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
+                           head_dim, scale, scratch, 1, row_pf);
+    else
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
+                           head_dim, scale, scratch, 0, row_pf);
+}
