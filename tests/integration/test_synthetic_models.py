@@ -436,3 +436,31 @@ def test_broken_model_refused(brisk, tmp_path, case):
     assert r.returncode == 1, f"exit {r.returncode}; stderr {lines!r}"
     assert len(lines) == 1 and lines[0].startswith("brisk: error: "), lines
     assert needle in lines[0], lines
+
+
+# ---- chat without a template in the file ------------------------------------------
+
+@pytest.mark.parametrize("name,kind", [("gemma3", "gemma"), ("phi3", "phi3"), ("qwen3", "chatml")])
+def test_chat_template_by_architecture(brisk, start_server, synth, name, kind):
+    """A file without tokenizer.chat_template (the Gemma 3 270M base file is one) chats
+    with its family's template, chosen by architecture and logged; the rendered prompt
+    is that template's (the prompt token count equals the rendered text's)."""
+    srv = start_server(synth.path(name))
+    try:
+        assert f"using the {kind} template of architecture {name}" in srv.log()
+        r = srv.request("POST", "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                         "temperature": 0})
+        assert r.status == 200, r.body
+        rendered = {
+            "gemma": "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
+            "phi3": "<|user|>\nhi<|end|>\n<|assistant|>\n",
+            "chatml": "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+        }[kind]
+        # Gemma's template starts with BOS whatever the vocabulary's add_bos; the others
+        # have none.
+        want = brisk.tokenize(synth.path(name), rendered, "--special", "--no-bos")
+        want = ([None] if kind == "gemma" else []) + want
+        assert r.json()["usage"]["prompt_tokens"] == len(want), (rendered, want)
+    finally:
+        srv.stop()
