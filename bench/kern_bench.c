@@ -280,12 +280,13 @@ int main(int argc, char **argv) {
                    kern_level_name(kern_matmul_level(types[ti], 512)));
         }
     /* Prefill on Gemma 3 270M's shapes in the types its Q4_K_M file runs as. */
-    const kern_type gtypes[] = {KERN_TYPE_Q5_0X8, KERN_TYPE_Q4_1X8, KERN_TYPE_Q6_0SX8,
+    const kern_type gtypes[] = {KERN_TYPE_Q5_0X8, KERN_TYPE_Q4_1X8,   KERN_TYPE_Q6_0SX8,
                                 KERN_TYPE_Q8_0X8, KERN_TYPE_IQ4_NLX8, KERN_TYPE_Q5_1X8};
     const int ggemm[][2] = {{2048, 640}, {640, 2048}, {1024, 640}};
     for (size_t ti = 0; ti < sizeof(gtypes) / sizeof(gtypes[0]) && run("gemma"); ti++)
         for (int s = 0; s < 3; s++) {
-            double gf, t = kern_bench_matmul(pool, gtypes[ti], ggemm[s][0], ggemm[s][1], 512, 5, &gf);
+            double gf,
+                t = kern_bench_matmul(pool, gtypes[ti], ggemm[s][0], ggemm[s][1], 512, 5, &gf);
             printf("gemm %-9s %5d x %4d x 512 tok: %8.2f ms  %6.1f GOP/s  [%s]\n",
                    kern_type_name(gtypes[ti]), ggemm[s][0], ggemm[s][1], t * 1e3, gf,
                    kern_level_name(kern_matmul_level(gtypes[ti], 512)));

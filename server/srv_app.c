@@ -133,12 +133,11 @@ static void on_engine(uv_async_t *a) {
                 /* No template in the file (base models such as Gemma 3 270M):
                  * the family's own, as llama.cpp falls back by architecture. */
                 const model_arch arch = model_get_config(app->m)->arch;
-                const model_chat_kind k = arch == MODEL_ARCH_GEMMA2 || arch == MODEL_ARCH_GEMMA3
-                                              ? MODEL_CHAT_GEMMA
-                                          : arch == MODEL_ARCH_PHI3 ? MODEL_CHAT_PHI3
-                                          : arch == MODEL_ARCH_QWEN2 || arch == MODEL_ARCH_QWEN3
-                                              ? MODEL_CHAT_CHATML
-                                              : MODEL_CHAT_NONE;
+                const model_chat_kind k =
+                    arch == MODEL_ARCH_GEMMA2 || arch == MODEL_ARCH_GEMMA3 ? MODEL_CHAT_GEMMA
+                    : arch == MODEL_ARCH_PHI3                              ? MODEL_CHAT_PHI3
+                    : arch == MODEL_ARCH_QWEN2 || arch == MODEL_ARCH_QWEN3 ? MODEL_CHAT_CHATML
+                                                                           : MODEL_CHAT_NONE;
                 model_chat_format_default(k, &app->chat);
                 if (k != MODEL_CHAT_NONE)
                     BRISK_INFO("the model file has no chat template: using the %s template of "

@@ -359,8 +359,7 @@ AI void X8Z_FN(_tiles)(const kern_mm_args *a, int ng, int o, int r1, int t0, con
  * values 0..15, moves to the middle of the block, still before the second),
  * so the same bits, with the nibble, bit-plane, table and widening work done
  * once per chunk instead of once per 6 tokens. */
-AI void X8Z_FN(_wunpack)(const uint8_t *ga, const uint8_t *gb, int nb, const int K,
-                         uint8_t *dst) {
+AI void X8Z_FN(_wunpack)(const uint8_t *ga, const uint8_t *gb, int nb, const int K, uint8_t *dst) {
     const size_t bb = X8Z_BB(K), doff = X8Z_DOFF(K);
     for (int b = 0; b < nb; b++, dst += KERN_X8_WIDE_PB) {
         const uint8_t *wa = ga + (size_t)b * bb, *wb = gb + (size_t)b * bb;
@@ -446,8 +445,7 @@ AI void X8Z_FN(_wtile)(const kern_mm_args *a, const uint8_t *u, const x8z_zp *zp
 #pragma GCC unroll 2
         for (int z = 0; z < 2; z++) {
             const __m512 dw = _mm512_load_ps((const float *)(wz[z] + 8));
-            const __m512 mw =
-                M || KERN_WK_S2(K) ? _mm512_load_ps((const float *)(wz[z] + 9)) : dw;
+            const __m512 mw = M || KERN_WK_S2(K) ? _mm512_load_ps((const float *)(wz[z] + 9)) : dw;
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 const __m512 dx = _mm512_set1_ps(a->xd[xo + t]);
@@ -500,8 +498,9 @@ AI void X8Z_FN(_rows_wide)(const kern_mm_args *a, int r0, int r1, const int K) {
         const int cg4 = (cg + 3) & ~3;
         for (int g = 0; g < cg4; g += 2) { /* past the last group: that group again */
             const int ga = g < cg ? g : cg - 1, gb = g + 1 < cg ? g + 1 : cg - 1;
-            X8Z_FN(_wunpack)(grp + (size_t)(g0 + ga) * gbytes, grp + (size_t)(g0 + gb) * gbytes,
-                             nb, K, a->wide + (size_t)(g / 2) * pbytes);
+            X8Z_FN(_wunpack)
+            (grp + (size_t)(g0 + ga) * gbytes, grp + (size_t)(g0 + gb) * gbytes, nb, K,
+             a->wide + (size_t)(g / 2) * pbytes);
         }
         const int o = r0 + 8 * g0;
         for (int t0 = 0; t0 < nt; t0 += TT)

@@ -165,8 +165,7 @@ void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, siz
  * used at the AVX-512 levels for every batch size alike. */
 void kern_attention_rows_avx512(float *out, size_t out_stride, const float *q, size_t q_stride,
                                 int n_rows, int n_heads, int pos0, const kern_kv_view *kv,
-                                int kv_head, int head_dim, float scale, float *scratch,
-                                int row_pf);
+                                int kv_head, int head_dim, float scale, float *scratch, int row_pf);
 /* y[i] += alpha * x[i] over n floats, n a multiple of 8. */
 void kern_axpy_avx2(float *y, float alpha, const float *x, int n);
 /* exp over n floats (n any): the vectorised exp used by silu and softmax,

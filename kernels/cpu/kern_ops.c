@@ -286,8 +286,8 @@ static void attention_rows_c(float *out, size_t out_stride, const float *q, size
 }
 
 typedef void (*attn_rows_fn)(float *out, size_t out_stride, const float *q, size_t q_stride,
-                             int n_rows, int n_heads, int pos0, const kern_kv_view *kv,
-                             int kv_head, int head_dim, float scale, float *scratch, int row_pf);
+                             int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
+                             int head_dim, float scale, float *scratch, int row_pf);
 
 /* The SIMD attention for this level and head size (one choice for every
  * batch size: decode and prompt rows get the same bits), or NULL for the

@@ -701,8 +701,8 @@ static void test_x8_wide(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         printf("skip x8 long-batch tiles: this CPU has no AVX-512\n");
         return;
     }
-    static const kern_type bases[] = {KERN_TYPE_Q4_0,   KERN_TYPE_Q4_1, KERN_TYPE_Q5_0,
-                                      KERN_TYPE_Q5_1,   KERN_TYPE_IQ4_NL, KERN_TYPE_Q6_0S,
+    static const kern_type bases[] = {KERN_TYPE_Q4_0, KERN_TYPE_Q4_1,   KERN_TYPE_Q5_0,
+                                      KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_Q6_0S,
                                       KERN_TYPE_Q8_0};
     const int outs[] = {200, 37}, ins[] = {8192, 640}, toks[] = {32, 37, 40, 45};
     int fails = 0, cases = 0;
@@ -712,8 +712,8 @@ static void test_x8_wide(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                 const kern_type base = bases[bi], x8 = kern_x8_type(base);
                 const int n_out = outs[oi], n_in = ins[ii];
                 const size_t rb = kern_row_bytes(base, n_in), bb = kern_type_block_bytes(base);
-                const int two = base == KERN_TYPE_Q4_1 || base == KERN_TYPE_Q5_1 ||
-                                base == KERN_TYPE_Q6_0S;
+                const int two =
+                    base == KERN_TYPE_Q4_1 || base == KERN_TYPE_Q5_1 || base == KERN_TYPE_Q6_0S;
                 uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(x8, n_out, n_in));
                 for (int o = 0; o < n_out; o++)
                     for (int k = 0; k < n_in / 32; k++) {
