@@ -252,6 +252,8 @@ void model_chat_format_detect(const char *t, model_chat_format *out) {
     case MODEL_CHAT_CHATML:
         if (chat_find_default_system(t, out->default_system, sizeof out->default_system))
             out->flags |= MODEL_CHAT_F_DEFAULT_SYSTEM;
+        if (has(t, "<think>"))
+            out->flags |= MODEL_CHAT_F_THINK;
         break;
     case MODEL_CHAT_LLAMA2:
         /* Meta's template writes bos_token + '[INST] ' for every user turn. */
@@ -381,6 +383,8 @@ static void render_chatml(const chat_ctx *c, brisk_buf *b) {
         buf_puts(b, "<|im_end|>\n");
     }
     buf_puts(b, "<|im_start|>assistant\n");
+    if ((c->f->flags & MODEL_CHAT_F_THINK) && (c->f->flags & MODEL_CHAT_F_NO_THINK))
+        buf_puts(b, "<think>\n\n</think>\n\n");
 }
 
 /* Meta: bos + '[INST] ' + strip('<<SYS>>\n' + s + '\n<</SYS>>\n\n' + u) + ' [/INST]',

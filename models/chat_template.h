@@ -86,6 +86,13 @@ enum {
      * 26 Jul 2024 is the templates' own default date_string; transformers
      * gives 3.2 today's date instead, which would make prompts vary by day. */
     MODEL_CHAT_F_DATE_HEADER = 1u << 5,
+    /* Qwen3 (a ChatML template that knows "<think>"): the model may open its
+     * answer with "<think>...</think>", which the server returns as
+     * reasoning_content; and enable_thinking = false (MODEL_CHAT_F_NO_THINK,
+     * set per request on a copy) ends the generation prompt with the empty
+     * block "<think>\n\n</think>\n\n", as the template does. */
+    MODEL_CHAT_F_THINK = 1u << 6,
+    MODEL_CHAT_F_NO_THINK = 1u << 7,
 };
 
 /* Mistral's template generations (tokenizer_config.json of mistralai models):

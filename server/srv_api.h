@@ -106,6 +106,10 @@ typedef struct srv_chat_req {
     srv_gen_params params;
     srv_chat_msg *msgs; /* [n_msgs], 1 <= n_msgs <= max_messages */
     int n_msgs;
+    /* Reasoning models (Qwen3's <think>, srv_reason.h): */
+    int enable_thinking;   /* chat_template_kwargs.enable_thinking: -1 not given, 0 or 1 */
+    int split_reasoning;   /* reasoning_format "none": 0; "auto"/"deepseek" or absent: 1 */
+    int include_reasoning; /* vLLM's include_reasoning: 1 (default); 0 drops it */
 } srv_chat_req;
 
 /* Parse and validate a request body of len bytes (need not be NUL-terminated).
@@ -150,6 +154,8 @@ typedef struct srv_choice {
     const char *finish_reason;    /* "stop", "length", or NULL (JSON null) */
     const srv_token_logprob *lps; /* [n_lps] */
     int n_lps;
+    const char *reasoning; /* chat: "reasoning_content" (before "content") when not NULL */
+    size_t reasoning_len;
 } srv_choice;
 
 typedef struct srv_usage {

@@ -355,6 +355,9 @@ enum {
     F_TOOLS,
     F_FUNCTIONS,
     F_RESPONSE_FORMAT,
+    F_CHAT_TEMPLATE_KWARGS,
+    F_REASONING_FORMAT,
+    F_INCLUDE_REASONING,
     F_COUNT
 };
 
@@ -393,6 +396,9 @@ static const struct {
     [F_TOOLS] = {"tools", K_CHAT},
     [F_FUNCTIONS] = {"functions", K_CHAT},
     [F_RESPONSE_FORMAT] = {"response_format", K_CHAT},
+    [F_CHAT_TEMPLATE_KWARGS] = {"chat_template_kwargs", K_CHAT},
+    [F_REASONING_FORMAT] = {"reasoning_format", K_CHAT},
+    [F_INCLUDE_REASONING] = {"include_reasoning", K_CHAT},
 };
 
 /* Sorts the top-level members into f[] (NULL: absent); JSON null counts as
@@ -998,6 +1004,52 @@ int srv_api_parse_completion(const char *body, size_t len, const srv_api_limits 
     return rc;
 }
 
+/* The reasoning fields of chat requests (vLLM's and llama.cpp's): the chat
+ * template's enable_thinking (its only keyword brisk's renderers take; any
+ * other is refused, as it would change the prompt), llama.cpp's
+ * reasoning_format and vLLM's include_reasoning. */
+static int parse_reasoning(const cJSON *f[F_COUNT], srv_chat_req *out, srv_api_error *err) {
+    int rc;
+    out->enable_thinking = -1;
+    out->split_reasoning = 1;
+    out->include_reasoning = 1;
+    const cJSON *kw = f[F_CHAT_TEMPLATE_KWARGS];
+    if (kw) {
+        if (!cJSON_IsObject(kw))
+            return api_fail(err, "invalid_type", "chat_template_kwargs",
+                            "'chat_template_kwargs' must be an object");
+        for (const cJSON *c = kw->child; c; c = c->next) {
+            if (!strcmp(c->string, "enable_thinking")) {
+                if (cJSON_IsNull(c))
+                    continue;
+                int v = 0;
+                if ((rc = get_bool(c, "chat_template_kwargs.enable_thinking", &v, err)) < 0)
+                    return rc;
+                out->enable_thinking = v;
+                continue;
+            }
+            return api_fail(err, "unsupported_value", "chat_template_kwargs",
+                            "'chat_template_kwargs.%.64s' is not supported (brisk's chat "
+                            "templates take only 'enable_thinking')",
+                            c->string);
+        }
+    }
+    const char *s = NULL;
+    if ((rc = get_string(f[F_REASONING_FORMAT], "reasoning_format", &s, err)) < 0)
+        return rc;
+    if (rc == 1) {
+        if (!strcmp(s, "none"))
+            out->split_reasoning = 0;
+        else if (strcmp(s, "auto") && strcmp(s, "deepseek"))
+            return api_fail(err, "unsupported_value", "reasoning_format",
+                            "'reasoning_format' must be 'auto', 'deepseek' or 'none'");
+    }
+    if ((rc = get_bool(f[F_INCLUDE_REASONING], "include_reasoning", &out->include_reasoning, err)) <
+        0)
+        return rc;
+    return 0;
+}
+
 int srv_api_parse_chat(const char *body, size_t len, const srv_api_limits *lim, srv_chat_req *out,
                        srv_api_error *err) {
     api_limits_check(lim);
@@ -1010,6 +1062,8 @@ int srv_api_parse_chat(const char *body, size_t len, const srv_api_limits *lim, 
         const cJSON *f[F_COUNT];
         out->params.n_unknown_fields = api_collect(root, K_CHAT, f);
         rc = parse_params(f, K_CHAT, lim, &out->params, err);
+        if (rc == 0)
+            rc = parse_reasoning(f, out, err);
         if (rc == 0)
             rc = parse_messages(f[F_MESSAGES], lim, out, err);
         cJSON_Delete(root);

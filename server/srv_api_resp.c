@@ -427,7 +427,13 @@ char *srv_api_chat_json(const char *id, int64_t created, const char *model,
             brisk_buf_str(&w, ",");
         brisk_buf_str(&w, "{\"index\":");
         w_int(&w, c->index);
-        brisk_buf_str(&w, ",\"message\":{\"role\":\"assistant\",\"content\":");
+        brisk_buf_str(&w, ",\"message\":{\"role\":\"assistant\",");
+        if (c->reasoning) {
+            brisk_buf_str(&w, "\"reasoning_content\":");
+            w_str(&w, c->reasoning, c->reasoning_len);
+            brisk_buf_str(&w, ",");
+        }
+        brisk_buf_str(&w, "\"content\":");
         w_str(&w, c->text ? c->text : "", c->text ? c->text_len : 0);
         brisk_buf_str(&w, "}");
         w_chat_logprobs_field(&w, c, want_logprobs);
@@ -460,8 +466,14 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
         brisk_buf_str(&w, ",\"delta\":{");
         if (first)
             brisk_buf_str(&w, "\"role\":\"assistant\"");
-        if (c->text || first) {
+        if (c->reasoning) {
             if (first)
+                brisk_buf_str(&w, ",");
+            brisk_buf_str(&w, "\"reasoning_content\":");
+            w_str(&w, c->reasoning, c->reasoning_len);
+        }
+        if (c->text || (first && !c->reasoning)) {
+            if (first || c->reasoning)
                 brisk_buf_str(&w, ",");
             brisk_buf_str(&w, "\"content\":");
             w_str(&w, c->text ? c->text : "", c->text ? c->text_len : 0);

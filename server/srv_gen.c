@@ -14,6 +14,7 @@
 #include "common/brisk_log.h"
 #include "server/srv_app.h"
 #include "server/srv_audit.h"
+#include "server/srv_reason.h"
 
 #define GEN_MAX_CHOICES 128
 
@@ -37,6 +38,7 @@ typedef struct gen_choice {
     size_t lp_off; /* streaming: text bytes of the tokens sent so far */
     int lp_strip;  /* streaming: no text token sent yet, and the text starts afresh */
     double t_last;
+    srv_reason reason; /* streaming with reasoning: the <think> splitter (zeroed = initial) */
 } gen_choice;
 
 struct gen_req {
@@ -44,6 +46,8 @@ struct gen_req {
     srv_app *app;
     srv_req *http; /* NULL once answered or aborted */
     int is_chat, stream, include_usage, logprobs, echo;
+    int reason;            /* chat: split <think>...</think> off as reasoning_content */
+    int include_reasoning; /* with reason: send the reasoning (else drop it) */
     char id[64];
     int64_t created;
     int n_choices, n_live;
@@ -309,7 +313,8 @@ static void stream_error(gen_req *g) {
 
 /* One chunk for choice c: text (len bytes) and the tokens since the last. */
 static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len,
-                         const sched_token *toks, int n_toks, const char *finish) {
+                         const char *reasoning, size_t reasoning_len, const sched_token *toks,
+                         int n_toks, const char *finish) {
     srv_app *app = g->app;
     lp_set lp;
     memset(&lp, 0, sizeof lp);
@@ -320,7 +325,8 @@ static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len
         gen_fail(g, "out of memory");
         return;
     }
-    srv_choice ch = {c->index, text, len, finish, lp.lps, want_lp ? n_toks : 0};
+    srv_choice ch = {c->index,  text,         len, finish, lp.lps, want_lp ? n_toks : 0,
+                     reasoning, reasoning_len};
     char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, &ch,
                                                       !c->started, NULL, want_lp)
                             : srv_api_completion_chunk_json(g->id, g->created, app->served_name,
@@ -389,12 +395,33 @@ static void gen_finish(gen_req *g) {
         } else {
             srv_choice *ch = brisk_calloc((size_t)g->n_choices, sizeof *ch);
             lp_set *lps = brisk_calloc((size_t)g->n_choices, sizeof *lps);
-            int ok = ch && lps;
+            /* with reasoning: each choice's text split into [2i] reasoning, [2i+1] answer */
+            brisk_buf *split =
+                g->reason ? brisk_calloc((size_t)g->n_choices * 2, sizeof *split) : NULL;
+            int ok = ch && lps && (!g->reason || split);
             for (int i = 0; ok && i < g->n_choices; i++) {
                 gen_choice *c = &g->choices[i];
                 ch[i].index = c->index;
                 ch[i].text = c->text ? c->text : "";
                 ch[i].text_len = c->len;
+                if (g->reason) {
+                    srv_reason rz;
+                    srv_reason_init(&rz);
+                    brisk_buf *rs = &split[2 * i], *ct = &split[2 * i + 1];
+                    brisk_buf_str(rs, "");
+                    brisk_buf_str(ct, "");
+                    srv_reason_feed(&rz, c->text ? c->text : "", c->len, 1, rs, ct);
+                    if (rs->oom || ct->oom) {
+                        ok = 0;
+                        break;
+                    }
+                    ch[i].text = ct->p;
+                    ch[i].text_len = ct->len;
+                    if (g->include_reasoning && rs->len) {
+                        ch[i].reasoning = rs->p;
+                        ch[i].reasoning_len = rs->len;
+                    }
+                }
                 ch[i].finish_reason = finish_str(c->finish);
                 if (g->logprobs >= 0) {
                     /* echo: prompt tokens (first without a log-prob), then output */
@@ -438,6 +465,9 @@ static void gen_finish(gen_req *g) {
             free(json);
             for (int i = 0; lps && i < g->n_choices; i++)
                 free_lps(&lps[i]);
+            for (int i = 0; split && i < 2 * g->n_choices; i++)
+                free(split[i].p);
+            free(split);
             free(lps);
             free(ch);
         }
@@ -485,11 +515,27 @@ static void on_event(srv_app *app, sched_event *ev) {
                               ? finish_str(ev->finish)
                               : NULL;
         if (!c->started && g->echo && !g->is_chat) {
-            stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0, NULL);
+            stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0, NULL,
+                         0, NULL);
         }
-        if (!g->failed && (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) ||
-                           (!c->started && g->is_chat)))
-            stream_chunk(g, c, ev->text, ev->text_len, ev->tokens, ev->n_tokens, fin);
+        if (g->reason) {
+            /* The delta's text split by the <think> splitter: held bytes wait
+             * for the next event (all go out with the final one). */
+            brisk_buf rs = {0}, ct = {0};
+            srv_reason_feed(&c->reason, ev->text, ev->text_len, ev->finish != SCHED_FINISH_NONE,
+                            &rs, &ct);
+            if (rs.oom || ct.oom)
+                gen_fail(g, "out of memory");
+            const int send_r = g->include_reasoning && rs.len > 0;
+            if (!g->failed &&
+                (ct.len || send_r || fin || (g->logprobs >= 0 && ev->n_tokens) || !c->started))
+                stream_chunk(g, c, ct.len ? ct.p : NULL, ct.len, send_r ? rs.p : NULL,
+                             send_r ? rs.len : 0, ev->tokens, ev->n_tokens, fin);
+            free(rs.p);
+            free(ct.p);
+        } else if (!g->failed && (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) ||
+                                  (!c->started && g->is_chat)))
+            stream_chunk(g, c, ev->text, ev->text_len, NULL, 0, ev->tokens, ev->n_tokens, fin);
     } else {
         if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0)
             gen_fail(g, "out of memory");
@@ -803,7 +849,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
         srv_stream_begin(r, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
         if (g->is_chat) /* the role comes first, as OpenAI sends it */
             for (int i = 0; i < g->n_choices; i++)
-                stream_chunk(g, &g->choices[i], "", 0, NULL, 0, NULL);
+                stream_chunk(g, &g->choices[i], "", 0, NULL, 0, NULL, 0, NULL);
     }
 }
 
@@ -974,8 +1020,12 @@ void srv_gen_chat(srv_req *r) {
     char *text = NULL;
     size_t text_len = 0;
     int has_bos = 0;
-    rc = model_chat_format_render(&app->chat, msgs, cr.n_msgs, bos, eos, &text, &text_len, &has_bos,
-                                  err, sizeof err);
+    /* enable_thinking = false: the template's empty think block (Qwen3). */
+    model_chat_format fmt = app->chat;
+    if (cr.enable_thinking == 0)
+        fmt.flags |= MODEL_CHAT_F_NO_THINK;
+    rc = model_chat_format_render(&fmt, msgs, cr.n_msgs, bos, eos, &text, &text_len, &has_bos, err,
+                                  sizeof err);
     free(msgs);
     if (rc < 0) {
         srv_chat_req_free(&cr);
@@ -1001,6 +1051,9 @@ void srv_gen_chat(srv_req *r) {
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
+    g->reason =
+        (app->chat.flags & MODEL_CHAT_F_THINK) && cr.split_reasoning && cr.enable_thinking != 0;
+    g->include_reasoning = cr.include_reasoning;
     gen_start(app, r, g, &cr.params, 0);
     srv_chat_req_free(&cr);
 }

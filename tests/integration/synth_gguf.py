@@ -218,7 +218,9 @@ def make_tensors(s):
     # >= 0x80, control tokens) get rows a third the size, so that greedy
     # continuations are mostly printable ASCII and brisk's printed text pins
     # down the ids (an invalid byte prints as U+FFFD whichever it is).
-    row_scale = np.where(VOCAB.quiet[: s.n_vocab_embd], 0.3, 1.0)[:, None]
+    quiet = np.zeros(s.n_vocab_embd, dtype=bool)  # rows past VOCAB (added tokens): printable
+    quiet[: min(len(VOCAB.quiet), s.n_vocab_embd)] = VOCAB.quiet[: s.n_vocab_embd]
+    row_scale = np.where(quiet, 0.3, 1.0)[:, None]
     embd = normal((s.n_vocab_embd, s.n_embd), SCALE["embd"])
     t["token_embd.weight"] = (embd * row_scale, s.embd_type or mt)
     t["output_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
@@ -270,7 +272,7 @@ def make_tensors(s):
     return t
 
 
-def write_model(path, s, vocab=VOCAB):
+def write_model(path, s, vocab=VOCAB, chat_template=None):
     """Writes the model of spec s to path; returns path."""
     a = s.arch
     w = gguf.GGUFWriter(str(path), a)
@@ -311,6 +313,8 @@ def write_model(path, s, vocab=VOCAB):
     w.add_bos_token_id(vocab.bos)
     w.add_eos_token_id(vocab.eos)
     w.add_add_bos_token(False)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     blocks_rng = np.random.default_rng(s.seed + 7919)  # random blocks, in file order
     for name, (vals, qt) in make_tensors(s).items():

@@ -31,6 +31,8 @@ than the embedding) with exit code 1 and one `brisk: error:` line.
 """
 
 import gguf
+import json
+
 import numpy as np
 import pytest
 from gguf.quants import quantize
@@ -464,3 +466,86 @@ def test_chat_template_by_architecture(brisk, start_server, synth, name, kind):
         assert r.json()["usage"]["prompt_tokens"] == len(want), (rendered, want)
     finally:
         srv.stop()
+
+
+# ---- reasoning (Qwen3's <think>) ----------------------------------------------------
+
+# The part of Qwen3's chat template brisk recognises: ChatML that knows <think>.
+QWEN3_TEMPLATE = ("{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + "
+                  "message.content + '<|im_end|>' + '\\n' }}{%- endfor %}"
+                  "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+                  "{%- if enable_thinking is defined and enable_thinking is false %}"
+                  "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+
+
+@pytest.fixture(scope="module")
+def think_server(start_server, tmp_path_factory):
+    """qwen3 with "<think>"/"</think>" as user-defined tokens (as in Qwen3's vocabulary)
+    and a Qwen3-style template."""
+    import dataclasses
+    import gguf
+    v = dataclasses.replace(
+        VOCAB, tokens=VOCAB.tokens + ["<think>", "</think>"],
+        types=VOCAB.types + [int(gguf.TokenType.USER_DEFINED)] * 2,
+        quiet=np.append(VOCAB.quiet, [False, False]))
+    spec = dataclasses.replace(MODELS["qwen3"], n_vocab_embd=N_VOCAB + 2)
+    path = write_model(tmp_path_factory.mktemp("think") / "qwen3-think.gguf", spec, vocab=v,
+                       chat_template=QWEN3_TEMPLATE)
+    srv = start_server(path)
+    srv.think_id = N_VOCAB
+    yield srv
+    srv.stop()
+
+
+def _think_chat(srv, n, **extra):
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": n,
+            "temperature": 0, "logit_bias": {str(srv.think_id): 100}, "ignore_eos": True}
+    body.update(extra)
+    return body
+
+
+def test_reasoning_content(think_server):
+    """The output opens with <think> (forced here by logit_bias: "<think>" n times), so all
+    but the opening tag is reasoning, returned as reasoning_content, streamed and not,
+    the same text both ways; reasoning_format none leaves it in content;
+    include_reasoning false drops it."""
+    srv, n = think_server, 6
+    r = srv.request("POST", "/v1/chat/completions", _think_chat(srv, n))
+    assert r.status == 200, r.body
+    msg = r.json()["choices"][0]["message"]
+    assert msg["reasoning_content"] == "<think>" * (n - 1) and msg["content"] == "", msg
+
+    conn, status, headers = srv.stream("/v1/chat/completions", _think_chat(srv, n, stream=True))
+    try:
+        assert status == 200
+        events = list(conn.iter_sse(headers))
+    finally:
+        conn.close()
+    assert events[-1] == "[DONE]"
+    payloads = [json.loads(e) for e in events[:-1]]
+    deltas = [p["choices"][0]["delta"] for p in payloads if p.get("choices")]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "<think>" * (n - 1)
+    assert "".join(d.get("content", "") for d in deltas) == ""
+
+    r = srv.request("POST", "/v1/chat/completions", _think_chat(srv, n, reasoning_format="none"))
+    msg = r.json()["choices"][0]["message"]
+    assert msg["content"] == "<think>" * n and "reasoning_content" not in msg, msg
+
+    r = srv.request("POST", "/v1/chat/completions", _think_chat(srv, n, include_reasoning=False))
+    msg = r.json()["choices"][0]["message"]
+    assert msg["content"] == "" and "reasoning_content" not in msg, msg
+
+
+def test_enable_thinking_false(brisk, think_server):
+    """enable_thinking false closes an empty think block in the prompt (Qwen3's template)
+    and returns the output as content."""
+    srv = think_server
+    base = srv.request("POST", "/v1/chat/completions", _think_chat(srv, 2)).json()
+    off = srv.request("POST", "/v1/chat/completions",
+                      _think_chat(srv, 2, chat_template_kwargs={"enable_thinking": False})).json()
+    block = brisk.tokenize(srv.model, "<think>\n\n</think>\n\n", "--special", "--no-bos")
+    assert off["usage"]["prompt_tokens"] == base["usage"]["prompt_tokens"] + len(block)
+    assert off["choices"][0]["message"]["content"] == "<think>" * 2
+    r = srv.request("POST", "/v1/chat/completions",
+                    _think_chat(srv, 2, chat_template_kwargs={"foo": 1}))
+    assert r.status == 400 and r.json()["error"]["param"] == "chat_template_kwargs", r.body

@@ -235,6 +235,16 @@ static const bad_case bad_chats[] = {
     {"{'messages':[{'role':'user','content':5}]}", "messages[0].content"},
     {"{'messages':[{'role':'user','content':[]}]}", "messages[0].content"},
     {"{'messages':[{'role':'user','content':['a']}]}", "messages[0].content"},
+    {"{'messages':[{'role':'user','content':'x'}],'chat_template_kwargs':5}",
+     "chat_template_kwargs"},
+    {"{'messages':[{'role':'user','content':'x'}],'chat_template_kwargs':{'enable_thinking':1}}",
+     "chat_template_kwargs.enable_thinking"},
+    {"{'messages':[{'role':'user','content':'x'}],'chat_template_kwargs':{'add_vision_id':true}}",
+     "chat_template_kwargs"},
+    {"{'messages':[{'role':'user','content':'x'}],'reasoning_format':'deepseek-legacy'}",
+     "reasoning_format"},
+    {"{'messages':[{'role':'user','content':'x'}],'reasoning_format':5}", "reasoning_format"},
+    {"{'messages':[{'role':'user','content':'x'}],'include_reasoning':'yes'}", "include_reasoning"},
     {"{'messages':[{'role':'user','content':[{'type':'image_url','image_url':{'url':'x'}}]}]}",
      "messages[0].content"},
     {"{'messages':[{'role':'user','content':[{'type':'text'}]}]}", "messages[0].content"},
@@ -475,6 +485,23 @@ static void test_good_chat(void) {
                      &r, &e) == 0,
           "%s", e.message);
     CHECK(r.params.logprobs == -1 && r.params.max_tokens == 9, "logprobs false; max_tokens");
+    CHECK(r.enable_thinking == -1 && r.split_reasoning == 1 && r.include_reasoning == 1,
+          "reasoning defaults");
+    srv_chat_req_free(&r);
+    CHECK(parse_chat("{'messages':[{'role':'user','content':'x'}],"
+                     "'chat_template_kwargs':{'enable_thinking':false},'reasoning_format':'none',"
+                     "'include_reasoning':false}",
+                     &r, &e) == 0,
+          "%s", e.message);
+    CHECK(r.enable_thinking == 0 && r.split_reasoning == 0 && r.include_reasoning == 0,
+          "reasoning fields: %d %d %d", r.enable_thinking, r.split_reasoning, r.include_reasoning);
+    CHECK(r.params.n_unknown_fields == 0, "reasoning fields known");
+    srv_chat_req_free(&r);
+    CHECK(parse_chat("{'messages':[{'role':'user','content':'x'}],"
+                     "'chat_template_kwargs':{'enable_thinking':null},'reasoning_format':'auto'}",
+                     &r, &e) == 0,
+          "%s", e.message);
+    CHECK(r.enable_thinking == -1 && r.split_reasoning == 1, "null enable_thinking; auto");
     srv_chat_req_free(&r);
 }
 
