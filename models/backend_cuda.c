@@ -44,7 +44,8 @@
 
 typedef struct cuda_layer {
     float *attn_norm, *ffn_norm;
-    float *bq, *bk, *bv; /* qwen2, else NULL */
+    float *bq, *bk, *bv;    /* qwen2, else NULL */
+    float *q_norm, *k_norm; /* qwen3: [head_dim] per-head RMSNorm weights, else NULL */
     kern_cuda_weight wq, wk, wv, wo, w_gate, w_up, w_down;
 } cuda_layer;
 
@@ -362,6 +363,12 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
             TRY(kern_cuda_add_bias(cb->q, (size_t)q_dim, L->bq, n, q_dim, s));
             TRY(kern_cuda_add_bias(cb->k, (size_t)kv_dim, L->bk, n, kv_dim, s));
             TRY(kern_cuda_add_bias(cb->v, (size_t)kv_dim, L->bv, n, kv_dim, s));
+        }
+        if (L->q_norm) { /* qwen3: each head of q and k as a row of head_dim, in place */
+            TRY(kern_cuda_rmsnorm(cb->q, cb->q, NULL, L->q_norm, n * c->n_heads, c->head_dim,
+                                  c->norm_eps, s));
+            TRY(kern_cuda_rmsnorm(cb->k, cb->k, NULL, L->k_norm, n * c->n_kv_heads, c->head_dim,
+                                  c->norm_eps, s));
         }
         TRY(kern_cuda_rope(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
                            c->rope_base, c->rope_freq_scale, cb->rope_freqs, c->rope_mode, s));
@@ -786,6 +793,7 @@ static void cuda_free(model_backend *be) {
             cuda_layer *L = &cb->layers[l];
             kern_cuda_free(L->attn_norm), kern_cuda_free(L->ffn_norm);
             kern_cuda_free(L->bq), kern_cuda_free(L->bk), kern_cuda_free(L->bv);
+            kern_cuda_free(L->q_norm), kern_cuda_free(L->k_norm);
             kern_cuda_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
                                       &L->w_gate, &L->w_up, &L->w_down};
             for (int i = 0; i < 7; i++)
@@ -857,6 +865,8 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
         TRY(upload_f32(&L->bq, H->bq, (size_t)q_dim, &cb->weight_bytes));
         TRY(upload_f32(&L->bk, H->bk, (size_t)kv_dim, &cb->weight_bytes));
         TRY(upload_f32(&L->bv, H->bv, (size_t)kv_dim, &cb->weight_bytes));
+        TRY(upload_f32(&L->q_norm, H->q_norm, (size_t)c->head_dim, &cb->weight_bytes));
+        TRY(upload_f32(&L->k_norm, H->k_norm, (size_t)c->head_dim, &cb->weight_bytes));
         TRY(upload_matrix(cb, &L->wq, &H->wq));
         TRY(upload_matrix(cb, &L->wk, &H->wk));
         TRY(upload_matrix(cb, &L->wv, &H->wv));
@@ -949,8 +959,8 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
     }
     if (!model_config_cuda_ready(c)) {
         snprintf(err, err_len,
-                 "--device cuda: this %s model (per-head q/k norms, Gemma's blocks or a sliding "
-                 "window) runs on the CPU only so far (--device cpu)",
+                 "--device cuda: this %s model (Gemma's blocks, soft-capping, LongRoPE's fused "
+                 "tensors or a sliding window) runs on the CPU only so far (--device cpu)",
                  model_arch_name(c->arch));
         return BRISK_EUNSUPPORTED;
     }

@@ -31,7 +31,7 @@
 
 typedef struct dummy_shape {
     const char *name;
-    const char *arch; /* "llama" or "qwen2" */
+    const char *arch; /* "llama", "qwen2" or "qwen3" */
     int n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, hidden_dim, n_ctx;
     float rope_base, norm_eps;
     int tied;
@@ -42,13 +42,16 @@ static const dummy_shape SHAPES[] = {
     {"llama-3-8b", "llama", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 1e-5f, 0},
     {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0f, 1e-5f, 1},
     {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 32768, 1000000.0f, 1e-6f, 0},
+    {"qwen3-0.6b", "qwen3", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1000000.0f, 1e-6f, 1},
+    {"qwen3-8b", "qwen3", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.0f, 1e-6f, 0},
     {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 8192, 100000.0f, 1e-5f, 1},
     {"stories110m", "llama", 32000, 768, 12, 12, 12, 64, 2048, 1024, 10000.0f, 1e-5f, 1},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
-const char *const model_dummy_configs[] = {"llama-3-8b",   "llama-3.2-1b", "qwen2.5-7b",
-                                           "smollm2-135m", "stories110m",  NULL};
+const char *const model_dummy_configs[] = {
+    "llama-3-8b", "llama-3.2-1b", "qwen2.5-7b",  "qwen3-0.6b",
+    "qwen3-8b",   "smollm2-135m", "stories110m", NULL};
 
 static const dummy_shape *dummy_find(const char *name) {
     for (int i = 0; i < N_SHAPES; i++)
@@ -62,8 +65,9 @@ int model_dummy_config(const char *name, model_config *out) {
     if (!s)
         return BRISK_EINVAL;
     memset(out, 0, sizeof *out);
-    int qwen = !strcmp(s->arch, "qwen2");
-    out->arch = qwen ? MODEL_ARCH_QWEN2 : MODEL_ARCH_LLAMA;
+    int qwen2 = !strcmp(s->arch, "qwen2"), qwen3 = !strcmp(s->arch, "qwen3");
+    int qwen = qwen2 || qwen3;
+    out->arch = qwen3 ? MODEL_ARCH_QWEN3 : qwen2 ? MODEL_ARCH_QWEN2 : MODEL_ARCH_LLAMA;
     out->n_vocab = s->n_vocab;
     out->dim = s->dim;
     out->n_layers = s->n_layers;
@@ -77,7 +81,8 @@ int model_dummy_config(const char *name, model_config *out) {
     out->rope_freq_scale = 1.0f;
     out->rope_mode = qwen ? KERN_ROPE_SPLIT_HALF : KERN_ROPE_ADJACENT;
     out->norm_eps = s->norm_eps;
-    out->has_qkv_bias = qwen;
+    out->has_qkv_bias = qwen2;
+    out->has_qk_norm = qwen3;
     out->tied_output = s->tied;
     out->attn_scale = 1.0f / sqrtf((float)s->head_dim);
     return 0;
@@ -300,6 +305,17 @@ static int dummy_vector(dummy_ctx *d, int n, float value, float amp, const float
     return 0;
 }
 
+/* n norm weights uniform in [0.5, 1.5]. */
+static int dummy_norm(dummy_ctx *d, int n, const float **out) {
+    int rc = dummy_vector(d, n, 0.0f, 0.5f, out);
+    if (rc < 0)
+        return rc;
+    float *v = (float *)*out; /* owned by the model, written once here */
+    for (int i = 0; i < n; i++)
+        v[i] += 1.0f;
+    return 0;
+}
+
 static int dummy_weights(dummy_ctx *d) {
     model *m = d->m;
     const model_config *c = &m->cfg;
@@ -338,6 +354,10 @@ static int dummy_weights(dummy_ctx *d) {
             (rc = dummy_matrix(d, MAT(c->dim, c->hidden_dim, &L->w_gate))) < 0 ||
             (rc = dummy_matrix(d, MAT(c->dim, c->hidden_dim, &L->w_up))) < 0 ||
             (rc = dummy_matrix(d, MAT(c->hidden_dim, c->dim, &L->w_down))) < 0)
+            return rc;
+        /* Qwen3's per-head q/k norms: weights in [0.5, 1.5], so q's and k's differ. */
+        if (c->has_qk_norm && ((rc = dummy_norm(d, c->head_dim, &L->q_norm)) < 0 ||
+                               (rc = dummy_norm(d, c->head_dim, &L->k_norm)) < 0))
             return rc;
         if (c->has_qkv_bias && ((rc = dummy_vector(d, q_dim, 0.0f, 0.1f, &L->bq)) < 0 ||
                                 (rc = dummy_vector(d, kv_dim, 0.0f, 0.1f, &L->bk)) < 0 ||
