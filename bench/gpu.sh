@@ -20,7 +20,7 @@
 #   1 env       nvidia-smi, where the CUDA libraries are, brisk --version
 #   1 ops       test_cuda_ops: every op against its CPU reference
 #   2 model     test_cuda_model: stories260K golden, CPU/CUDA greedy agreement
-#               (f16, int8; stories260K, dummy smollm2-135m, llama-3.2-1b and qwen3-0.6b)
+#               (f16, int8; stories260K, dummy smollm2-135m, llama-3.2-1b, qwen3-0.6b and gemma3-1b)
 #   2 backend   test_backend
 #   3 serve     brisk serve --device cuda (llama-3-8b dummy f16): completions,
 #               chat, streaming, n>1 (gpu_check.py smoke); brisk-bench 128/128 at

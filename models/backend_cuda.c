@@ -31,6 +31,7 @@
 #include "kernels/cuda/kern_cuda_attn_prefill.cuh"
 #include "kernels/cuda/kern_cuda_buf.h"
 #include "kernels/cuda/kern_cuda_embed.cuh"
+#include "kernels/cuda/kern_cuda_gemma.cuh"
 #include "kernels/cuda/kern_cuda_kv_store.cuh"
 #include "kernels/cuda/kern_cuda_matmul.cuh"
 #include "kernels/cuda/kern_cuda_rmsnorm.cuh"
@@ -45,7 +46,10 @@
 typedef struct cuda_layer {
     float *attn_norm, *ffn_norm;
     float *bq, *bk, *bv;    /* qwen2, else NULL */
-    float *q_norm, *k_norm; /* qwen3: [head_dim] per-head RMSNorm weights, else NULL */
+    float *q_norm, *k_norm; /* qwen3, gemma3: [head_dim] per-head RMSNorm weights, else NULL */
+    float *post_attn_norm, *post_ffn_norm; /* gemma: [dim], else NULL */
+    int window;                            /* sliding window of this layer, 0: global */
+    float rope_base;                       /* this layer's RoPE base */
     kern_cuda_weight wq, wk, wv, wo, w_gate, w_up, w_down;
 } cuda_layer;
 
@@ -343,9 +347,11 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
     const model_config *c = &cb->c;
     cudaStream_t s = cb->stream;
     const int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-    const float scale = 1.0f / sqrtf((float)c->head_dim);
+    const float scale = c->attn_scale; /* 1 / sqrt(head_dim) unless the family says */
     TRY(kern_cuda_embedding(cb->x, cb->tok_embd, KERN_TYPE_F16, c->n_vocab, dim, cb->d_tok, n, NULL,
                             s));
+    if (c->embd_scale != 0.0f) /* gemma: embeddings times sqrt(dim) */
+        TRY(kern_cuda_scale(cb->x, (size_t)n * dim, c->embd_scale, s));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &cb->layers[l];
         uint16_t *kp = cb->k_pool + (size_t)l * cb->layer_elems;
@@ -371,31 +377,40 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
                                   c->norm_eps, s));
         }
         TRY(kern_cuda_rope(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
-                           c->rope_base, c->rope_freq_scale, cb->rope_freqs, c->rope_mode, s));
+                           L->rope_base, c->rope_freq_scale, cb->rope_freqs, c->rope_mode, s));
         TRY(kern_cuda_rope(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot,
-                           cb->d_pos, c->rope_base, c->rope_freq_scale, cb->rope_freqs,
+                           cb->d_pos, L->rope_base, c->rope_freq_scale, cb->rope_freqs,
                            c->rope_mode, s));
         TRY(kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots, n, kv_dim, s));
         if (decode)
-            TRY(kern_cuda_attn_decode(cb->att, cb->q, kp, vp, cb->d_bt, cb->max_blocks, cb->d_ctx,
-                                      n, c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size,
-                                      cb->block_stride, cb->row_stride, scale, cb->attn_ws,
-                                      cb->attn_ws_bytes, s));
+            TRY(kern_cuda_attn_decode_ex(
+                cb->att, cb->q, kp, vp, cb->d_bt, cb->max_blocks, cb->d_ctx, n, c->n_heads,
+                c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride, cb->row_stride, scale,
+                L->window, c->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s));
         else
-            TRY(kern_cuda_attn_prefill(cb->att, cb->q, (size_t)q_dim, kp, vp, cb->d_bt,
-                                       cb->max_blocks, cb->d_runs, n_runs, max_run, c->n_heads,
-                                       c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
-                                       cb->row_stride, scale, s));
+            TRY(kern_cuda_attn_prefill_ex(
+                cb->att, cb->q, (size_t)q_dim, kp, vp, cb->d_bt, cb->max_blocks, cb->d_runs, n_runs,
+                max_run, c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
+                cb->row_stride, scale, L->window, c->attn_softcap, s));
         TRY(kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws,
                              cb->mm_ws_bytes));
+        if (L->post_attn_norm) /* gemma: the block's output normalised before the add */
+            TRY(kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_attn_norm, n, dim, c->norm_eps,
+                                  s));
         TRY(kern_cuda_rmsnorm(cb->xb, cb->x, cb->xb2, L->ffn_norm, n, dim, c->norm_eps, s));
         TRY(kern_cuda_matmul(cb->mm, &L->w_gate, cb->xb, n, cb->hb, (size_t)c->hidden_dim,
                              cb->mm_ws, cb->mm_ws_bytes));
         TRY(kern_cuda_matmul(cb->mm, &L->w_up, cb->xb, n, cb->hb2, (size_t)c->hidden_dim, cb->mm_ws,
                              cb->mm_ws_bytes));
-        TRY(kern_cuda_silu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s));
+        if (c->gemma)
+            TRY(kern_cuda_gelu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s));
+        else
+            TRY(kern_cuda_silu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s));
         TRY(kern_cuda_matmul(cb->mm, &L->w_down, cb->hb, n, cb->xb2, (size_t)dim, cb->mm_ws,
                              cb->mm_ws_bytes));
+        if (L->post_ffn_norm)
+            TRY(kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_ffn_norm, n, dim, c->norm_eps,
+                                  s));
     }
     /* x += the last block's output; the final norm; then only the rows that
      * want logits (gathered as an f32 "embedding" of xb) meet the output. */
@@ -406,6 +421,8 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
                             s));
     TRY(kern_cuda_matmul(cb->mm, &cb->output, cb->xout, n_gather, cb->logits, (size_t)c->n_vocab,
                          cb->mm_ws, cb->mm_ws_bytes));
+    if (c->final_softcap > 0.0f) /* gemma2: logits -> cap * tanh(logit / cap) */
+        TRY(kern_cuda_softcap(cb->logits, (size_t)n_gather * c->n_vocab, c->final_softcap, s));
     return 0;
 }
 
@@ -794,6 +811,7 @@ static void cuda_free(model_backend *be) {
             kern_cuda_free(L->attn_norm), kern_cuda_free(L->ffn_norm);
             kern_cuda_free(L->bq), kern_cuda_free(L->bk), kern_cuda_free(L->bv);
             kern_cuda_free(L->q_norm), kern_cuda_free(L->k_norm);
+            kern_cuda_free(L->post_attn_norm), kern_cuda_free(L->post_ffn_norm);
             kern_cuda_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
                                       &L->w_gate, &L->w_up, &L->w_down};
             for (int i = 0; i < 7; i++)
@@ -867,6 +885,10 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
         TRY(upload_f32(&L->bv, H->bv, (size_t)kv_dim, &cb->weight_bytes));
         TRY(upload_f32(&L->q_norm, H->q_norm, (size_t)c->head_dim, &cb->weight_bytes));
         TRY(upload_f32(&L->k_norm, H->k_norm, (size_t)c->head_dim, &cb->weight_bytes));
+        TRY(upload_f32(&L->post_attn_norm, H->post_attn_norm, (size_t)c->dim, &cb->weight_bytes));
+        TRY(upload_f32(&L->post_ffn_norm, H->post_ffn_norm, (size_t)c->dim, &cb->weight_bytes));
+        L->window = H->window;
+        L->rope_base = H->rope_base;
         TRY(upload_matrix(cb, &L->wq, &H->wq));
         TRY(upload_matrix(cb, &L->wk, &H->wk));
         TRY(upload_matrix(cb, &L->wv, &H->wv));
@@ -959,8 +981,8 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
     }
     if (!model_config_cuda_ready(c)) {
         snprintf(err, err_len,
-                 "--device cuda: this %s model (Gemma's blocks, soft-capping, LongRoPE's fused "
-                 "tensors or a sliding window) runs on the CPU only so far (--device cpu)",
+                 "--device cuda: this %s model (fused q/k/v and gate/up tensors, LongRoPE) runs "
+                 "on the CPU only so far (--device cpu)",
                  model_arch_name(c->arch));
         return BRISK_EUNSUPPORTED;
     }

@@ -715,10 +715,7 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
             LVEC(post_attn_norm, "post_attention_norm.weight", c->dim, 1)
             LVEC(post_ffn_norm, "post_ffw_norm.weight", c->dim, 1)
         }
-        if (c->n_swa > 0 && (c->swa_pattern <= 0 || l % c->swa_pattern < c->swa_pattern - 1)) {
-            L->window = c->n_swa; /* a local layer */
-            L->rope_base = c->rope_base_swa;
-        }
+        model_layer_set_window(c, l, L);
 #undef LVEC
 #undef LMAT
     }
@@ -742,10 +739,17 @@ void model_count_bytes(model *m) {
     m->weight_bytes = b;
 }
 
+void model_layer_set_window(const model_config *c, int l, model_layer *L) {
+    if (c->n_swa > 0 && (c->swa_pattern <= 0 || l % c->swa_pattern < c->swa_pattern - 1)) {
+        L->window = c->n_swa; /* a local layer */
+        L->rope_base = c->rope_base_swa;
+    }
+}
+
 int model_config_cuda_ready(const model_config *c) {
-    /* qwen3's q/k norms run on CUDA; Gemma's (with the rest of Gemma) not yet. */
-    return !c->gemma && c->n_swa == 0 && c->attn_softcap == 0.0f && c->final_softcap == 0.0f &&
-           c->arch != MODEL_ARCH_PHI3;
+    /* Everything but Phi-3's fused tensors and LongRoPE runs on CUDA: Qwen3's
+     * q/k norms, Gemma's blocks, soft-caps and sliding windows. */
+    return c->arch != MODEL_ARCH_PHI3;
 }
 
 const char *model_arch_name(model_arch a) {

@@ -31,27 +31,29 @@
 
 typedef struct dummy_shape {
     const char *name;
-    const char *arch; /* "llama", "qwen2" or "qwen3" */
+    const char *arch; /* "llama", "qwen2", "qwen3" or "gemma3" */
     int n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, hidden_dim, n_ctx;
     float rope_base, norm_eps;
     int tied;
+    int sliding_window; /* gemma3: its local layers' window (0: none) */
 } dummy_shape;
 
 /* Shapes from the models' published configurations. */
 static const dummy_shape SHAPES[] = {
-    {"llama-3-8b", "llama", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 1e-5f, 0},
-    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0f, 1e-5f, 1},
-    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 32768, 1000000.0f, 1e-6f, 0},
-    {"qwen3-0.6b", "qwen3", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1000000.0f, 1e-6f, 1},
-    {"qwen3-8b", "qwen3", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.0f, 1e-6f, 0},
-    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 8192, 100000.0f, 1e-5f, 1},
-    {"stories110m", "llama", 32000, 768, 12, 12, 12, 64, 2048, 1024, 10000.0f, 1e-5f, 1},
+    {"llama-3-8b", "llama", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 1e-5f, 0, 0},
+    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0f, 1e-5f, 1, 0},
+    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 32768, 1000000.0f, 1e-6f, 0, 0},
+    {"qwen3-0.6b", "qwen3", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1000000.0f, 1e-6f, 1, 0},
+    {"qwen3-8b", "qwen3", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.0f, 1e-6f, 0, 0},
+    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 8192, 100000.0f, 1e-5f, 1, 0},
+    {"stories110m", "llama", 32000, 768, 12, 12, 12, 64, 2048, 1024, 10000.0f, 1e-5f, 1, 0},
+    {"gemma3-1b", "gemma3", 262144, 1152, 26, 4, 1, 256, 6912, 32768, 1000000.0f, 1e-6f, 1, 512},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
-const char *const model_dummy_configs[] = {
-    "llama-3-8b", "llama-3.2-1b", "qwen2.5-7b",  "qwen3-0.6b",
-    "qwen3-8b",   "smollm2-135m", "stories110m", NULL};
+const char *const model_dummy_configs[] = {"llama-3-8b",  "llama-3.2-1b", "qwen2.5-7b",
+                                           "qwen3-0.6b",  "qwen3-8b",     "smollm2-135m",
+                                           "stories110m", "gemma3-1b",    NULL};
 
 static const dummy_shape *dummy_find(const char *name) {
     for (int i = 0; i < N_SHAPES; i++)
@@ -66,8 +68,12 @@ int model_dummy_config(const char *name, model_config *out) {
         return BRISK_EINVAL;
     memset(out, 0, sizeof *out);
     int qwen2 = !strcmp(s->arch, "qwen2"), qwen3 = !strcmp(s->arch, "qwen3");
+    int gemma3 = !strcmp(s->arch, "gemma3");
     int qwen = qwen2 || qwen3;
-    out->arch = qwen3 ? MODEL_ARCH_QWEN3 : qwen2 ? MODEL_ARCH_QWEN2 : MODEL_ARCH_LLAMA;
+    out->arch = gemma3  ? MODEL_ARCH_GEMMA3
+                : qwen3 ? MODEL_ARCH_QWEN3
+                : qwen2 ? MODEL_ARCH_QWEN2
+                        : MODEL_ARCH_LLAMA;
     out->n_vocab = s->n_vocab;
     out->dim = s->dim;
     out->n_layers = s->n_layers;
@@ -79,10 +85,11 @@ int model_dummy_config(const char *name, model_config *out) {
     out->n_rot = s->head_dim;
     out->rope_base = s->rope_base;
     out->rope_freq_scale = 1.0f;
-    out->rope_mode = qwen ? KERN_ROPE_SPLIT_HALF : KERN_ROPE_ADJACENT;
+    out->rope_mode = qwen || gemma3 ? KERN_ROPE_SPLIT_HALF : KERN_ROPE_ADJACENT;
     out->norm_eps = s->norm_eps;
     out->has_qkv_bias = qwen2;
-    out->has_qk_norm = qwen3;
+    out->has_qk_norm = qwen3 || gemma3;
+    out->gemma = gemma3;
     out->tied_output = s->tied;
     out->attn_scale = 1.0f / sqrtf((float)s->head_dim);
     return 0;
@@ -197,6 +204,10 @@ static int dummy_write_meta(gguf_writer *w, const dummy_shape *s, int with_vocab
     rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
     rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
     rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->norm_eps);
+    if (s->sliding_window > 0) /* gemma3: its defaults give the local layers' base and pattern */
+        rc = rc ? rc
+                : gguf_writer_set_u32(w, KEY("attention.sliding_window"),
+                                      (uint32_t)s->sliding_window);
 #undef KEY
     if (!with_vocab || rc)
         return rc;
@@ -345,6 +356,7 @@ static int dummy_weights(dummy_ctx *d) {
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *L = &w->layers[l];
         L->rope_base = c->rope_base;
+        model_layer_set_window(c, l, L);
         if ((rc = dummy_vector(d, c->dim, 1.0f, 0.0f, &L->attn_norm)) < 0 ||
             (rc = dummy_vector(d, c->dim, 1.0f, 0.0f, &L->ffn_norm)) < 0 ||
             (rc = dummy_matrix(d, MAT(c->dim, q_dim, &L->wq))) < 0 ||
@@ -355,7 +367,11 @@ static int dummy_weights(dummy_ctx *d) {
             (rc = dummy_matrix(d, MAT(c->dim, c->hidden_dim, &L->w_up))) < 0 ||
             (rc = dummy_matrix(d, MAT(c->hidden_dim, c->dim, &L->w_down))) < 0)
             return rc;
-        /* Qwen3's per-head q/k norms: weights in [0.5, 1.5], so q's and k's differ. */
+        /* Gemma's norms after the attention and the MLP, in [0.5, 1.5]. */
+        if (c->gemma && ((rc = dummy_norm(d, c->dim, &L->post_attn_norm)) < 0 ||
+                         (rc = dummy_norm(d, c->dim, &L->post_ffn_norm)) < 0))
+            return rc;
+        /* Per-head q/k norms (Qwen3, Gemma 3): weights in [0.5, 1.5], so q's and k's differ. */
         if (c->has_qk_norm && ((rc = dummy_norm(d, c->head_dim, &L->q_norm)) < 0 ||
                                (rc = dummy_norm(d, c->head_dim, &L->k_norm)) < 0))
             return rc;

@@ -41,4 +41,9 @@ int model_make_x8(model *m, kern_pool *pool, model_matrix *mm, int in_place);
 /* model_dummy.c: the model_load path for opts->dummy. */
 int model_create_dummy(const model_load_opts *opts, model **out, char *err, size_t err_len);
 
+/* Layer l's sliding window and RoPE base from the config: a local layer
+ * (Gemma's pattern, or every layer of a windowed llama file) gets n_swa and
+ * rope_base_swa; L->rope_base must already hold the global base. */
+void model_layer_set_window(const model_config *c, int l, model_layer *L);
+
 #endif

@@ -49,7 +49,7 @@ static const opt OPTS[] = {
      "conversion"},
     {SGB, O_DUMMY, "--dummy-weights", NULL, T_STR, 1, 0, NULL, "CONFIG",
      "random weights in a real shape instead of --model:\n"
-     "llama-3-8b llama-3.2-1b qwen2.5-7b qwen3-0.6b qwen3-8b\nsmollm2-135m stories110m",
+     "llama-3-8b llama-3.2-1b qwen2.5-7b qwen3-0.6b qwen3-8b\nsmollm2-135m stories110m gemma3-1b",
      ME},
     {SGB, O_TOKENIZER, "--tokenizer", NULL, T_STR, 1, 0, NULL, "GGUF",
      "vocabulary for --dummy-weights (default: synthetic)", ME},

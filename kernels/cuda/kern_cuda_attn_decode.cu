@@ -68,8 +68,8 @@ static __global__ __launch_bounds__(ATTN_THREADS) void attn_decode_part_kernel(
     float *__restrict__ out, const float *__restrict__ q, const uint16_t *__restrict__ k16,
     const uint16_t *__restrict__ v16, const int32_t *__restrict__ block_tables, int max_blocks,
     const int32_t *__restrict__ ctx_lens, int n_heads, int n_kv_heads, int head_dim, int block_size,
-    size_t block_stride, size_t row_stride, float scale, int tp, int max_parts,
-    float *__restrict__ ws_o, float *__restrict__ ws_ml) {
+    size_t block_stride, size_t row_stride, float scale, int window, float softcap, int tp,
+    int max_parts, float *__restrict__ ws_o, float *__restrict__ ws_ml) {
     __shared__ float s_score[ATTN_HG][ATTN_PART];
     __shared__ float s_red[ATTN_THREADS * 8];
     __shared__ float s_l[ATTN_HG];
@@ -97,6 +97,21 @@ static __global__ __launch_bounds__(ATTN_THREADS) void attn_decode_part_kernel(
     if (part >= n_parts)
         return;
     const int p0 = part * ATTN_PART, n_pos = min(ATTN_PART, len - p0);
+    // A sliding window: positions before pstart get zero weight. A partition
+    // wholly before it (never the last, which holds position len - 1) adds
+    // nothing: m = -inf, l = 0, acc = 0 for the combine.
+    const int pstart = window > 0 ? max(0, len - window) : 0;
+    if (p0 + n_pos <= pstart) {
+        for (int i = threadIdx.x; i < hg * head_dim; i += blockDim.x)
+            ws_o[(((size_t)s * n_heads + h0 + i / head_dim) * max_parts + part) * head_dim +
+                 i % head_dim] = 0.0f;
+        if (threadIdx.x < hg) {
+            float *ml = ws_ml + (((size_t)s * n_heads + h0 + threadIdx.x) * max_parts + part) * 2;
+            ml[0] = -INFINITY;
+            ml[1] = 0.0f;
+        }
+        return;
+    }
     const int lane = threadIdx.x & (tp - 1), grp = threadIdx.x / tp;
     const int n_grp = blockDim.x / tp;
     const bool active = lane * 8 < head_dim;
@@ -152,8 +167,13 @@ static __global__ __launch_bounds__(ATTN_THREADS) void attn_decode_part_kernel(
                     d += qr[h][j] * kf[j];
                 for (int o = tp / 2; o > 0; o >>= 1)
                     d += __shfl_xor_sync(0xffffffffu, d, o);
-                if (lane == 0 && i < n_pos)
-                    s_score[h][i] = d * scale;
+                if (lane == 0 && i < n_pos) {
+                    // the CPU's order: scale, soft-cap (Gemma 2), then the window
+                    float sc = d * scale;
+                    if (softcap > 0.0f)
+                        sc = softcap * tanhf(sc / softcap);
+                    s_score[h][i] = p0 + i < pstart ? -INFINITY : sc;
+                }
             }
         }
     }
@@ -272,8 +292,8 @@ static int attn_max_parts(int max_blocks, int block_size) {
 static int attn_decode_launch(float *out, const float *q, const uint16_t *k16, const uint16_t *v16,
                               const int32_t *block_tables, int max_blocks, const int32_t *ctx_lens,
                               int n_seq, int n_heads, int n_kv_heads, int head_dim, int block_size,
-                              size_t block_stride, size_t row_stride, float scale, float *workspace,
-                              cudaStream_t stream) {
+                              size_t block_stride, size_t row_stride, float scale, int window,
+                              float softcap, float *workspace, cudaStream_t stream) {
     const int max_parts = attn_max_parts(max_blocks, block_size);
     const int group = n_heads / n_kv_heads;
     const int n_chunks = (group + ATTN_HG - 1) / ATTN_HG;
@@ -293,11 +313,13 @@ static int attn_decode_launch(float *out, const float *q, const uint16_t *k16, c
     if (vec)
         attn_decode_part_kernel<true><<<grid, ATTN_THREADS, 0, stream>>>(
             out, q, k16, v16, block_tables, max_blocks, ctx_lens, n_heads, n_kv_heads, head_dim,
-            block_size, block_stride, row_stride, scale, tp, max_parts, ws_o, ws_ml);
+            block_size, block_stride, row_stride, scale, window, softcap, tp, max_parts, ws_o,
+            ws_ml);
     else
         attn_decode_part_kernel<false><<<grid, ATTN_THREADS, 0, stream>>>(
             out, q, k16, v16, block_tables, max_blocks, ctx_lens, n_heads, n_kv_heads, head_dim,
-            block_size, block_stride, row_stride, scale, tp, max_parts, ws_o, ws_ml);
+            block_size, block_stride, row_stride, scale, window, softcap, tp, max_parts, ws_o,
+            ws_ml);
     int rc = KERN_CUDA_LAUNCH_CHECK("attn_decode_part_kernel");
     if (rc != 0 || max_parts <= 1)
         return rc;
@@ -325,15 +347,15 @@ extern "C" size_t kern_cuda_attn_decode_workspace(int n_seq, int n_heads, int he
     return (size_t)n_seq * n_heads * max_parts * ((size_t)head_dim + 2) * sizeof(float);
 }
 
-extern "C" int kern_cuda_attn_decode(float *out, const float *q, const uint16_t *k16,
-                                     const uint16_t *v16, const int32_t *block_tables,
-                                     int max_blocks, const int32_t *ctx_lens, int n_seq,
-                                     int n_heads, int n_kv_heads, int head_dim, int block_size,
-                                     size_t block_stride, size_t row_stride, float scale,
-                                     float *workspace, size_t workspace_bytes,
-                                     cudaStream_t stream) {
+extern "C" int kern_cuda_attn_decode_ex(float *out, const float *q, const uint16_t *k16,
+                                        const uint16_t *v16, const int32_t *block_tables,
+                                        int max_blocks, const int32_t *ctx_lens, int n_seq,
+                                        int n_heads, int n_kv_heads, int head_dim, int block_size,
+                                        size_t block_stride, size_t row_stride, float scale,
+                                        int window, float softcap, float *workspace,
+                                        size_t workspace_bytes, cudaStream_t stream) {
     if (!attn_sizes_ok(n_seq, n_heads, head_dim, max_blocks, block_size) || n_kv_heads <= 0 ||
-        n_heads % n_kv_heads != 0)
+        n_heads % n_kv_heads != 0 || window < 0 || !(softcap >= 0.0f))
         return BRISK_EINVAL;
     if (n_seq == 0)
         return BRISK_OK;
@@ -353,5 +375,17 @@ extern "C" int kern_cuda_attn_decode(float *out, const float *q, const uint16_t 
         return BRISK_EINVAL;
     return attn_decode_launch(out, q, k16, v16, block_tables, max_blocks, ctx_lens, n_seq, n_heads,
                               n_kv_heads, head_dim, block_size, block_stride, row_stride, scale,
-                              workspace, stream);
+                              window, softcap, workspace, stream);
+}
+
+extern "C" int kern_cuda_attn_decode(float *out, const float *q, const uint16_t *k16,
+                                     const uint16_t *v16, const int32_t *block_tables,
+                                     int max_blocks, const int32_t *ctx_lens, int n_seq,
+                                     int n_heads, int n_kv_heads, int head_dim, int block_size,
+                                     size_t block_stride, size_t row_stride, float scale,
+                                     float *workspace, size_t workspace_bytes,
+                                     cudaStream_t stream) {
+    return kern_cuda_attn_decode_ex(out, q, k16, v16, block_tables, max_blocks, ctx_lens, n_seq,
+                                    n_heads, n_kv_heads, head_dim, block_size, block_stride,
+                                    row_stride, scale, 0, 0.0f, workspace, workspace_bytes, stream);
 }

@@ -59,6 +59,19 @@ int kern_cuda_attn_decode(float *out, const float *q, const uint16_t *k16, const
                           size_t block_stride, size_t row_stride, float scale, float *workspace,
                           size_t workspace_bytes, cudaStream_t stream);
 
+/* The same with a sliding window (window > 0: only positions >= ctx_len -
+ * window count, kern_kv_view.window) and attention-logit soft-capping
+ * (softcap > 0: each scaled score s becomes softcap * tanh(s / softcap)
+ * before the window and the softmax, kern_kv_view.softcap), as the CPU's
+ * attention does them; 0 and 0 is kern_cuda_attn_decode. window < 0 or
+ * softcap < 0 (or NaN): BRISK_EINVAL. */
+int kern_cuda_attn_decode_ex(float *out, const float *q, const uint16_t *k16, const uint16_t *v16,
+                             const int32_t *block_tables, int max_blocks, const int32_t *ctx_lens,
+                             int n_seq, int n_heads, int n_kv_heads, int head_dim, int block_size,
+                             size_t block_stride, size_t row_stride, float scale, int window,
+                             float softcap, float *workspace, size_t workspace_bytes,
+                             cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,7 +86,7 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
     const uint16_t *__restrict__ k16, const uint16_t *__restrict__ v16,
     const int32_t *__restrict__ block_tables, int max_blocks, const int32_t *__restrict__ runs,
     int n_runs, int tiles_per_run, int n_heads, int n_kv_heads, int head_dim, int block_size,
-    size_t block_stride, size_t row_stride, float scale, int lh) {
+    size_t block_stride, size_t row_stride, float scale, int window, float softcap, int lh) {
     constexpr int M = 8 * TM;                     // query vectors a block
     constexpr int BK = 16 * TN;                   // keys a tile
     constexpr int SP = BK + 16 / TM;              // score row pitch: TM*SP = 16 mod 32 banks
@@ -125,6 +125,9 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
     const long long p_hi = (long long)pos0 + min(n, r0 + R) - 1;
     const int kend = (p_lo < max_ctx && p_hi >= 0) ? (int)min(p_hi, (long long)max_ctx - 1) + 1 : 0;
     const int n_kt = (kend + BK - 1) / BK;
+    // A sliding window: no row of the tile sees keys before kstart, so the
+    // key tiles before it are skipped (the rows' own limits are in the mask).
+    const int kt0 = window > 0 && p_lo - window + 1 > 0 ? (int)((p_lo - window + 1) / BK) : 0;
 
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int32_t *bt = block_tables + (size_t)run * (size_t)max_blocks;
@@ -164,8 +167,8 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
         }
     };
 
-    if (n_kt > 0)
-        load_tile(k16, 0); // in flight while Q is staged
+    if (n_kt > kt0)
+        load_tile(k16, kt0 * BK); // in flight while Q is staged
 
     // Q rows times scale (zeros for rows past the run), and the positions.
     for (int u = tid; u < M * head_dim; u += PF_THREADS) {
@@ -199,7 +202,7 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
     const int sm_row = tid / TPR, sm_sub = tid % TPR;
     float m_run = -INFINITY, l_run = 0.0f;
 
-    for (int kt = 0; kt < n_kt; kt++) {
+    for (int kt = kt0; kt < n_kt; kt++) {
         const int k0 = kt * BK;
         __syncthreads();    // the previous P . V is done with s_kv and s_s (and Q is staged)
         store_tile();       // K
@@ -239,7 +242,12 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
 #pragma unroll
             for (int k = 0; k < TN; k++) {
                 const int j = tx + 16 * k;
-                s_s[m * SP + j] = k0 + j <= pm ? s[i][k] : -INFINITY;
+                // the CPU's order: soft-cap (Gemma 2), then the causal and window masks
+                float sc = s[i][k];
+                if (softcap > 0.0f)
+                    sc = softcap * tanhf(sc / softcap);
+                const bool in = k0 + j <= pm && (window <= 0 || k0 + j > pm - window);
+                s_s[m * SP + j] = in ? sc : -INFINITY;
             }
         }
         __syncthreads(); // S complete; K no longer read
@@ -327,7 +335,7 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
     // out = acc / l for rows with keys, zeros for rows out of the table's
     // range; rows past the run are not this block's. Without a key tile no
     // barrier has yet made the other threads' s_pos visible.
-    if (n_kt == 0)
+    if (n_kt <= kt0)
         __syncthreads();
 #pragma unroll
     for (int i = 0; i < TM; i++) {
@@ -368,7 +376,7 @@ static int pf_launch_cfg(float *out, const float *q, size_t q_stride, const uint
                          const uint16_t *v16, const int32_t *block_tables, int max_blocks,
                          const int32_t *runs, int n_runs, int max_run, int n_heads, int n_kv_heads,
                          int head_dim, int block_size, size_t block_stride, size_t row_stride,
-                         float scale, cudaStream_t stream) {
+                         float scale, int window, float softcap, cudaStream_t stream) {
     constexpr int M = 8 * TM, BK = 16 * TN, SP = BK + 16 / TM;
     const int group = n_heads / n_kv_heads, lh = pf_lh(group);
     const int rows = M >> lh, tiles = (max_run + rows - 1) / rows;
@@ -381,7 +389,7 @@ static int pf_launch_cfg(float *out, const float *q, size_t q_stride, const uint
                      block_stride % 8 == 0 && row_stride % 8 == 0;
     void (*kern)(float *, const float *, size_t, const uint16_t *, const uint16_t *,
                  const int32_t *, int, const int32_t *, int, int, int, int, int, int, size_t,
-                 size_t, float, int) =
+                 size_t, float, int, float, int) =
         vec ? attn_prefill_kernel<TM, TN, KD, true> : attn_prefill_kernel<TM, TN, KD, false>;
     // Past the default 48 KiB a block must opt in (per kernel; cheap, and
     // allowed while a stream is being captured).
@@ -393,7 +401,7 @@ static int pf_launch_cfg(float *out, const float *q, size_t q_stride, const uint
     }
     kern<<<(unsigned)blocks, PF_THREADS, smem, stream>>>(
         out, q, q_stride, k16, v16, block_tables, max_blocks, runs, n_runs, tiles, n_heads,
-        n_kv_heads, head_dim, block_size, block_stride, row_stride, scale, lh);
+        n_kv_heads, head_dim, block_size, block_stride, row_stride, scale, window, softcap, lh);
     return KERN_CUDA_LAUNCH_CHECK("attn_prefill_kernel");
 }
 
@@ -401,29 +409,32 @@ static int attn_prefill_launch(float *out, const float *q, size_t q_stride, cons
                                const uint16_t *v16, const int32_t *block_tables, int max_blocks,
                                const int32_t *runs, int n_runs, int max_run, int n_heads,
                                int n_kv_heads, int head_dim, int block_size, size_t block_stride,
-                               size_t row_stride, float scale, cudaStream_t stream) {
+                               size_t row_stride, float scale, int window, float softcap,
+                               cudaStream_t stream) {
     if (head_dim <= 64)
         return pf_launch_cfg<4, 4, 1>(out, q, q_stride, k16, v16, block_tables, max_blocks, runs,
                                       n_runs, max_run, n_heads, n_kv_heads, head_dim, block_size,
-                                      block_stride, row_stride, scale, stream);
+                                      block_stride, row_stride, scale, window, softcap, stream);
     if (head_dim <= 128)
         return pf_launch_cfg<4, 4, 2>(out, q, q_stride, k16, v16, block_tables, max_blocks, runs,
                                       n_runs, max_run, n_heads, n_kv_heads, head_dim, block_size,
-                                      block_stride, row_stride, scale, stream);
+                                      block_stride, row_stride, scale, window, softcap, stream);
     return pf_launch_cfg<2, 2, 4>(out, q, q_stride, k16, v16, block_tables, max_blocks, runs,
                                   n_runs, max_run, n_heads, n_kv_heads, head_dim, block_size,
-                                  block_stride, row_stride, scale, stream);
+                                  block_stride, row_stride, scale, window, softcap, stream);
 }
 
 // ---- entry --------------------------------------------------------------------
 
-extern "C" int kern_cuda_attn_prefill(float *out, const float *q, size_t q_stride,
-                                      const uint16_t *k16, const uint16_t *v16,
-                                      const int32_t *block_tables, int max_blocks,
-                                      const int32_t *runs, int n_runs, int max_run, int n_heads,
-                                      int n_kv_heads, int head_dim, int block_size,
-                                      size_t block_stride, size_t row_stride, float scale,
-                                      cudaStream_t stream) {
+extern "C" int kern_cuda_attn_prefill_ex(float *out, const float *q, size_t q_stride,
+                                         const uint16_t *k16, const uint16_t *v16,
+                                         const int32_t *block_tables, int max_blocks,
+                                         const int32_t *runs, int n_runs, int max_run, int n_heads,
+                                         int n_kv_heads, int head_dim, int block_size,
+                                         size_t block_stride, size_t row_stride, float scale,
+                                         int window, float softcap, cudaStream_t stream) {
+    if (window < 0 || !(softcap >= 0.0f))
+        return BRISK_EINVAL;
     if (n_runs < 0 || max_run < 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
         head_dim < 8 || head_dim > PF_MAX_DIM || head_dim % 8 != 0 || max_blocks <= 0 ||
         block_size <= 0 || (long long)max_blocks * block_size > INT_MAX - PF_MAX_DIM)
@@ -444,5 +455,17 @@ extern "C" int kern_cuda_attn_prefill(float *out, const float *q, size_t q_strid
         return BRISK_EINVAL; // past CUDA's grid limit
     return attn_prefill_launch(out, q, q_stride, k16, v16, block_tables, max_blocks, runs, n_runs,
                                max_run, n_heads, n_kv_heads, head_dim, block_size, block_stride,
-                               row_stride, scale, stream);
+                               row_stride, scale, window, softcap, stream);
+}
+
+extern "C" int kern_cuda_attn_prefill(float *out, const float *q, size_t q_stride,
+                                      const uint16_t *k16, const uint16_t *v16,
+                                      const int32_t *block_tables, int max_blocks,
+                                      const int32_t *runs, int n_runs, int max_run, int n_heads,
+                                      int n_kv_heads, int head_dim, int block_size,
+                                      size_t block_stride, size_t row_stride, float scale,
+                                      cudaStream_t stream) {
+    return kern_cuda_attn_prefill_ex(out, q, q_stride, k16, v16, block_tables, max_blocks, runs,
+                                     n_runs, max_run, n_heads, n_kv_heads, head_dim, block_size,
+                                     block_stride, row_stride, scale, 0, 0.0f, stream);
 }

@@ -42,6 +42,19 @@ int kern_cuda_attn_prefill(float *out, const float *q, size_t q_stride, const ui
                            int n_kv_heads, int head_dim, int block_size, size_t block_stride,
                            size_t row_stride, float scale, cudaStream_t stream);
 
+/* The same with a sliding window (window > 0: the row at position p sees keys
+ * in (p - window, p], kern_kv_view.window; whole key tiles before a tile's
+ * first window are skipped) and attention-logit soft-capping (softcap > 0:
+ * each scaled score s becomes softcap * tanh(s / softcap) before the masks,
+ * kern_kv_view.softcap); 0 and 0 is kern_cuda_attn_prefill. window < 0 or
+ * softcap < 0 (or NaN): BRISK_EINVAL. */
+int kern_cuda_attn_prefill_ex(float *out, const float *q, size_t q_stride, const uint16_t *k16,
+                              const uint16_t *v16, const int32_t *block_tables, int max_blocks,
+                              const int32_t *runs, int n_runs, int max_run, int n_heads,
+                              int n_kv_heads, int head_dim, int block_size, size_t block_stride,
+                              size_t row_stride, float scale, int window, float softcap,
+                              cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -73,6 +73,8 @@ typedef struct pf_shape {
                        table width, which clamps longer runs */
     int run_slack;  /* max_run - the longest n */
     float q_scale;  /* 1, or larger for peaked softmaxes */
+    int window;     /* > 0: a sliding window (kern_cuda_attn_prefill_ex) */
+    float softcap;  /* > 0: attention-logit soft-capping */
 } pf_shape;
 
 /* One call over n_runs runs, each its own sequence with its own table row.
@@ -142,7 +144,9 @@ static void prefill_case(const pf_shape *sh, const pf_run *runs, int n_runs) {
                              .block_stride = block_stride,
                              .row_stride = row_stride,
                              .k16 = k,
-                             .v16 = v};
+                             .v16 = v,
+                             .window = sh->window,
+                             .softcap = sh->softcap};
         for (int i = 0; i < runs[r].n; i++) {
             const int p = runs[r].pos0 + i;
             for (int h = 0; h < n_heads; h++) {
@@ -163,10 +167,17 @@ static void prefill_case(const pf_shape *sh, const pf_run *runs, int n_runs) {
     int32_t *d_runs = dev_from(rv, (size_t)n_runs * 3 * sizeof(int32_t));
     float *d_q = dev_from(q, q_n * sizeof(float)), *d_out = dev_alloc(q_n * sizeof(float));
     must(kern_cuda_memset(d_out, 0x7f, q_n * sizeof(float), g_stream), "kern_cuda_memset");
-    must(kern_cuda_attn_prefill(d_out, d_q, q_stride, d_k, d_v, d_bt, max_blocks, d_runs, n_runs,
-                                max_n + sh->run_slack, n_heads, sh->n_kv, hd, bs, block_stride,
-                                row_stride, scale, g_stream),
-         "kern_cuda_attn_prefill");
+    if (sh->window || sh->softcap)
+        must(kern_cuda_attn_prefill_ex(d_out, d_q, q_stride, d_k, d_v, d_bt, max_blocks, d_runs,
+                                       n_runs, max_n + sh->run_slack, n_heads, sh->n_kv, hd, bs,
+                                       block_stride, row_stride, scale, sh->window, sh->softcap,
+                                       g_stream),
+             "kern_cuda_attn_prefill_ex");
+    else
+        must(kern_cuda_attn_prefill(d_out, d_q, q_stride, d_k, d_v, d_bt, max_blocks, d_runs,
+                                    n_runs, max_n + sh->run_slack, n_heads, sh->n_kv, hd, bs,
+                                    block_stride, row_stride, scale, g_stream),
+             "kern_cuda_attn_prefill");
     to_host(got, d_out, q_n * sizeof(float));
 
     /* Covered elements by normalised error, the rest by their bits. */
@@ -188,9 +199,10 @@ static void prefill_case(const pf_shape *sh, const pf_run *runs, int n_runs) {
         w += snprintf(rs + w, sizeof rs - (size_t)w, "%s%d@%d", r ? "/" : "", runs[r].n,
                       runs[r].pos0);
     report("ATTN_PREFILL", norm_err(got, ref, n_cov) + (double)touched, 1e-5,
-           "hd=%d,kv=%d,g=%d,bs=%d,mb=%d,runs=%s%s%s%s", hd, sh->n_kv, sh->group, bs, max_blocks,
-           rs, sh->q_pad ? ",q_pad" : "", sh->row_pad % 8 ? ",unaligned" : "",
-           sh->q_scale > 1.0f ? ",peaked" : "");
+           "hd=%d,kv=%d,g=%d,bs=%d,mb=%d,runs=%s%s%s%s,window=%d,softcap=%g", hd, sh->n_kv,
+           sh->group, bs, max_blocks, rs, sh->q_pad ? ",q_pad" : "",
+           sh->row_pad % 8 ? ",unaligned" : "", sh->q_scale > 1.0f ? ",peaked" : "", sh->window,
+           (double)sh->softcap);
     if (touched)
         fprintf(stderr, "    %zu uncovered floats changed\n", touched);
 
@@ -297,6 +309,31 @@ void test_attn_prefill(void) {
                    .run_slack = 40,
                    .q_scale = 1.0f};
     prefill_case(&sc, clamp, (int)ARRAY_LEN(clamp));
+    /* Sliding windows (Gemma, Mistral) and soft-capping (Gemma 2), as the
+     * CPU does them: a window of 100 over a chunk continuing 1500 positions
+     * (whole key tiles skipped), Gemma 3's 512 at head_dim 256 with MQA, a
+     * window of 8 (most rows' first key inside a tile), soft-cap 50 on a
+     * peaked softmax (scores large enough to bend) and both together. */
+    pf_shape sw100 = {
+        .head_dim = 128, .n_kv = 2, .group = 4, .bs = 32, .q_scale = 1.0f, .window = 100};
+    pf_shape sw512 = {
+        .head_dim = 256, .n_kv = 1, .group = 4, .bs = 16, .q_scale = 1.0f, .window = 512};
+    pf_shape sw8 = {.head_dim = 64, .n_kv = 2, .group = 2, .bs = 16, .q_scale = 1.0f, .window = 8};
+    pf_shape scap = {
+        .head_dim = 64, .n_kv = 2, .group = 8, .bs = 16, .q_scale = 4.0f, .softcap = 5.0f};
+    pf_shape sboth = {.head_dim = 128,
+                      .n_kv = 2,
+                      .group = 4,
+                      .bs = 16,
+                      .q_scale = 4.0f,
+                      .window = 20,
+                      .softcap = 5.0f};
+    const pf_run long_gemma[] = {{600, 0}, {64, 900}, {1, 1400}};
+    prefill_case(&sw100, long_run, (int)ARRAY_LEN(long_run));
+    prefill_case(&sw512, long_gemma, (int)ARRAY_LEN(long_gemma));
+    prefill_case(&sw8, mixed, (int)ARRAY_LEN(mixed));
+    prefill_case(&scap, mixed, (int)ARRAY_LEN(mixed));
+    prefill_case(&sboth, some, (int)ARRAY_LEN(some));
     prefill_invalid();
 }
 

@@ -2,7 +2,7 @@
  * ggml's test-backend-ops.
  *
  *   test_cuda_ops [test|perf] [-o OP] [--small]
- *     OP: embedding, rmsnorm, rope, silu_mul, softmax, argmax, attn_decode,
+ *     OP: embedding, rmsnorm, rope, silu_mul, gemma, softmax, argmax, attn_decode,
  *     attn_prefill, kv_store, matmul or sample (a substring selects every op
  *     whose name contains it).
  *
@@ -21,6 +21,9 @@
  *              GPU's cos/sin (2 ulp in double) round to another float.
  *   silu_mul   2e-6: the GPU's expf is within 2 ulp, libm's within 1; the
  *              division and product round alike (~4 ulp per element).
+ *   gemma      gelu_mul 2e-6 (tanhf within 2 ulp; the polynomial's products
+ *              may contract into FMAs on the GPU), scale exact (one f32
+ *              product), softcap 2e-6 (a division, tanhf, a product).
  *   softmax    1e-5: the f32 sum of up to 149 terms a thread and a 10-level
  *              tree (159 roundings worst case: 9.5e-6) against a double sum.
  *   argmax     exact ids: the CPU sampler's greedy loop (ties to the lowest
@@ -69,6 +72,7 @@
 #include "kernels/cuda/kern_cuda_attn_decode.cuh"
 #include "kernels/cuda/kern_cuda_buf.h"
 #include "kernels/cuda/kern_cuda_embed.cuh"
+#include "kernels/cuda/kern_cuda_gemma.cuh"
 #include "kernels/cuda/kern_cuda_rmsnorm.cuh"
 #include "kernels/cuda/kern_cuda_rope.cuh"
 #include "kernels/cuda/kern_cuda_silu.cuh"
@@ -265,6 +269,50 @@ static void test_rope(void) {
 
 /* ---- SiLU gate --------------------------------------------------------------- */
 
+/* Gemma's element-wise ops against the CPU's expressions: GELU-tanh gate
+ * (kern_gelu_tanh_mul_ref; gates of spread 3 with far tails), in place and
+ * not; the embedding scale (bit-exact); the logit soft-cap (cap 30). */
+static void test_gemma(void) {
+    const int dims[] = {640, 2048, 6912};
+    for (size_t di = 0; di < ARRAY_LEN(dims); di++)
+        for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                size_t n = (size_t)dims[di] * k_batches[bi];
+                float *g = xmalloc(n * sizeof(float)), *u = xmalloc(n * sizeof(float));
+                float *ref = xmalloc(n * sizeof(float)), *got = xmalloc(n * sizeof(float));
+                fill(g, n, 3.0f);
+                fill(u, n, 1.0f);
+                g[0] = -100.0f;
+                if (n > 1)
+                    g[1] = 95.0f;
+                kern_gelu_tanh_mul_ref(ref, g, u, (int)n);
+                float *d_g = dev_from(g, n * sizeof(float)), *d_u = dev_from(u, n * sizeof(float));
+                float *d_o = inplace ? d_g : dev_alloc(n * sizeof(float));
+                must(kern_cuda_gelu_mul(d_o, d_g, d_u, n, g_stream), "kern_cuda_gelu_mul");
+                to_host(got, d_o, n * sizeof(float));
+                report("GELU_MUL", norm_err(got, ref, n), 2e-6, "%s,n=%d,rows=%d",
+                       inplace ? "inplace" : "plain", dims[di], k_batches[bi]);
+                /* scale and soft-cap on the gates */
+                for (size_t k = 0; k < n; k++)
+                    ref[k] = g[k] * 25.298221f;
+                must(kern_cuda_upload(d_u, g, n * sizeof(float), g_stream), "upload");
+                must(kern_cuda_scale(d_u, n, 25.298221f, g_stream), "kern_cuda_scale");
+                to_host(got, d_u, n * sizeof(float));
+                report("SCALE", memcmp(got, ref, n * sizeof(float)) != 0, 0.0, "n=%zu", n);
+                for (size_t k = 0; k < n; k++)
+                    ref[k] = 30.0f * tanhf(ref[k] / 30.0f);
+                must(kern_cuda_softcap(d_u, n, 30.0f, g_stream), "kern_cuda_softcap");
+                to_host(got, d_u, n * sizeof(float));
+                report("SOFTCAP", norm_err(got, ref, n), 2e-6, "n=%zu", n);
+                dev_free(d_g), dev_free(d_u);
+                if (!inplace)
+                    dev_free(d_o);
+                free(g), free(u), free(ref), free(got);
+            }
+    float f;
+    report("SOFTCAP", kern_cuda_softcap(&f, 1, 0.0f, g_stream) != BRISK_EINVAL, 0.0, "args:cap=0");
+}
+
 static void test_silu_mul(void) {
     const int dims[] = {64, 100, 333, 576, 4096, 14336};
     /* 0: separate buffers; 1: out == gate; 2: pointers one float off the
@@ -423,7 +471,8 @@ static uint16_t attn_half(void) {
 /* One call: n_seq sequences of lens[] over n_kv KV heads with `group` query
  * heads each; row_pad extra elements per position row (4: rows not
  * 8-element aligned, the scalar-load path). */
-static void attn_case(int head_dim, int n_kv, int group, const int *lens, int n_seq, int row_pad) {
+static void attn_case_ex(int head_dim, int n_kv, int group, const int *lens, int n_seq, int row_pad,
+                         int window, float softcap) {
     const int bs = 16, n_heads = n_kv * group;
     int max_len = 0, used = 0;
     for (int s = 0; s < n_seq; s++) {
@@ -462,7 +511,9 @@ static void attn_case(int head_dim, int n_kv, int group, const int *lens, int n_
                              .block_stride = block_stride,
                              .row_stride = row_stride,
                              .k16 = k,
-                             .v16 = v};
+                             .v16 = v,
+                             .window = window,
+                             .softcap = softcap};
         for (int h = 0; h < n_heads; h++) {
             size_t o = ((size_t)s * n_heads + h) * head_dim;
             if (lens[s] == 0)
@@ -480,19 +531,31 @@ static void attn_case(int head_dim, int n_kv, int group, const int *lens, int n_
     float *d_q = dev_from(q, q_n * sizeof(float)), *d_out = dev_alloc(q_n * sizeof(float));
     float *d_ws = ws ? dev_alloc(ws) : NULL;
     must(kern_cuda_memset(d_out, 0x7f, q_n * sizeof(float), g_stream), "kern_cuda_memset");
-    must(kern_cuda_attn_decode(d_out, d_q, d_k, d_v, d_bt, max_blocks, d_lens, n_seq, n_heads, n_kv,
-                               head_dim, bs, block_stride, row_stride, scale, d_ws, ws, g_stream),
-         "kern_cuda_attn_decode");
+    if (window || softcap)
+        must(kern_cuda_attn_decode_ex(d_out, d_q, d_k, d_v, d_bt, max_blocks, d_lens, n_seq,
+                                      n_heads, n_kv, head_dim, bs, block_stride, row_stride, scale,
+                                      window, softcap, d_ws, ws, g_stream),
+             "kern_cuda_attn_decode_ex");
+    else
+        must(kern_cuda_attn_decode(d_out, d_q, d_k, d_v, d_bt, max_blocks, d_lens, n_seq, n_heads,
+                                   n_kv, head_dim, bs, block_stride, row_stride, scale, d_ws, ws,
+                                   g_stream),
+             "kern_cuda_attn_decode");
     to_host(got, d_out, q_n * sizeof(float));
     char lens_s[64];
     int w = 0;
     for (int s = 0; s < n_seq && w < (int)sizeof lens_s - 8; s++)
         w += snprintf(lens_s + w, sizeof lens_s - (size_t)w, "%s%d", s ? "/" : "", lens[s]);
-    report("ATTN_DECODE", norm_err(got, ref, q_n), 1e-5, "hd=%d,kv=%d,group=%d,n_seq=%d,ctx=%s%s",
-           head_dim, n_kv, group, n_seq, lens_s, row_pad % 8 ? ",unaligned" : "");
+    report("ATTN_DECODE", norm_err(got, ref, q_n), 1e-5,
+           "hd=%d,kv=%d,group=%d,n_seq=%d,ctx=%s%s,window=%d,softcap=%g", head_dim, n_kv, group,
+           n_seq, lens_s, row_pad % 8 ? ",unaligned" : "", window, (double)softcap);
     dev_free(d_k), dev_free(d_v), dev_free(d_bt), dev_free(d_lens), dev_free(d_q), dev_free(d_out);
     dev_free(d_ws);
     free(k), free(v), free(perm), free(bt), free(q), free(ref), free(got), free(scratch);
+}
+
+static void attn_case(int head_dim, int n_kv, int group, const int *lens, int n_seq, int row_pad) {
+    attn_case_ex(head_dim, n_kv, group, lens, n_seq, row_pad, 0, 0.0f);
 }
 
 /* Argument checks: each bad call returns BRISK_EINVAL before any launch, so
@@ -556,6 +619,15 @@ static void test_attn_decode(void) {
     attn_case(256, 1, 16, l256, 2, 0);
     attn_case(8, 1, 2, l8, 1, 0);
     attn_case(128, 2, 4, lun, 2, 4);
+    /* Sliding windows and soft-capping (kern_cuda_attn_decode_ex): a window
+     * of 100 over contexts of 1 to 4100 in one batch (partitions wholly
+     * before the window add nothing to the combine), Gemma 3's 512 at
+     * head_dim 256 with MQA, soft-cap 2 (scores ~1 bend visibly), both. */
+    const int lw[] = {1, 99, 100, 101, 257, 600, 4100}, lg[] = {511, 512, 513, 3000};
+    attn_case_ex(128, 2, 4, lw, 7, 0, 100, 0.0f);
+    attn_case_ex(256, 1, 4, lg, 4, 0, 512, 0.0f);
+    attn_case_ex(64, 2, 4, lens7, 7, 0, 0, 2.0f);
+    attn_case_ex(64, 2, 8, lw, 7, 0, 300, 2.0f);
     attn_invalid();
 }
 
@@ -785,7 +857,7 @@ static void perf_all(void) {
 static int usage(void) {
     fprintf(stderr,
             "usage: test_cuda_ops [test|perf] [-o OP] [--small]\n"
-            "  OP: embedding rmsnorm rope silu_mul softmax argmax attn_decode attn_prefill\n"
+            "  OP: embedding rmsnorm rope silu_mul gemma softmax argmax attn_decode attn_prefill\n"
             "      kv_store matmul sample (substring)\n");
     return 2;
 }
@@ -832,6 +904,7 @@ int main(int argc, char **argv) {
                  {"rmsnorm", test_rmsnorm},
                  {"rope", test_rope},
                  {"silu_mul", test_silu_mul},
+                 {"gemma", test_gemma},
                  {"softmax", test_softmax},
                  {"argmax", test_argmax},
                  {"attn_decode", test_attn_decode},

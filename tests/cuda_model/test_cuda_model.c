@@ -472,10 +472,12 @@ static model *load_dummy(const char *shape, model_weights_fmt f) {
  * rehearsal without a GPU - the same code compares CPU f16 weights (f16
  * cache) against CPU f32 on fewer positions. */
 static void test_agreement(const char *stories_gguf, int cpu_only, int n) {
-    /* qwen3-0.6b: Qwen3's per-head q/k RMSNorm on the GPU. */
-    static const char *shapes[] = {"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b"};
+    /* qwen3-0.6b: Qwen3's per-head q/k RMSNorm on the GPU; gemma3-1b: Gemma 3's
+     * blocks (embedding scale, GELU, post norms, q/k norms, 512-wide windows on
+     * five of six layers with their own RoPE base). */
+    static const char *shapes[] = {"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma3-1b"};
     static const model_weights_fmt fmts[2] = {MODEL_WEIGHTS_F16, MODEL_WEIGHTS_INT8};
-    int n_models = cpu_only ? 2 : 4;
+    int n_models = cpu_only ? 2 : 5;
     for (int k = 0; k < n_models; k++) {
         const char *name = k == 0 ? "stories260K" : shapes[k - 1];
         if (k == 0 && !stories_gguf)

@@ -22,8 +22,10 @@ static int64_t count_params(const model_config *c) {
     int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * c->hidden_dim;
     if (c->has_qkv_bias)
         per_layer += q + 2 * kv;
-    if (c->has_qk_norm) /* qwen3: q and k norm weights per layer */
+    if (c->has_qk_norm) /* qwen3, gemma3: q and k norm weights per layer */
         per_layer += 2 * (int64_t)c->head_dim;
+    if (c->gemma) /* the norms after the attention and the MLP */
+        per_layer += 2 * d;
     return (int64_t)c->n_vocab * d * (c->tied_output ? 1 : 2) + d + c->n_layers * per_layer;
 }
 
@@ -37,6 +39,7 @@ static void test_shapes(void) {
         {"llama-3.2-1b", 1235814400LL}, /* Llama-3.2-1B */
         {"qwen2.5-7b", 7615616512LL},   /* Qwen2.5-7B */
         {"qwen3-8b", 8190735360LL},     /* Qwen3-8B (6.95B without the embeddings) */
+        {"gemma3-1b", 999885952LL},     /* gemma-3-1b-pt */
         {"smollm2-135m", 134515008LL},  /* SmolLM2-135M (as its GGUF loads in brisk) */
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
@@ -52,7 +55,7 @@ static void test_shapes(void) {
         CHECK(c.dim % c.n_heads == 0 || c.head_dim > 0, "%s", model_dummy_configs[n]);
         CHECK(c.n_heads % c.n_kv_heads == 0, "%s", model_dummy_configs[n]);
     }
-    CHECK(n == 7, "%d configurations", n);
+    CHECK(n == 8, "%d configurations", n);
     model_config c;
     CHECK(model_dummy_config("llama-3-70b", &c) == BRISK_EINVAL, "unknown name");
     CHECK(model_dummy_config(NULL, &c) == BRISK_EINVAL, "NULL name");
