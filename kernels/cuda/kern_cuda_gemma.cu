@@ -36,8 +36,8 @@ extern "C" int kern_cuda_gelu_mul(float *out, const float *gate, const float *up
         return BRISK_OK;
     if (!out || !gate || !up)
         return BRISK_EINVAL;
-    gelu_mul_kernel<<<kern_cuda_grid(n, ELT_THREADS, 4096), ELT_THREADS, 0, stream>>>(out, gate,
-                                                                                     up, n);
+    gelu_mul_kernel<<<kern_cuda_grid(n, ELT_THREADS, 4096), ELT_THREADS, 0, stream>>>(out, gate, up,
+                                                                                      n);
     return KERN_CUDA_LAUNCH_CHECK("gelu_mul_kernel");
 }
 

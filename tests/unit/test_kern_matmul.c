@@ -570,6 +570,35 @@ static void test_accuracy(kern_pool *pool, kern_level top) {
     }
 }
 
+/* Random row-major blocks of base in w (fp16 scales d in [1/128, 3/128), an
+ * offset m ~ N(0, 0.1) where the block has one, Q6_0S's second scale
+ * negative, every other byte random, so every code value occurs) and their
+ * X8 packing in wx (kern_x8_bytes of the X8 type). */
+static void random_x8(kern_type base, int n_out, int n_in, uint8_t *w, uint8_t *wx) {
+    const size_t rb = kern_row_bytes(base, n_in), bb = kern_type_block_bytes(base);
+    const int ti = has_offset(base), s6 = base == KERN_TYPE_Q6_0S;
+    for (int o = 0; o < n_out; o++)
+        for (int k = 0; k < n_in / 32; k++) {
+            uint8_t *blk = w + rb * o + bb * k;
+            uint16_t d = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / 64.0f);
+            uint16_t m = kern_fp32_to_fp16((float)rng_normal() * 0.1f);
+            memcpy(blk, &d, 2);
+            if (s6) /* db: another scale */
+                m = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / -64.0f);
+            if (ti || s6)
+                memcpy(blk + 2, &m, 2);
+            for (size_t j = ti || s6 ? 4 : 2; j < bb; j++)
+                blk[j] = (uint8_t)rng_u64();
+        }
+    for (int g = 0; g < (n_out + 7) / 8; g++) {
+        const void *rows[8];
+        int n = n_out - 8 * g < 8 ? n_out - 8 * g : 8;
+        for (int r = 0; r < n; r++)
+            rows[r] = w + rb * (size_t)(8 * g + r);
+        kern_x8_pack_group(base, rows, n, n_in, wx, g);
+    }
+}
+
 /* The X8 types (rows interleaved in groups of 8) must give exactly (memcmp)
  * the results of their row-major base type, at every level, with 1 and 2
  * threads, for every tile (1-3 token tiles, 8- and 16-row tiles, chunks of
@@ -595,35 +624,15 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
          * its X8 form block by block (kern_matmul.c q8_block_acc). */
         const int s6 = base == KERN_TYPE_Q6_0S;
         const kern_type twin = q5 ? kern_int8_type(base) : s6 ? x8 : base;
-        int ti = has_offset(base);
         CHECK(kern_type_is_x8(x8) && kern_x8_base(x8) == base && !kern_type_is_x8(base),
               "x8 type mapping");
         for (size_t oi = 0; oi < sizeof(outs) / sizeof(outs[0]); oi++)
             for (size_t ii = 0; ii < sizeof(ins) / sizeof(ins[0]); ii++) {
                 int n_out = outs[oi], n_in = ins[ii];
-                size_t rb = kern_row_bytes(base, n_in), bb = kern_type_block_bytes(base);
+                size_t rb = kern_row_bytes(base, n_in);
                 uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(x8, n_out, n_in)),
                         *row = malloc(rb);
-                for (int o = 0; o < n_out; o++)
-                    for (int k = 0; k < n_in / 32; k++) {
-                        uint8_t *blk = w + rb * o + bb * k;
-                        uint16_t d = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / 64.0f);
-                        uint16_t m = kern_fp32_to_fp16((float)rng_normal() * 0.1f);
-                        memcpy(blk, &d, 2);
-                        if (s6) /* db: another scale */
-                            m = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / -64.0f);
-                        if (ti || s6)
-                            memcpy(blk + 2, &m, 2);
-                        for (size_t j = ti || s6 ? 4 : 2; j < bb; j++)
-                            blk[j] = (uint8_t)rng_u64();
-                    }
-                for (int g = 0; g < (n_out + 7) / 8; g++) {
-                    const void *rows[8];
-                    int n = n_out - 8 * g < 8 ? n_out - 8 * g : 8;
-                    for (int r = 0; r < n; r++)
-                        rows[r] = w + rb * (size_t)(8 * g + r);
-                    kern_x8_pack_group(base, rows, n, n_in, wx, g);
-                }
+                random_x8(base, n_out, n_in, w, wx);
                 for (int o = 0; o < n_out; o++) {
                     kern_x8_get_row(x8, wx, n_in, o, row);
                     fails += memcmp(row, w + rb * o, rb) != 0;
@@ -711,28 +720,9 @@ static void test_x8_wide(kern_pool *pool1, kern_pool *pool2, kern_level top) {
             for (size_t ii = 0; ii < 2; ii++) {
                 const kern_type base = bases[bi], x8 = kern_x8_type(base);
                 const int n_out = outs[oi], n_in = ins[ii];
-                const size_t rb = kern_row_bytes(base, n_in), bb = kern_type_block_bytes(base);
-                const int two =
-                    base == KERN_TYPE_Q4_1 || base == KERN_TYPE_Q5_1 || base == KERN_TYPE_Q6_0S;
+                const size_t rb = kern_row_bytes(base, n_in);
                 uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(x8, n_out, n_in));
-                for (int o = 0; o < n_out; o++)
-                    for (int k = 0; k < n_in / 32; k++) {
-                        uint8_t *blk = w + rb * o + bb * k;
-                        uint16_t d = kern_fp32_to_fp16((0.5f + (float)rng_uniform()) / 64.0f);
-                        uint16_t m = kern_fp32_to_fp16((float)rng_normal() * 0.1f);
-                        memcpy(blk, &d, 2);
-                        if (two)
-                            memcpy(blk + 2, &m, 2);
-                        for (size_t j = two ? 4 : 2; j < bb; j++)
-                            blk[j] = (uint8_t)rng_u64();
-                    }
-                for (int g = 0; g < (n_out + 7) / 8; g++) {
-                    const void *rows[8];
-                    int n = n_out - 8 * g < 8 ? n_out - 8 * g : 8;
-                    for (int r = 0; r < n; r++)
-                        rows[r] = w + rb * (size_t)(8 * g + r);
-                    kern_x8_pack_group(base, rows, n, n_in, wx, g);
-                }
+                random_x8(base, n_out, n_in, w, wx);
                 for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
                     const int n_tok = toks[ki];
                     const size_t n = (size_t)n_out * n_tok;
