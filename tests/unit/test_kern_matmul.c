@@ -570,6 +570,18 @@ static void test_accuracy(kern_pool *pool, kern_level top) {
     }
 }
 
+/* The X8 form of a row-major matrix w of base type into wx. */
+static void pack_x8(kern_type base, const uint8_t *w, int n_out, int n_in, uint8_t *wx) {
+    const size_t rb = kern_row_bytes(base, n_in);
+    for (int g = 0; g < (n_out + 7) / 8; g++) {
+        const void *rows[8];
+        int n = n_out - 8 * g < 8 ? n_out - 8 * g : 8;
+        for (int r = 0; r < n; r++)
+            rows[r] = w + rb * (size_t)(8 * g + r);
+        kern_x8_pack_group(base, rows, n, n_in, wx, g);
+    }
+}
+
 /* Random row-major blocks of base in w (fp16 scales d in [1/128, 3/128), an
  * offset m ~ N(0, 0.1) where the block has one, Q6_0S's second scale
  * negative, every other byte random, so every code value occurs) and their
@@ -590,13 +602,7 @@ static void random_x8(kern_type base, int n_out, int n_in, uint8_t *w, uint8_t *
             for (size_t j = ti || s6 ? 4 : 2; j < bb; j++)
                 blk[j] = (uint8_t)rng_u64();
         }
-    for (int g = 0; g < (n_out + 7) / 8; g++) {
-        const void *rows[8];
-        int n = n_out - 8 * g < 8 ? n_out - 8 * g : 8;
-        for (int r = 0; r < n; r++)
-            rows[r] = w + rb * (size_t)(8 * g + r);
-        kern_x8_pack_group(base, rows, n, n_in, wx, g);
-    }
+    pack_x8(base, w, n_out, n_in, wx);
 }
 
 /* The X8 types (rows interleaved in groups of 8) must give exactly (memcmp)
@@ -853,13 +859,7 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         }
         const uint8_t *W = w;
         if (wt != base) {
-            for (int g = 0; g < (n_out + 7) / 8; g++) {
-                const void *rows[8];
-                int n = n_out - 8 * g < 8 ? n_out - 8 * g : 8;
-                for (int r = 0; r < n; r++)
-                    rows[r] = w + rb * (size_t)(8 * g + r);
-                kern_x8_pack_group(base, rows, n, n_in, wx, g);
-            }
+            pack_x8(base, w, n_out, n_in, wx);
             W = wx;
         }
         const int n_max = 37;
