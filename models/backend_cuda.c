@@ -49,7 +49,8 @@ typedef struct cuda_layer {
     float *q_norm, *k_norm; /* qwen3, gemma3: [head_dim] per-head RMSNorm weights, else NULL */
     float *post_attn_norm, *post_ffn_norm; /* gemma: [dim], else NULL */
     int window;                            /* sliding window of this layer, 0: global */
-    float rope_base;                       /* this layer's RoPE base */
+    float rope_base, rope_freq_scale;      /* this layer's RoPE base and linear scale */
+    float attn_softcap;                    /* > 0: attention-logit soft-capping, else 0 */
     kern_cuda_weight wq, wk, wv, wo, w_gate, w_up, w_down;
 } cuda_layer;
 
@@ -377,21 +378,21 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
                                   c->norm_eps, s));
         }
         TRY(kern_cuda_rope(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
-                           L->rope_base, c->rope_freq_scale, cb->rope_freqs, c->rope_mode, s));
+                           L->rope_base, L->rope_freq_scale, cb->rope_freqs, c->rope_mode, s));
         TRY(kern_cuda_rope(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot,
-                           cb->d_pos, L->rope_base, c->rope_freq_scale, cb->rope_freqs,
+                           cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
                            c->rope_mode, s));
         TRY(kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots, n, kv_dim, s));
         if (decode)
             TRY(kern_cuda_attn_decode_ex(
                 cb->att, cb->q, kp, vp, cb->d_bt, cb->max_blocks, cb->d_ctx, n, c->n_heads,
                 c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride, cb->row_stride, scale,
-                L->window, c->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s));
+                L->window, L->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s));
         else
             TRY(kern_cuda_attn_prefill_ex(
                 cb->att, cb->q, (size_t)q_dim, kp, vp, cb->d_bt, cb->max_blocks, cb->d_runs, n_runs,
                 max_run, c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
-                cb->row_stride, scale, L->window, c->attn_softcap, s));
+                cb->row_stride, scale, L->window, L->attn_softcap, s));
         TRY(kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws,
                              cb->mm_ws_bytes));
         if (L->post_attn_norm) /* gemma: the block's output normalised before the add */
@@ -887,8 +888,12 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
         TRY(upload_f32(&L->k_norm, H->k_norm, (size_t)c->head_dim, &cb->weight_bytes));
         TRY(upload_f32(&L->post_attn_norm, H->post_attn_norm, (size_t)c->dim, &cb->weight_bytes));
         TRY(upload_f32(&L->post_ffn_norm, H->post_ffn_norm, (size_t)c->dim, &cb->weight_bytes));
-        L->window = H->window;
+        /* The kernels refuse a negative window or cap: out-of-range values
+         * mean "none" here as on the CPU. */
+        L->window = H->window > 0 ? H->window : 0;
         L->rope_base = H->rope_base;
+        L->rope_freq_scale = H->rope_freq_scale != 0.0f ? H->rope_freq_scale : c->rope_freq_scale;
+        L->attn_softcap = c->attn_softcap > 0.0f ? c->attn_softcap : 0.0f;
         TRY(upload_matrix(cb, &L->wq, &H->wq));
         TRY(upload_matrix(cb, &L->wk, &H->wk));
         TRY(upload_matrix(cb, &L->wv, &H->wv));

@@ -200,9 +200,9 @@ static void forward_qkv_post_task(void *ctx, int t, int thread) {
     const float *freqs = w->rope_freqs                                       ? w->rope_freqs
                          : w->rope_long && j->st->max_ctx > c->rope_orig_ctx ? w->rope_long
                                                                              : w->rope_short;
-    kern_rope(q, c->n_heads, c->head_dim, c->n_rot, pos, L->rope_base, c->rope_freq_scale, freqs,
-              c->rope_mode);
-    kern_rope(k, c->n_kv_heads, c->head_dim, c->n_rot, pos, L->rope_base, c->rope_freq_scale, freqs,
+    const float fscale = L->rope_freq_scale != 0.0f ? L->rope_freq_scale : c->rope_freq_scale;
+    kern_rope(q, c->n_heads, c->head_dim, c->n_rot, pos, L->rope_base, fscale, freqs, c->rope_mode);
+    kern_rope(k, c->n_kv_heads, c->head_dim, c->n_rot, pos, L->rope_base, fscale, freqs,
               c->rope_mode);
     if (c->rope_attn_factor != 1.0f) /* LongRoPE's scale of the rotated dims */
         for (int h = 0; h < c->n_heads + c->n_kv_heads; h++) {

@@ -743,7 +743,13 @@ void model_layer_set_window(const model_config *c, int l, model_layer *L) {
     if (c->n_swa > 0 && (c->swa_pattern <= 0 || l % c->swa_pattern < c->swa_pattern - 1)) {
         L->window = c->n_swa; /* a local layer */
         L->rope_base = c->rope_base_swa;
+        if (c->arch == MODEL_ARCH_GEMMA3)
+            L->rope_freq_scale = 1.0f;
     }
+}
+
+int model_config_cuda_validated(const model_config *c) {
+    return (c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2) && c->n_swa == 0;
 }
 
 int model_config_cuda_ready(const model_config *c) {

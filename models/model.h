@@ -81,10 +81,13 @@ typedef struct model_config {
     int tied_output; /* output projection shares token_embd */
 } model_config;
 
-/* 1 when the CUDA backend has every piece this model needs: not yet the
- * per-head q/k norms (qwen3, gemma3), Gemma's blocks, sliding windows or
- * soft-capping. */
+/* 1 when the CUDA backend has every piece this model needs (all but Phi-3's
+ * fused tensors and LongRoPE): --device cuda may run it. */
 int model_config_cuda_ready(const model_config *c);
+/* 1 when that CUDA path has also run on a GPU against the CPU (llama and
+ * qwen2 without windows; test_cuda_model): --device auto picks CUDA only
+ * for these, until Qwen3's and Gemma's pass there too. */
+int model_config_cuda_validated(const model_config *c);
 
 /* A matrix in compute format: n_out rows of n_in values of `type`. */
 typedef struct model_matrix {
@@ -108,6 +111,11 @@ typedef struct model_layer {
     const float *post_attn_norm, *post_ffn_norm; /* [dim], gemma3, else NULL */
     int window;                                  /* sliding window of this layer, 0: global */
     float rope_base;                             /* this layer's RoPE base */
+    /* This layer's linear RoPE scale (1 / factor); 0: the model's
+     * rope_freq_scale. Gemma 3's local layers are not scaled (llama.cpp's
+     * rope_freq_scale_train_swa = 1): only its global layers take the
+     * file's rope.scaling.factor. */
+    float rope_freq_scale;
 } model_layer;
 
 typedef struct model_weights {

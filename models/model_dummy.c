@@ -90,6 +90,12 @@ int model_dummy_config(const char *name, model_config *out) {
     out->has_qkv_bias = qwen2;
     out->has_qk_norm = qwen3 || gemma3;
     out->gemma = gemma3;
+    if (gemma3) { /* as model_read_config gives them for the written metadata */
+        out->embd_scale = sqrtf((float)s->dim);
+        out->n_swa = s->sliding_window;
+        out->swa_pattern = 6;
+        out->rope_base_swa = 10000.0f;
+    }
     out->tied_output = s->tied;
     out->attn_scale = 1.0f / sqrtf((float)s->head_dim);
     return 0;

@@ -323,8 +323,18 @@ extern "C" int kern_cuda_matmul_ctx_create(kern_cuda_matmul_ctx **out, cudaStrea
 
 // ---- activations to f16 -------------------------------------------------------------
 
-// x16 = f16(x), round to nearest even. Grid-stride over groups of VEC, then
-// the n % VEC tail one element a thread.
+// f16(x), round to nearest even, with |x| past the largest half (65504)
+// clamped to it rather than made infinite: Gemma's MLP products reach beyond
+// f16's range on real weights (as transformers and MLX found), and one inf
+// would turn the whole output row into NaN. NaN stays NaN (the comparisons
+// are false for it).
+static __device__ __forceinline__ uint16_t mm_f16_sat(float x) {
+    x = x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x;
+    return __half_as_ushort(__float2half_rn(x));
+}
+
+// x16 = mm_f16_sat(x). Grid-stride over groups of VEC, then the n % VEC tail
+// one element a thread.
 template <int VEC>
 static __global__ void mm_f32_to_f16_kernel(uint16_t *__restrict__ out,
                                             const float *__restrict__ in, size_t n) {
@@ -337,11 +347,11 @@ static __global__ void mm_f32_to_f16_kernel(uint16_t *__restrict__ out,
         kern_cuda_vec<uint16_t, VEC> h;
 #pragma unroll
         for (int k = 0; k < VEC; k++)
-            h.v[k] = __half_as_ushort(__float2half_rn(v.v[k]));
+            h.v[k] = mm_f16_sat(v.v[k]);
         reinterpret_cast<kern_cuda_vec<uint16_t, VEC> *>(out)[i] = h;
     }
     for (size_t i = n_vec * VEC + first; i < n; i += stride)
-        out[i] = __half_as_ushort(__float2half_rn(in[i]));
+        out[i] = mm_f16_sat(in[i]);
 }
 
 static int mm_to_f16(uint16_t *out, const float *in, size_t n, cudaStream_t stream) {

@@ -312,8 +312,10 @@ void test_attn_prefill(void) {
     /* Sliding windows (Gemma, Mistral) and soft-capping (Gemma 2), as the
      * CPU does them: a window of 100 over a chunk continuing 1500 positions
      * (whole key tiles skipped), Gemma 3's 512 at head_dim 256 with MQA, a
-     * window of 8 (most rows' first key inside a tile), soft-cap 50 on a
-     * peaked softmax (scores large enough to bend) and both together. */
+     * window of 8 (most rows' first key inside a tile), soft-cap 5 on a
+     * peaked softmax (scores large enough to bend) and both together; single
+     * rows at 163, 164 and 226 with a window of 100 put a tile's first key
+     * (p - 99) exactly on, one past and one before a 64-key tile boundary. */
     pf_shape sw100 = {
         .head_dim = 128, .n_kv = 2, .group = 4, .bs = 32, .q_scale = 1.0f, .window = 100};
     pf_shape sw512 = {
@@ -329,7 +331,11 @@ void test_attn_prefill(void) {
                       .window = 20,
                       .softcap = 5.0f};
     const pf_run long_gemma[] = {{600, 0}, {64, 900}, {1, 1400}};
+    const pf_run edges[] = {{1, 163}, {1, 164}, {1, 226}, {2, 162}};
+    pf_shape sw100b = {
+        .head_dim = 128, .n_kv = 2, .group = 4, .bs = 16, .q_scale = 1.0f, .window = 100};
     prefill_case(&sw100, long_run, (int)ARRAY_LEN(long_run));
+    prefill_case(&sw100b, edges, (int)ARRAY_LEN(edges));
     prefill_case(&sw512, long_gemma, (int)ARRAY_LEN(long_gemma));
     prefill_case(&sw8, mixed, (int)ARRAY_LEN(mixed));
     prefill_case(&scap, mixed, (int)ARRAY_LEN(mixed));

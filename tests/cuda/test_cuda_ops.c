@@ -623,11 +623,12 @@ static void test_attn_decode(void) {
      * of 100 over contexts of 1 to 4100 in one batch (partitions wholly
      * before the window add nothing to the combine), Gemma 3's 512 at
      * head_dim 256 with MQA, soft-cap 2 (scores ~1 bend visibly), both. */
-    const int lw[] = {1, 99, 100, 101, 257, 600, 4100}, lg[] = {511, 512, 513, 3000};
-    attn_case_ex(128, 2, 4, lw, 7, 0, 100, 0.0f);
-    attn_case_ex(256, 1, 4, lg, 4, 0, 512, 0.0f);
+    /* 356 and 768: the window starts exactly on a partition boundary (256). */
+    const int lw[] = {1, 99, 100, 101, 257, 356, 600, 4100}, lg[] = {511, 512, 513, 768, 3000};
+    attn_case_ex(128, 2, 4, lw, 8, 0, 100, 0.0f);
+    attn_case_ex(256, 1, 4, lg, 5, 0, 512, 0.0f);
     attn_case_ex(64, 2, 4, lens7, 7, 0, 0, 2.0f);
-    attn_case_ex(64, 2, 8, lw, 7, 0, 300, 2.0f);
+    attn_case_ex(64, 2, 8, lw, 8, 0, 300, 2.0f);
     attn_invalid();
 }
 

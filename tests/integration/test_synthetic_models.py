@@ -64,6 +64,10 @@ MODELS = {
     # the window.
     "gemma3": Spec(arch="gemma3", n_head=4, n_head_kv=1, head_dim=64, rope_base=1e6,
                    sliding_window=8, swa_pattern=2, seed=24),
+    # Gemma 3 with linear RoPE scaling (its 4B-27B files: factor 8): the
+    # global layer scaled, the local one not (llama.cpp's rule).
+    "gemma3-rope-linear": Spec(arch="gemma3", n_head=4, n_head_kv=1, head_dim=64, rope_base=1e6,
+                               sliding_window=8, swa_pattern=2, rope_linear=8.0, seed=29),
     # Gemma 2: as gemma3 without q/k norms, layers alternating local/global,
     # soft-capped attention scores (cap 1.5: these small models' scores are
     # ~N(0, 2^2), so the cap bites) and logits (cap 5).

@@ -201,7 +201,7 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, m, base=None):
+def rope(x, pos, m, base=None, scale=None):
     """Rotate x [T, n_heads, head_dim] in place-free fashion for positions pos [T]."""
     rot = m.rope_dim
     i = np.arange(rot // 2, dtype=np.float64)
@@ -209,7 +209,8 @@ def rope(x, pos, m, base=None):
     inv_freq = base ** (-2.0 * i / rot)  # theta_i = pos * base^(-2i/rot)
     if m.rope_freqs is not None:
         inv_freq = inv_freq / m.rope_freqs  # per-pair divisors (rope_freqs.weight)
-    ang = (pos.astype(np.float64) / m.rope_scale)[:, None] * inv_freq[None, :]  # [T, rot/2]
+    scale = m.rope_scale if scale is None else scale
+    ang = (pos.astype(np.float64) / scale)[:, None] * inv_freq[None, :]  # [T, rot/2]
     cos = np.cos(ang)[:, None, :]
     sin = np.sin(ang)[:, None, :]
     out = x.copy()
@@ -275,8 +276,12 @@ def forward(m, tokens, cache=None):
             k = rms_norm(k, m.weight(p + "attn_k_norm.weight"), m.eps)
         local = m.n_swa > 0 and (m.swa_pattern == 0 or l % m.swa_pattern < m.swa_pattern - 1)
         base = m.rope_base_swa if local else m.rope_base
-        q = rope(q, pos, m, base)
-        k = rope(k, pos, m, base)
+        # Gemma 3's local layers are not linearly scaled (llama.cpp's
+        # rope_freq_scale_train_swa = 1); its global layers and every other
+        # family's layers take the file's factor.
+        scale = 1.0 if local and m.arch == "gemma3" else m.rope_scale
+        q = rope(q, pos, m, base, scale)
+        k = rope(k, pos, m, base, scale)
         v = v.reshape(T, nkv, hd)
         cache.k[l] = k if cache.k[l] is None else np.concatenate([cache.k[l], k])
         cache.v[l] = v if cache.v[l] is None else np.concatenate([cache.v[l], v])

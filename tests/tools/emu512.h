@@ -366,6 +366,23 @@ EMU void e_store_ps(void *p, emu_m512 a) {
     memcpy(p, a.v.f, 64);
 }
 
+/* The aligned load: a misaligned address faults as the instruction would. */
+EMU emu_m512 e_load_ps(const void *p) {
+    if ((uintptr_t)p % 64)
+        __builtin_trap();
+    emu_m512 r;
+    memcpy(r.v.f, p, 64);
+    return r;
+}
+/* vpmovwb: the low byte of each of 32 int16 lanes (truncation). */
+EMU __m256i e_cvtepi16_epi8(emu_m512i a) {
+    int8_t s[32];
+    EMU_LOOP(32) s[i] = (int8_t)(uint8_t)(uint16_t)a.v.w[i];
+    __m256i r;
+    memcpy(&r, s, 32);
+    return r;
+}
+
 /* ---- float ---- */
 EMU emu_m512 e_mul_ps(emu_m512 a, emu_m512 b) {
     emu_m512 r;
@@ -397,6 +414,8 @@ EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 #define _mm512_castps_pd e_castps_pd
 #define _mm512_castpd_ps e_castpd_ps
 #define _mm512_store_ps e_store_ps
+#define _mm512_load_ps e_load_ps
+#define _mm512_cvtepi16_epi8 e_cvtepi16_epi8
 #define _mm512_castps256_ps512 e_castps256_ps512
 #define _mm512_insertf32x8 e_insertf32x8
 #define _mm512_broadcast_f32x8 e_broadcast_f32x8

@@ -720,6 +720,14 @@ static void test_x8_wide(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                                       KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_Q6_0S,
                                       KERN_TYPE_Q8_0};
     const int outs[] = {200, 37}, ins[] = {8192, 640}, toks[] = {32, 37, 40, 45};
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* Sanitized builds, and the emulated AVX-512 run (tens of times slower):
+     * the chunk-spanning shape at one token count, Gemma's width at the
+     * threshold and past a remainder, the top level, one thread. */
+    const int small = 1;
+#else
+    const int small = 0;
+#endif
     int fails = 0, cases = 0;
     for (size_t bi = 0; bi < sizeof(bases) / sizeof(bases[0]); bi++)
         for (size_t oi = 0; oi < 2; oi++)
@@ -731,6 +739,9 @@ static void test_x8_wide(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                 random_x8(base, n_out, n_in, w, wx);
                 for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
                     const int n_tok = toks[ki];
+                    if (small && !(n_out == 200 && n_in == 8192 && n_tok == 37) &&
+                        !(n_out == 37 && n_in == 640 && (n_tok == 32 || n_tok == 45)))
+                        continue;
                     const size_t n = (size_t)n_out * n_tok;
                     float *x = malloc(sizeof(float) * n_tok * n_in),
                           *ref = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
@@ -738,9 +749,9 @@ static void test_x8_wide(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                     void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(x8, n_in, n_tok) + 64) &
                                                      ~(size_t)63);
                     kern_matmul_ref(x8, wx, n_out, n_in, x, n_tok, ref);
-                    for (int lv = KERN_LEVEL_AVX512; lv <= (int)top; lv++) {
+                    for (int lv = small ? (int)top : KERN_LEVEL_AVX512; lv <= (int)top; lv++) {
                         kern_cpu_set_max_level((kern_level)lv);
-                        for (int th = 0; th < 3; th++) {
+                        for (int th = 0; th < (small ? 1 : 3); th++) {
                             kern_pool *pool = th == 0 ? pool1 : th == 1 ? pool2 : NULL;
                             memset(y, 0xff, sizeof(float) * n);
                             kern_matmul(pool, x8, wx, n_out, n_in, x, n_tok, y, ws);
@@ -765,9 +776,9 @@ static void test_x8_wide(kern_pool *pool1, kern_pool *pool2, kern_level top) {
     CHECK(kern_pool_scratch_bytes(pool1) >= KERN_X8_WIDE_BYTES &&
               kern_pool_scratch(pool1, 0) != NULL,
           "the long-batch tiles reserved no scratch");
-    printf("x8 long-batch tiles vs the reference: %d shapes x %d levels x 3 pools, %d differ "
+    printf("x8 long-batch tiles vs the reference: %d shapes x %d levels x %d pools, %d differ "
            "(memcmp)\n",
-           cases, (int)top + 1 - KERN_LEVEL_AVX512, fails);
+           cases, small ? 1 : (int)top + 1 - KERN_LEVEL_AVX512, small ? 1 : 3, fails);
     CHECK(fails == 0, "X8 long-batch tiles differ from the reference in %d cases", fails);
 }
 
