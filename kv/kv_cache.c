@@ -26,9 +26,11 @@
  * so that the first block's hash still depends on a "parent". */
 #define KV_HASH_ROOT 0x9e3779b97f4a7c15ull
 #define KV_DEFAULT_BLOCK 16 /* positions per block of kv_cache_create */
+#define KV_MAX_GROUPS 256   /* block tables per slot (at most one per layer) */
 
 typedef struct kv_slot {
-    int32_t *table; /* max_seq_blocks entries, n_blocks valid */
+    int32_t *table; /* [n_groups][max_seq_blocks]: n_blocks valid entries per group */
+    int32_t *trim;  /* [n_groups]: entries below it are released (window groups) */
     int n_blocks;
     int n_pos;
     int n_checked;  /* leading blocks already registered or looked up by commit */
@@ -37,18 +39,24 @@ typedef struct kv_slot {
 
 struct kv_cache {
     kv_cache_config cfg;
-    size_t block_floats;  /* block_size * kv_dim: elements of one block in one layer */
-    size_t layer_floats;  /* n_blocks * block_floats */
-    size_t pool_bytes;    /* bytes of K plus V */
-    size_t elem;          /* bytes per element: 4 (f32) or 2 (f16) */
-    unsigned char *k, *v; /* [n_layers][n_blocks][block_size][kv_dim] elements */
-    void *k_mem, *v_mem;  /* the allocations k and v are 64-byte aligned in */
+    int n_groups, layers_per_group;
+    int group_window[KV_MAX_GROUPS]; /* 0: full attention */
+    int *layer_group;                /* [n_layers] */
+    size_t *layer_base;              /* [n_layers]: elements before the layer's rows of block 0 */
+    size_t block_floats;             /* block_size * kv_dim: elements of one block in one layer */
+    size_t block_stride;             /* elements between consecutive block ids */
+    int32_t hole;                    /* the zero block released entries point at (KV_NONE: none) */
+    size_t pool_bytes;               /* bytes of K plus V */
+    size_t elem;                     /* bytes per element: 4 (f32) or 2 (f16) */
+    unsigned char *k, *v;            /* the pool's K and V, laid out as kv_cache.h says */
+    void *k_mem, *v_mem;             /* the allocations k and v are 64-byte aligned in */
 
     /* Per block. */
     int32_t *ref;
     int32_t *fill; /* rows holding a token; 0 for a free block */
     uint8_t *registered;
-    uint64_t *hash;   /* valid while registered */
+    uint8_t *group;   /* the group it was registered for */
+    uint64_t *hash;   /* valid while registered: the prefix hash mixed with the group */
     uint64_t *parent; /* chain value of the block before it */
     int32_t *tokens;  /* [n_blocks][block_size]: the tokens it was registered with */
     int32_t *lru_prev, *lru_next;
@@ -62,10 +70,23 @@ struct kv_cache {
     size_t ht_mask;
 
     kv_slot *slots;
-    int32_t *tables; /* [max_seqs][max_seq_blocks] */
+    int32_t *tables;      /* [max_seqs][n_groups][max_seq_blocks] */
+    int32_t *trims;       /* [max_seqs][n_groups] */
+    uint64_t *match_hash; /* [max_seq_blocks]: kv_cache_seq_match's chain */
 
-    long long prefix_queries, prefix_hits, cow_copies, evictions;
+    long long prefix_queries, prefix_hits, cow_copies, evictions, window_released;
 };
+
+static int32_t *kv_table(const kv_cache *kv, const kv_slot *s, int g) {
+    return s->table + (size_t)g * (size_t)kv->cfg.max_seq_blocks;
+}
+
+/* The first block a query at position n_pos (or later) of a group with
+ * this window sees; 0 for full attention. */
+static int kv_first_seen(int window, int n_pos, int bs) {
+    int lo = window > 0 ? n_pos - window + 1 : 0;
+    return lo > 0 ? lo / bs : 0;
+}
 
 /* ---- sizes ---------------------------------------------------------------- */
 
@@ -91,6 +112,119 @@ size_t kv_cache_pool_bytes_dtype(int n_layers, int kv_dim, int block_size, long 
     return s;
 }
 
+/* ---- grouping ------------------------------------------------------------- */
+
+/* Most blocks a window group holds at once: trimmed to what a query at n_pos
+ * sees, then grown by at most max_grow positions. */
+static long kv_window_held(const kv_cache_config *cfg, int window) {
+    return ((long)window - 1 + cfg->max_grow + cfg->block_size - 1) / cfg->block_size + 1;
+}
+
+/* The window layer l is grouped by: its own, or 0 (full attention) where
+ * releasing blocks would save nothing or the cache cannot group. */
+static int kv_eff_window(const kv_cache_config *cfg, int l) {
+    if (!cfg->layer_window || cfg->max_grow <= 0 || cfg->copy_rows)
+        return 0;
+    int w = cfg->layer_window[l];
+    return w > 0 && kv_window_held(cfg, w) < cfg->max_seq_blocks ? w : 0;
+}
+
+static int kv_gcd(int a, int b) {
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Splits the layers into groups (kv_cache.h): layer l goes to group
+ * layer_group[l] at index layer_idx[l] (either may be NULL), group g has
+ * window group_window[g]; full-attention groups come first. Layers in
+ * classes of one window each, every class cut into runs of the gcd of the
+ * class sizes. More than KV_MAX_GROUPS groups: one group of every layer,
+ * full attention. */
+static int kv_plan_groups(const kv_cache_config *cfg, int *layer_group, int *layer_idx,
+                          int *group_window, int *n_groups, int *lpg) {
+    int n = cfg->n_layers;
+    int *cls_w = malloc((size_t)n * sizeof *cls_w), *cls_n = calloc((size_t)n, sizeof *cls_n);
+    int *cls_base = malloc((size_t)n * sizeof *cls_base),
+        *cls_seen = calloc((size_t)n, sizeof *cls_seen);
+    if (!cls_w || !cls_n || !cls_base || !cls_seen) {
+        free(cls_w);
+        free(cls_n);
+        free(cls_base);
+        free(cls_seen);
+        return BRISK_ENOMEM;
+    }
+    int n_cls = 1; /* class 0: full attention (maybe empty) */
+    cls_w[0] = 0;
+    for (int l = 0; l < n; l++) {
+        int w = kv_eff_window(cfg, l), c = 0;
+        while (c < n_cls && cls_w[c] != w)
+            c++;
+        if (c == n_cls)
+            cls_w[n_cls++] = w;
+        cls_n[c]++;
+    }
+    int g = 0;
+    for (int c = 0; c < n_cls; c++)
+        g = kv_gcd(g, cls_n[c]);
+    int total = 0;
+    for (int c = 0; c < n_cls; c++) {
+        cls_base[c] = total;
+        total += cls_n[c] / g;
+    }
+    if (total > KV_MAX_GROUPS) { /* no windows: one group */
+        n_cls = 1;
+        cls_n[0] = g = n;
+        total = 1;
+        cls_base[0] = 0;
+    }
+    for (int l = 0; l < n; l++) {
+        int w = n_cls == 1 ? cls_w[0] : kv_eff_window(cfg, l), c = 0;
+        while (c < n_cls && cls_w[c] != w)
+            c++;
+        int i = cls_seen[c]++;
+        if (layer_group)
+            layer_group[l] = cls_base[c] + i / g;
+        if (layer_idx)
+            layer_idx[l] = i % g;
+        group_window[cls_base[c] + i / g] = w;
+    }
+    *n_groups = total;
+    *lpg = g;
+    free(cls_w);
+    free(cls_n);
+    free(cls_base);
+    free(cls_seen);
+    return 0;
+}
+
+static int kv_config_ok(const kv_cache_config *cfg) {
+    return cfg && cfg->n_layers > 0 && cfg->kv_dim > 0 && cfg->block_size > 0 &&
+           cfg->max_seqs > 0 && cfg->max_seq_blocks > 0 && cfg->max_grow >= 0 &&
+           cfg->max_seq_blocks <= INT_MAX / cfg->block_size; /* capacities are ints */
+}
+
+int kv_cache_shape_of(const kv_cache_config *cfg, kv_cache_shape *out) {
+    int window[KV_MAX_GROUPS];
+    if (!out || !kv_config_ok(cfg))
+        return BRISK_EINVAL;
+    memset(out, 0, sizeof *out);
+    int rc = kv_plan_groups(cfg, NULL, NULL, window, &out->n_groups, &out->layers_per_group);
+    if (rc < 0)
+        return rc;
+    for (int g = 0; g < out->n_groups; g++) {
+        long held = window[g] > 0 ? kv_window_held(cfg, window[g]) : cfg->max_seq_blocks;
+        out->n_window_groups += window[g] > 0;
+        out->seq_blocks += held < cfg->max_seq_blocks ? held : cfg->max_seq_blocks;
+    }
+    out->block_bytes =
+        kv_cache_pool_bytes_dtype(out->layers_per_group, cfg->kv_dim, cfg->block_size, 1, cfg->f16);
+    return 0;
+}
+
 /* ---- hashing -------------------------------------------------------------- */
 
 /* FNV-1a over the parent hash and the token bytes (little-endian, so the
@@ -112,6 +246,12 @@ static uint64_t kv_hash_block(uint64_t parent, const int32_t *tok, int n) {
     h *= 0x94d049bb133111ebull;
     h ^= h >> 31;
     return h;
+}
+
+/* The key a block of group g is registered under: the prefix hash, made
+ * distinct per group (group 0's is the hash itself). */
+static uint64_t kv_group_key(uint64_t h, int g) {
+    return h ^ ((uint64_t)g * 0xd6e8feb86659fd93ull);
 }
 
 static int kv_ht_find(const kv_cache *kv, uint64_t h) {
@@ -240,33 +380,53 @@ static void *kv_calloc(size_t n, size_t size) {
 }
 
 kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
-    if (!cfg || cfg->n_layers <= 0 || cfg->kv_dim <= 0 || cfg->block_size <= 0 ||
-        cfg->n_blocks <= 0 || cfg->max_seqs <= 0 || cfg->max_seq_blocks <= 0)
+    if (!kv_config_ok(cfg) || cfg->n_blocks <= 0 || cfg->n_blocks == INT_MAX)
         return NULL;
-    /* Capacities are ints: a slot's positions must fit one. */
-    if (cfg->max_seq_blocks > INT_MAX / cfg->block_size)
-        return NULL;
-    size_t block_floats, layer_floats, pool_floats, pool_bytes, kv_bytes, n_tokens, n_table;
-    if (!kv_mul((size_t)cfg->block_size, (size_t)cfg->kv_dim, &block_floats) ||
-        !kv_mul(block_floats, (size_t)cfg->n_blocks, &layer_floats) ||
-        !kv_mul(layer_floats, (size_t)cfg->n_layers, &pool_floats) ||
-        !kv_mul(pool_floats, cfg->f16 ? sizeof(uint16_t) : sizeof(float), &pool_bytes) ||
-        pool_bytes > SIZE_MAX - 64 || !kv_mul(pool_bytes, 2, &kv_bytes) ||
-        !kv_mul((size_t)cfg->n_blocks, (size_t)cfg->block_size, &n_tokens) ||
-        !kv_mul((size_t)cfg->max_seqs, (size_t)cfg->max_seq_blocks, &n_table))
-        return NULL;
-    size_t ht_cap = 1;
-    while (ht_cap < 2 * (size_t)cfg->n_blocks)
-        ht_cap *= 2; /* n_blocks <= INT_MAX: no overflow */
-
     kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv)
         return NULL;
     kv->cfg = *cfg;
     kv->cfg.prefix_cache = cfg->prefix_cache != 0;
+    kv->cfg.layer_window = NULL; /* borrowed for this call only */
+    kv->layer_group = kv_calloc((size_t)cfg->n_layers, sizeof *kv->layer_group);
+    int *idx = kv_calloc((size_t)cfg->n_layers, sizeof *idx);
+    kv->layer_base = kv_calloc((size_t)cfg->n_layers, sizeof *kv->layer_base);
+    if (!kv->layer_group || !idx || !kv->layer_base ||
+        kv_plan_groups(cfg, kv->layer_group, idx, kv->group_window, &kv->n_groups,
+                       &kv->layers_per_group) < 0) {
+        free(idx);
+        kv_cache_free(kv);
+        return NULL;
+    }
+    int windowed = 0;
+    for (int g = 0; g < kv->n_groups; g++)
+        windowed |= kv->group_window[g] > 0;
+    /* With windows one more block: the zero rows released entries point at. */
+    size_t n_store = (size_t)cfg->n_blocks + (size_t)windowed;
+    size_t block_floats, pool_floats, pool_bytes, kv_bytes, n_tokens, n_table;
+    if (!kv_mul((size_t)cfg->block_size, (size_t)cfg->kv_dim, &block_floats) ||
+        !kv_mul(block_floats, n_store, &pool_floats) ||
+        !kv_mul(pool_floats, (size_t)kv->layers_per_group, &pool_floats) ||
+        !kv_mul(pool_floats, cfg->f16 ? sizeof(uint16_t) : sizeof(float), &pool_bytes) ||
+        pool_bytes > SIZE_MAX - 64 || !kv_mul(pool_bytes, 2, &kv_bytes) ||
+        !kv_mul((size_t)cfg->n_blocks, (size_t)cfg->block_size, &n_tokens) ||
+        !kv_mul((size_t)cfg->max_seqs, (size_t)cfg->max_seq_blocks, &n_table) ||
+        !kv_mul(n_table, (size_t)kv->n_groups, &n_table)) {
+        free(idx);
+        kv_cache_free(kv);
+        return NULL;
+    }
     kv->block_floats = block_floats;
+    kv->hole = windowed ? cfg->n_blocks : KV_NONE;
+    kv->block_stride = windowed ? (size_t)kv->layers_per_group * block_floats : block_floats;
+    for (int l = 0; l < cfg->n_layers; l++)
+        kv->layer_base[l] = windowed ? (size_t)idx[l] * block_floats
+                                     : (size_t)l * (size_t)cfg->n_blocks * block_floats;
+    free(idx);
+    size_t ht_cap = 1;
+    while (ht_cap < 2 * (size_t)cfg->n_blocks)
+        ht_cap *= 2; /* n_blocks <= INT_MAX: no overflow */
     kv->elem = cfg->f16 ? sizeof(uint16_t) : sizeof(float);
-    kv->layer_floats = layer_floats;
     kv->pool_bytes = kv_bytes;
     /* Zeroed by calloc, which takes a pool this large straight from fresh
      * (mmap'd) pages without writing them: the kernel zeroes each page when
@@ -274,9 +434,10 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
      * engine uses instead of the whole budget at start (SmolLM2, 1 GiB of
      * f32 KV: 1.06 GB resident right after start with the memset this
      * replaces). Unwritten rows are never read (attention stops at the
-     * position), and zeroed memory keeps sanitizer and Valgrind runs free of
-     * uninitialised reads. 64-byte alignment (by hand: calloc gives 16) keeps
-     * every row start friendly to AVX-512 loads. */
+     * position; the zero block is read with zero weight), and zeroed memory
+     * keeps sanitizer and Valgrind runs free of uninitialised reads. 64-byte
+     * alignment (by hand: calloc gives 16) keeps every row start friendly to
+     * AVX-512 loads. */
     size_t bytes = pool_bytes + 64;
     int external = cfg->copy_rows != NULL; /* K/V live in the caller's (device) pool */
     if (!external) {
@@ -289,6 +450,7 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     kv->ref = kv_calloc(nb, sizeof *kv->ref);
     kv->fill = kv_calloc(nb, sizeof *kv->fill);
     kv->registered = kv_calloc(nb, sizeof *kv->registered);
+    kv->group = kv_calloc(nb, sizeof *kv->group);
     kv->hash = kv_calloc(nb, sizeof *kv->hash);
     kv->parent = kv_calloc(nb, sizeof *kv->parent);
     kv->tokens = kv_calloc(n_tokens, sizeof *kv->tokens);
@@ -298,9 +460,11 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     kv->ht = kv_calloc(ht_cap, sizeof *kv->ht);
     kv->slots = kv_calloc((size_t)cfg->max_seqs, sizeof *kv->slots);
     kv->tables = kv_calloc(n_table, sizeof *kv->tables);
+    kv->trims = kv_calloc((size_t)cfg->max_seqs * (size_t)kv->n_groups, sizeof *kv->trims);
+    kv->match_hash = kv_calloc((size_t)cfg->max_seq_blocks, sizeof *kv->match_hash);
     if ((!external && (!kv->k || !kv->v)) || !kv->ref || !kv->fill || !kv->registered ||
-        !kv->hash || !kv->parent || !kv->tokens || !kv->lru_prev || !kv->lru_next ||
-        !kv->free_stack || !kv->ht || !kv->slots || !kv->tables) {
+        !kv->group || !kv->hash || !kv->parent || !kv->tokens || !kv->lru_prev || !kv->lru_next ||
+        !kv->free_stack || !kv->ht || !kv->slots || !kv->tables || !kv->trims || !kv->match_hash) {
         kv_cache_free(kv);
         return NULL;
     }
@@ -316,7 +480,9 @@ kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     }
     kv->n_free = cfg->n_blocks;
     for (int s = 0; s < cfg->max_seqs; s++) {
-        kv->slots[s].table = kv->tables + (size_t)s * (size_t)cfg->max_seq_blocks;
+        kv->slots[s].table =
+            kv->tables + (size_t)s * (size_t)kv->n_groups * (size_t)cfg->max_seq_blocks;
+        kv->slots[s].trim = kv->trims + (size_t)s * (size_t)kv->n_groups;
         kv->slots[s].chain = KV_HASH_ROOT;
     }
     return kv;
@@ -348,11 +514,14 @@ kv_cache *kv_cache_create(int n_layers, int kv_dim, int n_seqs, int max_ctx) {
 void kv_cache_free(kv_cache *kv) {
     if (!kv)
         return;
+    free(kv->layer_group);
+    free(kv->layer_base);
     free(kv->k_mem);
     free(kv->v_mem);
     free(kv->ref);
     free(kv->fill);
     free(kv->registered);
+    free(kv->group);
     free(kv->hash);
     free(kv->parent);
     free(kv->tokens);
@@ -362,6 +531,8 @@ void kv_cache_free(kv_cache *kv) {
     free(kv->ht);
     free(kv->slots);
     free(kv->tables);
+    free(kv->trims);
+    free(kv->match_hash);
     free(kv);
 }
 
@@ -383,6 +554,19 @@ size_t kv_cache_bytes(const kv_cache *kv) {
     return kv->pool_bytes;
 }
 
+void kv_cache_get_shape(const kv_cache *kv, kv_cache_shape *out) {
+    memset(out, 0, sizeof *out);
+    out->n_groups = kv->n_groups;
+    out->layers_per_group = kv->layers_per_group;
+    out->block_bytes = 2 * kv->elem * kv->block_floats * (size_t)kv->layers_per_group;
+    for (int g = 0; g < kv->n_groups; g++) {
+        int w = kv->group_window[g];
+        long held = w > 0 ? kv_window_held(&kv->cfg, w) : kv->cfg.max_seq_blocks;
+        out->n_window_groups += w > 0;
+        out->seq_blocks += held < kv->cfg.max_seq_blocks ? held : kv->cfg.max_seq_blocks;
+    }
+}
+
 static int kv_bad_seq(const kv_cache *kv, int seq) {
     return seq < 0 || seq >= kv->cfg.max_seqs;
 }
@@ -392,7 +576,7 @@ int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out) {
         return BRISK_EINVAL;
     if (layer < 0 || layer >= kv->cfg.n_layers || kv_bad_seq(kv, seq))
         return BRISK_ERANGE;
-    size_t off = (size_t)layer * kv->layer_floats * kv->elem;
+    size_t off = kv->layer_base[layer] * kv->elem;
     if (!kv->k) { /* external storage: the owner of the pool adds the layer offset */
         out->k = out->v = NULL;
         out->k16 = out->v16 = NULL;
@@ -402,9 +586,9 @@ int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out) {
         out->k16 = kv->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(kv->k + off);
         out->v16 = kv->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(kv->v + off);
     }
-    out->block_table = kv->slots[seq].table;
+    out->block_table = kv_table(kv, &kv->slots[seq], kv->layer_group[layer]);
     out->block_size = kv->cfg.block_size;
-    out->block_stride = kv->block_floats;
+    out->block_stride = kv->block_stride;
     out->row_stride = (size_t)kv->cfg.kv_dim;
     out->window = 0;
     out->softcap = 0.0f;
@@ -445,18 +629,33 @@ static int kv_must_copy(const kv_cache *kv, int32_t id) {
     return kv->ref[id] > 1 || kv->registered[id];
 }
 
-/* Blocks grow takes for n_new more positions (held blocks of the range that
- * must be copied, then blocks to append), or BRISK_ERANGE. Normally at most
- * one held block lies in the range: the partly-filled last one. */
-static int kv_grow_plan(const kv_cache *kv, const kv_slot *s, int n_new, int *n_copy, int *n_add) {
+/* Blocks grow takes for n_new more positions, net of what the window groups
+ * release first, or BRISK_ERANGE. cap: count a window group at most at what
+ * it holds at once (the estimate for a whole prompt). Normally at most one
+ * held block per group lies in the range: the partly-filled last one. */
+static int kv_grow_need(const kv_cache *kv, const kv_slot *s, int n_new, int cap, long *out) {
     long long bs = kv->cfg.block_size;
     long long need = ((long long)s->n_pos + n_new + bs - 1) / bs;
     if (need > kv->cfg.max_seq_blocks)
         return BRISK_ERANGE;
-    *n_copy = 0;
-    for (int b = s->n_pos / (int)bs; b < s->n_blocks && b < need; b++)
-        *n_copy += kv_must_copy(kv, s->table[b]);
-    *n_add = need > s->n_blocks ? (int)need - s->n_blocks : 0;
+    long n_add = need > s->n_blocks ? (long)need - s->n_blocks : 0, total = 0;
+    for (int g = 0; g < kv->n_groups; g++) {
+        const int32_t *t = kv_table(kv, s, g);
+        long n = n_add;
+        for (int b = s->n_pos / (int)bs; b < s->n_blocks && b < need; b++)
+            n += kv_must_copy(kv, t[b]);
+        int w = kv->group_window[g];
+        if (w > 0) { /* blocks trim will release: the ones no other slot holds */
+            int lo = kv_first_seen(w, s->n_pos, (int)bs);
+            for (int b = s->trim[g]; b < lo && b < s->n_blocks; b++)
+                n -= t[b] != kv->hole && kv->ref[t[b]] == 1;
+            long held = kv_window_held(&kv->cfg, w);
+            if (cap && n_new > kv->cfg.max_grow && n > held)
+                n = held;
+        }
+        total += n;
+    }
+    *out = total;
     return 0;
 }
 
@@ -467,51 +666,82 @@ int kv_cache_seq_blocks_needed(const kv_cache *kv, int seq, int n_new) {
         return BRISK_EINVAL;
     if (n_new == 0)
         return 0;
-    int n_copy, n_add, rc = kv_grow_plan(kv, &kv->slots[seq], n_new, &n_copy, &n_add);
-    return rc < 0 ? rc : n_copy + n_add;
+    long n;
+    int rc = kv_grow_need(kv, &kv->slots[seq], n_new, 1, &n);
+    return rc < 0 ? rc : n > INT_MAX ? INT_MAX : (int)n;
 }
 
-/* Gives slot s a private copy of its block b: the rows below n_pos of every
- * layer, K and V. Rows past n_pos are not copied: nothing reads them before
- * this slot writes them. */
-static void kv_cow(kv_cache *kv, kv_slot *s, int b) {
-    int32_t old = s->table[b], id = kv_alloc(kv);
+/* Gives slot s a private copy of its block b in group g: the rows below
+ * n_pos of every layer of the group, K and V. Rows past n_pos are not
+ * copied: nothing reads them before this slot writes them. */
+static void kv_cow(kv_cache *kv, kv_slot *s, int g, int b) {
+    int32_t *t = kv_table(kv, s, g);
+    int32_t old = t[b], id = kv_alloc(kv);
     int bs = kv->cfg.block_size, rows = s->n_pos - b * bs;
     rows = rows < 0 ? 0 : rows > bs ? bs : rows;
     size_t n = (size_t)rows * (size_t)kv->cfg.kv_dim * kv->elem;
     if (kv->cfg.copy_rows && rows > 0)
         kv->cfg.copy_rows(kv->cfg.copy_ctx, id, old, rows);
     for (int l = 0; kv->k && l < kv->cfg.n_layers; l++) {
-        size_t to = ((size_t)l * kv->layer_floats + (size_t)id * kv->block_floats) * kv->elem;
-        size_t from = ((size_t)l * kv->layer_floats + (size_t)old * kv->block_floats) * kv->elem;
+        if (kv->layer_group[l] != g)
+            continue;
+        size_t to = (kv->layer_base[l] + (size_t)id * kv->block_stride) * kv->elem;
+        size_t from = (kv->layer_base[l] + (size_t)old * kv->block_stride) * kv->elem;
         memcpy(kv->k + to, kv->k + from, n);
         memcpy(kv->v + to, kv->v + from, n);
     }
     kv_set_fill(kv, id, rows);
-    s->table[b] = id;
+    t[b] = id;
     kv_unref(kv, old);
     kv->cow_copies++;
 }
 
+/* Releases the window groups' blocks that no query at n_pos or later sees
+ * (their entries point at the zero block from then on). */
+static void kv_trim(kv_cache *kv, kv_slot *s) {
+    for (int g = 0; g < kv->n_groups; g++) {
+        int w = kv->group_window[g];
+        if (w <= 0)
+            continue;
+        int32_t *t = kv_table(kv, s, g);
+        int lo = kv_first_seen(w, s->n_pos, kv->cfg.block_size);
+        for (; s->trim[g] < lo && s->trim[g] < s->n_blocks; s->trim[g]++) {
+            int32_t id = t[s->trim[g]];
+            if (id != kv->hole) {
+                kv_unref(kv, id);
+                t[s->trim[g]] = kv->hole;
+                kv->window_released++;
+            }
+        }
+    }
+}
+
 int kv_cache_seq_grow(kv_cache *kv, int seq, int n_new) {
-    int need = kv_cache_seq_blocks_needed(kv, seq, n_new);
-    if (need < 0)
-        return need;
+    if (kv_bad_seq(kv, seq))
+        return BRISK_ERANGE;
+    if (n_new < 0)
+        return BRISK_EINVAL;
+    kv_slot *s = &kv->slots[seq];
+    long need;
+    int rc = kv_grow_need(kv, s, n_new, 0, &need);
+    if (rc < 0)
+        return rc;
     if (need > kv_cache_n_available(kv))
         return BRISK_ENOSPC;
     if (n_new == 0)
         return 0;
-    kv_slot *s = &kv->slots[seq];
-    int n_copy, n_add, bs = kv->cfg.block_size;
-    kv_grow_plan(kv, s, n_new, &n_copy, &n_add);
-    for (int b = s->n_pos / bs; n_copy > 0; b++) {
-        if (kv_must_copy(kv, s->table[b])) {
-            kv_cow(kv, s, b);
-            n_copy--;
-        }
+    kv_trim(kv, s);
+    int bs = kv->cfg.block_size, n_need = (s->n_pos + n_new + bs - 1) / bs;
+    for (int g = 0; g < kv->n_groups; g++) {
+        int32_t *t = kv_table(kv, s, g);
+        for (int b = s->n_pos / bs; b < s->n_blocks && b < n_need; b++)
+            if (kv_must_copy(kv, t[b]))
+                kv_cow(kv, s, g, b);
+        for (int b = s->n_blocks; b < n_need; b++)
+            t[b] = kv_alloc(kv);
     }
-    while (n_add-- > 0)
-        s->table[s->n_blocks++] = kv_alloc(kv);
+    if (n_need > s->n_blocks)
+        s->n_blocks = n_need;
     return 0;
 }
 
@@ -522,11 +752,17 @@ void kv_cache_seq_set_pos(kv_cache *kv, int seq, int n_pos) {
     int bs = kv->cfg.block_size;
     if (n_pos < 0 || n_pos > s->n_blocks * bs)
         return;
+    for (int g = 0; g < kv->n_groups; g++) /* a released block would be needed again */
+        if (kv->group_window[g] > 0 && kv_first_seen(kv->group_window[g], n_pos, bs) < s->trim[g])
+            return;
     /* Blocks below the old n_pos already have their fill (each call and each
      * way a slot gets blocks keeps fill >= rows covered); only the new ones
      * need it. */
-    for (int b = s->n_pos / bs; b * bs < n_pos; b++)
-        kv_set_fill(kv, s->table[b], n_pos - b * bs < bs ? n_pos - b * bs : bs);
+    for (int g = 0; g < kv->n_groups; g++) {
+        const int32_t *t = kv_table(kv, s, g);
+        for (int b = s->n_pos / bs; b * bs < n_pos; b++)
+            kv_set_fill(kv, t[b], n_pos - b * bs < bs ? n_pos - b * bs : bs);
+    }
     /* Moving back into checked blocks: they may be rewritten, so commit
      * starts over (registered blocks are skipped again in O(1) each). */
     if (n_pos < s->n_checked * bs) {
@@ -534,6 +770,18 @@ void kv_cache_seq_set_pos(kv_cache *kv, int seq, int n_pos) {
         s->chain = KV_HASH_ROOT;
     }
     s->n_pos = n_pos;
+}
+
+/* The registered block of group g for the prefix hash h whose parent chain
+ * and tokens match, or KV_NONE. */
+static int32_t kv_lookup(const kv_cache *kv, int g, uint64_t h, uint64_t parent,
+                         const int32_t *tok) {
+    int bs = kv->cfg.block_size;
+    int32_t id = kv_ht_find(kv, kv_group_key(h, g));
+    if (id == KV_NONE || kv->group[id] != g || kv->parent[id] != parent ||
+        memcmp(kv->tokens + (size_t)id * (size_t)bs, tok, (size_t)bs * sizeof *tok) != 0)
+        return KV_NONE;
+    return id;
 }
 
 void kv_cache_seq_commit(kv_cache *kv, int seq, const int32_t *tokens, int n) {
@@ -544,19 +792,32 @@ void kv_cache_seq_commit(kv_cache *kv, int seq, const int32_t *tokens, int n) {
     if (n > s->n_pos)
         n = s->n_pos;
     for (; s->n_checked < n / bs; s->n_checked++) {
-        int32_t id = s->table[s->n_checked];
-        if (kv->registered[id]) { /* shared by a fork or a match */
-            s->chain = kv->hash[id];
-            continue;
-        }
         const int32_t *tok = tokens + (size_t)s->n_checked * (size_t)bs;
-        uint64_t h = kv_hash_block(s->chain, tok, bs);
-        /* The same prefix computed by another slot (or a 64-bit collision):
-         * keep the registered one; this block stays private and is freed
-         * when released. */
-        if (kv_ht_find(kv, h) == KV_NONE) {
+        /* A block registered already (shared by a fork or a match) names the
+         * prefix; else it is hashed. */
+        uint64_t h = 0;
+        int known = 0;
+        for (int g = 0; g < kv->n_groups && !known; g++) {
+            int32_t id = kv_table(kv, s, g)[s->n_checked];
+            if (id != kv->hole && kv->registered[id]) {
+                h = kv_group_key(kv->hash[id], g);
+                known = 1;
+            }
+        }
+        if (!known)
+            h = kv_hash_block(s->chain, tok, bs);
+        for (int g = 0; g < kv->n_groups; g++) {
+            int32_t id = kv_table(kv, s, g)[s->n_checked];
+            /* Released (a window group), registered, or the same prefix
+             * computed by another slot (or a 64-bit collision): keep the
+             * registered one; this block stays private and is freed when
+             * released. */
+            uint64_t key = kv_group_key(h, g);
+            if (id == kv->hole || kv->registered[id] || kv_ht_find(kv, key) != KV_NONE)
+                continue;
             kv->registered[id] = 1;
-            kv->hash[id] = h;
+            kv->group[id] = (uint8_t)g;
+            kv->hash[id] = key;
             kv->parent[id] = s->chain;
             memcpy(kv->tokens + (size_t)id * (size_t)bs, tok, (size_t)bs * sizeof *tok);
             kv_set_fill(kv, id, bs);
@@ -573,8 +834,16 @@ void kv_cache_seq_release(kv_cache *kv, int seq) {
     /* Last block first: the tail of a prefix becomes older in the LRU than
      * its head, so eviction eats prefixes from the end and the head, shared
      * by more prompts, stays matchable longest. */
-    while (s->n_blocks > 0)
-        kv_unref(kv, s->table[--s->n_blocks]);
+    while (s->n_blocks > 0) {
+        s->n_blocks--;
+        for (int g = kv->n_groups - 1; g >= 0; g--) {
+            int32_t id = kv_table(kv, s, g)[s->n_blocks];
+            if (id != kv->hole)
+                kv_unref(kv, id);
+        }
+    }
+    for (int g = 0; g < kv->n_groups; g++)
+        s->trim[g] = 0;
     s->n_pos = 0;
     s->n_checked = 0;
     s->chain = KV_HASH_ROOT;
@@ -592,21 +861,54 @@ int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int 
     int limit = max_positions < n ? max_positions : n;
     if (limit > kv->cfg.max_seq_blocks * bs)
         limit = kv->cfg.max_seq_blocks * bs;
+    /* The longest run of leading blocks every full-attention group holds... */
     uint64_t chain = KV_HASH_ROOT;
-    while (s->n_blocks < limit / bs) {
-        const int32_t *tok = tokens + (size_t)s->n_blocks * (size_t)bs;
+    int m = 0;
+    for (; m < limit / bs; m++) {
+        const int32_t *tok = tokens + (size_t)m * (size_t)bs;
         uint64_t h = kv_hash_block(chain, tok, bs);
-        int32_t id = kv_ht_find(kv, h);
-        if (id == KV_NONE || kv->parent[id] != chain ||
-            memcmp(kv->tokens + (size_t)id * (size_t)bs, tok, (size_t)bs * sizeof *tok) != 0)
+        int ok = 1;
+        for (int g = 0; g < kv->n_groups && ok; g++)
+            ok = kv->group_window[g] > 0 || kv_lookup(kv, g, h, chain, tok) != KV_NONE;
+        if (!ok)
             break;
-        kv_ref(kv, id);
-        s->table[s->n_blocks++] = id;
-        chain = h;
+        kv->match_hash[m] = chain = h;
     }
-    s->n_pos = s->n_blocks * bs;
-    s->n_checked = s->n_blocks;
-    s->chain = chain;
+    /* ...cut back until every window group holds the blocks a query right
+     * after it sees. */
+    int k = m;
+    for (int g = 0; g < kv->n_groups; g++) {
+        int w = kv->group_window[g];
+        for (int b = k - 1; w > 0 && b >= kv_first_seen(w, k * bs, bs); b--) {
+            uint64_t parent = b > 0 ? kv->match_hash[b - 1] : KV_HASH_ROOT;
+            if (kv_lookup(kv, g, kv->match_hash[b], parent, tokens + (size_t)b * (size_t)bs) ==
+                KV_NONE) {
+                k = b;
+                g = -1; /* every group again at the shorter prefix */
+                break;
+            }
+        }
+    }
+    for (int b = 0; b < k; b++)
+        for (int g = 0; g < kv->n_groups; g++) {
+            int w = kv->group_window[g];
+            int32_t id = KV_NONE;
+            if (w > 0 && b < kv_first_seen(w, k * bs, bs)) {
+                id = kv->hole;
+            } else {
+                uint64_t parent = b > 0 ? kv->match_hash[b - 1] : KV_HASH_ROOT;
+                id = kv_lookup(kv, g, kv->match_hash[b], parent, tokens + (size_t)b * (size_t)bs);
+                assert(id != KV_NONE); /* found above, and nothing evicted since */
+                kv_ref(kv, id);
+            }
+            kv_table(kv, s, g)[b] = id;
+        }
+    for (int g = 0; g < kv->n_groups; g++)
+        s->trim[g] = kv->group_window[g] > 0 ? kv_first_seen(kv->group_window[g], k * bs, bs) : 0;
+    s->n_blocks = k;
+    s->n_pos = k * bs;
+    s->n_checked = k;
+    s->chain = k > 0 ? kv->match_hash[k - 1] : KV_HASH_ROOT;
     kv->prefix_queries += n;
     kv->prefix_hits += s->n_pos;
     return s->n_pos;
@@ -622,10 +924,23 @@ int kv_cache_seq_fork(kv_cache *kv, int dst, int src, int n_pos) {
     if (n_pos < 0 || n_pos > s->n_pos)
         return BRISK_ERANGE;
     int bs = kv->cfg.block_size;
+    for (int g = 0; g < kv->n_groups; g++)
+        if (kv->group_window[g] > 0 && kv_first_seen(kv->group_window[g], n_pos, bs) < s->trim[g])
+            return BRISK_ENOTFOUND; /* src released blocks dst would see */
     for (int b = 0; b * bs < n_pos; b++) {
-        kv_ref(kv, s->table[b]);
-        d->table[d->n_blocks++] = s->table[b];
+        for (int g = 0; g < kv->n_groups; g++) {
+            int w = kv->group_window[g];
+            int32_t id = kv_table(kv, s, g)[b];
+            if (w > 0 && b < kv_first_seen(w, n_pos, bs))
+                id = kv->hole;
+            if (id != kv->hole)
+                kv_ref(kv, id);
+            kv_table(kv, d, g)[b] = id;
+        }
+        d->n_blocks++;
     }
+    for (int g = 0; g < kv->n_groups; g++)
+        d->trim[g] = kv->group_window[g] > 0 ? kv_first_seen(kv->group_window[g], n_pos, bs) : 0;
     d->n_pos = n_pos;
     /* The source's commit cursor carries over when it lies within the fork. */
     if (s->n_checked * bs <= n_pos) {
@@ -653,6 +968,7 @@ void kv_cache_get_stats(const kv_cache *kv, kv_cache_stats *out) {
     out->prefix_hits = kv->prefix_hits;
     out->cow_copies = kv->cow_copies;
     out->evictions = kv->evictions;
+    out->window_released = kv->window_released;
 }
 
 /* Codes of kv_cache_check, one per invariant. */
@@ -665,6 +981,7 @@ enum {
     KV_BAD_FREE = -6,  /* free stack is not exactly the free blocks */
     KV_BAD_COUNT = -7, /* counters disagree with the blocks */
     KV_BAD_NOMEM = -8, /* the check itself could not allocate */
+    KV_BAD_TRIM = -9,  /* a released entry where a query still looks, or a held one below trim */
 };
 
 static int kv_check_slots(const kv_cache *kv, int32_t *count) {
@@ -675,14 +992,25 @@ static int kv_check_slots(const kv_cache *kv, int32_t *count) {
             s->n_pos > s->n_blocks * bs || s->n_checked < 0 || s->n_checked > s->n_blocks ||
             s->n_checked * bs > s->n_pos)
             return KV_BAD_SLOT;
-        for (int b = 0; b < s->n_blocks; b++) {
-            int32_t id = s->table[b];
-            if (id < 0 || id >= kv->cfg.n_blocks)
-                return KV_BAD_SLOT;
-            count[id]++;
-            int rows = s->n_pos - b * bs;
-            if (rows > 0 && kv->fill[id] < (rows < bs ? rows : bs))
-                return KV_BAD_FILL;
+        for (int g = 0; g < kv->n_groups; g++) {
+            const int32_t *t = kv_table(kv, s, g);
+            int w = kv->group_window[g];
+            if (s->trim[g] < 0 || (w <= 0 && s->trim[g] != 0) ||
+                (w > 0 && s->n_blocks > 0 && s->trim[g] > kv_first_seen(w, s->n_pos, bs)))
+                return KV_BAD_TRIM;
+            for (int b = 0; b < s->n_blocks; b++) {
+                int32_t id = t[b];
+                if ((id == kv->hole) != (b < s->trim[g]))
+                    return KV_BAD_TRIM;
+                if (id == kv->hole)
+                    continue;
+                if (id < 0 || id >= kv->cfg.n_blocks)
+                    return KV_BAD_SLOT;
+                count[id]++;
+                int rows = s->n_pos - b * bs;
+                if (rows > 0 && kv->fill[id] < (rows < bs ? rows : bs))
+                    return KV_BAD_FILL;
+            }
         }
     }
     return 0;

@@ -29,6 +29,25 @@
  * ("cached") and is evicted least-recently-used only when a fresh block is
  * needed and no never-registered free block is left.
  *
+ * Sliding-window layers (cfg.layer_window, Gemma's local layers, Mistral).
+ * A layer whose queries see only the last W positions does not need the
+ * blocks behind them, so the cache may release them. It then groups the
+ * layers: layers with the same window (0 for full attention) go into groups
+ * of layers_per_group layers (the gcd of the classes' sizes, so every block
+ * is the same size and one pool serves every group), and each slot keeps one
+ * block table per group. A block holds layers_per_group layers of
+ * block_size positions; the layout is [n_blocks + 1][layers_per_group]
+ * [block_size][kv_dim] (the extra block stays zero). Before a window group
+ * grows, its blocks that no later query can see are released and their table
+ * entries point at that zero block, which attention reads with zero weight.
+ * A prefix-cache match attaches only a prefix whose blocks every group still
+ * holds: all of them for full-attention groups, the last window's worth for
+ * window groups. Grouping needs cfg.max_grow (the most positions one grow
+ * asks for), which bounds what a window group holds; a window whose bound is
+ * not below a full context saves nothing and is treated as full attention.
+ * Without windows the layout is [n_layers][n_blocks][block_size][kv_dim], one
+ * table per slot, as before.
+ *
  * Threading: none. The engine thread alone calls every function here.
  */
 #ifndef KV_CACHE_H
@@ -50,6 +69,12 @@ typedef struct kv_cache_config {
     int max_seq_blocks; /* most blocks one slot may hold (its context / block_size, rounded up) */
     int prefix_cache;   /* 1: register full blocks and match prompts against them */
     int f16;            /* 1: store K and V as f16 (default f32) */
+    /* Sliding windows: n_layers entries, > 0 the positions a query of that
+     * layer sees (see above), 0 full attention; NULL: no layer is windowed.
+     * Borrowed for the call to create only. Ignored when max_grow is 0.
+     * Not with external storage (copy_rows set). */
+    const int *layer_window;
+    int max_grow; /* most positions one kv_cache_seq_grow asks for (0: no bound) */
     /* External storage (the CUDA backend's device pool). NULL: K and V are
      * host arrays the cache allocates. Set: the cache allocates no K/V memory
      * and only keeps the books; the owner of the pool lays it out as above,
@@ -66,6 +91,23 @@ typedef struct kv_cache_config {
  * 0 for a bad argument or an overflow. */
 size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_blocks);
 size_t kv_cache_pool_bytes_dtype(int n_layers, int kv_dim, int block_size, long n_blocks, int f16);
+
+/* How a configuration lays out its pool (cfg.n_blocks is not read). */
+typedef struct kv_cache_shape {
+    int n_groups;         /* block tables per slot */
+    int n_window_groups;  /* of them, window groups (they release blocks) */
+    int layers_per_group; /* layers one block holds */
+    size_t block_bytes;   /* K plus V bytes of one block; 0 on overflow */
+    /* Most blocks one slot holds at once: max_seq_blocks per full group plus
+     * a window's worth (with one grow of max_grow) per window group. */
+    long seq_blocks;
+} kv_cache_shape;
+
+/* Fills *out; BRISK_EINVAL for a configuration create would refuse. */
+int kv_cache_shape_of(const kv_cache_config *cfg, kv_cache_shape *out);
+
+/* The shape of a cache made (seq_blocks for its max_seq_blocks). */
+void kv_cache_get_shape(const kv_cache *kv, kv_cache_shape *out);
 
 /* Returns NULL if an argument is out of range or allocation fails. */
 kv_cache *kv_cache_create_paged(const kv_cache_config *cfg);
@@ -90,18 +132,23 @@ int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out);
 int kv_cache_seq_capacity(const kv_cache *kv, int seq);
 int kv_cache_seq_n_pos(const kv_cache *kv, int seq);
 int kv_cache_seq_n_blocks(const kv_cache *kv, int seq);
-/* Block ids of the slot (n_blocks of them); valid until the slot changes. */
+/* Block ids of the slot (n_blocks of them) in its first group's table (the
+ * only one without windows); valid until the slot changes. */
 const int32_t *kv_cache_seq_blocks(const kv_cache *kv, int seq);
 
 /* Blocks kv_cache_seq_grow(kv, seq, n_new) would take from the pool:
- * new blocks plus one for a copy-on-write of a shared partial last block. */
+ * new blocks plus one for a copy-on-write of a shared partial last block,
+ * less the window groups' blocks it releases first (net; may be negative).
+ * For n_new > max_grow (a whole prompt, grown later in steps) a window
+ * group counts at most the blocks it holds at once. */
 int kv_cache_seq_blocks_needed(const kv_cache *kv, int seq, int n_new);
 /* Makes positions [n_pos, n_pos + n_new) writable: copies a shared
  * partly-filled last block (copy-on-write), then appends blocks. All or
  * nothing: BRISK_ENOSPC (slot unchanged) when the pool cannot supply them,
  * BRISK_ERANGE past max_seq_blocks. Does not change n_pos. */
 int kv_cache_seq_grow(kv_cache *kv, int seq, int n_new);
-/* Sets the positions the slot holds (<= capacity). */
+/* Sets the positions the slot holds (<= capacity; not so far back that a
+ * window group released blocks a query at n_pos would see). */
 void kv_cache_seq_set_pos(kv_cache *kv, int seq, int n_pos);
 /* Registers the slot's full blocks that are not registered yet, given the
  * tokens at positions [0, n) (n <= n_pos; only blocks fully inside n count).
@@ -119,12 +166,15 @@ void kv_cache_seq_release(kv_cache *kv, int seq);
 int kv_cache_seq_match(kv_cache *kv, int seq, const int32_t *tokens, int n, int max_positions);
 /* For an empty dst: shares the blocks of src covering positions [0, n_pos)
  * (n_pos <= src's n_pos) and sets dst's n_pos to n_pos. A partly-filled last
- * block is shared too; kv_cache_seq_grow copies it before dst writes. */
+ * block is shared too; kv_cache_seq_grow copies it before dst writes.
+ * BRISK_ENOTFOUND (dst unchanged) when src's window groups have released
+ * blocks dst would need. */
 int kv_cache_seq_fork(kv_cache *kv, int dst, int src, int n_pos);
 
 /* ---- accounting ----------------------------------------------------------- */
 
 typedef struct kv_cache_stats {
+    /* Blocks of the one pool, whatever group holds them. */
     int blocks_total;
     int blocks_used;           /* reference count > 0 */
     int blocks_cached;         /* reference count 0, registered (reusable by a match) */
@@ -135,6 +185,7 @@ typedef struct kv_cache_stats {
     long long prefix_hits;    /* tokens found */
     long long cow_copies;
     long long evictions;
+    long long window_released; /* table entries released behind a window */
 } kv_cache_stats;
 
 void kv_cache_get_stats(const kv_cache *kv, kv_cache_stats *out);

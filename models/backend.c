@@ -35,11 +35,6 @@ const char *model_device_name(model_device d) {
  * budget less a margin for scratch and a useful KV pool (1/8 of it). */
 static model_device backend_pick(const model *m, const model_backend_opts *o) {
     size_t free_b = 0, total_b = 0;
-    if (!model_config_cuda_ready(model_get_config(m))) {
-        BRISK_INFO("device auto: cpu (this %s model runs on the CPU only so far)",
-                   model_arch_name(model_get_config(m)->arch));
-        return MODEL_DEVICE_CPU;
-    }
     if (!model_config_cuda_validated(model_get_config(m))) {
         BRISK_INFO("device auto: cpu (the CUDA path of this %s model has not yet been checked on "
                    "a GPU; --device cuda runs it)",

@@ -377,11 +377,12 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
             TRY(kern_cuda_rmsnorm(cb->k, cb->k, NULL, L->k_norm, n * c->n_kv_heads, c->head_dim,
                                   c->norm_eps, s));
         }
-        TRY(kern_cuda_rope(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
-                           L->rope_base, L->rope_freq_scale, cb->rope_freqs, c->rope_mode, s));
-        TRY(kern_cuda_rope(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot,
-                           cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
-                           c->rope_mode, s));
+        TRY(kern_cuda_rope_ex(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
+                              L->rope_base, L->rope_freq_scale, cb->rope_freqs, c->rope_attn_factor,
+                              c->rope_mode, s));
+        TRY(kern_cuda_rope_ex(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot,
+                              cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
+                              c->rope_attn_factor, c->rope_mode, s));
         TRY(kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots, n, kv_dim, s));
         if (decode)
             TRY(kern_cuda_attn_decode_ex(
@@ -863,8 +864,13 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
     const model_weights *w = model_get_weights(m);
     TRY(upload_embedding(cb, &w->tok_embd));
     TRY(upload_f32(&cb->output_norm, w->output_norm, (size_t)c->dim, &cb->weight_bytes));
-    if (w->rope_freqs)
-        TRY(upload_f32(&cb->rope_freqs, w->rope_freqs, (size_t)c->n_rot / 2, &cb->weight_bytes));
+    /* Llama 3.1's divisors, or Phi-3's LongRoPE ones: long where the context
+     * per sequence exceeds the original one (the CPU's rule, forward.c). */
+    const float *freqs = w->rope_freqs                                      ? w->rope_freqs
+                         : w->rope_long && cb->o.max_ctx > c->rope_orig_ctx ? w->rope_long
+                                                                            : w->rope_short;
+    if (freqs)
+        TRY(upload_f32(&cb->rope_freqs, freqs, (size_t)c->n_rot / 2, &cb->weight_bytes));
     if (c->tied_output && cb->wfmt == KERN_CUDA_W_F16) {
         /* The f16 table is the output matrix too. */
         cb->output = (kern_cuda_weight){KERN_CUDA_W_F16, c->n_vocab, c->dim, cb->tok_embd, NULL};
@@ -983,13 +989,6 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
                  "--device cuda: the model was loaded in the CPU layout "
                  "(model_load_opts.cpu_layout)");
         return BRISK_EINVAL;
-    }
-    if (!model_config_cuda_ready(c)) {
-        snprintf(err, err_len,
-                 "--device cuda: this %s model (fused q/k/v and gate/up tensors, LongRoPE) runs "
-                 "on the CPU only so far (--device cpu)",
-                 model_arch_name(c->arch));
-        return BRISK_EUNSUPPORTED;
     }
     if (c->head_dim % 8 != 0 || c->head_dim > KERN_CUDA_ATTN_MAX_DIM) {
         snprintf(err, err_len,

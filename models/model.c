@@ -752,12 +752,6 @@ int model_config_cuda_validated(const model_config *c) {
     return (c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2) && c->n_swa == 0;
 }
 
-int model_config_cuda_ready(const model_config *c) {
-    /* Everything but Phi-3's fused tensors and LongRoPE runs on CUDA: Qwen3's
-     * q/k norms, Gemma's blocks, soft-caps and sliding windows. */
-    return c->arch != MODEL_ARCH_PHI3;
-}
-
 const char *model_arch_name(model_arch a) {
     switch (a) {
     case MODEL_ARCH_LLAMA: return "llama";

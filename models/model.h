@@ -81,12 +81,10 @@ typedef struct model_config {
     int tied_output; /* output projection shares token_embd */
 } model_config;
 
-/* 1 when the CUDA backend has every piece this model needs (all but Phi-3's
- * fused tensors and LongRoPE): --device cuda may run it. */
-int model_config_cuda_ready(const model_config *c);
-/* 1 when that CUDA path has also run on a GPU against the CPU (llama and
+/* 1 when the model's CUDA path has run on a GPU against the CPU (llama and
  * qwen2 without windows; test_cuda_model): --device auto picks CUDA only
- * for these, until Qwen3's and Gemma's pass there too. */
+ * for these, until Qwen3's, Gemma's and Phi-3's pass there too; --device
+ * cuda runs every architecture. */
 int model_config_cuda_validated(const model_config *c);
 
 /* A matrix in compute format: n_out rows of n_in values of `type`. */

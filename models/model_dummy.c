@@ -31,29 +31,47 @@
 
 typedef struct dummy_shape {
     const char *name;
-    const char *arch; /* "llama", "qwen2", "qwen3" or "gemma3" */
+    const char *arch; /* "llama", "qwen2", "qwen3", "gemma3" or "phi3" */
     int n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, hidden_dim, n_ctx;
     float rope_base, norm_eps;
     int tied;
     int sliding_window; /* gemma3: its local layers' window (0: none) */
+    /* phi3: LongRoPE's original context (0: no LongRoPE) and attn_factor */
+    int rope_orig_ctx;
+    float rope_attn_factor;
 } dummy_shape;
 
 /* Shapes from the models' published configurations. */
 static const dummy_shape SHAPES[] = {
-    {"llama-3-8b", "llama", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 1e-5f, 0, 0},
-    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0f, 1e-5f, 1, 0},
-    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 32768, 1000000.0f, 1e-6f, 0, 0},
-    {"qwen3-0.6b", "qwen3", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1000000.0f, 1e-6f, 1, 0},
-    {"qwen3-8b", "qwen3", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.0f, 1e-6f, 0, 0},
-    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 8192, 100000.0f, 1e-5f, 1, 0},
-    {"stories110m", "llama", 32000, 768, 12, 12, 12, 64, 2048, 1024, 10000.0f, 1e-5f, 1, 0},
-    {"gemma3-1b", "gemma3", 262144, 1152, 26, 4, 1, 256, 6912, 32768, 1000000.0f, 1e-6f, 1, 512},
+    {"llama-3-8b", "llama", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 1e-5f, 0, 0, 0,
+     0.0f},
+    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0,
+     0.0f},
+    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 32768, 1000000.0f, 1e-6f, 0, 0, 0,
+     0.0f},
+    {"qwen3-0.6b", "qwen3", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1000000.0f, 1e-6f, 1, 0, 0,
+     0.0f},
+    {"qwen3-8b", "qwen3", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.0f, 1e-6f, 0, 0, 0,
+     0.0f},
+    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 8192, 100000.0f, 1e-5f, 1, 0, 0,
+     0.0f},
+    {"stories110m", "llama", 32000, 768, 12, 12, 12, 64, 2048, 1024, 10000.0f, 1e-5f, 1, 0, 0,
+     0.0f},
+    {"gemma3-1b", "gemma3", 262144, 1152, 26, 4, 1, 256, 6912, 32768, 1000000.0f, 1e-6f, 1, 512, 0,
+     0.0f},
+    /* Phi-3.5-mini's widths (3,072, 32 heads of 96, 8,192 hidden, its 32,064
+     * vocabulary and attn_factor) in 4 of its 32 layers, for the CPU/CUDA
+     * comparison; LongRoPE factors (made up, rising like the real ones) with
+     * an original context of 16, so that the tests' short contexts take the
+     * long factors. */
+    {"phi3.5-mini-4l", "phi3", 32064, 3072, 4, 32, 32, 96, 8192, 131072, 10000.0f, 1e-5f, 0, 0, 16,
+     1.1902381f},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
-const char *const model_dummy_configs[] = {"llama-3-8b",  "llama-3.2-1b", "qwen2.5-7b",
-                                           "qwen3-0.6b",  "qwen3-8b",     "smollm2-135m",
-                                           "stories110m", "gemma3-1b",    NULL};
+const char *const model_dummy_configs[] = {
+    "llama-3-8b",   "llama-3.2-1b", "qwen2.5-7b", "qwen3-0.6b",     "qwen3-8b",
+    "smollm2-135m", "stories110m",  "gemma3-1b",  "phi3.5-mini-4l", NULL};
 
 static const dummy_shape *dummy_find(const char *name) {
     for (int i = 0; i < N_SHAPES; i++)
@@ -68,9 +86,10 @@ int model_dummy_config(const char *name, model_config *out) {
         return BRISK_EINVAL;
     memset(out, 0, sizeof *out);
     int qwen2 = !strcmp(s->arch, "qwen2"), qwen3 = !strcmp(s->arch, "qwen3");
-    int gemma3 = !strcmp(s->arch, "gemma3");
+    int gemma3 = !strcmp(s->arch, "gemma3"), phi3 = !strcmp(s->arch, "phi3");
     int qwen = qwen2 || qwen3;
     out->arch = gemma3  ? MODEL_ARCH_GEMMA3
+                : phi3  ? MODEL_ARCH_PHI3
                 : qwen3 ? MODEL_ARCH_QWEN3
                 : qwen2 ? MODEL_ARCH_QWEN2
                         : MODEL_ARCH_LLAMA;
@@ -85,7 +104,9 @@ int model_dummy_config(const char *name, model_config *out) {
     out->n_rot = s->head_dim;
     out->rope_base = s->rope_base;
     out->rope_freq_scale = 1.0f;
-    out->rope_mode = qwen || gemma3 ? KERN_ROPE_SPLIT_HALF : KERN_ROPE_ADJACENT;
+    out->rope_mode = qwen || gemma3 || phi3 ? KERN_ROPE_SPLIT_HALF : KERN_ROPE_ADJACENT;
+    out->rope_orig_ctx = s->rope_orig_ctx;
+    out->rope_attn_factor = s->rope_orig_ctx > 0 ? s->rope_attn_factor : 1.0f;
     out->norm_eps = s->norm_eps;
     out->has_qkv_bias = qwen2;
     out->has_qk_norm = qwen3 || gemma3;
@@ -210,6 +231,12 @@ static int dummy_write_meta(gguf_writer *w, const dummy_shape *s, int with_vocab
     rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
     rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base);
     rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->norm_eps);
+    if (s->rope_orig_ctx > 0) { /* phi3: LongRoPE (the factor tensors are made with the weights) */
+        rc = rc ? rc
+                : gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
+                                      (uint32_t)s->rope_orig_ctx);
+        rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"), s->rope_attn_factor);
+    }
     if (s->sliding_window > 0) /* gemma3: its defaults give the local layers' base and pattern */
         rc = rc ? rc
                 : gguf_writer_set_u32(w, KEY("attention.sliding_window"),
@@ -356,6 +383,18 @@ static int dummy_weights(dummy_ctx *d) {
     }
     if ((rc = dummy_vector(d, c->dim, 1.0f, 0.0f, &w->output_norm)) < 0)
         return rc;
+    if (c->rope_orig_ctx > 0) { /* LongRoPE divisors: long 1 to ~25, short 1 to ~2 */
+        float *lo = model_alloc_owned(m, (size_t)(c->n_rot / 2) * sizeof *lo);
+        float *sh = model_alloc_owned(m, (size_t)(c->n_rot / 2) * sizeof *sh);
+        if (!lo || !sh)
+            return BRISK_ENOMEM;
+        for (int i = 0; i < c->n_rot / 2; i++) {
+            lo[i] = 1.0f + 24.0f * (float)(i * i) / (float)(c->n_rot * c->n_rot / 4);
+            sh[i] = 1.0f + (float)i / (float)(c->n_rot / 2);
+        }
+        w->rope_long = lo;
+        w->rope_short = sh;
+    }
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     if (!w->layers)
         return BRISK_ENOMEM;

@@ -623,6 +623,7 @@ static int engine_load(sched_engine *e) {
                            .cuda_graphs = e->cfg.cuda_graphs,
                            .kv_f16 = e->cfg.kv_f16,
                            .prefix_caching = e->cfg.prefix_caching,
+                           .no_window_release = e->cfg.no_window_release,
                            .kv_cache_bytes = e->cfg.kv_cache_bytes};
     int rc = sched_setup_create(&so, &e->setup, e->load_err, sizeof e->load_err);
     if (rc < 0)
@@ -660,12 +661,15 @@ static int engine_load(sched_engine *e) {
                    kern_cpu_pick() == KERN_PICK_TABLE ? "fastest per op, fixed table" : "one level",
                    kernels);
     }
+    kv_cache_shape sh;
+    kv_cache_get_shape(e->kv, &sh);
     BRISK_INFO("engine: %s ready: up to %d sequences x %d positions; KV cache %.1f MB %s = %ld "
-               "blocks x %d "
-               "positions (%ld positions), prefix caching %s; batch %d tokens",
+               "blocks x %d positions x %d layers, %d block tables per sequence (%d released "
+               "behind sliding windows; one context holds at most %ld blocks), prefix caching "
+               "%s; batch %d tokens",
                model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6,
-               kv_f16 ? "f16" : "f32", n_blocks, bs, n_blocks * bs,
-               e->cfg.prefix_caching ? "on" : "off", mbt);
+               kv_f16 ? "f16" : "f32", n_blocks, bs, sh.layers_per_group, sh.n_groups,
+               sh.n_window_groups, sh.seq_blocks, e->cfg.prefix_caching ? "on" : "off", mbt);
     return 0;
 }
 

@@ -51,6 +51,7 @@ typedef struct sched_engine_config {
     int block_size;       /* KV positions per block */
     long long kv_cache_bytes; /* KV pool size; 0: min(1 GiB, max_seqs * max_ctx positions) */
     int prefix_caching;       /* reuse KV blocks of earlier prompts with the same prefix */
+    int no_window_release;    /* 1: keep the KV blocks behind sliding windows (kv_cache.h) */
     int kv_f16;               /* store K/V as f16: half the memory per position */
     int max_waiting;          /* sequences allowed to wait; beyond: submit returns BRISK_ENOSPC */
     long max_waiting_tokens;  /* prompt tokens allowed to wait */

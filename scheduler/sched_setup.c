@@ -3,24 +3,51 @@
 #include "scheduler/sched_setup.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/brisk_error.h"
 
-/* Blocks in the pool, by the policy in sched_setup.h. */
-static long setup_pool_blocks(const sched_setup_opts *o, int bs, int ctx, size_t per_block,
+/* Blocks in the pool, by the policy in sched_setup.h: seq_blocks is what
+ * one full context holds at once (every group's table), per_block one
+ * block's bytes. */
+static long setup_pool_blocks(const sched_setup_opts *o, long seq_blocks, size_t per_block,
                               long long budget) {
-    long ctx_blocks = (ctx + bs - 1) / bs;
     if (o->kv_exact) /* at least 2: a pool of one block cannot copy on write */
-        return ctx_blocks * o->max_seqs < 2 ? 2 : ctx_blocks * o->max_seqs;
+        return seq_blocks * o->max_seqs < 2 ? 2 : seq_blocks * o->max_seqs;
     if (o->kv_cache_bytes > 0)
         return (long)(o->kv_cache_bytes / (long long)per_block);
     if (budget > 0)
         return (long)(budget / (long long)per_block); /* the GPU's */
-    long full = ctx_blocks * o->max_seqs;
+    long full = seq_blocks * o->max_seqs;
     long cap = (long)(((size_t)1 << 30) / per_block);
     long want = full < cap ? full : cap;
-    return want < ctx_blocks ? ctx_blocks : want;
+    return want < seq_blocks ? seq_blocks : want;
+}
+
+/* Sizes the pool for kc and cuts kc->max_seq_blocks to the longest context
+ * whose blocks (every group's, at once) fit in it. 0; -1 when that cut
+ * would change the grouping (a window no longer saves anything there). */
+static int setup_size_pool(const sched_setup_opts *o, long long budget, kv_cache_config *kc,
+                           kv_cache_shape *sh, long *n_blocks) {
+    *n_blocks = 0;
+    if (kv_cache_shape_of(kc, sh) < 0 || sh->block_bytes == 0)
+        return 0;
+    *n_blocks = setup_pool_blocks(o, sh->seq_blocks, sh->block_bytes, budget);
+    if (*n_blocks < 2 || *n_blocks > (1L << 30) || sh->seq_blocks <= *n_blocks)
+        return 0;
+    size_t bytes = sh->block_bytes;
+    int lo = 1, hi = kc->max_seq_blocks - 1;
+    while (lo < hi) {
+        kc->max_seq_blocks = lo + (hi - lo + 1) / 2;
+        if (kv_cache_shape_of(kc, sh) == 0 && sh->seq_blocks <= *n_blocks)
+            lo = kc->max_seq_blocks;
+        else
+            hi = kc->max_seq_blocks - 1;
+    }
+    kc->max_seq_blocks = lo;
+    kv_cache_shape_of(kc, sh);
+    return sh->block_bytes == bytes ? 0 : -1;
 }
 
 int sched_setup_load(const sched_setup_opts *o, sched_setup *out, char *err, size_t err_len) {
@@ -71,30 +98,53 @@ int sched_setup_finish(const sched_setup_opts *o, sched_setup *out, char *err, s
     }
     int kv_f16 = o->kv_f16 || out->be->device == MODEL_DEVICE_CUDA;
     int kv_dim = c->n_kv_heads * c->head_dim;
-    size_t per_block = kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, 1, kv_f16);
-    long n_blocks =
-        per_block ? setup_pool_blocks(o, bs, ctx, per_block, out->be->ops->kv_budget(out->be)) : 0;
-    if (n_blocks < 2 || n_blocks > (1L << 30)) {
-        snprintf(
-            err, err_len,
-            "the KV cache holds %ld blocks of %d positions (%.1f MB each); it needs at least 2",
-            n_blocks, bs, per_block / 1e6);
-        sched_setup_free(out);
-        return BRISK_EINVAL;
+    /* Sliding-window layers release the blocks behind their window (the
+     * serving engine on the CPU; the tools grow a whole context at once, and
+     * the CUDA backend lays out its own pool). */
+    int *windows = NULL;
+    if (!o->kv_exact && out->be->device != MODEL_DEVICE_CUDA && !o->no_window_release) {
+        windows = calloc((size_t)c->n_layers, sizeof *windows);
+        const model_weights *w = model_get_weights(out->m);
+        for (int l = 0; windows && l < c->n_layers; l++)
+            windows[l] = w->layers[l].window;
     }
-    if ((long)ctx > n_blocks * bs)
-        ctx = (int)(n_blocks * bs); /* a sequence never outgrows the pool */
     kv_cache_config kc = {.n_layers = c->n_layers,
                           .kv_dim = kv_dim,
                           .block_size = bs,
-                          .n_blocks = (int)n_blocks,
                           .max_seqs = o->max_seqs,
                           .max_seq_blocks = (ctx + bs - 1) / bs,
                           .prefix_cache = o->prefix_caching,
-                          .f16 = kv_f16};
-    if (model_backend_kv_create(out->be, &kc, &out->kv) < 0) {
+                          .f16 = kv_f16,
+                          .layer_window = windows,
+                          .max_grow = windows ? o->max_batch_tokens : 0};
+    kv_cache_shape sh;
+    long n_blocks;
+    long long budget = out->be->ops->kv_budget(out->be);
+    int msb = kc.max_seq_blocks;
+    if (setup_size_pool(o, budget, &kc, &sh, &n_blocks) < 0) {
+        /* Even one context with windows does not fit: no release then. */
+        kc.layer_window = NULL;
+        kc.max_grow = 0;
+        kc.max_seq_blocks = msb;
+        setup_size_pool(o, budget, &kc, &sh, &n_blocks);
+    }
+    if (n_blocks < 2 || n_blocks > (1L << 30) || sh.seq_blocks > n_blocks) {
+        snprintf(
+            err, err_len,
+            "the KV cache holds %ld blocks of %d positions (%.1f MB each); it needs at least 2",
+            n_blocks, bs, sh.block_bytes / 1e6);
+        free(windows);
+        sched_setup_free(out);
+        return BRISK_EINVAL;
+    }
+    if (ctx > kc.max_seq_blocks * bs)
+        ctx = kc.max_seq_blocks * bs;
+    kc.n_blocks = (int)n_blocks;
+    int rc_kv = model_backend_kv_create(out->be, &kc, &out->kv);
+    free(windows); /* borrowed by create only */
+    if (rc_kv < 0) {
         snprintf(err, err_len, "out of memory for the KV cache (%ld blocks, %.1f MB)", n_blocks,
-                 kv_cache_pool_bytes_dtype(c->n_layers, kv_dim, bs, n_blocks, kv_f16) / 1e6);
+                 (double)sh.block_bytes * (double)n_blocks / 1e6);
         out->kv = NULL;
         sched_setup_free(out);
         return BRISK_ENOMEM;

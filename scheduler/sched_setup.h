@@ -12,7 +12,12 @@
  *     for max_seqs full contexts capped at 1 GiB (at least one context);
  *     kv_exact: exactly max_seqs full contexts (one sequence's tools);
  *   - the GPU's cache is f16 whatever kv_f16 says (its attention reads f16);
- *   - a sequence never holds more positions than the pool.
+ *   - a sequence never holds more positions than the pool;
+ *   - on the CPU the serving engine's cache releases the blocks behind
+ *     sliding windows (kv_cache.h), so a context's blocks are the full
+ *     layers' for every position plus the window layers' for a window and
+ *     one step (max_batch_tokens), and the pool is sized in those; not with
+ *     kv_exact (the tools grow a whole context at once) or on the GPU.
  *
  * Ownership: the setup owns the model, the backend and the cache; the
  * thread pool is borrowed from the caller and must outlive them. */
@@ -46,6 +51,7 @@ typedef struct sched_setup_opts {
     int prefix_caching;            /* 1: reuse the blocks of earlier prompts */
     long long kv_cache_bytes;      /* > 0: the pool's size in bytes */
     int kv_exact;                  /* 1: a pool of exactly max_seqs full contexts */
+    int no_window_release;         /* 1: keep the blocks behind sliding windows */
 } sched_setup_opts;
 
 typedef struct sched_setup {

@@ -42,6 +42,7 @@ typedef enum {
     O_BLOCK_SIZE,
     O_NO_PREFIX,
     O_ENABLE_PREFIX,
+    O_NO_WINDOW_RELEASE,
     O_KV_DTYPE,
     O_MAX_QUEUED,
     O_MAX_QUEUED_TOKENS,

@@ -45,6 +45,8 @@ static int serve_config(const cli_vals *v, srv_app_config *c, srv_keys *keys) {
         c->engine.prefix_caching = 1;
     if (GIVEN(O_NO_PREFIX))
         c->engine.prefix_caching = 0;
+    if (GIVEN(O_NO_WINDOW_RELEASE))
+        c->engine.no_window_release = 1;
     if (GIVEN(O_KV_DTYPE))
         c->engine.kv_f16 = !strcmp(v->s[O_KV_DTYPE], "f16");
     if (GIVEN(O_DEVICE))

@@ -663,6 +663,10 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
             &b, m, "brisk_kv_cache_slots_filled_total", "counter",
             "KV positions in used blocks that hold a token, summed over engine steps.",
             (double)g->kv_slots_filled);
+        metrics_put_scalar(&b, m, "brisk_kv_cache_window_released_blocks_total", "counter",
+                           "KV blocks sliding-window layers gave back before their sequence "
+                           "ended (the positions behind the window).",
+                           (double)g->kv.window_released);
         metrics_put_scalar(
             &b, m, "brisk_engine_busy_seconds_total", "counter",
             "Engine-thread seconds spent on steps (scheduling, forward pass, sampling).",

@@ -284,6 +284,11 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
             for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
                 w[(size_t)h * w_stride + p] = -INFINITY;
             kern_softmax_avx2(w + (size_t)h * w_stride, n_ctx); /* AVX2 at both levels */
+            /* The vector exp leaves ~1e-38 for -inf: exactly zero instead, so
+             * rows the KV cache released behind the window (its zero block)
+             * give the same bits as the rows they replace. */
+            for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
+                w[(size_t)h * w_stride + p] = 0.0f;
         }
         float *o = out + (size_t)r * out_stride;
         for (int h = 0, hg; h < n_heads; h += hg) {

@@ -275,6 +275,8 @@ static void attention_rows_c(float *out, size_t out_stride, const float *q, size
             for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
                 sr[p] = -INFINITY; /* outside the sliding window */
             kern_softmax(sr, n_ctx);
+            for (int p = 0; kv->window > 0 && p < n_ctx - kv->window; p++)
+                sr[p] = 0.0f; /* exactly (see kern_attn_x.h) */
             float *o = out + (size_t)r * out_stride + (size_t)h * head_dim;
             memset(o, 0, (size_t)head_dim * sizeof(float));
             for (int p = 0; p < n_ctx; p++) {

@@ -14,7 +14,7 @@ template <bool ADJACENT>
 static __global__ void rope_kernel(float *__restrict__ x, size_t row_stride, int n_tok, int n_heads,
                                    int head_dim, int n_rot, const int32_t *__restrict__ pos,
                                    float base, float freq_scale,
-                                   const float *__restrict__ freq_factors) {
+                                   const float *__restrict__ freq_factors, float mscale) {
     extern __shared__ float rope_smem[]; // cos[half], then sin[half]
     const int half = n_rot / 2;
     float *cs = rope_smem, *sn = rope_smem + half;
@@ -39,8 +39,14 @@ static __global__ void rope_kernel(float *__restrict__ x, size_t row_stride, int
             const int i1 = ADJACENT ? 2 * i + 1 : i + half;
             const float a = v[i0], b = v[i1];
             // _rn intrinsics: no FMA contraction, so the rounding is the CPU's.
-            v[i0] = __fsub_rn(__fmul_rn(a, cs[i]), __fmul_rn(b, sn[i]));
-            v[i1] = __fadd_rn(__fmul_rn(a, sn[i]), __fmul_rn(b, cs[i]));
+            float r0 = __fsub_rn(__fmul_rn(a, cs[i]), __fmul_rn(b, sn[i]));
+            float r1 = __fadd_rn(__fmul_rn(a, sn[i]), __fmul_rn(b, cs[i]));
+            if (mscale != 1.0f) { // LongRoPE's attn_factor, after the turn as on the CPU
+                r0 = __fmul_rn(r0, mscale);
+                r1 = __fmul_rn(r1, mscale);
+            }
+            v[i0] = r0;
+            v[i1] = r1;
         }
     }
 }
@@ -48,17 +54,19 @@ static __global__ void rope_kernel(float *__restrict__ x, size_t row_stride, int
 // ---- launcher ---------------------------------------------------------------
 static int rope_launch(float *x, size_t row_stride, int n_tok, int n_heads, int head_dim, int n_rot,
                        const int32_t *pos, float base, float freq_scale, const float *freq_factors,
-                       kern_rope_mode mode, cudaStream_t stream) {
+                       float mscale, kern_rope_mode mode, cudaStream_t stream) {
     // 256 threads: a llama-3-8b q row (32 heads x 64 pairs) is 8 pairs each.
     const int threads = kern_cuda_row_threads(n_heads * (n_rot / 2), 1, 256);
     const size_t smem = 2 * (size_t)(n_rot / 2) * sizeof(float);
     const unsigned grid = (unsigned)n_tok;
     if (mode == KERN_ROPE_ADJACENT)
-        rope_kernel<true><<<grid, threads, smem, stream>>>(
-            x, row_stride, n_tok, n_heads, head_dim, n_rot, pos, base, freq_scale, freq_factors);
+        rope_kernel<true><<<grid, threads, smem, stream>>>(x, row_stride, n_tok, n_heads, head_dim,
+                                                           n_rot, pos, base, freq_scale,
+                                                           freq_factors, mscale);
     else
-        rope_kernel<false><<<grid, threads, smem, stream>>>(
-            x, row_stride, n_tok, n_heads, head_dim, n_rot, pos, base, freq_scale, freq_factors);
+        rope_kernel<false><<<grid, threads, smem, stream>>>(x, row_stride, n_tok, n_heads, head_dim,
+                                                            n_rot, pos, base, freq_scale,
+                                                            freq_factors, mscale);
     return KERN_CUDA_LAUNCH_CHECK("rope_kernel");
 }
 
@@ -66,7 +74,15 @@ static int rope_launch(float *x, size_t row_stride, int n_tok, int n_heads, int 
 extern "C" int kern_cuda_rope(float *x, size_t row_stride, int n_tok, int n_heads, int head_dim,
                               int n_rot, const int32_t *pos, float base, float freq_scale,
                               const float *freq_factors, kern_rope_mode mode, cudaStream_t stream) {
-    if (n_tok < 0 || n_heads < 0 || head_dim < 0 || n_rot < 0)
+    return kern_cuda_rope_ex(x, row_stride, n_tok, n_heads, head_dim, n_rot, pos, base, freq_scale,
+                             freq_factors, 1.0f, mode, stream);
+}
+
+extern "C" int kern_cuda_rope_ex(float *x, size_t row_stride, int n_tok, int n_heads, int head_dim,
+                                 int n_rot, const int32_t *pos, float base, float freq_scale,
+                                 const float *freq_factors, float mscale, kern_rope_mode mode,
+                                 cudaStream_t stream) {
+    if (n_tok < 0 || n_heads < 0 || head_dim < 0 || n_rot < 0 || !(mscale > 0.0f))
         return BRISK_EINVAL;
     if (mode != KERN_ROPE_ADJACENT && mode != KERN_ROPE_SPLIT_HALF)
         return BRISK_EINVAL;
@@ -79,5 +95,5 @@ extern "C" int kern_cuda_rope(float *x, size_t row_stride, int n_tok, int n_head
     if (row_stride < (size_t)n_heads * (size_t)head_dim || !x || !pos)
         return BRISK_EINVAL;
     return rope_launch(x, row_stride, n_tok, n_heads, head_dim, n_rot, pos, base, freq_scale,
-                       freq_factors, mode, stream);
+                       freq_factors, mscale, mode, stream);
 }

@@ -40,6 +40,12 @@ extern "C" {
 int kern_cuda_rope(float *x, size_t row_stride, int n_tok, int n_heads, int head_dim, int n_rot,
                    const int32_t *pos, float base, float freq_scale, const float *freq_factors,
                    kern_rope_mode mode, cudaStream_t stream);
+/* The same, then the rotated dims times mscale (> 0; Phi-3's LongRoPE
+ * rope.scaling.attn_factor, applied after the turn as the CPU's forward pass
+ * does): kern_cuda_rope is mscale 1. */
+int kern_cuda_rope_ex(float *x, size_t row_stride, int n_tok, int n_heads, int head_dim, int n_rot,
+                      const int32_t *pos, float base, float freq_scale, const float *freq_factors,
+                      float mscale, kern_rope_mode mode, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

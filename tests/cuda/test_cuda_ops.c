@@ -231,6 +231,8 @@ static void test_rope(void) {
                     /* freq 0: base 1e4, no scaling (llama 2); freq 1: base
                      * 5e5, freq_scale 0.25 and per-pair factors (llama 3). */
                     float base = freq ? 500000.0f : 10000.0f, scale = freq ? 0.25f : 1.0f;
+                    /* and, with factors, Phi-3's LongRoPE attn_factor on the turned dims */
+                    float mscale = freq ? 1.1902381f : 1.0f;
                     float factors[64]; /* n_rot / 2 of them are used */
                     for (int i = 0; i < 64; i++)
                         factors[i] = 1.0f + 7.0f * (float)rng_uniform();
@@ -242,16 +244,22 @@ static void test_rope(void) {
                     float *got = xmalloc(n * sizeof(float));
                     fill(x, n, 1.0f);
                     memcpy(ref, x, n * sizeof(float));
-                    for (int t = 0; t < n_tok; t++)
+                    for (int t = 0; t < n_tok; t++) {
                         kern_rope(ref + (size_t)t * stride, n_heads, head_dim, n_rot, pos[t], base,
                                   scale, freq ? factors : NULL, (kern_rope_mode)mode);
+                        for (int h = 0; mscale != 1.0f && h < n_heads; h++)
+                            for (int d = 0; d < n_rot && d < head_dim; d++)
+                                ref[(size_t)t * stride + (size_t)h * head_dim + (size_t)d] *=
+                                    mscale;
+                    }
 
                     float *d_x = dev_from(x, n * sizeof(float));
                     int32_t *d_pos = dev_from(pos, (size_t)n_tok * sizeof(int32_t));
                     float *d_ff = dev_from(factors, sizeof factors);
-                    must(kern_cuda_rope(d_x, stride, n_tok, n_heads, head_dim, n_rot, d_pos, base,
-                                        scale, freq ? d_ff : NULL, (kern_rope_mode)mode, g_stream),
-                         "kern_cuda_rope");
+                    must(kern_cuda_rope_ex(d_x, stride, n_tok, n_heads, head_dim, n_rot, d_pos,
+                                           base, scale, freq ? d_ff : NULL, mscale,
+                                           (kern_rope_mode)mode, g_stream),
+                         "kern_cuda_rope_ex");
                     to_host(got, d_x, n * sizeof(float));
                     size_t differ = 0;
                     for (size_t i = 0; i < n; i++)
@@ -259,7 +267,7 @@ static void test_rope(void) {
                     report("ROPE", norm_err(got, ref, n), 1e-6,
                            "%s,heads=%d,head_dim=%d,n_rot=%d,n_tok=%d,%s; %zu of %zu differ",
                            mode ? "split_half" : "adjacent", n_heads, head_dim, n_rot, n_tok,
-                           freq ? "llama3_freqs" : "plain", differ, n);
+                           freq ? "llama3_freqs+attn_factor" : "plain", differ, n);
                     dev_free(d_x);
                     dev_free(d_pos);
                     dev_free(d_ff);

@@ -475,10 +475,13 @@ static void test_agreement(const char *stories_gguf, int cpu_only, int n) {
     /* qwen3-0.6b: Qwen3's per-head q/k RMSNorm on the GPU; gemma3-1b: Gemma 3's
      * blocks (embedding scale, GELU, post norms, q/k norms, 512-wide windows on
      * five of six layers with their own RoPE base; a 600-id prompt, so the
-     * windows mask keys in prefill and decode). */
-    static const char *shapes[] = {"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma3-1b"};
+     * windows mask keys in prefill and decode); phi3.5-mini-4l: Phi-3's
+     * LongRoPE (long factors past its original context of 16, the rotated
+     * dims times attn_factor), head size 96. */
+    static const char *shapes[] = {"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma3-1b",
+                                   "phi3.5-mini-4l"};
     static const model_weights_fmt fmts[2] = {MODEL_WEIGHTS_F16, MODEL_WEIGHTS_INT8};
-    int n_models = cpu_only ? 2 : 5;
+    int n_models = cpu_only ? 2 : 6;
     for (int k = 0; k < n_models; k++) {
         const char *name = k == 0 ? "stories260K" : shapes[k - 1];
         if (k == 0 && !stories_gguf)

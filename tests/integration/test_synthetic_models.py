@@ -32,11 +32,13 @@ than the embedding) with exit code 1 and one `brisk: error:` line.
 
 import gguf
 import json
+import re
 
 import numpy as np
 import pytest
 from gguf.quants import quantize
 
+from conftest import metric_value
 from synth_gguf import N_VOCAB, VOCAB, Spec, write_model
 
 # ---- the models -----------------------------------------------------------------
@@ -553,3 +555,60 @@ def test_enable_thinking_false(brisk, think_server):
     r = srv.request("POST", "/v1/chat/completions",
                     _think_chat(srv, 2, chat_template_kwargs={"foo": 1}))
     assert r.status == 400 and r.json()["error"]["param"] == "chat_template_kwargs", r.body
+
+
+# ---- the KV blocks behind sliding windows --------------------------------------------
+
+def _window_requests(srv, prompts, n_gen):
+    """The prompts as concurrent greedy completions; returns [(text, token_logprobs)]."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(ids):
+        r = srv.request("POST", "/v1/completions",
+                        {"prompt": ids, "max_tokens": n_gen, "temperature": 0, "logprobs": 1,
+                         "ignore_eos": True})
+        assert r.status == 200, r.body
+        c = r.json()["choices"][0]
+        return c["text"], c["logprobs"]["token_logprobs"]
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(one, prompts))
+
+
+@pytest.mark.parametrize("name", ["gemma3", "gemma2", "llama-swa"])
+def test_window_release_in_the_engine(brisk, start_server, synth, name):
+    """Served with steps of 16 tokens, the window layers get their own block tables and
+    give back the blocks behind the window (logged; counted on /metrics). Four
+    concurrent requests far past the window (70 prompt ids, 30 generated, greedy) give
+    brisk generate's text (one table for every layer, nothing released) and the same
+    logprobs, bit for bit, as a server run with --no-kv-window-release; the same
+    prompts again hit the prefix cache and give the same again."""
+    rng = np.random.default_rng(77)
+    prompts = [[int(t) for t in rng.integers(0, N_VOCAB, 70)] for _ in range(4)]
+    # A pool with room to keep finished prompts: llama-swa's contexts (every layer
+    # windowed) hold only a window's worth each, and the default pool is sized by them.
+    n_gen = 30
+    args = ["--max-num-batched-tokens", "16", "--max-num-seqs", "4", "--kv-cache-bytes", "8M"]
+    results = {}
+    for release in (True, False):
+        srv = start_server(synth.path(name), *args,
+                           *([] if release else ["--no-kv-window-release"]))
+        try:
+            log = srv.log()
+            m = re.search(r"(\d+) block tables per sequence \((\d+) released behind", log)
+            assert m, log[-2000:]
+            n_tables, n_window = int(m.group(1)), int(m.group(2))
+            assert (n_window > 0) == release, m.group(0)
+            results[release] = _window_requests(srv, prompts, n_gen)
+            released = metric_value(srv.metrics(), "brisk_kv_cache_window_released_blocks_total")
+            assert (released > 0) == release, released
+            hits = metric_value(srv.metrics(), "vllm:prefix_cache_hits_total")
+            assert _window_requests(srv, prompts, n_gen) == results[release]
+            assert metric_value(srv.metrics(), "vllm:prefix_cache_hits_total") >= hits + 4 * 64
+        finally:
+            srv.stop()
+    assert results[True] == results[False]
+    for ids, (text, _) in zip(prompts, results[True]):
+        r = brisk.run("generate", "--model", synth.path(name), "--prompt-ids",
+                      " ".join(map(str, ids)), "-n", n_gen, "--temp", "0", "--ignore-eos")
+        assert r.out.decode("utf-8", errors="replace") == text

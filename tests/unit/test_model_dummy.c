@@ -55,7 +55,7 @@ static void test_shapes(void) {
         CHECK(c.dim % c.n_heads == 0 || c.head_dim > 0, "%s", model_dummy_configs[n]);
         CHECK(c.n_heads % c.n_kv_heads == 0, "%s", model_dummy_configs[n]);
     }
-    CHECK(n == 8, "%d configurations", n);
+    CHECK(n == 9, "%d configurations", n);
     model_config c;
     CHECK(model_dummy_config("llama-3-70b", &c) == BRISK_EINVAL, "unknown name");
     CHECK(model_dummy_config(NULL, &c) == BRISK_EINVAL, "NULL name");
