@@ -655,12 +655,52 @@ static void cuda_job_edits(cuda_backend *cb, const model_sample_job *j, kern_cud
     }
 }
 
+static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, int n, int32_t *ids);
+
+/* Rows whose sampler bans tokens or holds a grammar's mask are sampled on
+ * the host, from the row's logits, by the CPU's sampler (the same code the
+ * CPU backend runs); the others in one kernel. */
 static int cuda_sample(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0)
         return 0;
     if (n > cb->o.max_seqs)
         return BRISK_ERANGE;
+    int n_host = 0;
+    for (int i = 0; i < n; i++)
+        n_host += model_sampler_constrained(jobs[i].sampler);
+    if (n_host == 0)
+        return cuda_sample_device(cb, jobs, n, ids);
+    model_sample_job *dev = malloc((size_t)n * sizeof *dev);
+    int *where = malloc((size_t)n * sizeof *where);
+    int rc = dev && where ? 0 : BRISK_ENOMEM, n_dev = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (!model_sampler_constrained(jobs[i].sampler)) {
+            where[n_dev] = i;
+            dev[n_dev++] = jobs[i];
+            continue;
+        }
+        const float *raw = NULL;
+        rc = cuda_logits(be, jobs[i].row, &raw);
+        if (rc == 0) {
+            /* h_row is scratch: the sampler edits it, so the cached row is gone */
+            ids[i] = model_sampler_sample(jobs[i].sampler, cb->h_row, jobs[i].hist, jobs[i].n_hist);
+            cb->h_row_valid = -1;
+        }
+    }
+    if (rc == 0 && n_dev > 0) {
+        int32_t *got = malloc((size_t)n_dev * sizeof *got);
+        rc = got ? cuda_sample_device(cb, dev, n_dev, got) : BRISK_ENOMEM;
+        for (int k = 0; rc == 0 && k < n_dev; k++)
+            ids[where[k]] = got[k];
+        free(got);
+    }
+    free(dev);
+    free(where);
+    return rc;
+}
+
+static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, int n, int32_t *ids) {
     /* Room for every job's edits first: growing the arrays drops their contents. */
     long need = 0;
     for (int i = 0; i < n; i++) {

@@ -18,9 +18,25 @@ struct model_sampler {
     model_sampling p;
     int n_vocab;
     uint64_t rng[4];
-    cand *cands;     /* [n_vocab] */
-    int32_t *counts; /* [n_vocab] occurrences in the penalty window */
+    cand *cands;           /* [n_vocab] */
+    int32_t *counts;       /* [n_vocab] occurrences in the penalty window */
+    const int32_t *banned; /* borrowed, [n_banned] */
+    int n_banned;
+    const uint32_t *allowed; /* borrowed bitset of n_vocab bits, or NULL */
 };
+
+void model_sampler_set_banned(model_sampler *s, const int32_t *ids, int n) {
+    s->banned = n > 0 ? ids : NULL;
+    s->n_banned = ids && n > 0 ? n : 0;
+}
+
+void model_sampler_set_allowed(model_sampler *s, const uint32_t *allowed) {
+    s->allowed = allowed;
+}
+
+int model_sampler_constrained(const model_sampler *s) {
+    return s->n_banned > 0 || s->allowed != NULL;
+}
 
 model_sampling model_sampling_default(void) {
     model_sampling p;
@@ -146,6 +162,13 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
                              int n_history) {
     const model_sampling *p = &s->p;
     int nv = s->n_vocab;
+    if (s->allowed)
+        for (int i = 0; i < nv; i++)
+            if (!(s->allowed[i >> 5] >> (i & 31) & 1u))
+                logits[i] = -INFINITY;
+    for (int i = 0; i < s->n_banned; i++)
+        if (s->banned[i] >= 0 && s->banned[i] < nv)
+            logits[s->banned[i]] = -INFINITY;
     for (int i = 0; i < p->n_logit_bias; i++) {
         int32_t id = p->logit_bias_ids[i];
         if (id >= 0 && id < nv)

@@ -39,6 +39,18 @@ void model_sampler_free(model_sampler *s);
 int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history,
                              int n_history);
 
+/* Tokens the next samples may not take: their logits become -inf before
+ * anything else (vLLM's min_tokens bars EOS and stop_token_ids so). ids
+ * is borrowed until the next call; n = 0 (or ids NULL) clears the ban. */
+void model_sampler_set_banned(model_sampler *s, const int32_t *ids, int n);
+/* Only the tokens whose bit is set (bit i of allowed[i / 32]) may be taken:
+ * the others' logits become -inf first (a grammar's mask). Borrowed until
+ * the next call; NULL allows every token. */
+void model_sampler_set_allowed(model_sampler *s, const uint32_t *allowed);
+/* 1 when a ban or a mask is set: a backend that samples elsewhere (the
+ * GPU) must leave such a row to model_sampler_sample on the host. */
+int model_sampler_constrained(const model_sampler *s);
+
 /* The settings the sampler was made with (for backends that sample
  * elsewhere, e.g. on the GPU). */
 const model_sampling *model_sampler_params(const model_sampler *s);

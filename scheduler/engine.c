@@ -28,6 +28,8 @@ typedef struct seq {
     int n_hist, cap_hist;
     int n_gen;
     model_sampler *sampler;
+    int32_t *ban; /* while n_gen < min_tokens: EOS and stop ids, the sampler's ban */
+    int n_ban;
     seq_text text;     /* detokenizer + stop strings + UTF-8 hold-back */
     sched_token *toks; /* tokens since the last event */
     int n_toks;
@@ -79,8 +81,10 @@ struct sched_engine {
     int max_ctx;
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
-    seq **b_owner;          /* per batch token: its sequence */
-    float *lp_row;          /* copy of one logits row for log-probs */
+    seq **b_owner;    /* per batch token: its sequence */
+    float *lp_row;    /* copy of one logits row for log-probs */
+    int32_t *eog_ids; /* every end-of-generation id of the vocabulary (min_tokens bans them) */
+    int n_eog;
     model_sample_job *jobs; /* rows sampled together after a forward */
     seq **job_seq;
     int32_t *job_ids;
@@ -127,6 +131,7 @@ void sched_seq_params_free(sched_seq_params *p) {
     for (int i = 0; i < p->n_stop; i++)
         free(p->stop[i]);
     free(p->stop);
+    free(p->stop_ids);
     memset(p, 0, sizeof *p);
 }
 
@@ -145,6 +150,7 @@ static void seq_free(seq *s) {
     sched_seq_params_free(&s->p);
     free(s->hist);
     model_sampler_free(s->sampler);
+    free(s->ban);
     seq_text_free(&s->text);
     free(s->toks);
     free(s->ptoks);
@@ -409,6 +415,22 @@ static void seq_enter(sched_engine *e, seq *s) {
         seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
         return;
     }
+    s->text.keep_stop = s->p.include_stop_str;
+    if (s->p.min_tokens > 0) {
+        int n_eog = s->p.ignore_eos ? 0 : e->n_eog;
+        s->ban = brisk_malloc(((size_t)n_eog + (size_t)s->p.n_stop_ids + 1) * sizeof *s->ban);
+        if (!s->ban) {
+            uncount_waiting(e, s);
+            seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+            return;
+        }
+        memcpy(s->ban, e->eog_ids, (size_t)n_eog * sizeof *s->ban);
+        if (s->p.n_stop_ids)
+            memcpy(s->ban + n_eog, s->p.stop_ids, (size_t)s->p.n_stop_ids * sizeof *s->ban);
+        s->n_ban = n_eog + s->p.n_stop_ids;
+        model_sampler_set_banned(s->sampler, s->ban, s->n_ban);
+        s->text.stops_off = 1;
+    }
     memcpy(s->hist, s->p.prompt, (size_t)s->p.n_prompt * sizeof *s->hist);
     s->n_hist = s->p.n_prompt;
     s->req.tokens = s->hist;
@@ -468,12 +490,20 @@ static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
         seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
     }
+    if (s->n_ban > 0 && s->n_gen >= s->p.min_tokens) { /* min_tokens reached */
+        model_sampler_set_banned(s->sampler, NULL, 0);
+        s->n_ban = 0;
+    }
+    s->text.stops_off = s->n_gen < s->p.min_tokens;
     int hit = seq_text_push(&s->text, id);
     if (hit < 0) {
         seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
         return 1;
     }
-    if (hit) {
+    int stop_id = 0;
+    for (int i = 0; i < s->p.n_stop_ids && !stop_id; i++)
+        stop_id = s->p.stop_ids[i] == id;
+    if (hit || stop_id) {
         seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
     }
@@ -641,11 +671,15 @@ static int engine_load(sched_engine *e) {
     e->b_seq = malloc((size_t)mbt * sizeof *e->b_seq);
     e->b_want = malloc((size_t)mbt);
     e->lp_row = malloc((size_t)c->n_vocab * sizeof *e->lp_row);
+    e->eog_ids = malloc((size_t)c->n_vocab * sizeof *e->eog_ids);
+    for (int id = 0; e->eog_ids && id < c->n_vocab; id++)
+        if (tok_is_eog(model_get_vocab(e->m), id))
+            e->eog_ids[e->n_eog++] = id;
     e->jobs = malloc((size_t)e->cfg.max_seqs * sizeof *e->jobs);
     e->job_seq = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_seq);
     e->job_ids = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_ids);
     if (!e->jobs || !e->job_seq || !e->job_ids || !e->core || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_want || !e->lp_row) {
+        !e->b_want || !e->lp_row || !e->eog_ids) {
         snprintf(e->load_err, sizeof e->load_err,
                  "out of memory for the scheduler's scratch (%ld KV blocks)", n_blocks);
         return BRISK_ENOMEM;
@@ -790,6 +824,7 @@ void sched_engine_free(sched_engine *e) {
     free(e->b_seq);
     free(e->b_want);
     free(e->lp_row);
+    free(e->eog_ids);
     free(e->jobs);
     free(e->job_seq);
     free(e->job_ids);

@@ -85,6 +85,14 @@ typedef struct sched_seq_params {
     int ignore_eos;
     char **stop; /* n_stop malloc'd strings (the array is malloc'd too) */
     int n_stop;
+    /* vLLM's: before min_tokens tokens, EOS (unless ignore_eos) and stop_ids
+     * cannot be sampled and stop strings are not looked for; a stop_ids token
+     * ends the output with finish "stop" (its text kept); include_stop_str:
+     * a matched stop string stays in the text. */
+    int min_tokens;
+    int32_t *stop_ids; /* n_stop_ids malloc'd ids */
+    int n_stop_ids;
+    int include_stop_str;
     void *user;    /* handed back in every event */
     void *fork_of; /* or the user pointer of an earlier submitted sequence with the
                                  same prompt (n > 1 choices): share its prompt KV blocks */

@@ -37,7 +37,7 @@ static int reserve(seq_text *t, size_t extra) {
 /* First position where a stop string occurs in pend, or -1. Matches cannot
  * start before pend (everything taken earlier was outside any possible
  * match), so the search covers pend alone. */
-static long find_stop(const seq_text *t) {
+static long find_stop(const seq_text *t, size_t *match_len) {
     long best = -1;
     for (int i = 0; i < t->n_stop; i++) {
         size_t n = t->stop_len[i];
@@ -48,6 +48,7 @@ static long find_stop(const seq_text *t) {
                 break;
             if (memcmp(t->pend + p, t->stop[i], n) == 0) {
                 best = (long)p;
+                *match_len = n;
                 break;
             }
         }
@@ -66,9 +67,10 @@ int seq_text_push(seq_text *t, int32_t id) {
         return n == BRISK_ENOMEM ? n : 0; /* an id the vocab can't print adds nothing */
     t->len += (size_t)n;
     t->pend[t->len] = '\0';
-    long at = t->n_stop ? find_stop(t) : -1;
+    size_t match_len = 0;
+    long at = t->n_stop && !t->stops_off ? find_stop(t, &match_len) : -1;
     if (at >= 0) {
-        t->len = (size_t)at;
+        t->len = (size_t)at + (t->keep_stop ? match_len : 0);
         t->pend[t->len] = '\0';
         t->stopped = 1;
         return 1;
@@ -79,6 +81,8 @@ int seq_text_push(seq_text *t, int32_t id) {
 /* Bytes at the end of pend that begin some stop string (longest such). */
 static size_t held_back(const seq_text *t) {
     size_t hold = 0;
+    if (t->stops_off)
+        return 0;
     for (int i = 0; i < t->n_stop; i++) {
         size_t n = t->stop_len[i];
         size_t k = n - 1 < t->len ? n - 1 : t->len;

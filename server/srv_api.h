@@ -76,6 +76,14 @@ typedef struct srv_gen_params {
     int stream;
     int include_usage; /* stream_options.include_usage */
     int ignore_eos;
+    /* vLLM's: until min_tokens tokens, EOS and stop_token_ids cannot be
+     * sampled and stop strings are not looked for; a stop_token_ids token
+     * ends the output (its text kept, as vLLM keeps a non-special one);
+     * include_stop_str: a matched stop string stays in the text. */
+    int min_tokens;
+    int32_t *stop_token_ids; /* [n_stop_token_ids], ids in [0, n_vocab) */
+    int n_stop_token_ids;
+    int include_stop_str;
     int n_unknown_fields; /* top-level fields not understood, ignored */
 } srv_gen_params;
 

@@ -358,6 +358,10 @@ enum {
     F_CHAT_TEMPLATE_KWARGS,
     F_REASONING_FORMAT,
     F_INCLUDE_REASONING,
+    F_MIN_TOKENS,
+    F_STOP_TOKEN_IDS,
+    F_INCLUDE_STOP_STR,
+    F_N_PREDICT,
     F_COUNT
 };
 
@@ -399,7 +403,117 @@ static const struct {
     [F_CHAT_TEMPLATE_KWARGS] = {"chat_template_kwargs", K_CHAT},
     [F_REASONING_FORMAT] = {"reasoning_format", K_CHAT},
     [F_INCLUDE_REASONING] = {"include_reasoning", K_CHAT},
+    [F_MIN_TOKENS] = {"min_tokens", K_CMPL | K_CHAT},
+    [F_STOP_TOKEN_IDS] = {"stop_token_ids", K_CMPL | K_CHAT},
+    [F_INCLUDE_STOP_STR] = {"include_stop_str_in_output", K_CMPL | K_CHAT},
+    [F_N_PREDICT] = {"n_predict", K_CMPL | K_CHAT},
 };
+
+/* Fields of vLLM's, llama.cpp's and OpenAI's APIs that change the output
+ * and that brisk does not implement: present with anything but their
+ * neutral value, they are refused with a 400 naming them, never ignored.
+ * (Fields that only matter with one of these, e.g. mirostat_tau, are left
+ * out: alone they change nothing.) */
+typedef enum {
+    N_NEVER,   /* any value but null */
+    N_ZERO,    /* 0 or false is neutral */
+    N_ONE,     /* the number 1 */
+    N_NONPOS,  /* numbers <= 0 (llama.cpp's "off") */
+    N_EMPTY,   /* "", [] or {} */
+    N_TRUE,    /* true */
+    N_FALSE,   /* false */
+    N_NO_TOOL, /* the strings "none" and "auto" (no tools to call) */
+} api_neutral;
+
+static const struct {
+    const char *name;
+    unsigned kinds;
+    api_neutral neutral;
+} api_refused[] = {
+    /* structured outputs (until the grammar engine takes them) */
+    {"guided_json", K_CMPL | K_CHAT, N_NEVER},
+    {"guided_regex", K_CMPL | K_CHAT, N_NEVER},
+    {"guided_choice", K_CMPL | K_CHAT, N_NEVER},
+    {"guided_grammar", K_CMPL | K_CHAT, N_NEVER},
+    {"structured_outputs", K_CMPL | K_CHAT, N_NEVER},
+    {"structural_tag", K_CMPL | K_CHAT, N_NEVER},
+    {"grammar", K_CMPL | K_CHAT, N_EMPTY},
+    {"json_schema", K_CMPL | K_CHAT, N_NEVER},
+    {"response_format", K_CMPL, N_NEVER},
+    {"tool_choice", K_CHAT, N_NO_TOOL},
+    /* vLLM sampling and output */
+    {"bad_words", K_CMPL | K_CHAT, N_EMPTY},
+    {"allowed_token_ids", K_CMPL | K_CHAT, N_NEVER},
+    {"prompt_logprobs", K_CMPL | K_CHAT, N_NEVER},
+    {"use_beam_search", K_CMPL | K_CHAT, N_FALSE},
+    {"length_penalty", K_CMPL | K_CHAT, N_ONE},
+    {"truncate_prompt_tokens", K_CMPL | K_CHAT, N_NEVER},
+    {"logits_processors", K_CMPL | K_CHAT, N_EMPTY},
+    {"skip_special_tokens", K_CMPL | K_CHAT, N_TRUE},
+    {"spaces_between_special_tokens", K_CMPL | K_CHAT, N_TRUE},
+    {"return_tokens_as_token_ids", K_CMPL | K_CHAT, N_FALSE},
+    {"add_special_tokens", K_CHAT, N_FALSE},
+    {"add_special_tokens", K_CMPL, N_TRUE},
+    {"add_generation_prompt", K_CHAT, N_TRUE},
+    {"continue_final_message", K_CHAT, N_FALSE},
+    {"chat_template", K_CHAT, N_NEVER},
+    {"documents", K_CHAT, N_EMPTY},
+    {"echo", K_CHAT, N_FALSE},
+    /* llama.cpp's server */
+    {"typical_p", K_CMPL | K_CHAT, N_ONE},
+    {"mirostat", K_CMPL | K_CHAT, N_ZERO},
+    {"dry_multiplier", K_CMPL | K_CHAT, N_ZERO},
+    {"xtc_probability", K_CMPL | K_CHAT, N_ZERO},
+    {"tfs_z", K_CMPL | K_CHAT, N_ONE},
+    {"top_n_sigma", K_CMPL | K_CHAT, N_NONPOS},
+    {"dynatemp_range", K_CMPL | K_CHAT, N_ZERO},
+    {"repeat_penalty", K_CMPL | K_CHAT, N_ONE},
+    {"penalize_nl", K_CMPL | K_CHAT, N_FALSE},
+    {"n_probs", K_CMPL | K_CHAT, N_ZERO},
+    {"min_keep", K_CMPL | K_CHAT, N_ZERO},
+    {"samplers", K_CMPL | K_CHAT, N_NEVER},
+    {"n_indent", K_CMPL | K_CHAT, N_ZERO},
+    {"t_max_predict_ms", K_CMPL | K_CHAT, N_ZERO},
+    {"post_sampling_probs", K_CMPL | K_CHAT, N_FALSE},
+    /* OpenAI */
+    {"reasoning_effort", K_CHAT, N_NEVER},
+    {"verbosity", K_CHAT, N_NEVER},
+    {"audio", K_CHAT, N_NEVER},
+    {"web_search_options", K_CHAT, N_NEVER},
+};
+
+static int api_is_neutral(const cJSON *c, api_neutral n) {
+    switch (n) {
+    case N_NEVER: return 0;
+    case N_ZERO: return cJSON_IsFalse(c) || (cJSON_IsNumber(c) && c->valuedouble == 0.0);
+    case N_ONE: return cJSON_IsNumber(c) && c->valuedouble == 1.0;
+    case N_NONPOS: return cJSON_IsNumber(c) && c->valuedouble <= 0.0;
+    case N_EMPTY:
+        return (cJSON_IsString(c) && !c->valuestring[0]) ||
+               ((cJSON_IsArray(c) || cJSON_IsObject(c)) && !c->child);
+    case N_TRUE: return cJSON_IsTrue(c);
+    case N_FALSE: return cJSON_IsFalse(c);
+    case N_NO_TOOL:
+        return cJSON_IsString(c) &&
+               (!strcmp(c->valuestring, "none") || !strcmp(c->valuestring, "auto"));
+    }
+    return 0;
+}
+
+/* A 400 naming the first member of root that changes the output in vLLM,
+ * llama.cpp or OpenAI and that brisk does not implement (see api_refused). */
+static int api_check_refused(const cJSON *root, unsigned kind, srv_api_error *err) {
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (cJSON_IsNull(c))
+            continue;
+        for (size_t i = 0; i < sizeof api_refused / sizeof api_refused[0]; i++)
+            if ((api_refused[i].kinds & kind) && !strcmp(api_refused[i].name, c->string) &&
+                !api_is_neutral(c, api_refused[i].neutral))
+                return api_fail(err, "unsupported_parameter", c->string,
+                                "'%s' is not supported by this server", c->string);
+    }
+    return 0;
+}
 
 /* Sorts the top-level members into f[] (NULL: absent); JSON null counts as
  * absent for every field. Returns the number of unknown members. */
@@ -477,7 +591,7 @@ static int get_int(const cJSON *it, const char *name, long long lo, long long hi
 
 static int get_int32(const cJSON *it, const char *name, int lo, int hi, int *out,
                      srv_api_error *err) {
-    long long v;
+    long long v = 0;
     int rc = get_int(it, name, lo, hi, &v, err);
     if (rc == 1)
         *out = (int)v;
@@ -517,6 +631,7 @@ static void params_default(srv_gen_params *p) {
 
 static void params_free(srv_gen_params *p) {
     free(p->model);
+    free(p->stop_token_ids);
     for (int i = 0; i < p->n_stop; i++)
         free(p->stop[i]);
     free(p->stop);
@@ -668,6 +783,52 @@ static int parse_response_format(const cJSON *it, srv_api_error *err) {
     return 0;
 }
 
+/* vLLM's min_tokens, stop_token_ids and include_stop_str_in_output, and
+ * llama.cpp's n_predict (max_tokens by another name; -1: not given). */
+static int parse_vllm_stops(const cJSON *f[F_COUNT], const srv_api_limits *lim, srv_gen_params *p,
+                            srv_api_error *err) {
+    int rc, n_predict = -1;
+    if ((rc = get_int32(f[F_N_PREDICT], "n_predict", -1, INT32_MAX, &n_predict, err)) < 0)
+        return rc;
+    if (rc == 1 && n_predict == 0)
+        return api_fail(err, "invalid_value", "n_predict", "'n_predict' must be -1 or at least 1");
+    if (n_predict > 0) {
+        if (p->max_tokens > 0 && p->max_tokens != n_predict)
+            return api_fail(err, "invalid_value", "n_predict",
+                            "'n_predict' and 'max_tokens' disagree");
+        p->max_tokens = n_predict;
+    }
+    if ((rc = get_int32(f[F_MIN_TOKENS], "min_tokens", 0, INT32_MAX, &p->min_tokens, err)) < 0)
+        return rc;
+    if (p->max_tokens > 0 && p->min_tokens > p->max_tokens)
+        return api_fail(err, "invalid_value", "min_tokens",
+                        "'min_tokens' must be at most 'max_tokens'");
+    if ((rc = get_bool(f[F_INCLUDE_STOP_STR], "include_stop_str_in_output", &p->include_stop_str,
+                       err)) < 0)
+        return rc;
+    const cJSON *it = f[F_STOP_TOKEN_IDS];
+    if (!it)
+        return 0;
+    if (!cJSON_IsArray(it))
+        return api_fail(err, "invalid_type", "stop_token_ids", "'stop_token_ids' must be an array");
+    int n = cJSON_GetArraySize(it);
+    if (n > lim->max_logit_bias)
+        return api_fail(err, "invalid_value", "stop_token_ids",
+                        "at most %d 'stop_token_ids' are allowed", lim->max_logit_bias);
+    if (n == 0)
+        return 0;
+    if (!(p->stop_token_ids = brisk_malloc((size_t)n * sizeof *p->stop_token_ids)))
+        return api_oom(err);
+    for (const cJSON *c = it->child; c; c = c->next) {
+        double v = c->valuedouble;
+        if (!cJSON_IsNumber(c) || !isfinite(v) || v != floor(v) || v < 0 || v >= lim->n_vocab)
+            return api_fail(err, "invalid_value", "stop_token_ids",
+                            "'stop_token_ids' must be token ids in [0, %d)", lim->n_vocab);
+        p->stop_token_ids[p->n_stop_token_ids++] = (int32_t)v;
+    }
+    return 0;
+}
+
 /* The fields both endpoints share, in an order where each check can rely on
  * the ones before it (stream before stream_options). */
 static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_limits *lim,
@@ -765,7 +926,7 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
         return rc;
     if ((rc = get_bool(f[F_IGNORE_EOS], "ignore_eos", &p->ignore_eos, err)) < 0)
         return rc;
-    return 0;
+    return parse_vllm_stops(f, lim, p, err);
 }
 
 /* ---------------------------------------------------------------- prompts */
@@ -994,7 +1155,9 @@ int srv_api_parse_completion(const char *body, size_t len, const srv_api_limits 
     if (rc == 0) {
         const cJSON *f[F_COUNT];
         out->params.n_unknown_fields = api_collect(root, K_CMPL, f);
-        rc = parse_params(f, K_CMPL, lim, &out->params, err);
+        rc = api_check_refused(root, K_CMPL, err);
+        if (rc == 0)
+            rc = parse_params(f, K_CMPL, lim, &out->params, err);
         if (rc == 0)
             rc = parse_prompt(f[F_PROMPT], lim, out, err);
         cJSON_Delete(root);
@@ -1061,7 +1224,9 @@ int srv_api_parse_chat(const char *body, size_t len, const srv_api_limits *lim, 
     if (rc == 0) {
         const cJSON *f[F_COUNT];
         out->params.n_unknown_fields = api_collect(root, K_CHAT, f);
-        rc = parse_params(f, K_CHAT, lim, &out->params, err);
+        rc = api_check_refused(root, K_CHAT, err);
+        if (rc == 0)
+            rc = parse_params(f, K_CHAT, lim, &out->params, err);
         if (rc == 0)
             rc = parse_reasoning(f, out, err);
         if (rc == 0)

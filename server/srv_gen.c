@@ -724,6 +724,17 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
     sp->logprobs = p->logprobs;
     sp->prompt_logprobs = g->echo && p->logprobs >= 0;
     sp->ignore_eos = p->ignore_eos;
+    sp->min_tokens = p->min_tokens;
+    sp->include_stop_str = p->include_stop_str;
+    if (p->n_stop_token_ids) {
+        sp->stop_ids = brisk_malloc((size_t)p->n_stop_token_ids * sizeof *sp->stop_ids);
+        if (!sp->stop_ids) {
+            sched_seq_params_free(sp);
+            return BRISK_ENOMEM;
+        }
+        memcpy(sp->stop_ids, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof *sp->stop_ids);
+        sp->n_stop_ids = p->n_stop_token_ids;
+    }
     if (p->n_stop) {
         sp->stop = brisk_calloc((size_t)p->n_stop, sizeof *sp->stop);
         if (!sp->stop) {

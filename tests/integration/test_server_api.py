@@ -42,8 +42,9 @@ def smol(smollm2_server):
 def golden(client, **kw):
     """The greedy completion of BOS alone: must be GOLDEN's first max_tokens tokens."""
     kw.setdefault("max_tokens", 200)
+    extra = {"ignore_eos": True, **kw.pop("extra_body", {})}
     return client.completions.create(model=STORIES, prompt=[1], temperature=0,
-                                     extra_body={"ignore_eos": True}, **kw)
+                                     extra_body=extra, **kw)
 
 
 def check_error_body(r, status=400):
@@ -750,3 +751,74 @@ def test_200_concurrent_streams(start_server, smollm2_path, report):
     report(f"serve: 200 concurrent streams of 8 tokens (SmolLM2) in {dt:.1f} s")
     assert srv.wait_gauges(0, 0) == (0, 0)
     srv.stop()
+
+
+# ---- vLLM's stop fields, llama.cpp's n_predict, and fields refused by name ---------
+
+EOS = 2  # stories260K's </s>
+
+
+def test_min_tokens_holds_back_eos(stories):
+    """EOS biased to win at once: without min_tokens the output ends at the first step;
+    with min_tokens 5 the first five tokens cannot be EOS (vLLM's rule), then it ends."""
+    bias = {"logit_bias": {str(EOS): 100}}
+    r = stories.completions.create(model=STORIES, prompt=[1], max_tokens=20, temperature=0,
+                                   extra_body=bias)
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 1
+    assert r.choices[0].text == ""
+    r = stories.completions.create(model=STORIES, prompt=[1], max_tokens=20, temperature=0,
+                                   extra_body={**bias, "min_tokens": 5})
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 6, r
+    assert GOLDEN.startswith(r.choices[0].text) and r.choices[0].text
+    # Stop strings are not looked for before min_tokens either.
+    r = golden(stories, max_tokens=20, stop="Once", extra_body={"min_tokens": 3})
+    assert r.choices[0].text.startswith("Once") and r.usage.completion_tokens > 3
+
+
+def test_stop_token_ids(stories):
+    """A stop_token_ids token ends the output with finish "stop", its text kept; with
+    min_tokens it is barred until then. Token 400 is forced by logit_bias."""
+    x = {"logit_bias": {"400": 100}, "ignore_eos": True}
+    forced = stories.completions.create(model=STORIES, prompt=[1], max_tokens=1, temperature=0,
+                                        extra_body=x).choices[0].text
+    r = stories.completions.create(model=STORIES, prompt=[1], max_tokens=12, temperature=0,
+                                   extra_body={**x, "stop_token_ids": [7, 400]})
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 1
+    assert r.choices[0].text == forced and forced
+    r = stories.completions.create(model=STORIES, prompt=[1], max_tokens=12, temperature=0,
+                                   extra_body={**x, "stop_token_ids": [400], "min_tokens": 3})
+    three = golden(stories, max_tokens=3).choices[0].text
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 4, r
+    # (from BOS the forced piece loses its leading space, SentencePiece's rule)
+    assert r.choices[0].text in (three + forced, three + " " + forced), (r.choices[0].text, three)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_include_stop_str_in_output(stories, stream):
+    stop = "le gi"
+    want = GOLDEN[:GOLDEN.index(stop) + len(stop)]
+    r = golden(stories, stop=stop, stream=stream, extra_body={"include_stop_str_in_output": True})
+    text = ("".join(ch.choices[0].text for ch in r if ch.choices) if stream
+            else r.choices[0].text)
+    assert text == want
+
+
+def test_n_predict_is_max_tokens(stories):
+    r = golden(stories, max_tokens=None, extra_body={"ignore_eos": True, "n_predict": 7})
+    assert r.usage.completion_tokens == 7 and r.choices[0].finish_reason == "length"
+
+
+def test_neutral_values_of_refused_fields_pass(stories, smol):
+    """Fields brisk refuses when they would change the output pass with their neutral
+    values (clients send defaults), and the output is the same."""
+    neutral = {"typical_p": 1, "mirostat": 0, "dry_multiplier": 0, "xtc_probability": 0,
+               "tfs_z": 1, "repeat_penalty": 1, "n_probs": 0, "bad_words": [], "grammar": "",
+               "use_beam_search": False, "skip_special_tokens": True, "guided_json": None}
+    a = golden(stories, max_tokens=10).choices[0].text
+    b = golden(stories, max_tokens=10, extra_body=neutral).choices[0].text
+    assert a == b
+    c = smol.chat.completions.create(model=SMOLLM2, messages=FRANCE, max_tokens=4, temperature=0,
+                                     extra_body={"add_generation_prompt": True,
+                                                 "continue_final_message": False,
+                                                 "tool_choice": "none"})
+    assert c.choices[0].message.content

@@ -79,6 +79,40 @@ int main(void) {
     p.n_logit_bias = 2;
     CHECK(sample_once(&p, logits, NULL, 0) == 3, "bias +100");
 
+    /* A ban (min_tokens' EOS) and a mask (a grammar's): greedy and seeded
+     * draws never leave what is allowed, and the bias cannot bring a banned
+     * token back. */
+    p = model_sampling_default();
+    p.temperature = 0.0f;
+    p.n_logit_bias = 2;
+    p.logit_bias_ids = ids;
+    p.logit_bias = bias; /* token 3 at +100 */
+    model_sampler *s = model_sampler_create(&p, NV);
+    int32_t banned[2] = {3, best};
+    model_sampler_set_banned(s, banned, 2);
+    memcpy(tmp, logits, sizeof tmp);
+    int32_t got = model_sampler_sample(s, tmp, NULL, 0);
+    CHECK(got != 3 && got != best && model_sampler_constrained(s), "banned: %d", got);
+    model_sampler_set_banned(s, NULL, 0);
+    memcpy(tmp, logits, sizeof tmp);
+    CHECK(model_sampler_sample(s, tmp, NULL, 0) == 3 && !model_sampler_constrained(s), "unbanned");
+    model_sampler_free(s);
+    uint32_t allowed[(NV + 31) / 32] = {0};
+    allowed[17 >> 5] |= 1u << (17 & 31);
+    allowed[40 >> 5] |= 1u << (40 & 31);
+    p = model_sampling_default();
+    p.seed = 5;
+    s = model_sampler_create(&p, NV);
+    model_sampler_set_allowed(s, allowed);
+    int only = 1;
+    for (int i = 0; i < 500; i++) {
+        memcpy(tmp, logits, sizeof tmp);
+        int32_t t = model_sampler_sample(s, tmp, NULL, 0);
+        only &= t == 17 || t == 40;
+    }
+    CHECK(only && model_sampler_constrained(s), "mask: only tokens 17 and 40");
+    model_sampler_free(s);
+
     /* Penalties: a huge presence penalty on the best token moves greedy off it;
      * repetition penalty lowers positive and negative logits alike. */
     p = model_sampling_default();
@@ -93,7 +127,7 @@ int main(void) {
     tmp[10] = 4.0f;
     tmp[11] = -4.0f;
     int32_t h2[2] = {10, 11};
-    model_sampler *s = model_sampler_create(&p, NV);
+    s = model_sampler_create(&p, NV);
     model_sampler_sample(s, tmp, h2, 2);
     model_sampler_free(s);
     CHECK(tmp[10] == 2.0f && tmp[11] == -8.0f, "repetition penalty %g %g", tmp[10], tmp[11]);

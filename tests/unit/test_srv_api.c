@@ -72,6 +72,15 @@ typedef struct bad_case {
 #define P "{'prompt':'hi',"
 
 static const bad_case bad_completions[] = {
+    {"{'prompt':'a','min_tokens':-1}", "min_tokens"},
+    {"{'prompt':'a','stop_token_ids':[512]}", "stop_token_ids"},
+    {"{'prompt':'a','stop_token_ids':'1'}", "stop_token_ids"},
+    {"{'prompt':'a','include_stop_str_in_output':'yes'}", "include_stop_str_in_output"},
+    {"{'prompt':'a','n_predict':0}", "n_predict"},
+    {"{'prompt':'a','n_predict':4,'max_tokens':5}", "n_predict"},
+    {"{'prompt':'a','guided_regex':'a+'}", "guided_regex"},
+    {"{'prompt':'a','mirostat':2}", "mirostat"},
+    {"{'prompt':'a','grammar':'root ::= x'}", "grammar"},
     /* not JSON, or not an object */
     {"", ""},
     {"  \n ", ""},
@@ -266,6 +275,7 @@ static const bad_case bad_chats[] = {
     {"{'messages':[{'role':'user','content':'x'}],'max_completion_tokens':2.5}",
      "max_completion_tokens"},
     {"{'messages':[{'role':'user','content':'x'}],'tools':[{'type':'function'}]}", "tools"},
+    {"{'messages':[{'role':'user','content':'x'}],'typical_p':0.9}", "typical_p"},
     {"{'messages':[{'role':'user','content':'x'}],'tools':{}}", "tools"},
     {"{'messages':[{'role':'user','content':'x'}],'functions':[{}]}", "functions"},
     {"{'messages':[{'role':'user','content':'x'}],'response_format':{'type':'json_object'}}",
@@ -273,6 +283,21 @@ static const bad_case bad_chats[] = {
     {"{'messages':[{'role':'user','content':'x'}],'response_format':'text'}", "response_format"},
     {"{'messages':[{'role':'user','content':'x'}],'temperature':3}", "temperature"},
     {"{'messages':[{'role':'user','content':'x'}],'stream_options':{}}", "stream_options"},
+    /* refused by name: they change the output elsewhere, brisk lacks them */
+    {"{'messages':[{'role':'user','content':'x'}],'guided_choice':['a']}", "guided_choice"},
+    {"{'messages':[{'role':'user','content':'x'}],'tool_choice':'required'}", "tool_choice"},
+    {"{'messages':[{'role':'user','content':'x'}],'add_generation_prompt':false}",
+     "add_generation_prompt"},
+    {"{'messages':[{'role':'user','content':'x'}],'echo':'x'}", "echo"},
+    {"{'messages':[{'role':'user','content':'x'}],'min_tokens':9,'max_tokens':8}", "min_tokens"},
+};
+
+/* Their neutral values pass (and stay unknown fields). */
+static const char *const neutral_chats[] = {
+    "{'messages':[{'role':'user','content':'x'}],'tool_choice':'none','typical_p':1,"
+    "'mirostat':0,'dry_multiplier':0.0,'bad_words':[],'grammar':'','add_generation_prompt':true,"
+    "'continue_final_message':false,'skip_special_tokens':true,'top_n_sigma':-1,"
+    "'guided_json':null,'penalize_nl':false,'echo':false,'add_special_tokens':false}",
 };
 
 static void test_bad_tables(void) {
@@ -299,10 +324,30 @@ static void test_bad_tables(void) {
     srv_completion_req_free(&r);
     srv_chat_req c;
     char body[256];
-    snprintf(body, sizeof body, "{%s'prompt':5,'echo':'x','suffix':1,'best_of':9}", C);
+    snprintf(body, sizeof body, "{%s'prompt':5,'echo':false,'suffix':1,'best_of':9}", C);
     CHECK(parse_chat(body, &c, &e) == 0, "%s", e.message);
     CHECK(c.params.n_unknown_fields == 4, "unknown %d", c.params.n_unknown_fields);
     srv_chat_req_free(&c);
+    for (size_t i = 0; i < sizeof neutral_chats / sizeof *neutral_chats; i++) {
+        CHECK(parse_chat(neutral_chats[i], &c, &e) == 0, "neutral: %s", e.message);
+        CHECK(c.params.n_unknown_fields == 14, "unknown %d", c.params.n_unknown_fields);
+        srv_chat_req_free(&c);
+    }
+    /* vLLM's stop fields and llama.cpp's n_predict. */
+    CHECK(parse_c("{'prompt':'a','min_tokens':3,'stop_token_ids':[5,0],"
+                  "'include_stop_str_in_output':true,'n_predict':9}",
+                  &r, &e) == 0,
+          "%s", e.message);
+    CHECK(r.params.min_tokens == 3 && r.params.n_stop_token_ids == 2 &&
+              r.params.stop_token_ids[0] == 5 && r.params.stop_token_ids[1] == 0 &&
+              r.params.include_stop_str && r.params.max_tokens == 9 &&
+              r.params.n_unknown_fields == 0,
+          "stop fields");
+    srv_completion_req_free(&r);
+    CHECK(parse_c("{'prompt':'a','n_predict':-1,'stop_token_ids':[]}", &r, &e) == 0 &&
+              r.params.max_tokens == -1 && r.params.n_stop_token_ids == 0,
+          "n_predict -1: not given");
+    srv_completion_req_free(&r);
 }
 
 /* Limits that are the app's: max_prompts, max_messages, max_stop_len. */
