@@ -30,8 +30,10 @@ typedef struct seq {
     model_sampler *sampler;
     int32_t *ban; /* while n_gen < min_tokens: EOS and stop ids, the sampler's ban */
     int n_ban;
-    seq_text text;     /* detokenizer + stop strings + UTF-8 hold-back */
-    sched_token *toks; /* tokens since the last event */
+    model_grammar_matcher *gm; /* the constraint's state, or NULL */
+    uint32_t *mask;            /* its allowed tokens this step (the sampler's mask) */
+    seq_text text;             /* detokenizer + stop strings + UTF-8 hold-back */
+    sched_token *toks;         /* tokens since the last event */
     int n_toks;
     size_t cap_toks;
     sched_token *ptoks; /* prompt log-probs, sent with the first event */
@@ -85,6 +87,8 @@ struct sched_engine {
     float *lp_row;    /* copy of one logits row for log-probs */
     int32_t *eog_ids; /* every end-of-generation id of the vocabulary (min_tokens bans them) */
     int n_eog;
+    model_grammar_vocab
+        *gvocab;            /* the vocabulary as a trie, for grammar masks (made on first use) */
     model_sample_job *jobs; /* rows sampled together after a forward */
     seq **job_seq;
     int32_t *job_ids;
@@ -132,6 +136,7 @@ void sched_seq_params_free(sched_seq_params *p) {
         free(p->stop[i]);
     free(p->stop);
     free(p->stop_ids);
+    model_grammar_unref(p->grammar);
     memset(p, 0, sizeof *p);
 }
 
@@ -151,6 +156,8 @@ static void seq_free(seq *s) {
     free(s->hist);
     model_sampler_free(s->sampler);
     free(s->ban);
+    model_grammar_matcher_free(s->gm);
+    free(s->mask);
     seq_text_free(&s->text);
     free(s->toks);
     free(s->ptoks);
@@ -416,6 +423,18 @@ static void seq_enter(sched_engine *e, seq *s) {
         return;
     }
     s->text.keep_stop = s->p.include_stop_str;
+    if (s->p.grammar) {
+        if (!e->gvocab)
+            e->gvocab = model_grammar_vocab_create(model_get_vocab(e->m));
+        s->gm = e->gvocab ? model_grammar_matcher_create(s->p.grammar, e->gvocab, NULL) : NULL;
+        s->mask = brisk_malloc(((size_t)c->n_vocab + 31) / 32 * sizeof *s->mask);
+        if (!s->gm || !s->mask) {
+            uncount_waiting(e, s);
+            seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+            return;
+        }
+        model_sampler_set_allowed(s->sampler, s->mask);
+    }
     if (s->p.min_tokens > 0) {
         int n_eog = s->p.ignore_eos ? 0 : e->n_eog;
         s->ban = brisk_malloc(((size_t)n_eog + (size_t)s->p.n_stop_ids + 1) * sizeof *s->ban);
@@ -490,6 +509,10 @@ static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
         seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
     }
+    if (s->gm && model_grammar_accept(s->gm, id) < 0) { /* the mask allowed it: never */
+        seq_finish(e, s, SCHED_FINISH_ERROR, "the sampled token is outside the grammar");
+        return 1;
+    }
     if (s->n_ban > 0 && s->n_gen >= s->p.min_tokens) { /* min_tokens reached */
         model_sampler_set_banned(s->sampler, NULL, 0);
         s->n_ban = 0;
@@ -503,7 +526,7 @@ static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
     int stop_id = 0;
     for (int i = 0; i < s->p.n_stop_ids && !stop_id; i++)
         stop_id = s->p.stop_ids[i] == id;
-    if (hit || stop_id) {
+    if (hit || stop_id || (s->gm && model_grammar_finished(s->gm))) {
         seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
     }
@@ -583,6 +606,15 @@ static void step(sched_engine *e) {
             n_prompt += (pos0 + cnt < s->p.n_prompt ? pos0 + cnt : s->p.n_prompt) - pos0;
         if (sample_row < 0)
             continue;
+        if (s->gm) { /* the grammar's allowed tokens, the sampler's mask */
+            int allowed = model_grammar_mask(s->gm, s->mask);
+            if (allowed <= 0) {
+                seq_finish(e, s, SCHED_FINISH_ERROR,
+                           allowed == 0 ? "the grammar allows no token here"
+                                        : "the grammar's state grew past its limit");
+                continue;
+            }
+        }
         n_gen++;
         if (s->p.logprobs >= 0) { /* alone: its raw row is copied first */
             sched_token tk;
@@ -825,6 +857,7 @@ void sched_engine_free(sched_engine *e) {
     free(e->b_want);
     free(e->lp_row);
     free(e->eog_ids);
+    model_grammar_vocab_free(e->gvocab);
     free(e->jobs);
     free(e->job_seq);
     free(e->job_ids);

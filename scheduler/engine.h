@@ -32,6 +32,7 @@
 
 #include "kv/kv_cache.h"
 #include "models/backend.h"
+#include "models/grammar.h"
 #include "models/model.h"
 #include "models/sampler.h"
 
@@ -93,6 +94,10 @@ typedef struct sched_seq_params {
     int32_t *stop_ids; /* n_stop_ids malloc'd ids */
     int n_stop_ids;
     int include_stop_str;
+    /* Constrained output (a reference the engine takes over), or NULL: every
+     * token is sampled among those the grammar allows; the output ends with
+     * finish "stop" once the grammar can take nothing more. */
+    model_grammar *grammar;
     void *user;    /* handed back in every event */
     void *fork_of; /* or the user pointer of an earlier submitted sequence with the
                                  same prompt (n > 1 choices): share its prompt KV blocks */

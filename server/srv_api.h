@@ -84,6 +84,13 @@ typedef struct srv_gen_params {
     int32_t *stop_token_ids; /* [n_stop_token_ids], ids in [0, n_vocab) */
     int n_stop_token_ids;
     int include_stop_str;
+    /* Constrained output: GBNF text (models/grammar.h) of the one constraint
+     * given - llama.cpp's grammar, vLLM's guided_grammar / guided_choice /
+     * structured_outputs {grammar, choice}, response_format json_object -
+     * or NULL; grammar_param names that field (static) for errors. */
+    char *grammar;
+    size_t grammar_len;
+    const char *grammar_param;
     int n_unknown_fields; /* top-level fields not understood, ignored */
 } srv_gen_params;
 

@@ -23,6 +23,7 @@
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
+#include "models/grammar.h"
 #include "server/srv_api.h"
 
 /* Bounds that are properties of the API, not of the deployment. */
@@ -31,6 +32,7 @@
 #define API_REPETITION_MAX 10.0  /* a multiplicative penalty; beyond 10 is nonsense */
 #define API_LOGIT_BIAS_MAX 100.0 /* OpenAI's range is [-100, 100] */
 #define API_SNIP_BYTES 40        /* user text quoted in an error message */
+#define API_MAX_CHOICES 256      /* strings of a guided_choice */
 
 srv_api_limits srv_api_limits_default(int n_vocab) {
     srv_api_limits l;
@@ -362,6 +364,10 @@ enum {
     F_STOP_TOKEN_IDS,
     F_INCLUDE_STOP_STR,
     F_N_PREDICT,
+    F_GRAMMAR,
+    F_GUIDED_GRAMMAR,
+    F_GUIDED_CHOICE,
+    F_STRUCTURED_OUTPUTS,
     F_COUNT
 };
 
@@ -399,7 +405,7 @@ static const struct {
     [F_SUFFIX] = {"suffix", K_CMPL},
     [F_TOOLS] = {"tools", K_CHAT},
     [F_FUNCTIONS] = {"functions", K_CHAT},
-    [F_RESPONSE_FORMAT] = {"response_format", K_CHAT},
+    [F_RESPONSE_FORMAT] = {"response_format", K_CMPL | K_CHAT},
     [F_CHAT_TEMPLATE_KWARGS] = {"chat_template_kwargs", K_CHAT},
     [F_REASONING_FORMAT] = {"reasoning_format", K_CHAT},
     [F_INCLUDE_REASONING] = {"include_reasoning", K_CHAT},
@@ -407,6 +413,10 @@ static const struct {
     [F_STOP_TOKEN_IDS] = {"stop_token_ids", K_CMPL | K_CHAT},
     [F_INCLUDE_STOP_STR] = {"include_stop_str_in_output", K_CMPL | K_CHAT},
     [F_N_PREDICT] = {"n_predict", K_CMPL | K_CHAT},
+    [F_GRAMMAR] = {"grammar", K_CMPL | K_CHAT},
+    [F_GUIDED_GRAMMAR] = {"guided_grammar", K_CMPL | K_CHAT},
+    [F_GUIDED_CHOICE] = {"guided_choice", K_CMPL | K_CHAT},
+    [F_STRUCTURED_OUTPUTS] = {"structured_outputs", K_CMPL | K_CHAT},
 };
 
 /* Fields of vLLM's, llama.cpp's and OpenAI's APIs that change the output
@@ -430,16 +440,11 @@ static const struct {
     unsigned kinds;
     api_neutral neutral;
 } api_refused[] = {
-    /* structured outputs (until the grammar engine takes them) */
+    /* structured outputs from JSON schemas and regexes (not yet) */
     {"guided_json", K_CMPL | K_CHAT, N_NEVER},
     {"guided_regex", K_CMPL | K_CHAT, N_NEVER},
-    {"guided_choice", K_CMPL | K_CHAT, N_NEVER},
-    {"guided_grammar", K_CMPL | K_CHAT, N_NEVER},
-    {"structured_outputs", K_CMPL | K_CHAT, N_NEVER},
     {"structural_tag", K_CMPL | K_CHAT, N_NEVER},
-    {"grammar", K_CMPL | K_CHAT, N_EMPTY},
     {"json_schema", K_CMPL | K_CHAT, N_NEVER},
-    {"response_format", K_CMPL, N_NEVER},
     {"tool_choice", K_CHAT, N_NO_TOOL},
     /* vLLM sampling and output */
     {"bad_words", K_CMPL | K_CHAT, N_EMPTY},
@@ -632,6 +637,7 @@ static void params_default(srv_gen_params *p) {
 static void params_free(srv_gen_params *p) {
     free(p->model);
     free(p->stop_token_ids);
+    free(p->grammar);
     for (int i = 0; i < p->n_stop; i++)
         free(p->stop[i]);
     free(p->stop);
@@ -767,7 +773,28 @@ static int parse_unsupported_list(const cJSON *it, const char *name, srv_api_err
     return 0;
 }
 
-static int parse_response_format(const cJSON *it, srv_api_error *err) {
+/* Takes text (malloc'd, or NULL: out of memory) as the request's one
+ * constraint, from field param. */
+static int set_constraint(srv_gen_params *p, char *text, const char *param, srv_api_error *err) {
+    if (!text)
+        return api_oom(err);
+    if (p->grammar) {
+        free(text);
+        return api_fail(err, "invalid_value", param,
+                        "'%s' and '%s' both constrain the output; give one", p->grammar_param,
+                        param);
+    }
+    p->grammar = text;
+    p->grammar_len = strlen(text);
+    p->grammar_param = param;
+    return 0;
+}
+
+static char *dup_text(const char *s) {
+    return brisk_strdup(s);
+}
+
+static int parse_response_format(const cJSON *it, srv_gen_params *p, srv_api_error *err) {
     if (!it)
         return 0;
     if (!cJSON_IsObject(it))
@@ -777,9 +804,88 @@ static int parse_response_format(const cJSON *it, srv_api_error *err) {
     for (const cJSON *c = it->child; c; c = c->next)
         if (!strcmp(c->string, "type") && cJSON_IsString(c))
             type = c->valuestring;
-    if (!type || strcmp(type, "text"))
-        return api_fail(err, "unsupported_value", "response_format",
-                        "only 'response_format' {\"type\": \"text\"} is supported");
+    if (type && !strcmp(type, "text"))
+        return 0;
+    if (type && !strcmp(type, "json_object"))
+        return set_constraint(p, model_grammar_json_text(1), "response_format", err);
+    return api_fail(err, "unsupported_value", "response_format",
+                    "'response_format' must be {\"type\": \"text\"} or {\"type\": "
+                    "\"json_object\"} (json_schema is not supported yet)");
+}
+
+/* A list of 1..max non-empty strings as a choice grammar. */
+static int parse_choice(const cJSON *it, const char *param, const srv_api_limits *lim,
+                        srv_gen_params *p, srv_api_error *err) {
+    int n = cJSON_IsArray(it) ? cJSON_GetArraySize(it) : -1;
+    if (n < 1 || n > API_MAX_CHOICES)
+        return api_fail(err, "invalid_value", param, "'%s' must be an array of 1 to %d strings",
+                        param, API_MAX_CHOICES);
+    const char *texts[API_MAX_CHOICES];
+    size_t lens[API_MAX_CHOICES];
+    int k = 0;
+    for (const cJSON *c = it->child; c; c = c->next, k++) {
+        if (!cJSON_IsString(c) || !c->valuestring[0] ||
+            strlen(c->valuestring) > (size_t)lim->max_stop_len)
+            return api_fail(err, "invalid_value", param,
+                            "'%s' must hold non-empty strings of at most %d bytes", param,
+                            lim->max_stop_len);
+        texts[k] = c->valuestring;
+        lens[k] = strlen(c->valuestring);
+    }
+    return set_constraint(p, model_grammar_choice_text(texts, lens, n), param, err);
+}
+
+static int parse_grammar_text(const cJSON *it, const char *param, srv_gen_params *p,
+                              srv_api_error *err) {
+    if (!cJSON_IsString(it))
+        return api_fail(err, "invalid_type", param, "'%s' must be a string (GBNF)", param);
+    if (!it->valuestring[0]) /* llama.cpp's "no grammar" */
+        return 0;
+    return set_constraint(p, dup_text(it->valuestring), param, err);
+}
+
+/* llama.cpp's grammar, vLLM's guided_grammar / guided_choice and
+ * structured_outputs {grammar | choice} (json and regex: not yet). */
+static int parse_constraints(const cJSON *f[F_COUNT], const srv_api_limits *lim, srv_gen_params *p,
+                             srv_api_error *err) {
+    int rc;
+    if (f[F_GRAMMAR] && (rc = parse_grammar_text(f[F_GRAMMAR], "grammar", p, err)) < 0)
+        return rc;
+    if (f[F_GUIDED_GRAMMAR] &&
+        (rc = parse_grammar_text(f[F_GUIDED_GRAMMAR], "guided_grammar", p, err)) < 0)
+        return rc;
+    if (f[F_GUIDED_CHOICE] &&
+        (rc = parse_choice(f[F_GUIDED_CHOICE], "guided_choice", lim, p, err)) < 0)
+        return rc;
+    const cJSON *so = f[F_STRUCTURED_OUTPUTS];
+    if (!so)
+        return 0;
+    if (!cJSON_IsObject(so))
+        return api_fail(err, "invalid_type", "structured_outputs",
+                        "'structured_outputs' must be an object");
+    for (const cJSON *c = so->child; c; c = c->next) {
+        if (cJSON_IsNull(c))
+            continue;
+        if (!strcmp(c->string, "grammar"))
+            rc = parse_grammar_text(c, "structured_outputs", p, err);
+        else if (!strcmp(c->string, "choice"))
+            rc = parse_choice(c, "structured_outputs", lim, p, err);
+        else if (!strcmp(c->string, "disable_any_whitespace") ||
+                 !strcmp(c->string, "disable_fallback") ||
+                 !strcmp(c->string, "disable_additional_properties") ||
+                 !strcmp(c->string, "whitespace_pattern"))
+            rc = cJSON_IsFalse(c) ? 0
+                                  : api_fail(err, "unsupported_value", "structured_outputs",
+                                             "'structured_outputs.%s' is not supported", c->string);
+        else
+            rc = api_fail(err, "unsupported_value", "structured_outputs",
+                          "'structured_outputs.%s' is not supported%s", c->string,
+                          !strcmp(c->string, "json") || !strcmp(c->string, "regex")
+                              ? " yet (grammar and choice are)"
+                              : "");
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -915,8 +1021,6 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
             return rc;
         if ((rc = parse_unsupported_list(f[F_FUNCTIONS], "functions", err)) < 0)
             return rc;
-        if ((rc = parse_response_format(f[F_RESPONSE_FORMAT], err)) < 0)
-            return rc;
     }
     if ((rc = get_bool(f[F_STREAM], "stream", &p->stream, err)) < 0)
         return rc;
@@ -925,6 +1029,9 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
     if ((rc = get_string(f[F_USER], "user", &s, err)) < 0)
         return rc;
     if ((rc = get_bool(f[F_IGNORE_EOS], "ignore_eos", &p->ignore_eos, err)) < 0)
+        return rc;
+    if ((rc = parse_response_format(f[F_RESPONSE_FORMAT], p, err)) < 0 ||
+        (rc = parse_constraints(f, lim, p, err)) < 0)
         return rc;
     return parse_vllm_stops(f, lim, p, err);
 }

@@ -286,6 +286,7 @@ int srv_app_run(const srv_app_config *cfg) {
     mc.commit = BRISK_GIT_COMMIT;
     mc.backends = backends;
     app->metrics = srv_metrics_create(&mc, brisk_now());
+    app->grammars = srv_grammar_cache_create(32);
 
     static const srv_route routes[] = {
         {"POST", "/v1/completions", srv_gen_completions, SRV_ROUTE_AUTH},
@@ -370,6 +371,7 @@ out:
     }
     srv_gpu_free(app->gpu);
     srv_metrics_free(app->metrics);
+    srv_grammar_cache_free(app->grammars);
     uv_loop_close(app->loop);
     free(app);
     return rc;

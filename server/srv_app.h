@@ -14,6 +14,7 @@
 #include "scheduler/engine.h"
 #include "server/srv_api.h"
 #include "server/srv_gpu.h"
+#include "server/srv_grammar.h"
 #include "server/srv_http.h"
 #include "server/srv_metrics.h"
 
@@ -49,8 +50,9 @@ typedef struct srv_app {
     int fault_signal_on;
     uv_timer_t drain_timer;
     srv_metrics *metrics;
-    srv_gpu *gpu;            /* NULL: no GPU metrics */
-    struct srv_audit *audit; /* NULL without --audit-log */
+    srv_grammar_cache *grammars; /* compiled constraints by their text (NULL: out of memory) */
+    srv_gpu *gpu;                /* NULL: no GPU metrics */
+    struct srv_audit *audit;     /* NULL without --audit-log */
     char served_name[256];
     int64_t created;
     int ready;    /* engine loaded */

@@ -66,6 +66,7 @@ struct gen_req {
     int failed;
     char err[160];
     int streamed_ok;
+    model_grammar *grammar; /* the request's constraint (a reference), or NULL */
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -118,6 +119,7 @@ static void gen_free(gen_req *g) {
     for (int i = 0; i < g->a_n_msgs; i++)
         free((char *)g->a_msgs[i].content);
     free(g->a_msgs);
+    model_grammar_unref(g->grammar);
     /* The request outlives g only on error paths that answer after freeing it. */
     if (g->http)
         srv_req_set_user(g->http, NULL);
@@ -725,6 +727,7 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
     sp->prompt_logprobs = g->echo && p->logprobs >= 0;
     sp->ignore_eos = p->ignore_eos;
     sp->min_tokens = p->min_tokens;
+    sp->grammar = model_grammar_ref(g->grammar);
     sp->include_stop_str = p->include_stop_str;
     if (p->n_stop_token_ids) {
         sp->stop_ids = brisk_malloc((size_t)p->n_stop_token_ids * sizeof *sp->stop_ids);
@@ -765,6 +768,23 @@ static int gen_max_tokens(const srv_app *app, const srv_gen_params *p, int np, i
  * Takes ownership of g (freed or linked). */
 static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
                       int max_tokens_default) {
+    /* The constraint, compiled (or found compiled) before any engine work. */
+    if (p->grammar) {
+        char err[200] = "";
+        int rc = BRISK_ENOMEM;
+        g->grammar = app->grammars ? srv_grammar_get(app->grammars, p->grammar, p->grammar_len, &rc,
+                                                     err, sizeof err)
+                                   : NULL;
+        if (!g->grammar) {
+            if (rc == BRISK_EINVAL)
+                srv_respond_error(r, 400, "invalid_request_error", p->grammar_param,
+                                  "invalid_grammar", "%s", err);
+            else
+                srv_respond_code(r, BRISK_ENOMEM, NULL);
+            gen_free(g);
+            return;
+        }
+    }
     /* Context: every prompt + max_tokens must fit. */
     for (int i = 0; i < g->n_prompts; i++) {
         int np = g->n_pids[i];

@@ -1,0 +1,254 @@
+/* test_grammar.c - GBNF grammars: compile errors (each limit and malformed
+ * text gives an error naming it), strings the grammar takes and refuses
+ * (JSON, repetitions, classes, UTF-8 split across calls), and token masks
+ * against a brute force over two real vocabularies (byte-level GPT-2 and
+ * SentencePiece with byte fallback) along seeded random walks. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "brisk_test.h"
+#include "common/brisk_error.h"
+#include "models/gguf.h"
+#include "models/grammar.h"
+#include "models/tokenizer.h"
+
+static model_grammar *compile(const char *text, char *err, size_t len) {
+    model_grammar *g = NULL;
+    model_grammar_compile(text, strlen(text), NULL, &g, err, len);
+    return g;
+}
+
+/* 1 if the grammar takes the whole string and is complete after it. */
+static int takes(model_grammar *g, const char *s) {
+    model_grammar_matcher *m = model_grammar_matcher_create(g, NULL, NULL);
+    int ok = m && model_grammar_accept_bytes(m, s, strlen(s)) == 0 && model_grammar_complete(m);
+    model_grammar_matcher_free(m);
+    return ok;
+}
+
+static void test_errors(void) {
+    static const struct {
+        const char *text, *needle;
+    } bad[] = {
+        {"", "no 'root'"},
+        {"root ::= foo", "'foo' is used but not defined"},
+        {"root ::= root \"a\" | \"b\"", "left-recursive"},
+        {"root ::= a\na ::= b \"x\"\nb ::= \"\" | a", "left-recursive"},
+        {"root ::= (\"a\"?)* \"b\"", "left-recursive"},
+        {"root ::= \"a", "unterminated string"},
+        {"root ::= [a-", "unterminated character class"},
+        {"root ::= [z-a]", "backwards"},
+        {"root ::= \"\\q\"", "unknown escape"},
+        {"root ::= \"\\uD800\"", "not a character"},
+        {"root ::= (\"a\"", "expected ')'"},
+        {"root ::= \"a\"{3,2}", "max below min"},
+        {"root ::= \"a\"{1001}", "above 1000"},
+        {"root ::= *", "unexpected '*'"},
+        {"root ::= \"a\"\nroot ::= \"b\"", "defined twice"},
+        {"root \"a\"", "expected '::='"},
+        {"root ::= \"a\" ) \"b\"", "unexpected ')'"},
+        {"root ::= ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((\"a\""
+         "))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))",
+         "nest deeper"},
+        {"root ::= \"\xff\"", "invalid UTF-8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char err[256] = "";
+        model_grammar *g = compile(bad[i].text, err, sizeof err);
+        CHECK(!g && strstr(err, bad[i].needle) && bt_one_line(err), "%zu: '%s' -> '%s'", i,
+              bad[i].text, err);
+        model_grammar_unref(g);
+    }
+    model_grammar_limits lim = model_grammar_limits_default();
+    lim.max_text = 8;
+    model_grammar *g = NULL;
+    char err[256];
+    CHECK(model_grammar_compile("root ::= \"abc\"", 14, &lim, &g, err, sizeof err) ==
+                  BRISK_EINVAL &&
+              strstr(err, "more than 8"),
+          "text limit: %s", err);
+    /* 300 x 1000 copies of one character: past the element limit. */
+    char *big = malloc(300 * 12 + 16);
+    strcpy(big, "root ::=");
+    for (int i = 0; i < 300; i++)
+        strcat(big, " \"a\"{1000}");
+    g = compile(big, err, sizeof err);
+    CHECK(!g && strstr(err, "elements"), "element limit: %s", err);
+    free(big);
+    lim = model_grammar_limits_default();
+    lim.max_rules = 10;
+    CHECK(model_grammar_compile("root ::= \"a\"{0,20}", 18, &lim, &g, err, sizeof err) ==
+                  BRISK_EINVAL &&
+              strstr(err, "more than 10 rules"),
+          "rule limit: %s", err);
+}
+
+static void test_strings(void) {
+    char err[256] = "";
+    model_grammar *g = compile("root ::= \"ab\" [0-9]+ (\"x\" | \"yz\")? tail\n"
+                               "tail ::= [^a-z\\n]{2,3}   # comment\n",
+                               err, sizeof err);
+    CHECK(g != NULL, "%s", err);
+    if (g) {
+        CHECK(takes(g, "ab1..") && takes(g, "ab123x!!!") && takes(g, "ab0yzAB"), "takes");
+        CHECK(!takes(g, "ab..") && !takes(g, "ab1.") && !takes(g, "ab1x....") &&
+                  !takes(g, "ab1yx..") && !takes(g, "ab1a.."),
+              "refuses");
+        model_grammar_unref(g);
+    }
+    char *json = model_grammar_json_text(0);
+    g = compile(json, err, sizeof err);
+    free(json);
+    CHECK(g != NULL, "json: %s", err);
+    if (g) {
+        static const char *good[] = {"{}",
+                                     " [1, -2.5e3, true, false, null]",
+                                     "{\"a\": {\"b\": [\"c\\n\\u00e9\"]}}",
+                                     "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"",
+                                     "0",
+                                     "-0.5",
+                                     "{\n  \"k\": \"v\",\n  \"n\": 12\n}"};
+        static const char *badj[] = {"{",   "[1,]",       "{\"a\" 1}", "01", "\"\x01\"",
+                                     "tru", "{\"a\":1}}", "\"\\x\"",   "1.", "\"\xc3\""};
+        for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+            CHECK(takes(g, good[i]), "json takes %s", good[i]);
+        for (size_t i = 0; i < sizeof badj / sizeof *badj; i++)
+            CHECK(!takes(g, badj[i]), "json refuses %s", badj[i]);
+        /* A character split across calls: the first byte is pending. */
+        model_grammar_matcher *m = model_grammar_matcher_create(g, NULL, NULL);
+        CHECK(m && model_grammar_accept_bytes(m, "\"\xe2", 2) == 0 && !model_grammar_complete(m) &&
+                  model_grammar_accept_bytes(m, "\x82", 1) == 0 &&
+                  model_grammar_accept_bytes(m, "A", 1) == BRISK_EINVAL &&
+                  model_grammar_accept_bytes(m, "\xac\"", 2) == 0 && model_grammar_complete(m) &&
+                  !model_grammar_finished(m), /* trailing whitespace may follow */
+              "split UTF-8");
+        model_grammar_matcher_free(m);
+        model_grammar_unref(g);
+    }
+    const char *choices[] = {"yes", "no", "n\"o"};
+    size_t lens[] = {3, 2, 3};
+    char *ct = model_grammar_choice_text(choices, lens, 3);
+    g = compile(ct, err, sizeof err);
+    free(ct);
+    CHECK(g && takes(g, "yes") && takes(g, "no") && takes(g, "n\"o") && !takes(g, "ye") &&
+              !takes(g, "nos"),
+          "choice: %s", err);
+    model_grammar_matcher *m = g ? model_grammar_matcher_create(g, NULL, NULL) : NULL;
+    CHECK(m && model_grammar_accept_bytes(m, "no", 2) == 0 && model_grammar_finished(m),
+          "choice: finished after 'no'");
+    model_grammar_matcher_free(m);
+    model_grammar_unref(g);
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(uint32_t n) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng % n);
+}
+
+/* Masks equal the brute force (each token's bytes tried alone) along random
+ * walks; the walk takes a random allowed token each step. */
+static void walk(const tok_vocab *v, const model_grammar_vocab *gv, model_grammar *g,
+                 const char *what, int steps, double *ms_mask) {
+    int nv = tok_n_vocab(v);
+    uint32_t *mask = calloc(((size_t)nv + 31) / 32, sizeof *mask);
+    model_grammar_matcher *m = model_grammar_matcher_create(g, gv, NULL);
+    int same = 1, total_allowed = 0, taken = 0, ended = 0;
+    char buf[512];
+    for (int step = 0; m && mask && step < steps && same; step++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int count = model_grammar_mask(m, mask);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        *ms_mask += (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+        int brute = 0, allowed_ids = 0;
+        for (int id = 0; id < nv; id++) {
+            int n = tok_token_to_piece(v, id, 0, buf, sizeof buf);
+            int want = tok_is_eog(v, id) ? model_grammar_complete(m)
+                       : n > 0 && n <= (int)sizeof buf
+                           ? model_grammar_allows_bytes(m, buf, (size_t)n) == 1
+                           : 0;
+            int got = (int)(mask[id >> 5] >> (id & 31) & 1u);
+            if (want != got) {
+                if (same)
+                    fprintf(stderr, "%s step %d: token %d ('%.*s') mask %d brute %d\n", what, step,
+                            id, n > 0 ? n : 0, buf, got, want);
+                same = 0;
+            }
+            brute += want;
+            allowed_ids += got;
+        }
+        same &= count == brute;
+        total_allowed += count;
+        if (count == 0 || !same)
+            break;
+        /* a random allowed token; prefer one with bytes while not complete */
+        int pick = (int)rnd((uint32_t)count), id = 0;
+        for (id = 0; id < nv; id++)
+            if ((mask[id >> 5] >> (id & 31) & 1u) && pick-- == 0)
+                break;
+        if (tok_is_eog(v, id)) {
+            ended = 1;
+            break;
+        }
+        same &= model_grammar_accept(m, id) == 0;
+        taken++;
+        (void)allowed_ids;
+    }
+    CHECK(same && m && mask, "%s: masks equal the brute force (%d tokens taken, ended %d)", what,
+          taken, ended);
+    CHECK(total_allowed > 0 && taken > 0, "%s: the walk moved", what);
+    printf("%s: %d steps, %d tokens allowed in all, ended %d\n", what, taken, total_allowed, ended);
+    model_grammar_matcher_free(m);
+    free(mask);
+}
+
+static void test_masks(void) {
+    static const char *vocabs[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"};
+    for (int vi = 0; vi < 2; vi++) {
+        char path[512], err[256];
+        snprintf(path, sizeof path, "%s/vocab/%s", bt_shared_dir(), vocabs[vi]);
+        gguf_file *gf = NULL;
+        tok_vocab *v = NULL;
+        if (gguf_open(path, &gf, err, sizeof err) < 0 ||
+            tok_vocab_create_from_gguf(gf, &v, err, sizeof err) < 0) {
+            printf("SKIP masks on %s: %s\n", vocabs[vi], err);
+            gguf_close(gf);
+            continue;
+        }
+        model_grammar_vocab *gv = model_grammar_vocab_create(v);
+        CHECK(gv != NULL, "trie");
+        char *json = model_grammar_json_text(1);
+        const char *texts[3] = {json,
+                                "root ::= \"<\" [a-z\\u00e0-\\u00ff]{1,6} (\", \" [0-9]+)* \">\"",
+                                "root ::= (\"caf\\u00e9\" | \"\\u20ac\" | \"na\\u00efve\")+"};
+        const char *names[3] = {"json object", "list", "utf-8 words"};
+        for (int gi = 0; gi < 3 && gv; gi++) {
+            model_grammar *g = compile(texts[gi], err, sizeof err);
+            CHECK(g != NULL, "%s: %s", names[gi], err);
+            char what[128];
+            snprintf(what, sizeof what, "%s / %s", vocabs[vi], names[gi]);
+            double ms = 0;
+            for (int w = 0; g && w < 3; w++)
+                walk(v, gv, g, what, 24, &ms);
+            printf("%s: %.2f ms per mask\n", what, ms / 72);
+            model_grammar_unref(g);
+        }
+        free(json);
+        model_grammar_vocab_free(gv);
+        tok_vocab_free(v);
+        gguf_close(gf);
+    }
+}
+
+int main(void) {
+    test_errors();
+    test_strings();
+    test_masks();
+    return BT_SUMMARY("test_grammar");
+}
