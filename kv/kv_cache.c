@@ -146,7 +146,21 @@ static int kv_gcd(int a, int b) {
  * full attention. */
 static int kv_plan_groups(const kv_cache_config *cfg, int *layer_group, int *layer_idx,
                           int *group_window, int *n_groups, int *lpg) {
-    int n = cfg->n_layers;
+    int n = cfg->n_layers, any = 0;
+    for (int l = 0; l < n && !any && cfg->layer_window && cfg->max_grow > 0; l++)
+        any = kv_eff_window(cfg, l) > 0;
+    if (!any) { /* the common case: one group of every layer, nothing to allocate */
+        for (int l = 0; l < n; l++) {
+            if (layer_group)
+                layer_group[l] = 0;
+            if (layer_idx)
+                layer_idx[l] = l;
+        }
+        group_window[0] = 0;
+        *n_groups = 1;
+        *lpg = n;
+        return 0;
+    }
     int *cls_w = malloc((size_t)n * sizeof *cls_w), *cls_n = calloc((size_t)n, sizeof *cls_n);
     int *cls_base = malloc((size_t)n * sizeof *cls_base),
         *cls_seen = calloc((size_t)n, sizeof *cls_seen);
@@ -381,6 +395,13 @@ static void *kv_calloc(size_t n, size_t size) {
 
 kv_cache *kv_cache_create_paged(const kv_cache_config *cfg) {
     if (!kv_config_ok(cfg) || cfg->n_blocks <= 0 || cfg->n_blocks == INT_MAX)
+        return NULL;
+    /* Sizes first, before anything is allocated per layer: the pool of every
+     * layer (and the zero block) must fit a size_t. */
+    size_t check;
+    if (!kv_mul((size_t)cfg->block_size, (size_t)cfg->kv_dim, &check) ||
+        !kv_mul(check, (size_t)cfg->n_blocks + 1, &check) ||
+        !kv_mul(check, (size_t)cfg->n_layers, &check) || !kv_mul(check, 2 * sizeof(float), &check))
         return NULL;
     kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv)
