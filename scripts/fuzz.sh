@@ -6,7 +6,8 @@
 #   scripts/fuzz.sh gguf 300 1 --merge     # then minimise new inputs into the tree's corpus
 #
 # TARGET is a name from tests/fuzz/ (fuzz_http, fuzz_json_completions,
-# fuzz_json_chat, fuzz_gguf, fuzz_tokenizer, fuzz_chat_template, fuzz_sse, fuzz_audit; the
+# fuzz_json_chat, fuzz_gguf, fuzz_tokenizer, fuzz_chat_template, fuzz_sse, fuzz_audit,
+# fuzz_cli_opts, fuzz_grammar, fuzz_schema; the
 # fuzz_ prefix may be left out) or `all`. JOBS is how many libFuzzer processes
 # run at once (default 1): with `all`, that many targets side by side; with one
 # target, libFuzzer's -fork=JOBS.
@@ -28,7 +29,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 ALL_TARGETS=(fuzz_http fuzz_json_completions fuzz_json_chat fuzz_gguf fuzz_tokenizer
-             fuzz_chat_template fuzz_sse fuzz_audit)
+             fuzz_chat_template fuzz_sse fuzz_audit fuzz_cli_opts fuzz_grammar fuzz_schema)
 
 usage() {
     echo "usage: $0 TARGET|all SECONDS [JOBS] [--merge]   (targets: ${ALL_TARGETS[*]})" >&2

@@ -25,6 +25,7 @@
 #include "common/brisk_error.h"
 #include "models/grammar.h"
 #include "server/srv_api.h"
+#include "server/srv_schema.h"
 
 /* Bounds that are properties of the API, not of the deployment. */
 #define API_TEMPERATURE_MAX 2.0  /* OpenAI's range is [0, 2] */
@@ -368,6 +369,8 @@ enum {
     F_GUIDED_GRAMMAR,
     F_GUIDED_CHOICE,
     F_STRUCTURED_OUTPUTS,
+    F_GUIDED_JSON,
+    F_JSON_SCHEMA,
     F_COUNT
 };
 
@@ -417,6 +420,8 @@ static const struct {
     [F_GUIDED_GRAMMAR] = {"guided_grammar", K_CMPL | K_CHAT},
     [F_GUIDED_CHOICE] = {"guided_choice", K_CMPL | K_CHAT},
     [F_STRUCTURED_OUTPUTS] = {"structured_outputs", K_CMPL | K_CHAT},
+    [F_GUIDED_JSON] = {"guided_json", K_CMPL | K_CHAT},
+    [F_JSON_SCHEMA] = {"json_schema", K_CMPL | K_CHAT},
 };
 
 /* Fields of vLLM's, llama.cpp's and OpenAI's APIs that change the output
@@ -440,11 +445,9 @@ static const struct {
     unsigned kinds;
     api_neutral neutral;
 } api_refused[] = {
-    /* structured outputs from JSON schemas and regexes (not yet) */
-    {"guided_json", K_CMPL | K_CHAT, N_NEVER},
+    /* structured outputs from regexes and structural tags (not yet) */
     {"guided_regex", K_CMPL | K_CHAT, N_NEVER},
     {"structural_tag", K_CMPL | K_CHAT, N_NEVER},
-    {"json_schema", K_CMPL | K_CHAT, N_NEVER},
     {"tool_choice", K_CHAT, N_NO_TOOL},
     /* vLLM sampling and output */
     {"bad_words", K_CMPL | K_CHAT, N_EMPTY},
@@ -794,6 +797,33 @@ static char *dup_text(const char *s) {
     return brisk_strdup(s);
 }
 
+/* A JSON Schema (an object, or with as_text a string holding one, as vLLM
+ * also takes) as the constraint from field param. */
+static int parse_schema(const cJSON *it, int as_text, const char *param, srv_gen_params *p,
+                        srv_api_error *err) {
+    cJSON *parsed = NULL;
+    if (as_text && cJSON_IsString(it)) {
+        /* Its nesting is bounded by cJSON's own limit and by the schema
+         * converter's; its size by the body's. */
+        parsed = cJSON_Parse(it->valuestring);
+        if (!parsed)
+            return api_fail(err, "invalid_value", param, "'%s' is not valid JSON", param);
+        it = parsed;
+    }
+    if (!cJSON_IsObject(it) && !cJSON_IsBool(it)) {
+        cJSON_Delete(parsed);
+        return api_fail(err, "invalid_type", param, "'%s' must be a JSON Schema object", param);
+    }
+    char *text = NULL, why[200] = "";
+    int rc = srv_schema_to_gbnf(it, &text, why, sizeof why);
+    cJSON_Delete(parsed);
+    if (rc == BRISK_ENOMEM)
+        return api_oom(err);
+    if (rc < 0)
+        return api_fail(err, "invalid_schema", param, "'%s': %s", param, why);
+    return set_constraint(p, text, param, err);
+}
+
 static int parse_response_format(const cJSON *it, srv_gen_params *p, srv_api_error *err) {
     if (!it)
         return 0;
@@ -808,9 +838,18 @@ static int parse_response_format(const cJSON *it, srv_gen_params *p, srv_api_err
         return 0;
     if (type && !strcmp(type, "json_object"))
         return set_constraint(p, model_grammar_json_text(1), "response_format", err);
+    if (type && !strcmp(type, "json_schema")) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(it, "json_schema");
+        if (!cJSON_IsObject(js))
+            return api_fail(err, "invalid_value", "response_format",
+                            "'response_format.json_schema' must be an object");
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+        if (!schema || cJSON_IsNull(schema)) /* no schema: any JSON object */
+            return set_constraint(p, model_grammar_json_text(1), "response_format", err);
+        return parse_schema(schema, 0, "response_format", p, err);
+    }
     return api_fail(err, "unsupported_value", "response_format",
-                    "'response_format' must be {\"type\": \"text\"} or {\"type\": "
-                    "\"json_object\"} (json_schema is not supported yet)");
+                    "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
 }
 
 /* A list of 1..max non-empty strings as a choice grammar. */
@@ -857,6 +896,10 @@ static int parse_constraints(const cJSON *f[F_COUNT], const srv_api_limits *lim,
     if (f[F_GUIDED_CHOICE] &&
         (rc = parse_choice(f[F_GUIDED_CHOICE], "guided_choice", lim, p, err)) < 0)
         return rc;
+    if (f[F_GUIDED_JSON] && (rc = parse_schema(f[F_GUIDED_JSON], 1, "guided_json", p, err)) < 0)
+        return rc;
+    if (f[F_JSON_SCHEMA] && (rc = parse_schema(f[F_JSON_SCHEMA], 0, "json_schema", p, err)) < 0)
+        return rc;
     const cJSON *so = f[F_STRUCTURED_OUTPUTS];
     if (!so)
         return 0;
@@ -870,6 +913,8 @@ static int parse_constraints(const cJSON *f[F_COUNT], const srv_api_limits *lim,
             rc = parse_grammar_text(c, "structured_outputs", p, err);
         else if (!strcmp(c->string, "choice"))
             rc = parse_choice(c, "structured_outputs", lim, p, err);
+        else if (!strcmp(c->string, "json"))
+            rc = parse_schema(c, 1, "structured_outputs", p, err);
         else if (!strcmp(c->string, "disable_any_whitespace") ||
                  !strcmp(c->string, "disable_fallback") ||
                  !strcmp(c->string, "disable_additional_properties") ||
@@ -880,9 +925,7 @@ static int parse_constraints(const cJSON *f[F_COUNT], const srv_api_limits *lim,
         else
             rc = api_fail(err, "unsupported_value", "structured_outputs",
                           "'structured_outputs.%s' is not supported%s", c->string,
-                          !strcmp(c->string, "json") || !strcmp(c->string, "regex")
-                              ? " yet (grammar and choice are)"
-                              : "");
+                          !strcmp(c->string, "regex") ? " yet (json, grammar and choice are)" : "");
         if (rc < 0)
             return rc;
     }

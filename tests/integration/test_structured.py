@@ -133,13 +133,14 @@ def test_grammar_through_preemption(start_server, stories260k_gguf):
     ({"guided_choice": []}, "guided_choice", "1 to 256"),
     ({"guided_choice": ["a", ""]}, "guided_choice", "non-empty"),
     ({"guided_choice": "a"}, "guided_choice", "1 to 256"),
-    ({"structured_outputs": {"json": {"type": "object"}}}, "structured_outputs", "not supported"),
+    ({"structured_outputs": {"json": {"type": "object", "pattern": "x"}}}, "structured_outputs",
+     "not supported"),
     ({"structured_outputs": {"regex": "a+"}}, "structured_outputs", "not supported"),
     ({"structured_outputs": 3}, "structured_outputs", "must be an object"),
     ({"grammar": "root ::= \"a\"", "guided_choice": ["a"]}, "guided_choice", "give one"),
-    ({"response_format": {"type": "json_schema", "json_schema": {}}}, "response_format",
+    ({"response_format": {"type": "json_schema", "json_schema": 5}}, "response_format",
      "json_schema"),
-    ({"guided_json": {"type": "object"}}, "guided_json", "not supported"),
+    ({"guided_regex": "a+"}, "guided_regex", "not supported"),
 ])
 def test_bad_constraints_400(stories_server, body, param, needle):
     r = stories_server.request("POST", "/v1/completions",
@@ -162,3 +163,175 @@ def test_openai_client_choice_error(stories):
     with pytest.raises(openai.BadRequestError) as ei:
         cmpl(stories, grammar="root ::= nothing")
     assert ei.value.code == "invalid_grammar"
+
+
+# ---- JSON Schema --------------------------------------------------------------------
+
+def _schemas():
+    """At least 50 varied schemas: every supported keyword, nesting, $defs with
+    recursion, formats; strings and arrays bounded so that small models finish."""
+    s = lambda n=12: {"type": "string", "maxLength": n}  # noqa: E731
+    person = {"type": "object", "properties": {"name": s(), "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+    out = [
+        {"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
+        s(), s(1), {"type": "string", "minLength": 2, "maxLength": 4},
+        {"enum": ["red", "green", "blue"]}, {"enum": [1, 2.5, "x", None, True]},
+        {"const": "fixed"}, {"const": {"a": [1, 2]}},
+        {"type": "string", "format": "date"}, {"type": "string", "format": "date-time"},
+        {"type": "string", "format": "time"}, {"type": "string", "format": "uuid"},
+        {"type": ["string", "null"], "maxLength": 8}, {"type": ["integer", "boolean"]},
+        {"anyOf": [{"type": "integer"}, s(6)]}, {"oneOf": [{"const": 1}, {"const": "one"}]},
+        {"allOf": [{"type": "integer"}]},
+        {"type": "array", "items": {"type": "integer"}, "maxItems": 4},
+        {"type": "array", "items": s(5), "minItems": 2, "maxItems": 3},
+        {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 1, "maxItems": 5},
+        {"type": "array", "maxItems": 0},
+        {"type": "array", "items": {"type": "boolean"}, "minItems": 3, "maxItems": 3},
+        person,
+        {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+         "required": ["x", "y"]},
+        {"type": "object", "properties": {"a": s(4), "b": s(4), "c": s(4)}, "required": ["b"]},
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+        {"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+                                          "when": {"type": "string", "format": "date"}},
+         "required": ["id", "when"], "additionalProperties": False},
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+        {"type": "object", "properties": {"k": {"type": "boolean"}}, "required": ["k"],
+         "additionalProperties": {"type": "string", "maxLength": 3}},
+        {"type": "object"}, {}, True,
+        {"type": "object", "properties": {"tags": {"type": "array", "items": s(6),
+                                                   "maxItems": 3}},
+         "required": ["tags"]},
+        {"type": "object", "properties": {"inner": person}, "required": ["inner"]},
+        {"type": "object", "properties": {"people": {"type": "array", "items": person,
+                                                     "maxItems": 2}},
+         "required": ["people"]},
+        {"type": "object", "properties": {"v": {"anyOf": [{"type": "integer"},
+                                                          {"type": "null"}]}},
+         "required": ["v"]},
+        {"type": "object", "properties": {"kind": {"enum": ["a", "b"]},
+                                          "n": {"type": "integer"}},
+         "required": ["kind"], "additionalProperties": False},
+        {"$defs": {"P": person}, "$ref": "#/$defs/P"},
+        {"$defs": {"P": person}, "type": "array", "items": {"$ref": "#/$defs/P"}, "maxItems": 2},
+        {"definitions": {"C": {"enum": ["x", "y"]}}, "type": "object",
+         "properties": {"c": {"$ref": "#/definitions/C"}}, "required": ["c"]},
+        {"$defs": {"T": {"type": "object", "properties": {
+            "v": {"type": "integer"},
+            "kids": {"type": "array", "items": {"$ref": "#/$defs/T"}, "maxItems": 2}},
+            "required": ["v", "kids"], "additionalProperties": False}}, "$ref": "#/$defs/T"},
+        {"type": "object", "properties": {"a b": {"type": "integer"},
+                                          "qu\"ote": s(3), "\u00e9t\u00e9": {"type": "boolean"}},
+         "required": ["a b", "qu\"ote", "\u00e9t\u00e9"]},
+        {"type": "object", "title": "T", "description": "d", "properties": {
+            "x": {"type": "integer", "description": "an x", "default": 1, "examples": [1]}},
+         "required": ["x"], "$schema": "https://json-schema.org/draft/2020-12/schema"},
+        {"type": "string", "nullable": True, "maxLength": 5},
+        {"type": "array", "items": {"type": "array", "items": {"type": "integer"},
+                                    "maxItems": 2}, "maxItems": 2},
+        {"type": "object", "properties": {"m": {"type": "object", "properties": {
+            "n": {"type": "object", "properties": {"o": s(3)}, "required": ["o"]}},
+            "required": ["n"]}}, "required": ["m"]},
+        {"enum": ["\u20ac", "\U0001F600", "a\"b", "c\\d"]},
+        {"type": "object", "properties": {"ok": {"const": True}, "n": {"type": "null"}},
+         "required": ["ok", "n"], "additionalProperties": False},
+        {"type": "number", "title": "just a number"},
+        {"anyOf": [{"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+                   {"type": "object", "properties": {"z": {"type": "integer"}},
+                    "required": ["z"]}]},
+    ]
+    assert len(out) >= 50, len(out)
+    return out
+
+
+SCHEMAS = _schemas()
+
+
+def _check_schema_outputs(client, model, schemas, temperature, use_chat):
+    import jsonschema
+    stops = 0
+    for i, schema in enumerate(schemas):
+        body = {"max_tokens": 300, "temperature": temperature, "seed": i}
+        if use_chat:
+            r = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "Answer in JSON."}],
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": f"s{i}", "schema": schema,
+                                                 "strict": True}}, **body)
+            text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+        else:
+            r = client.completions.create(model=model, prompt="Once", extra_body={
+                "guided_json": schema}, **body)
+            text, finish = r.choices[0].text, r.choices[0].finish_reason
+        if finish == "stop":
+            stops += 1
+            jsonschema.validate(json.loads(text), schema)  # raises with the details
+        else:
+            assert finish == "length", (i, finish, text)
+    return stops
+
+
+@pytest.mark.parametrize("temperature", [0, 1])
+def test_schema_corpus_stories(stories, temperature, report):
+    """Every output of the corpus that ends with "stop" validates (jsonschema); the
+    others end with "length" at max_tokens 300."""
+    stops = _check_schema_outputs(stories, STORIES, SCHEMAS, temperature, use_chat=False)
+    report(f"structured: {len(SCHEMAS)} schemas on stories260K at temperature {temperature}: "
+           f"{stops} finished and validate, {len(SCHEMAS) - stops} cut by max_tokens")
+    assert stops >= len(SCHEMAS) // 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0, 1])
+def test_schema_corpus_smollm2(smol, temperature, report):
+    stops = _check_schema_outputs(smol, SMOLLM2, SCHEMAS, temperature, use_chat=True)
+    report(f"structured: {len(SCHEMAS)} schemas on SmolLM2 (chat, response_format "
+           f"json_schema) at temperature {temperature}: {stops} finished and validate")
+    assert stops >= len(SCHEMAS) // 2
+
+
+def test_openai_parse_pydantic(smol):
+    """The official client's parse helper with a Pydantic model: a parsed object."""
+    from typing import List, Literal, Optional
+
+    from pydantic import BaseModel, Field
+
+    class Pet(BaseModel):
+        name: str = Field(max_length=20)
+        species: Literal["cat", "dog", "fish"]
+
+    class Person(BaseModel):
+        name: str = Field(max_length=30)
+        age: int
+        email: Optional[str] = Field(default=None, max_length=40)
+        pets: List[Pet] = Field(max_length=3)
+
+    parse = getattr(smol.chat.completions, "parse", None) or smol.beta.chat.completions.parse
+    r = parse(model=SMOLLM2, messages=[{"role": "user", "content": "A person with pets."}],
+              response_format=Person, max_tokens=300, temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason == "stop" and isinstance(c.message.parsed, Person), c
+
+
+@pytest.mark.parametrize("schema,needle", [
+    ({"type": "string", "pattern": "a+"}, "'pattern' is not supported (at '#')"),
+    ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
+     "'minimum' is not supported (at '#/properties/n')"),
+    ({"type": "string", "format": "email"}, "format 'email' is not supported"),
+    ({"$ref": "https://example.com/s.json"}, "not a local reference"),
+    ({"$ref": "#/$defs/missing"}, "not a local reference"),
+    ({"allOf": [{"type": "integer"}, {"type": "number"}]}, "allOf"),
+    ({"type": "wat"}, "type 'wat' is unknown"),
+    ({"type": "string", "maxLength": 5000}, "above 1000"),
+    ({"type": "array", "minItems": 3, "maxItems": 2}, "below minItems"),
+    ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "'b' is not in"),
+    (False, "admits no value"),
+    ({"not": {"type": "null"}}, "'not' is not supported"),
+])
+def test_bad_schemas_400(stories_server, schema, needle):
+    r = stories_server.request("POST", "/v1/completions",
+                               {"prompt": "Once", "max_tokens": 4, "guided_json": schema})
+    assert r.status == 400, r.body
+    err = r.json()["error"]
+    assert err["param"] == "guided_json" and needle in err["message"], err
