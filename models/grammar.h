@@ -54,6 +54,11 @@ int model_grammar_n_rules(const model_grammar *g);
  * out of memory). */
 char *model_grammar_json_text(int object_only);
 char *model_grammar_choice_text(const char *const *choices, const size_t *lens, int n);
+/* GBNF whose language is the whole-string matches of a regular expression
+ * (grammar_regex.c says which constructs; the others are refused). Returns
+ * 0 with *out malloc'd, or BRISK_EINVAL / BRISK_ENOMEM with a one-line
+ * reason in err. */
+int model_grammar_regex_text(const char *re, size_t len, char **out, char *err, size_t err_len);
 
 /* The vocabulary as a trie of token bytes, for masks: built once per model
  * (immutable, any thread may read it). */

@@ -371,6 +371,7 @@ enum {
     F_STRUCTURED_OUTPUTS,
     F_GUIDED_JSON,
     F_JSON_SCHEMA,
+    F_GUIDED_REGEX,
     F_COUNT
 };
 
@@ -422,6 +423,7 @@ static const struct {
     [F_STRUCTURED_OUTPUTS] = {"structured_outputs", K_CMPL | K_CHAT},
     [F_GUIDED_JSON] = {"guided_json", K_CMPL | K_CHAT},
     [F_JSON_SCHEMA] = {"json_schema", K_CMPL | K_CHAT},
+    [F_GUIDED_REGEX] = {"guided_regex", K_CMPL | K_CHAT},
 };
 
 /* Fields of vLLM's, llama.cpp's and OpenAI's APIs that change the output
@@ -445,8 +447,7 @@ static const struct {
     unsigned kinds;
     api_neutral neutral;
 } api_refused[] = {
-    /* structured outputs from regexes and structural tags (not yet) */
-    {"guided_regex", K_CMPL | K_CHAT, N_NEVER},
+    /* structural tags (not yet) */
     {"structural_tag", K_CMPL | K_CHAT, N_NEVER},
     {"tool_choice", K_CHAT, N_NO_TOOL},
     /* vLLM sampling and output */
@@ -874,6 +875,19 @@ static int parse_choice(const cJSON *it, const char *param, const srv_api_limits
     return set_constraint(p, model_grammar_choice_text(texts, lens, n), param, err);
 }
 
+static int parse_regex(const cJSON *it, const char *param, srv_gen_params *p, srv_api_error *err) {
+    if (!cJSON_IsString(it))
+        return api_fail(err, "invalid_type", param, "'%s' must be a string (a regex)", param);
+    char *text = NULL, why[200] = "";
+    int rc =
+        model_grammar_regex_text(it->valuestring, strlen(it->valuestring), &text, why, sizeof why);
+    if (rc == BRISK_ENOMEM)
+        return api_oom(err);
+    if (rc < 0)
+        return api_fail(err, "invalid_regex", param, "'%s': %s", param, why);
+    return set_constraint(p, text, param, err);
+}
+
 static int parse_grammar_text(const cJSON *it, const char *param, srv_gen_params *p,
                               srv_api_error *err) {
     if (!cJSON_IsString(it))
@@ -900,6 +914,8 @@ static int parse_constraints(const cJSON *f[F_COUNT], const srv_api_limits *lim,
         return rc;
     if (f[F_JSON_SCHEMA] && (rc = parse_schema(f[F_JSON_SCHEMA], 0, "json_schema", p, err)) < 0)
         return rc;
+    if (f[F_GUIDED_REGEX] && (rc = parse_regex(f[F_GUIDED_REGEX], "guided_regex", p, err)) < 0)
+        return rc;
     const cJSON *so = f[F_STRUCTURED_OUTPUTS];
     if (!so)
         return 0;
@@ -915,6 +931,8 @@ static int parse_constraints(const cJSON *f[F_COUNT], const srv_api_limits *lim,
             rc = parse_choice(c, "structured_outputs", lim, p, err);
         else if (!strcmp(c->string, "json"))
             rc = parse_schema(c, 1, "structured_outputs", p, err);
+        else if (!strcmp(c->string, "regex"))
+            rc = parse_regex(c, "structured_outputs", p, err);
         else if (!strcmp(c->string, "disable_any_whitespace") ||
                  !strcmp(c->string, "disable_fallback") ||
                  !strcmp(c->string, "disable_additional_properties") ||
@@ -924,8 +942,9 @@ static int parse_constraints(const cJSON *f[F_COUNT], const srv_api_limits *lim,
                                              "'structured_outputs.%s' is not supported", c->string);
         else
             rc = api_fail(err, "unsupported_value", "structured_outputs",
-                          "'structured_outputs.%s' is not supported%s", c->string,
-                          !strcmp(c->string, "regex") ? " yet (json, grammar and choice are)" : "");
+                          "'structured_outputs.%s' is not supported (json, regex, grammar and "
+                          "choice are)",
+                          c->string);
         if (rc < 0)
             return rc;
     }

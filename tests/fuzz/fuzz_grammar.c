@@ -3,8 +3,9 @@
  * byte streams, over the fuzz vocabularies.
  *
  * Input: byte 0 picks the vocabulary (fuzz_vocab.h), byte 1 the chunk size
- * of the byte stream (1 + b % 8); then the grammar text up to 0x1E; then the
- * bytes to feed.
+ * of the byte stream (1 + b % 8) and, with its high bit, that the text is a
+ * regular expression (models/grammar_regex.c) to convert first; then the
+ * grammar text up to 0x1E; then the bytes to feed.
  *
  * Properties: compiling returns 0, or BRISK_EINVAL / BRISK_ENOMEM with a
  * one-line reason; a matcher takes each chunk or refuses it with
@@ -62,8 +63,20 @@ static void check_mask(model_grammar_matcher *m, const tok_vocab *v, const uint3
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_in in = {data, size};
     unsigned which = fuzz_u8(&in) % FUZZ_VOCAB_COUNT;
-    size_t chunk = 1 + fuzz_u8(&in) % 8, len;
+    uint8_t mode = fuzz_u8(&in);
+    size_t chunk = 1 + (mode & 0x7f) % 8, len;
     const char *text = (const char *)fuzz_field(&in, FUZZ_GRAMMAR_SEP, &len);
+    char *from_regex = NULL, err[256] = "";
+    if (mode & 0x80) {
+        int rrc = model_grammar_regex_text(text, len, &from_regex, err, sizeof err);
+        if (rrc < 0) {
+            FUZZ_CHECK(rrc == BRISK_EINVAL || rrc == BRISK_ENOMEM);
+            FUZZ_CHECK(!from_regex && err[0] && !strchr(err, '\n'));
+            return 0;
+        }
+        text = from_regex;
+        len = strlen(from_regex);
+    }
     model_grammar_limits lim = model_grammar_limits_default();
     lim.max_text = 4096;
     lim.max_rules = 256;
@@ -71,8 +84,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lim.max_repeat = 64;
     lim.max_stacks = 64;
     model_grammar *g = NULL;
-    char err[256] = "";
     int rc = model_grammar_compile(text, len, &lim, &g, err, sizeof err);
+    /* A converted regex compiles unless it outgrows the small limits here. */
+    FUZZ_CHECK(!from_regex || rc == 0 || strstr(err, "more than") || strstr(err, "above") ||
+               strstr(err, "deeper"));
+    free(from_regex);
     if (rc < 0) {
         FUZZ_CHECK(rc == BRISK_EINVAL || rc == BRISK_ENOMEM);
         FUZZ_CHECK(!g && err[0] && !strchr(err, '\n'));

@@ -135,12 +135,16 @@ def test_grammar_through_preemption(start_server, stories260k_gguf):
     ({"guided_choice": "a"}, "guided_choice", "1 to 256"),
     ({"structured_outputs": {"json": {"type": "object", "pattern": "x"}}}, "structured_outputs",
      "not supported"),
-    ({"structured_outputs": {"regex": "a+"}}, "structured_outputs", "not supported"),
+    ({"structured_outputs": {"regex": "a(?=b)"}}, "structured_outputs", "lookarounds"),
+    ({"guided_regex": "(a)\\1"}, "guided_regex", "backreferences"),
+    ({"guided_regex": "a\\bc"}, "guided_regex", "not supported"),
+    ({"guided_regex": "(ab"}, "guided_regex", "expected ')'"),
+    ({"guided_regex": "a{3,1}"}, "guided_regex", "max below min"),
     ({"structured_outputs": 3}, "structured_outputs", "must be an object"),
     ({"grammar": "root ::= \"a\"", "guided_choice": ["a"]}, "guided_choice", "give one"),
     ({"response_format": {"type": "json_schema", "json_schema": 5}}, "response_format",
      "json_schema"),
-    ({"guided_regex": "a+"}, "guided_regex", "not supported"),
+    ({"structural_tag": "{}"}, "structural_tag", "not supported"),
 ])
 def test_bad_constraints_400(stories_server, body, param, needle):
     r = stories_server.request("POST", "/v1/completions",
@@ -335,3 +339,26 @@ def test_bad_schemas_400(stories_server, schema, needle):
     assert r.status == 400, r.body
     err = r.json()["error"]
     assert err["param"] == "guided_json" and needle in err["message"], err
+
+
+# ---- regular expressions -------------------------------------------------------------
+
+REGEXES = [r"\d{3}-\d{4}", r"(cat|dog)s?", r"[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8})?",
+           r"[a-f0-9]{8}", r"[a-z]{3,8}@[a-z]{3,8}\.(com|org)", r"\w{2,6} \w{2,6}\.",
+           r"^(?:yes|no|maybe)$", r"\(\d+\) [^\n]{1,10}", r"caf\u00e9|na\u00efve|\u20ac\d"]
+
+
+@pytest.mark.parametrize("regex", REGEXES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_guided_regex(stories, regex, seed):
+    """vLLM's guided_regex: at temperature 1 the whole output matches (Python's re)."""
+    r = cmpl(stories, temperature=1, seed=seed, max_tokens=80, guided_regex=regex)
+    c = r.choices[0]
+    assert c.finish_reason in ("stop", "length")
+    if c.finish_reason == "stop":
+        assert re.fullmatch(regex, c.text), (regex, c.text)
+
+
+def test_structured_outputs_regex(stories):
+    r = cmpl(stories, structured_outputs={"regex": r"[0-9]{4}"})
+    assert re.fullmatch(r"[0-9]{4}", r.choices[0].text) and r.choices[0].finish_reason == "stop"

@@ -143,6 +143,62 @@ static void test_strings(void) {
     model_grammar_unref(g);
 }
 
+/* Regular expressions: whole-string matches, as Python's re.fullmatch. */
+static void test_regex(void) {
+    static const struct {
+        const char *re, *s;
+        int match;
+    } cases[] = {
+        {"\\d{3}-\\d{4}", "555-1234", 1},
+        {"\\d{3}-\\d{4}", "55-1234", 0},
+        {"(cat|dog)s?", "cats", 1},
+        {"(cat|dog)s?", "cow", 0},
+        {"[^a-c]+", "xyz", 1},
+        {"[^a-c]+", "xbz", 0},
+        {"a.c", "a-c", 1},
+        {"a.c", "a\nc", 0},
+        {"^(?:yes|no)$", "no", 1},
+        {"(?P<w>\\w+)!", "hi_1!", 1},
+        {"\\s*x", " \t x", 1},
+        {"\\D\\W\\S", "1 b", 0},
+        {"\\D\\W\\S", "a-b", 1},
+        {"x{2,}?y", "xxxy", 1},
+        {"x{2,}?y", "xy", 0},
+        {"a{0}b", "b", 1},
+        {"\\.\\*\\[\\]", ".*[]", 1},
+        {"[\\]\\-]", "-", 1},
+        {"caf\\u00e9", "caf\xc3\xa9", 1},
+        {"[\xc3\xa0-\xc3\xbf]", "\xc3\xa9", 1},
+        {"{x", "{x", 1},
+        {"a|", "", 1},
+        {"", "", 1},
+        {"", "a", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *text = NULL, err[256] = "";
+        int rc = model_grammar_regex_text(cases[i].re, strlen(cases[i].re), &text, err, sizeof err);
+        model_grammar *g = rc == 0 ? compile(text, err, sizeof err) : NULL;
+        CHECK(g && takes(g, cases[i].s) == cases[i].match, "/%s/ on '%s': %s (%s)", cases[i].re,
+              cases[i].s, err, text ? text : "");
+        model_grammar_unref(g);
+        free(text);
+    }
+    static const struct {
+        const char *re, *needle;
+    } bad[] = {
+        {"(a)\\1", "backreferences"},   {"a(?=b)", "lookarounds"},     {"a\\bb", "not supported"},
+        {"(a", "expected ')'"},         {"a)", "unbalanced"},          {"a{2,1}", "max below min"},
+        {"[a", "unterminated"},         {"*a", "follows nothing"},     {"a^b", "inside"},
+        {"[\\D]", "negated shorthand"}, {"a++", "quantifier follows"}, {"\\q", "unknown"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *text = NULL, err[256] = "";
+        int rc = model_grammar_regex_text(bad[i].re, strlen(bad[i].re), &text, err, sizeof err);
+        CHECK(rc == BRISK_EINVAL && !text && strstr(err, bad[i].needle) && bt_one_line(err),
+              "/%s/: %s", bad[i].re, err);
+        free(text);
+    }
+}
+
 static uint64_t rng = 88172645463325252ull;
 static uint32_t rnd(uint32_t n) {
     rng ^= rng << 13;
@@ -249,6 +305,7 @@ static void test_masks(void) {
 int main(void) {
     test_errors();
     test_strings();
+    test_regex();
     test_masks();
     return BT_SUMMARY("test_grammar");
 }
