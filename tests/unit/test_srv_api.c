@@ -78,11 +78,11 @@ static const bad_case bad_completions[] = {
     {"{'prompt':'a','include_stop_str_in_output':'yes'}", "include_stop_str_in_output"},
     {"{'prompt':'a','n_predict':0}", "n_predict"},
     {"{'prompt':'a','n_predict':4,'max_tokens':5}", "n_predict"},
-    {"{'prompt':'a','guided_regex':'a+'}", "guided_regex"},
+    {"{'prompt':'a','guided_regex':'(a'}", "guided_regex"},
     {"{'prompt':'a','mirostat':2}", "mirostat"},
     {"{'prompt':'a','grammar':5}", "grammar"},
     {"{'prompt':'a','guided_choice':[]}", "guided_choice"},
-    {"{'prompt':'a','structured_outputs':{'regex':'a'}}", "structured_outputs"},
+    {"{'prompt':'a','structured_outputs':{'regex':'a(?=b)'}}", "structured_outputs"},
     {"{'prompt':'a','grammar':'root ::= \\\"a\\\"','guided_choice':['a']}", "guided_choice"},
     /* not JSON, or not an object */
     {"", ""},
