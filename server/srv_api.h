@@ -109,13 +109,40 @@ typedef struct srv_completion_req {
     int n_prompts;
 } srv_completion_req;
 
+/* A tool call: in an assistant message of the history, or parsed from an
+ * output. Owned strings; arguments is the JSON text of the arguments. */
+typedef struct srv_tool_call {
+    char *id;
+    char *name;
+    char *arguments;
+} srv_tool_call;
+
 /* One chat message. content is valid UTF-8 without NUL bytes; text parts are
  * concatenated with nothing between them. */
 typedef struct srv_chat_msg {
-    const char *role; /* static: "system" ("developer" maps here), "user", "assistant" */
+    const char *role; /* static: "system" ("developer" maps here), "user", "assistant", "tool" */
     char *content;    /* owned, NUL-terminated, may be "" */
     size_t content_len;
+    srv_tool_call *calls; /* assistant: its tool_calls (owned), [n_calls] */
+    int n_calls;
+    char *tool_call_id; /* tool: the call it answers (owned), or NULL */
 } srv_chat_msg;
+
+/* A function the model may call (OpenAI's tools[i].function). */
+typedef struct srv_tool {
+    char *name;        /* [A-Za-z0-9_-]{1,64} */
+    char *description; /* or NULL */
+    char *parameters;  /* compact JSON of its parameters schema, or NULL (any object) */
+    char *args_rules;  /* GBNF rules for the arguments (names prefixed per tool), or NULL */
+    char *args_expr;   /* the GBNF expression of the arguments ("jo" when any object) */
+} srv_tool;
+
+typedef enum {
+    SRV_TOOL_CHOICE_NONE = 0, /* no tools, or "none": tools are not offered */
+    SRV_TOOL_CHOICE_AUTO,     /* the model may call one */
+    SRV_TOOL_CHOICE_REQUIRED, /* it must call at least one (the grammar holds it to that) */
+    SRV_TOOL_CHOICE_NAMED,    /* it must call tool_named */
+} srv_tool_choice;
 
 typedef struct srv_chat_req {
     srv_gen_params params;
@@ -125,6 +152,11 @@ typedef struct srv_chat_req {
     int enable_thinking;   /* chat_template_kwargs.enable_thinking: -1 not given, 0 or 1 */
     int split_reasoning;   /* reasoning_format "none": 0; "auto"/"deepseek" or absent: 1 */
     int include_reasoning; /* vLLM's include_reasoning: 1 (default); 0 drops it */
+    srv_tool *tools;       /* [n_tools], owned */
+    int n_tools;
+    srv_tool_choice tool_choice;
+    int tool_named;          /* NAMED: index into tools */
+    int parallel_tool_calls; /* 1 (default): several calls in one answer */
 } srv_chat_req;
 
 /* Parse and validate a request body of len bytes (need not be NUL-terminated).
@@ -171,6 +203,13 @@ typedef struct srv_choice {
     int n_lps;
     const char *reasoning; /* chat: "reasoning_content" (before "content") when not NULL */
     size_t reasoning_len;
+    /* chat: tool calls (message.tool_calls; "content" is null when text is
+     * NULL). In a chunk (delta.tool_calls, each with its "index"): the id,
+     * type, name and arguments, or with args_only the arguments alone (the
+     * fragment OpenAI's streams send after the name). */
+    const srv_tool_call *calls;
+    int n_calls;
+    int args_only;
 } srv_choice;
 
 typedef struct srv_usage {

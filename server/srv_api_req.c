@@ -26,6 +26,7 @@
 #include "models/grammar.h"
 #include "server/srv_api.h"
 #include "server/srv_schema.h"
+#include "server/srv_tools.h"
 
 /* Bounds that are properties of the API, not of the deployment. */
 #define API_TEMPERATURE_MAX 2.0  /* OpenAI's range is [0, 2] */
@@ -372,6 +373,8 @@ enum {
     F_GUIDED_JSON,
     F_JSON_SCHEMA,
     F_GUIDED_REGEX,
+    F_TOOL_CHOICE,
+    F_PARALLEL_TOOL_CALLS,
     F_COUNT
 };
 
@@ -424,6 +427,8 @@ static const struct {
     [F_GUIDED_JSON] = {"guided_json", K_CMPL | K_CHAT},
     [F_JSON_SCHEMA] = {"json_schema", K_CMPL | K_CHAT},
     [F_GUIDED_REGEX] = {"guided_regex", K_CMPL | K_CHAT},
+    [F_TOOL_CHOICE] = {"tool_choice", K_CHAT},
+    [F_PARALLEL_TOOL_CALLS] = {"parallel_tool_calls", K_CHAT},
 };
 
 /* Fields of vLLM's, llama.cpp's and OpenAI's APIs that change the output
@@ -449,7 +454,6 @@ static const struct {
 } api_refused[] = {
     /* structural tags (not yet) */
     {"structural_tag", K_CMPL | K_CHAT, N_NEVER},
-    {"tool_choice", K_CHAT, N_NO_TOOL},
     /* vLLM sampling and output */
     {"bad_words", K_CMPL | K_CHAT, N_EMPTY},
     {"allowed_token_ids", K_CMPL | K_CHAT, N_NEVER},
@@ -1079,8 +1083,6 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
             return api_fail(err, "invalid_value", "top_logprobs",
                             "'top_logprobs' requires 'logprobs' to be true");
         p->logprobs = want ? top : -1;
-        if ((rc = parse_unsupported_list(f[F_TOOLS], "tools", err)) < 0)
-            return rc;
         if ((rc = parse_unsupported_list(f[F_FUNCTIONS], "functions", err)) < 0)
             return rc;
     }
@@ -1241,7 +1243,7 @@ static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
     snprintf(param, sizeof param, "messages[%d]", i);
     if (!cJSON_IsObject(it))
         return api_fail(err, "invalid_type", param, "'%s' must be an object", param);
-    const cJSON *role = NULL, *content = NULL, *name = NULL;
+    const cJSON *role = NULL, *content = NULL, *name = NULL, *calls = NULL, *call_id = NULL;
     for (const cJSON *c = it->child; c; c = c->next) {
         if (cJSON_IsNull(c))
             continue;
@@ -1251,6 +1253,10 @@ static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
             content = c;
         if (!strcmp(c->string, "name"))
             name = c;
+        if (!strcmp(c->string, "tool_calls"))
+            calls = c;
+        if (!strcmp(c->string, "tool_call_id"))
+            call_id = c;
     }
     snprintf(param, sizeof param, "messages[%d].role", i);
     if (!role)
@@ -1264,9 +1270,18 @@ static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
         m->role = "user";
     } else if (!strcmp(r, "assistant")) {
         m->role = "assistant";
-    } else if (!strcmp(r, "tool") || !strcmp(r, "function")) {
+    } else if (!strcmp(r, "tool")) {
+        m->role = "tool";
+        snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+        if (!call_id)
+            return api_fail(err, "missing_required_parameter", param, "'%s' is required", param);
+        if (!cJSON_IsString(call_id))
+            return api_fail(err, "invalid_type", param, "'%s' must be a string", param);
+        if (cJSON_IsString(call_id) && !(m->tool_call_id = brisk_strdup(call_id->valuestring)))
+            return api_oom(err);
+    } else if (!strcmp(r, "function")) {
         return api_fail(err, "unsupported_value", param,
-                        "role '%s' in '%s' is not supported (no tool calling)", r, param);
+                        "role 'function' in '%s' is not supported (use 'tool')", param);
     } else {
         char q[API_SNIP_BYTES + 1];
         return api_fail(err, "invalid_value", param,
@@ -1276,6 +1291,19 @@ static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
     snprintf(param, sizeof param, "messages[%d].name", i);
     if (name && !cJSON_IsString(name))
         return api_fail(err, "invalid_type", param, "'%s' must be a string", param);
+    if (calls) {
+        snprintf(param, sizeof param, "messages[%d]", i);
+        if (strcmp(m->role, "assistant"))
+            return api_fail(err, "invalid_value", param,
+                            "only assistant messages carry 'tool_calls' ('%s')", param);
+        int rc = srv_tools_parse_calls(calls, param, m, err);
+        if (rc < 0)
+            return rc;
+        if (!content) { /* content null beside tool calls: "" */
+            m->content = brisk_strdup("");
+            return m->content ? 0 : api_oom(err);
+        }
+    }
     return parse_content(content, i, m, err);
 }
 
@@ -1399,6 +1427,8 @@ int srv_api_parse_chat(const char *body, size_t len, const srv_api_limits *lim, 
         if (rc == 0)
             rc = parse_reasoning(f, out, err);
         if (rc == 0)
+            rc = srv_tools_parse(f[F_TOOLS], f[F_TOOL_CHOICE], f[F_PARALLEL_TOOL_CALLS], out, err);
+        if (rc == 0)
             rc = parse_messages(f[F_MESSAGES], lim, out, err);
         cJSON_Delete(root);
     }
@@ -1423,8 +1453,12 @@ void srv_chat_req_free(srv_chat_req *r) {
     if (!r)
         return;
     params_free(&r->params);
-    for (int i = 0; i < r->n_msgs; i++)
+    for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].content);
+        srv_tool_calls_free(r->msgs[i].calls, r->msgs[i].n_calls);
+        free(r->msgs[i].tool_call_id);
+    }
     free(r->msgs);
+    srv_tools_free(r->tools, r->n_tools);
     memset(r, 0, sizeof *r);
 }

@@ -15,6 +15,7 @@
 #include "server/srv_app.h"
 #include "server/srv_audit.h"
 #include "server/srv_reason.h"
+#include "server/srv_tools.h"
 
 #define GEN_MAX_CHOICES 128
 
@@ -67,6 +68,8 @@ struct gen_req {
     char err[160];
     int streamed_ok;
     model_grammar *grammar; /* the request's constraint (a reference), or NULL */
+    int tools_on;           /* chat with tools offered: answers are parsed for calls */
+    model_chat_kind tools_kind;
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -132,6 +135,27 @@ static uint64_t random_seed(srv_app *app) {
     x ^= x >> 31;
     x *= 0xBF58476D1CE4E5B9ull;
     return x ^ (x >> 29);
+}
+
+/* A tool call id as OpenAI's look: "call_" and 24 letters and digits. */
+static void make_call_id(void *ctx, char out[32]) {
+    static const char abc[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    srv_app *app = ctx;
+    memcpy(out, "call_", 5);
+    for (int i = 0; i < 24; i += 8) { /* 8 letters per 64 random bits (62^8 < 2^64) */
+        uint64_t w = random_seed(app);
+        for (int k = 0; k < 8; k++, w /= 62)
+            out[5 + i + k] = abc[w % 62];
+    }
+    out[29] = '\0';
+}
+
+/* An answer's tool calls (tools offered): *calls and the rest as *content
+ * (NULL: none); returns the count, or BRISK_ENOMEM. */
+static int gen_parse_calls(gen_req *g, const char *text, size_t len, srv_tool_call **calls,
+                           char **content) {
+    return srv_tools_parse_output(g->tools_kind, text ? text : "", text ? len : 0, make_call_id,
+                                  g->app, calls, content);
 }
 
 /* The piece text of a token (raw bytes, may be partial UTF-8). */
@@ -327,8 +351,8 @@ static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len
         gen_fail(g, "out of memory");
         return;
     }
-    srv_choice ch = {c->index,  text,         len, finish, lp.lps, want_lp ? n_toks : 0,
-                     reasoning, reasoning_len};
+    srv_choice ch = {c->index,  text,          len,  finish, lp.lps, want_lp ? n_toks : 0,
+                     reasoning, reasoning_len, NULL, 0,      0};
     char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, &ch,
                                                       !c->started, NULL, want_lp)
                             : srv_api_completion_chunk_json(g->id, g->created, app->served_name,
@@ -337,6 +361,45 @@ static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len
     c->len += len;
     stream_send(g, json);
     free_lps(&lp);
+}
+
+/* The end of a streamed answer with tools offered: the calls it holds, or
+ * its text, then the finish. */
+static void stream_tools_final(gen_req *g, gen_choice *c, const char *fin) {
+    srv_app *app = g->app;
+    srv_tool_call *calls = NULL;
+    char *content = NULL;
+    size_t held = c->len; /* stream_chunk counts what it sends in c->len */
+    int n = gen_parse_calls(g, c->text, held, &calls, &content);
+    c->len = 0;
+    if (n < 0) {
+        gen_fail(g, "out of memory");
+        return;
+    }
+    if (n == 0) {
+        stream_chunk(g, c, c->text ? c->text : "", held, NULL, 0, NULL, 0, fin);
+    } else {
+        srv_tool_call *named = brisk_calloc((size_t)n, sizeof *named);
+        if (!named) {
+            gen_fail(g, "out of memory");
+        } else {
+            for (int k = 0; k < n; k++)
+                named[k] = (srv_tool_call){calls[k].id, calls[k].name, ""};
+            srv_choice parts[3] = {{c->index, content, content ? strlen(content) : 0, NULL, NULL, 0,
+                                    NULL, 0, named, n, 0},
+                                   {c->index, NULL, 0, NULL, NULL, 0, NULL, 0, calls, n, 1},
+                                   {c->index, NULL, 0, "tool_calls", NULL, 0, NULL, 0, NULL, 0, 0}};
+            for (int k = 0; k < 3 && g->http; k++) {
+                char *json = srv_api_chat_chunk_json(g->id, g->created, app->served_name, &parts[k],
+                                                     !c->started, NULL, 0);
+                c->started = 1;
+                stream_send(g, json);
+            }
+            free(named);
+        }
+    }
+    srv_tool_calls_free(calls, n);
+    free(content);
 }
 
 /* ---- finishing ------------------------------------------------------------------ */
@@ -400,7 +463,13 @@ static void gen_finish(gen_req *g) {
             /* with reasoning: each choice's text split into [2i] reasoning, [2i+1] answer */
             brisk_buf *split =
                 g->reason ? brisk_calloc((size_t)g->n_choices * 2, sizeof *split) : NULL;
-            int ok = ch && lps && (!g->reason || split);
+            /* with tools offered: each choice's calls and the rest of its text */
+            srv_tool_call **calls =
+                g->tools_on ? brisk_calloc((size_t)g->n_choices, sizeof *calls) : NULL;
+            int *n_calls = g->tools_on ? brisk_calloc((size_t)g->n_choices, sizeof *n_calls) : NULL;
+            char **rest = g->tools_on ? brisk_calloc((size_t)g->n_choices, sizeof *rest) : NULL;
+            int ok =
+                ch && lps && (!g->reason || split) && (!g->tools_on || (calls && n_calls && rest));
             for (int i = 0; ok && i < g->n_choices; i++) {
                 gen_choice *c = &g->choices[i];
                 ch[i].index = c->index;
@@ -425,6 +494,21 @@ static void gen_finish(gen_req *g) {
                     }
                 }
                 ch[i].finish_reason = finish_str(c->finish);
+                if (g->tools_on) {
+                    int nc = gen_parse_calls(g, ch[i].text, ch[i].text_len, &calls[i], &rest[i]);
+                    if (nc < 0) {
+                        ok = 0;
+                        break;
+                    }
+                    n_calls[i] = nc;
+                    if (nc > 0) {
+                        ch[i].calls = calls[i];
+                        ch[i].n_calls = nc;
+                        ch[i].text = rest[i];
+                        ch[i].text_len = rest[i] ? strlen(rest[i]) : 0;
+                        ch[i].finish_reason = "tool_calls";
+                    }
+                }
                 if (g->logprobs >= 0) {
                     /* echo: prompt tokens (first without a log-prob), then output */
                     int np = g->echo ? g->n_pids[c->prompt_idx] : 0;
@@ -470,6 +554,15 @@ static void gen_finish(gen_req *g) {
             for (int i = 0; split && i < 2 * g->n_choices; i++)
                 free(split[i].p);
             free(split);
+            for (int i = 0; g->tools_on && i < g->n_choices; i++) {
+                if (calls)
+                    srv_tool_calls_free(calls[i], n_calls ? n_calls[i] : 0);
+                if (rest)
+                    free(rest[i]);
+            }
+            free(calls);
+            free(n_calls);
+            free(rest);
             free(lps);
             free(ch);
         }
@@ -520,7 +613,15 @@ static void on_event(srv_app *app, sched_event *ev) {
             stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0, NULL,
                          0, NULL);
         }
-        if (g->reason) {
+        if (g->tools_on) {
+            /* Tools offered: the answer may be calls, never sent as content
+             * half-parsed - it is held whole and sent at the end (calls as
+             * id + name, then the arguments; or the text). */
+            if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0)
+                gen_fail(g, "out of memory");
+            if (!g->failed && fin)
+                stream_tools_final(g, c, fin);
+        } else if (g->reason) {
             /* The delta's text split by the <think> splitter: held bytes wait
              * for the next event (all go out with the final one). */
             brisk_buf rs = {0}, ct = {0};
@@ -1027,16 +1128,40 @@ void srv_gen_chat(srv_req *r) {
         srv_chat_req_free(&cr);
         return;
     }
-    model_chat_msg *msgs = brisk_calloc((size_t)cr.n_msgs, sizeof *msgs);
-    if (!msgs) {
+    /* Tools offered, or calls and results in the history: the messages in
+     * the family's tool format (srv_tools.h); the answer's grammar when
+     * the choice needs one. */
+    int tools_on = cr.n_tools > 0 && cr.tool_choice != SRV_TOOL_CHOICE_NONE;
+    if (tools_on) {
+        int none = 0;
+        char *gt = srv_tools_grammar(&cr, app->chat.kind, &none);
+        if (!gt && !none) {
+            srv_chat_req_free(&cr);
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+            return;
+        }
+        if (gt && cr.params.grammar) {
+            srv_respond_error(r, 400, "invalid_request_error", cr.params.grammar_param, NULL,
+                              "'%s' and 'tool_choice' both constrain the output; give one",
+                              cr.params.grammar_param);
+            free(gt);
+            srv_chat_req_free(&cr);
+            return;
+        }
+        if (gt) {
+            cr.params.grammar = gt;
+            cr.params.grammar_len = strlen(gt);
+            cr.params.grammar_param = "tools";
+        }
+    }
+    srv_tools_arena arena;
+    const model_chat_msg *msgs = NULL;
+    int n_msgs = 0;
+    if (srv_tools_render_msgs(&cr, app->chat.kind, &arena, &msgs, &n_msgs) < 0) {
+        srv_tools_arena_free(&arena);
         srv_chat_req_free(&cr);
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
-    }
-    for (int i = 0; i < cr.n_msgs; i++) {
-        msgs[i].role = cr.msgs[i].role;
-        msgs[i].content = cr.msgs[i].content;
-        msgs[i].content_len = cr.msgs[i].content_len;
     }
     char bos[128] = "", eos[128] = "", err[256];
     int32_t b = tok_bos(app->vocab), eo = tok_eos(app->vocab);
@@ -1055,9 +1180,9 @@ void srv_gen_chat(srv_req *r) {
     model_chat_format fmt = app->chat;
     if (cr.enable_thinking == 0)
         fmt.flags |= MODEL_CHAT_F_NO_THINK;
-    rc = model_chat_format_render(&fmt, msgs, cr.n_msgs, bos, eos, &text, &text_len, &has_bos, err,
+    rc = model_chat_format_render(&fmt, msgs, n_msgs, bos, eos, &text, &text_len, &has_bos, err,
                                   sizeof err);
-    free(msgs);
+    srv_tools_arena_free(&arena);
     if (rc < 0) {
         srv_chat_req_free(&cr);
         if (rc == BRISK_ENOMEM)
@@ -1085,6 +1210,8 @@ void srv_gen_chat(srv_req *r) {
     g->reason =
         (app->chat.flags & MODEL_CHAT_F_THINK) && cr.split_reasoning && cr.enable_thinking != 0;
     g->include_reasoning = cr.include_reasoning;
+    g->tools_on = tools_on;
+    g->tools_kind = app->chat.kind;
     gen_start(app, r, g, &cr.params, 0);
     srv_chat_req_free(&cr);
 }

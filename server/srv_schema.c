@@ -97,6 +97,7 @@ typedef struct sctx {
     sref *refs;
     size_t n_refs, cap_refs;
     char path[512];
+    const char *prefix; /* of every rule name ("" for a whole grammar) */
     char *err;
     size_t err_len;
 } sctx;
@@ -166,7 +167,7 @@ static int sb_json_literal(sctx *c, sbuf *b, const cJSON *v) {
 
 /* Appends "sN ::= body\n" as a new rule; *id gets N. */
 static int add_rule(sctx *c, int id, const sbuf *body) {
-    int rc = sb_fmt(&c->rules, "s%d ::= ", id);
+    int rc = sb_fmt(&c->rules, "%ss%d ::= ", c->prefix, id);
     return rc                                                          ? rc
            : (rc = sb_add(&c->rules, body->p ? body->p : "", body->n)) ? rc
                                                                        : sb_str(&c->rules, "\n");
@@ -189,7 +190,7 @@ static int gen_rule(sctx *c, const cJSON *s, sbuf *out) {
     if (rc == 0)
         rc = add_rule(c, id, &body);
     free(body.p);
-    return rc ? rc : sb_fmt(out, "s%d", id);
+    return rc ? rc : sb_fmt(out, "%ss%d", c->prefix, id);
 }
 
 static int is_annotation(const char *k) {
@@ -342,17 +343,17 @@ static int gen_object(sctx *c, const cJSON *s, sbuf *out) {
         int opt = !is_required(req, p->string);
         /* start_i */
         if (rc == 0)
-            rc = sb_fmt(&body, "%s s%d", member.p, base + n + 1 + i + 1);
+            rc = sb_fmt(&body, "%s %ss%d", member.p, c->prefix, base + n + 1 + i + 1);
         if (rc == 0 && opt)
-            rc = sb_fmt(&body, " | s%d", base + i + 1);
+            rc = sb_fmt(&body, " | %ss%d", c->prefix, base + i + 1);
         if (rc == 0)
             rc = add_rule(c, base + i, &body);
         /* tail_i */
         body.n = 0;
         if (rc == 0)
-            rc = sb_fmt(&body, "\",\" ws %s s%d", member.p, base + n + 1 + i + 1);
+            rc = sb_fmt(&body, "\",\" ws %s %ss%d", member.p, c->prefix, base + n + 1 + i + 1);
         if (rc == 0 && opt)
-            rc = sb_fmt(&body, " | s%d", base + n + 1 + i + 1);
+            rc = sb_fmt(&body, " | %ss%d", c->prefix, base + n + 1 + i + 1);
         if (rc == 0)
             rc = add_rule(c, base + n + 1 + i, &body);
         free(member.p);
@@ -373,7 +374,7 @@ static int gen_object(sctx *c, const cJSON *s, sbuf *out) {
         rc = add_rule(c, base + 2 * n + 1, &body);
     free(body.p);
     free(extra.p);
-    return rc ? rc : sb_fmt(out, "\"{\" ws s%d \"}\"", base);
+    return rc ? rc : sb_fmt(out, "\"{\" ws %ss%d \"}\"", c->prefix, base);
 }
 
 static int gen_type(sctx *c, const cJSON *s, const char *t, sbuf *out) {
@@ -431,7 +432,7 @@ static int gen_ref(sctx *c, const cJSON *ref, sbuf *out) {
                         cJSON_IsString(ref) ? ref->valuestring : "?");
     for (size_t i = 0; i < c->n_refs; i++)
         if (c->refs[i].node == target)
-            return sb_fmt(out, "s%d", c->refs[i].id);
+            return sb_fmt(out, "%ss%d", c->prefix, c->refs[i].id);
     if (brisk_grow(&c->refs, &c->cap_refs, c->n_refs + 1, sizeof *c->refs, 8, 0) < 0)
         return BRISK_ENOMEM;
     int id = c->next_id++;
@@ -445,7 +446,7 @@ static int gen_ref(sctx *c, const cJSON *ref, sbuf *out) {
     if (rc == 0)
         rc = add_rule(c, id, &body);
     free(body.p);
-    return rc ? rc : sb_fmt(out, "s%d", id);
+    return rc ? rc : sb_fmt(out, "%ss%d", c->prefix, id);
 }
 
 /* ---- a schema ------------------------------------------------------------------- */
@@ -552,29 +553,49 @@ done:
     return rc;
 }
 
-int srv_schema_to_gbnf(const cJSON *schema, char **out, char *err, size_t err_len) {
-    sctx c = {.root = schema, .err = err, .err_len = err_len, .path = "#"};
-    *out = NULL;
+int srv_schema_rules(const cJSON *schema, const char *prefix, char **rules, char **expr, char *err,
+                     size_t err_len) {
+    sctx c = {.root = schema, .err = err, .err_len = err_len, .path = "#", .prefix = prefix};
+    *rules = *expr = NULL;
     sbuf top = {0};
     int rc = gen(&c, schema, &top);
-    if (rc == 0)
-        rc = sb_fmt(&c.rules, "%s", "root ::= ws ");
-    if (rc == 0)
-        rc = sb_add(&c.rules, top.p, top.n);
-    if (rc == 0)
-        rc = sb_str(&c.rules, " ws\n");
-    if (rc == 0)
-        rc = sb_str(&c.rules, SCH_BASE);
-    free(top.p);
     free(c.refs);
+    if (rc == 0 && !c.rules.p)
+        rc = sb_str(&c.rules, "");
     if (rc == BRISK_ERANGE)
         rc = sch_fail(&c, "the schema makes a grammar of more than %d bytes", SCH_MAX_TEXT);
     else if (rc == BRISK_ENOMEM)
         brisk_set_err(err, err_len, rc, "out of memory converting the schema");
     if (rc < 0) {
         free(c.rules.p);
+        free(top.p);
         return rc;
     }
-    *out = c.rules.p;
+    *rules = c.rules.p;
+    *expr = top.p;
+    return 0;
+}
+
+const char *srv_schema_base(void) {
+    return SCH_BASE;
+}
+
+int srv_schema_to_gbnf(const cJSON *schema, char **out, char *err, size_t err_len) {
+    char *rules = NULL, *expr = NULL;
+    *out = NULL;
+    int rc = srv_schema_rules(schema, "", &rules, &expr, err, err_len);
+    if (rc < 0)
+        return rc;
+    size_t n = strlen(rules) + strlen(expr) + sizeof SCH_BASE + 32;
+    char *t = brisk_malloc(n);
+    if (t)
+        snprintf(t, n, "%sroot ::= ws %s ws\n%s", rules, expr, SCH_BASE);
+    free(rules);
+    free(expr);
+    if (!t) {
+        brisk_set_err(err, err_len, BRISK_ENOMEM, "out of memory converting the schema");
+        return BRISK_ENOMEM;
+    }
+    *out = t;
     return 0;
 }

@@ -37,4 +37,13 @@
  * JSON pointer), or BRISK_ENOMEM. */
 int srv_schema_to_gbnf(const cJSON *schema, char **out, char *err, size_t err_len);
 
+/* The same as parts to combine: the rules of the schema (every name starting
+ * with prefix, so several schemas can share one grammar) and the GBNF
+ * expression of its value, both malloc'd; they use the shared rules of
+ * srv_schema_base() (ws, the JSON primitives), which the caller appends
+ * once. Errors as above. */
+int srv_schema_rules(const cJSON *schema, const char *prefix, char **rules, char **expr, char *err,
+                     size_t err_len);
+const char *srv_schema_base(void);
+
 #endif

@@ -21,7 +21,9 @@
 
 #include "common/brisk_error.h"
 #include "models/chat_template.h"
+#include "models/grammar.h"
 #include "server/srv_api.h"
+#include "server/srv_tools.h"
 #include "tests/fuzz/fuzz_util.h"
 
 #ifndef FUZZ_JSON_CHAT
@@ -152,28 +154,41 @@ static int is_ws(char c) {
 
 /* Every family writes each message's content, whole or strip()ped. */
 static void check_render(const srv_chat_req *r) {
-    model_chat_msg *msgs = calloc((size_t)r->n_msgs, sizeof *msgs);
-    if (!msgs)
-        return;
-    for (int i = 0; i < r->n_msgs; i++) {
-        msgs[i].role = r->msgs[i].role;
-        msgs[i].content = r->msgs[i].content;
-        msgs[i].content_len = r->msgs[i].content_len;
-    }
     for (int k = MODEL_CHAT_CHATML; k <= MODEL_CHAT_PHI3; k++) {
+        /* tools, calls and results in the family's format (server/srv_tools.h) */
+        srv_tools_arena arena;
+        const model_chat_msg *msgs = NULL;
+        int n_msgs = 0;
+        if (srv_tools_render_msgs(r, (model_chat_kind)k, &arena, &msgs, &n_msgs) < 0) {
+            srv_tools_arena_free(&arena);
+            continue;
+        }
+        int none = 0;
+        char *gt = srv_tools_grammar(r, (model_chat_kind)k, &none);
+        FUZZ_CHECK(gt || none || 1); /* NULL without none: out of memory */
+        if (gt) {                    /* the tools' grammar always compiles */
+            model_grammar *g = NULL;
+            char gerr[256];
+            int grc = model_grammar_compile(gt, strlen(gt), NULL, &g, gerr, sizeof gerr);
+            FUZZ_CHECK(grc == 0 || grc == BRISK_ENOMEM || strstr(gerr, "more than"));
+            model_grammar_unref(g);
+            free(gt);
+        }
         char *out = NULL, err[256];
         size_t len = 0;
         int bos = 0;
-        int rc = model_chat_render((model_chat_kind)k, msgs, r->n_msgs, "<s>", "</s>", &out, &len,
+        int rc = model_chat_render((model_chat_kind)k, msgs, n_msgs, "<s>", "</s>", &out, &len,
                                    &bos, err, sizeof err);
+        srv_tools_arena_free(&arena);
         FUZZ_CHECK(rc == 0 || rc == BRISK_ENOMEM);
         if (rc < 0)
             continue;
         FUZZ_CHECK(out && strlen(out) == len);
         FUZZ_CHECK(fuzz_utf8_valid(out, len));
+        /* every message of the request, tool results included, is in the text */
         for (int i = 0; i < r->n_msgs; i++) {
-            const char *c = msgs[i].content;
-            size_t s = 0, e = msgs[i].content_len;
+            const char *c = r->msgs[i].content;
+            size_t s = 0, e = r->msgs[i].content_len;
             while (s < e && is_ws(c[s]))
                 s++;
             while (e > s && is_ws(c[e - 1]))
@@ -187,7 +202,6 @@ static void check_render(const srv_chat_req *r) {
         }
         free(out);
     }
-    free(msgs);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -208,10 +222,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < r.n_msgs; i++) {
         const srv_chat_msg *m = &r.msgs[i];
         FUZZ_CHECK(!strcmp(m->role, "system") || !strcmp(m->role, "user") ||
-                   !strcmp(m->role, "assistant"));
+                   !strcmp(m->role, "assistant") || !strcmp(m->role, "tool"));
+        FUZZ_CHECK(!strcmp(m->role, "tool") == (m->tool_call_id != NULL));
+        for (int k = 0; k < m->n_calls; k++) /* arguments: compact JSON of an object */
+            FUZZ_CHECK(m->calls[k].name && m->calls[k].id && m->calls[k].arguments);
         FUZZ_CHECK(m->content && strlen(m->content) == m->content_len);
         FUZZ_CHECK(fuzz_utf8_valid(m->content, m->content_len));
     }
+    FUZZ_CHECK(r.n_tools >= 0 && r.n_tools <= SRV_MAX_TOOLS);
+    for (int i = 0; i < r.n_tools; i++)
+        FUZZ_CHECK(r.tools[i].name && r.tools[i].args_expr);
+    FUZZ_CHECK(r.tool_choice != SRV_TOOL_CHOICE_NAMED ||
+               (r.tool_named >= 0 && r.tool_named < r.n_tools));
     check_render(&r);
     srv_chat_req_free(&r);
     FUZZ_CHECK(all_zero(&r, sizeof r));

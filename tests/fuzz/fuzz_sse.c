@@ -194,7 +194,7 @@ static void check_logprobs(const stream *s, const cJSON *lp, const srv_token_log
 /* Sends one chunk: text (len bytes, may be NULL in chat) with n lps. */
 static void send_chunk(stream *s, const char *text, size_t len, const srv_token_logprob *lps, int n,
                        const char *finish) {
-    srv_choice ch = {0, text, len, finish, lps, s->want_lp ? n : 0, NULL, 0};
+    srv_choice ch = {0, text, len, finish, lps, s->want_lp ? n : 0, NULL, 0, NULL, 0, 0};
     char *json = s->chat ? srv_api_chat_chunk_json("chatcmpl-req-1", 1700000000, "fuzz-model", &ch,
                                                    s->first, NULL, s->want_lp)
                          : srv_api_completion_chunk_json("cmpl-req-1", 1700000000, "fuzz-model",
@@ -277,7 +277,7 @@ static void finish_stream(stream *s, int include_usage, const char *text, size_t
         FUZZ_CHECK(fuzz_utf8_valid(all, al));
     }
     free(all);
-    srv_choice ch = {0, text, len, finish, NULL, 0, NULL, 0};
+    srv_choice ch = {0, text, len, finish, NULL, 0, NULL, 0, NULL, 0, 0};
     char *json = s->chat ? srv_api_chat_json("chatcmpl-x", 1, "m", &ch, 1, &u, 0)
                          : srv_api_completion_json("cmpl-x", 1, "m", &ch, 1, &u, 0);
     size_t n = 0;

@@ -229,8 +229,9 @@ static const srv_token_logprob lps[] = {
 
 /* Builds one text with every builder; which = the builder's index. */
 static char *build(int which) {
-    static const srv_choice ch[] = {{0, "Once upon\xe2\x82", 11, "length", lps, 3, NULL, 0},
-                                    {1, "", 0, "stop", lps, 1, NULL, 0}};
+    static const srv_choice ch[] = {
+        {0, "Once upon\xe2\x82", 11, "length", lps, 3, NULL, 0, NULL, 0, 0},
+        {1, "", 0, "stop", lps, 1, NULL, 0, NULL, 0, 0}};
     static const srv_usage usage = {12, 7};
     srv_api_error e = {400, "invalid_request_error", "stop", "invalid_value", "bad \"stop\"\x01"};
     size_t n;
@@ -314,7 +315,8 @@ static void h_complete(srv_req *r) {
                           e.message);
         return;
     }
-    srv_choice ch = {0, cr.prompts[0].text, cr.prompts[0].text_len, "length", NULL, 0, NULL, 0};
+    srv_choice ch = {
+        0, cr.prompts[0].text, cr.prompts[0].text_len, "length", NULL, 0, NULL, 0, NULL, 0, 0};
     srv_usage u = {cr.n_prompts, cr.params.max_tokens};
     char *json = srv_api_completion_json("cmpl-t", 1, "m", &ch, 1, &u, 0);
     srv_completion_req_free(&cr);

@@ -237,7 +237,7 @@ static const bad_case bad_chats[] = {
     {"{'messages':[1]}", "messages[0]"},
     {"{'messages':[null]}", "messages[0]"},
     {"{'messages':[{}]}", "messages[0].role"},
-    {"{'messages':[{'role':'tool','content':'x'}]}", "messages[0].role"},
+    {"{'messages':[{'role':'tool','content':'x'}]}", "messages[0].tool_call_id"},
     {"{'messages':[{'role':'function','content':'x'}]}", "messages[0].role"},
     {"{'messages':[{'role':'bogus','content':'x'}]}", "messages[0].role"},
     {"{'messages':[{'role':'User','content':'x'}]}", "messages[0].role"},
@@ -277,7 +277,7 @@ static const bad_case bad_chats[] = {
      "max_completion_tokens"},
     {"{'messages':[{'role':'user','content':'x'}],'max_completion_tokens':2.5}",
      "max_completion_tokens"},
-    {"{'messages':[{'role':'user','content':'x'}],'tools':[{'type':'function'}]}", "tools"},
+    {"{'messages':[{'role':'user','content':'x'}],'tools':[{'type':'function'}]}", "tools[0]"},
     {"{'messages':[{'role':'user','content':'x'}],'typical_p':0.9}", "typical_p"},
     {"{'messages':[{'role':'user','content':'x'}],'tools':{}}", "tools"},
     {"{'messages':[{'role':'user','content':'x'}],'functions':[{}]}", "functions"},
@@ -333,7 +333,7 @@ static void test_bad_tables(void) {
     srv_chat_req_free(&c);
     for (size_t i = 0; i < sizeof neutral_chats / sizeof *neutral_chats; i++) {
         CHECK(parse_chat(neutral_chats[i], &c, &e) == 0, "neutral: %s", e.message);
-        CHECK(c.params.n_unknown_fields == 12, "unknown %d", c.params.n_unknown_fields);
+        CHECK(c.params.n_unknown_fields == 11, "unknown %d", c.params.n_unknown_fields);
         srv_chat_req_free(&c);
     }
     /* vLLM's stop fields and llama.cpp's n_predict. */
@@ -521,7 +521,8 @@ static void test_good_chat(void) {
     }
     CHECK(r.params.max_tokens == 7, "max_completion_tokens wins: %d", r.params.max_tokens);
     CHECK(r.params.logprobs == 3 && r.params.stream && r.params.include_usage, "logprobs, stream");
-    CHECK(r.params.n_unknown_fields == 1, "tool_choice unknown: %d", r.params.n_unknown_fields);
+    CHECK(r.params.n_unknown_fields == 0 && r.tool_choice == SRV_TOOL_CHOICE_NONE,
+          "tool_choice known: %d", r.params.n_unknown_fields);
     srv_chat_req_free(&r);
 
     CHECK(parse_chat("{'messages':[{'role':'user','content':'x'}],'logprobs':true}", &r, &e) == 0,

@@ -307,8 +307,8 @@ static void test_completion_json(void) {
         {"\xE2\x82", 2, -INFINITY, 1, 0, NULL, 5},
     };
     srv_choice ch[2] = {
-        {0, "Hello\n\"q\"\\ \x01\xE2\x82", 15, "length", lps, 3, NULL, 0},
-        {1, "", 0, "stop", NULL, 0, NULL, 0},
+        {0, "Hello\n\"q\"\\ \x01\xE2\x82", 15, "length", lps, 3, NULL, 0, NULL, 0, 0},
+        {1, "", 0, "stop", NULL, 0, NULL, 0, NULL, 0, 0},
     };
     srv_usage u = {7, 5};
     cJSON *o = parse_out(srv_api_completion_json("cmpl-1", 1700000000, "m\"x", ch, 2, &u, 1),
@@ -357,7 +357,7 @@ static void test_completion_json(void) {
     cJSON_Delete(o);
 
     /* A NUL byte in text is written as \u0000, not cut. */
-    srv_choice z = {0, "a\0b", 3, "stop", NULL, 0, NULL, 0};
+    srv_choice z = {0, "a\0b", 3, "stop", NULL, 0, NULL, 0, NULL, 0, 0};
     char *j = srv_api_completion_json("c", 1, "m", &z, 1, NULL, 0);
     CHECK(j && strstr(j, "\"a\\u0000b\""), "NUL escaped: %s", j ? j : "");
     free(j);
@@ -366,7 +366,7 @@ static void test_completion_json(void) {
 static void test_chat_json(void) {
     srv_top_logprob top[] = {{"Hi", 2, -0.2f}, {"\xC3", 1, NAN}};
     srv_token_logprob lps[] = {{"Hi", 2, -0.2f, 1, 2, top, 0}, {"\xC3", 1, -1.5f, 1, 0, NULL, 0}};
-    srv_choice ch = {0, "Hi\xC3", 3, "stop", lps, 2, NULL, 0};
+    srv_choice ch = {0, "Hi\xC3", 3, "stop", lps, 2, NULL, 0, NULL, 0, 0};
     srv_usage u = {3, 2};
     cJSON *o = parse_out(srv_api_chat_json("chatcmpl-9", 5, "m", &ch, 1, &u, 1), "chat");
     CHECK(is_str(o, "object", "chat.completion") && is_str(o, "id", "chatcmpl-9"), "head");
@@ -390,7 +390,7 @@ static void test_chat_json(void) {
 }
 
 static void test_chunks(void) {
-    srv_choice c = {2, "tok", 3, NULL, NULL, 0, NULL, 0};
+    srv_choice c = {2, "tok", 3, NULL, NULL, 0, NULL, 0, NULL, 0, 0};
     cJSON *o = parse_out(srv_api_completion_chunk_json("c", 1, "m", &c, NULL, 0), "chunk");
     const cJSON *c0 = cJSON_GetArrayItem(get(o, "choices"), 0);
     CHECK(is_str(o, "object", "text_completion") && is_str(c0, "text", "tok") &&
@@ -406,7 +406,7 @@ static void test_chunks(void) {
     cJSON_Delete(o);
 
     /* Chat: first (role + empty content), middle (content), last (empty delta). */
-    srv_choice first = {0, NULL, 0, NULL, NULL, 0, NULL, 0};
+    srv_choice first = {0, NULL, 0, NULL, NULL, 0, NULL, 0, NULL, 0, 0};
     o = parse_out(srv_api_chat_chunk_json("x", 1, "m", &first, 1, NULL, 0), "chat first");
     c0 = cJSON_GetArrayItem(get(o, "choices"), 0);
     const cJSON *delta = get(c0, "delta");
@@ -415,7 +415,7 @@ static void test_chunks(void) {
           "chat first chunk");
     cJSON_Delete(o);
     srv_token_logprob lp = {"ab", 2, -0.5f, 1, 0, NULL, 0};
-    srv_choice mid = {0, "ab", 2, NULL, &lp, 1, NULL, 0};
+    srv_choice mid = {0, "ab", 2, NULL, &lp, 1, NULL, 0, NULL, 0, 0};
     o = parse_out(srv_api_chat_chunk_json("x", 1, "m", &mid, 0, NULL, 1), "chat mid");
     c0 = cJSON_GetArrayItem(get(o, "choices"), 0);
     delta = get(c0, "delta");
@@ -423,7 +423,7 @@ static void test_chunks(void) {
               cJSON_GetArraySize(get(get(c0, "logprobs"), "content")) == 1,
           "chat middle chunk");
     cJSON_Delete(o);
-    srv_choice last = {0, NULL, 0, "length", NULL, 0, NULL, 0};
+    srv_choice last = {0, NULL, 0, "length", NULL, 0, NULL, 0, NULL, 0, 0};
     o = parse_out(srv_api_chat_chunk_json("x", 1, "m", &last, 0, NULL, 0), "chat last");
     c0 = cJSON_GetArrayItem(get(o, "choices"), 0);
     delta = get(c0, "delta");
@@ -436,20 +436,20 @@ static void test_chunks(void) {
     cJSON_Delete(o);
     /* Reasoning (Qwen3's <think>): "reasoning_content" before "content", in
      * the message and in deltas; a delta with reasoning only has no content. */
-    srv_choice rz = {0, "Paris.", 6, "stop", NULL, 0, "think \"hard\"", 13};
+    srv_choice rz = {0, "Paris.", 6, "stop", NULL, 0, "think \"hard\"", 13, NULL, 0, 0};
     o = parse_out(srv_api_chat_json("x", 1, "m", &rz, 1, NULL, 0), "chat reasoning");
     const cJSON *msg = get(cJSON_GetArrayItem(get(o, "choices"), 0), "message");
     CHECK(is_str(msg, "reasoning_content", "think \"hard\"") && is_str(msg, "content", "Paris."),
           "message with reasoning_content");
     cJSON_Delete(o);
-    srv_choice rd = {0, NULL, 0, NULL, NULL, 0, "step", 4};
+    srv_choice rd = {0, NULL, 0, NULL, NULL, 0, "step", 4, NULL, 0, 0};
     o = parse_out(srv_api_chat_chunk_json("x", 1, "m", &rd, 1, NULL, 0), "chunk reasoning");
     delta = get(cJSON_GetArrayItem(get(o, "choices"), 0), "delta");
     CHECK(is_str(delta, "role", "assistant") && is_str(delta, "reasoning_content", "step") &&
               !cJSON_GetObjectItemCaseSensitive(delta, "content"),
           "first delta: role and reasoning, no content");
     cJSON_Delete(o);
-    srv_choice rb = {0, "A", 1, NULL, NULL, 0, "r", 1};
+    srv_choice rb = {0, "A", 1, NULL, NULL, 0, "r", 1, NULL, 0, 0};
     o = parse_out(srv_api_chat_chunk_json("x", 1, "m", &rb, 0, NULL, 0), "chunk both");
     delta = get(cJSON_GetArrayItem(get(o, "choices"), 0), "delta");
     CHECK(is_str(delta, "reasoning_content", "r") && is_str(delta, "content", "A"),
@@ -516,7 +516,7 @@ static void test_builders_random(void) {
             lps[t] = (srv_token_logprob){toks[t], n, lpv, (int)(rnd() % 2), t + 1, top, off};
             off += n;
         }
-        srv_choice c = {0, text, off, (rnd() % 2) ? "stop" : NULL, lps, NTOK, NULL, 0};
+        srv_choice c = {0, text, off, (rnd() % 2) ? "stop" : NULL, lps, NTOK, NULL, 0, NULL, 0, 0};
         srv_usage u = {(int)(rnd() % 100), (int)(rnd() % 100)};
         char *outs[5] = {
             srv_api_completion_json("id", r, "m", &c, 1, &u, 1),

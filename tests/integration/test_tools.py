@@ -1,0 +1,143 @@
+"""Tool calling through `brisk serve` with the official openai client: tools and
+tool_choice (none, auto, required, a named function), parallel_tool_calls, calls and
+results in the history, streamed tool-call deltas, and the errors. SmolLM2's ChatML
+template takes the Hermes/Qwen format (<tool_call> blocks); the generic JSON format of
+other families is tested on a synthetic Gemma 3 in test_synthetic_models.py."""
+import json
+
+import jsonschema
+import openai
+import pytest
+
+SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1"
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                             "unit": {"enum": ["c", "f"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+       "required": ["a", "b"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather",
+                                           "description": "The weather in a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "description": "a + b",
+                                           "parameters": ADD}}]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_server):
+    return smollm2_server.client()
+
+
+def chat(client, **kw):
+    kw.setdefault("max_tokens", 120)
+    kw.setdefault("temperature", 0)
+    return client.chat.completions.create(model=SMOLLM2, messages=kw.pop("messages", ASK),
+                                          tools=kw.pop("tools", TOOLS), **kw)
+
+
+def check_calls(calls, names=None):
+    assert calls, "no tool calls"
+    for t in calls:
+        assert t.type == "function" and t.id.startswith("call_") and len(t.id) == 29, t
+        assert t.function.name in (names or SCHEMAS), t
+        jsonschema.validate(json.loads(t.function.arguments), SCHEMAS[t.function.name])
+
+
+@pytest.mark.parametrize("temperature,seed", [(0, 0), (1, 1), (1, 2)])
+def test_required(smol, temperature, seed):
+    r = chat(smol, tool_choice="required", temperature=temperature, seed=seed)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.content is None, c
+    check_calls(c.message.tool_calls)
+    assert len({t.id for t in c.message.tool_calls}) == len(c.message.tool_calls)
+
+
+def test_named_and_not_parallel(smol):
+    r = chat(smol, tool_choice={"type": "function", "function": {"name": "add"}},
+             parallel_tool_calls=False)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1
+    check_calls(c.message.tool_calls, names={"add"})
+
+
+def test_streamed_calls(smol):
+    """id, type and name come first for each call, then its arguments; no content;
+    finish "tool_calls"; the same calls as the non-streamed answer."""
+    want = chat(smol, tool_choice="required").choices[0].message.tool_calls
+    calls, finish, content = {}, None, ""
+    for ch in chat(smol, tool_choice="required", stream=True):
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        content += d.content or ""
+        for t in d.tool_calls or []:
+            e = calls.setdefault(t.index, {"id": None, "name": None, "args": ""})
+            if t.id:
+                assert e["id"] is None and t.function.name and not e["args"], t
+                e["id"], e["name"] = t.id, t.function.name
+            else:
+                assert e["id"] is not None, "arguments before the id and name"
+            e["args"] += t.function.arguments or ""
+        finish = ch.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and content == ""
+    assert [(e["name"], json.loads(e["args"])) for _, e in sorted(calls.items())] == \
+        [(t.function.name, json.loads(t.function.arguments)) for t in want]
+
+
+def test_two_turn_conversation(smol):
+    """A call forced by the grammar, its result sent back as a tool message, then an
+    answer (auto: text or another call, both well-formed)."""
+    r = chat(smol, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+             parallel_tool_calls=False)
+    call = r.choices[0].message.tool_calls[0]
+    history = ASK + [r.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id,
+                      "content": json.dumps({"temperature": 18, "sky": "sunny"})}]
+    r2 = chat(smol, messages=history, max_tokens=60)
+    c = r2.choices[0]
+    assert c.finish_reason in ("stop", "length", "tool_calls"), c
+    if c.finish_reason == "tool_calls":
+        check_calls(c.message.tool_calls)
+    else:
+        assert isinstance(c.message.content, str) and c.message.content
+    # the history's call and result reach the prompt
+    assert r2.usage.prompt_tokens > r.usage.prompt_tokens + 20
+
+
+def test_auto_and_none(smol):
+    r = chat(smol, tool_choice="auto")
+    c = r.choices[0]
+    if c.finish_reason == "tool_calls":
+        check_calls(c.message.tool_calls)
+    else:
+        assert c.message.tool_calls is None and c.message.content
+    r_none = chat(smol, tool_choice="none", max_tokens=8)
+    assert r_none.choices[0].message.tool_calls is None
+    # "none": the tools are not in the prompt
+    assert r_none.usage.prompt_tokens < r.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("kw,param", [
+    ({"tools": [{"type": "function"}]}, "tools[0]"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0]"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "pattern": "a"}}}}}]},
+     "tools[0]"),
+    ({"tools": TOOLS + [TOOLS[0]]}, "tools"),
+    ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+    ({"tools": [], "tool_choice": "required"}, "tool_choice"),
+    ({"tool_choice": "sometimes"}, "tool_choice"),
+    ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+    ({"messages": ASK + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{oops"}}]}]},
+     "messages[1].tool_calls"),
+    ({"messages": ASK + [{"role": "tool", "tool_call_id": 5, "content": "x"}]},
+     "messages[1].tool_call_id"),
+    ({"messages": ASK + [{"role": "user", "content": "x", "tool_calls": []}]}, "messages[1]"),
+    ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
+])
+def test_tool_errors_400(smol, kw, param):
+    with pytest.raises(openai.BadRequestError) as ei:
+        chat(smol, **kw)
+    assert ei.value.body["param"] == param, ei.value.body
