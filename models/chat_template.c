@@ -328,13 +328,16 @@ static void put_content_trimmed(brisk_buf *b, const model_chat_msg *m) {
     buf_strip_from(b, mark);
 }
 
-static int chat_validate(const model_chat_msg *msgs, int n, char *err, size_t err_len) {
+/* ipython: Llama 3's role for tool results, allowed in that family only. */
+static int chat_validate(const model_chat_msg *msgs, int n, int ipython, char *err,
+                         size_t err_len) {
     if (n <= 0 || !msgs)
         return brisk_set_err(err, err_len, BRISK_EINVAL, "no messages to render");
     for (int i = 0; i < n; i++) {
         const model_chat_msg *m = &msgs[i];
-        if (!m->role || (strcmp(m->role, "system") != 0 && strcmp(m->role, "user") != 0 &&
-                         strcmp(m->role, "assistant") != 0))
+        if (!m->role ||
+            (strcmp(m->role, "system") != 0 && strcmp(m->role, "user") != 0 &&
+             strcmp(m->role, "assistant") != 0 && !(ipython && strcmp(m->role, "ipython") == 0)))
             return brisk_set_err(err, err_len, BRISK_EINVAL,
                                  "message %d: role must be system, user or assistant", i);
         if (!m->content && m->content_len > 0)
@@ -594,7 +597,7 @@ int model_chat_format_render(const model_chat_format *f, const model_chat_msg *m
     *starts_with_bos = 0;
     if (!f || f->kind == MODEL_CHAT_NONE)
         return brisk_set_err(err, err_len, BRISK_EUNSUPPORTED, "no chat template to render with");
-    int rc = chat_validate(msgs, n, err, err_len);
+    int rc = chat_validate(msgs, n, f->kind == MODEL_CHAT_LLAMA3, err, err_len);
     if (rc < 0)
         return rc;
 

@@ -13,9 +13,10 @@
  *
  * Rendering rules shared by every family (decisions where templates differ or
  * would raise an exception; llama.cpp's own renderer is as lenient):
- *   - roles are exactly "system", "user" or "assistant"; anything else is
- *     BRISK_EINVAL (a role is written literally by several templates, so an
- *     unchecked one could inject control text).
+ *   - roles are exactly "system", "user" or "assistant" (and, in the Llama 3
+ *     family, "ipython": its tool results); anything else is BRISK_EINVAL (a
+ *     role is written literally by several templates, so an unchecked one
+ *     could inject control text).
  *   - at least one message. User/assistant alternation is NOT enforced (the
  *     Llama-2, Mistral and Gemma templates raise on it; llama.cpp does not):
  *     consecutive turns of one role are rendered one after the other, each

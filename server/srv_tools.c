@@ -227,6 +227,12 @@ static int hermes(model_chat_kind kind) {
     return kind == MODEL_CHAT_CHATML;
 }
 
+/* Llama 3.1's JSON tool calls: tools in the first user turn, a call as
+ * {"name": ..., "parameters": {...}}, results in "ipython" turns. */
+static int llama3(model_chat_kind kind) {
+    return kind == MODEL_CHAT_LLAMA3;
+}
+
 /* Keeps s in the arena; returns it, or NULL on out of memory. */
 static const char *keep(srv_tools_arena *a, brisk_buf *b) {
     if (b->oom || brisk_grow(&a->s, &a->cap, a->n + 1, sizeof *a->s, 8, 0) < 0) {
@@ -280,6 +286,18 @@ static void tool_json(brisk_buf *b, const srv_tool *t, int wrap) {
 }
 
 static void tools_block(brisk_buf *b, const srv_chat_req *r, model_chat_kind kind) {
+    if (llama3(kind)) { /* the words of Llama 3.1's template (tools in the user turn) */
+        brisk_buf_str(b, "Given the following functions, please respond with a JSON for a "
+                         "function call with its proper arguments that best answers the given "
+                         "prompt.\n\nRespond in the format {\"name\": function name, "
+                         "\"parameters\": dictionary of argument name and its value}.Do not use "
+                         "variables.\n\n");
+        for (int i = 0; i < r->n_tools; i++) {
+            tool_json(b, &r->tools[i], 1);
+            brisk_buf_str(b, "\n\n");
+        }
+        return;
+    }
     if (hermes(kind)) {
         brisk_buf_str(b, "# Tools\n\nYou may call one or more functions to assist with the user "
                          "query.\n\nYou are provided with function signatures within "
@@ -307,6 +325,16 @@ static void tools_block(brisk_buf *b, const srv_chat_req *r, model_chat_kind kin
 
 /* An assistant message's calls written in the format, after its content. */
 static void calls_text(brisk_buf *b, const srv_chat_msg *m, model_chat_kind kind) {
+    if (llama3(kind)) { /* one JSON object per call, a line each */
+        for (int k = 0; k < m->n_calls; k++) {
+            brisk_buf_str(b, k ? "\n{\"name\": \"" : "{\"name\": \"");
+            brisk_buf_str(b, m->calls[k].name);
+            brisk_buf_str(b, "\", \"parameters\": ");
+            brisk_buf_str(b, m->calls[k].arguments);
+            brisk_buf_str(b, "}");
+        }
+        return;
+    }
     if (hermes(kind)) {
         if (m->content_len)
             brisk_buf_put(b, m->content, m->content_len);
@@ -339,6 +367,35 @@ int srv_tools_render_msgs(const srv_chat_req *r, model_chat_kind kind, srv_tools
     if (!a->msgs)
         return BRISK_ENOMEM;
     int n = 0, i = 0;
+    if (offered && llama3(kind)) { /* the tools before the first user turn's text */
+        int placed = 0;
+        for (; i < r->n_msgs && !placed; i++) {
+            const srv_chat_msg *m = &r->msgs[i];
+            if (!strcmp(m->role, "user")) {
+                brisk_buf b = {0};
+                tools_block(&b, r, kind);
+                brisk_buf_put(&b, m->content, m->content_len);
+                const char *s = keep(a, &b);
+                if (!s)
+                    return BRISK_ENOMEM;
+                a->msgs[n++] = (model_chat_msg){"user", s, strlen(s)};
+                placed = 1;
+                continue;
+            }
+            if (!strcmp(m->role, "tool") || m->n_calls > 0)
+                break; /* calls before any user turn: rendered below */
+            a->msgs[n++] = (model_chat_msg){m->role, m->content, m->content_len};
+        }
+        if (!placed) { /* no user turn to put them in: one of their own */
+            brisk_buf b = {0};
+            tools_block(&b, r, kind);
+            const char *s = keep(a, &b);
+            if (!s)
+                return BRISK_ENOMEM;
+            a->msgs[n++] = (model_chat_msg){"user", s, strlen(s)};
+        }
+        offered = 0;
+    }
     if (offered) { /* the tools, in (or as) the first system turn */
         brisk_buf b = {0};
         if (r->n_msgs > 0 && !strcmp(r->msgs[0].role, "system")) {
@@ -354,7 +411,9 @@ int srv_tools_render_msgs(const srv_chat_req *r, model_chat_kind kind, srv_tools
     }
     for (; i < r->n_msgs; i++) {
         const srv_chat_msg *m = &r->msgs[i];
-        if (!strcmp(m->role, "tool")) { /* consecutive results: one user turn */
+        if (!strcmp(m->role, "tool") && llama3(kind)) { /* Llama 3: an ipython turn each */
+            a->msgs[n++] = (model_chat_msg){"ipython", m->content, m->content_len};
+        } else if (!strcmp(m->role, "tool")) { /* consecutive results: one user turn */
             brisk_buf b = {0};
             for (; i < r->n_msgs && !strcmp(r->msgs[i].role, "tool"); i++) {
                 const srv_chat_msg *t = &r->msgs[i];
@@ -393,7 +452,7 @@ int srv_tools_render_msgs(const srv_chat_req *r, model_chat_kind kind, srv_tools
 char *srv_tools_grammar(const srv_chat_req *r, model_chat_kind kind, int *none) {
     *none = 0;
     int offered = r->n_tools > 0 && r->tool_choice != SRV_TOOL_CHOICE_NONE;
-    if (!offered || (r->tool_choice == SRV_TOOL_CHOICE_AUTO && hermes(kind))) {
+    if (!offered || (r->tool_choice == SRV_TOOL_CHOICE_AUTO && (hermes(kind) || llama3(kind)))) {
         *none = 1;
         return NULL;
     }
@@ -402,17 +461,20 @@ char *srv_tools_grammar(const srv_chat_req *r, model_chat_kind kind, int *none) 
      * that follow its parameters schema */
     brisk_buf_str(&b, "tcall ::= ");
     int first = 1;
+    const char *args_key = llama3(kind) ? "parameters" : "arguments";
     for (int i = 0; i < r->n_tools; i++) {
         if (r->tool_choice == SRV_TOOL_CHOICE_NAMED && i != r->tool_named)
             continue;
         brisk_buf_str(&b, first ? "" : " | ");
         first = 0;
-        brisk_buf_printf(&b, "\"{\\\"name\\\": \\\"%s\\\", \\\"arguments\\\": \" %s \"}\"",
-                         r->tools[i].name, r->tools[i].args_expr);
+        brisk_buf_printf(&b, "\"{\\\"name\\\": \\\"%s\\\", \\\"%s\\\": \" %s \"}\"",
+                         r->tools[i].name, args_key, r->tools[i].args_expr);
     }
     brisk_buf_str(&b, "\n");
     const char *more = r->parallel_tool_calls ? "*" : "{0}";
-    if (hermes(kind)) {
+    if (llama3(kind)) {
+        brisk_buf_printf(&b, "root ::= tcall ( \"\\n\" tcall )%s\n", more);
+    } else if (hermes(kind)) {
         brisk_buf_printf(&b,
                          "hcall ::= \"<tool_call>\\n\" tcall \"\\n</tool_call>\"\n"
                          "root ::= hcall ( \"\\n\" hcall )%s\n",
@@ -451,6 +513,8 @@ static int call_from_json(const cJSON *o, srv_tool_call *c, void (*make_id)(void
                           void *ctx) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
+    if (!args) /* Llama 3's key */
+        args = cJSON_GetObjectItemCaseSensitive(o, "parameters");
     if (!cJSON_IsObject(o) || !cJSON_IsString(name) || !valid_name(name->valuestring))
         return 0;
     cJSON *parsed = NULL;
@@ -494,7 +558,36 @@ int srv_tools_parse_output(model_chat_kind kind, const char *text, size_t len,
     size_t cap = 0;
     int n = 0, rc = 0, partial = 0; /* partial: out[n] holds fields of a failed call */
     brisk_buf rest = {0};
-    if (hermes(kind)) {
+    if (llama3(kind)) { /* the answer is calls (JSON objects one after another) or text */
+        const char *p = text;
+        int all = 1;
+        while (all && rc == 0) {
+            while (p < end && strchr(" \t\r\n;", *p))
+                p++;
+            if (p >= end)
+                break;
+            const char *stop = NULL;
+            cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, 0);
+            int ok = 0;
+            if (o && brisk_grow(&out, &cap, (size_t)n + 1, sizeof *out, 4, 0) == 0) {
+                memset(&out[n], 0, sizeof *out);
+                ok = call_from_json(o, &out[n], make_id, id_ctx);
+                if (ok == 1)
+                    n++;
+                else if (ok < 0)
+                    rc = ok, partial = 1;
+            }
+            cJSON_Delete(o);
+            all = ok == 1 && stop && stop > p;
+            p = all ? stop : end;
+        }
+        if ((!all || n == 0) && rc == 0) { /* not all calls: the whole answer is text */
+            srv_tool_calls_free(out, n);
+            out = NULL;
+            n = 0;
+            brisk_buf_put(&rest, text, len);
+        }
+    } else if (hermes(kind)) {
         const char *p = text;
         for (;;) {
             const char *open = find(p, end, "<tool_call>");

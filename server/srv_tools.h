@@ -9,6 +9,9 @@
  *     call as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
  *     in the assistant turn, results as <tool_response> blocks in a user
  *     turn (Qwen2.5's template does the same);
+ *   - Llama 3: Llama 3.1's JSON calls - the tools before the first user
+ *     turn's text, a call as {"name": ..., "parameters": {...}}, results in
+ *     "ipython" turns;
  *   - every other family: a generic JSON format, as llama.cpp does for
  *     templates without one - the answer is one JSON object, either
  *     {"tool_calls": [{"name": ..., "arguments": {...}}]} or
@@ -16,8 +19,8 @@
  *     answers to those two shapes.
  * "required" and a named tool are held to valid calls by a grammar whose
  * arguments follow each function's parameters schema (server/srv_schema.h);
- * "auto" in the Hermes format leaves the model free and parses what it
- * wrote. parallel_tool_calls false allows one call.
+ * "auto" in the Hermes and Llama 3 formats leaves the model free and parses
+ * what it wrote. parallel_tool_calls false allows one call.
  *
  * Threads: the loop thread; everything here is plain functions on the
  * request's structs. */

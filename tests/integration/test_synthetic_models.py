@@ -631,7 +631,8 @@ def test_tools_generic_format(start_server, synth):
         for choice in ("required", "auto"):
             r = client.chat.completions.create(
                 model="gemma3", messages=[{"role": "user", "content": "hi"}], tools=tools,
-                tool_choice=choice, max_tokens=200, temperature=1, seed=4)
+                tool_choice=choice, parallel_tool_calls=False, max_tokens=300, temperature=1,
+                seed=4)
             c = r.choices[0]
             if c.finish_reason == "tool_calls":
                 for t in c.message.tool_calls:
@@ -641,5 +642,41 @@ def test_tools_generic_format(start_server, synth):
                 assert choice == "auto" and c.finish_reason in ("stop", "length")
             if choice == "required":
                 assert c.finish_reason == "tool_calls", c
+    finally:
+        srv.stop()
+
+
+def test_tools_llama3_format(start_server, synth, tmp_path):
+    """Llama 3.x's JSON calls: tools in the first user turn, a call as {"name": ...,
+    "parameters": {...}}, results in ipython turns; "required" gives valid calls on a
+    random synthetic model, and a history with a call and its result renders."""
+    import jsonschema
+    template = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>"
+                "\n\n{{ m['content'] }}<|eot_id|>{% endfor %}")
+    path = write_model(tmp_path / "llama3-tools.gguf", MODELS["qwen2-tied-q8_0"],
+                       chat_template=template)
+    srv = start_server(path)
+    try:
+        assert "chat template llama3" in srv.log()
+        params = {"type": "object", "properties": {"q": {"enum": ["a", "b"]}},
+                  "required": ["q"], "additionalProperties": False}
+        tools = [{"type": "function", "function": {"name": "lookup", "parameters": params}}]
+        client = srv.client()
+        r = client.chat.completions.create(
+            model="llama3-tools", messages=[{"role": "user", "content": "hi"}], tools=tools,
+            tool_choice="required", parallel_tool_calls=False, max_tokens=300, temperature=1,
+            seed=2)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c
+        for t in c.message.tool_calls:
+            assert t.function.name == "lookup"
+            jsonschema.validate(json.loads(t.function.arguments), params)
+        history = [{"role": "user", "content": "hi"}, c.message.model_dump(exclude_none=True),
+                   {"role": "tool", "tool_call_id": c.message.tool_calls[0].id,
+                    "content": "42"}]
+        r2 = client.chat.completions.create(model="llama3-tools", messages=history,
+                                            tools=tools, max_tokens=4, temperature=0)
+        assert r2.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        assert r2.usage.prompt_tokens > r.usage.prompt_tokens
     finally:
         srv.stop()
