@@ -304,13 +304,15 @@ static void buf_strip_from(brisk_buf *b, size_t mark) {
 
 /* ---- messages -------------------------------------------------------------- */
 
-typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } chat_role;
+typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_RAW } chat_role;
 
 static chat_role role_of(const model_chat_msg *m) {
     if (strcmp(m->role, "system") == 0)
         return ROLE_SYSTEM;
     if (strcmp(m->role, "user") == 0)
         return ROLE_USER;
+    if (strcmp(m->role, "raw") == 0)
+        return ROLE_RAW;
     return ROLE_ASSISTANT;
 }
 
@@ -328,8 +330,10 @@ static void put_content_trimmed(brisk_buf *b, const model_chat_msg *m) {
     buf_strip_from(b, mark);
 }
 
-/* ipython: Llama 3's role for tool results, allowed in that family only. */
-static int chat_validate(const model_chat_msg *msgs, int n, int ipython, char *err,
+/* ipython: Llama 3's role for tool results, allowed in that family only;
+ * raw: text written as is between turns, in the Mistral family only (its
+ * tool blocks, which stand outside [INST]). */
+static int chat_validate(const model_chat_msg *msgs, int n, int ipython, int raw, char *err,
                          size_t err_len) {
     if (n <= 0 || !msgs)
         return brisk_set_err(err, err_len, BRISK_EINVAL, "no messages to render");
@@ -337,7 +341,8 @@ static int chat_validate(const model_chat_msg *msgs, int n, int ipython, char *e
         const model_chat_msg *m = &msgs[i];
         if (!m->role ||
             (strcmp(m->role, "system") != 0 && strcmp(m->role, "user") != 0 &&
-             strcmp(m->role, "assistant") != 0 && !(ipython && strcmp(m->role, "ipython") == 0)))
+             strcmp(m->role, "assistant") != 0 && !(ipython && strcmp(m->role, "ipython") == 0) &&
+             !(raw && strcmp(m->role, "raw") == 0)))
             return brisk_set_err(err, err_len, BRISK_EINVAL,
                                  "message %d: role must be system, user or assistant", i);
         if (!m->content && m->content_len > 0)
@@ -489,6 +494,10 @@ static void render_mistral(const chat_ctx *c, brisk_buf *b) {
     for (int i = 0; i <= c->n; i++) {
         int end = i == c->n;
         chat_role r = end ? ROLE_USER : role_of(&c->msgs[i]);
+        if (r == ROLE_RAW) {
+            put_content(b, &c->msgs[i]);
+            continue;
+        }
         if (r == ROLE_SYSTEM && s->sys_prompt_blocks) {
             buf_puts(b, "[SYSTEM_PROMPT] ");
             put_content(b, &c->msgs[i]);
@@ -597,7 +606,8 @@ int model_chat_format_render(const model_chat_format *f, const model_chat_msg *m
     *starts_with_bos = 0;
     if (!f || f->kind == MODEL_CHAT_NONE)
         return brisk_set_err(err, err_len, BRISK_EUNSUPPORTED, "no chat template to render with");
-    int rc = chat_validate(msgs, n, f->kind == MODEL_CHAT_LLAMA3, err, err_len);
+    int rc = chat_validate(msgs, n, f->kind == MODEL_CHAT_LLAMA3, f->kind == MODEL_CHAT_MISTRAL,
+                           err, err_len);
     if (rc < 0)
         return rc;
 

@@ -14,7 +14,8 @@
  * Rendering rules shared by every family (decisions where templates differ or
  * would raise an exception; llama.cpp's own renderer is as lenient):
  *   - roles are exactly "system", "user" or "assistant" (and, in the Llama 3
- *     family, "ipython": its tool results); anything else is BRISK_EINVAL (a
+ *     family, "ipython": its tool results; in the Mistral family, "raw":
+ *     text written as is between turns, its tool blocks); anything else is BRISK_EINVAL (a
  *     role is written literally by several templates, so an unchecked one
  *     could inject control text).
  *   - at least one message. User/assistant alternation is NOT enforced (the

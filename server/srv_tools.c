@@ -233,6 +233,24 @@ static int llama3(model_chat_kind kind) {
     return kind == MODEL_CHAT_LLAMA3;
 }
 
+/* Mistral's: [AVAILABLE_TOOLS] before the last user turn, a call list after
+ * [TOOL_CALLS], results in [TOOL_RESULTS] blocks (as its v3 template). */
+static int mistral(model_chat_kind kind) {
+    return kind == MODEL_CHAT_MISTRAL;
+}
+
+/* Mistral's call ids are 9 letters and digits: the last 9 of id's, padded. */
+static void mistral_id(const char *id, char out[10]) {
+    char alnum[64];
+    size_t n = 0;
+    for (; *id && n < sizeof alnum; id++)
+        if ((*id >= 'a' && *id <= 'z') || (*id >= 'A' && *id <= 'Z') || (*id >= '0' && *id <= '9'))
+            alnum[n++] = *id;
+    for (int k = 0; k < 9; k++)
+        out[k] = n >= (size_t)(9 - k) ? alnum[n - (size_t)(9 - k)] : '0';
+    out[9] = '\0';
+}
+
 /* Keeps s in the arena; returns it, or NULL on out of memory. */
 static const char *keep(srv_tools_arena *a, brisk_buf *b) {
     if (b->oom || brisk_grow(&a->s, &a->cap, a->n + 1, sizeof *a->s, 8, 0) < 0) {
@@ -286,6 +304,16 @@ static void tool_json(brisk_buf *b, const srv_tool *t, int wrap) {
 }
 
 static void tools_block(brisk_buf *b, const srv_chat_req *r, model_chat_kind kind) {
+    if (mistral(kind)) {
+        brisk_buf_str(b, "[AVAILABLE_TOOLS] [");
+        for (int i = 0; i < r->n_tools; i++) {
+            if (i)
+                brisk_buf_str(b, ", ");
+            tool_json(b, &r->tools[i], 1);
+        }
+        brisk_buf_str(b, "][/AVAILABLE_TOOLS]");
+        return;
+    }
     if (llama3(kind)) { /* the words of Llama 3.1's template (tools in the user turn) */
         brisk_buf_str(b, "Given the following functions, please respond with a JSON for a "
                          "function call with its proper arguments that best answers the given "
@@ -325,6 +353,19 @@ static void tools_block(brisk_buf *b, const srv_chat_req *r, model_chat_kind kin
 
 /* An assistant message's calls written in the format, after its content. */
 static void calls_text(brisk_buf *b, const srv_chat_msg *m, model_chat_kind kind) {
+    if (mistral(kind)) {
+        brisk_buf_str(b, "[TOOL_CALLS] [");
+        for (int k = 0; k < m->n_calls; k++) {
+            char id[10];
+            mistral_id(m->calls[k].id, id);
+            brisk_buf_printf(b, "%s{\"name\": \"%s\", \"arguments\": ", k ? ", " : "",
+                             m->calls[k].name);
+            brisk_buf_str(b, m->calls[k].arguments);
+            brisk_buf_printf(b, ", \"id\": \"%s\"}", id);
+        }
+        brisk_buf_str(b, "]");
+        return;
+    }
     if (llama3(kind)) { /* one JSON object per call, a line each */
         for (int k = 0; k < m->n_calls; k++) {
             brisk_buf_str(b, k ? "\n{\"name\": \"" : "{\"name\": \"");
@@ -367,6 +408,59 @@ int srv_tools_render_msgs(const srv_chat_req *r, model_chat_kind kind, srv_tools
     if (!a->msgs)
         return BRISK_ENOMEM;
     int n = 0, i = 0;
+    if (mistral(kind)) {
+        /* more messages: the tools block, and [TOOL_CALLS] closing the prompt */
+        model_chat_msg *more = brisk_realloc(a->msgs, ((size_t)r->n_msgs + 3) * sizeof *more);
+        if (!more)
+            return BRISK_ENOMEM;
+        a->msgs = more;
+        int last_user = -1;
+        for (int k = 0; k < r->n_msgs; k++)
+            if (!strcmp(r->msgs[k].role, "user"))
+                last_user = k;
+        for (i = 0; i < r->n_msgs; i++) {
+            const srv_chat_msg *m = &r->msgs[i];
+            if (offered && i == (last_user >= 0 ? last_user : 0)) {
+                brisk_buf b = {0};
+                tools_block(&b, r, kind);
+                const char *s = keep(a, &b);
+                if (!s)
+                    return BRISK_ENOMEM;
+                a->msgs[n++] = (model_chat_msg){"raw", s, strlen(s)};
+            }
+            brisk_buf b = {0};
+            if (!strcmp(m->role, "tool")) {
+                char id[10];
+                mistral_id(m->tool_call_id ? m->tool_call_id : "", id);
+                cJSON *str = cJSON_CreateString(m->content);
+                char *js = str ? cJSON_PrintUnformatted(str) : NULL;
+                cJSON_Delete(str);
+                if (!js)
+                    return BRISK_ENOMEM;
+                brisk_buf_printf(&b,
+                                 "[TOOL_RESULTS] {\"content\": %s, \"call_id\": \"%s\"}"
+                                 "[/TOOL_RESULTS]",
+                                 js, id);
+                cJSON_free(js);
+            } else if (m->n_calls > 0) {
+                calls_text(&b, m, kind);
+            } else {
+                a->msgs[n++] = (model_chat_msg){m->role, m->content, m->content_len};
+                continue;
+            }
+            const char *s = keep(a, &b);
+            if (!s)
+                return BRISK_ENOMEM;
+            a->msgs[n++] =
+                (model_chat_msg){!strcmp(m->role, "tool") ? "raw" : "assistant", s, strlen(s)};
+        }
+        if (offered &&
+            (r->tool_choice == SRV_TOOL_CHOICE_REQUIRED || r->tool_choice == SRV_TOOL_CHOICE_NAMED))
+            a->msgs[n++] = (model_chat_msg){"raw", "[TOOL_CALLS]", 12};
+        *out = a->msgs;
+        *n_out = n;
+        return 0;
+    }
     if (offered && llama3(kind)) { /* the tools before the first user turn's text */
         int placed = 0;
         for (; i < r->n_msgs && !placed; i++) {
@@ -452,7 +546,8 @@ int srv_tools_render_msgs(const srv_chat_req *r, model_chat_kind kind, srv_tools
 char *srv_tools_grammar(const srv_chat_req *r, model_chat_kind kind, int *none) {
     *none = 0;
     int offered = r->n_tools > 0 && r->tool_choice != SRV_TOOL_CHOICE_NONE;
-    if (!offered || (r->tool_choice == SRV_TOOL_CHOICE_AUTO && (hermes(kind) || llama3(kind)))) {
+    if (!offered || (r->tool_choice == SRV_TOOL_CHOICE_AUTO &&
+                     (hermes(kind) || llama3(kind) || mistral(kind)))) {
         *none = 1;
         return NULL;
     }
@@ -474,6 +569,8 @@ char *srv_tools_grammar(const srv_chat_req *r, model_chat_kind kind, int *none) 
     const char *more = r->parallel_tool_calls ? "*" : "{0}";
     if (llama3(kind)) {
         brisk_buf_printf(&b, "root ::= tcall ( \"\\n\" tcall )%s\n", more);
+    } else if (mistral(kind)) { /* after the [TOOL_CALLS] the prompt ends with */
+        brisk_buf_printf(&b, "root ::= \" \"? \"[\" tcall ( \", \" tcall )%s \"]\"\n", more);
     } else if (hermes(kind)) {
         brisk_buf_printf(&b,
                          "hcall ::= \"<tool_call>\\n\" tcall \"\\n</tool_call>\"\n"
@@ -558,7 +655,36 @@ int srv_tools_parse_output(model_chat_kind kind, const char *text, size_t len,
     size_t cap = 0;
     int n = 0, rc = 0, partial = 0; /* partial: out[n] holds fields of a failed call */
     brisk_buf rest = {0};
-    if (llama3(kind)) { /* the answer is calls (JSON objects one after another) or text */
+    if (mistral(kind)) { /* [TOOL_CALLS] (a control token: no text) then a JSON array */
+        const char *p = text;
+        while (p < end && strchr(" \t\r\n", *p))
+            p++;
+        if (end - p >= 12 && !memcmp(p, "[TOOL_CALLS]", 12))
+            p += 12;
+        cJSON *list = cJSON_ParseWithLength(p, (size_t)(end - p));
+        int all = cJSON_IsArray(list) && list->child;
+        for (const cJSON *c = all ? list->child : NULL; c && all && rc == 0; c = c->next) {
+            if (brisk_grow(&out, &cap, (size_t)n + 1, sizeof *out, 4, 0) < 0) {
+                rc = BRISK_ENOMEM;
+                break;
+            }
+            memset(&out[n], 0, sizeof *out);
+            int ok = call_from_json(c, &out[n], make_id, id_ctx);
+            if (ok == 1)
+                n++;
+            else if (ok < 0)
+                rc = ok, partial = 1;
+            else
+                all = 0;
+        }
+        cJSON_Delete(list);
+        if ((!all || n == 0) && rc == 0) {
+            srv_tool_calls_free(out, n);
+            out = NULL;
+            n = 0;
+            brisk_buf_put(&rest, text, len);
+        }
+    } else if (llama3(kind)) { /* the answer is calls (JSON objects one after another) or text */
         const char *p = text;
         int all = 1;
         while (all && rc == 0) {

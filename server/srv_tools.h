@@ -12,6 +12,10 @@
  *   - Llama 3: Llama 3.1's JSON calls - the tools before the first user
  *     turn's text, a call as {"name": ..., "parameters": {...}}, results in
  *     "ipython" turns;
+ *   - Mistral: its v3 format - [AVAILABLE_TOOLS] before the last user turn,
+ *     [TOOL_CALLS] and a JSON list of calls, [TOOL_RESULTS] blocks; required
+ *     and named choices end the prompt with [TOOL_CALLS] (a control token
+ *     the text-level grammar cannot produce);
  *   - every other family: a generic JSON format, as llama.cpp does for
  *     templates without one - the answer is one JSON object, either
  *     {"tool_calls": [{"name": ..., "arguments": {...}}]} or
@@ -19,8 +23,8 @@
  *     answers to those two shapes.
  * "required" and a named tool are held to valid calls by a grammar whose
  * arguments follow each function's parameters schema (server/srv_schema.h);
- * "auto" in the Hermes and Llama 3 formats leaves the model free and parses
- * what it wrote. parallel_tool_calls false allows one call.
+ * "auto" in the Hermes, Llama 3 and Mistral formats leaves the model free
+ * and parses what it wrote. parallel_tool_calls false allows one call.
  *
  * Threads: the loop thread; everything here is plain functions on the
  * request's structs. */

@@ -680,3 +680,40 @@ def test_tools_llama3_format(start_server, synth, tmp_path):
         assert r2.usage.prompt_tokens > r.usage.prompt_tokens
     finally:
         srv.stop()
+
+
+def test_tools_mistral_format(start_server, synth, tmp_path):
+    """Mistral's format: [AVAILABLE_TOOLS] before the last user turn, [TOOL_CALLS] and a
+    JSON list of calls, results in [TOOL_RESULTS]. "required" closes the prompt with
+    [TOOL_CALLS] and holds the list to valid calls; the history renders."""
+    import jsonschema
+    template = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] "
+                "{{ m['content'] }}[/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}"
+                "{% endfor %}")
+    path = write_model(tmp_path / "mistral-tools.gguf", MODELS["qwen2-tied-q8_0"],
+                       chat_template=template)
+    srv = start_server(path)
+    try:
+        assert "chat template mistral" in srv.log(), srv.log()[-2000:]
+        params = {"type": "object", "properties": {"k": {"type": "integer"}},
+                  "required": ["k"], "additionalProperties": False}
+        tools = [{"type": "function", "function": {"name": "count", "parameters": params}}]
+        client = srv.client()
+        r = client.chat.completions.create(
+            model="mistral-tools", messages=[{"role": "user", "content": "hi"}], tools=tools,
+            tool_choice="required", parallel_tool_calls=False, max_tokens=300, temperature=1,
+            seed=3)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c
+        for t in c.message.tool_calls:
+            assert t.function.name == "count"
+            jsonschema.validate(json.loads(t.function.arguments), params)
+        history = [{"role": "user", "content": "hi"}, c.message.model_dump(exclude_none=True),
+                   {"role": "tool", "tool_call_id": c.message.tool_calls[0].id,
+                    "content": "7"}]
+        r2 = client.chat.completions.create(model="mistral-tools", messages=history,
+                                            tools=tools, max_tokens=4, temperature=0)
+        assert r2.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        assert r2.usage.prompt_tokens > r.usage.prompt_tokens
+    finally:
+        srv.stop()
