@@ -115,7 +115,8 @@ static int b_set(builder *b, const grange *rg, int n, int negated) {
             0 ||
         brisk_grow(&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets, 64, 0) < 0)
         return BRISK_ENOMEM;
-    memcpy(b->ranges + b->n_ranges, rg, (size_t)n * sizeof *rg);
+    if (n > 0) /* '.' has no range (rg NULL) */
+        memcpy(b->ranges + b->n_ranges, rg, (size_t)n * sizeof *rg);
     b->sets[b->n_sets] = (gset){(int32_t)b->n_ranges, n, (uint8_t)negated};
     b->n_ranges += (size_t)n;
     return (int)b->n_sets++;
@@ -588,7 +589,8 @@ static int flatten(builder *b, model_grammar *g) {
         for (size_t a = 0; a < b->rules[r].n_alts; a++) {
             const bseq *q = &b->rules[r].alts[a];
             g->alt_start[k++] = e;
-            memcpy(g->elems + e, q->e, q->n * sizeof *q->e);
+            if (q->n) /* an empty alternative has no array */
+                memcpy(g->elems + e, q->e, q->n * sizeof *q->e);
             e += (int)q->n;
             g->elems[e++] = (gelem){GE_END, 0};
         }
