@@ -10,7 +10,8 @@
  * and the quantifiers * + ? {m} {m,} {m,n}, lazy or not (the same language).
  * Refused with an error naming the construct: backreferences, lookarounds,
  * \b \B \A \Z, inline flags, possessive quantifiers, \D \W \S inside a
- * class, anchors anywhere but the ends. */
+ * class, anchors anywhere but the ends, and an unbounded repetition of
+ * something that can match the empty string. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,7 +159,7 @@ static int escape(rx *r, unsigned *cp, const char **cls, int *negated) {
     }
 }
 
-static int parse_alt(rx *r);
+static int parse_alt(rx *r, int *nullable);
 
 static int parse_class(rx *r) {
     int rc = puts_(r, "[");
@@ -216,13 +217,22 @@ static int parse_class(rx *r) {
     return rc ? rc : puts_(r, "]");
 }
 
-/* A quantifier after an atom, if any. */
-static int parse_quant(rx *r) {
+/* A quantifier after an atom, if any. nullable: whether the atom can match
+ * the empty string; *after: whether it can with the quantifier. An
+ * unbounded repetition of such an atom ((a|)*, (a*)+) is refused: as a
+ * grammar it would be left-recursive, and it matches what the atom without
+ * its empty match repeated does. */
+static int parse_quant(rx *r, int nullable, int *after) {
+    *after = nullable;
     if (r->s >= r->end)
         return 0;
     char c = *r->s;
-    int rc = 0;
+    int rc = 0, unbounded = 0;
     if (c == '*' || c == '+' || c == '?') {
+        unbounded = c != '?';
+        *after = c == '+' ? nullable : 1;
+        if (unbounded && nullable)
+            return rx_fail(r, "a repetition of something that can match the empty string");
         r->s++;
         char b[2] = {c, 0};
         rc = puts_(r, b);
@@ -250,6 +260,10 @@ static int parse_quant(rx *r) {
             return 0; /* a literal '{' */
         if (n >= 0 && n < m)
             return rx_fail(r, "repetition {%ld,%ld} has max below min", m, n);
+        unbounded = n < 0;
+        *after = m == 0 ? 1 : nullable;
+        if (unbounded && nullable)
+            return rx_fail(r, "a repetition of something that can match the empty string");
         r->s = p + 1;
         char b[48];
         if (n < 0)
@@ -267,9 +281,10 @@ static int parse_quant(rx *r) {
     return rc;
 }
 
-static int parse_seq(rx *r) {
+static int parse_seq(rx *r, int *nullable) {
     int rc = puts_(r, "(");
-    int any = 0;
+    int any = 0, atom_null = 0;
+    *nullable = 1;
     while (rc == 0 && r->s < r->end && *r->s != '|' && *r->s != ')') {
         char c = *r->s;
         rc = puts_(r, " ");
@@ -299,7 +314,7 @@ static int parse_seq(rx *r) {
                     return rx_fail(r, "lookarounds and inline flags are not supported");
                 }
             }
-            if ((rc = parse_alt(r)) < 0)
+            if ((rc = parse_alt(r, &atom_null)) < 0)
                 return rc;
             if (r->s >= r->end || *r->s != ')')
                 return rx_fail(r, "expected ')'");
@@ -343,19 +358,25 @@ static int parse_seq(rx *r) {
             rc = rc ? rc : put_cp(r, cp);
             rc = rc ? rc : puts_(r, "\"");
         }
-        if (rc == 0)
-            rc = parse_quant(r);
+        if (rc == 0) {
+            int after = 0;
+            rc = parse_quant(r, c == '(' ? atom_null : 0, &after);
+            *nullable &= after;
+        }
     }
     (void)any;
     return rc ? rc : puts_(r, " )");
 }
 
-static int parse_alt(rx *r) {
+static int parse_alt(rx *r, int *nullable) {
     int rc = puts_(r, "(");
+    *nullable = 0;
     for (int first = 1; rc == 0; first = 0) {
         if (!first)
             rc = puts_(r, " |");
-        rc = rc ? rc : parse_seq(r);
+        int seq_null = 0;
+        rc = rc ? rc : parse_seq(r, &seq_null);
+        *nullable |= seq_null;
         if (rc || r->s >= r->end || *r->s != '|')
             break;
         r->s++;
@@ -366,8 +387,8 @@ static int parse_alt(rx *r) {
 int model_grammar_regex_text(const char *re, size_t len, char **out, char *err, size_t err_len) {
     rx r = {.s = re, .end = re + len, .start = re, .err = err, .err_len = err_len};
     *out = NULL;
-    int rc = puts_(&r, "root ::= ");
-    rc = rc ? rc : parse_alt(&r);
+    int rc = puts_(&r, "root ::= "), nullable = 0;
+    rc = rc ? rc : parse_alt(&r, &nullable);
     if (rc == 0 && r.s < r.end)
         rc = rx_fail(&r, "unbalanced ')'");
     rc = rc ? rc : puts_(&r, "\n");

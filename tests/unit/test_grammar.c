@@ -181,6 +181,8 @@ static void test_regex(void) {
         {"a|", "", 1},
         {"", "", 1},
         {"", "a", 0},
+        {"(a|){0,2}b", "ab", 1},
+        {"(a|){0,2}b", "aaab", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *text = NULL, err[256] = "";
@@ -193,11 +195,21 @@ static void test_regex(void) {
     }
     static const struct {
         const char *re, *needle;
-    } bad[] = {
-        {"(a)\\1", "backreferences"},   {"a(?=b)", "lookarounds"},     {"a\\bb", "not supported"},
-        {"(a", "expected ')'"},         {"a)", "unbalanced"},          {"a{2,1}", "max below min"},
-        {"[a", "unterminated"},         {"*a", "follows nothing"},     {"a^b", "inside"},
-        {"[\\D]", "negated shorthand"}, {"a++", "quantifier follows"}, {"\\q", "unknown"}};
+    } bad[] = {{"(a)\\1", "backreferences"},
+               {"a(?=b)", "lookarounds"},
+               {"a\\bb", "not supported"},
+               {"(a", "expected ')'"},
+               {"a)", "unbalanced"},
+               {"a{2,1}", "max below min"},
+               {"[a", "unterminated"},
+               {"*a", "follows nothing"},
+               {"a^b", "inside"},
+               {"[\\D]", "negated shorthand"},
+               {"a++", "quantifier follows"},
+               {"\\q", "unknown"},
+               {"(a|)*", "empty string"},
+               {"(b*)+", "empty string"},
+               {"(c?){2,}", "empty string"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *text = NULL, err[256] = "";
         int rc = model_grammar_regex_text(bad[i].re, strlen(bad[i].re), &text, err, sizeof err);
