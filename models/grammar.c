@@ -400,6 +400,8 @@ static int parse_sequence(builder *b, bseq *q, int nested) {
         /* A postfix operator applies to the element just parsed; a literal
          * of several characters becomes a rule first. */
         if (b->s < b->end && (*b->s == '*' || *b->s == '+' || *b->s == '?' || *b->s == '{')) {
+            if (q->n == start) /* an empty literal "" */
+                return ERR(BRISK_EINVAL, "grammar: '%c' follows an empty literal", *b->s);
             if (q->n - start > 1) {
                 int r = b_rule_new(b, NULL, 0);
                 if (r < 0)

@@ -106,6 +106,9 @@ static int next_cp(rx *r, unsigned *cp) {
             return rx_fail(r, "invalid UTF-8");
         v = v << 6 | (p[i] & 0x3Fu);
     }
+    static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < min[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return rx_fail(r, "invalid UTF-8");
     r->s += n;
     *cp = v;
     return 0;

@@ -98,6 +98,10 @@ typedef struct sctx {
     size_t n_refs, cap_refs;
     char path[512];
     const char *prefix; /* of every rule name ("" for a whole grammar) */
+    /* $ref targets entered since the last "{" or "[": one met again before
+     * any value would be a rule reaching itself (left recursion) */
+    const cJSON *chain[SCH_MAX_DEPTH];
+    int n_chain;
     char *err;
     size_t err_len;
 } sctx;
@@ -154,12 +158,37 @@ static int sb_literal(sbuf *b, const char *s) {
     return rc ? rc : sb_str(b, "\"");
 }
 
+/* 1 if s is well-formed UTF-8 (no overlongs, surrogates or values past
+ * U+10FFFF): the grammar's literals must be. */
+static int utf8_ok(const unsigned char *s) {
+    while (*s) {
+        unsigned c = *s;
+        int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!n)
+            return 0;
+        unsigned v = n == 1 ? c : c & (0x7Fu >> n);
+        for (int i = 1; i < n; i++) {
+            if ((s[i] & 0xC0) != 0x80)
+                return 0;
+            v = v << 6 | (s[i] & 0x3Fu);
+        }
+        static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (v < min[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+            return 0;
+        s += n;
+    }
+    return 1;
+}
+
 /* The literal of a JSON value written compactly (a key, an enum member). */
 static int sb_json_literal(sctx *c, sbuf *b, const cJSON *v) {
-    (void)c;
     char *t = cJSON_PrintUnformatted(v);
     if (!t)
         return BRISK_ENOMEM;
+    if (!utf8_ok((const unsigned char *)t)) { /* a lone surrogate escape, say */
+        cJSON_free(t);
+        return sch_fail(c, "a string is not valid UTF-8");
+    }
     int rc = sb_literal(b, t);
     cJSON_free(t);
     return rc;
@@ -208,10 +237,12 @@ static int get_count(sctx *c, const cJSON *s, const char *key, long *out) {
     if (!v)
         return 0;
     double d = v->valuedouble;
-    if (!cJSON_IsNumber(v) || d < 0 || d != (double)(long)d)
+    if (!cJSON_IsNumber(v) || !(d >= 0)) /* NaN too */
         return sch_fail(c, "'%s' must be a non-negative integer", key);
-    if (d > SCH_MAX_REPEAT)
+    if (d > SCH_MAX_REPEAT) /* before converting: a huge double has no long */
         return sch_fail(c, "'%s' above %d is not supported", key, SCH_MAX_REPEAT);
+    if (d != (double)(long)d)
+        return sch_fail(c, "'%s' must be a non-negative integer", key);
     *out = (long)d;
     return 1;
 }
@@ -242,7 +273,27 @@ static int gen_string(sctx *c, const cJSON *s, sbuf *out) {
                   : sb_fmt(out, "\"\\\"\" jc{%ld,%ld} \"\\\"\"", lo, hi);
 }
 
+static int gen_object_in(sctx *c, const cJSON *s, sbuf *out);
+static int gen_array_in(sctx *c, const cJSON *s, sbuf *out);
+
+/* An object or array opens with "{" or "[": the $ref chain starts over inside. */
 static int gen_array(sctx *c, const cJSON *s, sbuf *out) {
+    int saved = c->n_chain;
+    c->n_chain = 0;
+    int rc = gen_array_in(c, s, out);
+    c->n_chain = saved;
+    return rc;
+}
+
+static int gen_object(sctx *c, const cJSON *s, sbuf *out) {
+    int saved = c->n_chain;
+    c->n_chain = 0;
+    int rc = gen_object_in(c, s, out);
+    c->n_chain = saved;
+    return rc;
+}
+
+static int gen_array_in(sctx *c, const cJSON *s, sbuf *out) {
     long lo = 0, hi = -1;
     int rc;
     if ((rc = get_count(c, s, "minItems", &lo)) < 0 || (rc = get_count(c, s, "maxItems", &hi)) < 0)
@@ -279,7 +330,7 @@ static int is_required(const cJSON *req, const char *name) {
     return 0;
 }
 
-static int gen_object(sctx *c, const cJSON *s, sbuf *out) {
+static int gen_object_in(sctx *c, const cJSON *s, sbuf *out) {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
     const cJSON *ap = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
@@ -430,6 +481,9 @@ static int gen_ref(sctx *c, const cJSON *ref, sbuf *out) {
     if (!target)
         return sch_fail(c, "$ref '%.60s' is not a local reference brisk can resolve",
                         cJSON_IsString(ref) ? ref->valuestring : "?");
+    for (int i = 0; i < c->n_chain; i++)
+        if (c->chain[i] == target)
+            return sch_fail(c, "$ref '%.60s' reaches itself before any value", ref->valuestring);
     for (size_t i = 0; i < c->n_refs; i++)
         if (c->refs[i].node == target)
             return sb_fmt(out, "%ss%d", c->prefix, c->refs[i].id);
@@ -441,7 +495,11 @@ static int gen_ref(sctx *c, const cJSON *ref, sbuf *out) {
     char saved[sizeof c->path];
     memcpy(saved, c->path, sizeof saved);
     snprintf(c->path, sizeof c->path, "%s", ref->valuestring);
+    if (c->n_chain >= SCH_MAX_DEPTH)
+        return sch_fail(c, "$refs nest deeper than %d", SCH_MAX_DEPTH);
+    c->chain[c->n_chain++] = target;
     int rc = gen(c, target, &body);
+    c->n_chain--;
     memcpy(c->path, saved, sizeof saved);
     if (rc == 0)
         rc = add_rule(c, id, &body);

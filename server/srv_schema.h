@@ -17,7 +17,9 @@
  * prefixItems, contains, minContains, maxContains, uniqueItems, not, if,
  * then, else, dependentRequired, dependentSchemas, unevaluatedProperties,
  * unevaluatedItems, other formats, remote $refs, and allOf of several
- * schemas. Other unknown keywords are ignored, as JSON Schema asks.
+ * schemas, a $ref that reaches itself before any value (a rule that would
+ * be left-recursive), and strings that are not valid UTF-8. Other unknown
+ * keywords are ignored, as JSON Schema asks.
  *
  * The input is hostile: sizes are bounded (SRV_SCHEMA_MAX_NODES schemas,
  * the grammar's own limits on its text), recursion is bounded by the JSON

@@ -337,6 +337,9 @@ def test_openai_parse_pydantic(smol):
     ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "'b' is not in"),
     (False, "admits no value"),
     ({"not": {"type": "null"}}, "'not' is not supported"),
+    ({"$ref": "#"}, "reaches itself before any value"),
+    ({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "integer"}]}},
+      "$ref": "#/$defs/A"}, "reaches itself before any value"),
 ])
 def test_bad_schemas_400(stories_server, schema, needle):
     r = stories_server.request("POST", "/v1/completions",

@@ -47,6 +47,7 @@ static void test_errors(void) {
         {"root ::= \"a\"{3,2}", "max below min"},
         {"root ::= \"a\"{1001}", "above 1000"},
         {"root ::= *", "unexpected '*'"},
+        {"root ::= \"a\" \"\"?", "follows an empty literal"},
         {"root ::= \"a\"\nroot ::= \"b\"", "defined twice"},
         {"root \"a\"", "expected '::='"},
         {"root ::= \"a\" ) \"b\"", "unexpected ')'"},
