@@ -645,72 +645,85 @@ static char *trimmed_dup(const char *s, size_t n) {
     return d;
 }
 
+/* The calls parsed so far from one answer. */
+typedef struct call_list {
+    srv_tool_call *v;
+    size_t cap;
+    int n;
+    void (*make_id)(void *, char[32]);
+    void *id_ctx;
+} call_list;
+
+/* Appends the call o describes: 1, 0 when o is not a call, or BRISK_ENOMEM
+ * (nothing half-made is left behind). */
+static int add_call(call_list *l, const cJSON *o) {
+    if (brisk_grow(&l->v, &l->cap, (size_t)l->n + 1, sizeof *l->v, 4, 0) < 0)
+        return BRISK_ENOMEM;
+    srv_tool_call *c = &l->v[l->n];
+    memset(c, 0, sizeof *c);
+    int ok = call_from_json(o, c, l->make_id, l->id_ctx);
+    if (ok < 0) {
+        free(c->id);
+        free(c->name);
+        free(c->arguments);
+        memset(c, 0, sizeof *c);
+    }
+    l->n += ok == 1;
+    return ok;
+}
+
+/* Forgets the calls (the answer turned out to be text). */
+static void drop_calls(call_list *l) {
+    srv_tool_calls_free(l->v, l->n);
+    l->v = NULL;
+    l->cap = 0;
+    l->n = 0;
+}
+
 int srv_tools_parse_output(model_chat_kind kind, const char *text, size_t len,
                            void (*make_id)(void *ctx, char out[32]), void *id_ctx,
                            srv_tool_call **calls, char **content) {
     *calls = NULL;
     *content = NULL;
     const char *end = text + len;
-    srv_tool_call *out = NULL;
-    size_t cap = 0;
-    int n = 0, rc = 0, partial = 0; /* partial: out[n] holds fields of a failed call */
+    call_list l = {NULL, 0, 0, make_id, id_ctx};
+    int rc = 0;
     brisk_buf rest = {0};
-    if (mistral(kind)) { /* [TOOL_CALLS] (a control token: no text) then a JSON array */
+    if (mistral(kind) || llama3(kind)) {
+        /* Mistral: [TOOL_CALLS] (a control token: no text) then a JSON list;
+         * Llama 3: JSON objects one after another. Anything else: text. */
         const char *p = text;
         while (p < end && strchr(" \t\r\n", *p))
             p++;
-        if (end - p >= 12 && !memcmp(p, "[TOOL_CALLS]", 12))
+        if (mistral(kind) && end - p >= 12 && !memcmp(p, "[TOOL_CALLS]", 12))
             p += 12;
-        cJSON *list = cJSON_ParseWithLength(p, (size_t)(end - p));
-        int all = cJSON_IsArray(list) && list->child;
-        for (const cJSON *c = all ? list->child : NULL; c && all && rc == 0; c = c->next) {
-            if (brisk_grow(&out, &cap, (size_t)n + 1, sizeof *out, 4, 0) < 0) {
-                rc = BRISK_ENOMEM;
-                break;
-            }
-            memset(&out[n], 0, sizeof *out);
-            int ok = call_from_json(c, &out[n], make_id, id_ctx);
-            if (ok == 1)
-                n++;
-            else if (ok < 0)
-                rc = ok, partial = 1;
-            else
-                all = 0;
-        }
-        cJSON_Delete(list);
-        if ((!all || n == 0) && rc == 0) {
-            srv_tool_calls_free(out, n);
-            out = NULL;
-            n = 0;
-            brisk_buf_put(&rest, text, len);
-        }
-    } else if (llama3(kind)) { /* the answer is calls (JSON objects one after another) or text */
-        const char *p = text;
         int all = 1;
-        while (all && rc == 0) {
-            while (p < end && strchr(" \t\r\n;", *p))
-                p++;
-            if (p >= end)
-                break;
-            const char *stop = NULL;
-            cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, 0);
-            int ok = 0;
-            if (o && brisk_grow(&out, &cap, (size_t)n + 1, sizeof *out, 4, 0) == 0) {
-                memset(&out[n], 0, sizeof *out);
-                ok = call_from_json(o, &out[n], make_id, id_ctx);
-                if (ok == 1)
-                    n++;
-                else if (ok < 0)
-                    rc = ok, partial = 1;
+        if (mistral(kind)) {
+            cJSON *list = cJSON_ParseWithLength(p, (size_t)(end - p));
+            all = cJSON_IsArray(list) && list->child;
+            for (const cJSON *c = all ? list->child : NULL; c && all && rc == 0; c = c->next) {
+                int ok = add_call(&l, c);
+                rc = ok < 0 ? ok : 0;
+                all = ok == 1;
             }
-            cJSON_Delete(o);
-            all = ok == 1 && stop && stop > p;
-            p = all ? stop : end;
+            cJSON_Delete(list);
+        } else {
+            while (all && rc == 0) {
+                while (p < end && strchr(" \t\r\n;", *p))
+                    p++;
+                if (p >= end)
+                    break;
+                const char *stop = NULL;
+                cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, 0);
+                int ok = o ? add_call(&l, o) : 0;
+                cJSON_Delete(o);
+                rc = ok < 0 ? ok : 0;
+                all = ok == 1 && stop && stop > p;
+                p = all ? stop : end;
+            }
         }
-        if ((!all || n == 0) && rc == 0) { /* not all calls: the whole answer is text */
-            srv_tool_calls_free(out, n);
-            out = NULL;
-            n = 0;
+        if ((!all || l.n == 0) && rc == 0) {
+            drop_calls(&l);
             brisk_buf_put(&rest, text, len);
         }
     } else if (hermes(kind)) {
@@ -726,23 +739,15 @@ int srv_tools_parse_output(model_chat_kind kind, const char *text, size_t len,
             const char *close = find(body, end, "</tool_call>");
             const char *stop = close ? close : end;
             cJSON *o = cJSON_ParseWithLength(body, (size_t)(stop - body));
-            int ok = 0;
-            if (o && brisk_grow(&out, &cap, (size_t)n + 1, sizeof *out, 4, 0) == 0) {
-                memset(&out[n], 0, sizeof *out);
-                ok = call_from_json(o, &out[n], make_id, id_ctx);
-                if (ok == 1)
-                    n++;
-                else if (ok < 0)
-                    rc = ok, partial = 1;
-            } else if (o) {
-                rc = BRISK_ENOMEM;
-            }
+            int ok = o ? add_call(&l, o) : 0;
             cJSON_Delete(o);
+            if (ok < 0) {
+                rc = ok;
+                break;
+            }
             if (ok != 1) /* not a call: it stays text */
                 brisk_buf_put(&rest, open, (size_t)(stop - open) + (close ? 12 : 0));
             p = close ? close + strlen("</tool_call>") : end;
-            if (rc < 0)
-                break;
         }
     } else {
         cJSON *o = cJSON_ParseWithLength(text, len);
@@ -750,16 +755,8 @@ int srv_tools_parse_output(model_chat_kind kind, const char *text, size_t len,
         const cJSON *resp = cJSON_GetObjectItemCaseSensitive(o, "response");
         if (cJSON_IsArray(list)) {
             for (const cJSON *c = list->child; c && rc == 0; c = c->next) {
-                if (brisk_grow(&out, &cap, (size_t)n + 1, sizeof *out, 4, 0) < 0) {
-                    rc = BRISK_ENOMEM;
-                    break;
-                }
-                memset(&out[n], 0, sizeof *out);
-                int ok = call_from_json(c, &out[n], make_id, id_ctx);
-                if (ok == 1)
-                    n++;
-                else if (ok < 0)
-                    rc = ok, partial = 1;
+                int ok = add_call(&l, c);
+                rc = ok < 0 ? ok : 0;
             }
         } else if (cJSON_IsString(resp)) {
             brisk_buf_str(&rest, resp->valuestring);
@@ -776,18 +773,15 @@ int srv_tools_parse_output(model_chat_kind kind, const char *text, size_t len,
         if (!*content && k < rest.len)
             rc = BRISK_ENOMEM;
     }
+    free(rest.p);
     if (rc < 0 || rest.oom) {
-        free(rest.p);
         free(*content);
         *content = NULL;
-        srv_tool_calls_free(out, n + partial);
+        drop_calls(&l);
         return BRISK_ENOMEM;
     }
-    free(rest.p);
-    if (n == 0) {
-        free(out);
-        out = NULL;
-    }
-    *calls = out;
-    return n;
+    if (l.n == 0)
+        drop_calls(&l);
+    *calls = l.v;
+    return l.n;
 }
