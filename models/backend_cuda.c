@@ -601,15 +601,25 @@ static int cuda_edits_reserve(cuda_backend *cb, int need) {
     return rc;
 }
 
-/* Where a job's penalty window starts in its history, or -1 when its
- * sampler has no penalty. */
+/* Where a job's penalty edits start in its history, or -1 when its sampler
+ * has no penalty: the repetition penalty's window, or with only presence and
+ * frequency penalties their part of it (model_sampling.pf_from). */
 static int cuda_pen_start(const model_sample_job *j) {
     const model_sampling *p = model_sampler_params(j->sampler);
-    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-        p->frequency_penalty == 0.0f)
+    int rep = p->repetition_penalty != 1.0f;
+    if (!rep && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
         return -1;
-    return p->penalty_last_n > 0 && j->n_hist > p->penalty_last_n ? j->n_hist - p->penalty_last_n
-                                                                  : 0;
+    int start =
+        p->penalty_last_n > 0 && j->n_hist > p->penalty_last_n ? j->n_hist - p->penalty_last_n : 0;
+    if (!rep && p->pf_from > start)
+        start = p->pf_from < j->n_hist ? p->pf_from : j->n_hist;
+    return start;
+}
+
+/* Where the presence/frequency counts start (>= cuda_pen_start). */
+static int cuda_pf_start(const model_sample_job *j, int start) {
+    const model_sampling *p = model_sampler_params(j->sampler);
+    return p->pf_from > start ? p->pf_from : start;
 }
 
 /* Appends a job's bias edits (duplicate ids summed, as the CPU adds them one
@@ -639,18 +649,26 @@ static void cuda_job_edits(cuda_backend *cb, const model_sample_job *j, kern_cud
         cb->h_edit_vals[e] = cb->acc[id];
         cb->counts[id] = 0;
     }
+    /* Penalty edits: the distinct ids from start on, each with its count in
+     * the presence/frequency window (0: the repetition penalty alone). */
     r->pen_first = *n_edits;
+    int pf = pen ? cuda_pf_start(j, start) : 0;
     for (int i = start; pen && i < j->n_hist; i++) {
         int32_t id = j->hist[i];
         if (id < 0 || id >= nv)
             continue;
-        if (cb->counts[id]++ == 0)
+        if (cb->counts[id] == 0) { /* first time: a new edit */
             cb->h_edit_ids[(*n_edits)++] = id;
+            cb->acc[id] = 0.0f;
+            cb->counts[id] = 1;
+        }
+        if (i >= pf)
+            cb->acc[id] += 1.0f;
     }
     r->n_pen = *n_edits - r->pen_first;
     for (int e = r->pen_first; e < *n_edits; e++) {
         int32_t id = cb->h_edit_ids[e];
-        cb->h_edit_vals[e] = (float)cb->counts[id];
+        cb->h_edit_vals[e] = cb->acc[id];
         cb->counts[id] = 0;
     }
 }

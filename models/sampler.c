@@ -87,26 +87,34 @@ void model_sampler_free(model_sampler *s) {
 
 static void sampler_apply_penalties(model_sampler *s, float *logits, const int32_t *hist, int n) {
     const model_sampling *p = &s->p;
-    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-        p->frequency_penalty == 0.0f)
+    int rep = p->repetition_penalty != 1.0f;
+    if (!rep && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
         return;
     int start = (p->penalty_last_n > 0 && n > p->penalty_last_n) ? n - p->penalty_last_n : 0;
-    for (int i = start; i < n; i++)
+    int pf_start = p->pf_from > start ? p->pf_from : start;
+    /* counts: occurrences in the presence/frequency window; -1 marks a token
+     * already edited (each distinct token is penalised once). */
+    for (int i = pf_start; i < n; i++)
         if (hist[i] >= 0 && hist[i] < s->n_vocab)
             s->counts[hist[i]]++;
-    for (int i = start; i < n; i++) {
+    int lo = rep ? start : pf_start;
+    for (int i = lo; i < n; i++) {
         int32_t id = hist[i];
-        if (id < 0 || id >= s->n_vocab || s->counts[id] == 0)
+        if (id < 0 || id >= s->n_vocab || s->counts[id] < 0)
             continue;
         float l = logits[id];
         /* The repetition penalty divides positive logits and multiplies
          * negative ones so that it always lowers the token's probability. */
-        if (p->repetition_penalty != 1.0f)
+        if (rep)
             l = l > 0.0f ? l / p->repetition_penalty : l * p->repetition_penalty;
-        l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[id];
+        if (s->counts[id] > 0)
+            l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[id];
         logits[id] = l;
-        s->counts[id] = 0; /* each distinct token is penalised once */
+        s->counts[id] = -1;
     }
+    for (int i = lo; i < n; i++)
+        if (hist[i] >= 0 && hist[i] < s->n_vocab)
+            s->counts[hist[i]] = 0;
 }
 
 static int cand_desc(const void *a, const void *b) {

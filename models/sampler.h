@@ -18,6 +18,11 @@ typedef struct model_sampling {
     float presence_penalty;   /* 0: off; subtracted once per token seen */
     float frequency_penalty;  /* 0: off; subtracted per occurrence */
     int penalty_last_n;       /* history window for penalties; <= 0: all of it */
+    /* Presence and frequency penalties count only history tokens from this
+     * index on (inside the window): the HTTP API sets the prompt's length,
+     * so that, as in vLLM and OpenAI, they see the output alone while the
+     * repetition penalty sees prompt and output. 0: the whole window. */
+    int pf_from;
     uint64_t seed;
     int n_logit_bias;
     const int32_t *logit_bias_ids; /* borrowed for the sampler's lifetime */

@@ -219,6 +219,7 @@ static int seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *er
     }
     ev->prompt_len = s->p.n_prompt;
     ev->completion_len = s->n_gen;
+    ev->cached_tokens = s->req.n_cached;
     ev->t_event = brisk_now();
     ev->t_admitted = s->t_admit;
     if (err)

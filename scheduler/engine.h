@@ -125,8 +125,9 @@ typedef struct sched_event {
     int n_prompt_tokens; /* prompt log-probs (first event only, when asked) */
     sched_token *prompt_tokens;
     int prompt_len, completion_len; /* totals so far */
-    double t_event;                 /* brisk_now() when emitted */
-    double t_admitted;              /* when the sequence got a slot (0 if never) */
+    int cached_tokens; /* prompt tokens found in the prefix cache (0 before admission) */
+    double t_event;    /* brisk_now() when emitted */
+    double t_admitted; /* when the sequence got a slot (0 if never) */
     char err[160];
 } sched_event;
 

@@ -211,6 +211,8 @@ static int admit_one(sched_core *c, sched_req *r, int budget, sched_plan *plan) 
     r->slot = slot;
     r->running = 1;
     r->n_computed = matched;
+    if (!r->admitted_seq) /* a preempted request's recompute is not a cache hit */
+        r->n_cached = matched < r->n_prompt ? matched : r->n_prompt;
     r->admitted_seq = ++c->admit_counter;
     c->run[c->n_run++] = r;
     plan_add(plan, r, n);

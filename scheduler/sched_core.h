@@ -54,6 +54,7 @@ typedef struct sched_req {
     int running;
     long long admitted_seq; /* admission order (0: never admitted) */
     int n_preempted;
+    int n_cached; /* prompt tokens the first admission found computed (prefix cache, fork) */
     struct sched_req *next, *prev; /* waiting list */
 } sched_req;
 

@@ -108,6 +108,8 @@ static const opt OPTS[] = {
      "a file of keys, one a line: KEY or ID KEY (# comments)", SO},
     {S, O_METRICS_AUTH, "--metrics-auth", NULL, T_FLAG, 0, 0, NULL, NULL,
      "/metrics needs the key too", SO},
+    {S, O_ALLOWED_ORIGINS, "--allowed-origins", NULL, T_STR, 1, 4096, NULL, "LIST",
+     "CORS: comma-separated origins browsers may call from (\"*\": any; off by default)", SO},
     {S, O_DRAIN, "--drain-timeout", NULL, T_FLOAT, 0, 86400, NULL, "S",
      "seconds to finish in-flight requests after SIGTERM (30)", SO},
     {S, O_LOG_FORMAT, "--log-format", NULL, T_CHOICE, 0, 0, "text|json", "text|json",

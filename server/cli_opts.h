@@ -54,6 +54,7 @@ typedef enum {
     O_API_KEY,
     O_API_KEY_FILE,
     O_METRICS_AUTH,
+    O_ALLOWED_ORIGINS,
     O_DRAIN,
     O_LOG_FORMAT,
     O_GPU_METRICS,

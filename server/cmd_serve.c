@@ -79,6 +79,8 @@ static int serve_config(const cli_vals *v, srv_app_config *c, srv_keys *keys) {
         c->audit_flush_ms = (int)v->i[O_AUDIT_FLUSH];
     if (GIVEN(O_METRICS_AUTH))
         c->metrics_auth = 1;
+    if (GIVEN(O_ALLOWED_ORIGINS))
+        c->http.allowed_origins = v->s[O_ALLOWED_ORIGINS];
     if (GIVEN(O_DRAIN))
         c->drain_timeout_s = v->f[O_DRAIN];
     if (GIVEN(O_LOG_FORMAT))

@@ -172,6 +172,33 @@ int srv_api_parse_chat(const char *body, size_t len, const srv_api_limits *lim, 
 void srv_completion_req_free(srv_completion_req *r);
 void srv_chat_req_free(srv_chat_req *r);
 
+/* vLLM's /tokenize (srv_api_tok.c): a prompt, or chat messages rendered
+ * with the model's template. Owns every pointer. */
+typedef struct srv_tokenize_req {
+    char *model; /* NULL when not given */
+    int is_chat; /* "messages" given: chat holds the parsed chat request */
+    srv_chat_req chat;
+    char *prompt; /* the prompt form: valid UTF-8, NUL-terminated */
+    size_t prompt_len;
+    int add_special_tokens; /* prompt form: add BOS as the model does (default 1) */
+    int return_token_strs;  /* also each token's text ("token_strs") */
+} srv_tokenize_req;
+
+/* vLLM's /detokenize: token ids back to text. */
+typedef struct srv_detokenize_req {
+    char *model;
+    int32_t *ids; /* [n_ids], each in [0, n_vocab) */
+    int n_ids;
+} srv_detokenize_req;
+
+/* Same contract as srv_api_parse_chat. */
+int srv_api_parse_tokenize(const char *body, size_t len, const srv_api_limits *lim,
+                           srv_tokenize_req *out, srv_api_error *err);
+int srv_api_parse_detokenize(const char *body, size_t len, const srv_api_limits *lim,
+                             srv_detokenize_req *out, srv_api_error *err);
+void srv_tokenize_req_free(srv_tokenize_req *r);
+void srv_detokenize_req_free(srv_detokenize_req *r);
+
 /* ---------------------------------------------------------------- responses */
 
 /* Inputs of the response builders: all borrowed for the call. Text fields are
@@ -214,6 +241,7 @@ typedef struct srv_choice {
 
 typedef struct srv_usage {
     int prompt_tokens, completion_tokens;
+    int cached_tokens; /* prompt_tokens_details.cached_tokens: prompt tokens the prefix cache held */
 } srv_usage;
 
 /* Every builder returns a malloc'd, NUL-terminated, one-line JSON text that
@@ -247,6 +275,16 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
  * file_type NULL (dummy weights, still loading) leave them out. */
 char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,
                           int max_model_len, const char *file_type);
+/* /v1/models/{id}: the one model object of the list above. */
+char *srv_api_model_json(const char *model_id, int64_t created, const char *owned_by,
+                         int max_model_len, const char *file_type);
+
+/* /tokenize: {"count","max_model_len","tokens"[,"token_strs"]}; strs NULL
+ * leaves token_strs out, else strs[i] holds str_lens[i] bytes. */
+char *srv_api_tokenize_json(const int32_t *ids, int n, int max_model_len, char *const *strs,
+                            const size_t *str_lens);
+/* /detokenize: {"prompt": text}. */
+char *srv_api_detokenize_json(const char *text, size_t len);
 
 /* ---------------------------------------------------------------- SSE */
 

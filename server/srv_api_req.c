@@ -25,6 +25,7 @@
 #include "common/brisk_error.h"
 #include "models/grammar.h"
 #include "server/srv_api.h"
+#include "server/srv_api_int.h"
 #include "server/srv_schema.h"
 #include "server/srv_tools.h"
 
@@ -53,10 +54,7 @@ srv_api_limits srv_api_limits_default(int n_vocab) {
 
 /* ---------------------------------------------------------------- errors */
 
-static int api_fail(srv_api_error *err, const char *code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int api_fail(srv_api_error *err, const char *code, const char *param, const char *fmt, ...) {
+int srv_api_fail(srv_api_error *err, const char *code, const char *param, const char *fmt, ...) {
     err->status = 400;
     err->type = "invalid_request_error";
     err->code = code;
@@ -68,7 +66,7 @@ static int api_fail(srv_api_error *err, const char *code, const char *param, con
     return BRISK_EINVAL;
 }
 
-static int api_oom(srv_api_error *err) {
+int srv_api_oom(srv_api_error *err) {
     err->status = 500;
     err->type = "server_error";
     err->code = NULL;
@@ -142,45 +140,47 @@ static int scan_string(const char *s, size_t len, size_t *i, srv_api_error *err)
     size_t p = *i + 1, n;
     for (;;) {
         if (p >= len)
-            return api_fail(err, NULL, NULL, "invalid JSON body: unterminated string");
+            return srv_api_fail(err, NULL, NULL, "invalid JSON body: unterminated string");
         unsigned char c = (unsigned char)s[p];
         if (c == '"')
             break;
         if (c == '\\') {
             if (p + 1 >= len)
-                return api_fail(err, NULL, NULL, "invalid JSON body: unterminated string");
+                return srv_api_fail(err, NULL, NULL, "invalid JSON body: unterminated string");
             char e = s[p + 1];
             if (e == 'u') {
                 if (p + 6 > len || !scan_is_hex(s[p + 2]) || !scan_is_hex(s[p + 3]) ||
                     !scan_is_hex(s[p + 4]) || !scan_is_hex(s[p + 5]))
-                    return api_fail(err, NULL, NULL,
-                                    "invalid JSON body: bad \\u escape at byte %zu", p);
+                    return srv_api_fail(err, NULL, NULL,
+                                        "invalid JSON body: bad \\u escape at byte %zu", p);
                 if (!memcmp(s + p + 2, "0000", 4))
-                    return api_fail(err, NULL, NULL,
-                                    "invalid JSON body: strings must not contain NUL "
-                                    "characters (\\u0000 at byte %zu)",
-                                    p);
+                    return srv_api_fail(err, NULL, NULL,
+                                        "invalid JSON body: strings must not contain NUL "
+                                        "characters (\\u0000 at byte %zu)",
+                                        p);
                 p += 6;
             } else if (e && strchr("\"\\/bfnrt", e)) {
                 p += 2;
             } else {
-                return api_fail(err, NULL, NULL, "invalid JSON body: bad escape at byte %zu", p);
+                return srv_api_fail(err, NULL, NULL, "invalid JSON body: bad escape at byte %zu",
+                                    p);
             }
         } else if (c == 0) {
-            return api_fail(err, NULL, NULL,
-                            "invalid JSON body: strings must not contain NUL characters "
-                            "(byte %zu)",
-                            p);
+            return srv_api_fail(err, NULL, NULL,
+                                "invalid JSON body: strings must not contain NUL characters "
+                                "(byte %zu)",
+                                p);
         } else if (c < 0x20) {
-            return api_fail(err, NULL, NULL,
-                            "invalid JSON body: unescaped control character in a string at "
-                            "byte %zu",
-                            p);
+            return srv_api_fail(err, NULL, NULL,
+                                "invalid JSON body: unescaped control character in a string at "
+                                "byte %zu",
+                                p);
         } else if (c < 0x80) {
             p++;
         } else {
             if (srv_utf8_next(s + p, len - p, &n) != 1)
-                return api_fail(err, NULL, NULL, "invalid JSON body: invalid UTF-8 at byte %zu", p);
+                return srv_api_fail(err, NULL, NULL, "invalid JSON body: invalid UTF-8 at byte %zu",
+                                    p);
             p += n;
         }
     }
@@ -203,7 +203,8 @@ static int scan_body(const char *s, size_t len, int max_depth, int max_values, s
         if ((c == '"' || c == '-' || scan_is_digit((char)c) || c == '{' || c == '[' ||
              (scan_is_lower(c) && !(i > 0 && scan_is_lower((unsigned char)s[i - 1])))) &&
             ++n_values > max_values)
-            return api_fail(err, NULL, NULL, "invalid JSON body: more than %d values", max_values);
+            return srv_api_fail(err, NULL, NULL, "invalid JSON body: more than %d values",
+                                max_values);
         if (c == '"') {
             if ((rc = scan_string(s, len, &i, err)) < 0)
                 return rc;
@@ -211,20 +212,23 @@ static int scan_body(const char *s, size_t len, int max_depth, int max_values, s
         }
         if (c == '-' || scan_is_digit((char)c)) {
             if (!scan_number(s, len, &i))
-                return api_fail(err, NULL, NULL, "invalid JSON body: bad number at byte %zu", i);
+                return srv_api_fail(err, NULL, NULL, "invalid JSON body: bad number at byte %zu",
+                                    i);
             continue;
         }
         if (c == '{' || c == '[') {
             if (++depth > max_depth)
-                return api_fail(err, NULL, NULL,
-                                "invalid JSON body: nesting is deeper than %d levels", max_depth);
+                return srv_api_fail(err, NULL, NULL,
+                                    "invalid JSON body: nesting is deeper than %d levels",
+                                    max_depth);
         } else if (c == '}' || c == ']') {
             if (depth > 0)
                 depth--;
         } else if (c == 0) {
-            return api_fail(err, NULL, NULL, "invalid JSON body: NUL byte at byte %zu", i);
+            return srv_api_fail(err, NULL, NULL, "invalid JSON body: NUL byte at byte %zu", i);
         } else if (c >= 0x80) {
-            return api_fail(err, NULL, NULL, "invalid JSON body: unexpected byte at byte %zu", i);
+            return srv_api_fail(err, NULL, NULL, "invalid JSON body: unexpected byte at byte %zu",
+                                i);
         }
         i++;
     }
@@ -239,8 +243,8 @@ static int cmp_names(const void *a, const void *b) {
 
 static int dup_found(const char *name, int top, srv_api_error *err) {
     char q[API_SNIP_BYTES + 1];
-    return api_fail(err, "duplicate_key", top ? name : NULL,
-                    "invalid JSON body: duplicate key '%s' in an object", api_snip(name, q));
+    return srv_api_fail(err, "duplicate_key", top ? name : NULL,
+                        "invalid JSON body: duplicate key '%s' in an object", api_snip(name, q));
 }
 
 /* Duplicate keys anywhere under node. Small objects compare pairwise; large
@@ -260,7 +264,7 @@ static int check_dups(const cJSON *node, int top, srv_api_error *err) {
         } else {
             const char **names = brisk_malloc(n * sizeof *names);
             if (!names)
-                return api_oom(err);
+                return srv_api_oom(err);
             size_t k = 0;
             for (const cJSON *c = node->child; c; c = c->next)
                 names[k++] = c->string;
@@ -287,14 +291,14 @@ static int is_ws(char c) {
 }
 
 /* Scan, parse and check the body; *root is an object the caller deletes. */
-static int api_parse_tree(const char *body, size_t len, const srv_api_limits *lim, cJSON **root,
-                          srv_api_error *err) {
+int srv_api_parse_json(const char *body, size_t len, const srv_api_limits *lim, cJSON **root,
+                       srv_api_error *err) {
     *root = NULL;
     size_t i = 0;
     while (i < len && is_ws(body[i]))
         i++;
     if (i == len)
-        return api_fail(err, NULL, NULL, "invalid JSON body: the body is empty");
+        return srv_api_fail(err, NULL, NULL, "invalid JSON body: the body is empty");
     int rc = scan_body(body, len, lim->max_json_depth, lim->max_json_values, err);
     if (rc < 0)
         return rc;
@@ -305,20 +309,21 @@ static int api_parse_tree(const char *body, size_t len, const srv_api_limits *li
     unsigned long oom_before = brisk_alloc_cjson_failures();
     cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!j && brisk_alloc_cjson_failures() != oom_before)
-        return api_oom(err);
+        return srv_api_oom(err);
     if (!j)
-        return api_fail(err, NULL, NULL, "invalid JSON body: the body is not valid JSON");
+        return srv_api_fail(err, NULL, NULL, "invalid JSON body: the body is not valid JSON");
     for (const char *p = end; p < body + len; p++) {
         if (!is_ws(*p)) {
             cJSON_Delete(j);
-            return api_fail(err, NULL, NULL,
-                            "invalid JSON body: unexpected data after the JSON value at byte %zu",
-                            (size_t)(p - body));
+            return srv_api_fail(
+                err, NULL, NULL,
+                "invalid JSON body: unexpected data after the JSON value at byte %zu",
+                (size_t)(p - body));
         }
     }
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return api_fail(err, "invalid_type", NULL, "the request body must be a JSON object");
+        return srv_api_fail(err, "invalid_type", NULL, "the request body must be a JSON object");
     }
     if ((rc = check_dups(j, 1, err)) < 0) {
         cJSON_Delete(j);
@@ -522,8 +527,8 @@ static int api_check_refused(const cJSON *root, unsigned kind, srv_api_error *er
         for (size_t i = 0; i < sizeof api_refused / sizeof api_refused[0]; i++)
             if ((api_refused[i].kinds & kind) && !strcmp(api_refused[i].name, c->string) &&
                 !api_is_neutral(c, api_refused[i].neutral))
-                return api_fail(err, "unsupported_parameter", c->string,
-                                "'%s' is not supported by this server", c->string);
+                return srv_api_fail(err, "unsupported_parameter", c->string,
+                                    "'%s' is not supported by this server", c->string);
     }
     return 0;
 }
@@ -555,13 +560,13 @@ static int get_number(const cJSON *it, const char *name, double lo, double hi, i
     if (!it)
         return 0;
     if (!cJSON_IsNumber(it))
-        return api_fail(err, "invalid_type", name, "'%s' must be a number", name);
+        return srv_api_fail(err, "invalid_type", name, "'%s' must be a number", name);
     double v = it->valuedouble;
     if (!isfinite(v))
-        return api_fail(err, "invalid_value", name, "'%s' must be finite", name);
+        return srv_api_fail(err, "invalid_value", name, "'%s' must be finite", name);
     if ((lo_open ? v <= lo : v < lo) || v > hi)
-        return api_fail(err, "invalid_value", name, "'%s' must be %s %g and at most %g", name,
-                        lo_open ? "greater than" : "at least", lo, hi);
+        return srv_api_fail(err, "invalid_value", name, "'%s' must be %s %g and at most %g", name,
+                            lo_open ? "greater than" : "at least", lo, hi);
     *out = v;
     return 1;
 }
@@ -578,8 +583,8 @@ static int get_float(const cJSON *it, const char *name, double lo, double hi, in
      * cannot carry a value past a closed bound, which is a float itself. */
     float f = (float)v;
     if (lo_open && f <= (float)lo)
-        return api_fail(err, "invalid_value", name, "'%s' must be greater than %g and at most %g",
-                        name, lo, hi);
+        return srv_api_fail(err, "invalid_value", name,
+                            "'%s' must be greater than %g and at most %g", name, lo, hi);
     *out = f;
     return 1;
 }
@@ -591,13 +596,13 @@ static int get_int(const cJSON *it, const char *name, long long lo, long long hi
     if (!it)
         return 0;
     if (!cJSON_IsNumber(it))
-        return api_fail(err, "invalid_type", name, "'%s' must be an integer", name);
+        return srv_api_fail(err, "invalid_type", name, "'%s' must be an integer", name);
     double v = it->valuedouble;
     if (!isfinite(v) || v != floor(v))
-        return api_fail(err, "invalid_type", name, "'%s' must be an integer", name);
+        return srv_api_fail(err, "invalid_type", name, "'%s' must be an integer", name);
     if (v < (double)lo || v > (double)hi)
-        return api_fail(err, "invalid_value", name, "'%s' must be between %lld and %lld", name, lo,
-                        hi);
+        return srv_api_fail(err, "invalid_value", name, "'%s' must be between %lld and %lld", name,
+                            lo, hi);
     *out = (long long)v;
     return 1;
 }
@@ -615,7 +620,7 @@ static int get_bool(const cJSON *it, const char *name, int *out, srv_api_error *
     if (!it)
         return 0;
     if (!cJSON_IsBool(it))
-        return api_fail(err, "invalid_type", name, "'%s' must be a boolean", name);
+        return srv_api_fail(err, "invalid_type", name, "'%s' must be a boolean", name);
     *out = cJSON_IsTrue(it);
     return 1;
 }
@@ -624,7 +629,7 @@ static int get_string(const cJSON *it, const char *name, const char **out, srv_a
     if (!it)
         return 0;
     if (!cJSON_IsString(it))
-        return api_fail(err, "invalid_type", name, "'%s' must be a string", name);
+        return srv_api_fail(err, "invalid_type", name, "'%s' must be a string", name);
     *out = it->valuestring;
     return 1;
 }
@@ -657,16 +662,16 @@ static void params_free(srv_gen_params *p) {
 static int parse_one_stop(const cJSON *it, const srv_api_limits *lim, srv_gen_params *p,
                           srv_api_error *err) {
     if (!cJSON_IsString(it))
-        return api_fail(err, "invalid_type", "stop",
-                        "'stop' must be a string or an array of strings");
+        return srv_api_fail(err, "invalid_type", "stop",
+                            "'stop' must be a string or an array of strings");
     size_t n = strlen(it->valuestring);
     if (n == 0)
-        return api_fail(err, "invalid_value", "stop", "stop strings must not be empty");
+        return srv_api_fail(err, "invalid_value", "stop", "stop strings must not be empty");
     if (n > (size_t)lim->max_stop_len)
-        return api_fail(err, "invalid_value", "stop", "stop strings must be at most %d bytes",
-                        lim->max_stop_len);
+        return srv_api_fail(err, "invalid_value", "stop", "stop strings must be at most %d bytes",
+                            lim->max_stop_len);
     if (!(p->stop[p->n_stop] = brisk_strdup(it->valuestring)))
-        return api_oom(err);
+        return srv_api_oom(err);
     p->n_stop++;
     return 0;
 }
@@ -677,12 +682,12 @@ static int parse_stop(const cJSON *it, const srv_api_limits *lim, srv_gen_params
         return 0;
     int count = cJSON_IsArray(it) ? cJSON_GetArraySize(it) : 1;
     if (count > lim->max_stop)
-        return api_fail(err, "invalid_value", "stop", "at most %d stop strings are allowed",
-                        lim->max_stop);
+        return srv_api_fail(err, "invalid_value", "stop", "at most %d stop strings are allowed",
+                            lim->max_stop);
     if (count == 0)
         return 0;
     if (!(p->stop = brisk_calloc((size_t)count, sizeof *p->stop)))
-        return api_oom(err);
+        return srv_api_oom(err);
     if (!cJSON_IsArray(it))
         return parse_one_stop(it, lim, p, err);
     int rc;
@@ -715,29 +720,29 @@ static int parse_logit_bias(const cJSON *it, const srv_api_limits *lim, srv_gen_
     if (!it)
         return 0;
     if (!cJSON_IsObject(it))
-        return api_fail(err, "invalid_type", "logit_bias",
-                        "'logit_bias' must be an object mapping token ids to numbers");
+        return srv_api_fail(err, "invalid_type", "logit_bias",
+                            "'logit_bias' must be an object mapping token ids to numbers");
     int count = cJSON_GetArraySize(it);
     if (count > lim->max_logit_bias)
-        return api_fail(err, "invalid_value", "logit_bias",
-                        "'logit_bias' may have at most %d entries", lim->max_logit_bias);
+        return srv_api_fail(err, "invalid_value", "logit_bias",
+                            "'logit_bias' may have at most %d entries", lim->max_logit_bias);
     if (count == 0)
         return 0;
     p->logit_bias_ids = brisk_malloc((size_t)count * sizeof *p->logit_bias_ids);
     p->logit_bias = brisk_malloc((size_t)count * sizeof *p->logit_bias);
     if (!p->logit_bias_ids || !p->logit_bias)
-        return api_oom(err);
+        return srv_api_oom(err);
     for (const cJSON *c = it->child; c; c = c->next) {
         int32_t id;
         if (!parse_token_key(c->string, lim->n_vocab, &id)) {
             char q[API_SNIP_BYTES + 1];
-            return api_fail(err, "invalid_value", "logit_bias",
-                            "'logit_bias' keys must be token ids in [0, %d); got '%s'",
-                            lim->n_vocab, api_snip(c->string, q));
+            return srv_api_fail(err, "invalid_value", "logit_bias",
+                                "'logit_bias' keys must be token ids in [0, %d); got '%s'",
+                                lim->n_vocab, api_snip(c->string, q));
         }
         if (!cJSON_IsNumber(c))
-            return api_fail(err, "invalid_type", "logit_bias",
-                            "'logit_bias' values must be numbers");
+            return srv_api_fail(err, "invalid_type", "logit_bias",
+                                "'logit_bias' values must be numbers");
         float b = 0;
         int rc = get_float(c, "logit_bias", -API_LOGIT_BIAS_MAX, API_LOGIT_BIAS_MAX, 0, &b, err);
         if (rc < 0)
@@ -753,11 +758,11 @@ static int parse_stream_options(const cJSON *it, srv_gen_params *p, srv_api_erro
     if (!it)
         return 0;
     if (!cJSON_IsObject(it))
-        return api_fail(err, "invalid_type", "stream_options",
-                        "'stream_options' must be an object");
+        return srv_api_fail(err, "invalid_type", "stream_options",
+                            "'stream_options' must be an object");
     if (!p->stream)
-        return api_fail(err, "invalid_value", "stream_options",
-                        "'stream_options' is only allowed when 'stream' is true");
+        return srv_api_fail(err, "invalid_value", "stream_options",
+                            "'stream_options' is only allowed when 'stream' is true");
     for (const cJSON *c = it->child; c; c = c->next) {
         if (strcmp(c->string, "include_usage") || cJSON_IsNull(c))
             continue;
@@ -774,10 +779,10 @@ static int parse_unsupported_list(const cJSON *it, const char *name, srv_api_err
     if (!it)
         return 0;
     if (!cJSON_IsArray(it))
-        return api_fail(err, "invalid_type", name, "'%s' must be an array", name);
+        return srv_api_fail(err, "invalid_type", name, "'%s' must be an array", name);
     if (cJSON_GetArraySize(it) > 0)
-        return api_fail(err, "unsupported_value", name, "'%s' is not supported by this server",
-                        name);
+        return srv_api_fail(err, "unsupported_value", name, "'%s' is not supported by this server",
+                            name);
     return 0;
 }
 
@@ -785,12 +790,12 @@ static int parse_unsupported_list(const cJSON *it, const char *name, srv_api_err
  * constraint, from field param. */
 static int set_constraint(srv_gen_params *p, char *text, const char *param, srv_api_error *err) {
     if (!text)
-        return api_oom(err);
+        return srv_api_oom(err);
     if (p->grammar) {
         free(text);
-        return api_fail(err, "invalid_value", param,
-                        "'%s' and '%s' both constrain the output; give one", p->grammar_param,
-                        param);
+        return srv_api_fail(err, "invalid_value", param,
+                            "'%s' and '%s' both constrain the output; give one", p->grammar_param,
+                            param);
     }
     p->grammar = text;
     p->grammar_len = strlen(text);
@@ -812,20 +817,20 @@ static int parse_schema(const cJSON *it, int as_text, const char *param, srv_gen
          * converter's; its size by the body's. */
         parsed = cJSON_Parse(it->valuestring);
         if (!parsed)
-            return api_fail(err, "invalid_value", param, "'%s' is not valid JSON", param);
+            return srv_api_fail(err, "invalid_value", param, "'%s' is not valid JSON", param);
         it = parsed;
     }
     if (!cJSON_IsObject(it) && !cJSON_IsBool(it)) {
         cJSON_Delete(parsed);
-        return api_fail(err, "invalid_type", param, "'%s' must be a JSON Schema object", param);
+        return srv_api_fail(err, "invalid_type", param, "'%s' must be a JSON Schema object", param);
     }
     char *text = NULL, why[200] = "";
     int rc = srv_schema_to_gbnf(it, &text, why, sizeof why);
     cJSON_Delete(parsed);
     if (rc == BRISK_ENOMEM)
-        return api_oom(err);
+        return srv_api_oom(err);
     if (rc < 0)
-        return api_fail(err, "invalid_schema", param, "'%s': %s", param, why);
+        return srv_api_fail(err, "invalid_schema", param, "'%s': %s", param, why);
     return set_constraint(p, text, param, err);
 }
 
@@ -833,8 +838,8 @@ static int parse_response_format(const cJSON *it, srv_gen_params *p, srv_api_err
     if (!it)
         return 0;
     if (!cJSON_IsObject(it))
-        return api_fail(err, "invalid_type", "response_format",
-                        "'response_format' must be an object");
+        return srv_api_fail(err, "invalid_type", "response_format",
+                            "'response_format' must be an object");
     const char *type = NULL;
     for (const cJSON *c = it->child; c; c = c->next)
         if (!strcmp(c->string, "type") && cJSON_IsString(c))
@@ -846,15 +851,15 @@ static int parse_response_format(const cJSON *it, srv_gen_params *p, srv_api_err
     if (type && !strcmp(type, "json_schema")) {
         const cJSON *js = cJSON_GetObjectItemCaseSensitive(it, "json_schema");
         if (!cJSON_IsObject(js))
-            return api_fail(err, "invalid_value", "response_format",
-                            "'response_format.json_schema' must be an object");
+            return srv_api_fail(err, "invalid_value", "response_format",
+                                "'response_format.json_schema' must be an object");
         const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
         if (!schema || cJSON_IsNull(schema)) /* no schema: any JSON object */
             return set_constraint(p, model_grammar_json_text(1), "response_format", err);
         return parse_schema(schema, 0, "response_format", p, err);
     }
-    return api_fail(err, "unsupported_value", "response_format",
-                    "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
+    return srv_api_fail(err, "unsupported_value", "response_format",
+                        "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
 }
 
 /* A list of 1..max non-empty strings as a choice grammar. */
@@ -862,17 +867,17 @@ static int parse_choice(const cJSON *it, const char *param, const srv_api_limits
                         srv_gen_params *p, srv_api_error *err) {
     int n = cJSON_IsArray(it) ? cJSON_GetArraySize(it) : -1;
     if (n < 1 || n > API_MAX_CHOICES)
-        return api_fail(err, "invalid_value", param, "'%s' must be an array of 1 to %d strings",
-                        param, API_MAX_CHOICES);
+        return srv_api_fail(err, "invalid_value", param, "'%s' must be an array of 1 to %d strings",
+                            param, API_MAX_CHOICES);
     const char *texts[API_MAX_CHOICES];
     size_t lens[API_MAX_CHOICES];
     int k = 0;
     for (const cJSON *c = it->child; c; c = c->next, k++) {
         if (!cJSON_IsString(c) || !c->valuestring[0] ||
             strlen(c->valuestring) > (size_t)lim->max_stop_len)
-            return api_fail(err, "invalid_value", param,
-                            "'%s' must hold non-empty strings of at most %d bytes", param,
-                            lim->max_stop_len);
+            return srv_api_fail(err, "invalid_value", param,
+                                "'%s' must hold non-empty strings of at most %d bytes", param,
+                                lim->max_stop_len);
         texts[k] = c->valuestring;
         lens[k] = strlen(c->valuestring);
     }
@@ -881,21 +886,21 @@ static int parse_choice(const cJSON *it, const char *param, const srv_api_limits
 
 static int parse_regex(const cJSON *it, const char *param, srv_gen_params *p, srv_api_error *err) {
     if (!cJSON_IsString(it))
-        return api_fail(err, "invalid_type", param, "'%s' must be a string (a regex)", param);
+        return srv_api_fail(err, "invalid_type", param, "'%s' must be a string (a regex)", param);
     char *text = NULL, why[200] = "";
     int rc =
         model_grammar_regex_text(it->valuestring, strlen(it->valuestring), &text, why, sizeof why);
     if (rc == BRISK_ENOMEM)
-        return api_oom(err);
+        return srv_api_oom(err);
     if (rc < 0)
-        return api_fail(err, "invalid_regex", param, "'%s': %s", param, why);
+        return srv_api_fail(err, "invalid_regex", param, "'%s': %s", param, why);
     return set_constraint(p, text, param, err);
 }
 
 static int parse_grammar_text(const cJSON *it, const char *param, srv_gen_params *p,
                               srv_api_error *err) {
     if (!cJSON_IsString(it))
-        return api_fail(err, "invalid_type", param, "'%s' must be a string (GBNF)", param);
+        return srv_api_fail(err, "invalid_type", param, "'%s' must be a string (GBNF)", param);
     if (!it->valuestring[0]) /* llama.cpp's "no grammar" */
         return 0;
     return set_constraint(p, dup_text(it->valuestring), param, err);
@@ -924,8 +929,8 @@ static int parse_constraints(const cJSON *f[F_COUNT], const srv_api_limits *lim,
     if (!so)
         return 0;
     if (!cJSON_IsObject(so))
-        return api_fail(err, "invalid_type", "structured_outputs",
-                        "'structured_outputs' must be an object");
+        return srv_api_fail(err, "invalid_type", "structured_outputs",
+                            "'structured_outputs' must be an object");
     for (const cJSON *c = so->child; c; c = c->next) {
         if (cJSON_IsNull(c))
             continue;
@@ -941,14 +946,15 @@ static int parse_constraints(const cJSON *f[F_COUNT], const srv_api_limits *lim,
                  !strcmp(c->string, "disable_fallback") ||
                  !strcmp(c->string, "disable_additional_properties") ||
                  !strcmp(c->string, "whitespace_pattern"))
-            rc = cJSON_IsFalse(c) ? 0
-                                  : api_fail(err, "unsupported_value", "structured_outputs",
-                                             "'structured_outputs.%s' is not supported", c->string);
+            rc = cJSON_IsFalse(c)
+                     ? 0
+                     : srv_api_fail(err, "unsupported_value", "structured_outputs",
+                                    "'structured_outputs.%s' is not supported", c->string);
         else
-            rc = api_fail(err, "unsupported_value", "structured_outputs",
-                          "'structured_outputs.%s' is not supported (json, regex, grammar and "
-                          "choice are)",
-                          c->string);
+            rc = srv_api_fail(err, "unsupported_value", "structured_outputs",
+                              "'structured_outputs.%s' is not supported (json, regex, grammar and "
+                              "choice are)",
+                              c->string);
         if (rc < 0)
             return rc;
     }
@@ -963,18 +969,19 @@ static int parse_vllm_stops(const cJSON *f[F_COUNT], const srv_api_limits *lim, 
     if ((rc = get_int32(f[F_N_PREDICT], "n_predict", -1, INT32_MAX, &n_predict, err)) < 0)
         return rc;
     if (rc == 1 && n_predict == 0)
-        return api_fail(err, "invalid_value", "n_predict", "'n_predict' must be -1 or at least 1");
+        return srv_api_fail(err, "invalid_value", "n_predict",
+                            "'n_predict' must be -1 or at least 1");
     if (n_predict > 0) {
         if (p->max_tokens > 0 && p->max_tokens != n_predict)
-            return api_fail(err, "invalid_value", "n_predict",
-                            "'n_predict' and 'max_tokens' disagree");
+            return srv_api_fail(err, "invalid_value", "n_predict",
+                                "'n_predict' and 'max_tokens' disagree");
         p->max_tokens = n_predict;
     }
     if ((rc = get_int32(f[F_MIN_TOKENS], "min_tokens", 0, INT32_MAX, &p->min_tokens, err)) < 0)
         return rc;
     if (p->max_tokens > 0 && p->min_tokens > p->max_tokens)
-        return api_fail(err, "invalid_value", "min_tokens",
-                        "'min_tokens' must be at most 'max_tokens'");
+        return srv_api_fail(err, "invalid_value", "min_tokens",
+                            "'min_tokens' must be at most 'max_tokens'");
     if ((rc = get_bool(f[F_INCLUDE_STOP_STR], "include_stop_str_in_output", &p->include_stop_str,
                        err)) < 0)
         return rc;
@@ -982,20 +989,21 @@ static int parse_vllm_stops(const cJSON *f[F_COUNT], const srv_api_limits *lim, 
     if (!it)
         return 0;
     if (!cJSON_IsArray(it))
-        return api_fail(err, "invalid_type", "stop_token_ids", "'stop_token_ids' must be an array");
+        return srv_api_fail(err, "invalid_type", "stop_token_ids",
+                            "'stop_token_ids' must be an array");
     int n = cJSON_GetArraySize(it);
     if (n > lim->max_logit_bias)
-        return api_fail(err, "invalid_value", "stop_token_ids",
-                        "at most %d 'stop_token_ids' are allowed", lim->max_logit_bias);
+        return srv_api_fail(err, "invalid_value", "stop_token_ids",
+                            "at most %d 'stop_token_ids' are allowed", lim->max_logit_bias);
     if (n == 0)
         return 0;
     if (!(p->stop_token_ids = brisk_malloc((size_t)n * sizeof *p->stop_token_ids)))
-        return api_oom(err);
+        return srv_api_oom(err);
     for (const cJSON *c = it->child; c; c = c->next) {
         double v = c->valuedouble;
         if (!cJSON_IsNumber(c) || !isfinite(v) || v != floor(v) || v < 0 || v >= lim->n_vocab)
-            return api_fail(err, "invalid_value", "stop_token_ids",
-                            "'stop_token_ids' must be token ids in [0, %d)", lim->n_vocab);
+            return srv_api_fail(err, "invalid_value", "stop_token_ids",
+                                "'stop_token_ids' must be token ids in [0, %d)", lim->n_vocab);
         p->stop_token_ids[p->n_stop_token_ids++] = (int32_t)v;
     }
     return 0;
@@ -1011,7 +1019,7 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
     if ((rc = get_string(f[F_MODEL], "model", &s, err)) < 0)
         return rc;
     if (rc == 1 && !(p->model = brisk_strdup(s)))
-        return api_oom(err);
+        return srv_api_oom(err);
     if ((rc = get_int32(f[F_MAX_TOKENS], "max_tokens", 1, INT32_MAX, &p->max_tokens, err)) < 0)
         return rc;
     if (kind == K_CHAT && (rc = get_int32(f[F_MAX_COMPLETION_TOKENS], "max_completion_tokens", 1,
@@ -1038,10 +1046,10 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
         const cJSON *it = f[F_SEED];
         double v = it->valuedouble; /* 0 for a non-number */
         if (!cJSON_IsNumber(it) || !isfinite(v) || v != floor(v))
-            return api_fail(err, "invalid_type", "seed", "'seed' must be an integer");
+            return srv_api_fail(err, "invalid_type", "seed", "'seed' must be an integer");
         if (v < -0x1p63 || v >= 0x1p63)
-            return api_fail(err, "invalid_value", "seed",
-                            "'seed' must fit in a signed 64-bit integer");
+            return srv_api_fail(err, "invalid_value", "seed",
+                                "'seed' must fit in a signed 64-bit integer");
         p->has_seed = 1;
         p->seed = (uint64_t)(int64_t)v;
     }
@@ -1066,12 +1074,12 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
         if ((rc = get_int(f[F_BEST_OF], "best_of", 1, INT32_MAX, &v64, err)) < 0)
             return rc;
         if (rc == 1 && v64 != p->n)
-            return api_fail(err, "unsupported_value", "best_of",
-                            "'best_of' is not supported (it may only equal 'n')");
+            return srv_api_fail(err, "unsupported_value", "best_of",
+                                "'best_of' is not supported (it may only equal 'n')");
         if ((rc = get_string(f[F_SUFFIX], "suffix", &s, err)) < 0)
             return rc;
         if (rc == 1 && s[0])
-            return api_fail(err, "unsupported_value", "suffix", "'suffix' is not supported");
+            return srv_api_fail(err, "unsupported_value", "suffix", "'suffix' is not supported");
     } else {
         int want = 0, top = 0;
         if ((rc = get_bool(f[F_LOGPROBS], "logprobs", &want, err)) < 0)
@@ -1080,8 +1088,8 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
             0)
             return rc;
         if (rc == 1 && !want)
-            return api_fail(err, "invalid_value", "top_logprobs",
-                            "'top_logprobs' requires 'logprobs' to be true");
+            return srv_api_fail(err, "invalid_value", "top_logprobs",
+                                "'top_logprobs' requires 'logprobs' to be true");
         p->logprobs = want ? top : -1;
         if ((rc = parse_unsupported_list(f[F_FUNCTIONS], "functions", err)) < 0)
             return rc;
@@ -1106,15 +1114,15 @@ static int parse_token_ids(const cJSON *arr, int which, const srv_api_limits *li
                            srv_api_error *err) {
     int n = cJSON_GetArraySize(arr);
     if (n == 0)
-        return api_fail(err, "invalid_value", "prompt", "prompt %d is empty", which);
+        return srv_api_fail(err, "invalid_value", "prompt", "prompt %d is empty", which);
     if (!(pr->ids = brisk_malloc((size_t)n * sizeof *pr->ids)))
-        return api_oom(err);
+        return srv_api_oom(err);
     pr->is_tokens = 1;
     for (const cJSON *c = arr->child; c; c = c->next) {
         double v = c->valuedouble;
         if (!cJSON_IsNumber(c) || !isfinite(v) || v != floor(v) || v < 0 || v >= lim->n_vocab)
-            return api_fail(err, "invalid_value", "prompt",
-                            "token ids in 'prompt' must be integers in [0, %d)", lim->n_vocab);
+            return srv_api_fail(err, "invalid_value", "prompt",
+                                "token ids in 'prompt' must be integers in [0, %d)", lim->n_vocab);
         pr->ids[pr->n_ids++] = (int32_t)v;
     }
     return 0;
@@ -1123,9 +1131,9 @@ static int parse_token_ids(const cJSON *arr, int which, const srv_api_limits *li
 static int parse_text_prompt(const cJSON *it, int which, srv_prompt *pr, srv_api_error *err) {
     size_t n = strlen(it->valuestring);
     if (n == 0)
-        return api_fail(err, "invalid_value", "prompt", "prompt %d is empty", which);
+        return srv_api_fail(err, "invalid_value", "prompt", "prompt %d is empty", which);
     if (!(pr->text = brisk_strdup(it->valuestring)))
-        return api_oom(err);
+        return srv_api_oom(err);
     pr->text_len = n;
     return 0;
 }
@@ -1135,37 +1143,37 @@ static int parse_prompt(const cJSON *it, const srv_api_limits *lim, srv_completi
     static const char *forms = "'prompt' must be a string, an array of strings, an array of "
                                "token ids or an array of token-id arrays";
     if (!it)
-        return api_fail(err, "missing_required_parameter", "prompt", "'prompt' is required");
+        return srv_api_fail(err, "missing_required_parameter", "prompt", "'prompt' is required");
     if (cJSON_IsString(it)) {
         if (!(r->prompts = brisk_calloc(1, sizeof *r->prompts)))
-            return api_oom(err);
+            return srv_api_oom(err);
         r->n_prompts = 1;
         return parse_text_prompt(it, 0, &r->prompts[0], err);
     }
     if (!cJSON_IsArray(it))
-        return api_fail(err, "invalid_type", "prompt", "%s", forms);
+        return srv_api_fail(err, "invalid_type", "prompt", "%s", forms);
     const cJSON *first = it->child;
     if (!first)
-        return api_fail(err, "invalid_value", "prompt", "'prompt' must not be empty");
+        return srv_api_fail(err, "invalid_value", "prompt", "'prompt' must not be empty");
     if (cJSON_IsNumber(first)) { /* one prompt of token ids */
         if (!(r->prompts = brisk_calloc(1, sizeof *r->prompts)))
-            return api_oom(err);
+            return srv_api_oom(err);
         r->n_prompts = 1;
         return parse_token_ids(it, 0, lim, &r->prompts[0], err);
     }
     int n = cJSON_GetArraySize(it);
     if (n > lim->max_prompts)
-        return api_fail(err, "invalid_value", "prompt", "at most %d prompts are allowed",
-                        lim->max_prompts);
+        return srv_api_fail(err, "invalid_value", "prompt", "at most %d prompts are allowed",
+                            lim->max_prompts);
     if (!(r->prompts = brisk_calloc((size_t)n, sizeof *r->prompts)))
-        return api_oom(err);
+        return srv_api_oom(err);
     int is_text = cJSON_IsString(first), rc;
     if (!is_text && !cJSON_IsArray(first))
-        return api_fail(err, "invalid_type", "prompt", "%s", forms);
+        return srv_api_fail(err, "invalid_type", "prompt", "%s", forms);
     for (const cJSON *c = it->child; c; c = c->next) {
         srv_prompt *pr = &r->prompts[r->n_prompts];
         if (is_text ? !cJSON_IsString(c) : !cJSON_IsArray(c))
-            return api_fail(err, "invalid_type", "prompt", "%s (not mixed)", forms);
+            return srv_api_fail(err, "invalid_type", "prompt", "%s (not mixed)", forms);
         r->n_prompts++; /* counted before filling, so a partial prompt is freed */
         rc = is_text ? parse_text_prompt(c, r->n_prompts - 1, pr, err)
                      : parse_token_ids(c, r->n_prompts - 1, lim, pr, err);
@@ -1182,24 +1190,24 @@ static int parse_content(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
     char param[64];
     snprintf(param, sizeof param, "messages[%d].content", i);
     if (!it)
-        return api_fail(err, "missing_required_parameter", param, "'%s' is required", param);
+        return srv_api_fail(err, "missing_required_parameter", param, "'%s' is required", param);
     if (cJSON_IsString(it)) {
         m->content_len = strlen(it->valuestring);
         if (!(m->content = brisk_strdup(it->valuestring)))
-            return api_oom(err);
+            return srv_api_oom(err);
         return 0;
     }
     if (!cJSON_IsArray(it))
-        return api_fail(err, "invalid_type", param,
-                        "'%s' must be a string or an array of content parts", param);
+        return srv_api_fail(err, "invalid_type", param,
+                            "'%s' must be a string or an array of content parts", param);
     if (!it->child)
-        return api_fail(err, "invalid_value", param, "'%s' must not be an empty array", param);
+        return srv_api_fail(err, "invalid_value", param, "'%s' must not be an empty array", param);
     size_t total = 0;
     for (const cJSON *part = it->child; part; part = part->next) {
         const char *type = NULL, *text = NULL;
         if (!cJSON_IsObject(part))
-            return api_fail(err, "invalid_type", param, "content parts of '%s' must be objects",
-                            param);
+            return srv_api_fail(err, "invalid_type", param, "content parts of '%s' must be objects",
+                                param);
         for (const cJSON *c = part->child; c; c = c->next) {
             if (!strcmp(c->string, "type") && cJSON_IsString(c))
                 type = c->valuestring;
@@ -1207,22 +1215,22 @@ static int parse_content(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
                 text = c->valuestring;
         }
         if (!type)
-            return api_fail(err, "invalid_value", param,
-                            "every content part of '%s' needs a string 'type'", param);
+            return srv_api_fail(err, "invalid_value", param,
+                                "every content part of '%s' needs a string 'type'", param);
         if (strcmp(type, "text")) {
             char q[API_SNIP_BYTES + 1];
-            return api_fail(
+            return srv_api_fail(
                 err, "unsupported_value", param,
                 "content part type '%s' in '%s' is not supported; only 'text' parts are",
                 api_snip(type, q), param);
         }
         if (!text)
-            return api_fail(err, "invalid_value", param, "text parts of '%s' need a string 'text'",
-                            param);
+            return srv_api_fail(err, "invalid_value", param,
+                                "text parts of '%s' need a string 'text'", param);
         total += strlen(text);
     }
     if (!(m->content = brisk_malloc(total + 1)))
-        return api_oom(err);
+        return srv_api_oom(err);
     size_t off = 0;
     for (const cJSON *part = it->child; part; part = part->next) {
         for (const cJSON *c = part->child; c; c = c->next) {
@@ -1242,7 +1250,7 @@ static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
     char param[64];
     snprintf(param, sizeof param, "messages[%d]", i);
     if (!cJSON_IsObject(it))
-        return api_fail(err, "invalid_type", param, "'%s' must be an object", param);
+        return srv_api_fail(err, "invalid_type", param, "'%s' must be an object", param);
     const cJSON *role = NULL, *content = NULL, *name = NULL, *calls = NULL, *call_id = NULL;
     for (const cJSON *c = it->child; c; c = c->next) {
         if (cJSON_IsNull(c))
@@ -1260,9 +1268,9 @@ static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
     }
     snprintf(param, sizeof param, "messages[%d].role", i);
     if (!role)
-        return api_fail(err, "missing_required_parameter", param, "'%s' is required", param);
+        return srv_api_fail(err, "missing_required_parameter", param, "'%s' is required", param);
     if (!cJSON_IsString(role))
-        return api_fail(err, "invalid_type", param, "'%s' must be a string", param);
+        return srv_api_fail(err, "invalid_type", param, "'%s' must be a string", param);
     const char *r = role->valuestring;
     if (!strcmp(r, "system") || !strcmp(r, "developer")) {
         m->role = "system";
@@ -1274,34 +1282,35 @@ static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
         m->role = "tool";
         snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
         if (!call_id)
-            return api_fail(err, "missing_required_parameter", param, "'%s' is required", param);
+            return srv_api_fail(err, "missing_required_parameter", param, "'%s' is required",
+                                param);
         if (!cJSON_IsString(call_id))
-            return api_fail(err, "invalid_type", param, "'%s' must be a string", param);
+            return srv_api_fail(err, "invalid_type", param, "'%s' must be a string", param);
         if (cJSON_IsString(call_id) && !(m->tool_call_id = brisk_strdup(call_id->valuestring)))
-            return api_oom(err);
+            return srv_api_oom(err);
     } else if (!strcmp(r, "function")) {
-        return api_fail(err, "unsupported_value", param,
-                        "role 'function' in '%s' is not supported (use 'tool')", param);
+        return srv_api_fail(err, "unsupported_value", param,
+                            "role 'function' in '%s' is not supported (use 'tool')", param);
     } else {
         char q[API_SNIP_BYTES + 1];
-        return api_fail(err, "invalid_value", param,
-                        "'%s' must be 'system', 'developer', 'user' or 'assistant'; got '%s'",
-                        param, api_snip(r, q));
+        return srv_api_fail(err, "invalid_value", param,
+                            "'%s' must be 'system', 'developer', 'user' or 'assistant'; got '%s'",
+                            param, api_snip(r, q));
     }
     snprintf(param, sizeof param, "messages[%d].name", i);
     if (name && !cJSON_IsString(name))
-        return api_fail(err, "invalid_type", param, "'%s' must be a string", param);
+        return srv_api_fail(err, "invalid_type", param, "'%s' must be a string", param);
     if (calls) {
         snprintf(param, sizeof param, "messages[%d]", i);
         if (strcmp(m->role, "assistant"))
-            return api_fail(err, "invalid_value", param,
-                            "only assistant messages carry 'tool_calls' ('%s')", param);
+            return srv_api_fail(err, "invalid_value", param,
+                                "only assistant messages carry 'tool_calls' ('%s')", param);
         int rc = srv_tools_parse_calls(calls, param, m, err);
         if (rc < 0)
             return rc;
         if (!content) { /* content null beside tool calls: "" */
             m->content = brisk_strdup("");
-            return m->content ? 0 : api_oom(err);
+            return m->content ? 0 : srv_api_oom(err);
         }
     }
     return parse_content(content, i, m, err);
@@ -1310,17 +1319,18 @@ static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
 static int parse_messages(const cJSON *it, const srv_api_limits *lim, srv_chat_req *r,
                           srv_api_error *err) {
     if (!it)
-        return api_fail(err, "missing_required_parameter", "messages", "'messages' is required");
+        return srv_api_fail(err, "missing_required_parameter", "messages",
+                            "'messages' is required");
     if (!cJSON_IsArray(it))
-        return api_fail(err, "invalid_type", "messages", "'messages' must be an array");
+        return srv_api_fail(err, "invalid_type", "messages", "'messages' must be an array");
     int n = cJSON_GetArraySize(it);
     if (n == 0)
-        return api_fail(err, "invalid_value", "messages", "'messages' must not be empty");
+        return srv_api_fail(err, "invalid_value", "messages", "'messages' must not be empty");
     if (n > lim->max_messages)
-        return api_fail(err, "invalid_value", "messages", "at most %d messages are allowed",
-                        lim->max_messages);
+        return srv_api_fail(err, "invalid_value", "messages", "at most %d messages are allowed",
+                            lim->max_messages);
     if (!(r->msgs = brisk_calloc((size_t)n, sizeof *r->msgs)))
-        return api_oom(err);
+        return srv_api_oom(err);
     int rc;
     for (const cJSON *c = it->child; c; c = c->next) {
         r->n_msgs++;
@@ -1348,7 +1358,7 @@ int srv_api_parse_completion(const char *body, size_t len, const srv_api_limits 
     memset(err, 0, sizeof *err);
     params_default(&out->params);
     cJSON *root;
-    int rc = api_parse_tree(body, len, lim, &root, err);
+    int rc = srv_api_parse_json(body, len, lim, &root, err);
     if (rc == 0) {
         const cJSON *f[F_COUNT];
         out->params.n_unknown_fields = api_collect(root, K_CMPL, f);
@@ -1376,8 +1386,8 @@ static int parse_reasoning(const cJSON *f[F_COUNT], srv_chat_req *out, srv_api_e
     const cJSON *kw = f[F_CHAT_TEMPLATE_KWARGS];
     if (kw) {
         if (!cJSON_IsObject(kw))
-            return api_fail(err, "invalid_type", "chat_template_kwargs",
-                            "'chat_template_kwargs' must be an object");
+            return srv_api_fail(err, "invalid_type", "chat_template_kwargs",
+                                "'chat_template_kwargs' must be an object");
         for (const cJSON *c = kw->child; c; c = c->next) {
             if (!strcmp(c->string, "enable_thinking")) {
                 if (cJSON_IsNull(c))
@@ -1388,10 +1398,10 @@ static int parse_reasoning(const cJSON *f[F_COUNT], srv_chat_req *out, srv_api_e
                 out->enable_thinking = v;
                 continue;
             }
-            return api_fail(err, "unsupported_value", "chat_template_kwargs",
-                            "'chat_template_kwargs.%.64s' is not supported (brisk's chat "
-                            "templates take only 'enable_thinking')",
-                            c->string);
+            return srv_api_fail(err, "unsupported_value", "chat_template_kwargs",
+                                "'chat_template_kwargs.%.64s' is not supported (brisk's chat "
+                                "templates take only 'enable_thinking')",
+                                c->string);
         }
     }
     const char *s = NULL;
@@ -1401,8 +1411,8 @@ static int parse_reasoning(const cJSON *f[F_COUNT], srv_chat_req *out, srv_api_e
         if (!strcmp(s, "none"))
             out->split_reasoning = 0;
         else if (strcmp(s, "auto") && strcmp(s, "deepseek"))
-            return api_fail(err, "unsupported_value", "reasoning_format",
-                            "'reasoning_format' must be 'auto', 'deepseek' or 'none'");
+            return srv_api_fail(err, "unsupported_value", "reasoning_format",
+                                "'reasoning_format' must be 'auto', 'deepseek' or 'none'");
     }
     if ((rc = get_bool(f[F_INCLUDE_REASONING], "include_reasoning", &out->include_reasoning, err)) <
         0)
@@ -1417,7 +1427,7 @@ int srv_api_parse_chat(const char *body, size_t len, const srv_api_limits *lim, 
     memset(err, 0, sizeof *err);
     params_default(&out->params);
     cJSON *root;
-    int rc = api_parse_tree(body, len, lim, &root, err);
+    int rc = srv_api_parse_json(body, len, lim, &root, err);
     if (rc == 0) {
         const cJSON *f[F_COUNT];
         out->params.n_unknown_fields = api_collect(root, K_CHAT, f);

@@ -17,6 +17,7 @@
 #include "common/brisk_alloc.h"
 #include "common/brisk_buf.h"
 #include "server/srv_api.h"
+#include "server/srv_api_int.h"
 
 /* ---------------------------------------------------------------- UTF-8 */
 
@@ -233,7 +234,17 @@ static void w_usage(brisk_buf *w, const srv_usage *u) {
     w_int(w, u->completion_tokens);
     brisk_buf_str(w, ",\"total_tokens\":");
     w_int(w, (long long)u->prompt_tokens + u->completion_tokens);
-    brisk_buf_str(w, "}");
+    brisk_buf_str(w, ",\"prompt_tokens_details\":{\"cached_tokens\":");
+    w_int(w, u->cached_tokens);
+    brisk_buf_str(w, "}}");
+}
+
+void srv_api_put_str(brisk_buf *w, const char *s, size_t n) {
+    w_str(w, s, n);
+}
+
+void srv_api_put_int(brisk_buf *w, long long v) {
+    w_int(w, v);
 }
 
 static void w_finish_reason(brisk_buf *w, const char *fr) {
@@ -526,24 +537,38 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
     return w_choices_end(&w, usage);
 }
 
+static void w_model(brisk_buf *w, const char *model_id, int64_t created, const char *owned_by,
+                    int max_model_len, const char *file_type) {
+    brisk_buf_str(w, "{\"id\":");
+    w_cstr(w, model_id);
+    brisk_buf_str(w, ",\"object\":\"model\",\"created\":");
+    w_int(w, (long long)created);
+    brisk_buf_str(w, ",\"owned_by\":");
+    w_cstr(w, owned_by);
+    if (max_model_len > 0) {
+        brisk_buf_str(w, ",\"max_model_len\":");
+        w_int(w, max_model_len);
+    }
+    if (file_type) {
+        brisk_buf_str(w, ",\"file_type\":");
+        w_cstr(w, file_type);
+    }
+    brisk_buf_str(w, "}");
+}
+
 char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,
                           int max_model_len, const char *file_type) {
     brisk_buf w = {0};
-    brisk_buf_str(&w, "{\"object\":\"list\",\"data\":[{\"id\":");
-    w_cstr(&w, model_id);
-    brisk_buf_str(&w, ",\"object\":\"model\",\"created\":");
-    w_int(&w, (long long)created);
-    brisk_buf_str(&w, ",\"owned_by\":");
-    w_cstr(&w, owned_by);
-    if (max_model_len > 0) {
-        brisk_buf_str(&w, ",\"max_model_len\":");
-        w_int(&w, max_model_len);
-    }
-    if (file_type) {
-        brisk_buf_str(&w, ",\"file_type\":");
-        w_cstr(&w, file_type);
-    }
-    brisk_buf_str(&w, "}]}");
+    brisk_buf_str(&w, "{\"object\":\"list\",\"data\":[");
+    w_model(&w, model_id, created, owned_by, max_model_len, file_type);
+    brisk_buf_str(&w, "]}");
+    return brisk_buf_take(&w, NULL);
+}
+
+char *srv_api_model_json(const char *model_id, int64_t created, const char *owned_by,
+                         int max_model_len, const char *file_type) {
+    brisk_buf w = {0};
+    w_model(&w, model_id, created, owned_by, max_model_len, file_type);
     return brisk_buf_take(&w, NULL);
 }
 

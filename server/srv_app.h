@@ -68,7 +68,6 @@ typedef struct srv_app {
     srv_api_limits limits;
     gen_req *live; /* generation requests waiting for engine events */
     int n_live;
-    uint64_t n_ids;
 } srv_app;
 
 /* Runs the server until it has drained after a signal; returns the exit
@@ -78,6 +77,38 @@ int srv_app_run(const srv_app_config *cfg);
 /* srv_gen.c: the generation endpoints and the engine-event pump. */
 void srv_gen_completions(srv_req *r);
 void srv_gen_chat(srv_req *r);
+
+/* How a chat generation answers: OpenAI chat completions (out NULL or
+ * resp NULL), or the Responses API's shapes (srv_responses.h), whose state
+ * the generation takes over (and frees) once srv_gen_chat_run is called. */
+struct srv_resp_req;
+typedef struct srv_gen_out {
+    struct srv_resp_req *resp;
+} srv_gen_out;
+/* Runs a parsed chat request on r (answered in every case; cr stays the
+ * caller's to free). */
+void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_out *out);
+/* Shared by the endpoints (srv_routes.c, srv_responses.c):
+ * the chat request's prompt ids (malloc'd, *n_ids), with the tools' grammar
+ * put into cr->params; NULL once r has been answered; */
+int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_ids);
+/* text tokenized with flags (tokenizer.h), malloc'd; NULL: out of memory; */
+int32_t *srv_gen_tokenize(srv_app *app, const char *text, size_t len, int flags, int *n_out);
+/* TOK_ADD_BOS when the model adds BOS, else 0; */
+int srv_gen_bos_flag(srv_app *app);
+/* -1 after answering 503 (loading, draining), else 0; */
+int srv_gen_precheck(srv_app *app, srv_req *r);
+/* -1 after answering 404 for a model name that is not the served one; */
+int srv_gen_check_model(srv_app *app, srv_req *r, const char *name);
+/* answers a parse error. */
+void srv_gen_respond_error(srv_req *r, const srv_api_error *e);
+/* srv_routes.c: the small endpoints. */
+void srv_route_model(srv_req *r);      /* GET /v1/models/{id} */
+void srv_route_version(srv_req *r);    /* GET /version */
+void srv_route_tokenize(srv_req *r);   /* POST /tokenize */
+void srv_route_detokenize(srv_req *r); /* POST /detokenize */
+/* srv_responses.c: POST /v1/responses. */
+void srv_route_responses(srv_req *r);
 void srv_gen_on_events(srv_app *app);
 /* Writes the audit line of a finished request under /v1/ (the srv_http on_finish
  * hook, app->audit set): its generation state when it had one. */

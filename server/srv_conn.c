@@ -224,7 +224,14 @@ static int on_headers_complete(llhttp_t *p) {
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > h->cfg.max_body_bytes)
         return fail(p, 413, "request body too large");
     int st = 0;
-    r->route = srv_http_route_for(h, r, &st);
+    size_t olen = 0;
+    const char *origin = srv_req_header(r, "Origin", &olen);
+    r->cors_origin = srv_http_cors_origin(h, origin, olen);
+    /* A CORS preflight is the layer's to answer, before any auth. */
+    r->preflight = h->n_origins && origin && strcmp(r->method, "OPTIONS") == 0 &&
+                   srv_req_header(r, "Access-Control-Request-Method", NULL);
+    if (!r->preflight)
+        r->route = srv_http_route_for(h, r, &st);
     if (st) {
         r->err_status = st;
         /* Refuse before reading a body we would throw away (and that an
@@ -301,7 +308,9 @@ void srv_conn_dispatch(srv_conn *c) {
     r->dispatched = 1;
     r->counted_active = 1;
     h->n_active++;
-    if (r->err_status)
+    if (r->preflight)
+        srv_respond_preflight(r);
+    else if (r->err_status)
         srv_respond_layer_error(r, NULL);
     else
         r->route->handler(r);
@@ -373,10 +382,26 @@ static const char *conn_scan_head(srv_conn *c) {
         char ch = c->rbuf[c->hs_off];
         switch (c->hs) {
         case SRV_HS_START:
-            if (ch != '\r' && ch != '\n')
+            if (ch != '\r' && ch != '\n') {
                 c->hs = SRV_HS_LINE;
+                c->rl_line = 1;
+                c->rl_spaces = c->rl_proto_len = 0;
+            }
             break;
         case SRV_HS_LINE:
+            if (c->rl_line) { /* the request line: method, target, protocol */
+                if (ch == '\r' || ch == '\n') {
+                    c->rl_line = 0;
+                    if (c->rl_spaces >= 2 &&
+                        (c->rl_proto_len < 5 || memcmp(c->rl_proto, "HTTP/", 5) != 0))
+                        return "the request line's protocol is not HTTP";
+                } else if (ch == ' ') {
+                    c->rl_spaces++;
+                    c->rl_proto_len = 0;
+                } else if (c->rl_spaces >= 2 && c->rl_proto_len < 5) {
+                    c->rl_proto[c->rl_proto_len++] = ch;
+                }
+            }
             if (ch == '\n')
                 c->hs = SRV_HS_BOL;
             break;

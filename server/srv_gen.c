@@ -15,6 +15,7 @@
 #include "server/srv_app.h"
 #include "server/srv_audit.h"
 #include "server/srv_reason.h"
+#include "server/srv_responses.h"
 #include "server/srv_tools.h"
 
 #define GEN_MAX_CHOICES 128
@@ -33,7 +34,8 @@ typedef struct gen_choice {
     sched_token *ptoks; /* prompt log-probs (echo) */
     int n_ptoks;
     int completion_len;
-    char *atext; /* streaming with --audit-log-content: the output sent so far */
+    int cached_tokens; /* of its prompt, found in the prefix cache */
+    char *atext;       /* streaming with --audit-log-content: the output sent so far */
     size_t alen, acap;
     int started;   /* streaming: first chunk sent */
     size_t lp_off; /* streaming: text bytes of the tokens sent so far */
@@ -69,6 +71,7 @@ struct gen_req {
     int streamed_ok;
     model_grammar *grammar; /* the request's constraint (a reference), or NULL */
     int tools_on;           /* chat with tools offered: answers are parsed for calls */
+    srv_gen_out out;        /* the Responses API's state (owned), or zeroed */
     model_chat_kind tools_kind;
 };
 
@@ -123,6 +126,7 @@ static void gen_free(gen_req *g) {
         free((char *)g->a_msgs[i].content);
     free(g->a_msgs);
     model_grammar_unref(g->grammar);
+    srv_resp_req_free(g->out.resp);
     /* The request outlives g only on error paths that answer after freeing it. */
     if (g->http)
         srv_req_set_user(g->http, NULL);
@@ -130,24 +134,13 @@ static void gen_free(gen_req *g) {
 }
 
 static uint64_t random_seed(srv_app *app) {
-    uint64_t x =
-        uv_hrtime() ^ ((uint64_t)time(NULL) << 32) ^ (++app->n_ids * 0x9E3779B97F4A7C15ull);
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return x ^ (x >> 29);
+    return srv_http_random_u64(app->http);
 }
 
 /* A tool call id as OpenAI's look: "call_" and 24 letters and digits. */
 static void make_call_id(void *ctx, char out[32]) {
-    static const char abc[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     srv_app *app = ctx;
-    memcpy(out, "call_", 5);
-    for (int i = 0; i < 24; i += 8) { /* 8 letters per 64 random bits (62^8 < 2^64) */
-        uint64_t w = random_seed(app);
-        for (int k = 0; k < 8; k++, w /= 62)
-            out[5 + i + k] = abc[w % 62];
-    }
-    out[29] = '\0';
+    srv_http_make_id(app->http, "call_", 24, out, 32);
 }
 
 /* An answer's tool calls (tools offered): *calls and the rest as *content
@@ -337,16 +330,57 @@ static void stream_error(gen_req *g) {
     }
 }
 
+/* ---- the Responses API (srv_responses.h) ---- */
+
+static srv_usage resp_usage(const gen_req *g, const gen_choice *c) {
+    srv_usage u = {g->prompt_tokens, c->completion_len, c->cached_tokens};
+    return u;
+}
+
+/* Sends SSE text made by srv_responses_sse_* (freed here); n is read
+ * through a pointer, since the call that makes sse sets it. */
+static void resp_send(gen_req *g, char *sse, const size_t *np) {
+    size_t n = *np;
+    if (!sse) {
+        gen_fail(g, "out of memory");
+        return;
+    }
+    if (g->http)
+        srv_stream_write(g->http, sse, n);
+    free(sse);
+}
+
+/* A streamed Responses answer: text deltas, then the closing events with
+ * the calls (when tools were offered) at the finish. */
+static void resp_stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len,
+                              const char *finish) {
+    srv_resp_req *rr = g->out.resp;
+    size_t n = 0;
+    if (len || !finish)
+        resp_send(g, srv_responses_sse_delta(rr, text, len, &n), &n);
+    c->started = 1;
+    if (finish && !g->failed) {
+        srv_resp_result res = {
+            NULL, 0, NULL, 0, NULL, 0, !strcmp(finish, "length"), resp_usage(g, c)};
+        resp_send(g, srv_responses_sse_finish(rr, g->id, g->created, g->app->served_name, &res, &n),
+                  &n);
+    }
+}
+
 /* One chunk for choice c: text (len bytes) and the tokens since the last. */
 static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len,
                          const char *reasoning, size_t reasoning_len, const sched_token *toks,
-                         int n_toks, const char *finish) {
+                         int n_toks, int first_null, const char *finish) {
     srv_app *app = g->app;
+    if (g->out.resp) {
+        resp_stream_chunk(g, c, text, len, finish);
+        return;
+    }
     lp_set lp;
     memset(&lp, 0, sizeof lp);
     int want_lp = g->logprobs >= 0;
     if (want_lp && n_toks &&
-        build_lps(app->vocab, toks, n_toks, 0, &c->lp_off, &c->lp_strip, &lp) < 0) {
+        build_lps(app->vocab, toks, n_toks, first_null, &c->lp_off, &c->lp_strip, &lp) < 0) {
         free_lps(&lp);
         gen_fail(g, "out of memory");
         return;
@@ -376,8 +410,22 @@ static void stream_tools_final(gen_req *g, gen_choice *c, const char *fin) {
         gen_fail(g, "out of memory");
         return;
     }
-    if (n == 0) {
-        stream_chunk(g, c, c->text ? c->text : "", held, NULL, 0, NULL, 0, fin);
+    if (g->out.resp) {
+        srv_resp_result res = {n ? content : c->text,
+                               n ? (content ? strlen(content) : 0) : held,
+                               NULL,
+                               0,
+                               calls,
+                               n,
+                               !strcmp(fin, "length"),
+                               resp_usage(g, c)};
+        size_t len = 0;
+        resp_send(
+            g,
+            srv_responses_sse_finish(g->out.resp, g->id, g->created, app->served_name, &res, &len),
+            &len);
+    } else if (n == 0) {
+        stream_chunk(g, c, c->text ? c->text : "", held, NULL, 0, NULL, 0, 0, fin);
     } else {
         srv_tool_call *named = brisk_calloc((size_t)n, sizeof *named);
         if (!named) {
@@ -403,6 +451,29 @@ static void stream_tools_final(gen_req *g, gen_choice *c, const char *fin) {
 }
 
 /* ---- finishing ------------------------------------------------------------------ */
+
+/* Choice c's echoed prompt tokens (the first without a log-prob) followed by
+ * extra[0, n_extra): malloc'd, *n their count; NULL when out of memory. */
+static sched_token *echo_tokens(const gen_req *g, const gen_choice *c, const sched_token *extra,
+                                int n_extra, int *n) {
+    int np = g->echo ? g->n_pids[c->prompt_idx] : 0;
+    sched_token *all = brisk_calloc((size_t)(np + n_extra) + 1, sizeof *all);
+    if (!all)
+        return NULL;
+    if (np) {
+        all[0].id = g->pids[c->prompt_idx][0];
+        for (int k = 1; k < np; k++) {
+            if (c->ptoks && k - 1 < c->n_ptoks)
+                all[k] = c->ptoks[k - 1];
+            else
+                all[k].id = g->pids[c->prompt_idx][k];
+        }
+    }
+    if (n_extra)
+        memcpy(all + np, extra, (size_t)n_extra * sizeof *all);
+    *n = np + n_extra;
+    return all;
+}
 
 static void gen_observe(gen_req *g) {
     srv_app *app = g->app;
@@ -432,11 +503,28 @@ static void gen_observe(gen_req *g) {
 static void gen_finish(gen_req *g) {
     srv_app *app = g->app;
     gen_observe(g);
-    int completion = 0;
+    int completion = 0, cached = 0;
     for (int i = 0; i < g->n_choices; i++)
         completion += g->choices[i].completion_len;
-    srv_usage usage = {g->prompt_tokens, completion};
-    if (g->http && g->stream) {
+    /* Each prompt counts once in prompt_tokens: its first choice's hits. */
+    int per = g->n_prompts > 0 ? g->n_choices / g->n_prompts : 1;
+    for (int i = 0; per > 0 && i < g->n_choices; i += per)
+        cached += g->choices[i].cached_tokens;
+    srv_usage usage = {g->prompt_tokens, completion, cached};
+    if (g->http && g->stream && g->out.resp) {
+        if (g->failed) {
+            size_t n = 0;
+            char msg[200];
+            snprintf(msg, sizeof msg, "generation failed: %s",
+                     g->err[0] ? g->err : "internal error");
+            char *ev = srv_responses_sse_error(g->out.resp, msg, &n);
+            if (ev)
+                srv_stream_write(g->http, ev, n);
+            free(ev);
+        }
+        srv_stream_end(g->http);
+        g->http = NULL;
+    } else if (g->http && g->stream) {
         if (!g->failed && g->include_usage) {
             char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name,
                                                               NULL, 0, &usage, 0)
@@ -511,35 +599,38 @@ static void gen_finish(gen_req *g) {
                 }
                 if (g->logprobs >= 0) {
                     /* echo: prompt tokens (first without a log-prob), then output */
-                    int np = g->echo ? g->n_pids[c->prompt_idx] : 0;
-                    sched_token *all = brisk_calloc((size_t)(np + c->n_toks) + 1, sizeof *all);
+                    int np = g->echo ? g->n_pids[c->prompt_idx] : 0, n_all = 0;
+                    sched_token *all = echo_tokens(g, c, c->toks, c->n_toks, &n_all);
                     if (!all) {
                         ok = 0;
                         break;
                     }
-                    if (np) {
-                        all[0].id = g->pids[c->prompt_idx][0];
-                        for (int k = 1; k < np; k++) {
-                            if (c->ptoks && k - 1 < c->n_ptoks)
-                                all[k] = c->ptoks[k - 1];
-                            else
-                                all[k].id = g->pids[c->prompt_idx][k];
-                        }
-                    }
-                    memcpy(all + np, c->toks, (size_t)c->n_toks * sizeof *all);
+                    /* OpenAI never shows the end-of-sequence token (chat). */
+                    if (g->is_chat && n_all > np && c->finish == SCHED_FINISH_STOP &&
+                        tok_is_eog(app->vocab, all[n_all - 1].id))
+                        n_all--;
                     size_t off = 0;
                     int strip = np > 0 || !tok_ids_have_text(app->vocab, g->pids[c->prompt_idx],
                                                              g->n_pids[c->prompt_idx]);
-                    if (build_lps(app->vocab, all, np + c->n_toks, np > 0, &off, &strip, &lps[i]) <
-                        0)
+                    if (build_lps(app->vocab, all, n_all, np > 0, &off, &strip, &lps[i]) < 0)
                         ok = 0;
                     free(all);
                     ch[i].lps = lps[i].lps;
-                    ch[i].n_lps = np + c->n_toks;
+                    ch[i].n_lps = n_all;
                 }
             }
             char *json = NULL;
-            if (ok)
+            if (ok && g->out.resp) {
+                srv_resp_result res = {ch[0].calls && !ch[0].text ? NULL : ch[0].text,
+                                       ch[0].text_len,
+                                       ch[0].reasoning,
+                                       ch[0].reasoning_len,
+                                       ch[0].calls,
+                                       ch[0].n_calls,
+                                       g->choices[0].finish == SCHED_FINISH_LENGTH,
+                                       usage};
+                json = srv_responses_json(g->out.resp, g->id, g->created, app->served_name, &res);
+            } else if (ok)
                 json = g->is_chat ? srv_api_chat_json(g->id, g->created, app->served_name, ch,
                                                       g->n_choices, &usage, g->logprobs >= 0)
                                   : srv_api_completion_json(g->id, g->created, app->served_name, ch,
@@ -574,6 +665,16 @@ static void gen_finish(gen_req *g) {
 
 /* ---- engine events ----------------------------------------------------------------- */
 
+/* The tokens of ev whose log-probs a chunk shows: a chat stream leaves out
+ * a final end-of-sequence token, as OpenAI does. */
+static int n_lp_toks(const gen_req *g, const sched_event *ev) {
+    int n = ev->n_tokens;
+    if (g->is_chat && n > 0 && ev->finish == SCHED_FINISH_STOP &&
+        tok_is_eog(g->app->vocab, ev->tokens[n - 1].id))
+        n--;
+    return n;
+}
+
 static void on_event(srv_app *app, sched_event *ev) {
     gen_choice *c = ev->user;
     gen_req *g = c->req;
@@ -599,6 +700,7 @@ static void on_event(srv_app *app, sched_event *ev) {
         ev->prompt_tokens = NULL;
     }
     c->completion_len = ev->completion_len;
+    c->cached_tokens = ev->cached_tokens;
     if (ev->finish == SCHED_FINISH_ERROR)
         gen_fail(g, ev->err);
     if (g->failed) {
@@ -610,8 +712,15 @@ static void on_event(srv_app *app, sched_event *ev) {
                               ? finish_str(ev->finish)
                               : NULL;
         if (!c->started && g->echo && !g->is_chat) {
-            stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0, NULL,
-                         0, NULL);
+            /* The prompt first, with its tokens' log-probs when asked. */
+            int n_echo = 0;
+            sched_token *et = g->logprobs >= 0 ? echo_tokens(g, c, NULL, 0, &n_echo) : NULL;
+            if (g->logprobs >= 0 && !et)
+                gen_fail(g, "out of memory");
+            else
+                stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0,
+                             et, n_echo, 1, NULL);
+            free(et);
         }
         if (g->tools_on) {
             /* Tools offered: the answer may be calls, never sent as content
@@ -633,12 +742,13 @@ static void on_event(srv_app *app, sched_event *ev) {
             if (!g->failed &&
                 (ct.len || send_r || fin || (g->logprobs >= 0 && ev->n_tokens) || !c->started))
                 stream_chunk(g, c, ct.len ? ct.p : NULL, ct.len, send_r ? rs.p : NULL,
-                             send_r ? rs.len : 0, ev->tokens, ev->n_tokens, fin);
+                             send_r ? rs.len : 0, ev->tokens, n_lp_toks(g, ev), 0, fin);
             free(rs.p);
             free(ct.p);
         } else if (!g->failed && (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) ||
                                   (!c->started && g->is_chat)))
-            stream_chunk(g, c, ev->text, ev->text_len, NULL, 0, ev->tokens, ev->n_tokens, fin);
+            stream_chunk(g, c, ev->text, ev->text_len, NULL, 0, ev->tokens, n_lp_toks(g, ev), 0,
+                         fin);
     } else {
         if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0)
             gen_fail(g, "out of memory");
@@ -683,13 +793,13 @@ void srv_gen_free_all(srv_app *app) {
 
 /* ---- requests ---------------------------------------------------------------------- */
 
-static void respond_api_error(srv_req *r, const srv_api_error *e) {
+void srv_gen_respond_error(srv_req *r, const srv_api_error *e) {
     srv_respond_error(r, e->status, e->type, e->param[0] ? e->param : NULL, e->code, "%s",
                       e->message);
 }
 
 /* Common checks before parsing: ready and not draining. */
-static int gen_precheck(srv_app *app, srv_req *r) {
+int srv_gen_precheck(srv_app *app, srv_req *r) {
     if (app->draining) {
         srv_respond_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
         return -1;
@@ -712,7 +822,7 @@ static int gen_precheck(srv_app *app, srv_req *r) {
     return 0;
 }
 
-static int check_model(srv_app *app, srv_req *r, const char *name) {
+int srv_gen_check_model(srv_app *app, srv_req *r, const char *name) {
     if (name && strcmp(name, app->served_name) != 0) {
         srv_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
                           "The model '%.200s' does not exist; this server serves '%s'", name,
@@ -731,11 +841,11 @@ static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e,
         if (rc == BRISK_ENOMEM)
             srv_respond_code(r, BRISK_ENOMEM, NULL);
         else
-            respond_api_error(r, e);
+            srv_gen_respond_error(r, e);
         return -1;
     }
     srv_metrics_count_unknown_fields(app->metrics, p->n_unknown_fields);
-    return check_model(app, r, p->model);
+    return srv_gen_check_model(app, r, p->model);
 }
 
 /* Tokenizing runs on the loop thread: 4 MB of text kept every client waiting
@@ -754,7 +864,7 @@ static int refuse_surely_too_long(srv_app *app, srv_req *r, size_t len, const ch
     return 1;
 }
 
-static int32_t *tokenize(srv_app *app, const char *text, size_t len, int flags, int *n_out) {
+int32_t *srv_gen_tokenize(srv_app *app, const char *text, size_t len, int flags, int *n_out) {
     int cap = (int)(len < 1024 ? 1024 : len + 16);
     if (len > (size_t)1 << 28)
         return NULL;
@@ -807,6 +917,9 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
     s.presence_penalty = p->presence_penalty;
     s.frequency_penalty = p->frequency_penalty;
     s.penalty_last_n = 0;
+    /* vLLM's and OpenAI's semantics: presence and frequency penalties see
+     * the output only, the repetition penalty prompt and output. */
+    s.pf_from = np;
     s.seed = p->has_seed ? p->seed + (uint64_t)j : random_seed(app);
     if (p->n_logit_bias) {
         int32_t *ids = brisk_malloc((size_t)p->n_logit_bias * sizeof *ids);
@@ -937,8 +1050,9 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
             c->req = g;
             c->index = i * p->n + j;
             c->prompt_idx = i;
-            c->lp_strip = !tok_ids_have_text(app->vocab, g->pids[i], g->n_pids[i]);
-            c->lp_off = g->echo && g->stream && !g->is_chat ? g->ptext_len[i] : 0;
+            /* Streamed echo: the prompt's tokens (and log-probs) go first. */
+            c->lp_strip = g->echo || !tok_ids_have_text(app->vocab, g->pids[i], g->n_pids[i]);
+            c->lp_off = 0;
             if (g->echo && !g->stream &&
                 buf_add(&c->text, &c->len, &c->cap, g->ptext[i], g->ptext_len[i]) < 0) {
                 rc = BRISK_ENOMEM;
@@ -979,9 +1093,14 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
     srv_req_on_abort(r, gen_on_abort, g);
     if (g->stream) {
         srv_stream_begin(r, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
-        if (g->is_chat) /* the role comes first, as OpenAI sends it */
+        if (g->out.resp) {
+            size_t n = 0;
+            resp_send(g,
+                      srv_responses_sse_start(g->out.resp, g->id, g->created, app->served_name, &n),
+                      &n);
+        } else if (g->is_chat) /* the role comes first, as OpenAI sends it */
             for (int i = 0; i < g->n_choices; i++)
-                stream_chunk(g, &g->choices[i], "", 0, NULL, 0, NULL, 0, NULL);
+                stream_chunk(g, &g->choices[i], "", 0, NULL, 0, NULL, 0, 0, NULL);
     }
 }
 
@@ -998,7 +1117,8 @@ static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_par
     g->echo = p->echo && !is_chat;
     g->created = (int64_t)time(NULL);
     g->t_start = srv_req_t_start(r);
-    snprintf(g->id, sizeof g->id, "%s-%s", is_chat ? "chatcmpl" : "cmpl", srv_req_id(r));
+    /* Fresh random ids, as OpenAI's: never the client's X-Request-Id. */
+    srv_http_make_id(app->http, is_chat ? "chatcmpl-" : "cmpl-", 29, g->id, sizeof g->id);
     g->n_prompts = n_prompts;
     g->pids = brisk_calloc((size_t)n_prompts, sizeof *g->pids);
     g->n_pids = brisk_calloc((size_t)n_prompts, sizeof *g->n_pids);
@@ -1032,13 +1152,13 @@ static int audit_keep_msgs(gen_req *g, const srv_chat_req *cr) {
     return 0;
 }
 
-static int add_bos_flag(srv_app *app) {
+int srv_gen_bos_flag(srv_app *app) {
     return tok_add_bos_default(app->vocab) ? TOK_ADD_BOS : 0;
 }
 
 void srv_gen_completions(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    if (gen_precheck(app, r) < 0)
+    if (srv_gen_precheck(app, r) < 0)
         return;
     size_t len;
     const char *body = srv_req_body(r, &len);
@@ -1076,8 +1196,8 @@ void srv_gen_completions(srv_req *r) {
                 g->ptext_len[i] = g->ptext[i] ? strlen(g->ptext[i]) : 0;
             }
         } else {
-            g->pids[i] = tokenize(app, pr->text, pr->text_len,
-                                  add_bos_flag(app) | TOK_PARSE_SPECIAL, &g->n_pids[i]);
+            g->pids[i] = srv_gen_tokenize(app, pr->text, pr->text_len,
+                                          srv_gen_bos_flag(app) | TOK_PARSE_SPECIAL, &g->n_pids[i]);
             if (g->echo || g->audit_keep) {
                 g->ptext[i] = brisk_malloc(pr->text_len + 1);
                 if (g->ptext[i]) {
@@ -1099,69 +1219,55 @@ void srv_gen_completions(srv_req *r) {
     srv_completion_req_free(&cr);
 }
 
-void srv_gen_chat(srv_req *r) {
-    srv_app *app = srv_req_app(r);
-    if (gen_precheck(app, r) < 0)
-        return;
+/* Renders a parsed chat request into prompt token ids: the tools' grammar
+ * into cr->params (when the choice needs one), the messages in the model's
+ * template, tokenized. Returns the ids (malloc'd, *n_ids of them), or NULL
+ * once r has been answered (cr still owned by the caller). */
+int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_ids) {
     if (app->chat.kind == MODEL_CHAT_NONE) {
         srv_respond_error(
             r, 400, "invalid_request_error", "messages", "chat_template_missing",
             "this model has no chat template brisk can apply; use /v1/completions or start "
             "the server with --chat-template NAME");
-        return;
-    }
-    size_t len;
-    const char *body = srv_req_body(r, &len);
-    srv_chat_req cr;
-    srv_api_error e;
-    int rc = srv_api_parse_chat(body, len, &app->limits, &cr, &e);
-    if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
-        if (rc == 0)
-            srv_chat_req_free(&cr);
-        return;
+        return NULL;
     }
     /* The rendered text holds every content: refuse before rendering. */
     size_t content_len = 0;
-    for (int i = 0; i < cr.n_msgs; i++)
-        content_len += cr.msgs[i].content_len;
-    if (refuse_surely_too_long(app, r, content_len, "messages")) {
-        srv_chat_req_free(&cr);
-        return;
-    }
+    for (int i = 0; i < cr->n_msgs; i++)
+        content_len += cr->msgs[i].content_len;
+    if (refuse_surely_too_long(app, r, content_len, "messages"))
+        return NULL;
     /* Tools offered, or calls and results in the history: the messages in
      * the family's tool format (srv_tools.h); the answer's grammar when
      * the choice needs one. */
-    int tools_on = cr.n_tools > 0 && cr.tool_choice != SRV_TOOL_CHOICE_NONE;
+    int tools_on = cr->n_tools > 0 && cr->tool_choice != SRV_TOOL_CHOICE_NONE;
     if (tools_on) {
         int none = 0;
-        char *gt = srv_tools_grammar(&cr, app->chat.kind, &none);
+        char *gt = srv_tools_grammar(cr, app->chat.kind, &none);
         if (!gt && !none) {
-            srv_chat_req_free(&cr);
             srv_respond_code(r, BRISK_ENOMEM, NULL);
-            return;
+            return NULL;
         }
-        if (gt && cr.params.grammar) {
-            srv_respond_error(r, 400, "invalid_request_error", cr.params.grammar_param, NULL,
+        if (gt && cr->params.grammar) {
+            srv_respond_error(r, 400, "invalid_request_error", cr->params.grammar_param, NULL,
                               "'%s' and 'tool_choice' both constrain the output; give one",
-                              cr.params.grammar_param);
+                              cr->params.grammar_param);
             free(gt);
-            srv_chat_req_free(&cr);
-            return;
+            return NULL;
         }
         if (gt) {
-            cr.params.grammar = gt;
-            cr.params.grammar_len = strlen(gt);
-            cr.params.grammar_param = "tools";
+            cr->params.grammar = gt;
+            cr->params.grammar_len = strlen(gt);
+            cr->params.grammar_param = "tools";
         }
     }
     srv_tools_arena arena;
     const model_chat_msg *msgs = NULL;
     int n_msgs = 0;
-    if (srv_tools_render_msgs(&cr, app->chat.kind, &arena, &msgs, &n_msgs) < 0) {
+    if (srv_tools_render_msgs(cr, app->chat.kind, &arena, &msgs, &n_msgs) < 0) {
         srv_tools_arena_free(&arena);
-        srv_chat_req_free(&cr);
         srv_respond_code(r, BRISK_ENOMEM, NULL);
-        return;
+        return NULL;
     }
     char bos[128] = "", eos[128] = "", err[256];
     int32_t b = tok_bos(app->vocab), eo = tok_eos(app->vocab);
@@ -1178,41 +1284,77 @@ void srv_gen_chat(srv_req *r) {
     int has_bos = 0;
     /* enable_thinking = false: the template's empty think block (Qwen3). */
     model_chat_format fmt = app->chat;
-    if (cr.enable_thinking == 0)
+    if (cr->enable_thinking == 0)
         fmt.flags |= MODEL_CHAT_F_NO_THINK;
-    rc = model_chat_format_render(&fmt, msgs, n_msgs, bos, eos, &text, &text_len, &has_bos, err,
-                                  sizeof err);
+    int rc = model_chat_format_render(&fmt, msgs, n_msgs, bos, eos, &text, &text_len, &has_bos, err,
+                                      sizeof err);
     srv_tools_arena_free(&arena);
     if (rc < 0) {
-        srv_chat_req_free(&cr);
         if (rc == BRISK_ENOMEM)
             srv_respond_code(r, BRISK_ENOMEM, NULL);
         else
             srv_respond_error(r, 400, "invalid_request_error", "messages", NULL, "%s", err);
+        return NULL;
+    }
+    int flags = TOK_PARSE_SPECIAL | (has_bos ? 0 : srv_gen_bos_flag(app));
+    int32_t *ids = srv_gen_tokenize(app, text, text_len, flags, n_ids);
+    free(text);
+    if (!ids)
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+    return ids;
+}
+
+void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_out *out) {
+    srv_app *app = srv_req_app(r);
+    int n_ids = 0;
+    int32_t *ids = srv_gen_chat_prompt(app, r, cr, &n_ids);
+    if (!ids) {
+        srv_resp_req_free(out ? out->resp : NULL);
         return;
     }
-    gen_req *g = gen_new(app, r, 1, &cr.params, 1);
+    gen_req *g = gen_new(app, r, 1, &cr->params, 1);
     if (!g) {
-        free(text);
-        srv_chat_req_free(&cr);
+        free(ids);
+        srv_resp_req_free(out ? out->resp : NULL);
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
-    int flags = TOK_PARSE_SPECIAL | (has_bos ? 0 : add_bos_flag(app));
-    g->pids[0] = tokenize(app, text, text_len, flags, &g->n_pids[0]);
-    free(text);
-    if (!g->pids[0] || (g->audit_keep && audit_keep_msgs(g, &cr) < 0)) {
+    if (out && out->resp) {
+        g->out = *out;
+        srv_http_make_id(app->http, "resp_", 40, g->id, sizeof g->id);
+        srv_http_make_id(app->http, "msg_", 40, g->out.resp->msg_id, sizeof g->out.resp->msg_id);
+        srv_http_make_id(app->http, "rs_", 40, g->out.resp->rs_id, sizeof g->out.resp->rs_id);
+    }
+    g->pids[0] = ids;
+    g->n_pids[0] = n_ids;
+    if (g->audit_keep && audit_keep_msgs(g, cr) < 0) {
         gen_free(g);
-        srv_chat_req_free(&cr);
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
     g->reason =
-        (app->chat.flags & MODEL_CHAT_F_THINK) && cr.split_reasoning && cr.enable_thinking != 0;
-    g->include_reasoning = cr.include_reasoning;
-    g->tools_on = tools_on;
+        (app->chat.flags & MODEL_CHAT_F_THINK) && cr->split_reasoning && cr->enable_thinking != 0;
+    g->include_reasoning = cr->include_reasoning;
+    g->tools_on = cr->n_tools > 0 && cr->tool_choice != SRV_TOOL_CHOICE_NONE;
     g->tools_kind = app->chat.kind;
-    gen_start(app, r, g, &cr.params, 0);
+    gen_start(app, r, g, &cr->params, 0);
+}
+
+void srv_gen_chat(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    if (srv_gen_precheck(app, r) < 0)
+        return;
+    size_t len;
+    const char *body = srv_req_body(r, &len);
+    srv_chat_req cr;
+    srv_api_error e;
+    int rc = srv_api_parse_chat(body, len, &app->limits, &cr, &e);
+    if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
+        if (rc == 0)
+            srv_chat_req_free(&cr);
+        return;
+    }
+    srv_gen_chat_run(r, &cr, NULL);
     srv_chat_req_free(&cr);
 }
 

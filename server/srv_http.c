@@ -15,6 +15,7 @@
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
+#include "common/brisk_rng.h"
 #include "server/srv_http_int.h"
 
 srv_http_config srv_http_config_default(void) {
@@ -76,6 +77,11 @@ srv_http *srv_http_create(uv_loop_t *loop, const srv_http_config *cfg, const srv
         goto oom;
     h->loop = loop;
     h->cfg = c;
+    /* Ids must not repeat across restarts or replicas: seeded by the OS. */
+    uint64_t seed = 0;
+    if (uv_random(NULL, NULL, &seed, sizeof seed, 0, NULL) != 0)
+        seed = uv_hrtime() ^ ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)h;
+    brisk_rng_seed(h->rng, seed);
     h->app = app;
     h->port = -1;
     if (c.api_keys && srv_keys_count(c.api_keys) > 0) {
@@ -102,11 +108,39 @@ srv_http *srv_http_create(uv_loop_t *loop, const srv_http_config *cfg, const srv
         memcpy(h->routes, routes, (size_t)n_routes * sizeof *h->routes);
     }
     h->n_routes = n_routes;
+    if (c.allowed_origins && c.allowed_origins[0]) {
+        /* "a, b" -> "a\0b\0": trimmed, empty items skipped */
+        size_t n = strlen(c.allowed_origins);
+        h->origins = brisk_malloc(n + 1);
+        if (!h->origins)
+            goto oom;
+        size_t w = 0;
+        for (const char *p = c.allowed_origins; *p;) {
+            while (*p == ' ' || *p == ',')
+                p++;
+            const char *e = p;
+            while (*e && *e != ',')
+                e++;
+            const char *t = e;
+            while (t > p && t[-1] == ' ')
+                t--;
+            if (t > p) {
+                memcpy(h->origins + w, p, (size_t)(t - p));
+                h->any_origin |= t - p == 1 && *p == '*';
+                w += (size_t)(t - p);
+                h->origins[w++] = '\0';
+                h->n_origins++;
+            }
+            p = e;
+        }
+    }
+    h->cfg.allowed_origins = NULL;
     srv_conn_parser_settings(&h->settings);
     return h;
 oom:
     if (h) {
         srv_keys_free(h->own_keys);
+        free(h->routes);
         free(h);
     }
     brisk_set_err(err, err_len, BRISK_ENOMEM, "http: out of memory");
@@ -116,6 +150,7 @@ oom:
 static void free_now(srv_http *h) {
     srv_keys_free(h->own_keys); /* wipes the digests */
     free(h->routes);
+    free(h->origins);
     free(h);
 }
 
@@ -357,16 +392,30 @@ static int auth_ok(const srv_http *h, srv_req *r) {
     return i >= 0;
 }
 
+/* Whether a route's path (exact, or a prefix ending in a slash and an
+ * asterisk) takes path. */
+static int route_path_match(const char *pattern, const char *path) {
+    size_t n = strlen(pattern);
+    if (n >= 2 && pattern[n - 1] == '*' && pattern[n - 2] == '/')
+        return strncmp(pattern, path, n - 1) == 0 && path[n - 1] != '\0';
+    return strcmp(pattern, path) == 0;
+}
+
+/* Whether a row's method takes method (a GET row takes HEAD). */
+static int route_method_match(const char *row, const char *method) {
+    return strcmp(row, method) == 0 || (strcmp(method, "HEAD") == 0 && strcmp(row, "GET") == 0);
+}
+
 const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status) {
     const char *path = srv_req_path(r);
     const char *method = srv_req_method(r);
     const srv_route *match = NULL;
     int path_known = 0;
     for (int i = 0; i < h->n_routes && !match; i++) {
-        if (strcmp(h->routes[i].path, path) != 0)
+        if (!route_path_match(h->routes[i].path, path))
             continue;
         path_known = 1;
-        if (strcmp(h->routes[i].method, method) == 0)
+        if (route_method_match(h->routes[i].method, method))
             match = &h->routes[i];
     }
     *status = 0;
@@ -382,16 +431,27 @@ const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status) {
 int srv_http_allow_list(const srv_http *h, const char *path, char *out, size_t cap) {
     size_t len = 0;
     out[0] = '\0';
-    for (int i = 0; i < h->n_routes; i++) {
-        if (strcmp(h->routes[i].path, path) != 0)
-            continue;
-        int dup = 0;
-        for (int j = 0; j < i && !dup; j++)
-            dup = strcmp(h->routes[j].path, path) == 0 &&
-                  strcmp(h->routes[j].method, h->routes[i].method) == 0;
-        if (dup)
-            continue;
-        int w = snprintf(out + len, cap - len, "%s%s", len ? ", " : "", h->routes[i].method);
+    int has_get = 0, has_head = 0;
+    for (int i = 0; i <= h->n_routes; i++) {
+        const char *m;
+        if (i < h->n_routes) {
+            if (!route_path_match(h->routes[i].path, path))
+                continue;
+            m = h->routes[i].method;
+            int dup = 0;
+            for (int j = 0; j < i && !dup; j++)
+                dup = route_path_match(h->routes[j].path, path) &&
+                      strcmp(h->routes[j].method, m) == 0;
+            if (dup)
+                continue;
+            has_get |= strcmp(m, "GET") == 0;
+            has_head |= strcmp(m, "HEAD") == 0;
+        } else if (has_get && !has_head) {
+            m = "HEAD"; /* GET rows answer HEAD */
+        } else {
+            break;
+        }
+        int w = snprintf(out + len, cap - len, "%s%s", len ? ", " : "", m);
         if (w < 0 || (size_t)w >= cap - len) {
             out[len] = '\0';
             return BRISK_ENOSPC;
@@ -399,4 +459,42 @@ int srv_http_allow_list(const srv_http *h, const char *path, char *out, size_t c
         len += (size_t)w;
     }
     return 0;
+}
+
+const char *srv_http_cors_origin(const srv_http *h, const char *origin, size_t len) {
+    if (!h->n_origins || !origin)
+        return NULL;
+    if (h->any_origin)
+        return "*";
+    const char *o = h->origins;
+    for (int i = 0; i < h->n_origins; i++) {
+        size_t n = strlen(o);
+        if (n == len && memcmp(o, origin, n) == 0)
+            return o;
+        o += n + 1;
+    }
+    return NULL;
+}
+
+/* ---- ids ---- */
+
+uint64_t srv_http_random_u64(srv_http *h) {
+    return brisk_rng_next(h->rng);
+}
+
+void srv_http_make_id(srv_http *h, const char *prefix, int n_chars, char *out, size_t cap) {
+    static const char abc[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    size_t pl = strlen(prefix), k = 0;
+    if (cap == 0)
+        return;
+    for (; k < pl && k + 1 < cap; k++)
+        out[k] = prefix[k];
+    uint64_t w = 0;
+    for (int i = 0; i < n_chars && k + 1 < cap; i++, k++) {
+        if (i % 10 == 0) /* 10 characters per 64 random bits (62^10 < 2^64) */
+            w = brisk_rng_next(h->rng);
+        out[k] = abc[w % 62];
+        w /= 62;
+    }
+    out[k] = '\0';
 }

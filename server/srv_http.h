@@ -80,6 +80,15 @@ typedef struct srv_http_config {
      * line; r is still valid during the call (its accessors work) and freed
      * after it. NULL: none. */
     void (*on_finish)(void *app, const srv_req *r, int status);
+    /* CORS, off when NULL or "": origins allowed to call from a browser,
+     * comma-separated exact values ("https://chat.example.com"), or "*" for
+     * any. Copied by srv_http_create. A request whose Origin is allowed gets
+     * Access-Control-Allow-Origin, Vary: Origin and Access-Control-Expose-
+     * Headers (X-Request-Id, Retry-After and the rate-limit headers); a
+     * preflight (OPTIONS with Origin and Access-Control-Request-Method) to a
+     * known path is answered by the layer, before any auth: 204 with the
+     * allowed methods and headers, or 403 for an origin not allowed. */
+    const char *allowed_origins;
 } srv_http_config;
 
 srv_http_config srv_http_config_default(void);
@@ -93,9 +102,13 @@ enum {
 };
 
 /* One row of the route table: exact match of `path` (without the query
- * string) and `method` ("GET", "POST", ...). Unknown path: 404; known path with
- * another method: 405 with `Allow:`. The strings are borrowed for the lifetime
- * of the srv_http; the array itself is copied. */
+ * string) and `method` ("GET", "POST", ...); a path ending in a slash and
+ * an asterisk matches every path that begins with what precedes the
+ * asterisk and goes on (so "/v1/models/" + "*" takes "/v1/models/org/name",
+ * never "/v1/models/"). A GET
+ * row answers HEAD too (the head alone goes out). Unknown path: 404; known
+ * path with another method: 405 with `Allow:`. The strings are borrowed for
+ * the lifetime of the srv_http; the array itself is copied. */
 typedef struct srv_route {
     const char *method;
     const char *path;
@@ -139,6 +152,14 @@ void srv_http_free(srv_http *h);
  * flag enabled (llhttp strict: no llhttp_set_lenient_* is ever called). */
 int srv_http_parser_is_strict(void);
 
+/* ---- ids ---- */
+
+/* 64 random bits from the server's generator (seeded by the OS at create). */
+uint64_t srv_http_random_u64(srv_http *h);
+/* out = prefix and n_chars random letters and digits (OpenAI's id shape,
+ * e.g. "chatcmpl-" + 29), truncated to cap - 1 bytes, NUL-terminated. */
+void srv_http_make_id(srv_http *h, const char *prefix, int n_chars, char *out, size_t cap);
+
 /* ---- statistics ---- */
 
 /* The status codes counted one by one in srv_http_stats_t.by_code. */
@@ -171,8 +192,9 @@ const char *srv_req_body(const srv_req *r, size_t *len);
  * whitespace trimmed; NULL if absent. len may be NULL. */
 const char *srv_req_header(const srv_req *r, const char *name, size_t *len);
 void *srv_req_app(const srv_req *r);
-/* "req-<hex counter>", or the client's X-Request-Id if it is 1..64 visible
- * ASCII characters. Echoed in the X-Request-Id response header. */
+/* The client's X-Request-Id if it is 1..64 visible ASCII characters, else
+ * a fresh random one (32 hex digits). Echoed in the X-Request-Id response
+ * header and logged; never used as a response body's id. */
 const char *srv_req_id(const srv_req *r);
 /* When the first byte of the request arrived: uv_hrtime() in seconds (the
  * same monotonic clock as brisk_now()). */

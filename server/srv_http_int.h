@@ -69,8 +69,10 @@ struct srv_req {
     int keep_alive;  /* what the client asked for (llhttp_should_keep_alive) */
     int force_close; /* this layer decided the connection ends after it */
 
-    const srv_route *route; /* matched route, NULL for layer errors */
-    int err_status;         /* != 0: the layer answers this instead of a handler */
+    const srv_route *route;  /* matched route, NULL for layer errors */
+    const char *cors_origin; /* CORS: the Allow-Origin value (h's copy or "*"), or NULL */
+    int preflight;           /* a CORS preflight the layer answers */
+    int err_status;          /* != 0: the layer answers this instead of a handler */
 
     int dispatched; /* handed to the application (it must finish it) */
     int aborted;
@@ -131,7 +133,11 @@ struct srv_conn {
     uint64_t body_deadline;   /* uv_now() by which the body must be complete */
     srv_head_scan hs;         /* head scan state of the message being parsed */
     size_t hs_off;            /* rbuf bytes already scanned */
-    char peer[48];            /* the peer's address as text, "" when unknown */
+    /* The request line's protocol as scanned: spaces seen, and the first
+     * bytes after the last one (llhttp 8 takes RTSP/1.0 and ICE/1.0 too). */
+    int rl_line, rl_spaces, rl_proto_len;
+    char rl_proto[5];
+    char peer[48]; /* the peer's address as text, "" when unknown */
     int peer_port;
 };
 
@@ -142,6 +148,9 @@ struct srv_http {
     srv_keys *own_keys;   /* built from cfg.api_key */
     srv_route *routes;
     int n_routes;
+    char *origins;  /* CORS: the allowed origins, NUL-separated (a copy), or NULL */
+    int n_origins;  /* 0: CORS off */
+    int any_origin; /* "*" among them */
     void *app;
     llhttp_settings_t settings;
 
@@ -164,9 +173,9 @@ struct srv_http {
     int n_conns; /* excluding rejected */
     int n_rejecting;
     int n_active;
-    int stopping; /* stop_accepting called */
-    int freeing;  /* srv_http_free called */
-    uint64_t req_counter;
+    int stopping;    /* stop_accepting called */
+    int freeing;     /* srv_http_free called */
+    uint64_t rng[4]; /* ids: xoshiro256** seeded from the OS at create */
 
     /* The loop thread, learnt from the first accept; debug builds assert
      * that public calls come from it. */
@@ -189,6 +198,10 @@ void srv_http_assert_loop(const srv_http *h);
 void srv_http_handle_closed(srv_http *h);
 const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status);
 int srv_http_allow_list(const srv_http *h, const char *path, char *out, size_t cap);
+/* CORS: the Access-Control-Allow-Origin value for a request's Origin
+ * (origin[0, len)): h's copy of the matching entry, "*", or NULL when CORS
+ * is off or the origin is not allowed. */
+const char *srv_http_cors_origin(const srv_http *h, const char *origin, size_t len);
 void srv_http_count_response(srv_http *h, int status);
 const char *srv_http_date(srv_http *h);
 
@@ -229,5 +242,7 @@ const char *srv_status_reason(int status);
 int srv_req_append_head(srv_req *r, const char *at, size_t len);
 void srv_req_mark_aborted(srv_http *h, srv_req *r);
 void srv_respond_layer_error(srv_req *r, const char *msg);
+/* Answers a CORS preflight (r->preflight): 204, 403 or 404. Finishes r. */
+void srv_respond_preflight(srv_req *r);
 
 #endif

@@ -30,7 +30,8 @@ srv_req *srv_req_create(srv_conn *c) {
     r->query_off = SIZE_MAX;
     r->http_minor = 1;
     r->t_start = (double)uv_hrtime() * 1e-9;
-    snprintf(r->id, sizeof r->id, "req-%llx", (unsigned long long)++h->req_counter);
+    snprintf(r->id, sizeof r->id, "%016llx%016llx", (unsigned long long)srv_http_random_u64(h),
+             (unsigned long long)srv_http_random_u64(h));
     r->log_prompt_tokens = -1;
     r->log_completion_tokens = -1;
     r->log_ttft_s = -1.0;
@@ -279,7 +280,17 @@ static char *build_head(srv_req *r, int status, const char *ctype, const char *e
     size_t elen = extra ? strlen(extra) : 0;
     int need_crlf = elen >= 1 && (elen < 2 || strcmp(extra + elen - 2, "\r\n") != 0);
     /* Fixed lines below fit in 512 bytes with the 64-byte id and a 40-byte date. */
-    size_t cap = 512 + (ctype ? strlen(ctype) : 0) + elen;
+    static const char expose[] =
+        "X-Request-Id, Retry-After, retry-after-ms, x-ratelimit-limit-requests, "
+        "x-ratelimit-limit-tokens, x-ratelimit-remaining-requests, "
+        "x-ratelimit-remaining-tokens, x-ratelimit-reset-requests, x-ratelimit-reset-tokens";
+    char cors[1024] = "";
+    if (r->cors_origin && !r->preflight)
+        snprintf(cors, sizeof cors,
+                 "Access-Control-Allow-Origin: %.600s\r\nVary: Origin\r\n"
+                 "Access-Control-Expose-Headers: %s\r\n",
+                 r->cors_origin, expose);
+    size_t cap = 512 + (ctype ? strlen(ctype) : 0) + elen + strlen(cors);
     char *s = brisk_malloc(cap);
     if (!s)
         return NULL;
@@ -288,12 +299,13 @@ static char *build_head(srv_req *r, int status, const char *ctype, const char *e
         snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", len);
     else if (framing == 1)
         snprintf(cl, sizeof cl, "Transfer-Encoding: chunked\r\n");
-    int n = snprintf(s, cap,
-                     "HTTP/1.1 %d %s\r\nServer: brisk\r\nDate: %s\r\nX-Request-Id: %s\r\n"
-                     "%s%s%s%sConnection: %s\r\n%s%s\r\n",
-                     status, srv_status_reason(status), srv_http_date(h), r->id,
-                     ctype ? "Content-Type: " : "", ctype ? ctype : "", ctype ? "\r\n" : "", cl,
-                     close ? "close" : "keep-alive", extra ? extra : "", need_crlf ? "\r\n" : "");
+    int n =
+        snprintf(s, cap,
+                 "HTTP/1.1 %d %s\r\nServer: brisk\r\nDate: %s\r\nX-Request-Id: %s\r\n"
+                 "%s%s%s%s%sConnection: %s\r\n%s%s\r\n",
+                 status, srv_status_reason(status), srv_http_date(h), r->id,
+                 ctype ? "Content-Type: " : "", ctype ? ctype : "", ctype ? "\r\n" : "", cl, cors,
+                 close ? "close" : "keep-alive", extra ? extra : "", need_crlf ? "\r\n" : "");
     if (n < 0 || (size_t)n >= cap) {
         free(s);
         return NULL;
@@ -411,6 +423,43 @@ static void respond_error_msg(srv_req *r, int status, const char *type, const ch
                                   "\"server_error\",\"param\":null,\"code\":null}}";
         srv_respond(r, 500, "application/json", oom, sizeof oom - 1, NULL);
     }
+}
+
+/* Whether s[0, n) is a plain header-name list ("content-type, x-a"): safe to
+ * echo in Access-Control-Allow-Headers. */
+static int header_list_ok(const char *s, size_t n) {
+    if (n == 0 || n > 512)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (!(ch == ',' || ch == ' ' || ch == '-' || ch == '_' || (ch >= '0' && ch <= '9') ||
+              ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z')))
+            return 0;
+    }
+    return 1;
+}
+
+void srv_respond_preflight(srv_req *r) {
+    char allow[400];
+    if (srv_http_allow_list(r->conn->h, srv_req_path(r), allow, sizeof allow) < 0 || !allow[0]) {
+        respond_error_msg(r, 404, NULL, NULL, NULL, "Unknown path", NULL);
+        return;
+    }
+    if (!r->cors_origin) {
+        respond_error_msg(r, 403, NULL, NULL, "cors_origin_not_allowed",
+                          "the request's Origin is not in --allowed-origins", NULL);
+        return;
+    }
+    size_t hn = 0;
+    const char *want = srv_req_header(r, "Access-Control-Request-Headers", &hn);
+    char extra[2048];
+    snprintf(extra, sizeof extra,
+             "Access-Control-Allow-Origin: %.600s\r\nVary: Origin\r\n"
+             "Access-Control-Allow-Methods: %s\r\nAccess-Control-Allow-Headers: %.*s\r\n"
+             "Access-Control-Max-Age: 600\r\n",
+             r->cors_origin, allow, want && header_list_ok(want, hn) ? (int)hn : 43,
+             want && header_list_ok(want, hn) ? want : "Authorization, Content-Type, X-Request-Id");
+    srv_respond(r, 204, NULL, NULL, 0, extra);
 }
 
 void srv_respond_error(srv_req *r, int status, const char *type, const char *param,

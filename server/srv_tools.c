@@ -10,33 +10,8 @@
 #include "common/brisk_buf.h"
 #include "common/brisk_error.h"
 #include "common/brisk_grow.h"
+#include "server/srv_api_int.h"
 #include "server/srv_schema.h"
-
-/* ---- errors ------------------------------------------------------------------------ */
-
-static int t_fail(srv_api_error *err, const char *code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int t_fail(srv_api_error *err, const char *code, const char *param, const char *fmt, ...) {
-    err->status = 400;
-    err->type = "invalid_request_error";
-    err->code = code;
-    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return BRISK_EINVAL;
-}
-
-static int t_oom(srv_api_error *err) {
-    err->status = 500;
-    err->type = "server_error";
-    err->code = NULL;
-    err->param[0] = '\0';
-    snprintf(err->message, sizeof err->message, "out of memory while parsing the request");
-    return BRISK_ENOMEM;
-}
 
 static char *t_dup(const char *s) {
     return s ? brisk_strdup(s) : NULL;
@@ -82,36 +57,38 @@ static int parse_tool(const cJSON *it, int i, srv_tool *t, srv_api_error *err) {
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(it, "function");
     if (!cJSON_IsObject(it) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
         !cJSON_IsObject(fn))
-        return t_fail(err, "invalid_value", param,
-                      "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
+        return srv_api_fail(err, "invalid_value", param,
+                            "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
     const cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
     if (!cJSON_IsString(name) || !valid_name(name->valuestring))
-        return t_fail(err, "invalid_value", param,
-                      "'%s.function.name' must be 1 to 64 of a-z, A-Z, 0-9, '_' and '-'", param);
+        return srv_api_fail(err, "invalid_value", param,
+                            "'%s.function.name' must be 1 to 64 of a-z, A-Z, 0-9, '_' and '-'",
+                            param);
     if (desc && !cJSON_IsNull(desc) && !cJSON_IsString(desc))
-        return t_fail(err, "invalid_type", param, "'%s.function.description' must be a string",
-                      param);
+        return srv_api_fail(err, "invalid_type", param,
+                            "'%s.function.description' must be a string", param);
     if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
-        return t_fail(err, "invalid_type", param, "'%s.function.parameters' must be an object",
-                      param);
+        return srv_api_fail(err, "invalid_type", param,
+                            "'%s.function.parameters' must be an object", param);
     if (!(t->name = t_dup(name->valuestring)))
-        return t_oom(err);
+        return srv_api_oom(err);
     if (cJSON_IsString(desc) && !(t->description = t_dup(desc->valuestring)))
-        return t_oom(err);
+        return srv_api_oom(err);
     if (cJSON_IsObject(params)) {
         if (!(t->parameters = cJSON_PrintUnformatted(params)))
-            return t_oom(err);
+            return srv_api_oom(err);
         char prefix[16], why[200] = "";
         snprintf(prefix, sizeof prefix, "t%d", i);
         int rc = srv_schema_rules(params, prefix, &t->args_rules, &t->args_expr, why, sizeof why);
         if (rc == BRISK_ENOMEM)
-            return t_oom(err);
+            return srv_api_oom(err);
         if (rc < 0)
-            return t_fail(err, "invalid_schema", param, "'%s.function.parameters': %s", param, why);
+            return srv_api_fail(err, "invalid_schema", param, "'%s.function.parameters': %s", param,
+                                why);
     } else if (!(t->args_expr = t_dup("jo"))) {
-        return t_oom(err);
+        return srv_api_oom(err);
     }
     return 0;
 }
@@ -122,19 +99,19 @@ int srv_tools_parse(const cJSON *tools, const cJSON *tool_choice, const cJSON *p
     r->tool_choice = SRV_TOOL_CHOICE_NONE;
     if (parallel && !cJSON_IsNull(parallel)) {
         if (!cJSON_IsBool(parallel))
-            return t_fail(err, "invalid_type", "parallel_tool_calls",
-                          "'parallel_tool_calls' must be a boolean");
+            return srv_api_fail(err, "invalid_type", "parallel_tool_calls",
+                                "'parallel_tool_calls' must be a boolean");
         r->parallel_tool_calls = cJSON_IsTrue(parallel);
     }
     if (tools && !cJSON_IsNull(tools)) {
         if (!cJSON_IsArray(tools))
-            return t_fail(err, "invalid_type", "tools", "'tools' must be an array");
+            return srv_api_fail(err, "invalid_type", "tools", "'tools' must be an array");
         int n = cJSON_GetArraySize(tools);
         if (n > SRV_MAX_TOOLS)
-            return t_fail(err, "invalid_value", "tools", "at most %d tools are allowed",
-                          SRV_MAX_TOOLS);
+            return srv_api_fail(err, "invalid_value", "tools", "at most %d tools are allowed",
+                                SRV_MAX_TOOLS);
         if (n > 0 && !(r->tools = brisk_calloc((size_t)n, sizeof *r->tools)))
-            return t_oom(err);
+            return srv_api_oom(err);
         for (const cJSON *c = tools->child; c; c = c->next) {
             int rc = parse_tool(c, r->n_tools, &r->tools[r->n_tools], err);
             r->n_tools++;
@@ -142,8 +119,8 @@ int srv_tools_parse(const cJSON *tools, const cJSON *tool_choice, const cJSON *p
                 return rc;
             for (int k = 0; k < r->n_tools - 1; k++)
                 if (!strcmp(r->tools[k].name, r->tools[r->n_tools - 1].name))
-                    return t_fail(err, "invalid_value", "tools", "two tools are named '%s'",
-                                  r->tools[k].name);
+                    return srv_api_fail(err, "invalid_value", "tools", "two tools are named '%s'",
+                                        r->tools[k].name);
         }
     }
     if (r->n_tools > 0)
@@ -158,28 +135,30 @@ int srv_tools_parse(const cJSON *tools, const cJSON *tool_choice, const cJSON *p
         }
         if (!strcmp(s, "auto") || !strcmp(s, "required")) {
             if (r->n_tools == 0)
-                return !strcmp(s, "auto") ? 0
-                                          : t_fail(err, "invalid_value", "tool_choice",
-                                                   "'tool_choice' \"required\" needs 'tools'");
+                return !strcmp(s, "auto")
+                           ? 0
+                           : srv_api_fail(err, "invalid_value", "tool_choice",
+                                          "'tool_choice' \"required\" needs 'tools'");
             r->tool_choice = !strcmp(s, "auto") ? SRV_TOOL_CHOICE_AUTO : SRV_TOOL_CHOICE_REQUIRED;
             return 0;
         }
-        return t_fail(err, "invalid_value", "tool_choice",
-                      "'tool_choice' must be \"none\", \"auto\", \"required\" or a function");
+        return srv_api_fail(err, "invalid_value", "tool_choice",
+                            "'tool_choice' must be \"none\", \"auto\", \"required\" or a function");
     }
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool_choice, "function");
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
     if (!cJSON_IsObject(tool_choice) || !cJSON_IsString(name))
-        return t_fail(err, "invalid_value", "tool_choice",
-                      "'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                      "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        return srv_api_fail(err, "invalid_value", "tool_choice",
+                            "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                            "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     for (int k = 0; k < r->n_tools; k++)
         if (!strcmp(r->tools[k].name, name->valuestring)) {
             r->tool_choice = SRV_TOOL_CHOICE_NAMED;
             r->tool_named = k;
             return 0;
         }
-    return t_fail(err, "invalid_value", "tool_choice", "'tool_choice' names no tool in 'tools'");
+    return srv_api_fail(err, "invalid_value", "tool_choice",
+                        "'tool_choice' names no tool in 'tools'");
 }
 
 int srv_tools_parse_calls(const cJSON *calls, const char *param, srv_chat_msg *m,
@@ -187,12 +166,12 @@ int srv_tools_parse_calls(const cJSON *calls, const char *param, srv_chat_msg *m
     char p[96];
     snprintf(p, sizeof p, "%s.tool_calls", param);
     if (!cJSON_IsArray(calls))
-        return t_fail(err, "invalid_type", p, "'%s' must be an array", p);
+        return srv_api_fail(err, "invalid_type", p, "'%s' must be an array", p);
     int n = cJSON_GetArraySize(calls);
     if (n > SRV_MAX_TOOLS)
-        return t_fail(err, "invalid_value", p, "at most %d calls in '%s'", SRV_MAX_TOOLS, p);
+        return srv_api_fail(err, "invalid_value", p, "at most %d calls in '%s'", SRV_MAX_TOOLS, p);
     if (n > 0 && !(m->calls = brisk_calloc((size_t)n, sizeof *m->calls)))
-        return t_oom(err);
+        return srv_api_oom(err);
     for (const cJSON *c = calls->child; c; c = c->next) {
         srv_tool_call *t = &m->calls[m->n_calls++];
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
@@ -202,21 +181,22 @@ int srv_tools_parse_calls(const cJSON *calls, const char *param, srv_chat_msg *m
         if (!cJSON_IsObject(c) || !cJSON_IsString(name) || !valid_name(name->valuestring) ||
             (args && !cJSON_IsString(args) && !cJSON_IsNull(args)) ||
             (id && !cJSON_IsString(id) && !cJSON_IsNull(id)))
-            return t_fail(err, "invalid_value", p,
-                          "each of '%s' must be {\"id\": ..., \"type\": \"function\", "
-                          "\"function\": {\"name\": ..., \"arguments\": \"<JSON text>\"}}",
-                          p);
+            return srv_api_fail(err, "invalid_value", p,
+                                "each of '%s' must be {\"id\": ..., \"type\": \"function\", "
+                                "\"function\": {\"name\": ..., \"arguments\": \"<JSON text>\"}}",
+                                p);
         /* the arguments are JSON text: rendered as the JSON they hold */
         cJSON *parsed =
             cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : cJSON_CreateObject();
         if (!parsed)
-            return t_fail(err, "invalid_value", p, "the arguments in '%s' are not valid JSON", p);
+            return srv_api_fail(err, "invalid_value", p, "the arguments in '%s' are not valid JSON",
+                                p);
         t->arguments = cJSON_PrintUnformatted(parsed);
         cJSON_Delete(parsed);
         t->name = t_dup(name->valuestring);
         t->id = t_dup(cJSON_IsString(id) ? id->valuestring : "");
         if (!t->arguments || !t->name || !t->id)
-            return t_oom(err);
+            return srv_api_oom(err);
     }
     return 0;
 }

@@ -438,9 +438,12 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
             if (p.repetition_penalty != 1.0f)
                 l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty)
                              : __fmul_rn(l, p.repetition_penalty);
-            const float sub = __fadd_rn(p.presence_penalty,
-                                        __fmul_rn(p.frequency_penalty, edit_vals[p.pen_first + e]));
-            c.keys[id] = __float_as_uint(__fsub_rn(l, sub));
+            // A count of 0: in the repetition window only (model_sampling.pf_from).
+            const float cnt = edit_vals[p.pen_first + e];
+            if (cnt > 0.0f)
+                l = __fsub_rn(l,
+                              __fadd_rn(p.presence_penalty, __fmul_rn(p.frequency_penalty, cnt)));
+            c.keys[id] = __float_as_uint(l);
         }
         __syncthreads();
     }

@@ -9,8 +9,9 @@
  *      edits (ids distinct: the host sums duplicates; ids out of range are
  *      ignored);
  *   2. penalties: for each (id, count) of the row's penalty edits (distinct
- *      ids, count >= 1 occurrences in the penalty window): l = l > 0 ? l / rep
- *      : l * rep (when rep != 1), then l -= presence + frequency * count;
+ *      ids of the repetition window, count = occurrences in the presence /
+ *      frequency window, which may be 0): l = l > 0 ? l / rep : l * rep
+ *      (when rep != 1), then, when count > 0, l -= presence + frequency * count;
  *   3. temperature <= 0: greedy, the argmax with ties to the lowest id and NaN
  *      never chosen (kern_cuda_argmax's rule); done.
  *   4. else candidates are ids with l > -inf, at l / temperature;

@@ -75,7 +75,8 @@ static void samp_edit(float *l, const float *logits, int n_vocab, const kern_cud
         float x = l[id];
         if (p->repetition_penalty != 1.0f)
             x = x > 0.0f ? x / p->repetition_penalty : x * p->repetition_penalty;
-        x -= p->presence_penalty + p->frequency_penalty * edit_vals[p->pen_first + e];
+        if (edit_vals[p->pen_first + e] > 0.0f) /* 0: repetition window only */
+            x -= p->presence_penalty + p->frequency_penalty * edit_vals[p->pen_first + e];
         l[id] = x;
     }
 }
@@ -221,6 +222,9 @@ typedef struct samp_batch {
 } samp_batch;
 
 #define SAMP_HIST 64
+/* Presence and frequency count the history from here (model_sampling.pf_from:
+ * the prompt is left to the repetition penalty). */
+#define SAMP_PF_FROM 20
 
 static void samp_edit_push(samp_batch *b, int32_t id, float v) {
     if (b->n_edits == b->cap_edits) {
@@ -319,7 +323,7 @@ static void samp_add_row(samp_batch *b, const float *logits, int n_vocab, int lo
                 seen |= h[w] == id;
             if (seen)
                 continue;
-            for (int w = t; w < SAMP_HIST; w++)
+            for (int w = t > SAMP_PF_FROM ? t : SAMP_PF_FROM; w < SAMP_HIST; w++)
                 count += h[w] == id;
             samp_edit_push(b, id, (float)count);
         }
@@ -338,6 +342,7 @@ static int32_t samp_cpu_greedy(const samp_batch *b, int r, const float *logits, 
     s.repetition_penalty = p->repetition_penalty;
     s.presence_penalty = p->presence_penalty;
     s.frequency_penalty = p->frequency_penalty;
+    s.pf_from = b->n_hist[r] ? SAMP_PF_FROM : 0;
     s.n_logit_bias = p->n_bias;
     s.logit_bias_ids = b->edit_ids + p->bias_first;
     s.logit_bias = b->edit_vals + p->bias_first;

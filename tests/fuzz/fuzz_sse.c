@@ -250,7 +250,7 @@ static void send_chunk(stream *s, const char *text, size_t len, const srv_token_
  * of the same text. */
 static void finish_stream(stream *s, int include_usage, const char *text, size_t len,
                           const char *finish) {
-    srv_usage u = {7, s->n_events};
+    srv_usage u = {7, s->n_events, 0};
     if (include_usage) {
         char *json = s->chat ? srv_api_chat_chunk_json("chatcmpl-x", 1, "m", NULL, 0, &u, 0)
                              : srv_api_completion_chunk_json("cmpl-x", 1, "m", NULL, &u, 0);

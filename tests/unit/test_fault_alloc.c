@@ -232,7 +232,7 @@ static char *build(int which) {
     static const srv_choice ch[] = {
         {0, "Once upon\xe2\x82", 11, "length", lps, 3, NULL, 0, NULL, 0, 0},
         {1, "", 0, "stop", lps, 1, NULL, 0, NULL, 0, 0}};
-    static const srv_usage usage = {12, 7};
+    static const srv_usage usage = {12, 7, 0};
     srv_api_error e = {400, "invalid_request_error", "stop", "invalid_value", "bad \"stop\"\x01"};
     size_t n;
     switch (which) {
@@ -317,7 +317,7 @@ static void h_complete(srv_req *r) {
     }
     srv_choice ch = {
         0, cr.prompts[0].text, cr.prompts[0].text_len, "length", NULL, 0, NULL, 0, NULL, 0, 0};
-    srv_usage u = {cr.n_prompts, cr.params.max_tokens};
+    srv_usage u = {cr.n_prompts, cr.params.max_tokens, 0};
     char *json = srv_api_completion_json("cmpl-t", 1, "m", &ch, 1, &u, 0);
     srv_completion_req_free(&cr);
     if (!json) {

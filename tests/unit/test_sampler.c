@@ -143,6 +143,30 @@ int main(void) {
     model_sampler_sample(s, tmp, h3, 4);
     model_sampler_free(s);
     CHECK(tmp[20] == before20 && fabsf(tmp[21] - (before21 - 0.5f)) < 1e-6f, "frequency window");
+    /* pf_from: presence and frequency count the output only (from index 2),
+     * the repetition penalty the whole history; each token edited once. */
+    p = model_sampling_default();
+    p.temperature = 0.0f;
+    p.presence_penalty = 1.0f;
+    p.frequency_penalty = 0.25f;
+    p.repetition_penalty = 2.0f;
+    p.pf_from = 2;
+    for (int rep = 0; rep < 2; rep++) {
+        p.repetition_penalty = rep ? 2.0f : 1.0f;
+        memcpy(tmp, logits, sizeof tmp);
+        tmp[30] = 4.0f; /* prompt only */
+        tmp[31] = 4.0f; /* prompt and output, twice in the output */
+        tmp[32] = 4.0f; /* output only */
+        tmp[33] = 4.0f; /* nowhere */
+        int32_t h4[5] = {30, 31, 31, 32, 31};
+        s = model_sampler_create(&p, NV);
+        model_sampler_sample(s, tmp, h4, 5);
+        model_sampler_free(s);
+        float r = rep ? 2.0f : 1.0f;
+        CHECK(tmp[30] == 4.0f / r && tmp[31] == 4.0f / r - 1.5f && tmp[32] == 4.0f / r - 1.25f &&
+                  tmp[33] == 4.0f,
+              "pf_from (rep %g): %g %g %g %g", r, tmp[30], tmp[31], tmp[32], tmp[33]);
+    }
 
     /* Seeded reproducibility: same seed, same sequence; other seed, other sequence. */
     p = model_sampling_default();

@@ -310,7 +310,7 @@ static void test_completion_json(void) {
         {0, "Hello\n\"q\"\\ \x01\xE2\x82", 15, "length", lps, 3, NULL, 0, NULL, 0, 0},
         {1, "", 0, "stop", NULL, 0, NULL, 0, NULL, 0, 0},
     };
-    srv_usage u = {7, 5};
+    srv_usage u = {7, 5, 0};
     cJSON *o = parse_out(srv_api_completion_json("cmpl-1", 1700000000, "m\"x", ch, 2, &u, 1),
                          "completion");
     CHECK(is_str(o, "id", "cmpl-1") && is_str(o, "object", "text_completion") &&
@@ -367,7 +367,7 @@ static void test_chat_json(void) {
     srv_top_logprob top[] = {{"Hi", 2, -0.2f}, {"\xC3", 1, NAN}};
     srv_token_logprob lps[] = {{"Hi", 2, -0.2f, 1, 2, top, 0}, {"\xC3", 1, -1.5f, 1, 0, NULL, 0}};
     srv_choice ch = {0, "Hi\xC3", 3, "stop", lps, 2, NULL, 0, NULL, 0, 0};
-    srv_usage u = {3, 2};
+    srv_usage u = {3, 2, 0};
     cJSON *o = parse_out(srv_api_chat_json("chatcmpl-9", 5, "m", &ch, 1, &u, 1), "chat");
     CHECK(is_str(o, "object", "chat.completion") && is_str(o, "id", "chatcmpl-9"), "head");
     const cJSON *c0 = cJSON_GetArrayItem(get(o, "choices"), 0);
@@ -398,7 +398,7 @@ static void test_chunks(void) {
               cJSON_IsNull(get(c0, "logprobs")) && !get(o, "usage"),
           "completion chunk");
     cJSON_Delete(o);
-    srv_usage u = {4, 6};
+    srv_usage u = {4, 6, 0};
     o = parse_out(srv_api_completion_chunk_json("c", 1, "m", NULL, &u, 0), "usage chunk");
     CHECK(cJSON_IsArray(get(o, "choices")) && cJSON_GetArraySize(get(o, "choices")) == 0 &&
               is_num(get(o, "usage"), "total_tokens", 10),
@@ -517,7 +517,7 @@ static void test_builders_random(void) {
             off += n;
         }
         srv_choice c = {0, text, off, (rnd() % 2) ? "stop" : NULL, lps, NTOK, NULL, 0, NULL, 0, 0};
-        srv_usage u = {(int)(rnd() % 100), (int)(rnd() % 100)};
+        srv_usage u = {(int)(rnd() % 100), (int)(rnd() % 100), 0};
         char *outs[5] = {
             srv_api_completion_json("id", r, "m", &c, 1, &u, 1),
             srv_api_chat_json("id", r, "m", &c, 1, &u, 1),

@@ -1,0 +1,29 @@
+/* srv_api_int.h - helpers the request parsers share (srv_api_req.c,
+ * srv_api_tok.c, srv_responses.c, srv_tools.c): OpenAI-shaped 400s and the
+ * guarded JSON parse. Server-internal. */
+#ifndef SRV_API_INT_H
+#define SRV_API_INT_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "common/brisk_buf.h"
+#include "server/srv_api.h"
+
+/* Fills err with a 400 invalid_request_error (code and param may be NULL)
+ * and returns BRISK_EINVAL. */
+int srv_api_fail(srv_api_error *err, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Fills err with a 500 for a failed allocation; returns BRISK_ENOMEM. */
+int srv_api_oom(srv_api_error *err);
+/* Scans the body against lim's depth and value limits, then parses it:
+ * 0 with *root a JSON object the caller deletes, or a code with err set. */
+int srv_api_parse_json(const char *body, size_t len, const srv_api_limits *lim, cJSON **root,
+                       srv_api_error *err);
+
+/* JSON writers (srv_api_resp.c): a string of the bytes s[0, n) with
+ * ill-formed UTF-8 as U+FFFD (s NULL: null), and an integer. */
+void srv_api_put_str(brisk_buf *w, const char *s, size_t n);
+void srv_api_put_int(brisk_buf *w, long long v);
+
+#endif
