@@ -209,6 +209,7 @@ static const srv_route routes[] = {
     {"GET", "/secret", h_secret, SRV_ROUTE_AUTH},
     {"POST", "/secret", h_secret, SRV_ROUTE_AUTH},
     {"GET", "/drop", h_drop, 0},
+    {"GET", "/items/*", h_headers, 0},
 };
 #define N_ROUTES ((int)(sizeof routes / sizeof routes[0]))
 
@@ -601,7 +602,10 @@ static void test_basic(int port) {
     CHECK(resp_hdr_is(&r, "Content-Length", "5"), "Content-Length");
     CHECK(resp_hdr_is(&r, "Connection", "keep-alive"), "keep-alive");
     char v[128];
-    CHECK(resp_hdr(&r, "X-Request-Id", v, sizeof v) && strncmp(v, "req-", 4) == 0, "id %s", v);
+    /* A fresh random id: 32 hex digits. */
+    CHECK(resp_hdr(&r, "X-Request-Id", v, sizeof v) && strlen(v) == 32 &&
+              strspn(v, "0123456789abcdef") == 32,
+          "id %s", v);
     CHECK(resp_hdr(&r, "Date", v, sizeof v) && strstr(v, "GMT"), "Date");
     resp_free(&r);
 
@@ -622,7 +626,7 @@ static void test_basic(int port) {
     memset(longid, 'a', 65);
     longid[65] = '\0';
     snprintf(req, sizeof req, "GET /headers HTTP/1.1\r\nX-Request-Id: %s\r\n\r\n", longid);
-    CHECK(one_shot(port, req, &r) == 200 && strstr(r.body, "id=req-") && strstr(r.body, "x=(none)"),
+    CHECK(one_shot(port, req, &r) == 200 && !strstr(r.body, longid) && strstr(r.body, "x=(none)"),
           "long id replaced: %s", r.body);
     resp_free(&r);
 
@@ -675,13 +679,23 @@ static void test_basic(int port) {
     /* HEAD: the error head announces its length, no body follows, and the
      * connection stays usable. */
     CHECK(cli_open(&c, port) == 0, "connect");
-    cli_sends(&c, "HEAD /hello HTTP/1.1\r\n\r\nGET /hello HTTP/1.1\r\n\r\n");
+    cli_sends(&c, "HEAD /echo HTTP/1.1\r\n\r\nHEAD /hello HTTP/1.1\r\n\r\n"
+                  "GET /hello HTTP/1.1\r\n\r\n");
     {
         char *end;
         while (!(end = find_head_end(c.buf, c.len)))
             if (cli_fill(&c) <= 0)
                 break;
-        CHECK(end && strncmp(c.buf, "HTTP/1.1 405 ", 13) == 0, "HEAD -> 405");
+        CHECK(end && strncmp(c.buf, "HTTP/1.1 405 ", 13) == 0, "HEAD on a POST route -> 405");
+        if (end)
+            cli_consume(&c, (size_t)(end - c.buf) + 4);
+        /* A GET route answers HEAD: its head (with the GET body's length), no body. */
+        while (!(end = find_head_end(c.buf, c.len)))
+            if (cli_fill(&c) <= 0)
+                break;
+        CHECK(end && strncmp(c.buf, "HTTP/1.1 200 ", 13) == 0 &&
+                  strstr(c.buf, "Content-Length: 5\r\n") != NULL,
+              "HEAD on a GET route -> 200, Content-Length 5");
         if (end)
             cli_consume(&c, (size_t)(end - c.buf) + 4);
     }
@@ -824,7 +838,7 @@ static void test_routing_auth(int port) {
     cli_close(&c);
 
     CHECK(one_shot(port, "POST /hello HTTP/1.1\r\n\r\n", &r) == 405, "405");
-    CHECK(resp_hdr_is(&r, "Allow", "GET"), "Allow GET");
+    CHECK(resp_hdr_is(&r, "Allow", "GET, HEAD"), "Allow GET, HEAD");
     CHECK(body_has_type(&r, "invalid_request_error"), "405 body");
     resp_free(&r);
     CHECK(one_shot(port, "DELETE /echo HTTP/1.1\r\n\r\n", &r) == 405, "405 echo");
@@ -886,6 +900,83 @@ static void expect_error_close(int port, const char *req, size_t len, int status
 
 #define EXPECT_ERR(port, s, st, what) expect_error_close(port, s, sizeof(s) - 1, st, what)
 
+/* Prefix routes and CORS (a server with two allowed origins and a key). */
+static void test_cors_prefix(int port) {
+    resp r;
+    char v[512];
+    /* "/items/" + "*": any longer path, never the bare prefix. */
+    CHECK(one_shot(port, "GET /items/org/name%2Fx?q=1 HTTP/1.1\r\n\r\n", &r) == 200 &&
+              strstr(r.body, "p=/items/org/name%2Fx"),
+          "prefix route: %s", r.body);
+    resp_free(&r);
+    CHECK(one_shot(port, "GET /items/ HTTP/1.1\r\n\r\n", &r) == 404, "bare prefix: 404");
+    resp_free(&r);
+    CHECK(one_shot(port, "GET /itemsX HTTP/1.1\r\n\r\n", &r) == 404, "no slash: 404");
+    resp_free(&r);
+    CHECK(one_shot(port, "POST /items/a HTTP/1.1\r\n\r\n", &r) == 405 &&
+              resp_hdr_is(&r, "Allow", "GET, HEAD"),
+          "prefix route: 405 with Allow");
+    resp_free(&r);
+    /* Preflight from an allowed origin: 204 before auth, methods of the path. */
+    CHECK(one_shot(port,
+                   "OPTIONS /secret HTTP/1.1\r\nOrigin: https://b.example\r\n"
+                   "Access-Control-Request-Method: POST\r\n"
+                   "Access-Control-Request-Headers: authorization, content-type\r\n\r\n",
+                   &r) == 204,
+          "preflight 204");
+    CHECK(resp_hdr_is(&r, "Access-Control-Allow-Origin", "https://b.example") &&
+              resp_hdr_is(&r, "Access-Control-Allow-Methods", "GET, POST, HEAD") &&
+              resp_hdr_is(&r, "Access-Control-Allow-Headers", "authorization, content-type") &&
+              resp_hdr_is(&r, "Vary", "Origin"),
+          "preflight headers");
+    resp_free(&r);
+    /* A header list that is not plain names is not echoed. */
+    CHECK(one_shot(port,
+                   "OPTIONS /hello HTTP/1.1\r\nOrigin: https://a.example\r\n"
+                   "Access-Control-Request-Method: GET\r\n"
+                   "Access-Control-Request-Headers: x-a;evil\r\n\r\n",
+                   &r) == 204 &&
+              resp_hdr_is(&r, "Access-Control-Allow-Headers",
+                          "Authorization, Content-Type, X-Request-Id"),
+          "preflight: odd header list replaced");
+    resp_free(&r);
+    CHECK(one_shot(port,
+                   "OPTIONS /hello HTTP/1.1\r\nOrigin: https://c.example\r\n"
+                   "Access-Control-Request-Method: GET\r\n\r\n",
+                   &r) == 403 &&
+              strstr(r.body, "\"code\":\"cors_origin_not_allowed\"") &&
+              !resp_hdr(&r, "Access-Control-Allow-Origin", v, sizeof v),
+          "preflight from another origin: 403");
+    resp_free(&r);
+    CHECK(one_shot(port,
+                   "OPTIONS /nope HTTP/1.1\r\nOrigin: https://a.example\r\n"
+                   "Access-Control-Request-Method: GET\r\n\r\n",
+                   &r) == 404,
+          "preflight to an unknown path: 404");
+    resp_free(&r);
+    /* Simple requests: the allowed origin gets the headers (errors too), others none. */
+    CHECK(one_shot(port, "GET /hello HTTP/1.1\r\nOrigin: https://a.example\r\n\r\n", &r) == 200 &&
+              resp_hdr_is(&r, "Access-Control-Allow-Origin", "https://a.example"),
+          "allowed origin: Allow-Origin");
+    CHECK(resp_hdr(&r, "Access-Control-Expose-Headers", v, sizeof v) && strstr(v, "X-Request-Id") &&
+              strstr(v, "Retry-After") && strstr(v, "x-ratelimit-remaining-tokens"),
+          "exposed headers: %s", v);
+    resp_free(&r);
+    CHECK(one_shot(port, "GET /secret HTTP/1.1\r\nOrigin: https://a.example\r\n\r\n", &r) == 401 &&
+              resp_hdr_is(&r, "Access-Control-Allow-Origin", "https://a.example"),
+          "a 401 carries the CORS headers too");
+    resp_free(&r);
+    CHECK(one_shot(port, "GET /hello HTTP/1.1\r\nOrigin: https://a.example.evil\r\n\r\n", &r) ==
+                  200 &&
+              !resp_hdr(&r, "Access-Control-Allow-Origin", v, sizeof v),
+          "another origin: no CORS headers");
+    resp_free(&r);
+    /* OPTIONS without the preflight headers is an ordinary request: 405. */
+    CHECK(one_shot(port, "OPTIONS /hello HTTP/1.1\r\nOrigin: https://a.example\r\n\r\n", &r) == 405,
+          "OPTIONS, not a preflight: 405");
+    resp_free(&r);
+}
+
 static void test_malformed(int port) {
     CHECK(srv_http_parser_is_strict() == 1, "parser must be strict (no lenient flags)");
     EXPECT_ERR(port, "GARBAGE\r\n\r\n", 400, "bad method");
@@ -932,6 +1023,9 @@ static void test_malformed(int port) {
     resp_free(&r);
     EXPECT_ERR(port, "GET /hello HTTP/2.0\r\n\r\n", 505, "HTTP/2.0");
     EXPECT_ERR(port, "GET /hello HTTP/1.2\r\n\r\n", 505, "HTTP/1.2");
+    /* llhttp 8 parses RTSP and ICE request lines: refused, not routed. */
+    EXPECT_ERR(port, "OPTIONS * RTSP/1.0\r\nCSeq: 1\r\n\r\n", 400, "RTSP/1.0");
+    EXPECT_ERR(port, "GET /hello ICE/1.0\r\n\r\n", 400, "ICE/1.0");
     EXPECT_ERR(port, "GET /he llo HTTP/1.1\r\n\r\n", 400, "space in target");
 
     /* Random garbage: the server answers 400 or just closes, and lives on. */
@@ -1360,6 +1454,15 @@ int main(void) {
     if (tsrv_start(&b, &cfg, "127.0.0.1") == 0) {
         test_timeouts(b.port);
         tsrv_stop(&b);
+    }
+
+    cfg = srv_http_config_default();
+    cfg.api_key = API_KEY;
+    cfg.allowed_origins = " https://a.example,,https://b.example ";
+    tsrv co;
+    if (tsrv_start(&co, &cfg, "127.0.0.1") == 0) {
+        test_cors_prefix(co.port);
+        tsrv_stop(&co);
     }
 
     brisk_log_set_level(BRISK_LOG_WARN);
