@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/brisk_error.h"
 #include "kernels/cpu/kern_pool.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
@@ -72,6 +73,11 @@ typedef struct model_backend_ops {
     /* ids[i] = the token chosen for jobs[i]. Each job's sampler advances
      * its generator as model_sampler_sample does. */
     int (*sample)(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids);
+    /* The hidden states of the last forward's want_hidden rows
+     * (model_state_hidden's contract), host memory valid until the next
+     * forward. NULL: the backend has none (CUDA), and its forward refuses a
+     * batch that asks for them (BRISK_EUNSUPPORTED). */
+    int (*hidden)(model_backend *be, const float **rows, int *n_rows);
     /* A paged KV cache (cfg: every field but the storage ones) whose K/V
      * memory this backend provides. Freed with kv_cache_free before the
      * backend is freed. */
@@ -136,6 +142,15 @@ static inline int model_backend_logits(model_backend *be, int row, const float *
 static inline int model_backend_sample(model_backend *be, const model_sample_job *jobs, int n,
                                        int32_t *ids) {
     return be->ops->sample(be, jobs, n, ids);
+}
+/* 1 when the backend gives hidden states (embeddings). */
+static inline int model_backend_has_hidden(const model_backend *be) {
+    return be->ops->hidden != NULL;
+}
+static inline int model_backend_hidden(model_backend *be, const float **rows, int *n_rows) {
+    if (!be->ops->hidden)
+        return BRISK_EUNSUPPORTED;
+    return be->ops->hidden(be, rows, n_rows);
 }
 static inline int model_backend_kv_create(model_backend *be, const kv_cache_config *cfg,
                                           kv_cache **out) {

@@ -49,6 +49,12 @@ static int cpu_sample(model_backend *be, const model_sample_job *jobs, int n, in
     return 0;
 }
 
+static int cpu_hidden(model_backend *be, const float **rows, int *n_rows) {
+    cpu_backend *c = (cpu_backend *)be;
+    *rows = model_state_hidden(c->st, n_rows);
+    return 0;
+}
+
 static int cpu_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cache **out) {
     (void)be;
     kv_cache_config k = *cfg;
@@ -126,6 +132,7 @@ static void cpu_free(model_backend *be) {
 static const model_backend_ops cpu_ops = {
     .name = "cpu",
     .forward = cpu_forward,
+    .hidden = cpu_hidden,
     .logits = cpu_logits,
     .sample = cpu_sample,
     .kv_create = cpu_kv_create,

@@ -488,6 +488,8 @@ static int cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, i
     cb->h_row_valid = -1;
     if (!cb->k_pool)
         return BRISK_EINVAL; /* kv did not come from kv_create */
+    if (b->want_hidden)
+        return BRISK_EUNSUPPORTED; /* no hidden states on this backend (ops.hidden NULL) */
     if (cb->kv_error) {
         int rc = cb->kv_error;
         cb->kv_error = 0;

@@ -36,7 +36,9 @@ struct model_state {
     float *xout;   /* [max_batch_tokens][dim] final rows that want logits */
     float *logits; /* [n_logits_cap][n_vocab] */
     int n_logits_cap;
-    void *ws; /* matmul workspace */
+    float *hidden; /* [max_batch_tokens][dim] rows that want hidden states (made on first use) */
+    int n_hidden;  /* rows of the last forward */
+    void *ws;      /* matmul workspace */
     size_t ws_bytes;
     float *att_scratch; /* [n_scratch_threads][forward_attn_scratch floats] */
     attn_run *runs;     /* [max_batch_tokens] */
@@ -124,6 +126,7 @@ void model_state_free(model_state *st) {
     free(st->hb2);
     free(st->xout);
     free(st->logits);
+    free(st->hidden);
     free(st->ws);
     free(st->att_scratch);
     free(st->runs);
@@ -371,6 +374,10 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
     rc = forward_reserve(m, st, pool ? kern_pool_size(pool) : 1, n_want, c->n_vocab);
     if (rc < 0)
         return rc;
+    st->n_hidden = 0;
+    if (b->want_hidden && !st->hidden &&
+        !(st->hidden = forward_alloc((size_t)st->max_batch_tokens * c->dim)))
+        return BRISK_ENOMEM;
 
     const int dim = c->dim;
     int n_runs = forward_attn_runs(b, st->runs);
@@ -444,7 +451,17 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
             st->x[i] += st->xb2[i];
     }
 
-    /* 6. Final norm and the output projection, only for rows that want logits. */
+    /* 6. Hidden states asked for: the final norm of their rows. */
+    st->n_hidden = 0;
+    for (int i = 0; b->want_hidden && i < n; i++)
+        if (b->want_hidden[i])
+            memcpy(st->hidden + (size_t)st->n_hidden++ * dim, st->x + (size_t)i * dim,
+                   (size_t)dim * sizeof(float));
+    if (st->n_hidden > 0)
+        forward_rmsnorm(pool, st->hidden, st->hidden, w->output_norm, st->n_hidden, dim,
+                        c->norm_eps);
+
+    /* 7. Final norm and the output projection, only for rows that want logits. */
     int r = 0;
     for (int i = 0; i < n; i++) {
         int want = b->want_logits ? (b->want_logits[i] != 0) : (i == n - 1);
@@ -462,4 +479,9 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
     *logits = st->logits;
     *n_out = n_want;
     return 0;
+}
+
+const float *model_state_hidden(const model_state *st, int *n_rows) {
+    *n_rows = st->n_hidden;
+    return st->n_hidden ? st->hidden : NULL;
 }

@@ -205,6 +205,16 @@ int model_read_config(model *m, char *err, size_t err_len) {
         for (char *p = arch; *p; p++)
             if (*p < 0x20 || *p > 0x7e)
                 *p = '?';
+        static const char *const encoders[] = {"bert",         "nomic-bert", "nomic-bert-moe",
+                                               "jina-bert-v2", "t5encoder",  "modern-bert",
+                                               "neo-bert"};
+        for (size_t i = 0; i < sizeof encoders / sizeof encoders[0]; i++)
+            if (!strcmp(arch, encoders[i]))
+                return ERR(BRISK_EUNSUPPORTED,
+                           "model: '%s' is an encoder-only (embedding) architecture; brisk runs "
+                           "decoder-only models (llama, qwen2, qwen3, gemma2, gemma3, phi3), whose "
+                           "/v1/embeddings it serves with --embeddings",
+                           arch);
         return ERR(BRISK_EUNSUPPORTED,
                    "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, gemma2, "
                    "gemma3, phi3)",
@@ -227,6 +237,20 @@ int model_read_config(model *m, char *err, size_t err_len) {
     c->n_ctx_train = 2048;
     if ((rc = model_meta_u32(gf, arch, "context_length", 0, &c->n_ctx_train, err, err_len)) < 0)
         return rc;
+    /* The pooling an embedding model declares (llama.cpp's numbers): mean and
+     * last are served; cls and rank belong to encoders and rerankers. */
+    char pkey[128];
+    snprintf(pkey, sizeof pkey, "%s.pooling_type", arch);
+    uint32_t pool = 0;
+    rc = gguf_get_u32(gf, pkey, &pool);
+    if (rc < 0 && rc != BRISK_ENOTFOUND)
+        return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", pkey);
+    if (rc == 0 && pool != 0 && pool != 1 && pool != 3)
+        return ERR(BRISK_EUNSUPPORTED,
+                   "model: %s = %u (cls or rank pooling) is not supported: brisk pools by mean "
+                   "or last token",
+                   pkey, pool);
+    c->pooling = rc == 0 ? (int)pool : 0;
     if (c->dim % c->n_heads != 0)
         return ERR(BRISK_EFORMAT, "model: embedding_length %d is not a multiple of head_count %d",
                    c->dim, c->n_heads);

@@ -79,6 +79,8 @@ typedef struct model_config {
     int rope_orig_ctx;
     float rope_attn_factor;
     int tied_output; /* output projection shares token_embd */
+    /* <arch>.pooling_type, llama.cpp's numbers: 0 none given, 1 mean, 3 last */
+    int pooling;
 } model_config;
 
 /* 1 when the model's CUDA path has run on a GPU against the CPU (llama and
@@ -197,13 +199,16 @@ size_t model_weight_bytes(const model *m);
  * sits at position pos[i]; the positions of one sequence within a batch
  * must be increasing, and every position before pos[i] of that sequence must
  * already be in the cache or earlier in this batch. want_logits[i] != 0 asks
- * for that token's output row (NULL: only the last token). */
+ * for that token's output row (NULL: only the last token). want_hidden[i] != 0
+ * asks for its final hidden state, after the output norm (the embedding
+ * llama.cpp pools; model_state_hidden), NULL: none. */
 typedef struct model_batch {
     int n_tokens;
     const int32_t *tokens;
     const int32_t *pos;
     const int32_t *seq;
     const uint8_t *want_logits;
+    const uint8_t *want_hidden;
 } model_batch;
 
 typedef struct model_state model_state;
@@ -225,5 +230,10 @@ void model_state_free(model_state *st);
  * the state, bad sequence index) - checked before any work is done. */
 int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
                   const model_batch *batch, float **logits, int *n_out);
+
+/* The hidden states the last model_forward was asked for (want_hidden): *n_rows
+ * rows of dim floats in batch order, owned by st and valid until the next
+ * call; NULL with *n_rows 0 when none were. */
+const float *model_state_hidden(const model_state *st, int *n_rows);
 
 #endif

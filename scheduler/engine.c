@@ -43,6 +43,8 @@ typedef struct seq {
     int ready;             /* hist, sampler and text set up (on entering the engine) */
     int left_waiting;      /* no longer counted against the submit-side waiting caps */
     double t_submit, t_admit;
+    double *emb_sum; /* pooling: the sum (MEAN) or last row (LAST) of hidden states */
+    int emb_upto;    /* positions already added (a preempted MEAN recomputes the rest) */
 } seq;
 
 typedef struct cancel_msg {
@@ -83,6 +85,7 @@ struct sched_engine {
     int max_ctx;
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
+    uint8_t *b_hid;   /* tokens whose hidden state a pooling sequence needs */
     seq **b_owner;    /* per batch token: its sequence */
     float *lp_row;    /* copy of one logits row for log-probs */
     int32_t *eog_ids; /* every end-of-generation id of the vocabulary (min_tokens bans them) */
@@ -146,6 +149,7 @@ void sched_event_free(sched_event *ev) {
     free(ev->text);
     free(ev->tokens);
     free(ev->prompt_tokens);
+    free(ev->embedding);
     free(ev);
 }
 
@@ -161,6 +165,7 @@ static void seq_free(seq *s) {
     seq_text_free(&s->text);
     free(s->toks);
     free(s->ptoks);
+    free(s->emb_sum);
     sched_event_free(s->final_ev);
     free(s);
 }
@@ -246,6 +251,8 @@ int sched_engine_submit(sched_engine *e, sched_seq_params *p) {
     int rc = 0;
     if (e->state != SCHED_READY)
         rc = BRISK_EUNSUPPORTED;
+    else if (p->pooling && (p->pooling > SCHED_POOL_MEAN || !model_backend_has_hidden(e->be)))
+        rc = BRISK_EUNSUPPORTED;
     else if (p->n_prompt >= e->max_ctx)
         rc = BRISK_ERANGE;
     else if (e->n_waiting >= e->cfg.max_waiting ||
@@ -303,6 +310,10 @@ const model *sched_engine_model(const sched_engine *e) {
 
 int sched_engine_max_ctx(const sched_engine *e) {
     return e->max_ctx;
+}
+
+int sched_engine_can_pool(const sched_engine *e) {
+    return sched_engine_model(e) && model_backend_has_hidden(e->be);
 }
 
 void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out) {
@@ -424,6 +435,14 @@ static void seq_enter(sched_engine *e, seq *s) {
         return;
     }
     s->text.keep_stop = s->p.include_stop_str;
+    if (s->p.pooling) {
+        s->emb_sum = brisk_calloc((size_t)c->dim, sizeof *s->emb_sum);
+        if (!s->emb_sum) {
+            uncount_waiting(e, s);
+            seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+            return;
+        }
+    }
     if (s->p.grammar) {
         if (!e->gvocab)
             e->gvocab = model_grammar_vocab_create(model_get_vocab(e->m));
@@ -457,7 +476,8 @@ static void seq_enter(sched_engine *e, seq *s) {
     s->req.n_tokens = s->n_hist;
     s->req.n_prompt = s->p.n_prompt;
     s->req.fork_of = NULL;
-    if (s->p.fork_of && !want_ptoks) {
+    s->req.no_prefix_match = s->p.pooling == SCHED_POOL_MEAN;
+    if (s->p.fork_of && !want_ptoks && !s->p.pooling) {
         seq *src = find_seq(e, s->p.fork_of);
         if (src)
             s->req.fork_of = &src->req;
@@ -540,13 +560,43 @@ static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
 }
 
 /* One engine step: schedule, one forward pass, sample, emit. */
+/* Pooling: the hidden state of position pos into s's sum (MEAN) or as its
+ * last row (LAST); positions already added (before a preemption) are not
+ * added twice. */
+static void seq_embed_add(seq *s, const float *h, int dim, int pos) {
+    if (pos < s->emb_upto)
+        return;
+    int mean = s->p.pooling == SCHED_POOL_MEAN;
+    for (int d = 0; d < dim; d++)
+        s->emb_sum[d] = mean ? s->emb_sum[d] + (double)h[d] : (double)h[d];
+    s->emb_upto = pos + 1;
+}
+
+/* A pooling sequence's prompt is computed: its embedding goes out with the
+ * final event (allocated at submit), and it ends. ok 0: a position's state
+ * is missing (never expected: the backend gives every row asked for). */
+static void seq_embed_done(sched_engine *e, seq *s, int ok) {
+    int dim = model_get_config(e->m)->dim;
+    float *v = ok ? brisk_malloc((size_t)dim * sizeof *v) : NULL;
+    if (!v) {
+        seq_finish(e, s, SCHED_FINISH_ERROR, ok ? "out of memory" : "missing hidden states");
+        return;
+    }
+    double div = s->p.pooling == SCHED_POOL_MEAN ? (double)s->p.n_prompt : 1.0;
+    for (int d = 0; d < dim; d++)
+        v[d] = (float)(s->emb_sum[d] / div);
+    s->final_ev->embedding = v;
+    s->final_ev->n_embedding = dim;
+    seq_finish(e, s, SCHED_FINISH_STOP, NULL);
+}
+
 static void step(sched_engine *e) {
     sched_plan plan;
     sched_core_schedule(e->core, &plan);
     double now = brisk_now();
     for (int i = 0; i < plan.n_starved; i++) /* its context outgrew the whole KV pool */
         seq_finish(e, (seq *)plan.starved[i], SCHED_FINISH_LENGTH, NULL);
-    int n = 0;
+    int n = 0, any_hid = 0;
     for (int i = 0; i < plan.n_entries; i++) {
         seq *s = (seq *)plan.entries[i].req;
         if (s->t_admit == 0) { /* first admission (not a return after preemption) */
@@ -558,14 +608,22 @@ static void step(sched_engine *e) {
             e->b_tok[n] = s->hist[pos];
             e->b_pos[n] = pos;
             e->b_seq[n] = s->req.slot;
-            e->b_want[n] =
-                pos == s->n_hist - 1 || (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt);
+            if (s->p.pooling) { /* hidden states, no logits */
+                e->b_want[n] = 0;
+                e->b_hid[n] =
+                    s->p.pooling == SCHED_POOL_MEAN ? pos >= s->emb_upto : pos == s->p.n_prompt - 1;
+                any_hid |= e->b_hid[n];
+            } else {
+                e->b_want[n] =
+                    pos == s->n_hist - 1 || (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt);
+                e->b_hid[n] = 0;
+            }
             n++;
         }
     }
     if (n == 0)
         return;
-    model_batch b = {n, e->b_tok, e->b_pos, e->b_seq, e->b_want};
+    model_batch b = {n, e->b_tok, e->b_pos, e->b_seq, e->b_want, any_hid ? e->b_hid : NULL};
     int n_out = 0;
     double t0 = brisk_now();
     int rc = model_backend_forward(e->be, e->kv, &b, &n_out);
@@ -583,11 +641,17 @@ static void step(sched_engine *e) {
     const model_config *c = model_get_config(e->m);
     long long n_prompt = 0, n_gen = 0;
     int row = 0, t = 0, n_jobs = 0;
+    const float *hid = NULL;
+    int n_hid = 0, hrow = 0;
+    if (any_hid && model_backend_hidden(e->be, &hid, &n_hid) < 0)
+        n_hid = 0;
     for (int i = 0; i < plan.n_entries; i++) {
         seq *s = (seq *)plan.entries[i].req;
         int pos0 = plan.entries[i].pos, cnt = plan.entries[i].n;
         int sample_row = -1;
         for (int k = 0; k < cnt; k++, t++) {
+            if (e->b_hid[t] && hrow < n_hid)
+                seq_embed_add(s, hid + (size_t)hrow++ * c->dim, c->dim, pos0 + k);
             if (!e->b_want[t])
                 continue;
             int pos = pos0 + k;
@@ -605,6 +669,11 @@ static void step(sched_engine *e) {
          * a preemption is not new prompt work. */
         if (s->req.n_preempted == 0 && pos0 < s->p.n_prompt)
             n_prompt += (pos0 + cnt < s->p.n_prompt ? pos0 + cnt : s->p.n_prompt) - pos0;
+        if (s->p.pooling) {
+            if (pos0 + cnt >= s->p.n_prompt)
+                seq_embed_done(e, s, s->emb_upto == s->p.n_prompt);
+            continue;
+        }
         if (sample_row < 0)
             continue;
         if (s->gm) { /* the grammar's allowed tokens, the sampler's mask */
@@ -703,6 +772,7 @@ static int engine_load(sched_engine *e) {
     e->b_pos = malloc((size_t)mbt * sizeof *e->b_pos);
     e->b_seq = malloc((size_t)mbt * sizeof *e->b_seq);
     e->b_want = malloc((size_t)mbt);
+    e->b_hid = malloc((size_t)mbt);
     e->lp_row = malloc((size_t)c->n_vocab * sizeof *e->lp_row);
     e->eog_ids = malloc((size_t)c->n_vocab * sizeof *e->eog_ids);
     for (int id = 0; e->eog_ids && id < c->n_vocab; id++)
@@ -712,7 +782,7 @@ static int engine_load(sched_engine *e) {
     e->job_seq = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_seq);
     e->job_ids = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_ids);
     if (!e->jobs || !e->job_seq || !e->job_ids || !e->core || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_want || !e->lp_row || !e->eog_ids) {
+        !e->b_want || !e->b_hid || !e->lp_row || !e->eog_ids) {
         snprintf(e->load_err, sizeof e->load_err,
                  "out of memory for the scheduler's scratch (%ld KV blocks)", n_blocks);
         return BRISK_ENOMEM;
@@ -856,6 +926,7 @@ void sched_engine_free(sched_engine *e) {
     free(e->b_pos);
     free(e->b_seq);
     free(e->b_want);
+    free(e->b_hid);
     free(e->lp_row);
     free(e->eog_ids);
     model_grammar_vocab_free(e->gvocab);

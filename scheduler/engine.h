@@ -98,10 +98,21 @@ typedef struct sched_seq_params {
      * token is sampled among those the grammar allows; the output ends with
      * finish "stop" once the grammar can take nothing more. */
     model_grammar *grammar;
+    /* An embedding instead of a generation (SCHED_POOL_LAST or _MEAN): the
+     * prompt is run once, nothing is sampled, and the final event (finish
+     * STOP) carries the pooled final hidden state (after the output norm),
+     * not normalised. Needs a backend with hidden states (the CPU one):
+     * submit returns BRISK_EUNSUPPORTED otherwise. MEAN never reuses
+     * prefix-cached blocks (every position's state is needed). max_tokens
+     * is not used (give 1). */
+    int pooling;
     void *user;    /* handed back in every event */
     void *fork_of; /* or the user pointer of an earlier submitted sequence with the
                                  same prompt (n > 1 choices): share its prompt KV blocks */
 } sched_seq_params;
+
+/* Pooling of an embedding sequence (sched_seq_params.pooling). */
+enum { SCHED_POOL_NONE = 0, SCHED_POOL_LAST = 1, SCHED_POOL_MEAN = 2 };
 
 /* Frees what a params struct owns (for callers whose submit failed). */
 void sched_seq_params_free(sched_seq_params *p);
@@ -128,6 +139,8 @@ typedef struct sched_event {
     int cached_tokens; /* prompt tokens found in the prefix cache (0 before admission) */
     double t_event;    /* brisk_now() when emitted */
     double t_admitted; /* when the sequence got a slot (0 if never) */
+    float *embedding;  /* pooling sequences' final event: [n_embedding], owned */
+    int n_embedding;
     char err[160];
 } sched_event;
 
@@ -147,6 +160,8 @@ sched_state sched_engine_state(const sched_engine *e, char *err, size_t err_len)
 const model *sched_engine_model(const sched_engine *e);
 /* Positions one sequence may use: the context, or the KV pool if smaller. */
 int sched_engine_max_ctx(const sched_engine *e);
+/* 1 once READY when the backend gives hidden states (pooling sequences). */
+int sched_engine_can_pool(const sched_engine *e);
 
 /* Queues p. BRISK_ENOSPC when the waiting queue is full (the server answers
  * 429), BRISK_EINVAL for a bad argument, BRISK_EUNSUPPORTED before READY. */

@@ -191,7 +191,7 @@ static int admit_one(sched_core *c, sched_req *r, int budget, sched_plan *plan) 
         if (kv_cache_seq_fork(c->kv, slot, src->slot, r->n_prompt - 1) < 0)
             return 0;
         matched = r->n_prompt - 1;
-    } else if (c->cfg.prefix_caching) {
+    } else if (c->cfg.prefix_caching && !r->no_prefix_match) {
         matched = kv_cache_seq_match(c->kv, slot, r->tokens, r->n_tokens, r->n_tokens - 1);
     }
     /* Blocks for every known token must be there now (not only the first

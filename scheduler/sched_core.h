@@ -48,6 +48,7 @@ typedef struct sched_req {
     int n_tokens;
     int n_prompt;
     struct sched_req *fork_of; /* or NULL; cleared by sched_core_remove of that request */
+    int no_prefix_match;       /* 1: compute every position (never reuse cached blocks) */
     /* the scheduler's */
     int n_computed; /* positions whose K/V are in the cache */
     int slot;       /* KV slot while running, else -1 */

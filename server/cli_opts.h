@@ -47,6 +47,8 @@ typedef enum {
     O_MAX_QUEUED,
     O_MAX_QUEUED_TOKENS,
     O_CHAT_TEMPLATE,
+    O_EMBEDDINGS,
+    O_POOLING,
     O_SERVED_NAME,
     O_HOST,
     O_PORT,

@@ -40,7 +40,7 @@ static int bench_pp(model_backend *be, kv_cache *kv, const int32_t *ids, int n, 
     }
     for (int i = 0; i < n; i++)
         pos[i] = i;
-    model_batch b = {n, ids, pos, seq, NULL};
+    model_batch b = {n, ids, pos, seq, NULL, NULL};
     int n_out;
     double t0 = brisk_now();
     int rc = model_backend_forward(be, kv, &b, &n_out);
@@ -55,7 +55,7 @@ static int bench_tg(model_backend *be, kv_cache *kv, const int32_t *ids, int n, 
     double t0 = brisk_now();
     for (int i = 0; i < n; i++) {
         int32_t pos = i;
-        model_batch b = {1, &ids[i], &pos, &seq0, NULL};
+        model_batch b = {1, &ids[i], &pos, &seq0, NULL, NULL};
         int n_out;
         int rc = model_backend_forward(be, kv, &b, &n_out);
         if (rc < 0)

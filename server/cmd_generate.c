@@ -181,7 +181,7 @@ static int generate_prefill(model_backend *be, kv_cache *kv, const int32_t *ids,
             pos[i] = off + i;
             want[i] = dump != NULL || off + i == n - 1;
         }
-        model_batch b = {c, ids + off, pos, seq, want};
+        model_batch b = {c, ids + off, pos, seq, want, NULL};
         int n_out;
         rc = model_backend_forward(be, kv, &b, &n_out);
         for (int r = 0; rc == 0 && dump && r < n_out; r++) {
@@ -328,7 +328,7 @@ int cmd_generate(int argc, char **argv) {
         if (i + 1 == o.n_predict)
             break;
         int32_t pos = n_hist - 1;
-        model_batch b = {1, &tok, &pos, &seq0, NULL};
+        model_batch b = {1, &tok, &pos, &seq0, NULL, NULL};
         int n_out;
         if ((rc = model_backend_forward(be, kv, &b, &n_out)) < 0) {
             cli_error("decode failed: %s", brisk_strerror(rc));

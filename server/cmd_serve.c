@@ -61,6 +61,10 @@ static int serve_config(const cli_vals *v, srv_app_config *c, srv_keys *keys) {
         c->engine.max_waiting_tokens = (long)v->i[O_MAX_QUEUED_TOKENS];
     if (GIVEN(O_CHAT_TEMPLATE))
         c->chat_template = v->s[O_CHAT_TEMPLATE];
+    if (GIVEN(O_EMBEDDINGS))
+        c->embeddings = 1;
+    if (GIVEN(O_POOLING))
+        c->pooling = !strcmp(v->s[O_POOLING], "mean") ? SCHED_POOL_MEAN : SCHED_POOL_LAST;
     for (int k = 0; k < v->n_keys; k++)
         if (srv_keys_add(keys, NULL, v->keys[k], strlen(v->keys[k]), kerr, sizeof kerr) < 0) {
             cli_error("--api-key: %s", kerr);

@@ -199,6 +199,24 @@ int srv_api_parse_detokenize(const char *body, size_t len, const srv_api_limits 
 void srv_tokenize_req_free(srv_tokenize_req *r);
 void srv_detokenize_req_free(srv_detokenize_req *r);
 
+/* /v1/embeddings (srv_api_tok.c): OpenAI's request with vLLM's and
+ * llama.cpp's extensions. Owns every pointer. */
+#define SRV_EMBED_MAX_INPUTS 2048
+typedef struct srv_embed_req {
+    char *model;
+    srv_prompt *inputs; /* [n_inputs], 1..SRV_EMBED_MAX_INPUTS: text or token ids */
+    int n_inputs;
+    int base64;             /* encoding_format "base64": little-endian float32 bytes */
+    int dimensions;         /* -1: not given */
+    int normalize;          /* L2-normalise (default 1; vLLM's normalize, llama.cpp's
+                               embd_normalize 2 / -1) */
+    int add_special_tokens; /* text inputs: BOS as the model adds it (default 1) */
+} srv_embed_req;
+
+int srv_api_parse_embeddings(const char *body, size_t len, const srv_api_limits *lim,
+                             srv_embed_req *out, srv_api_error *err);
+void srv_embed_req_free(srv_embed_req *r);
+
 /* ---------------------------------------------------------------- responses */
 
 /* Inputs of the response builders: all borrowed for the call. Text fields are
@@ -285,6 +303,11 @@ char *srv_api_tokenize_json(const int32_t *ids, int n, int max_model_len, char *
                             const size_t *str_lens);
 /* /detokenize: {"prompt": text}. */
 char *srv_api_detokenize_json(const char *text, size_t len);
+/* /v1/embeddings: {"object":"list","data":[{"object":"embedding","index",
+ * "embedding": [floats] or "base64"}],"model","usage"}; vecs[i] holds dim
+ * floats (a value that is not finite is written 0). */
+char *srv_api_embeddings_json(const float *const *vecs, int n, int dim, int base64,
+                              const char *model, int prompt_tokens);
 
 /* ---------------------------------------------------------------- SSE */
 

@@ -1,4 +1,4 @@
-/* srv_api_tok.c - vLLM's /tokenize and /detokenize: request bodies in,
+/* srv_api_tok.c - vLLM's /tokenize and /detokenize, and /v1/embeddings: request bodies in,
  * plain structs out, and their response bodies. Loop thread; every body is
  * hostile (srv_api.h's rules). */
 #include <math.h>
@@ -171,5 +171,184 @@ char *srv_api_detokenize_json(const char *text, size_t len) {
     brisk_buf_str(&w, "{\"prompt\":");
     srv_api_put_str(&w, text, len);
     brisk_buf_str(&w, "}");
+    return brisk_buf_take(&w, NULL);
+}
+
+/* ---- /v1/embeddings ---- */
+
+/* One input: a non-empty string (valid UTF-8, no NUL) or token ids. */
+static int emb_input(const cJSON *v, const char *param, const srv_api_limits *lim, srv_prompt *out,
+                     srv_api_error *err) {
+    if (cJSON_IsString(v)) {
+        size_t n = strlen(v->valuestring);
+        if (n == 0)
+            return srv_api_fail(err, "invalid_value", param, "an input must not be empty");
+        if (!srv_utf8_valid(v->valuestring, n))
+            return srv_api_fail(err, "invalid_value", param, "an input is not valid UTF-8");
+        if (!(out->text = brisk_malloc(n + 1)))
+            return srv_api_oom(err);
+        memcpy(out->text, v->valuestring, n + 1);
+        out->text_len = n;
+        return 0;
+    }
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (n == 0)
+        return srv_api_fail(err, cJSON_IsArray(v) ? "invalid_value" : "invalid_type", param,
+                            "an input is a non-empty string or a non-empty array of token ids");
+    out->is_tokens = 1;
+    if (!(out->ids = brisk_malloc((size_t)n * sizeof *out->ids)))
+        return srv_api_oom(err);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) {
+        double d = cJSON_IsNumber(it) ? it->valuedouble : -1.0;
+        if (!cJSON_IsNumber(it) || d != floor(d) || d < 0 || d >= (double)lim->n_vocab)
+            return srv_api_fail(err, "invalid_value", param,
+                                "token ids must be integers in [0, %d)", lim->n_vocab);
+        out->ids[out->n_ids++] = (int32_t)d;
+    }
+    return 0;
+}
+
+int srv_api_parse_embeddings(const char *body, size_t len, const srv_api_limits *lim,
+                             srv_embed_req *out, srv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    out->dimensions = -1;
+    out->normalize = 1;
+    out->add_special_tokens = 1;
+    cJSON *root;
+    int rc = srv_api_parse_json(body, len, lim, &root, err);
+    if (rc < 0)
+        return rc;
+    rc = tok_model(root, &out->model, err);
+    const cJSON *v;
+    if (rc == 0 && (v = cJSON_GetObjectItemCaseSensitive(root, "encoding_format")) &&
+        !cJSON_IsNull(v)) {
+        if (cJSON_IsString(v) && !strcmp(v->valuestring, "base64"))
+            out->base64 = 1;
+        else if (!cJSON_IsString(v) || strcmp(v->valuestring, "float"))
+            rc = srv_api_fail(err, "invalid_value", "encoding_format",
+                              "'encoding_format' must be 'float' or 'base64'");
+    }
+    if (rc == 0 && (v = cJSON_GetObjectItemCaseSensitive(root, "dimensions")) && !cJSON_IsNull(v)) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 ||
+            v->valuedouble > 1e6)
+            rc = srv_api_fail(err, "invalid_value", "dimensions",
+                              "'dimensions' must be a positive integer");
+        else
+            out->dimensions = (int)v->valuedouble;
+    }
+    if (rc == 0)
+        rc = tok_bool(root, "normalize", &out->normalize, err);
+    if (rc == 0)
+        rc = tok_bool(root, "add_special_tokens", &out->add_special_tokens, err);
+    /* llama.cpp's embd_normalize: 2 (Euclidean, the default) or -1 (none). */
+    if (rc == 0 && (v = cJSON_GetObjectItemCaseSensitive(root, "embd_normalize")) &&
+        !cJSON_IsNull(v)) {
+        if (cJSON_IsNumber(v) && (v->valuedouble == 2 || v->valuedouble == -1))
+            out->normalize = v->valuedouble == 2;
+        else
+            rc = srv_api_fail(err, "unsupported_parameter", "embd_normalize",
+                              "'embd_normalize' must be 2 (Euclidean) or -1 (none)");
+    }
+    if (rc == 0 && (v = cJSON_GetObjectItemCaseSensitive(root, "truncate_prompt_tokens")) &&
+        !cJSON_IsNull(v))
+        rc = srv_api_fail(err, "unsupported_parameter", "truncate_prompt_tokens",
+                          "'truncate_prompt_tokens' is not supported: inputs are never cut");
+    const cJSON *in = rc == 0 ? cJSON_GetObjectItemCaseSensitive(root, "input") : NULL;
+    if (rc == 0 && !in)
+        rc = srv_api_fail(err, "missing_required_parameter", "input", "'input' is required");
+    /* A string, token ids, or an array of either (one embedding each). */
+    int many = rc == 0 && cJSON_IsArray(in) && in->child &&
+               (cJSON_IsString(in->child) || cJSON_IsArray(in->child));
+    int n = rc == 0 ? (many ? cJSON_GetArraySize(in) : 1) : 0;
+    if (rc == 0 && cJSON_IsArray(in) && !in->child)
+        rc = srv_api_fail(err, "invalid_value", "input", "'input' must not be empty");
+    if (rc == 0 && n > SRV_EMBED_MAX_INPUTS)
+        rc = srv_api_fail(err, "invalid_value", "input", "at most %d inputs in one request",
+                          SRV_EMBED_MAX_INPUTS);
+    if (rc == 0 && !(out->inputs = brisk_calloc((size_t)n, sizeof *out->inputs)))
+        rc = srv_api_oom(err);
+    const cJSON *it = many ? in->child : in;
+    for (int i = 0; rc == 0 && i < n; i++, it = it->next) {
+        char param[32];
+        snprintf(param, sizeof param, many ? "input[%d]" : "input", i);
+        rc = emb_input(it, param, lim, &out->inputs[i], err);
+        out->n_inputs = i + 1;
+    }
+    cJSON_Delete(root);
+    if (rc < 0)
+        srv_embed_req_free(out);
+    return rc;
+}
+
+void srv_embed_req_free(srv_embed_req *r) {
+    if (!r)
+        return;
+    free(r->model);
+    for (int i = 0; r->inputs && i < r->n_inputs; i++) {
+        free(r->inputs[i].text);
+        free(r->inputs[i].ids);
+    }
+    free(r->inputs);
+    memset(r, 0, sizeof *r);
+}
+
+/* Base64 (RFC 4648, padded) of n bytes. */
+static void w_base64(brisk_buf *w, const unsigned char *p, size_t n) {
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = brisk_buf_reserve(w, (n + 2) / 3 * 4 + 2);
+    if (!o)
+        return;
+    char *start = o;
+    *o++ = '"';
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        *o++ = abc[v >> 18 & 63];
+        *o++ = abc[v >> 12 & 63];
+        *o++ = i + 1 < n ? abc[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? abc[v & 63] : '=';
+    }
+    *o++ = '"';
+    brisk_buf_commit(w, (size_t)(o - start));
+}
+
+char *srv_api_embeddings_json(const float *const *vecs, int n, int dim, int base64,
+                              const char *model, int prompt_tokens) {
+    brisk_buf w = {0};
+    brisk_buf_str(&w, "{\"object\":\"list\",\"data\":[");
+    for (int i = 0; i < n; i++) {
+        brisk_buf_printf(
+            &w, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", i ? "," : "", i);
+        if (base64) {
+            /* OpenAI's: the little-endian float32 bytes. */
+            unsigned char *b = brisk_malloc((size_t)dim * 4 + 1);
+            if (!b) {
+                w.oom = 1;
+                break;
+            }
+            for (int d = 0; d < dim; d++) {
+                uint32_t u;
+                memcpy(&u, &vecs[i][d], 4);
+                for (int k = 0; k < 4; k++)
+                    b[4 * d + k] = (unsigned char)(u >> (8 * k));
+            }
+            w_base64(&w, b, (size_t)dim * 4);
+            free(b);
+        } else {
+            brisk_buf_str(&w, "[");
+            for (int d = 0; d < dim; d++) {
+                float x = vecs[i][d];
+                brisk_buf_printf(&w, d ? ",%.9g" : "%.9g", isfinite(x) ? (double)x : 0.0);
+            }
+            brisk_buf_str(&w, "]");
+        }
+        brisk_buf_str(&w, "}");
+    }
+    brisk_buf_str(&w, "],\"model\":");
+    srv_api_put_str(&w, model, strlen(model));
+    brisk_buf_printf(&w, ",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", prompt_tokens,
+                     prompt_tokens);
     return brisk_buf_take(&w, NULL);
 }

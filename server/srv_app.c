@@ -118,6 +118,10 @@ static void on_engine(uv_async_t *a) {
             app->m = sched_engine_model(app->eng);
             app->vocab = model_get_vocab(app->m);
             app->max_ctx = sched_engine_max_ctx(app->eng);
+            int mp = model_get_config(app->m)->pooling;
+            app->pooling = app->cfg.pooling ? app->cfg.pooling
+                           : mp == 1        ? SCHED_POOL_MEAN
+                                            : SCHED_POOL_LAST;
             app->limits = srv_api_limits_default(tok_n_vocab(app->vocab));
             /* Room for every request that could be served (max_prompts prompts of
              * token ids, each shorter than the context) and 16k other values; a
@@ -294,6 +298,7 @@ int srv_app_run(const srv_app_config *cfg) {
         {"GET", "/v1/models", h_models, SRV_ROUTE_AUTH},
         {"GET", "/v1/models/*", srv_route_model, SRV_ROUTE_AUTH},
         {"POST", "/v1/responses", srv_route_responses, SRV_ROUTE_AUTH},
+        {"POST", "/v1/embeddings", srv_gen_embeddings, SRV_ROUTE_AUTH},
         {"POST", "/tokenize", srv_route_tokenize, SRV_ROUTE_AUTH},
         {"POST", "/detokenize", srv_route_detokenize, SRV_ROUTE_AUTH},
         {"GET", "/version", srv_route_version, 0},

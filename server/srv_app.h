@@ -33,6 +33,8 @@ typedef struct srv_app_config {
     const char *audit_log;         /* --audit-log FILE ("-": stdout), NULL: none */
     int audit_content;             /* --audit-log-content: prompts and outputs in it too */
     int audit_flush_ms;            /* --audit-log-flush-ms: buffer written at least this often */
+    int embeddings;                /* --embeddings: serve /v1/embeddings */
+    int pooling;                   /* --pooling: SCHED_POOL_*; 0: the model's, else last */
     sched_engine_config engine;
     srv_http_config http;
 } srv_app_config;
@@ -66,6 +68,7 @@ typedef struct srv_app {
     int max_ctx;
     model_chat_format chat;
     srv_api_limits limits;
+    int pooling;   /* /v1/embeddings' SCHED_POOL_* (cfg, else the model's, else last) */
     gen_req *live; /* generation requests waiting for engine events */
     int n_live;
 } srv_app;
@@ -77,6 +80,7 @@ int srv_app_run(const srv_app_config *cfg);
 /* srv_gen.c: the generation endpoints and the engine-event pump. */
 void srv_gen_completions(srv_req *r);
 void srv_gen_chat(srv_req *r);
+void srv_gen_embeddings(srv_req *r); /* POST /v1/embeddings */
 
 /* How a chat generation answers: OpenAI chat completions (out NULL or
  * resp NULL), or the Responses API's shapes (srv_responses.h), whose state

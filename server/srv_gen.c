@@ -18,62 +18,7 @@
 #include "server/srv_responses.h"
 #include "server/srv_tools.h"
 
-#define GEN_MAX_CHOICES 128
-
-typedef struct gen_choice {
-    gen_req *req;
-    int index;
-    int prompt_idx;
-    int live; /* submitted, final event not yet seen */
-    sched_finish finish;
-    char *text; /* the whole output (non-streaming responses, echo included) */
-    size_t len, cap;
-    sched_token *toks; /* every output token, for logprobs */
-    int n_toks;
-    size_t cap_toks;
-    sched_token *ptoks; /* prompt log-probs (echo) */
-    int n_ptoks;
-    int completion_len;
-    int cached_tokens; /* of its prompt, found in the prefix cache */
-    char *atext;       /* streaming with --audit-log-content: the output sent so far */
-    size_t alen, acap;
-    int started;   /* streaming: first chunk sent */
-    size_t lp_off; /* streaming: text bytes of the tokens sent so far */
-    int lp_strip;  /* streaming: no text token sent yet, and the text starts afresh */
-    double t_last;
-    srv_reason reason; /* streaming with reasoning: the <think> splitter (zeroed = initial) */
-} gen_choice;
-
-struct gen_req {
-    gen_req *next, *prev;
-    srv_app *app;
-    srv_req *http; /* NULL once answered or aborted */
-    int is_chat, stream, include_usage, logprobs, echo;
-    int reason;            /* chat: split <think>...</think> off as reasoning_content */
-    int include_reasoning; /* with reason: send the reasoning (else drop it) */
-    char id[64];
-    int64_t created;
-    int n_choices, n_live;
-    gen_choice *choices;
-    int n_prompts;
-    int32_t **pids; /* per prompt token ids (echo, usage) */
-    int *n_pids;
-    char **ptext; /* per prompt text for echo (and for the audit log's content) */
-    size_t *ptext_len;
-    int *p_is_tokens;      /* per prompt: given as token ids */
-    int audit_keep;        /* --audit-log-content: keep the prompts, messages and output */
-    srv_audit_msg *a_msgs; /* chat messages (contents owned, roles static) */
-    int a_n_msgs;
-    int prompt_tokens;
-    double t_start, t_first, t_admit;
-    int failed;
-    char err[160];
-    int streamed_ok;
-    model_grammar *grammar; /* the request's constraint (a reference), or NULL */
-    int tools_on;           /* chat with tools offered: answers are parsed for calls */
-    srv_gen_out out;        /* the Responses API's state (owned), or zeroed */
-    model_chat_kind tools_kind;
-};
+#include "server/srv_gen_int.h"
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -111,6 +56,7 @@ static void gen_free(gen_req *g) {
         free(g->choices[i].atext);
         free(g->choices[i].toks);
         free(g->choices[i].ptoks);
+        free(g->choices[i].emb);
     }
     free(g->choices);
     for (int i = 0; i < g->n_prompts; i++) {
@@ -495,9 +441,45 @@ static void gen_observe(gen_req *g) {
                               g->t_admit > 0 ? g->t_admit - g->t_start : -1, now - g->t_start};
     srv_metrics_observe_request(app->metrics, &mr, now);
     if (g->http)
-        srv_req_set_log_fields(g->http, g->is_chat ? "/v1/chat/completions" : "/v1/completions",
+        srv_req_set_log_fields(g->http,
+                               g->embed      ? "/v1/embeddings"
+                               : g->out.resp ? "/v1/responses"
+                               : g->is_chat  ? "/v1/chat/completions"
+                                             : "/v1/completions",
                                g->prompt_tokens, completion,
                                g->t_first > 0 ? g->t_first - g->t_start : -1);
+}
+
+/* The embeddings of a finished /v1/embeddings request, L2-normalised unless
+ * asked not to be. Answers and clears g->http. */
+static void embed_respond(gen_req *g) {
+    srv_app *app = g->app;
+    const float **vecs = brisk_calloc((size_t)g->n_choices + 1, sizeof *vecs);
+    int dim = g->n_choices ? g->choices[0].n_emb : 0, ok = vecs != NULL;
+    for (int i = 0; ok && i < g->n_choices; i++) {
+        gen_choice *c = &g->choices[i];
+        ok = c->emb && c->n_emb == dim;
+        double ss = 0;
+        for (int d = 0; ok && d < dim; d++)
+            ss += (double)c->emb[d] * c->emb[d];
+        if (ok && g->emb_normalize && ss > 0)
+            for (int d = 0; d < dim; d++)
+                c->emb[d] = (float)(c->emb[d] / sqrt(ss));
+        if (ok)
+            vecs[i] = c->emb;
+    }
+    char *json = ok ? srv_api_embeddings_json(vecs, g->n_choices, dim, g->emb_base64,
+                                              app->served_name, g->prompt_tokens)
+                    : NULL;
+    if (json)
+        srv_respond(g->http, 200, "application/json", json, strlen(json), NULL);
+    else if (ok || !vecs)
+        srv_respond_code(g->http, BRISK_ENOMEM, NULL);
+    else
+        srv_respond_error(g->http, 500, "server_error", NULL, NULL, "an embedding is missing");
+    free(json);
+    free(vecs);
+    g->http = NULL;
 }
 
 static void gen_finish(gen_req *g) {
@@ -541,6 +523,8 @@ static void gen_finish(gen_req *g) {
         if (g->http)
             srv_stream_end(g->http);
         g->http = NULL;
+    } else if (g->http && g->embed && !g->failed) {
+        embed_respond(g);
     } else if (g->http) {
         if (g->failed) {
             srv_respond_error(g->http, 500, "server_error", NULL, NULL, "generation failed: %s",
@@ -701,6 +685,12 @@ static void on_event(srv_app *app, sched_event *ev) {
     }
     c->completion_len = ev->completion_len;
     c->cached_tokens = ev->cached_tokens;
+    if (ev->embedding) {
+        free(c->emb);
+        c->emb = ev->embedding;
+        c->n_emb = ev->n_embedding;
+        ev->embedding = NULL;
+    }
     if (ev->finish == SCHED_FINISH_ERROR)
         gen_fail(g, ev->err);
     if (g->failed) {
@@ -939,6 +929,7 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
     sp->sampling = s;
     sp->logprobs = p->logprobs;
     sp->prompt_logprobs = g->echo && p->logprobs >= 0;
+    sp->pooling = g->embed;
     sp->ignore_eos = p->ignore_eos;
     sp->min_tokens = p->min_tokens;
     sp->grammar = model_grammar_ref(g->grammar);
@@ -1013,7 +1004,10 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
         long long want = (long long)np + mt;
         if (want > app->max_ctx || np >= app->max_ctx) {
             srv_respond_error(
-                r, 400, "invalid_request_error", p->max_tokens > 0 ? "max_tokens" : "messages",
+                r, 400, "invalid_request_error",
+                g->embed            ? "input"
+                : p->max_tokens > 0 ? "max_tokens"
+                                    : "messages",
                 "context_length_exceeded",
                 "This model's maximum context length is %d tokens. However, you requested %lld "
                 "tokens (%d in the prompt, %d for the completion). Please reduce the prompt "
@@ -1219,6 +1213,81 @@ void srv_gen_completions(srv_req *r) {
     srv_completion_req_free(&cr);
 }
 
+void srv_gen_embeddings(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    if (!app->cfg.embeddings) {
+        srv_respond_error(r, 501, "invalid_request_error", NULL, "embeddings_disabled",
+                          "this server does not serve embeddings; start it with --embeddings");
+        return;
+    }
+    if (srv_gen_precheck(app, r) < 0)
+        return;
+    if (!sched_engine_can_pool(app->eng)) {
+        srv_respond_error(r, 501, "invalid_request_error", NULL, "embeddings_unsupported",
+                          "embeddings are computed on the CPU backend only; start the server "
+                          "with --device cpu");
+        return;
+    }
+    size_t len;
+    const char *body = srv_req_body(r, &len);
+    srv_embed_req er;
+    srv_api_error e;
+    if (srv_api_parse_embeddings(body, len, &app->limits, &er, &e) < 0) {
+        srv_gen_respond_error(r, &e);
+        return;
+    }
+    int dim = model_get_config(app->m)->dim;
+    if (srv_gen_check_model(app, r, er.model) < 0) {
+        srv_embed_req_free(&er);
+        return;
+    }
+    if (er.dimensions >= 0 && er.dimensions != dim) {
+        srv_respond_error(r, 400, "invalid_request_error", "dimensions", "unsupported_value",
+                          "'dimensions' other than the model's %d needs a Matryoshka-trained "
+                          "model, which this is not",
+                          dim);
+        srv_embed_req_free(&er);
+        return;
+    }
+    srv_gen_params p;
+    memset(&p, 0, sizeof p);
+    p.n = 1;
+    p.max_tokens = 1;
+    p.temperature = 1.0f;
+    p.top_p = 1.0f;
+    p.top_k = -1;
+    p.repetition_penalty = 1.0f;
+    p.logprobs = -1;
+    gen_req *g = gen_new(app, r, 0, &p, er.n_inputs);
+    int ok = g != NULL;
+    for (int i = 0; ok && i < er.n_inputs; i++) {
+        const srv_prompt *in = &er.inputs[i];
+        if (in->is_tokens) {
+            g->pids[i] = brisk_malloc((size_t)in->n_ids * sizeof(int32_t));
+            if ((ok = g->pids[i] != NULL)) {
+                memcpy(g->pids[i], in->ids, (size_t)in->n_ids * sizeof(int32_t));
+                g->n_pids[i] = in->n_ids;
+            }
+        } else {
+            int flags = TOK_PARSE_SPECIAL | (er.add_special_tokens ? srv_gen_bos_flag(app) : 0);
+            ok = (g->pids[i] =
+                      srv_gen_tokenize(app, in->text, in->text_len, flags, &g->n_pids[i])) != NULL;
+        }
+    }
+    if (!ok) {
+        gen_free(g);
+        srv_embed_req_free(&er);
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+        return;
+    }
+    srv_http_make_id(app->http, "embd-", 29, g->id, sizeof g->id);
+    g->embed = app->pooling;
+    g->emb_base64 = er.base64;
+    g->emb_normalize = er.normalize;
+    srv_embed_req_free(&er);
+    gen_start(app, r, g, &p, 1);
+}
+
 /* Renders a parsed chat request into prompt token ids: the tools' grammar
  * into cr->params (when the choice needs one), the messages in the model's
  * template, tokenized. Returns the ids (malloc'd, *n_ids of them), or NULL
@@ -1356,87 +1425,4 @@ void srv_gen_chat(srv_req *r) {
     }
     srv_gen_chat_run(r, &cr, NULL);
     srv_chat_req_free(&cr);
-}
-
-/* ---- the audit line ------------------------------------------------------------ */
-
-/* The finish field: how the request ended, from the client's point of view. */
-static const char *audit_finish(const srv_app *app, const gen_req *g, const srv_req *r,
-                                int status) {
-    /* At shutdown (a second signal, the drain timeout) the server cut it off. */
-    if (srv_req_aborted(r))
-        return app->shutting_down ? "shutdown" : "client_abort";
-    if (!g || status >= 400)
-        return NULL; /* the status says it */
-    if (g->failed || g->n_live > 0)
-        return "error"; /* a stream that ended with an error event */
-    for (int i = 0; i < g->n_choices; i++)
-        if (g->choices[i].finish == SCHED_FINISH_LENGTH)
-            return "length";
-    return "stop";
-}
-
-void srv_gen_audit(srv_app *app, const srv_req *r, int status) {
-    const gen_req *g = srv_req_user(r);
-    srv_audit_rec rec;
-    memset(&rec, 0, sizeof rec);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    rec.wall_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-    rec.request_id = srv_req_id(r);
-    rec.api_key_id = srv_req_key_id(r);
-    rec.endpoint = srv_req_path(r);
-    rec.status = status;
-    rec.finish = audit_finish(app, g, r, status);
-    rec.duration_ms = (brisk_now() - srv_req_t_start(r)) * 1000.0;
-    rec.remote_addr = srv_req_remote(r, &rec.remote_port);
-    rec.prompt_tokens = rec.completion_tokens = -1;
-    srv_audit_prompt *prompts = NULL;
-    srv_audit_text *outs = NULL;
-    if (g) {
-        rec.model = app->served_name;
-        rec.prompt_tokens = g->prompt_tokens;
-        rec.completion_tokens = 0;
-        for (int i = 0; i < g->n_choices; i++)
-            rec.completion_tokens += g->choices[i].completion_len;
-    }
-    if (g && g->audit_keep) {
-        rec.content = 1;
-        prompts = brisk_calloc((size_t)g->n_prompts + 1, sizeof *prompts);
-        outs = brisk_calloc((size_t)g->n_choices + 1, sizeof *outs);
-        if (!prompts || !outs)
-            rec.content = 0;
-        if (g->is_chat) {
-            rec.msgs = g->a_msgs;
-            rec.n_msgs = g->a_n_msgs;
-        } else if (prompts) {
-            for (int i = 0; i < g->n_prompts; i++) {
-                if (g->p_is_tokens[i]) {
-                    prompts[i].ids = g->pids[i];
-                    prompts[i].n_ids = g->n_pids[i];
-                } else {
-                    prompts[i].text = g->ptext[i] ? g->ptext[i] : "";
-                    prompts[i].len = g->ptext[i] ? g->ptext_len[i] : 0;
-                }
-            }
-            rec.prompts = prompts;
-            rec.n_prompts = g->n_prompts;
-        }
-        for (int i = 0; outs && i < g->n_choices; i++) {
-            const gen_choice *c = &g->choices[i];
-            outs[i].text = g->stream ? c->atext : c->text;
-            outs[i].len = g->stream ? c->alen : c->len;
-        }
-        rec.completions = outs;
-        rec.n_completions = g->n_choices;
-    }
-    size_t len;
-    char *line = srv_audit_format(&rec, &len);
-    if (line)
-        srv_audit_write(app->audit, line, len);
-    else
-        srv_audit_write(app->audit, NULL, 0); /* counted as dropped */
-    free(line);
-    free(prompts);
-    free(outs);
 }

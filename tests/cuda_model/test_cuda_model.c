@@ -113,7 +113,7 @@ static int greedy(rig *r, const int32_t *prompt, int n_prompt, int n, int32_t *o
     memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
     for (int i = 0; i < n_prompt; i++)
         pos[i] = i;
-    model_batch b = {n_prompt, hist, pos, seq, NULL};
+    model_batch b = {n_prompt, hist, pos, seq, NULL, NULL};
     int n_out = 0, rc = model_backend_forward(r->be, r->kv, &b, &n_out);
     int n_hist = n_prompt, done = 0;
     while (rc == 0 && done < n) {
@@ -124,7 +124,7 @@ static int greedy(rig *r, const int32_t *prompt, int n_prompt, int n, int32_t *o
         out[done++] = id;
         hist[n_hist++] = id;
         int32_t p = n_hist - 1, s0 = 0;
-        model_batch d = {1, &hist[n_hist - 1], &p, &s0, NULL};
+        model_batch d = {1, &hist[n_hist - 1], &p, &s0, NULL, NULL};
         if (done < n)
             rc = model_backend_forward(r->be, r->kv, &d, &n_out);
     }
@@ -145,7 +145,7 @@ static float *logits_chunked(rig *r, const int32_t *toks, int n, int chunk, int 
         int k = n - off < chunk ? n - off : chunk;
         for (int i = 0; i < k; i++)
             pos[i] = off + i, seq[i] = slot;
-        model_batch b = {k, toks + off, pos, seq, want};
+        model_batch b = {k, toks + off, pos, seq, want, NULL};
         int n_out = 0, rc = model_backend_forward(r->be, r->kv, &b, &n_out);
         CHECK(rc == 0 && n_out == k, "forward rc %d (%s) n_out %d", rc, kern_cuda_last_error(),
               n_out);
@@ -299,7 +299,7 @@ static void test_stories(const char *gguf) {
         }
         rig g2;
         if (rig_open(&g2, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 60, 256, 3, 1) == 0) {
-            model_batch b = {60, itok, ipos, iseq, iwant};
+            model_batch b = {60, itok, ipos, iseq, iwant, NULL};
             int n_out = 0;
             CHECK(model_backend_forward(g2.be, g2.kv, &b, &n_out) == 0 && n_out == 60,
                   "interleaved");
@@ -384,7 +384,7 @@ static int agree_greedy(const char *label, const side *t, const side *ref, const
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_prompt), *seq = calloc((size_t)n_prompt, 4);
     for (int i = 0; i < n_prompt; i++)
         pos[i] = i;
-    model_batch b = {n_prompt, toks, pos, seq, NULL};
+    model_batch b = {n_prompt, toks, pos, seq, NULL, NULL};
     int n_out = 0, rc = model_backend_forward(a.be, a.kv, &b, &n_out), made = 0, self = 0;
     while (rc == 0 && made < n) {
         const float *row = NULL;
@@ -398,7 +398,7 @@ static int agree_greedy(const char *label, const side *t, const side *ref, const
         self += id == argmax(rows + (size_t)made * nv, nv);
         toks[n_prompt + made++] = id;
         int32_t p = n_prompt + made - 1, s0 = 0;
-        model_batch d = {1, &toks[p], &p, &s0, NULL};
+        model_batch d = {1, &toks[p], &p, &s0, NULL, NULL};
         if (made < n)
             rc = model_backend_forward(a.be, a.kv, &d, &n_out);
     }
@@ -603,7 +603,7 @@ static void test_smollm2(void) {
         memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
         for (int i = 0; i < n_prompt; i++)
             pos[i] = i;
-        model_batch bt = {n_prompt, hist, pos, seq, NULL};
+        model_batch bt = {n_prompt, hist, pos, seq, NULL, NULL};
         int n_out, n_hist = n_prompt;
         int rc = model_backend_forward(g.be, g.kv, &bt, &n_out);
         for (int t = 0; rc == 0 && t < 64; t++) {
@@ -613,7 +613,7 @@ static void test_smollm2(void) {
             (rep ? b : a)[t] = id;
             hist[n_hist++] = id;
             int32_t p = n_hist - 1, s0 = 0;
-            model_batch d = {1, &hist[n_hist - 1], &p, &s0, NULL};
+            model_batch d = {1, &hist[n_hist - 1], &p, &s0, NULL, NULL};
             if (rc == 0)
                 rc = model_backend_forward(g.be, g.kv, &d, &n_out);
         }

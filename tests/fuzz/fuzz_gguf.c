@@ -236,7 +236,8 @@ static void run_model(const model *m) {
     if (!kv || !st || !copy || !s1 || !s0)
         goto out;
     for (int step = 0; step < 2; step++) {
-        model_batch b = {step ? 1 : N, step ? &toks[N] : toks, step ? &pos[0] : pos, seq, NULL};
+        model_batch b = {step ? 1 : N, step ? &toks[N] : toks, step ? &pos[0] : pos, seq, NULL,
+                         NULL};
         int32_t p = N;
         if (step)
             b.pos = &p;

@@ -377,3 +377,106 @@ def test_responses_structured_and_tools(smol):
                                    {"type": "function_call_output",
                                     "call_id": calls[0].call_id, "output": "sunny, 21 C"}])
     assert r2.status in ("completed", "incomplete") and r2.output[0].type == "message"
+
+
+# ---- /v1/embeddings ------------------------------------------------------------------------
+
+EMB_TEXTS = ["Once upon a time there was a little girl.", "The dog ran to the park",
+             "Lily and Tom played with a red ball in the garden all day long."]
+
+
+@pytest.fixture(scope="module")
+def emb_servers(start_server, stories260k_gguf):
+    """stories260K with --embeddings: last-token pooling (the default for a model whose
+    GGUF names none) and mean pooling, the second with a batch budget of 8 tokens, so
+    prompts are cut into chunks, and a KV pool of 6 blocks, so inputs wait for each other."""
+    last = start_server(stories260k_gguf, "--embeddings")
+    mean = start_server(stories260k_gguf, "--embeddings", "--pooling", "mean",
+                        "--max-num-batched-tokens", "8", "--max-num-seqs", "4",
+                        "--kv-cache-bytes", "64K")
+    yield last, mean
+    last.stop()
+    mean.stop()
+
+
+def embed(srv, inp, **kw):
+    r = srv.post("/v1/embeddings", {"input": inp, **kw})
+    assert r.status == 200, r.text
+    return r.json()
+
+
+def test_embeddings_match_the_reference(emb_servers, stories260k_gguf, reference):
+    import numpy as np
+    last, mean = emb_servers
+    m = reference.Model(str(stories260k_gguf))
+    for srv, pool in ((last, "last"), (mean, "mean")):
+        toks = [srv.post("/tokenize", {"prompt": t}).json()["tokens"] for t in EMB_TEXTS]
+        got = embed(srv, EMB_TEXTS)
+        assert [d["index"] for d in got["data"]] == [0, 1, 2]
+        assert got["usage"]["prompt_tokens"] == sum(map(len, toks))
+        for d, ids in zip(got["data"], toks):
+            h = reference.forward(m, ids, hidden=True)
+            want = h[-1] if pool == "last" else h.mean(axis=0)
+            want = want / np.linalg.norm(want)
+            v = np.array(d["embedding"])
+            # The K/V cache holds f16 (the default): about 1e-4 of rounding.
+            assert abs(np.linalg.norm(v) - 1) < 1e-5
+            assert np.abs(v - want).max() < 1e-3 and v @ want > 0.99999, (pool, v @ want)
+        # Unnormalised: the pooled state itself; token-id inputs equal text inputs.
+        raw = embed(srv, [toks[0]], normalize=False)["data"][0]["embedding"]
+        h = reference.forward(m, toks[0], hidden=True)
+        want = h[-1] if pool == "last" else h.mean(axis=0)
+        assert np.abs(np.array(raw) - want).max() < 1e-3 * max(1.0, np.abs(want).max())
+        assert embed(srv, toks[0])["data"][0]["embedding"] == got["data"][0]["embedding"]
+
+
+def test_embeddings_batched_equal_alone(emb_servers):
+    import concurrent.futures as cf
+    _, mean = emb_servers
+    alone = [embed(mean, t)["data"][0]["embedding"] for t in EMB_TEXTS]
+    # Many at once: chunked, batched with each other, most of them waiting.
+    with cf.ThreadPoolExecutor(8) as ex:
+        futs = [ex.submit(embed, mean, EMB_TEXTS * 4) for _ in range(4)]
+        for f in futs:
+            data = f.result()["data"]
+            assert [d["embedding"] for d in data] == alone * 4
+
+
+def test_embeddings_base64_and_sdk(emb_servers):
+    import base64
+    import numpy as np
+    last, _ = emb_servers
+    f = embed(last, EMB_TEXTS[0])["data"][0]["embedding"]
+    b = embed(last, EMB_TEXTS[0], encoding_format="base64")["data"][0]["embedding"]
+    assert np.array_equal(np.frombuffer(base64.b64decode(b), dtype="<f4"),
+                          np.array(f, dtype=np.float32))
+    c = last.client()
+    r = c.embeddings.create(model=c.models.list().data[0].id, input=EMB_TEXTS)
+    assert len(r.data) == 3 and r.data[0].embedding == pytest.approx(f, abs=1e-7)
+    assert r.usage.prompt_tokens == r.usage.total_tokens > 0
+
+
+@pytest.mark.parametrize("body,param", [
+    ({}, "input"),
+    ({"input": ""}, "input"),
+    ({"input": []}, "input"),
+    ({"input": ["a", ""]}, "input[1]"),
+    ({"input": [[1, 2], [1, 100000]]}, "input[1]"),
+    ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
+    ({"input": "a", "dimensions": 8}, "dimensions"),
+    ({"input": "a", "dimensions": 0}, "dimensions"),
+    ({"input": "a", "embd_normalize": 1}, "embd_normalize"),
+    ({"input": "a", "truncate_prompt_tokens": 4}, "truncate_prompt_tokens"),
+    ({"input": ["a"] * 2049}, "input"),
+    ({"input": "a" * 3000}, "input"),
+])
+def test_embeddings_errors(emb_servers, body, param):
+    last, _ = emb_servers
+    r = last.post("/v1/embeddings", body)
+    assert r.status == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_embeddings_off_by_default(smol):
+    r = smol.post("/v1/embeddings", {"input": "hello"})
+    assert r.status == 501 and r.json()["error"]["code"] == "embeddings_disabled"

@@ -233,8 +233,10 @@ class KVCache:
         self.n_past = 0
 
 
-def forward(m, tokens, cache=None):
-    """Logits float64 [len(tokens), n_vocab] for tokens placed after the cache."""
+def forward(m, tokens, cache=None, hidden=False):
+    """Logits float64 [len(tokens), n_vocab] for tokens placed after the cache; with
+    hidden, the final hidden states after output_norm [len(tokens), n_embd] instead (what
+    an embedding pools)."""
     cache = cache or KVCache(m.n_layer)
     tokens = np.asarray(tokens, dtype=np.int64)
     T = len(tokens)
@@ -325,6 +327,8 @@ def forward(m, tokens, cache=None):
 
     cache.n_past += T
     x = rms_norm(x, m.weight("output_norm.weight"), m.eps)
+    if hidden:
+        return x
     out_name = "output.weight" if m.has("output.weight") else "token_embd.weight"
     logits = x @ m.weight(out_name, keep=True).T
     if m.final_softcap > 0:

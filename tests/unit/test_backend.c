@@ -91,7 +91,7 @@ static void test_cpu_equivalence(const model *m, kern_pool *pool) {
     for (int i = 0; i < 24; i++)
         hist[i] = (int32_t)((i * 37 + 1) % c->n_vocab), pos[i] = i;
     int n_hist = 24, same_logits = 1, same_ids = 1;
-    model_batch b = {24, hist, pos, seq, NULL};
+    model_batch b = {24, hist, pos, seq, NULL, NULL};
     float *ref = NULL;
     int n_ref = 0, n_out = 0;
     float *row_copy = malloc(sizeof(float) * (size_t)c->n_vocab);
@@ -117,7 +117,7 @@ static void test_cpu_equivalence(const model *m, kern_pool *pool) {
         hist[n_hist] = want;
         pos[0] = n_hist;
         n_hist++;
-        b = (model_batch){1, &hist[n_hist - 1], pos, seq, NULL};
+        b = (model_batch){1, &hist[n_hist - 1], pos, seq, NULL, NULL};
     }
     CHECK(same_logits, "backend logits == model_forward's, bit for bit");
     CHECK(same_ids, "backend sampling == model_sampler_sample, same seed");
@@ -205,7 +205,7 @@ static void test_cpu_layout(const char *path, kern_pool *pool) {
         int n_hist = 24;
         kv_cache_seq_grow(kv[0], 0, 64);
         kv_cache_seq_grow(kv[1], 0, 64);
-        model_batch b = {24, hist, pos, seq, NULL};
+        model_batch b = {24, hist, pos, seq, NULL, NULL};
         for (int step = 0; step < 9; step++, steps++) {
             float *lg[2] = {NULL, NULL};
             int n[2] = {0, 0};
@@ -222,7 +222,7 @@ static void test_cpu_layout(const char *path, kern_pool *pool) {
                     best = v;
             hist[n_hist] = best;
             pos[0] = n_hist++;
-            b = (model_batch){1, &hist[n_hist - 1], pos, seq, NULL};
+            b = (model_batch){1, &hist[n_hist - 1], pos, seq, NULL, NULL};
         }
     }
     CHECK(same && steps == 9, "X8 logits == row-major logits, bit for bit (%d steps)", steps);

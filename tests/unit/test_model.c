@@ -34,7 +34,7 @@ static int greedy_match(model *m, kern_pool *pool, int n) {
     model_state *st = model_state_create(m, 1, n + 1);
     int32_t tok = 1, seq = 0, matched = 0;
     for (int pos = 0; pos < n; pos++) {
-        model_batch b = {1, &tok, &pos, &seq, NULL};
+        model_batch b = {1, &tok, &pos, &seq, NULL, NULL};
         float *lg;
         int n_out;
         if (model_forward(m, st, kv, pool, &b, &lg, &n_out) < 0)
@@ -66,7 +66,7 @@ static float *run_chunked(model *m, kern_pool *pool, const int32_t *toks, int n,
         int k = n - off < chunk ? n - off : chunk;
         for (int i = 0; i < k; i++)
             pos[i] = off + i;
-        model_batch b = {k, toks + off, pos, seq, want};
+        model_batch b = {k, toks + off, pos, seq, want, NULL};
         float *lg;
         int n_out;
         int rc = model_forward(m, st, kv, pool, &b, &lg, &n_out);
@@ -182,7 +182,7 @@ int main(void) {
             bt[2 * i] = toks[i], bp[2 * i] = i, bs[2 * i] = 0, bw[2 * i] = 1;
             bt[2 * i + 1] = seqB[i], bp[2 * i + 1] = i, bs[2 * i + 1] = 1, bw[2 * i + 1] = 1;
         }
-        model_batch b = {60, bt, bp, bs, bw};
+        model_batch b = {60, bt, bp, bs, bw, NULL};
         float *lg;
         int n_out;
         rc = model_forward(m, st, kv, pool2, &b, &lg, &n_out);
@@ -198,11 +198,11 @@ int main(void) {
         CHECK(okA && okB, "two sequences in one batch == each alone (%d %d)", okA, okB);
         /* Error paths: bad token, bad sequence, position beyond the cache. */
         int32_t badtok = 512, p0 = 0, s0 = 0, s9 = 9, p99 = 99;
-        model_batch e1 = {1, &badtok, &p0, &s0, NULL};
+        model_batch e1 = {1, &badtok, &p0, &s0, NULL, NULL};
         CHECK(model_forward(m, st, kv, pool2, &e1, &lg, &n_out) == BRISK_EINVAL, "bad token");
-        model_batch e2 = {1, toks, &p0, &s9, NULL};
+        model_batch e2 = {1, toks, &p0, &s9, NULL, NULL};
         CHECK(model_forward(m, st, kv, pool2, &e2, &lg, &n_out) == BRISK_ERANGE, "bad seq");
-        model_batch e3 = {1, toks, &p99, &s0, NULL};
+        model_batch e3 = {1, toks, &p99, &s0, NULL, NULL};
         CHECK(model_forward(m, st, kv, pool2, &e3, &lg, &n_out) == BRISK_ERANGE, "bad pos");
         free(aloneB);
         model_state_free(st);

@@ -146,7 +146,7 @@ static void test_weights(void) {
     kv_cache *kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, 8);
     model_state *st = model_state_create(a, 4, 8);
     int32_t toks[4] = {1, 500, 20000, 31999}, pos[4] = {0, 1, 2, 3}, seq[4] = {0, 0, 0, 0};
-    model_batch batch = {4, toks, pos, seq, NULL};
+    model_batch batch = {4, toks, pos, seq, NULL, NULL};
     float *lg = NULL;
     int n_out = 0;
     CHECK(kv && st && model_forward(a, st, kv, p2, &batch, &lg, &n_out) == 0 && n_out == 1,
