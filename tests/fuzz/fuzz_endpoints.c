@@ -1,8 +1,9 @@
-/* fuzz_endpoints.c - the request parsers of /v1/responses, /tokenize and
- * /detokenize (srv_responses_parse, srv_api_parse_tokenize,
- * srv_api_parse_detokenize), and the Responses API's output builders.
+/* fuzz_endpoints.c - the request parsers of /v1/responses, /tokenize,
+ * /detokenize and /v1/embeddings (srv_responses_parse,
+ * srv_api_parse_tokenize, srv_api_parse_detokenize, srv_api_parse_embeddings),
+ * and the Responses and embeddings output builders.
  *
- * The first byte picks the parser (mod 3); the rest is the raw body, given
+ * The first byte picks the parser (mod 4); the rest is the raw body, given
  * without a terminating NUL. Properties checked:
  *   - the result is 0, or BRISK_EINVAL with a 400, or BRISK_ENOMEM with a
  *     500, with a one-line message; a failure leaves the outputs empty;
@@ -11,7 +12,9 @@
  *     cut from the body, a tool call, both endings) are valid one-line JSON
  *     with types in order and consecutive sequence numbers;
  *   - a tokenize request holds valid UTF-8, a detokenize request ids in the
- *     vocabulary. */
+ *     vocabulary; an embeddings request 1..SRV_EMBED_MAX_INPUTS non-empty
+ *     inputs (UTF-8 text or ids in the vocabulary), and its answer (float or
+ *     base64, the vector made of body bytes) is valid one-line JSON. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +175,38 @@ static void fuzz_detokenize(const char *body, size_t len) {
     srv_detokenize_req_free(&d);
 }
 
+static void fuzz_embeddings(const char *body, size_t len) {
+    srv_embed_req r;
+    srv_api_error e;
+    int rc = srv_api_parse_embeddings(body, len, &g_lim, &r, &e);
+    if (rc < 0) {
+        check_error(rc, &e);
+        FUZZ_CHECK(!r.inputs && !r.model && r.n_inputs == 0);
+        return;
+    }
+    FUZZ_CHECK(r.n_inputs >= 1 && r.n_inputs <= SRV_EMBED_MAX_INPUTS);
+    for (int i = 0; i < r.n_inputs; i++) {
+        const srv_prompt *p = &r.inputs[i];
+        if (p->is_tokens) {
+            FUZZ_CHECK(p->n_ids >= 1);
+            for (int k = 0; k < p->n_ids; k++)
+                FUZZ_CHECK(p->ids[k] >= 0 && p->ids[k] < FUZZ_EP_N_VOCAB);
+        } else {
+            FUZZ_CHECK(p->text_len >= 1 && fuzz_utf8_valid(p->text, p->text_len));
+        }
+    }
+    FUZZ_CHECK(r.dimensions == -1 || r.dimensions >= 1);
+    /* Vectors of the body's bytes as floats (NaN and infinities included). */
+    float v[4] = {0};
+    memcpy(v, body, len < sizeof v ? len : sizeof v);
+    const float *vecs[2] = {v, v};
+    char *j = srv_api_embeddings_json(vecs, 2, 4, r.base64, "m", 7);
+    if (j)
+        check_json_obj(j, strlen(j));
+    free(j);
+    srv_embed_req_free(&r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > FUZZ_EP_MAX_BODY)
         return 0;
@@ -180,10 +215,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!body)
         return 0;
     memcpy(body, data + 1, size - 1);
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
     case 0: fuzz_responses(body, size - 1); break;
     case 1: fuzz_tokenize(body, size - 1); break;
-    default: fuzz_detokenize(body, size - 1); break;
+    case 2: fuzz_detokenize(body, size - 1); break;
+    default: fuzz_embeddings(body, size - 1); break;
     }
     free(body);
     return 0;
