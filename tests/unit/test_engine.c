@@ -32,6 +32,8 @@ typedef struct result {
     sched_finish finish;
     int completion_len;
     int lp_ok;
+    float *emb; /* a pooling sequence's embedding */
+    int n_emb;
 } result;
 
 static uv_loop_t loop;
@@ -61,6 +63,12 @@ static void on_async(uv_async_t *a) {
                     ok &= t->top_logprob[k] <= t->top_logprob[k - 1];
                 r->lp_ok &= ok;
             }
+        }
+        if (ev->embedding) {
+            free(r->emb);
+            r->emb = ev->embedding;
+            r->n_emb = ev->n_embedding;
+            ev->embedding = NULL;
         }
         if (ev->finish != SCHED_FINISH_NONE) {
             r->done = 1;
@@ -94,6 +102,7 @@ static sched_seq_params params(int32_t *prompt, int n, int max_tokens, result *u
 static void reset(int n) {
     for (int i = 0; i < 32; i++) {
         free(res[i].text);
+        free(res[i].emb);
         memset(&res[i], 0, sizeof res[i]);
         res[i].lp_ok = 1;
     }
@@ -418,6 +427,60 @@ int main(void) {
         stale_ok += res[0].finish == SCHED_FINISH_LENGTH && res[0].n_tokens == 8;
     }
     CHECK(stale_ok == 40, "a stale cancel stopped %d of 40 later requests", 40 - stale_ok);
+
+    /* 4c. Pooling sequences (embeddings). Causal attention makes the state
+     * at position k depend on tokens 0..k only, so the mean over a prompt
+     * equals the mean of the last-token states of its prefixes: the engine
+     * against itself, through chunked prefill (16 tokens a step) and the
+     * prefix cache (LAST may reuse blocks, MEAN may not). Submitted 4 at a
+     * time: the engine lets 8 wait. */
+    {
+        enum { NP = 23 };
+        int32_t pr[NP];
+        for (int i = 0; i < NP; i++)
+            pr[i] = i ? 3 + (i * 53) % 500 : 1;
+        float *embs[NP + 2] = {0};
+        int dim = -1, ok = 1;
+        for (int k0 = 0; k0 < NP + 2; k0 += 4) {
+            int n = NP + 2 - k0 < 4 ? NP + 2 - k0 : 4;
+            reset(n);
+            for (int j = 0; j < n; j++) {
+                int k = k0 + j; /* k < NP: LAST of pr[0..k]; NP: MEAN; NP + 1: LAST again */
+                p = params(pr, k < NP ? k + 1 : NP, 1, &res[j]);
+                p.pooling = k == NP ? SCHED_POOL_MEAN : SCHED_POOL_LAST;
+                CHECK_COND(sched_engine_submit(eng, &p) == 0);
+            }
+            run_until_done();
+            for (int j = 0; j < n; j++) {
+                if (dim < 0)
+                    dim = res[j].n_emb;
+                ok &= res[j].finish == SCHED_FINISH_STOP && res[j].n_emb == dim && dim > 0 &&
+                      res[j].n_tokens == 0 && res[j].completion_len == 0;
+                embs[k0 + j] = res[j].emb;
+                res[j].emb = NULL;
+            }
+        }
+        CHECK(ok, "pooling: every sequence ends with an embedding of %d floats", dim);
+        double worst = 0, norm = 0;
+        for (int d = 0; ok && d < dim; d++) {
+            double m = 0;
+            for (int k = 0; k < NP; k++)
+                m += embs[k][d];
+            m /= NP;
+            worst = fmax(worst, fabs(m - embs[NP][d]));
+            norm += m * m;
+        }
+        CHECK(ok && norm > 0 && worst < 1e-5 * fmax(1.0, sqrt(norm)),
+              "MEAN = mean of the prefixes' LAST: worst %g", worst);
+        CHECK(ok && !memcmp(embs[NP + 1], embs[NP - 1], (size_t)dim * sizeof(float)),
+              "LAST after prefix-cache reuse: the same bits");
+        for (int k = 0; k < NP + 2; k++)
+            free(embs[k]);
+        p = params(pr, 4, 1, &res[0]);
+        p.pooling = 3; /* cls: not served */
+        CHECK_COND(sched_engine_submit(eng, &p) == BRISK_EUNSUPPORTED);
+        sched_seq_params_free(&p);
+    }
 
     /* 5. The waiting-tokens cap (200): a 201-token prompt is refused, a
      * 200-token one runs (timing-independent, unlike the count cap). */
