@@ -202,10 +202,15 @@ static int add_rule(sctx *c, int id, const sbuf *body) {
                                                                        : sb_str(&c->rules, "\n");
 }
 
-/* Appends prefix then name to the error path; returns where to cut it back. */
+/* Appends prefix then name to the error path; returns where to cut it back.
+ * Control characters of a client's property name become '?': the path goes
+ * into one-line error messages. */
 static size_t path_push(sctx *c, const char *prefix, const char *name) {
     size_t at = strlen(c->path);
     snprintf(c->path + at, sizeof c->path - at, "%s%s", prefix, name);
+    for (char *q = c->path + at; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     return at;
 }
 
