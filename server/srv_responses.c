@@ -52,6 +52,16 @@ static int resp_refused(const cJSON *root, srv_api_error *err) {
         return srv_api_fail(err, "unsupported_parameter", "top_logprobs",
                             "'top_logprobs' is not supported on /v1/responses; use "
                             "/v1/chat/completions");
+    /* One answer per response: chat's n and logprobs have no place in it. */
+    v = cJSON_GetObjectItemCaseSensitive(root, "n");
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
+        return srv_api_fail(err, "unsupported_parameter", "n",
+                            "'n' is not a Responses API field: a response holds one answer");
+    v = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
+        return srv_api_fail(err, "unsupported_parameter", "logprobs",
+                            "'logprobs' is not supported on /v1/responses; use "
+                            "/v1/chat/completions");
     v = cJSON_GetObjectItemCaseSensitive(root, "include");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
         return srv_api_fail(err, "unsupported_parameter", "include",

@@ -331,6 +331,9 @@ def test_responses_stream_events(smol):
     ({"input": "hi", "max_output_tokens": -1}, "max_output_tokens"),
     ({"input": "hi", "text": {"format": {"type": "yaml"}}}, "text.format"),
     ({"input": "hi", "mirostat": 2}, "mirostat"),
+    ({"input": "hi", "n": 2}, "n"),
+    ({"input": "hi", "logprobs": True}, "logprobs"),
+    ({"input": "hi", "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ({}, "input"),
     ({"input": 7}, "input"),
 ])
