@@ -38,16 +38,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static void check_json_obj(const char *s, size_t n) {
-    FUZZ_CHECK(s != NULL);
-    FUZZ_CHECK(fuzz_no_byte(s, n, '\0') && fuzz_no_byte(s, n, '\n'));
-    FUZZ_CHECK(fuzz_utf8_valid(s, n));
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
-    FUZZ_CHECK(j != NULL && cJSON_IsObject(j) && end == s + n);
-    cJSON_Delete(j);
-}
-
 static void check_error(int rc, const srv_api_error *e) {
     FUZZ_CHECK(rc == BRISK_EINVAL || rc == BRISK_ENOMEM);
     FUZZ_CHECK(e->status == (rc == BRISK_EINVAL ? 400 : 500));
@@ -75,7 +65,7 @@ static void check_events(const char *s, size_t n, int *seq, const char **last_ty
         const char *end = memchr(s + i, '\n', n - i);
         FUZZ_CHECK(end != NULL && end + 1 < s + n && end[1] == '\n');
         size_t dl = (size_t)(end - (s + i)) - 6;
-        check_json_obj(s + i + 6, dl);
+        fuzz_check_json_object_line(s + i + 6, dl);
         cJSON *j = cJSON_ParseWithLength(s + i + 6, dl);
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type");
         const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "sequence_number");
@@ -113,7 +103,7 @@ static void fuzz_responses(const char *body, size_t len) {
                            {(int)len, 3, 1}};
     char *j = srv_responses_json(rr, "resp_x", 1, "m\xff", &res);
     if (j)
-        check_json_obj(j, strlen(j));
+        fuzz_check_json_object_line(j, strlen(j));
     free(j);
     int seq = 0;
     const char *type = "";
@@ -170,7 +160,7 @@ static void fuzz_detokenize(const char *body, size_t len) {
         FUZZ_CHECK(d.ids[i] >= 0 && d.ids[i] < FUZZ_EP_N_VOCAB);
     char *j = srv_api_tokenize_json(d.ids, d.n_ids, 4096, NULL, NULL);
     if (j)
-        check_json_obj(j, strlen(j));
+        fuzz_check_json_object_line(j, strlen(j));
     free(j);
     srv_detokenize_req_free(&d);
 }
@@ -202,7 +192,7 @@ static void fuzz_embeddings(const char *body, size_t len) {
     const float *vecs[2] = {v, v};
     char *j = srv_api_embeddings_json(vecs, 2, 4, r.base64, "m", 7);
     if (j)
-        check_json_obj(j, strlen(j));
+        fuzz_check_json_object_line(j, strlen(j));
     free(j);
     srv_embed_req_free(&r);
 }

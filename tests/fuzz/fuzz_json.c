@@ -60,18 +60,6 @@ static int bounded_str(const char *s, size_t cap) {
     return memchr(s, '\0', cap) != NULL;
 }
 
-/* One line of valid UTF-8 JSON (n bytes, no NUL) that parses to an object. */
-static void check_json_line(const char *s, size_t n) {
-    FUZZ_CHECK(s != NULL);
-    FUZZ_CHECK(fuzz_no_byte(s, n, '\0'));
-    FUZZ_CHECK(fuzz_utf8_valid(s, n));
-    FUZZ_CHECK(fuzz_no_byte(s, n, '\n') && fuzz_no_byte(s, n, '\r'));
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
-    FUZZ_CHECK(j != NULL && cJSON_IsObject(j) && end == s + n);
-    cJSON_Delete(j);
-}
-
 static void check_error(int rc, const srv_api_error *e) {
     FUZZ_CHECK(rc == BRISK_EINVAL || rc == BRISK_ENOMEM);
     FUZZ_CHECK(e->status == (rc == BRISK_EINVAL ? 400 : 500));
@@ -81,7 +69,7 @@ static void check_error(int rc, const srv_api_error *e) {
     FUZZ_CHECK(!strchr(e->message, '\n') && !strchr(e->message, '\r'));
     char *j = srv_api_error_json(e);
     if (j) {
-        check_json_line(j, strlen(j));
+        fuzz_check_json_object_line(j, strlen(j));
         cJSON *o = cJSON_Parse(j);
         cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");
         FUZZ_CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(err, "message")));
@@ -93,7 +81,7 @@ static void check_error(int rc, const srv_api_error *e) {
     if (ev) {
         FUZZ_CHECK(n > 8 && strlen(ev) == n && !memcmp(ev, "data: ", 6) &&
                    !memcmp(ev + n - 2, "\n\n", 2));
-        check_json_line(ev + 6, n - 8);
+        fuzz_check_json_object_line(ev + 6, n - 8);
     }
     free(ev);
 }

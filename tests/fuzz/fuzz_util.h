@@ -1,5 +1,6 @@
 /* fuzz_util.h - what brisk's fuzz targets share: the failure report, an
- * input reader, an independent UTF-8 checker and log silencing.
+ * input reader, an independent UTF-8 checker, the one-line JSON check and
+ * log silencing.
  *
  * A target reports a broken property the way libFuzzer expects a bug to be
  * reported: it prints one line and traps (FUZZ_CHECK), so the input is kept
@@ -16,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "common/brisk_log.h"
 
@@ -118,6 +121,19 @@ static inline int fuzz_utf8_valid(const char *s, size_t n) {
 /* 1 if s[0..n) has no byte b. */
 static inline int fuzz_no_byte(const char *s, size_t n, char b) {
     return n == 0 || memchr(s, b, n) == NULL;
+}
+
+/* s[0..n) is one line of valid UTF-8 JSON (no NUL) that parses, whole, to
+ * an object: the promise every response builder makes. */
+static inline void fuzz_check_json_object_line(const char *s, size_t n) {
+    FUZZ_CHECK(s != NULL);
+    FUZZ_CHECK(fuzz_no_byte(s, n, '\0'));
+    FUZZ_CHECK(fuzz_utf8_valid(s, n));
+    FUZZ_CHECK(fuzz_no_byte(s, n, '\n') && fuzz_no_byte(s, n, '\r'));
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+    FUZZ_CHECK(j != NULL && cJSON_IsObject(j) && end == s + n);
+    cJSON_Delete(j);
 }
 
 #endif
