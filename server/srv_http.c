@@ -388,7 +388,11 @@ static int auth_ok(const srv_http *h, srv_req *r) {
         tlen = n - i;
     }
     int i = srv_keys_match(h->keys, tok, tlen);
-    r->key_id = i >= 0 ? srv_keys_id(h->keys, i) : NULL;
+    r->key_id = NULL;
+    if (i >= 0) {
+        snprintf(r->key_id_buf, sizeof r->key_id_buf, "%s", srv_keys_id(h->keys, i));
+        r->key_id = r->key_id_buf;
+    }
     return i >= 0;
 }
 
@@ -474,6 +478,11 @@ const char *srv_http_cors_origin(const srv_http *h, const char *origin, size_t l
         o += n + 1;
     }
     return NULL;
+}
+
+void srv_http_set_keys(srv_http *h, const struct srv_keys *keys) {
+    if (keys && srv_keys_count(keys) > 0)
+        h->keys = keys;
 }
 
 /* ---- ids ---- */

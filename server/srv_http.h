@@ -152,6 +152,12 @@ void srv_http_free(srv_http *h);
  * flag enabled (llhttp strict: no llhttp_set_lenient_* is ever called). */
 int srv_http_parser_is_strict(void);
 
+/* Replaces the API keys (a reload of the key file): requests from now on are
+ * checked against keys, which is borrowed and must outlive its use (the
+ * caller frees the old set: requests keep copies of their key ids). A NULL
+ * or empty set is ignored (auth stays on). */
+void srv_http_set_keys(srv_http *h, const struct srv_keys *keys);
+
 /* ---- ids ---- */
 
 /* 64 random bits from the server's generator (seeded by the OS at create). */
@@ -213,6 +219,11 @@ void srv_req_log_tokens(const srv_req *r, int *prompt_tokens, int *completion_to
  * on_finish to find the application's state of the request; borrowed. */
 void srv_req_set_user(srv_req *r, void *user);
 void *srv_req_user(const srv_req *r);
+
+/* Header lines ("Name: v\r\n", trusted: never raw client input) that
+ * every response head of r carries from now on, after the others; appended
+ * to any added before. 0, or BRISK_ENOMEM. */
+int srv_req_add_headers(srv_req *r, const char *lines);
 
 /* Registers the callback for an abort (see the top of this file); replaces a
  * previous one. Registering on a request already aborted and notified does not

@@ -88,9 +88,11 @@ struct srv_req {
     char log_route[64];
     int log_prompt_tokens, log_completion_tokens;
     double log_ttft_s;
-    const char *key_id; /* borrowed from srv_http.keys; NULL: none presented or matched */
-    void *user;         /* srv_req_set_user */
-    char peer[48];      /* copied from the connection: an aborted request outlives it */
+    const char *key_id;  /* key_id_buf, or NULL: none presented or matched */
+    char key_id_buf[72]; /* a copy: the key set may be replaced while r lives */
+    char *extra_hdrs;    /* srv_req_add_headers: lines every response head carries (owned) */
+    void *user;          /* srv_req_set_user */
+    char peer[48];       /* copied from the connection: an aborted request outlives it */
     int peer_port;
 };
 

@@ -47,6 +47,7 @@ void srv_req_free(srv_req *r) {
     free(r->head);
     free(r->hdrs);
     free(r->body);
+    free(r->extra_hdrs);
     free(r);
 }
 
@@ -108,6 +109,16 @@ double srv_req_t_start(const srv_req *r) {
 
 int srv_req_aborted(const srv_req *r) {
     return r->aborted;
+}
+
+int srv_req_add_headers(srv_req *r, const char *lines) {
+    size_t a = r->extra_hdrs ? strlen(r->extra_hdrs) : 0, b = strlen(lines);
+    char *t = brisk_realloc(r->extra_hdrs, a + b + 1);
+    if (!t)
+        return BRISK_ENOMEM;
+    memcpy(t + a, lines, b + 1);
+    r->extra_hdrs = t;
+    return 0;
 }
 
 const char *srv_req_key_id(const srv_req *r) {
@@ -290,7 +301,8 @@ static char *build_head(srv_req *r, int status, const char *ctype, const char *e
                  "Access-Control-Allow-Origin: %.600s\r\nVary: Origin\r\n"
                  "Access-Control-Expose-Headers: %s\r\n",
                  r->cors_origin, expose);
-    size_t cap = 512 + (ctype ? strlen(ctype) : 0) + elen + strlen(cors);
+    const char *more = r->extra_hdrs ? r->extra_hdrs : "";
+    size_t cap = 512 + (ctype ? strlen(ctype) : 0) + elen + strlen(cors) + strlen(more);
     char *s = brisk_malloc(cap);
     if (!s)
         return NULL;
@@ -302,10 +314,10 @@ static char *build_head(srv_req *r, int status, const char *ctype, const char *e
     int n =
         snprintf(s, cap,
                  "HTTP/1.1 %d %s\r\nServer: brisk\r\nDate: %s\r\nX-Request-Id: %s\r\n"
-                 "%s%s%s%s%sConnection: %s\r\n%s%s\r\n",
+                 "%s%s%s%s%sConnection: %s\r\n%s%s%s\r\n",
                  status, srv_status_reason(status), srv_http_date(h), r->id,
                  ctype ? "Content-Type: " : "", ctype ? ctype : "", ctype ? "\r\n" : "", cl, cors,
-                 close ? "close" : "keep-alive", extra ? extra : "", need_crlf ? "\r\n" : "");
+                 close ? "close" : "keep-alive", extra ? extra : "", need_crlf ? "\r\n" : "", more);
     if (n < 0 || (size_t)n >= cap) {
         free(s);
         return NULL;
