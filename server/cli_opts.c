@@ -109,7 +109,13 @@ static const opt OPTS[] = {
     {S, O_API_KEY, "--api-key", NULL, T_KEYS, 1, 0, NULL, "KEY",
      "Bearer key for /v1/* (and /metrics with --metrics-auth); repeatable", SO},
     {S, O_API_KEY_FILE, "--api-key-file", NULL, T_STR, 1, 0, NULL, "F",
-     "a file of keys, one a line: KEY or ID KEY (# comments)", SO},
+     "a file of keys, one a line: KEY or ID KEY (# comments); reloaded on SIGHUP\n"
+     "and when it changes",
+     SO},
+    {S, O_LIMITS_FILE, "--limits-file", NULL, T_STR, 1, 0, NULL, "F",
+     "per-key limits, one a line: ID|* rpm=N tpm=N concurrency=N window=S;\n"
+     "reloaded on SIGHUP and when it changes",
+     SO},
     {S, O_METRICS_AUTH, "--metrics-auth", NULL, T_FLAG, 0, 0, NULL, NULL,
      "/metrics needs the key too", SO},
     {S, O_ALLOWED_ORIGINS, "--allowed-origins", NULL, T_STR, 1, 4096, NULL, "LIST",

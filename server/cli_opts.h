@@ -55,6 +55,7 @@ typedef enum {
     /* security and operations */
     O_API_KEY,
     O_API_KEY_FILE,
+    O_LIMITS_FILE,
     O_METRICS_AUTH,
     O_ALLOWED_ORIGINS,
     O_DRAIN,

@@ -75,6 +75,12 @@ static int serve_config(const cli_vals *v, srv_app_config *c, srv_keys *keys) {
         cli_error("--api-key-file: %s", kerr);
         return 1;
     }
+    if (GIVEN(O_API_KEY_FILE))
+        c->key_file = v->s[O_API_KEY_FILE];
+    c->cli_keys = (const char *const *)v->keys;
+    c->n_cli_keys = v->n_keys;
+    if (GIVEN(O_LIMITS_FILE))
+        c->limits_file = v->s[O_LIMITS_FILE];
     if (GIVEN(O_AUDIT_LOG))
         c->audit_log = v->s[O_AUDIT_LOG];
     if (GIVEN(O_AUDIT_CONTENT))

@@ -15,6 +15,8 @@
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "server/srv_audit.h"
+#include "server/srv_keys.h"
+#include "server/srv_quota.h"
 
 /* ---- small routes ------------------------------------------------------ */
 
@@ -213,6 +215,11 @@ static void shutdown_now(srv_app *app) {
     uv_close((uv_handle_t *)&app->eng_async, close_cb);
     uv_close((uv_handle_t *)&app->sig_term, close_cb);
     uv_close((uv_handle_t *)&app->sig_int, close_cb);
+    uv_close((uv_handle_t *)&app->sig_hup, close_cb);
+    if (app->poll_keys_on)
+        uv_close((uv_handle_t *)&app->poll_keys, close_cb);
+    if (app->poll_limits_on)
+        uv_close((uv_handle_t *)&app->poll_limits, close_cb);
     uv_close((uv_handle_t *)&app->drain_timer, close_cb);
     if (app->fault_signal_on)
         uv_close((uv_handle_t *)&app->sig_fault, close_cb);
@@ -246,6 +253,87 @@ static void on_signal(uv_signal_t *s, int signum) {
     app->t_drain_start = brisk_now();
     srv_http_stop_accepting(app->http);
     uv_timer_start(&app->drain_timer, on_drain_tick, 0, 50);
+}
+
+/* ---- reloads: SIGHUP, and the key and limits files changing on disk ---------- */
+
+/* A new key set from --api-key and the key file; swapped in only whole. */
+static void reload_keys(srv_app *app) {
+    if (!app->cfg.key_file || !app->http)
+        return;
+    char err[256];
+    srv_keys *k = srv_keys_create();
+    int rc = k ? 0 : BRISK_ENOMEM;
+    for (int i = 0; rc == 0 && i < app->cfg.n_cli_keys; i++)
+        rc = srv_keys_add(k, NULL, app->cfg.cli_keys[i], strlen(app->cfg.cli_keys[i]), err,
+                          sizeof err);
+    if (rc == 0)
+        rc = srv_keys_load_file(k, app->cfg.key_file, err, sizeof err);
+    if (rc < 0) {
+        BRISK_ERROR("key file not reloaded (the old keys stay): %s",
+                    rc == BRISK_ENOMEM ? "out of memory" : err);
+        srv_keys_free(k);
+        return;
+    }
+    srv_http_set_keys(app->http, k); /* requests in flight hold copies of their ids */
+    srv_keys_free(app->keys);
+    app->keys = k;
+    BRISK_INFO("key file reloaded: %d keys", srv_keys_count(k));
+}
+
+static int reload_limits(srv_app *app) {
+    if (!app->cfg.limits_file)
+        return 0;
+    char err[256];
+    int rc = srv_quota_load_file(app->quota, app->cfg.limits_file, brisk_now(), err, sizeof err);
+    if (rc < 0)
+        BRISK_ERROR("%s%s", app->ready ? "limits not reloaded (the old ones stay): " : "", err);
+    else
+        BRISK_INFO("limits loaded from %s", app->cfg.limits_file);
+    return rc;
+}
+
+static void on_hup(uv_signal_t *s, int signum) {
+    (void)signum;
+    srv_app *app = s->data;
+    if (app->audit && srv_audit_reopen(app->audit) == 0)
+        BRISK_INFO("audit log reopened");
+    reload_keys(app);
+    reload_limits(app);
+}
+
+/* Kubernetes updates a mounted Secret or ConfigMap by swapping a symlink,
+ * without a signal: the files are polled (stat, every 2 s). */
+static void on_file_change(uv_fs_poll_t *h, int status, const uv_stat_t *prev,
+                           const uv_stat_t *curr) {
+    (void)prev;
+    (void)curr;
+    srv_app *app = h->data;
+    if (status < 0)
+        return; /* gone for now: the old settings stay */
+    if (h == &app->poll_keys)
+        reload_keys(app);
+    else
+        reload_limits(app);
+}
+
+static void reload_start(srv_app *app) {
+    uv_signal_init(app->loop, &app->sig_hup);
+    app->sig_hup.data = app;
+    uv_signal_start(&app->sig_hup, on_hup, SIGHUP);
+    const char *paths[2] = {app->cfg.key_file, app->cfg.limits_file};
+    uv_fs_poll_t *polls[2] = {&app->poll_keys, &app->poll_limits};
+    int *on[2] = {&app->poll_keys_on, &app->poll_limits_on};
+    for (int i = 0; i < 2; i++) {
+        if (!paths[i])
+            continue;
+        uv_fs_poll_init(app->loop, polls[i]);
+        polls[i]->data = app;
+        if (uv_fs_poll_start(polls[i], on_file_change, paths[i], 2000) == 0)
+            *on[i] = 1;
+        else
+            uv_close((uv_handle_t *)polls[i], NULL);
+    }
 }
 
 static void on_http_finish(void *user, const srv_req *r, int status) {
@@ -290,6 +378,7 @@ int srv_app_run(const srv_app_config *cfg) {
     mc.commit = BRISK_GIT_COMMIT;
     mc.backends = backends;
     app->metrics = srv_metrics_create(&mc, brisk_now());
+    app->quota = srv_quota_create();
     app->grammars = srv_grammar_cache_create(32);
 
     static const srv_route routes[] = {
@@ -327,6 +416,11 @@ int srv_app_run(const srv_app_config *cfg) {
             goto out;
         }
     }
+    if (!app->quota || reload_limits(app) < 0) {
+        if (!app->quota)
+            BRISK_ERROR("out of memory");
+        goto out;
+    }
     app->http = srv_http_create(app->loop, &hc, table, n_routes, app, err, sizeof err);
     if (!app->http || !app->metrics) {
         BRISK_ERROR("%s", app->http ? "out of memory" : err);
@@ -353,6 +447,7 @@ int srv_app_run(const srv_app_config *cfg) {
     app->sig_term.data = app->sig_int.data = app;
     uv_signal_start(&app->sig_term, on_signal, SIGTERM);
     uv_signal_start(&app->sig_int, on_signal, SIGINT);
+    reload_start(app);
     if (brisk_fault_compiled()) {
         uv_signal_init(app->loop, &app->sig_fault);
         app->sig_fault.data = app;
@@ -380,6 +475,8 @@ out:
         uv_run(app->loop, UV_RUN_DEFAULT);
     }
     srv_gpu_free(app->gpu);
+    srv_keys_free(app->keys);
+    srv_quota_free(app->quota);
     srv_metrics_free(app->metrics);
     srv_grammar_cache_free(app->grammars);
     uv_loop_close(app->loop);

@@ -33,8 +33,12 @@ typedef struct srv_app_config {
     const char *audit_log;         /* --audit-log FILE ("-": stdout), NULL: none */
     int audit_content;             /* --audit-log-content: prompts and outputs in it too */
     int audit_flush_ms;            /* --audit-log-flush-ms: buffer written at least this often */
-    int embeddings;                /* --embeddings: serve /v1/embeddings */
-    int pooling;                   /* --pooling: SCHED_POOL_*; 0: the model's, else last */
+    const char *key_file;          /* --api-key-file: reloaded on SIGHUP and when it changes */
+    const char *const *cli_keys;   /* --api-key values (kept in every reloaded key set) */
+    int n_cli_keys;
+    const char *limits_file; /* --limits-file (srv_quota.h), or NULL */
+    int embeddings;          /* --embeddings: serve /v1/embeddings */
+    int pooling;             /* --pooling: SCHED_POOL_*; 0: the model's, else last */
     sched_engine_config engine;
     srv_http_config http;
 } srv_app_config;
@@ -48,7 +52,12 @@ typedef struct srv_app {
     sched_engine *eng;
     uv_async_t eng_async;
     uv_signal_t sig_term, sig_int;
-    uv_signal_t sig_fault; /* SIGUSR2: toggles allocation-failure injection (fault builds) */
+    uv_signal_t sig_hup;                 /* reloads the audit log, the key file and the limits */
+    uv_fs_poll_t poll_keys, poll_limits; /* the same when those files change on disk */
+    int poll_keys_on, poll_limits_on;
+    struct srv_keys *keys;   /* the key set of the last reload (owned), or NULL */
+    struct srv_quota *quota; /* per-key limits (always made; no rules: no limits) */
+    uv_signal_t sig_fault;   /* SIGUSR2: toggles allocation-failure injection (fault builds) */
     int fault_signal_on;
     uv_timer_t drain_timer;
     srv_metrics *metrics;

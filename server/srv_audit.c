@@ -1,5 +1,5 @@
 /* srv_audit.c - the audit log: line formatting (pure) and the loop-owned,
- * buffered, non-blocking writer with its flush timer and SIGHUP reopen (see
+ * buffered, non-blocking writer with its flush timer and reopen (see
  * srv_audit.h). */
 #include "server/srv_audit.h"
 
@@ -201,7 +201,6 @@ struct srv_audit {
     int failing; /* the last write failed: the next error is not logged again */
     srv_audit_stats stats;
     uv_timer_t timer;
-    uv_signal_t sig_hup;
     int open_handles;
 };
 
@@ -225,13 +224,6 @@ static int open_path(const char *path, int *is_stream, char *err, size_t err_len
 
 static void on_timer(uv_timer_t *t) {
     srv_audit_flush(t->data);
-}
-
-static void on_hup(uv_signal_t *s, int signum) {
-    (void)signum;
-    srv_audit *a = s->data;
-    if (srv_audit_reopen(a) == 0)
-        BRISK_INFO("audit log reopened");
 }
 
 srv_audit *srv_audit_open(uv_loop_t *loop, const char *path, int flush_ms, char *err,
@@ -266,10 +258,7 @@ srv_audit *srv_audit_open(uv_loop_t *loop, const char *path, int flush_ms, char 
     if (flush_ms < 1 || flush_ms > 1000)
         flush_ms = 1000;
     uv_timer_start(&a->timer, on_timer, (uint64_t)flush_ms, (uint64_t)flush_ms);
-    uv_signal_init(loop, &a->sig_hup);
-    a->sig_hup.data = a;
-    uv_signal_start(&a->sig_hup, on_hup, SIGHUP);
-    a->open_handles = 2;
+    a->open_handles = 1;
     return a;
 }
 
@@ -292,7 +281,6 @@ void srv_audit_close(srv_audit *a) {
         close(a->fd);
     a->fd = -1;
     uv_close((uv_handle_t *)&a->timer, on_closed);
-    uv_close((uv_handle_t *)&a->sig_hup, on_closed);
 }
 
 static void note_error(srv_audit *a, const char *what, int e) {

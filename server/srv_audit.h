@@ -8,7 +8,8 @@
  * blocking; the rest waits for the next flush. A failed write keeps the data
  * buffered for the next flush and counts one error (logged once until a write
  * succeeds again); beyond 4 MiB buffered, new lines are dropped and counted.
- * SIGHUP closes and reopens the file (after logrotate renamed it).
+ * SIGHUP closes and reopens the file (after logrotate renamed it): the
+ * server's reload (srv_app.c) calls srv_audit_reopen.
  *
  * srv_audit_format is pure (no I/O, no clock) and unit-tested. */
 #ifndef SRV_AUDIT_H
@@ -77,8 +78,9 @@ char *srv_audit_format(const srv_audit_rec *rec, size_t *len);
 void srv_audit_format_time(double wall_s, char *out, size_t cap);
 
 /* Opens path (O_WRONLY|O_APPEND|O_CREAT|O_CLOEXEC, mode 0600; "-": stdout)
- * and starts the flush timer (every flush_ms, 1..1000; others mean 1000) and
- * the SIGHUP handler on loop. NULL with a one-line reason in err when the file
+ * and starts the flush timer on loop (every flush_ms, 1..1000; others mean
+ * 1000). The server's SIGHUP handler calls srv_audit_reopen (srv_app.c). NULL
+ * with a one-line reason in err when the file
  * cannot be opened or memory runs out. */
 srv_audit *srv_audit_open(uv_loop_t *loop, const char *path, int flush_ms, char *err,
                           size_t err_len);

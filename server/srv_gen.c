@@ -14,6 +14,7 @@
 #include "common/brisk_log.h"
 #include "server/srv_app.h"
 #include "server/srv_audit.h"
+#include "server/srv_quota.h"
 #include "server/srv_reason.h"
 #include "server/srv_responses.h"
 #include "server/srv_tools.h"
@@ -73,6 +74,8 @@ static void gen_free(gen_req *g) {
     free(g->a_msgs);
     model_grammar_unref(g->grammar);
     srv_resp_req_free(g->out.resp);
+    if (g->quota_admitted)
+        srv_quota_release(g->app->quota, g->key_id);
     /* The request outlives g only on error paths that answer after freeing it. */
     if (g->http)
         srv_req_set_user(g->http, NULL);
@@ -676,6 +679,8 @@ static void on_event(srv_app *app, sched_event *ev) {
         }
         c->t_last = now;
         srv_metrics_observe_tokens(app->metrics, 0, ev->n_tokens, now);
+        if (g->quota_admitted)
+            srv_quota_charge(app->quota, g->key_id, ev->n_tokens, now);
     }
     if (ev->n_prompt_tokens) {
         free(c->ptoks);
@@ -971,6 +976,38 @@ static int gen_max_tokens(const srv_app *app, const srv_gen_params *p, int np, i
 
 /* Validates lengths, submits every choice and starts the response.
  * Takes ownership of g (freed or linked). */
+/* The key's limits (srv_quota.h), before any engine work: -1 after
+ * answering 429 (or 400 for a prompt over the whole token budget). An
+ * admitted request carries the x-ratelimit-* headers. */
+static int gen_admit(srv_app *app, srv_req *r, gen_req *g) {
+    srv_quota_verdict v;
+    srv_quota_admit(app->quota, g->key_id[0] ? g->key_id : NULL, g->prompt_tokens, brisk_now(), &v);
+    char h[640];
+    srv_quota_headers(&v, h, sizeof h);
+    if (v.ok) {
+        g->quota_admitted = v.limited;
+        if (h[0] && srv_req_add_headers(r, h) < 0) {
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+            return -1;
+        }
+        return 0;
+    }
+    if (h[0] && srv_req_add_headers(r, h) < 0) {
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+        return -1;
+    }
+    if (v.too_large)
+        srv_respond_error(r, 400, "invalid_request_error", NULL, "tokens_over_limit",
+                          "this request's %d prompt tokens exceed the key's limit of %lld tokens "
+                          "per window",
+                          g->prompt_tokens, v.limit_tokens);
+    else
+        srv_respond_error(r, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
+                          "rate limit reached for key '%s' on %s; try again in %.1f s", g->key_id,
+                          v.which, v.retry_after_s);
+    return -1;
+}
+
 static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
                       int max_tokens_default) {
     /* The constraint, compiled (or found compiled) before any engine work. */
@@ -1017,6 +1054,10 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
             return;
         }
         g->prompt_tokens += np;
+    }
+    if (gen_admit(app, r, g) < 0) {
+        gen_free(g);
+        return;
     }
     /* n_choices is set only with the array: gen_free walks it. */
     int n_choices = g->n_prompts * p->n;
@@ -1111,6 +1152,8 @@ static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_par
     g->echo = p->echo && !is_chat;
     g->created = (int64_t)time(NULL);
     g->t_start = srv_req_t_start(r);
+    if (srv_req_key_id(r))
+        snprintf(g->key_id, sizeof g->key_id, "%s", srv_req_key_id(r));
     /* Fresh random ids, as OpenAI's: never the client's X-Request-Id. */
     srv_http_make_id(app->http, is_chat ? "chatcmpl-" : "cmpl-", 29, g->id, sizeof g->id);
     g->n_prompts = n_prompts;

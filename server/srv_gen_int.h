@@ -71,6 +71,8 @@ struct gen_req {
     int tools_on;           /* chat with tools offered: answers are parsed for calls */
     srv_gen_out out;        /* the Responses API's state (owned), or zeroed */
     int embed;              /* /v1/embeddings: SCHED_POOL_LAST or _MEAN (0: a generation) */
+    char key_id[72];        /* the API key's id ("" when none): its limits (srv_quota.h) */
+    int quota_admitted;     /* holds a concurrency slot of key_id, released at gen_free */
     int emb_base64, emb_normalize;
     model_chat_kind tools_kind;
 };
