@@ -17,6 +17,7 @@
 #include "server/srv_audit.h"
 #include "server/srv_keys.h"
 #include "server/srv_quota.h"
+#include "server/srv_usage.h"
 
 /* ---- small routes ------------------------------------------------------ */
 
@@ -89,6 +90,11 @@ static void h_metrics(srv_req *r) {
     size_t len;
     double now = brisk_now();
     char *text = srv_metrics_render(app->metrics, &g, now, &len);
+    if (text &&
+        srv_usage_render_append(app->usage, srv_metrics_label(app->metrics), &text, &len) < 0) {
+        free(text);
+        text = NULL;
+    }
     if (text && app->gpu && srv_gpu_render_append(app->gpu, now, &text, &len) < 0) {
         free(text);
         text = NULL;
@@ -379,6 +385,7 @@ int srv_app_run(const srv_app_config *cfg) {
     mc.backends = backends;
     app->metrics = srv_metrics_create(&mc, brisk_now());
     app->quota = srv_quota_create();
+    app->usage = srv_usage_create();
     app->grammars = srv_grammar_cache_create(32);
 
     static const srv_route routes[] = {
@@ -416,8 +423,8 @@ int srv_app_run(const srv_app_config *cfg) {
             goto out;
         }
     }
-    if (!app->quota || reload_limits(app) < 0) {
-        if (!app->quota)
+    if (!app->quota || !app->usage || reload_limits(app) < 0) {
+        if (!app->quota || !app->usage)
             BRISK_ERROR("out of memory");
         goto out;
     }
@@ -477,6 +484,7 @@ out:
     srv_gpu_free(app->gpu);
     srv_keys_free(app->keys);
     srv_quota_free(app->quota);
+    srv_usage_free(app->usage);
     srv_metrics_free(app->metrics);
     srv_grammar_cache_free(app->grammars);
     uv_loop_close(app->loop);

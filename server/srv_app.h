@@ -55,9 +55,10 @@ typedef struct srv_app {
     uv_signal_t sig_hup;                 /* reloads the audit log, the key file and the limits */
     uv_fs_poll_t poll_keys, poll_limits; /* the same when those files change on disk */
     int poll_keys_on, poll_limits_on;
-    struct srv_keys *keys;   /* the key set of the last reload (owned), or NULL */
-    struct srv_quota *quota; /* per-key limits (always made; no rules: no limits) */
-    uv_signal_t sig_fault;   /* SIGUSR2: toggles allocation-failure injection (fault builds) */
+    struct srv_keys *keys;        /* the key set of the last reload (owned), or NULL */
+    struct srv_quota *quota;      /* per-key limits (always made; no rules: no limits) */
+    struct srv_usage_acct *usage; /* per-key usage counters for /metrics */
+    uv_signal_t sig_fault;        /* SIGUSR2: toggles allocation-failure injection (fault builds) */
     int fault_signal_on;
     uv_timer_t drain_timer;
     srv_metrics *metrics;

@@ -18,6 +18,7 @@
 #include "server/srv_reason.h"
 #include "server/srv_responses.h"
 #include "server/srv_tools.h"
+#include "server/srv_usage.h"
 
 #include "server/srv_gen_int.h"
 
@@ -443,6 +444,10 @@ static void gen_observe(gen_req *g) {
     srv_metrics_request mr = {metrics_finish(f), g->prompt_tokens, completion,
                               g->t_admit > 0 ? g->t_admit - g->t_start : -1, now - g->t_start};
     srv_metrics_observe_request(app->metrics, &mr, now);
+    static const char *const fin[] = {"stop", "length", "abort", "error"};
+    if (g->key_id[0])
+        srv_usage_observe(app->usage, g->key_id, fin[mr.finish < 4 ? mr.finish : 3],
+                          g->prompt_tokens, completion);
     if (g->http)
         srv_req_set_log_fields(g->http,
                                g->embed      ? "/v1/embeddings"
@@ -996,6 +1001,7 @@ static int gen_admit(srv_app *app, srv_req *r, gen_req *g) {
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return -1;
     }
+    srv_usage_limited(app->usage, g->key_id, v.which);
     if (v.too_large)
         srv_respond_error(r, 400, "invalid_request_error", NULL, "tokens_over_limit",
                           "this request's %d prompt tokens exceed the key's limit of %lld tokens "

@@ -781,3 +781,7 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
 
     return brisk_buf_take(&b, len);
 }
+
+const char *srv_metrics_label(const srv_metrics *m) {
+    return m->label;
+}

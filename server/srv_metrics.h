@@ -98,6 +98,8 @@ typedef struct srv_metrics srv_metrics;
  * allocation fails. Free with srv_metrics_free. */
 srv_metrics *srv_metrics_create(const srv_metrics_config *cfg, double now);
 void srv_metrics_free(srv_metrics *m);
+/* The `model_name="..."` label every sample carries (escaped; owned by m). */
+const char *srv_metrics_label(const srv_metrics *m);
 
 /* Why a request (one choice of it) finished; the finished_reason label. */
 typedef enum srv_metrics_finish {

@@ -145,3 +145,26 @@ def test_bad_limits_file_stops_the_start(brisk, stories260k_gguf, tmp_path):
     r = brisk.run("serve", "--model", stories260k_gguf, "--limits-file", bad, "--port", "0",
                   check=False, timeout=30)
     assert r.returncode != 0 and "line 1" in r.err
+
+
+def test_usage_metrics_per_key(quota_server):
+    from conftest import metric_value, parse_prometheus
+    srv = quota_server
+    used = {}
+    for key, kid in (("sk-aaaaaaaa", "team-a"), ("sk-ffffffff", "free")):
+        for _ in range(2):
+            u = complete(srv, key, max_tokens=5).json()["usage"]
+            p, g = used.get(kid, (0, 0))
+            used[kid] = (p + u["prompt_tokens"], g + u["completion_tokens"])
+    for _ in range(2):
+        complete(srv, "sk-aaaaaaaa")  # the third passes, the fourth is refused (rpm=3)
+    s = parse_prometheus(srv.metrics_text())
+    for kid, (p, g) in used.items():
+        n = 3 if kid == "team-a" else 2
+        assert metric_value(s, "brisk_key_requests_total", key_id=kid,
+                            finished_reason="length") == n
+        assert metric_value(s, "brisk_key_prompt_tokens_total", key_id=kid) >= p
+        assert metric_value(s, "brisk_key_generation_tokens_total", key_id=kid) >= g
+    assert metric_value(s, "brisk_key_rate_limited_total", key_id="team-a", limit="requests") == 1
+    assert metric_value(s, "brisk_key_rate_limited_total", key_id="free", limit="requests") == 0
+    assert "sk-" not in srv.metrics_text()  # ids only, never keys
