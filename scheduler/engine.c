@@ -43,8 +43,9 @@ typedef struct seq {
     int ready;             /* hist, sampler and text set up (on entering the engine) */
     int left_waiting;      /* no longer counted against the submit-side waiting caps */
     double t_submit, t_admit;
-    double *emb_sum; /* pooling: the sum (MEAN) or last row (LAST) of hidden states */
-    int emb_upto;    /* positions already added (a preempted MEAN recomputes the rest) */
+    int deadline_hit; /* its deadline ended it */
+    double *emb_sum;  /* pooling: the sum (MEAN) or last row (LAST) of hidden states */
+    int emb_upto;     /* positions already added (a preempted MEAN recomputes the rest) */
 } seq;
 
 typedef struct cancel_msg {
@@ -112,6 +113,7 @@ sched_engine_config sched_engine_config_default(void) {
     c.device = MODEL_DEVICE_CPU;
     c.gpu_memory_utilization = 0.9;
     c.cuda_graphs = 1;
+    c.priority_aging_s = 10.0;
     /* f16 K/V: half the memory per position, and no slower on the CPU
      * (16 streams, 128 in / 128 out: 340-343 tok/s against 323 with f32 in
      * paired runs; the decode step reads the cache as often as the weights). */
@@ -125,6 +127,7 @@ const char *sched_finish_name(sched_finish f) {
     case SCHED_FINISH_LENGTH: return "length";
     case SCHED_FINISH_ABORT: return "abort";
     case SCHED_FINISH_ERROR: return "error";
+    case SCHED_FINISH_EXPIRED: return "expired";
     default: return "none";
     }
 }
@@ -225,6 +228,7 @@ static int seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *er
     ev->prompt_len = s->p.n_prompt;
     ev->completion_len = s->n_gen;
     ev->cached_tokens = s->req.n_cached;
+    ev->deadline = final && s->deadline_hit;
     ev->t_event = brisk_now();
     ev->t_admitted = s->t_admit;
     if (err)
@@ -477,6 +481,8 @@ static void seq_enter(sched_engine *e, seq *s) {
     s->req.n_prompt = s->p.n_prompt;
     s->req.fork_of = NULL;
     s->req.no_prefix_match = s->p.pooling == SCHED_POOL_MEAN;
+    s->req.priority = s->p.priority;
+    s->req.t_arrival = s->t_submit;
     if (s->p.fork_of && !want_ptoks && !s->p.pooling) {
         seq *src = find_seq(e, s->p.fork_of);
         if (src)
@@ -590,8 +596,35 @@ static void seq_embed_done(sched_engine *e, seq *s, int ok) {
     seq_finish(e, s, SCHED_FINISH_STOP, NULL);
 }
 
+/* Sequences past their deadline end: one that never ran with EXPIRED, one
+ * that ran (even if preempted since) with what it has, finish LENGTH. */
+static void expire_deadlines(sched_engine *e, double now) {
+    sched_req *const *run = sched_core_running(e->core);
+    for (int i = sched_core_n_running(e->core) - 1; i >= 0; i--) {
+        seq *s = (seq *)run[i];
+        if (s->p.deadline > 0 && now >= s->p.deadline) {
+            s->deadline_hit = 1;
+            seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
+        }
+    }
+    for (sched_req *r = sched_core_waiting_head(e->core), *nx; r; r = nx) {
+        nx = r->next;
+        seq *s = (seq *)r;
+        if (s->p.deadline <= 0 || now < s->p.deadline)
+            continue;
+        s->deadline_hit = 1;
+        if (s->t_admit > 0) {
+            seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
+        } else {
+            uncount_waiting(e, s);
+            seq_finish(e, s, SCHED_FINISH_EXPIRED, "the request's deadline passed while it waited");
+        }
+    }
+}
+
 static void step(sched_engine *e) {
     sched_plan plan;
+    sched_core_set_now(e->core, brisk_now());
     sched_core_schedule(e->core, &plan);
     double now = brisk_now();
     for (int i = 0; i < plan.n_starved; i++) /* its context outgrew the whole KV pool */
@@ -766,7 +799,8 @@ static int engine_load(sched_engine *e) {
     const model_config *c = model_get_config(e->m);
     int ctx = e->max_ctx = e->setup.max_ctx, bs = e->setup.block_size, kv_f16 = e->setup.kv_f16;
     long n_blocks = e->setup.n_blocks;
-    sched_core_config sc = {e->cfg.max_seqs, mbt, e->cfg.prefix_caching};
+    sched_core_config sc = {e->cfg.max_seqs, mbt, e->cfg.prefix_caching, e->cfg.sched_policy,
+                            e->cfg.priority_aging_s};
     e->core = sched_core_create(e->kv, &sc);
     e->b_tok = malloc((size_t)mbt * sizeof *e->b_tok);
     e->b_pos = malloc((size_t)mbt * sizeof *e->b_pos);
@@ -859,6 +893,7 @@ static void *engine_main(void *arg) {
             free(cancels);
             cancels = n;
         }
+        expire_deadlines(e, brisk_now());
         step(e);
         publish_stats(e);
         double busy = brisk_now() - t0;

@@ -35,6 +35,7 @@
 #include "models/grammar.h"
 #include "models/model.h"
 #include "models/sampler.h"
+#include "scheduler/sched_core.h"
 
 #define SCHED_MAX_TOP_LOGPROBS 20
 
@@ -59,6 +60,8 @@ typedef struct sched_engine_config {
     model_device device;      /* --device: cpu (default), cuda, auto */
     double gpu_memory_utilization; /* CUDA: fraction of GPU memory for weights + scratch + KV */
     int cuda_graphs;               /* CUDA: capture decode steps into CUDA graphs */
+    int sched_policy;              /* SCHED_POLICY_FCFS (default) or _PRIORITY (sched_core.h) */
+    double priority_aging_s;       /* PRIORITY: seconds of waiting worth one level (10) */
 } sched_engine_config;
 
 sched_engine_config sched_engine_config_default(void);
@@ -69,9 +72,10 @@ typedef enum {
     SCHED_FINISH_LENGTH,   /* max_tokens or the context */
     SCHED_FINISH_ABORT,    /* cancelled */
     SCHED_FINISH_ERROR,    /* engine failure; event.err says why */
+    SCHED_FINISH_EXPIRED,  /* its deadline passed before it ever ran */
 } sched_finish;
 
-const char *sched_finish_name(sched_finish f); /* "stop", "length", "abort", "error" */
+const char *sched_finish_name(sched_finish f); /* "stop", "length", "abort", "error", "expired" */
 
 /* One sequence to run. The engine takes ownership of every pointer in it
  * (prompt, bias arrays, stop strings) on a successful submit; on failure the
@@ -106,6 +110,11 @@ typedef struct sched_seq_params {
      * prefix-cached blocks (every position's state is needed). max_tokens
      * is not used (give 1). */
     int pooling;
+    int priority; /* --scheduling-policy priority: lower is admitted first (sched_core.h) */
+    /* brisk_now() time after which the sequence ends (0: none), checked each
+     * step: still waiting and never run, finish EXPIRED; running (or
+     * preempted after running), finish LENGTH with event.deadline set. */
+    double deadline;
     void *user;    /* handed back in every event */
     void *fork_of; /* or the user pointer of an earlier submitted sequence with the
                                  same prompt (n > 1 choices): share its prompt KV blocks */
@@ -139,6 +148,7 @@ typedef struct sched_event {
     int cached_tokens; /* prompt tokens found in the prefix cache (0 before admission) */
     double t_event;    /* brisk_now() when emitted */
     double t_admitted; /* when the sequence got a slot (0 if never) */
+    int deadline;      /* final event: its deadline ended it (finish LENGTH or EXPIRED) */
     float *embedding;  /* pooling sequences' final event: [n_embedding], owned */
     int n_embedding;
     char err[160];

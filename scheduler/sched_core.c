@@ -19,6 +19,7 @@ struct sched_core {
     int n_wait;
     long long admit_counter;
     long long n_preemptions;
+    double now; /* sched_core_set_now */
     /* the plan's storage */
     sched_entry *entries;
     sched_req **starved;
@@ -241,6 +242,42 @@ static void plan_add(sched_plan *plan, sched_req *r, int n) {
     plan->n_tokens += n;
 }
 
+void sched_core_set_now(sched_core *c, double now) {
+    c->now = now;
+}
+
+/* A request's priority after aging (the priority policy; lower first). */
+static double eff_priority(const sched_core *c, const sched_req *r) {
+    double age = c->now > r->t_arrival ? c->now - r->t_arrival : 0;
+    return (double)r->priority - (c->cfg.aging_s > 0 ? age / c->cfg.aging_s : 0);
+}
+
+/* The index in run[] of the request to preempt: the newest (FCFS), or the
+ * worst effective priority, the newest among equals. */
+static int victim_index(const sched_core *c) {
+    int v = c->n_run - 1;
+    if (c->cfg.policy != SCHED_POLICY_PRIORITY)
+        return v;
+    for (int i = c->n_run - 2; i >= 0; i--)
+        if (eff_priority(c, c->run[i]) > eff_priority(c, c->run[v]))
+            v = i;
+    return v;
+}
+
+/* The waiting request to admit next: the head (FCFS; preempted requests
+ * are pushed there), or the best effective priority, earliest among equals. */
+static sched_req *next_waiting(const sched_core *c) {
+    sched_req *best = c->wait_head;
+    if (c->cfg.policy != SCHED_POLICY_PRIORITY)
+        return best;
+    for (sched_req *w = best ? best->next : NULL; w; w = w->next) {
+        double a = eff_priority(c, w), b = eff_priority(c, best);
+        if (a < b || (a == b && w->t_arrival < best->t_arrival))
+            best = w;
+    }
+    return best;
+}
+
 /* Pass 1: the decode token of every running request that needs one,
  * oldest first; preempts the newest running requests while the pool is short. */
 static int schedule_decodes(sched_core *c, sched_plan *plan, int budget) {
@@ -255,7 +292,8 @@ static int schedule_decodes(sched_core *c, sched_plan *plan, int budget) {
                 budget--;
                 break;
             }
-            sched_req *victim = c->run[c->n_run - 1];
+            int vi = victim_index(c);
+            sched_req *victim = c->run[vi];
             if (rc != BRISK_ENOSPC || (victim == r && c->n_run == 1)) {
                 /* Alone and still too big (or past its block table): it can never run. */
                 run_remove(c, r);
@@ -265,8 +303,12 @@ static int schedule_decodes(sched_core *c, sched_plan *plan, int budget) {
             }
             preempt(c, victim);
             plan->n_preempted++;
-            if (victim == r)
-                break; /* r was the newest: nothing after it */
+            if (victim == r) {
+                i--; /* r is gone from run[]: the next one moved into its place */
+                break;
+            }
+            if (vi < i)
+                i--; /* an earlier request went: r moved down one */
         }
     }
     return budget;
@@ -302,7 +344,7 @@ int sched_core_schedule(sched_core *c, sched_plan *plan) {
          * some, would wait for ever: the newest gives its blocks back. */
         if (plan->n_entries > 0 || c->n_run == 0)
             break;
-        sched_req *victim = c->run[c->n_run - 1];
+        sched_req *victim = c->run[victim_index(c)];
         if (c->n_run == 1) {
             run_remove(c, victim);
             plan->starved[plan->n_starved++] = victim;
@@ -314,7 +356,7 @@ int sched_core_schedule(sched_core *c, sched_plan *plan) {
     /* Admission, first come first served, unless this step had to preempt. */
     if (plan->n_preempted == 0)
         while (c->wait_head && c->n_run < c->cfg.max_seqs && budget > 0) {
-            if (!admit_one(c, c->wait_head, budget, plan))
+            if (!admit_one(c, next_waiting(c), budget, plan))
                 break;
             budget -= plan->entries[plan->n_entries - 1].n;
         }

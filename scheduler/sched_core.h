@@ -55,14 +55,30 @@ typedef struct sched_req {
     int running;
     long long admitted_seq; /* admission order (0: never admitted) */
     int n_preempted;
-    int n_cached; /* prompt tokens the first admission found computed (prefix cache, fork) */
+    int n_cached;     /* prompt tokens the first admission found computed (prefix cache, fork) */
+    int priority;     /* SCHED_POLICY_PRIORITY: lower is served first (vLLM's) */
+    double t_arrival; /* when it arrived (sched_core_set_now's clock): its age for aging */
     struct sched_req *next, *prev; /* waiting list */
 } sched_req;
+
+/* Which waiting request is admitted next, and which running one is preempted. */
+enum {
+    SCHED_POLICY_FCFS = 0, /* arrival order; the newest running request is preempted */
+    /* The lowest effective priority first, where a waiting request's
+     * priority improves by one for every aging_s seconds since it arrived
+     * (so nothing starves: a request that has waited k x aging_s longer
+     * than another with priority p + k goes first); ties by arrival. Under
+     * KV pressure the running request with the highest (worst) effective
+     * priority is preempted, the newest among equals. */
+    SCHED_POLICY_PRIORITY = 1,
+};
 
 typedef struct sched_core_config {
     int max_seqs;         /* requests running at once (<= the KV cache's slots) */
     int max_batch_tokens; /* tokens per step */
     int prefix_caching;   /* 1: match prompts against the prefix cache */
+    int policy;           /* SCHED_POLICY_* */
+    double aging_s;       /* PRIORITY: seconds of waiting worth one priority level (<= 0: none) */
 } sched_core_config;
 
 typedef struct sched_entry {
@@ -96,6 +112,9 @@ void sched_core_remove(sched_core *c, sched_req *r);
 /* Builds the next step into *plan (valid until the next call). Returns the
  * number of entries. */
 int sched_core_schedule(sched_core *c, sched_plan *plan);
+/* The clock (seconds) the priority policy ages requests with; the engine
+ * sets it before each schedule. */
+void sched_core_set_now(sched_core *c, double now);
 /* After the forward pass of plan: n_computed advances, KV positions are
  * recorded, new full blocks registered. */
 void sched_core_commit(sched_core *c, const sched_plan *plan);

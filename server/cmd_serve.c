@@ -61,6 +61,13 @@ static int serve_config(const cli_vals *v, srv_app_config *c, srv_keys *keys) {
         c->engine.max_waiting_tokens = (long)v->i[O_MAX_QUEUED_TOKENS];
     if (GIVEN(O_CHAT_TEMPLATE))
         c->chat_template = v->s[O_CHAT_TEMPLATE];
+    if (GIVEN(O_SCHED_POLICY))
+        c->engine.sched_policy =
+            !strcmp(v->s[O_SCHED_POLICY], "priority") ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS;
+    if (GIVEN(O_PRIORITY_AGING))
+        c->engine.priority_aging_s = v->f[O_PRIORITY_AGING];
+    if (GIVEN(O_REQUEST_TIMEOUT))
+        c->request_timeout_s = v->f[O_REQUEST_TIMEOUT];
     if (GIVEN(O_EMBEDDINGS))
         c->embeddings = 1;
     if (GIVEN(O_POOLING))

@@ -91,6 +91,9 @@ typedef struct srv_gen_params {
     char *grammar;
     size_t grammar_len;
     const char *grammar_param;
+    int priority;         /* vLLM's: lower is served first (--scheduling-policy priority) */
+    int has_priority;     /* priority was given */
+    float timeout_s;      /* brisk's deadline from arrival, seconds (0, 86400]; 0: none given */
     int n_unknown_fields; /* top-level fields not understood, ignored */
 } srv_gen_params;
 
@@ -256,6 +259,11 @@ typedef struct srv_choice {
     int n_calls;
     int args_only;
 } srv_choice;
+
+/* The finish_reason of a choice its deadline ended: "length", and the
+ * builders add "brisk_finish_detail": "deadline" to the choice (compared by
+ * address: pass this very array). */
+extern const char srv_finish_deadline[];
 
 typedef struct srv_usage {
     int prompt_tokens, completion_tokens;

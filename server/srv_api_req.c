@@ -358,6 +358,8 @@ enum {
     F_STREAM,
     F_STREAM_OPTIONS,
     F_USER,
+    F_PRIORITY,
+    F_TIMEOUT,
     F_IGNORE_EOS,
     F_BEST_OF,
     F_SUFFIX,
@@ -412,6 +414,8 @@ static const struct {
     [F_STREAM] = {"stream", K_CMPL | K_CHAT},
     [F_STREAM_OPTIONS] = {"stream_options", K_CMPL | K_CHAT},
     [F_USER] = {"user", K_CMPL | K_CHAT},
+    [F_PRIORITY] = {"priority", K_CMPL | K_CHAT},
+    [F_TIMEOUT] = {"timeout", K_CMPL | K_CHAT},
     [F_IGNORE_EOS] = {"ignore_eos", K_CMPL | K_CHAT},
     [F_BEST_OF] = {"best_of", K_CMPL},
     [F_SUFFIX] = {"suffix", K_CMPL},
@@ -1101,6 +1105,12 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
     if ((rc = get_string(f[F_USER], "user", &s, err)) < 0)
         return rc;
     if ((rc = get_bool(f[F_IGNORE_EOS], "ignore_eos", &p->ignore_eos, err)) < 0)
+        return rc;
+    /* vLLM's priority (lower first) and brisk's deadline in seconds. */
+    if ((rc = get_int32(f[F_PRIORITY], "priority", -1000000, 1000000, &p->priority, err)) < 0)
+        return rc;
+    p->has_priority = rc == 1;
+    if ((rc = get_float(f[F_TIMEOUT], "timeout", 0, 86400, 1, &p->timeout_s, err)) < 0)
         return rc;
     if ((rc = parse_response_format(f[F_RESPONSE_FORMAT], p, err)) < 0 ||
         (rc = parse_constraints(f, lim, p, err)) < 0)

@@ -247,9 +247,13 @@ void srv_api_put_int(brisk_buf *w, long long v) {
     w_int(w, v);
 }
 
+const char srv_finish_deadline[] = "length";
+
 static void w_finish_reason(brisk_buf *w, const char *fr) {
     brisk_buf_str(w, ",\"finish_reason\":");
     w_cstr(w, fr);
+    if (fr == srv_finish_deadline)
+        brisk_buf_str(w, ",\"brisk_finish_detail\":\"deadline\"");
 }
 
 /* ---------------------------------------------------------------- logprobs */

@@ -36,9 +36,10 @@ typedef struct srv_app_config {
     const char *key_file;          /* --api-key-file: reloaded on SIGHUP and when it changes */
     const char *const *cli_keys;   /* --api-key values (kept in every reloaded key set) */
     int n_cli_keys;
-    const char *limits_file; /* --limits-file (srv_quota.h), or NULL */
-    int embeddings;          /* --embeddings: serve /v1/embeddings */
-    int pooling;             /* --pooling: SCHED_POOL_*; 0: the model's, else last */
+    const char *limits_file;  /* --limits-file (srv_quota.h), or NULL */
+    double request_timeout_s; /* --request-timeout: default deadline (0: none) */
+    int embeddings;           /* --embeddings: serve /v1/embeddings */
+    int pooling;              /* --pooling: SCHED_POOL_*; 0: the model's, else last */
     sched_engine_config engine;
     srv_http_config http;
 } srv_app_config;

@@ -207,6 +207,19 @@ static const char *finish_str(sched_finish f) {
     return f == SCHED_FINISH_LENGTH ? "length" : "stop";
 }
 
+/* A choice's finish_reason: a deadline's "length" carries its detail. */
+static const char *choice_finish(const gen_choice *c) {
+    return c->deadline ? srv_finish_deadline : finish_str(c->finish);
+}
+
+/* Every choice expired before it ran (the deadline passed while waiting). */
+static int gen_all_expired(const gen_req *g) {
+    int n = 0;
+    for (int i = 0; i < g->n_choices; i++)
+        n += g->choices[i].finish == SCHED_FINISH_EXPIRED;
+    return g->n_choices > 0 && n == g->n_choices;
+}
+
 static srv_metrics_finish metrics_finish(sched_finish f) {
     switch (f) {
     case SCHED_FINISH_STOP: return SRV_METRICS_FINISH_STOP;
@@ -434,7 +447,9 @@ static void gen_observe(gen_req *g) {
         completion += g->choices[i].completion_len;
         if (g->choices[i].finish == SCHED_FINISH_LENGTH)
             f = SCHED_FINISH_LENGTH;
-        if (g->choices[i].finish == SCHED_FINISH_ABORT && f != SCHED_FINISH_ERROR)
+        if ((g->choices[i].finish == SCHED_FINISH_ABORT ||
+             g->choices[i].finish == SCHED_FINISH_EXPIRED) &&
+            f != SCHED_FINISH_ERROR)
             f = SCHED_FINISH_ABORT;
         if (g->choices[i].finish == SCHED_FINISH_ERROR)
             f = SCHED_FINISH_ERROR;
@@ -444,6 +459,11 @@ static void gen_observe(gen_req *g) {
     srv_metrics_request mr = {metrics_finish(f), g->prompt_tokens, completion,
                               g->t_admit > 0 ? g->t_admit - g->t_start : -1, now - g->t_start};
     srv_metrics_observe_request(app->metrics, &mr, now);
+    int dl = 0;
+    for (int i = 0; i < g->n_choices; i++)
+        dl |= g->choices[i].deadline;
+    if (dl)
+        srv_metrics_observe_deadline(app->metrics, !gen_all_expired(g));
     static const char *const fin[] = {"stop", "length", "abort", "error"};
     if (g->key_id[0])
         srv_usage_observe(app->usage, g->key_id, fin[mr.finish < 4 ? mr.finish : 3],
@@ -524,12 +544,25 @@ static void gen_finish(gen_req *g) {
         }
         if (g->failed && g->http)
             stream_error(g);
+        else if (g->http && gen_all_expired(g)) {
+            srv_api_error e = {504, "timeout_error", "timeout", "deadline_exceeded", ""};
+            snprintf(e.message, sizeof e.message, "the request's deadline passed before it ran");
+            size_t n;
+            char *ev = srv_sse_error(&e, &n);
+            if (ev)
+                srv_stream_write(g->http, ev, n);
+            free(ev);
+        }
         size_t n;
         const char *done = srv_sse_done(&n);
         if (g->http)
             srv_stream_write(g->http, done, n);
         if (g->http)
             srv_stream_end(g->http);
+        g->http = NULL;
+    } else if (g->http && !g->stream && !g->failed && gen_all_expired(g)) {
+        srv_respond_error(g->http, 504, "timeout_error", "timeout", "deadline_exceeded",
+                          "the request's deadline passed before it ran");
         g->http = NULL;
     } else if (g->http && g->embed && !g->failed) {
         embed_respond(g);
@@ -573,7 +606,7 @@ static void gen_finish(gen_req *g) {
                         ch[i].reasoning_len = rs->len;
                     }
                 }
-                ch[i].finish_reason = finish_str(c->finish);
+                ch[i].finish_reason = choice_finish(c);
                 if (g->tools_on) {
                     int nc = gen_parse_calls(g, ch[i].text, ch[i].text_len, &calls[i], &rest[i]);
                     if (nc < 0) {
@@ -701,6 +734,8 @@ static void on_event(srv_app *app, sched_event *ev) {
         c->n_emb = ev->n_embedding;
         ev->embedding = NULL;
     }
+    if (ev->deadline)
+        c->deadline = 1;
     if (ev->finish == SCHED_FINISH_ERROR)
         gen_fail(g, ev->err);
     if (g->failed) {
@@ -708,7 +743,10 @@ static void on_event(srv_app *app, sched_event *ev) {
     } else if (g->stream && g->http) {
         if (g->audit_keep && buf_add(&c->atext, &c->alen, &c->acap, ev->text, ev->text_len) < 0)
             gen_fail(g, "out of memory");
-        const char *fin = ev->finish == SCHED_FINISH_STOP || ev->finish == SCHED_FINISH_LENGTH
+        if (ev->deadline)
+            c->deadline = 1;
+        const char *fin = ev->deadline ? srv_finish_deadline
+                          : ev->finish == SCHED_FINISH_STOP || ev->finish == SCHED_FINISH_LENGTH
                               ? finish_str(ev->finish)
                               : NULL;
         if (!c->started && g->echo && !g->is_chat) {
@@ -940,6 +978,8 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
     sp->logprobs = p->logprobs;
     sp->prompt_logprobs = g->echo && p->logprobs >= 0;
     sp->pooling = g->embed;
+    sp->priority = g->priority;
+    sp->deadline = g->deadline;
     sp->ignore_eos = p->ignore_eos;
     sp->min_tokens = p->min_tokens;
     sp->grammar = model_grammar_ref(g->grammar);
@@ -1061,6 +1101,17 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
         }
         g->prompt_tokens += np;
     }
+    if (p->has_priority && p->priority != 0 &&
+        app->cfg.engine.sched_policy != SCHED_POLICY_PRIORITY) {
+        srv_respond_error(r, 400, "invalid_request_error", "priority", "unsupported_value",
+                          "'priority' needs a server started with --scheduling-policy priority");
+        gen_free(g);
+        return;
+    }
+    g->priority = srv_quota_priority(app->quota, g->key_id[0] ? g->key_id : NULL, p->priority,
+                                     p->has_priority);
+    double timeout = p->timeout_s > 0 ? p->timeout_s : app->cfg.request_timeout_s;
+    g->deadline = timeout > 0 ? g->t_start + timeout : 0;
     if (gen_admit(app, r, g) < 0) {
         gen_free(g);
         return;

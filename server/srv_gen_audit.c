@@ -23,6 +23,9 @@ static const char *audit_finish(const srv_app *app, const gen_req *g, const srv_
     if (g->failed || g->n_live > 0)
         return "error"; /* a stream that ended with an error event */
     for (int i = 0; i < g->n_choices; i++)
+        if (g->choices[i].deadline)
+            return "deadline";
+    for (int i = 0; i < g->n_choices; i++)
         if (g->choices[i].finish == SCHED_FINISH_LENGTH)
             return "length";
     return "stop";

@@ -38,6 +38,7 @@ typedef struct gen_choice {
     int lp_strip;  /* streaming: no text token sent yet, and the text starts afresh */
     double t_last;
     srv_reason reason; /* streaming with reasoning: the <think> splitter (zeroed = initial) */
+    int deadline;      /* its deadline ended it (finish LENGTH or EXPIRED) */
     float *emb;        /* embeddings: the pooled vector from the final event (owned), [n_emb] */
     int n_emb;
 } gen_choice;
@@ -73,6 +74,8 @@ struct gen_req {
     int embed;              /* /v1/embeddings: SCHED_POOL_LAST or _MEAN (0: a generation) */
     char key_id[72];        /* the API key's id ("" when none): its limits (srv_quota.h) */
     int quota_admitted;     /* holds a concurrency slot of key_id, released at gen_free */
+    int priority;           /* the engine priority (request, else the key's default; floored) */
+    double deadline;        /* brisk_now() time its sequences end (0: none) */
     int emb_base64, emb_normalize;
     model_chat_kind tools_kind;
 };

@@ -93,6 +93,7 @@ struct srv_metrics {
     double *scratch; /* [max_samples] for the quantile sort */
 
     uint64_t prompt_total, gen_total;
+    uint64_t deadline[2]; /* requests ended by their deadline: [0] waiting, [1] running */
     uint64_t success[SRV_METRICS_FINISH_COUNT];
     uint64_t http[SRV_ROUTE_COUNT][METRICS_HTTP_CODES];
     uint64_t unknown_fields;
@@ -753,6 +754,13 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
             metrics_put_sample(&b, m, "brisk_http_requests_total", extra, (double)c);
         }
     }
+    metrics_put_family(&b, "brisk_deadline_exceeded_total", "counter",
+                       "Requests ended by their deadline (timeout, --request-timeout): refused "
+                       "while waiting, or cut short while running.");
+    metrics_put_sample(&b, m, "brisk_deadline_exceeded_total", "state=\"waiting\"",
+                       (double)m->deadline[0]);
+    metrics_put_sample(&b, m, "brisk_deadline_exceeded_total", "state=\"running\"",
+                       (double)m->deadline[1]);
     metrics_put_scalar(&b, m, "brisk_unknown_request_fields_total", "counter",
                        "Unknown fields seen in request bodies (ignored).",
                        (double)m->unknown_fields);
@@ -784,4 +792,9 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
 
 const char *srv_metrics_label(const srv_metrics *m) {
     return m->label;
+}
+
+void srv_metrics_observe_deadline(srv_metrics *m, int running) {
+    metrics_check_thread(m);
+    m->deadline[running ? 1 : 0]++;
 }

@@ -98,6 +98,10 @@ typedef struct srv_metrics srv_metrics;
  * allocation fails. Free with srv_metrics_free. */
 srv_metrics *srv_metrics_create(const srv_metrics_config *cfg, double now);
 void srv_metrics_free(srv_metrics *m);
+/* A request ended by its deadline: refused while waiting (running 0) or cut
+ * short while running (1); brisk_deadline_exceeded_total{state}. */
+void srv_metrics_observe_deadline(srv_metrics *m, int running);
+
 /* The `model_name="..."` label every sample carries (escaped; owned by m). */
 const char *srv_metrics_label(const srv_metrics *m);
 

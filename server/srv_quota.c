@@ -73,14 +73,16 @@ static int parse_line(const char *s, size_t n, srv_quota_rule *r, const char **w
             return -1;
         }
         size_t fl = (size_t)(eq - f), vl = i - a - fl - 1;
-        static const char *const names[] = {"rpm", "tpm", "concurrency", "window"};
-        static const double hi[] = {1e9, 1e12, 1e6, 86400};
+        static const char *const names[] = {"rpm",    "tpm",      "concurrency",
+                                            "window", "priority", "priority_floor"};
+        static const double hi[] = {1e9, 1e12, 1e6, 86400, 1e6, 1e6};
         int k = -1;
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < 6; j++)
             if (strlen(names[j]) == fl && !memcmp(f, names[j], fl))
                 k = j;
         if (k < 0) {
-            *why = "unknown field (rpm, tpm, concurrency and window are known)";
+            *why = "unknown field (rpm, tpm, concurrency, window, priority and priority_floor "
+                   "are known)";
             return -1;
         }
         if (seen & (1u << k)) {
@@ -89,19 +91,27 @@ static int parse_line(const char *s, size_t n, srv_quota_rule *r, const char **w
         }
         seen |= 1u << k;
         double v;
-        if (parse_num(eq + 1, vl, 1, hi[k], k != 3, &v) < 0) {
+        const char *num = eq + 1;
+        int neg = k >= 4 && vl > 0 && num[0] == '-';
+        if (parse_num(num + neg, vl - (size_t)neg, k >= 4 ? 0 : 1, hi[k], k != 3, &v) < 0) {
             *why = "a value out of range (rpm 1..1e9, tpm 1..1e12, concurrency 1..1e6, "
-                   "window 1..86400 seconds)";
+                   "window 1..86400 seconds, priorities -1e6..1e6)";
             return -1;
         }
+        if (neg)
+            v = -v;
         if (k == 0)
             r->rpm = (long long)v;
         else if (k == 1)
             r->tpm = (long long)v;
         else if (k == 2)
             r->concurrency = (long long)v;
-        else
+        else if (k == 3)
             r->window_s = v;
+        else if (k == 4)
+            r->has_priority = 1, r->priority = (int)v;
+        else
+            r->has_priority_floor = 1, r->priority_floor = (int)v;
     }
     return 0;
 }
@@ -435,4 +445,12 @@ void srv_quota_headers(const srv_quota_verdict *v, char *out, size_t cap) {
     if (k < cap && !v->ok && !v->too_large)
         snprintf(out + k, cap - k, "Retry-After: %d\r\nretry-after-ms: %d\r\n",
                  (int)fmax(1, ceil(v->retry_after_s)), (int)ceil(v->retry_after_s * 1000.0));
+}
+
+int srv_quota_priority(const srv_quota *q, const char *id, int requested, int has_requested) {
+    const srv_quota_rule *r = id && q ? rule_for(q, id) : NULL;
+    int p = has_requested ? requested : r && r->has_priority ? r->priority : 0;
+    if (r && r->has_priority_floor && p < r->priority_floor)
+        p = r->priority_floor;
+    return p;
 }

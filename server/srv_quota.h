@@ -9,6 +9,9 @@
  *   tpm=N          prompt + completion tokens per window (1..10^12)
  *   concurrency=N  requests running at once (1..10^6)
  *   window=S       the window in seconds (1..86400; default 60)
+ *   priority=N     the key's default request priority (-10^6..10^6; 0)
+ *   priority_floor=N  the most urgent (lowest) priority the key may ask for;
+ *                  a request asking for less gets this (-10^6..10^6)
  * A missing field is no limit. Any other line is an error naming its line
  * number (never its content). At most SRV_QUOTA_MAX_RULES rules; ids must be
  * unique.
@@ -40,6 +43,8 @@ typedef struct srv_quota_rule {
     long long rpm, tpm;
     long long concurrency;
     double window_s;
+    int has_priority, priority;             /* the key's default priority */
+    int has_priority_floor, priority_floor; /* the lowest it may ask for */
 } srv_quota_rule;
 
 /* Parses a limits file's text into rules (malloc'd, *n of them; the caller
@@ -80,6 +85,10 @@ void srv_quota_admit(srv_quota *q, const char *id, long long prompt_tokens, doub
 void srv_quota_charge(srv_quota *q, const char *id, long long tokens, double now);
 /* An admitted request of id ended (its concurrency slot comes back). */
 void srv_quota_release(srv_quota *q, const char *id);
+
+/* The priority a request of key id runs with: requested when has_requested
+ * (raised to the key's priority_floor), else the key's default, else 0. */
+int srv_quota_priority(const srv_quota *q, const char *id, int requested, int has_requested);
 
 /* The response headers of a verdict ("Name: v\r\n" lines, OpenAI's
  * x-ratelimit-* and, when refused, Retry-After and retry-after-ms) into out;

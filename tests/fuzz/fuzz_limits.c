@@ -55,6 +55,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(rules[i].tpm >= 0 && rules[i].tpm <= 1000000000000LL);
         FUZZ_CHECK(rules[i].concurrency >= 0 && rules[i].concurrency <= 1000000);
         FUZZ_CHECK(rules[i].window_s >= 1 && rules[i].window_s <= 86400);
+        FUZZ_CHECK(!rules[i].has_priority ||
+                   (rules[i].priority >= -1000000 && rules[i].priority <= 1000000));
+        FUZZ_CHECK(!rules[i].has_priority_floor ||
+                   (rules[i].priority_floor >= -1000000 && rules[i].priority_floor <= 1000000));
+        int pr = srv_quota_priority(NULL, NULL, 5, 1);
+        FUZZ_CHECK(pr == 5);
         for (int k = 0; k < i; k++)
             FUZZ_CHECK(strcmp(rules[i].id, rules[k].id) != 0);
     }

@@ -168,3 +168,76 @@ def test_usage_metrics_per_key(quota_server):
     assert metric_value(s, "brisk_key_rate_limited_total", key_id="team-a", limit="requests") == 1
     assert metric_value(s, "brisk_key_rate_limited_total", key_id="free", limit="requests") == 0
     assert "sk-" not in srv.metrics_text()  # ids only, never keys
+
+
+# ---- priorities and deadlines (SmolLM2: slow enough to hold the one slot) --------------
+
+def chat(srv, content, key=None, **kw):
+    body = {"messages": [{"role": "user", "content": content}], "temperature": 0, **kw}
+    return srv.post("/v1/chat/completions", body, headers=auth(key) if key else None)
+
+
+def occupy(srv, key=None, tokens=2000):
+    """Starts a long stream on a raw connection; returns it (close to end it)."""
+    import http.client
+    import json
+    c = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+    h = {"Content-Type": "application/json", **(auth(key) if key else {})}
+    c.request("POST", "/v1/completions", json.dumps(
+        {"prompt": "Once upon a time", "max_tokens": tokens, "ignore_eos": True,
+         "stream": True}), h)
+    resp = c.getresponse()
+    assert resp.status == 200
+    resp.read(200)  # it is running
+    return c
+
+
+def test_priority_order_and_fcfs_refusal(start_server, smollm2_path, smollm2_server):
+    import concurrent.futures as cf
+    r = chat(smollm2_server, "Hi", max_tokens=1, priority=3)
+    assert r.status == 400 and r.json()["error"]["param"] == "priority"
+    assert chat(smollm2_server, "Hi", max_tokens=1, priority=0).status == 200
+    srv = start_server(smollm2_path, "--scheduling-policy", "priority", "--max-num-seqs", "1",
+                       "--priority-aging", "1000")
+    try:
+        hold = occupy(srv)
+        done = []
+        with cf.ThreadPoolExecutor(4) as ex:
+            futs = []
+            for name, prio in (("low", 10), ("mid", 5), ("high", -5)):
+                futs.append(ex.submit(lambda n=name, p=prio: (chat(srv, "Say hi", max_tokens=8,
+                                                                   priority=p), done.append(n))))
+                time.sleep(0.3)  # arrival order: low, mid, high
+            time.sleep(0.3)
+            hold.close()  # the slot frees: the waiting three run one at a time
+            for f in futs:
+                assert f.result()[0].status == 200
+        assert done == ["high", "mid", "low"], done
+    finally:
+        srv.stop()
+
+
+def test_deadlines(start_server, smollm2_path):
+    from conftest import metric_value, parse_prometheus
+    srv = start_server(smollm2_path, "--max-num-seqs", "1", "--request-timeout", "600")
+    try:
+        # Running past its deadline: ended with what it has.
+        r = chat(srv, "Tell me a long story", max_tokens=3000, ignore_eos=True, timeout=1.0)
+        assert r.status == 200, r.text
+        ch = r.json()["choices"][0]
+        assert ch["finish_reason"] == "length" and ch["brisk_finish_detail"] == "deadline"
+        assert 0 < r.json()["usage"]["completion_tokens"] < 3000
+        # Waiting past it: refused without running.
+        hold = occupy(srv)
+        t0 = time.time()
+        r = chat(srv, "Hi", max_tokens=4, timeout=0.5)
+        assert r.status == 504 and r.json()["error"]["code"] == "deadline_exceeded"
+        assert time.time() - t0 < 5
+        hold.close()
+        s = parse_prometheus(srv.metrics_text())
+        assert metric_value(s, "brisk_deadline_exceeded_total", state="running") == 1
+        assert metric_value(s, "brisk_deadline_exceeded_total", state="waiting") == 1
+        r = chat(srv, "Hi", max_tokens=2, timeout=0)
+        assert r.status == 400 and r.json()["error"]["param"] == "timeout"
+    finally:
+        srv.stop()

@@ -185,7 +185,36 @@ static void test_rate(void) {
     srv_quota_free(q);
 }
 
+/* Priorities: the key's default, a request's own, raised to the floor. */
+static void test_priority(void) {
+    srv_quota *q = srv_quota_create();
+    set(q, "batch priority=10\nvip priority=-5 priority_floor=-5\n* priority_floor=0\n", 0);
+    CHECK_COND(srv_quota_priority(q, "batch", 0, 0) == 10);
+    CHECK_COND(srv_quota_priority(q, "batch", -3, 1) == -3); /* no floor of its own */
+    CHECK_COND(srv_quota_priority(q, "vip", 0, 0) == -5);
+    CHECK_COND(srv_quota_priority(q, "vip", -50, 1) == -5);
+    CHECK_COND(srv_quota_priority(q, "other", -50, 1) == 0);
+    CHECK_COND(srv_quota_priority(q, "other", 7, 1) == 7);
+    CHECK_COND(srv_quota_priority(q, NULL, -2, 1) == -2); /* no key: as asked */
+    srv_quota_verdict v;
+    srv_quota_admit(q, "vip", 1000000, 0, &v);
+    CHECK(v.ok && !v.limited, "priorities alone limit nothing");
+    srv_quota_rule *r = NULL;
+    int n = 0;
+    CHECK(parse_ok("a priority=-1000000 priority_floor=1000000\n", &r, &n) == 0 && n == 1 &&
+              r[0].priority == -1000000 && r[0].priority_floor == 1000000,
+          "priority bounds");
+    free(r);
+    char err[200];
+    CHECK(srv_quota_parse("a priority=1000001\n", 19, &r, &n, err, sizeof err) == BRISK_EINVAL,
+          "priority out of range");
+    CHECK(srv_quota_parse("a priority=--1\n", 15, &r, &n, err, sizeof err) == BRISK_EINVAL,
+          "a double minus");
+    srv_quota_free(q);
+}
+
 int main(void) {
+    test_priority();
     test_parse();
     test_buckets();
     test_rate();
