@@ -342,6 +342,21 @@ static void reload_start(srv_app *app) {
     }
 }
 
+/* A limited key's responses all carry its x-ratelimit-* headers (the
+ * generation endpoints replace them with their admission's). */
+static void on_http_dispatch(void *user, srv_req *r) {
+    srv_app *app = user;
+    const char *id = srv_req_key_id(r);
+    if (!id || !app->quota)
+        return;
+    srv_quota_verdict v;
+    srv_quota_peek(app->quota, id, brisk_now(), &v);
+    char h[640];
+    srv_quota_headers(&v, h, sizeof h);
+    if (h[0])
+        srv_req_set_headers(r, h); /* out of memory: the response goes without them */
+}
+
 static void on_http_finish(void *user, const srv_req *r, int status) {
     srv_app *app = user;
     if (app->metrics)
@@ -413,6 +428,7 @@ int srv_app_run(const srv_app_config *cfg) {
 
     srv_http_config hc = cfg->http;
     hc.on_finish = on_http_finish;
+    hc.on_dispatch = on_http_dispatch;
     char err[256];
     int rc = 1;
     if (cfg->audit_log) {

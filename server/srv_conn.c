@@ -308,12 +308,15 @@ void srv_conn_dispatch(srv_conn *c) {
     r->dispatched = 1;
     r->counted_active = 1;
     h->n_active++;
-    if (r->preflight)
+    if (r->preflight) {
         srv_respond_preflight(r);
-    else if (r->err_status)
+    } else if (r->err_status) {
         srv_respond_layer_error(r, NULL);
-    else
+    } else {
+        if (h->cfg.on_dispatch)
+            h->cfg.on_dispatch(h->app, r);
         r->route->handler(r);
+    }
 }
 
 /* The layer answers an error itself and closes the connection afterwards. */

@@ -1031,13 +1031,13 @@ static int gen_admit(srv_app *app, srv_req *r, gen_req *g) {
     srv_quota_headers(&v, h, sizeof h);
     if (v.ok) {
         g->quota_admitted = v.limited;
-        if (h[0] && srv_req_add_headers(r, h) < 0) {
+        if (h[0] && srv_req_set_headers(r, h) < 0) {
             srv_respond_code(r, BRISK_ENOMEM, NULL);
             return -1;
         }
         return 0;
     }
-    if (h[0] && srv_req_add_headers(r, h) < 0) {
+    if (h[0] && srv_req_set_headers(r, h) < 0) {
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return -1;
     }

@@ -80,6 +80,10 @@ typedef struct srv_http_config {
      * line; r is still valid during the call (its accessors work) and freed
      * after it. NULL: none. */
     void (*on_finish)(void *app, const srv_req *r, int status);
+    /* Called once per request just before its handler runs (after auth), on
+     * the loop thread, e.g. to add headers every response of the key carries
+     * (srv_req_set_headers). NULL: none. */
+    void (*on_dispatch)(void *app, srv_req *r);
     /* CORS, off when NULL or "": origins allowed to call from a browser,
      * comma-separated exact values ("https://chat.example.com"), or "*" for
      * any. Copied by srv_http_create. A request whose Origin is allowed gets
@@ -220,10 +224,10 @@ void srv_req_log_tokens(const srv_req *r, int *prompt_tokens, int *completion_to
 void srv_req_set_user(srv_req *r, void *user);
 void *srv_req_user(const srv_req *r);
 
-/* Header lines ("Name: v\r\n", trusted: never raw client input) that
- * every response head of r carries from now on, after the others; appended
- * to any added before. 0, or BRISK_ENOMEM. */
-int srv_req_add_headers(srv_req *r, const char *lines);
+/* Header lines ("Name: v\r\n", trusted: never raw client input) that the
+ * response head of r carries, after the others; replaces any set before.
+ * 0, or BRISK_ENOMEM (the old ones stay). */
+int srv_req_set_headers(srv_req *r, const char *lines);
 
 /* Registers the callback for an abort (see the top of this file); replaces a
  * previous one. Registering on a request already aborted and notified does not

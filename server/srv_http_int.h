@@ -90,7 +90,7 @@ struct srv_req {
     double log_ttft_s;
     const char *key_id;  /* key_id_buf, or NULL: none presented or matched */
     char key_id_buf[72]; /* a copy: the key set may be replaced while r lives */
-    char *extra_hdrs;    /* srv_req_add_headers: lines every response head carries (owned) */
+    char *extra_hdrs;    /* srv_req_set_headers: lines the response head carries (owned) */
     void *user;          /* srv_req_set_user */
     char peer[48];       /* copied from the connection: an aborted request outlives it */
     int peer_port;

@@ -397,6 +397,18 @@ void srv_quota_admit(srv_quota *q, const char *id, long long prompt_tokens, doub
     fill_verdict(v, r, s);
 }
 
+void srv_quota_peek(srv_quota *q, const char *id, double now, srv_quota_verdict *v) {
+    memset(v, 0, sizeof *v);
+    v->ok = 1;
+    const srv_quota_rule *r = id && q ? rule_for(q, id) : NULL;
+    qstate *s = r && (r->rpm || r->tpm || r->concurrency) ? state_of(q, id, 1) : NULL;
+    if (!s)
+        return;
+    v->limited = 1;
+    refill(s, r, now);
+    fill_verdict(v, r, s);
+}
+
 void srv_quota_charge(srv_quota *q, const char *id, long long tokens, double now) {
     const srv_quota_rule *r = id && q ? rule_for(q, id) : NULL;
     qstate *s = r && r->tpm ? state_of(q, id, 0) : NULL;

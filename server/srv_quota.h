@@ -81,6 +81,9 @@ typedef struct srv_quota_verdict {
  * prompt_tokens. */
 void srv_quota_admit(srv_quota *q, const char *id, long long prompt_tokens, double now,
                      srv_quota_verdict *v);
+/* What admission would say now for a request of id with no prompt, taking
+ * nothing: the headers of a limited key's other responses. */
+void srv_quota_peek(srv_quota *q, const char *id, double now, srv_quota_verdict *v);
 /* Completion tokens generated for an admitted request of id. */
 void srv_quota_charge(srv_quota *q, const char *id, long long tokens, double now);
 /* An admitted request of id ended (its concurrency slot comes back). */

@@ -111,12 +111,11 @@ int srv_req_aborted(const srv_req *r) {
     return r->aborted;
 }
 
-int srv_req_add_headers(srv_req *r, const char *lines) {
-    size_t a = r->extra_hdrs ? strlen(r->extra_hdrs) : 0, b = strlen(lines);
-    char *t = brisk_realloc(r->extra_hdrs, a + b + 1);
+int srv_req_set_headers(srv_req *r, const char *lines) {
+    char *t = brisk_strdup(lines);
     if (!t)
         return BRISK_ENOMEM;
-    memcpy(t + a, lines, b + 1);
+    free(r->extra_hdrs);
     r->extra_hdrs = t;
     return 0;
 }

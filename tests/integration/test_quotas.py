@@ -59,6 +59,17 @@ def test_requests_per_window(quota_server):
     assert complete(srv, "sk-aaaaaaaa").status == 429
 
 
+def test_headers_on_every_response_of_a_limited_key(quota_server):
+    srv = quota_server
+    r = srv.request("GET", "/v1/models", headers=auth("sk-aaaaaaaa"))
+    assert r.status == 200 and r.headers["x-ratelimit-limit-requests"] == "3"
+    assert r.headers["x-ratelimit-remaining-requests"] == "3"  # a look takes nothing
+    r = srv.post("/v1/completions", {"prompt": 5}, headers=auth("sk-bbbbbbbb"))
+    assert r.status == 400 and r.headers["x-ratelimit-limit-tokens"] == "300"
+    r = srv.request("GET", "/v1/models", headers=auth("sk-ffffffff"))
+    assert "x-ratelimit-limit-requests" not in r.headers
+
+
 def test_tokens_count_prompt_and_completion(quota_server):
     srv = quota_server
     r = complete(srv, "sk-bbbbbbbb", max_tokens=20)
