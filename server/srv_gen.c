@@ -52,7 +52,7 @@ static void gen_unlink(srv_app *app, gen_req *g) {
     app->n_live--;
 }
 
-static void gen_free(gen_req *g) {
+void srv_gen_free(gen_req *g) {
     for (int i = 0; g->choices && i < g->n_choices; i++) {
         free(g->choices[i].text);
         free(g->choices[i].atext);
@@ -478,38 +478,6 @@ static void gen_observe(gen_req *g) {
                                g->t_first > 0 ? g->t_first - g->t_start : -1);
 }
 
-/* The embeddings of a finished /v1/embeddings request, L2-normalised unless
- * asked not to be. Answers and clears g->http. */
-static void embed_respond(gen_req *g) {
-    srv_app *app = g->app;
-    const float **vecs = brisk_calloc((size_t)g->n_choices + 1, sizeof *vecs);
-    int dim = g->n_choices ? g->choices[0].n_emb : 0, ok = vecs != NULL;
-    for (int i = 0; ok && i < g->n_choices; i++) {
-        gen_choice *c = &g->choices[i];
-        ok = c->emb && c->n_emb == dim;
-        double ss = 0;
-        for (int d = 0; ok && d < dim; d++)
-            ss += (double)c->emb[d] * c->emb[d];
-        if (ok && g->emb_normalize && ss > 0)
-            for (int d = 0; d < dim; d++)
-                c->emb[d] = (float)(c->emb[d] / sqrt(ss));
-        if (ok)
-            vecs[i] = c->emb;
-    }
-    char *json = ok ? srv_api_embeddings_json(vecs, g->n_choices, dim, g->emb_base64,
-                                              app->served_name, g->prompt_tokens)
-                    : NULL;
-    if (json)
-        srv_respond(g->http, 200, "application/json", json, strlen(json), NULL);
-    else if (ok || !vecs)
-        srv_respond_code(g->http, BRISK_ENOMEM, NULL);
-    else
-        srv_respond_error(g->http, 500, "server_error", NULL, NULL, "an embedding is missing");
-    free(json);
-    free(vecs);
-    g->http = NULL;
-}
-
 static void gen_finish(gen_req *g) {
     srv_app *app = g->app;
     gen_observe(g);
@@ -565,7 +533,7 @@ static void gen_finish(gen_req *g) {
                           "the request's deadline passed before it ran");
         g->http = NULL;
     } else if (g->http && g->embed && !g->failed) {
-        embed_respond(g);
+        srv_embed_respond(g);
     } else if (g->http) {
         if (g->failed) {
             srv_respond_error(g->http, 500, "server_error", NULL, NULL, "generation failed: %s",
@@ -685,7 +653,7 @@ static void gen_finish(gen_req *g) {
         g->http = NULL;
     }
     gen_unlink(app, g);
-    gen_free(g);
+    srv_gen_free(g);
 }
 
 /* ---- engine events ----------------------------------------------------------------- */
@@ -825,7 +793,7 @@ void srv_gen_free_all(srv_app *app) {
             srv_req_release(g->http);
         g->http = NULL;
         gen_unlink(app, g);
-        gen_free(g);
+        srv_gen_free(g);
     }
 }
 
@@ -1054,8 +1022,8 @@ static int gen_admit(srv_app *app, srv_req *r, gen_req *g) {
     return -1;
 }
 
-static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
-                      int max_tokens_default) {
+void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
+                   int max_tokens_default) {
     /* The constraint, compiled (or found compiled) before any engine work. */
     if (p->grammar) {
         char err[200] = "";
@@ -1069,7 +1037,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
                                   "invalid_grammar", "%s", err);
             else
                 srv_respond_code(r, BRISK_ENOMEM, NULL);
-            gen_free(g);
+            srv_gen_free(g);
             return;
         }
     }
@@ -1080,7 +1048,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
         if (np == 0) {
             srv_respond_error(r, 400, "invalid_request_error", "prompt", NULL,
                               "the prompt is empty");
-            gen_free(g);
+            srv_gen_free(g);
             return;
         }
         /* In 64 bits: max_tokens may be as large as INT32_MAX. */
@@ -1096,7 +1064,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
                 "tokens (%d in the prompt, %d for the completion). Please reduce the prompt "
                 "or max_tokens.",
                 app->max_ctx, want, np, mt);
-            gen_free(g);
+            srv_gen_free(g);
             return;
         }
         g->prompt_tokens += np;
@@ -1105,7 +1073,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
         app->cfg.engine.sched_policy != SCHED_POLICY_PRIORITY) {
         srv_respond_error(r, 400, "invalid_request_error", "priority", "unsupported_value",
                           "'priority' needs a server started with --scheduling-policy priority");
-        gen_free(g);
+        srv_gen_free(g);
         return;
     }
     g->priority = srv_quota_priority(app->quota, g->key_id[0] ? g->key_id : NULL, p->priority,
@@ -1113,7 +1081,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
     double timeout = p->timeout_s > 0 ? p->timeout_s : app->cfg.request_timeout_s;
     g->deadline = timeout > 0 ? g->t_start + timeout : 0;
     if (gen_admit(app, r, g) < 0) {
-        gen_free(g);
+        srv_gen_free(g);
         return;
     }
     /* n_choices is set only with the array: gen_free walks it. */
@@ -1122,13 +1090,13 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
         srv_respond_error(r, 400, "invalid_request_error", "n", NULL,
                           "prompts x n = %d choices; at most %d in one request", n_choices,
                           GEN_MAX_CHOICES);
-        gen_free(g);
+        srv_gen_free(g);
         return;
     }
     g->choices = brisk_calloc((size_t)n_choices, sizeof *g->choices);
     if (!g->choices) {
         srv_respond_code(r, BRISK_ENOMEM, NULL);
-        gen_free(g);
+        srv_gen_free(g);
         return;
     }
     g->n_choices = n_choices;
@@ -1177,7 +1145,7 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
         g->http = NULL;
         if (g->n_live == 0) {
             gen_unlink(app, g);
-            gen_free(g);
+            srv_gen_free(g);
         }
         return;
     }
@@ -1196,8 +1164,8 @@ static void gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
     }
 }
 
-static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_params *p,
-                        int n_prompts) {
+gen_req *srv_gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_params *p,
+                     int n_prompts) {
     gen_req *g = brisk_calloc(1, sizeof *g);
     if (!g)
         return NULL;
@@ -1221,7 +1189,7 @@ static gen_req *gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_par
     g->p_is_tokens = brisk_calloc((size_t)n_prompts, sizeof *g->p_is_tokens);
     g->audit_keep = app->audit && app->cfg.audit_content;
     if (!g->pids || !g->n_pids || !g->ptext || !g->ptext_len || !g->p_is_tokens) {
-        gen_free(g);
+        srv_gen_free(g);
         return NULL;
     }
     return g;
@@ -1271,7 +1239,7 @@ void srv_gen_completions(srv_req *r) {
             return;
         }
     }
-    gen_req *g = gen_new(app, r, 0, &cr.params, cr.n_prompts);
+    gen_req *g = srv_gen_new(app, r, 0, &cr.params, cr.n_prompts);
     if (!g) {
         srv_completion_req_free(&cr);
         srv_respond_code(r, BRISK_ENOMEM, NULL);
@@ -1303,89 +1271,14 @@ void srv_gen_completions(srv_req *r) {
         }
         int want_text = g->echo || (g->audit_keep && !pr->is_tokens);
         if (!g->pids[i] || (want_text && !g->ptext[i])) {
-            gen_free(g);
+            srv_gen_free(g);
             srv_completion_req_free(&cr);
             srv_respond_code(r, BRISK_ENOMEM, NULL);
             return;
         }
     }
-    gen_start(app, r, g, &cr.params, 16);
+    srv_gen_start(app, r, g, &cr.params, 16);
     srv_completion_req_free(&cr);
-}
-
-void srv_gen_embeddings(srv_req *r) {
-    srv_app *app = srv_req_app(r);
-    if (!app->cfg.embeddings) {
-        srv_respond_error(r, 501, "invalid_request_error", NULL, "embeddings_disabled",
-                          "this server does not serve embeddings; start it with --embeddings");
-        return;
-    }
-    if (srv_gen_precheck(app, r) < 0)
-        return;
-    if (!sched_engine_can_pool(app->eng)) {
-        srv_respond_error(r, 501, "invalid_request_error", NULL, "embeddings_unsupported",
-                          "embeddings are computed on the CPU backend only; start the server "
-                          "with --device cpu");
-        return;
-    }
-    size_t len;
-    const char *body = srv_req_body(r, &len);
-    srv_embed_req er;
-    srv_api_error e;
-    if (srv_api_parse_embeddings(body, len, &app->limits, &er, &e) < 0) {
-        srv_gen_respond_error(r, &e);
-        return;
-    }
-    int dim = model_get_config(app->m)->dim;
-    if (srv_gen_check_model(app, r, er.model) < 0) {
-        srv_embed_req_free(&er);
-        return;
-    }
-    if (er.dimensions >= 0 && er.dimensions != dim) {
-        srv_respond_error(r, 400, "invalid_request_error", "dimensions", "unsupported_value",
-                          "'dimensions' other than the model's %d needs a Matryoshka-trained "
-                          "model, which this is not",
-                          dim);
-        srv_embed_req_free(&er);
-        return;
-    }
-    srv_gen_params p;
-    memset(&p, 0, sizeof p);
-    p.n = 1;
-    p.max_tokens = 1;
-    p.temperature = 1.0f;
-    p.top_p = 1.0f;
-    p.top_k = -1;
-    p.repetition_penalty = 1.0f;
-    p.logprobs = -1;
-    gen_req *g = gen_new(app, r, 0, &p, er.n_inputs);
-    int ok = g != NULL;
-    for (int i = 0; ok && i < er.n_inputs; i++) {
-        const srv_prompt *in = &er.inputs[i];
-        if (in->is_tokens) {
-            g->pids[i] = brisk_malloc((size_t)in->n_ids * sizeof(int32_t));
-            if ((ok = g->pids[i] != NULL)) {
-                memcpy(g->pids[i], in->ids, (size_t)in->n_ids * sizeof(int32_t));
-                g->n_pids[i] = in->n_ids;
-            }
-        } else {
-            int flags = TOK_PARSE_SPECIAL | (er.add_special_tokens ? srv_gen_bos_flag(app) : 0);
-            ok = (g->pids[i] =
-                      srv_gen_tokenize(app, in->text, in->text_len, flags, &g->n_pids[i])) != NULL;
-        }
-    }
-    if (!ok) {
-        gen_free(g);
-        srv_embed_req_free(&er);
-        srv_respond_code(r, BRISK_ENOMEM, NULL);
-        return;
-    }
-    srv_http_make_id(app->http, "embd-", 29, g->id, sizeof g->id);
-    g->embed = app->pooling;
-    g->emb_base64 = er.base64;
-    g->emb_normalize = er.normalize;
-    srv_embed_req_free(&er);
-    gen_start(app, r, g, &p, 1);
 }
 
 /* Renders a parsed chat request into prompt token ids: the tools' grammar
@@ -1481,7 +1374,7 @@ void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_out *out) {
         srv_resp_req_free(out ? out->resp : NULL);
         return;
     }
-    gen_req *g = gen_new(app, r, 1, &cr->params, 1);
+    gen_req *g = srv_gen_new(app, r, 1, &cr->params, 1);
     if (!g) {
         free(ids);
         srv_resp_req_free(out ? out->resp : NULL);
@@ -1497,7 +1390,7 @@ void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_out *out) {
     g->pids[0] = ids;
     g->n_pids[0] = n_ids;
     if (g->audit_keep && audit_keep_msgs(g, cr) < 0) {
-        gen_free(g);
+        srv_gen_free(g);
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
@@ -1506,7 +1399,7 @@ void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_out *out) {
     g->include_reasoning = cr->include_reasoning;
     g->tools_on = cr->n_tools > 0 && cr->tool_choice != SRV_TOOL_CHOICE_NONE;
     g->tools_kind = app->chat.kind;
-    gen_start(app, r, g, &cr->params, 0);
+    srv_gen_start(app, r, g, &cr->params, 0);
 }
 
 void srv_gen_chat(srv_req *r) {

@@ -80,4 +80,13 @@ struct gen_req {
     model_chat_kind tools_kind;
 };
 
+/* srv_gen.c's request lifecycle, shared with srv_embed.c: a new request
+ * for n_prompts prompts (NULL: out of memory), its start (context checks,
+ * limits, submission; answers r on failure and frees g), and its freeing. */
+gen_req *srv_gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_params *p, int n_prompts);
+void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p, int max_tokens_default);
+void srv_gen_free(gen_req *g);
+/* srv_embed.c: answers a finished /v1/embeddings request (clears g->http). */
+void srv_embed_respond(gen_req *g);
+
 #endif
