@@ -252,3 +252,32 @@ def test_deadlines(start_server, smollm2_path):
         assert r.status == 400 and r.json()["error"]["param"] == "timeout"
     finally:
         srv.stop()
+
+
+def test_cancelled_request_pays_only_what_it_used(start_server, smollm2_path, tmp_path):
+    import http.client
+    import json
+    keys = tmp_path / "keys"
+    keys.write_text("team sk-tttttttt\n")
+    limits = tmp_path / "limits"
+    limits.write_text("team tpm=100000 window=86400\n")  # no refill to speak of
+    srv = start_server(smollm2_path, "--api-key-file", str(keys), "--limits-file", str(limits))
+    try:
+        c = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps(
+            {"prompt": "Once upon a time", "max_tokens": 3000, "ignore_eos": True,
+             "stream": True}), {"Content-Type": "application/json", **auth("sk-tttttttt")})
+        resp = c.getresponse()
+        start = int(resp.getheader("x-ratelimit-remaining-tokens"))
+        resp.read(2000)  # some tokens, then the client leaves
+        c.close()
+        time.sleep(0.5)
+        r = srv.request("GET", "/v1/models", headers=auth("sk-tttttttt"))
+        spent = start - int(r.headers["x-ratelimit-remaining-tokens"])
+        assert 0 < spent < 1500, spent  # far less than the 3,000 it asked for
+        # And the counters agree with what was charged.
+        s = srv.metrics_text()
+        assert 'brisk_key_requests_total{model_name="SmolLM2-135M-Instruct.Q4_1",key_id="team",' \
+               'finished_reason="abort"} 1' in s
+    finally:
+        srv.stop()
