@@ -44,6 +44,7 @@ typedef struct seq {
     int left_waiting;      /* no longer counted against the submit-side waiting caps */
     double t_submit, t_admit;
     int deadline_hit; /* its deadline ended it */
+    int has_deadline; /* counted in sched_engine.n_deadlines while it is in the engine */
     double *emb_sum;  /* pooling: the sum (MEAN) or last row (LAST) of hidden states */
     int emb_upto;     /* positions already added (a preempted MEAN recomputes the rest) */
 } seq;
@@ -87,6 +88,7 @@ struct sched_engine {
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
     uint8_t *b_hid;   /* tokens whose hidden state a pooling sequence needs */
+    int n_deadlines;  /* sequences in the engine with a deadline: 0 skips the scan */
     seq **b_owner;    /* per batch token: its sequence */
     float *lp_row;    /* copy of one logits row for log-probs */
     int32_t *eog_ids; /* every end-of-generation id of the vocabulary (min_tokens bans them) */
@@ -334,6 +336,8 @@ void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out) {
 static void seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err) {
     if (s->ready)
         sched_core_remove(e->core, &s->req);
+    if (s->has_deadline)
+        e->n_deadlines--;
     seq_emit(e, s, f, err);
     seq_free(s);
 }
@@ -489,6 +493,10 @@ static void seq_enter(sched_engine *e, seq *s) {
             s->req.fork_of = &src->req;
     }
     s->ready = 1;
+    if (s->p.deadline > 0) {
+        s->has_deadline = 1;
+        e->n_deadlines++;
+    }
     sched_core_add(e->core, &s->req);
 }
 
@@ -599,6 +607,8 @@ static void seq_embed_done(sched_engine *e, seq *s, int ok) {
 /* Sequences past their deadline end: one that never ran with EXPIRED, one
  * that ran (even if preempted since) with what it has, finish LENGTH. */
 static void expire_deadlines(sched_engine *e, double now) {
+    if (e->n_deadlines == 0)
+        return;
     sched_req *const *run = sched_core_running(e->core);
     for (int i = sched_core_n_running(e->core) - 1; i >= 0; i--) {
         seq *s = (seq *)run[i];

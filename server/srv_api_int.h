@@ -14,6 +14,11 @@
  * and returns BRISK_EINVAL. */
 int srv_api_fail(srv_api_error *err, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* A short, printable, one-line quote of a user string (valid UTF-8, no NUL)
+ * for an error message: cut at a character boundary, controls as '?'. */
+#define API_SNIP_BYTES 40 /* user text quoted in an error message */
+const char *srv_api_snip(const char *s, char out[API_SNIP_BYTES + 1]);
+
 /* Fills err with a 500 for a failed allocation; returns BRISK_ENOMEM. */
 int srv_api_oom(srv_api_error *err);
 /* Scans the body against lim's depth and value limits, then parses it:

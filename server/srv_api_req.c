@@ -34,7 +34,6 @@
 #define API_PENALTY_MAX 2.0      /* presence / frequency penalties in [-2, 2] */
 #define API_REPETITION_MAX 10.0  /* a multiplicative penalty; beyond 10 is nonsense */
 #define API_LOGIT_BIAS_MAX 100.0 /* OpenAI's range is [-100, 100] */
-#define API_SNIP_BYTES 40        /* user text quoted in an error message */
 #define API_MAX_CHOICES 256      /* strings of a guided_choice */
 
 srv_api_limits srv_api_limits_default(int n_vocab) {
@@ -75,9 +74,7 @@ int srv_api_oom(srv_api_error *err) {
     return BRISK_ENOMEM;
 }
 
-/* A short, printable, one-line quote of a user string (valid UTF-8, no NUL)
- * for an error message: cut at a character boundary, controls as '?'. */
-static const char *api_snip(const char *s, char out[API_SNIP_BYTES + 1]) {
+const char *srv_api_snip(const char *s, char out[API_SNIP_BYTES + 1]) {
     size_t n = strlen(s);
     if (n > API_SNIP_BYTES)
         n = srv_utf8_complete_prefix(s, API_SNIP_BYTES);
@@ -244,7 +241,8 @@ static int cmp_names(const void *a, const void *b) {
 static int dup_found(const char *name, int top, srv_api_error *err) {
     char q[API_SNIP_BYTES + 1];
     return srv_api_fail(err, "duplicate_key", top ? name : NULL,
-                        "invalid JSON body: duplicate key '%s' in an object", api_snip(name, q));
+                        "invalid JSON body: duplicate key '%s' in an object",
+                        srv_api_snip(name, q));
 }
 
 /* Duplicate keys anywhere under node. Small objects compare pairwise; large
@@ -742,7 +740,7 @@ static int parse_logit_bias(const cJSON *it, const srv_api_limits *lim, srv_gen_
             char q[API_SNIP_BYTES + 1];
             return srv_api_fail(err, "invalid_value", "logit_bias",
                                 "'logit_bias' keys must be token ids in [0, %d); got '%s'",
-                                lim->n_vocab, api_snip(c->string, q));
+                                lim->n_vocab, srv_api_snip(c->string, q));
         }
         if (!cJSON_IsNumber(c))
             return srv_api_fail(err, "invalid_type", "logit_bias",
@@ -1232,7 +1230,7 @@ static int parse_content(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
             return srv_api_fail(
                 err, "unsupported_value", param,
                 "content part type '%s' in '%s' is not supported; only 'text' parts are",
-                api_snip(type, q), param);
+                srv_api_snip(type, q), param);
         }
         if (!text)
             return srv_api_fail(err, "invalid_value", param,
@@ -1305,7 +1303,7 @@ static int parse_message(const cJSON *it, int i, srv_chat_msg *m, srv_api_error 
         char q[API_SNIP_BYTES + 1];
         return srv_api_fail(err, "invalid_value", param,
                             "'%s' must be 'system', 'developer', 'user' or 'assistant'; got '%s'",
-                            param, api_snip(r, q));
+                            param, srv_api_snip(r, q));
     }
     snprintf(param, sizeof param, "messages[%d].name", i);
     if (name && !cJSON_IsString(name))

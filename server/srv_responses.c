@@ -20,16 +20,6 @@ void srv_resp_req_free(srv_resp_req *rr) {
 
 /* ---- request --------------------------------------------------------------------- */
 
-/* A client's type name for an error message: at most 40 bytes, printable
- * ASCII (anything else as '?'), so the message stays one line. */
-static const char *snip(const char *s, char out[41]) {
-    size_t k = 0;
-    for (; s[k] && k < 40; k++)
-        out[k] = (unsigned char)s[k] >= 0x20 && (unsigned char)s[k] < 0x7f ? s[k] : '?';
-    out[k] = '\0';
-    return out;
-}
-
 /* Fields a stateless server cannot honour, or that change the output and
  * brisk lacks: refused unless null (or their neutral value). */
 static int resp_refused(const cJSON *root, srv_api_error *err) {
@@ -112,12 +102,12 @@ static int item_text(const cJSON *content, const char *param, char **out, srv_ap
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(p, "text");
         const char *ty = cJSON_IsString(t) ? t->valuestring : "";
         if (strcmp(ty, "input_text") && strcmp(ty, "output_text") && strcmp(ty, "text")) {
-            char sn[41];
+            char sn[API_SNIP_BYTES + 1];
             free(b.p);
             return srv_api_fail(err, "unsupported_value", param,
                                 "content parts of type '%s' are not supported: brisk serves "
                                 "text models (input_text and output_text are)",
-                                snip(ty, sn));
+                                srv_api_snip(ty, sn));
         }
         if (!cJSON_IsString(x)) {
             free(b.p);
@@ -206,12 +196,12 @@ static int conv_input(const cJSON *input, cJSON *msgs, srv_api_error *err) {
         }
         if (!strcmp(ty, "reasoning"))
             continue; /* earlier thoughts: templates drop them from the history */
-        char sn[41];
+        char sn[API_SNIP_BYTES + 1];
         if (strcmp(ty, "message"))
             return srv_api_fail(err, "unsupported_value", param,
                                 "input items of type '%s' are not supported (message, "
                                 "function_call, function_call_output and reasoning are)",
-                                snip(ty, sn));
+                                srv_api_snip(ty, sn));
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
         const char *r = cJSON_IsString(role) ? role->valuestring : "";
         if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system") &&
@@ -457,7 +447,6 @@ int srv_responses_parse(const char *body, size_t len, const srv_api_limits *lim,
         rc = srv_api_oom(err);
         goto done;
     }
-    rr->stream = chat->params.stream;
     brisk_buf *e = &rr->echo;
     brisk_buf_str(e, "");
     echo_member(e, root, "instructions", "null");

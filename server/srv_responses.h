@@ -43,7 +43,6 @@ typedef struct srv_resp_req {
     int text_open;   /* stream: the message item and its part were announced */
     int n_items;     /* stream: output items announced */
     brisk_buf text;  /* stream: the text sent so far */
-    int stream;
 } srv_resp_req;
 
 void srv_resp_req_free(srv_resp_req *rr);
