@@ -4,7 +4,7 @@
  * that can fail for a reason worth telling a user also take a caller-owned
  * `char *err, size_t err_len` buffer and write a one-line message into it.
  * The HTTP layer maps these codes to a status, an OpenAI error type and code
- * in one function, srv_error_for_code (server/srv_http.h; srv_respond_code
+ * in one function, srv_error_for_code (server/http/srv_http.h; srv_respond_code
  * answers with it); nothing else should invent its own codes. */
 #ifndef BRISK_ERROR_H
 #define BRISK_ERROR_H

@@ -1,6 +1,6 @@
 /* fuzz_audit.c - the audit log's hostile inputs: API key files
- * (srv_keys_parse, server/srv_keys.c) and audit lines built from request and
- * model text (srv_audit_format, server/srv_audit.c).
+ * (srv_keys_parse, server/ops/srv_keys.c) and audit lines built from request and
+ * model text (srv_audit_format, server/ops/srv_audit.c).
  *
  * Input: byte 0 the mode. Even: the rest is a key file. Odd: fields separated
  * by 0x1E - a prompt, a chat message's content, then up to 4 completions;
@@ -18,9 +18,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/srv_api.h"
-#include "server/srv_audit.h"
-#include "server/srv_keys.h"
+#include "common/brisk_utf8.h"
+#include "server/api/srv_api.h"
+#include "server/ops/srv_audit.h"
+#include "server/ops/srv_keys.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -71,7 +72,7 @@ static void check_text(const cJSON *v, const char *s, size_t n) {
     if (!fuzz_no_byte(s, n, '\0'))
         return;
     size_t sl;
-    char *want = srv_utf8_sanitize_dup(s, n, &sl);
+    char *want = brisk_utf8_sanitize_dup(s, n, &sl);
     if (!want)
         return;
     FUZZ_CHECK(strlen(v->valuestring) == sl && memcmp(v->valuestring, want, sl) == 0);

@@ -1,4 +1,4 @@
-/* fuzz_cli_opts.c - the option table's parser (server/cli_opts.c) on hostile
+/* fuzz_cli_opts.c - the option table's parser (cli/cli_opts.c) on hostile
  * command lines: byte 0 picks the subcommand, the rest is split at NUL bytes
  * into up to 64 arguments.
  *
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/cli_opts.h"
+#include "cli/cli_opts.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

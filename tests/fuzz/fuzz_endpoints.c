@@ -21,8 +21,8 @@
 #include <cjson/cJSON.h>
 
 #include "common/brisk_error.h"
-#include "server/srv_api.h"
-#include "server/srv_responses.h"
+#include "server/api/srv_api.h"
+#include "server/api/srv_responses.h"
 #include "tests/fuzz/fuzz_util.h"
 
 #define FUZZ_EP_MAX_BODY (256u * 1024)

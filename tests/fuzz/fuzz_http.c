@@ -1,7 +1,7 @@
 /* fuzz_http.c - the HTTP request path: brisk's strict llhttp parser with its
  * own callbacks and limits, routing, auth, the layer's own error answers,
  * keep-alive and pipelining, 100-continue, whole, streamed and late
- * (asynchronous) responses, aborts, draining and teardown - server/srv_conn.c,
+ * (asynchronous) responses, aborts, draining and teardown - server/http/srv_conn.c,
  * srv_http.c and srv_resp.c as they run for a real client.
  *
  * No socket: the connection is served over a pipe (srv_conn_adopt), the
@@ -38,8 +38,8 @@
 #include <uv.h>
 
 #include "common/brisk_error.h"
-#include "server/srv_api.h"
-#include "server/srv_http_int.h"
+#include "server/api/srv_api.h"
+#include "server/http/srv_http_int.h"
 #include "tests/fuzz/fuzz_util.h"
 
 #define FUZZ_HTTP_MAX_BYTES (1u << 20)

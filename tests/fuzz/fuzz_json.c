@@ -22,8 +22,8 @@
 #include "common/brisk_error.h"
 #include "models/chat_template.h"
 #include "models/grammar.h"
-#include "server/srv_api.h"
-#include "server/srv_tools.h"
+#include "server/api/srv_api.h"
+#include "server/api/srv_tools.h"
 #include "tests/fuzz/fuzz_util.h"
 
 #ifndef FUZZ_JSON_CHAT
@@ -143,7 +143,7 @@ static int is_ws(char c) {
 /* Every family writes each message's content, whole or strip()ped. */
 static void check_render(const srv_chat_req *r) {
     for (int k = MODEL_CHAT_CHATML; k <= MODEL_CHAT_PHI3; k++) {
-        /* tools, calls and results in the family's format (server/srv_tools.h) */
+        /* tools, calls and results in the family's format (server/api/srv_tools.h) */
         srv_tools_arena arena;
         const model_chat_msg *msgs = NULL;
         int n_msgs = 0;

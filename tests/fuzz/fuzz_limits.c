@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "common/brisk_error.h"
-#include "server/srv_quota.h"
+#include "server/ops/srv_quota.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

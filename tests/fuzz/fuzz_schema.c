@@ -1,4 +1,4 @@
-/* fuzz_schema.c - JSON Schema into GBNF (server/srv_schema.c), then the GBNF
+/* fuzz_schema.c - JSON Schema into GBNF (server/api/srv_schema.c), then the GBNF
  * compiler (models/grammar.c), on fuzzer-chosen JSON.
  *
  * Input: any bytes; those that parse as JSON (cJSON) are a schema.
@@ -16,7 +16,7 @@
 
 #include "common/brisk_error.h"
 #include "models/grammar.h"
-#include "server/srv_schema.h"
+#include "server/api/srv_schema.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/fuzz_vocab.h"
 

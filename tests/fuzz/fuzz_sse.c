@@ -1,5 +1,5 @@
 /* fuzz_sse.c - the streaming encoder: token bytes -> text chunks (the UTF-8
- * hold-back of srv_utf8_complete_prefix, or the engine's seq_text with its
+ * hold-back of brisk_utf8_complete_prefix, or the engine's seq_text with its
  * detokenizer, stop strings and hold-back) -> OpenAI chunk JSON with
  * log-probs (srv_api_*_chunk_json) -> SSE events (srv_sse_event), then the
  * whole-response bodies of the same text.
@@ -29,9 +29,10 @@
 #include <cjson/cJSON.h>
 
 #include "common/brisk_error.h"
+#include "common/brisk_utf8.h"
 #include "models/tokenizer.h"
 #include "scheduler/seq_text.h"
-#include "server/srv_api.h"
+#include "server/api/srv_api.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/fuzz_vocab.h"
 
@@ -170,7 +171,7 @@ static void check_logprobs(const stream *s, const cJSON *lp, const srv_token_log
         size_t sl[FUZZ_SSE_MAX_TOP];
         int distinct = 0, nul = 0, ok = 1;
         for (int a = 0; a < l->n_top; a++) {
-            san[a] = srv_utf8_sanitize_dup(l->top[a].token, l->top[a].token_len, &sl[a]);
+            san[a] = brisk_utf8_sanitize_dup(l->top[a].token, l->top[a].token_len, &sl[a]);
             ok &= san[a] != NULL;
         }
         for (int a = 0; ok && a < l->n_top; a++) {
@@ -227,7 +228,7 @@ static void send_chunk(stream *s, const char *text, size_t len, const srv_token_
     FUZZ_CHECK(finish ? cJSON_IsString(fr) && !strcmp(fr->valuestring, finish) : cJSON_IsNull(fr));
     /* The text as sent is the sanitised chunk; cJSON cuts a string at an
      * escaped NUL, so it is compared up to the first one. */
-    char *san = srv_utf8_sanitize_dup(text ? text : "", text ? len : 0, NULL);
+    char *san = brisk_utf8_sanitize_dup(text ? text : "", text ? len : 0, NULL);
     if (san) {
         size_t sl = strlen(san);
         FUZZ_CHECK(got == NULL || (strlen(got) == sl && !memcmp(got, san, sl)));
@@ -237,7 +238,7 @@ static void send_chunk(stream *s, const char *text, size_t len, const srv_token_
     cJSON_Delete(o);
     if (text) {
         bput(&s->raw, text, len);
-        char *sd = srv_utf8_sanitize_dup(text, len, &len);
+        char *sd = brisk_utf8_sanitize_dup(text, len, &len);
         if (sd)
             bput(&s->sent, sd, len);
         free(sd);
@@ -271,7 +272,7 @@ static void finish_stream(stream *s, int include_usage, const char *text, size_t
     /* Streaming in chunks changes nothing: the text sent is the whole
      * output sanitised at once. */
     size_t al = 0;
-    char *all = srv_utf8_sanitize_dup(s->raw.p ? s->raw.p : "", s->raw.n, &al);
+    char *all = brisk_utf8_sanitize_dup(s->raw.p ? s->raw.p : "", s->raw.n, &al);
     if (all) {
         FUZZ_CHECK(al == s->sent.n && (al == 0 || !memcmp(all, s->sent.p, al)));
         FUZZ_CHECK(fuzz_utf8_valid(all, al));
@@ -317,7 +318,7 @@ static void run_raw(fuzz_in *in, int chat, int want_lp, int n_top, int include_u
     for (int i = 0; i < nt; i++) {
         if (bput(&pend, toks[i].p, toks[i].n) < 0)
             break;
-        size_t k = srv_utf8_complete_prefix(pend.p, pend.n);
+        size_t k = brisk_utf8_complete_prefix(pend.p, pend.n);
         FUZZ_CHECK(k <= pend.n && pend.n - k <= 3);
         /* The tokens this chunk reports, with alternatives from the tokens
          * before (any bytes make a valid alternative). */

@@ -82,7 +82,7 @@ static inline const uint8_t *fuzz_field(fuzz_in *in, uint8_t sep, size_t *len) {
 
 /* 1 if s[0..n) is well-formed UTF-8 (Unicode 15, table 3-7: no overlong
  * forms, no surrogates, nothing above U+10FFFF; NUL allowed). Written
- * independently of brisk's srv_utf8_valid so that it can judge it. */
+ * independently of brisk's brisk_utf8_valid so that it can judge it. */
 static inline int fuzz_utf8_valid(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;

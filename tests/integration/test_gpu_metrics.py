@@ -1,4 +1,4 @@
-"""GPU metrics on GET /metrics through NVML (`--gpu-metrics`, server/srv_gpu.c).
+"""GPU metrics on GET /metrics through NVML (`--gpu-metrics`, server/ops/srv_gpu.c).
 
 brisk loads NVML with dlopen; here it loads build/tests/libfake_nvml.so
 (tests/tools/fake_nvml.c) through $BRISK_NVML_LIB, which answers from the file

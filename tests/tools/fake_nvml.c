@@ -1,6 +1,6 @@
 /* fake_nvml.c - a stand-in for libnvidia-ml.so.1 for the GPU-metrics tests on
  * machines without an NVIDIA GPU: the NVML entry points brisk resolves
- * (server/srv_nvml.c), answering from a text file so a test can set values
+ * (server/ops/srv_nvml.c), answering from a text file so a test can set values
  * and failures and change them while brisk runs. Built as
  * build/tests/libfake_nvml.so; brisk loads it through $BRISK_NVML_LIB.
  *

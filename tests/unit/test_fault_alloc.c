@@ -29,9 +29,10 @@
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
+#include "common/brisk_utf8.h"
 #include "models/chat_template.h"
-#include "server/srv_api.h"
-#include "server/srv_http.h"
+#include "server/api/srv_api.h"
+#include "server/http/srv_http.h"
 
 #define NV 100 /* vocabulary size of the parser limits */
 
@@ -245,7 +246,7 @@ static char *build(int which) {
     case 6: return srv_api_error_json(&e);
     case 7: return srv_sse_event("{\"a\":1}", &n);
     case 8: return srv_sse_error(&e, &n);
-    case 9: return srv_utf8_sanitize_dup("ok\xc3\x28\xf0\x9f\x98", 8, &n);
+    case 9: return brisk_utf8_sanitize_dup("ok\xc3\x28\xf0\x9f\x98", 8, &n);
     case 10: {
         /* The chat template renderer (the chat endpoint's prompt). */
         static const model_chat_msg msgs[] = {{"system", " Be brief. ", 11},

@@ -13,7 +13,7 @@
 #include "brisk_test.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
-#include "server/srv_api.h"
+#include "server/api/srv_api.h"
 
 #define NV 100 /* vocabulary size of the limits under test */
 

@@ -17,10 +17,10 @@
 
 #include "brisk_test.h"
 #include "common/brisk_sha256.h"
-#include "server/srv_api.h"
-#include "server/srv_audit.h"
-#include "server/srv_keys.h"
-#include "server/srv_metrics.h"
+#include "common/brisk_utf8.h"
+#include "server/ops/srv_audit.h"
+#include "server/ops/srv_keys.h"
+#include "server/ops/srv_metrics.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint32_t rnd(void) {
@@ -209,7 +209,7 @@ static void test_keys_hostile(void) {
 static cJSON *parse_line(const char *line, size_t len) {
     CHECK(len > 0 && line[len - 1] == '\n', "line does not end in a newline");
     CHECK(memchr(line, '\n', len - 1) == NULL, "a newline inside the line");
-    CHECK(srv_utf8_valid(line, len), "the line is not valid UTF-8");
+    CHECK(brisk_utf8_valid(line, len), "the line is not valid UTF-8");
     for (size_t i = 0; i + 1 < len; i++)
         CHECK((unsigned char)line[i] >= 0x20 && line[i] != 0x7f, "raw control byte at %zu", i);
     cJSON *o = cJSON_ParseWithLength(line, len);

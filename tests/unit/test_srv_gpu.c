@@ -1,4 +1,4 @@
-/* test_srv_gpu.c - GPU metrics through NVML (server/srv_nvml.c, srv_gpu.c)
+/* test_srv_gpu.c - GPU metrics through NVML (server/ops/srv_nvml.c, srv_gpu.c)
  * against libfake_nvml.so (tests/tools/fake_nvml.c), which answers from a
  * file: loading (missing library, not NVML, init failure), the auto/on/off
  * choice, rendered values against random configured ones, hostile answers
@@ -24,7 +24,7 @@
 #include "brisk_test.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
-#include "server/srv_gpu.h"
+#include "server/ops/srv_gpu.h"
 
 #ifndef FAKE_NVML_LIB
 #error "FAKE_NVML_LIB: the path of libfake_nvml.so (CMakeLists.txt sets it)"

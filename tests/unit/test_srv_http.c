@@ -19,7 +19,7 @@
 #include "brisk_test.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
-#include "server/srv_http.h"
+#include "server/http/srv_http.h"
 
 #define API_KEY "sk-test-123"
 #define RECV_TIMEOUT_S 15

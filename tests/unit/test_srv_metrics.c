@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "brisk_test.h"
-#include "server/srv_metrics.h"
+#include "server/ops/srv_metrics.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static double rnd_uniform(void) {

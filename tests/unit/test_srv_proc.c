@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "brisk_test.h"
-#include "server/srv_proc.h"
+#include "server/ops/srv_proc.h"
 
 static void test_parse(void) {
     /* pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt

@@ -13,7 +13,7 @@
 
 #include "brisk_test.h"
 #include "common/brisk_error.h"
-#include "server/srv_quota.h"
+#include "server/ops/srv_quota.h"
 
 static int parse_ok(const char *text, srv_quota_rule **r, int *n) {
     char err[200];

@@ -1,4 +1,4 @@
-/* test_srv_reason.c - the <think> splitter (server/srv_reason.h) against a
+/* test_srv_reason.c - the <think> splitter (server/api/srv_reason.h) against a
  * plain reference that sees the whole output at once: for a table of outputs
  * (an opening block with and without leading whitespace, an unclosed block,
  * no block, a "<thinking" look-alike, tags split by every cut, '<' inside
@@ -13,7 +13,7 @@
 
 #include "brisk_test.h"
 #include "common/brisk_buf.h"
-#include "server/srv_reason.h"
+#include "server/api/srv_reason.h"
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 static uint32_t rnd(void) {

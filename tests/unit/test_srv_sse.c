@@ -10,7 +10,8 @@
 #include <cjson/cJSON.h>
 
 #include "brisk_test.h"
-#include "server/srv_api.h"
+#include "common/brisk_utf8.h"
+#include "server/api/srv_api.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint32_t rnd(void) {
@@ -20,7 +21,7 @@ static uint32_t rnd(void) {
     return (uint32_t)(rng >> 16);
 }
 
-/* Well-formed UTF-8 from the code point ranges, independent of srv_utf8_*. */
+/* Well-formed UTF-8 from the code point ranges, independent of brisk_utf8_*. */
 static int strict_utf8(const char *str, size_t n) {
     const unsigned char *s = (const unsigned char *)str;
     for (size_t i = 0; i < n;) {
@@ -115,7 +116,7 @@ static void test_utf8_vectors(void) {
                         "c\xEF\xBF\xBD\xEF\xBF\xBD"
                         "d";
     char out[64];
-    size_t n = srv_utf8_sanitize(in, sizeof in - 1, out);
+    size_t n = brisk_utf8_sanitize(in, sizeof in - 1, out);
     CHECK(n == sizeof want - 1 && !memcmp(out, want, n), "maximal subparts (%zu bytes)", n);
 
     static const struct {
@@ -150,8 +151,8 @@ static void test_utf8_vectors(void) {
          3, 0, 1},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
-        CHECK(srv_utf8_valid(v[i].s, v[i].len) == v[i].valid, "valid, case %zu", i);
-        n = srv_utf8_sanitize(v[i].s, v[i].len, out);
+        CHECK(brisk_utf8_valid(v[i].s, v[i].len) == v[i].valid, "valid, case %zu", i);
+        n = brisk_utf8_sanitize(v[i].s, v[i].len, out);
         size_t fffd = 0;
         for (size_t j = 0; j + 3 <= n; j++)
             if (!memcmp(out + j, "\xEF\xBF\xBD", 3))
@@ -186,7 +187,7 @@ static void test_utf8_vectors(void) {
         {"\xE2\x82\xAC\xE2", 4, 3},
     };
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) {
-        size_t k = srv_utf8_complete_prefix(p[i].s, p[i].len);
+        size_t k = brisk_utf8_complete_prefix(p[i].s, p[i].len);
         CHECK(k == p[i].keep, "complete_prefix case %zu: %zu, want %zu", i, k, p[i].keep);
     }
 }
@@ -219,37 +220,37 @@ static void test_utf8_random(void) {
         random_bytes(a, na);
         random_bytes(b, nb);
         /* Sanitised output is always valid, and valid input is unchanged. */
-        size_t n = srv_utf8_sanitize(a, na, out);
+        size_t n = brisk_utf8_sanitize(a, na, out);
         if (!strict_utf8(out, n))
             bad_valid++;
-        if (srv_utf8_valid(a, na) != strict_utf8(a, na))
+        if (brisk_utf8_valid(a, na) != strict_utf8(a, na))
             bad_valid++;
         if (strict_utf8(a, na) && (n != na || memcmp(out, a, na)))
             bad_same++;
         /* The hold-back rule: the tail is short and completable, and
          * sanitising the prefix and then the tail plus later bytes is the
          * same as sanitising everything at once. */
-        size_t k = srv_utf8_complete_prefix(a, na);
+        size_t k = brisk_utf8_complete_prefix(a, na);
         if (k > na || na - k > 3 || (k < na && !completable(a + k, na - k)))
             bad_tail++;
         if (k < na)
             held++;
         memcpy(whole, a, na);
         memcpy(whole + na, b, nb);
-        size_t n1 = srv_utf8_sanitize(a, k, o1);
-        n1 += srv_utf8_sanitize(whole + k, na - k + nb, o1 + n1);
-        size_t n2 = srv_utf8_sanitize(whole, na + nb, o2);
+        size_t n1 = brisk_utf8_sanitize(a, k, o1);
+        n1 += brisk_utf8_sanitize(whole + k, na - k + nb, o1 + n1);
+        size_t n2 = brisk_utf8_sanitize(whole, na + nb, o2);
         if (n1 != n2 || memcmp(o1, o2, n1))
             bad_split++;
         /* Random valid strings survive untouched, and nothing is held back. */
         size_t nv = random_valid(a, (int)(rnd() % 10));
-        if (!strict_utf8(a, nv) || srv_utf8_sanitize(a, nv, out) != nv || memcmp(out, a, nv) ||
-            srv_utf8_complete_prefix(a, nv) != nv)
+        if (!strict_utf8(a, nv) || brisk_utf8_sanitize(a, nv, out) != nv || memcmp(out, a, nv) ||
+            brisk_utf8_complete_prefix(a, nv) != nv)
             bad_same++;
         /* A valid string cut anywhere holds back exactly the cut sequence. */
         if (nv) {
             size_t cut = rnd() % nv;
-            k = srv_utf8_complete_prefix(a, cut);
+            k = brisk_utf8_complete_prefix(a, cut);
             if (!strict_utf8(a, k) || cut - k > 3 || (k < cut && (a[k] & 0xC0) != 0xC0))
                 bad_tail++;
         }
@@ -261,7 +262,7 @@ static void test_utf8_random(void) {
     CHECK(held > 100, "tails were held back %d times", held);
 
     size_t dn;
-    char *d = srv_utf8_sanitize_dup("a\xFF", 2, &dn);
+    char *d = brisk_utf8_sanitize_dup("a\xFF", 2, &dn);
     CHECK(d && dn == 4 && !strcmp(d, "a\xEF\xBF\xBD"), "sanitize_dup");
     free(d);
 }
@@ -525,7 +526,7 @@ static void test_builders_random(void) {
             srv_api_chat_chunk_json("id", r, "m", &c, (int)(rnd() % 2), &u, 1),
             NULL,
         };
-        size_t sn = srv_utf8_sanitize(text, off, san);
+        size_t sn = brisk_utf8_sanitize(text, off, san);
         san[sn] = '\0';
         for (int k = 0; k < 4; k++) {
             char *j = outs[k];

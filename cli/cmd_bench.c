@@ -1,0 +1,215 @@
+/* cmd_bench.c - `brisk bench`: llama-bench style throughput of the engine.
+ *   pp<P>: one batched forward of P prompt tokens (tokens/s);
+ *   tg<N>: N single-token decode steps from an empty context (tokens/s);
+ * plus the machine's measured memory read bandwidth and the decode roofline
+ * it implies (bandwidth / weight bytes read per generated token). Prints one
+ * JSON object; bench/model_bench.sh turns several into a table. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/cli_opts.h"
+#include "common/brisk_error.h"
+#include "common/brisk_log.h"
+#include "kernels/cpu/kern_bench.h"
+#include "kernels/cpu/kern_cpu.h"
+#include "kernels/cpu/kern_pool.h"
+#include "models/backend.h"
+#include "models/model.h"
+#include "scheduler/sched_setup.h"
+
+/* Random token ids from a fixed seed: benchmarks never run on zeros. */
+static void bench_tokens(int32_t *ids, int n, int n_vocab) {
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (int i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)n_vocab);
+    }
+}
+
+static int bench_pp(model_backend *be, kv_cache *kv, const int32_t *ids, int n, double *secs) {
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *seq = calloc((size_t)n, sizeof *seq);
+    if (!pos || !seq) {
+        free(pos);
+        free(seq);
+        return BRISK_ENOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        pos[i] = i;
+    model_batch b = {n, ids, pos, seq, NULL, NULL};
+    int n_out;
+    double t0 = brisk_now();
+    int rc = model_backend_forward(be, kv, &b, &n_out);
+    *secs = brisk_now() - t0;
+    free(pos);
+    free(seq);
+    return rc;
+}
+
+static int bench_tg(model_backend *be, kv_cache *kv, const int32_t *ids, int n, double *secs) {
+    const int32_t seq0 = 0;
+    double t0 = brisk_now();
+    for (int i = 0; i < n; i++) {
+        int32_t pos = i;
+        model_batch b = {1, &ids[i], &pos, &seq0, NULL, NULL};
+        int n_out;
+        int rc = model_backend_forward(be, kv, &b, &n_out);
+        if (rc < 0)
+            return rc;
+    }
+    *secs = brisk_now() - t0;
+    return 0;
+}
+
+/* Writes s as a JSON string literal: the model name comes from the file,
+ * which may hold quotes, backslashes or control bytes. */
+static void bench_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL, *dummy = NULL, *tokenizer = NULL;
+    model_weights_fmt fmt = MODEL_WEIGHTS_AUTO;
+    long threads = 0, n_pp = 512, n_tg = 128, reps = 3;
+    model_device device = MODEL_DEVICE_CPU;
+    int graphs = 1, kv_f16 = 1; /* brisk serve's default K/V type, as llama-bench's */
+    cli_vals v;
+    int prc = cli_opts_parse(CLI_BENCH, argc, argv, &v);
+    if (prc != CLI_OK)
+        return prc == CLI_HELP ? 0 : 2;
+    if (v.given[O_MODEL])
+        model_path = v.s[O_MODEL];
+    if (v.given[O_DUMMY])
+        dummy = v.s[O_DUMMY];
+    if (v.given[O_TOKENIZER])
+        tokenizer = v.s[O_TOKENIZER];
+    if (v.given[O_WEIGHTS])
+        model_weights_fmt_parse(v.s[O_WEIGHTS], &fmt);
+    if (v.given[O_DEVICE])
+        model_device_parse(v.s[O_DEVICE], &device);
+    if (v.given[O_NO_GRAPHS])
+        graphs = 0;
+    if (v.given[O_KV_DTYPE])
+        kv_f16 = !strcmp(v.s[O_KV_DTYPE], "f16");
+    if (v.given[O_THREADS])
+        threads = (long)v.i[O_THREADS];
+    if (v.given[O_N_PROMPT])
+        n_pp = (long)v.i[O_N_PROMPT];
+    if (v.given[O_N_GEN])
+        n_tg = (long)v.i[O_N_GEN];
+    if (v.given[O_REPS])
+        reps = (long)v.i[O_REPS];
+    if (cli_check_dummy(dummy, tokenizer, model_path) < 0)
+        return 2;
+    if (dummy)
+        model_path = dummy;
+    if (!model_path)
+        model_path = cli_default_model();
+    if (!model_path) {
+        cli_error("bench: --model is required");
+        return 2;
+    }
+    char err[512] = "";
+    int status = 1;
+    kern_pool *pool = kern_pool_create((int)threads);
+    sched_setup st = {0};
+    model *m = NULL;          /* st.m */
+    model_backend *be = NULL; /* st.be */
+    kv_cache *kv = NULL;      /* st.kv */
+    int32_t *ids = NULL;
+    if (!pool)
+        goto out;
+    int n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg);
+    if (n_ctx < 1)
+        n_ctx = 1;
+    sched_setup_opts so = {.model_path = model_path,
+                           .dummy = dummy,
+                           .tokenizer = tokenizer,
+                           .weights = fmt,
+                           .device = device,
+                           .pool = pool,
+                           .max_batch_tokens = n_pp > 0 ? (int)n_pp : 1,
+                           .max_ctx = n_ctx,
+                           .max_seqs = 1,
+                           .cuda_graphs = graphs,
+                           .kv_f16 = kv_f16,
+                           .kv_exact = 1};
+    if (sched_setup_create(&so, &st, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        goto out;
+    }
+    m = st.m, be = st.be, kv = st.kv;
+    const model_config *c = model_get_config(m);
+    if (kv_cache_seq_grow(kv, 0, n_ctx) < 0)
+        kv = NULL;
+    ids = malloc((size_t)n_ctx * sizeof *ids);
+    if (!kv || !ids) {
+        cli_error("bench: out of memory");
+        goto out;
+    }
+    bench_tokens(ids, n_ctx, c->n_vocab);
+
+    /* Warm-up: page the weights in and let the pool's threads settle. */
+    double secs, best_pp = 0, best_tg = 0;
+    if (bench_tg(be, kv, ids, n_tg < 8 ? (int)n_tg : 8, &secs) < 0)
+        goto out;
+    for (long r = 0; r < reps; r++) {
+        if (n_pp > 0) {
+            if (bench_pp(be, kv, ids, (int)n_pp, &secs) < 0)
+                goto out;
+            if (best_pp == 0 || secs < best_pp)
+                best_pp = secs;
+        }
+        if (n_tg > 0) {
+            if (bench_tg(be, kv, ids, (int)n_tg, &secs) < 0)
+                goto out;
+            if (best_tg == 0 || secs < best_tg)
+                best_tg = secs;
+        }
+    }
+    double bw = be->ops->mem_bw(be) * 1e-9; /* GB/s */
+    size_t wbytes = be->weight_bytes;
+    char cpu[256], dev[256];
+    kern_cpu_describe(cpu, sizeof cpu);
+    be->ops->describe(be, dev, sizeof dev);
+    double tg_tps = best_tg > 0 ? (double)n_tg / best_tg : 0.0;
+    double roof = bw * 1e9 / (double)wbytes;
+    printf("{\"model\": ");
+    bench_json_string(stdout, model_name(m));
+    printf(
+        ", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, "
+        "\"weight_bytes\": %zu, \"pp\": %ld, \"pp_tok_s\": %.2f, \"tg\": %ld, \"tg_tok_s\": %.2f, "
+        "\"kv_dtype\": \"%s\", \"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": %.2f, "
+        "\"tg_frac_roofline\": %.3f, "
+        "\"cpu\": \"%s\", \"device\": ",
+        model_weights_fmt_name(fmt), kern_pool_size(pool), (long long)model_n_params(m), wbytes,
+        n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0, n_tg, tg_tps, st.kv_f16 ? "f16" : "f32",
+        bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
+    bench_json_string(stdout, dev);
+    char kernels[1024] = "";
+    if (be->device == MODEL_DEVICE_CPU)
+        model_cpu_kernels_describe(m, kernels, sizeof kernels);
+    printf(", \"kernels\": ");
+    bench_json_string(stdout, kernels);
+    printf(", \"backend\": \"%s\", \"pp_tflop_s\": %.3f}\n", be->ops->name,
+           best_pp > 0 ? 2.0 * (double)model_n_params(m) * (double)n_pp / best_pp * 1e-12 : 0.0);
+    status = 0;
+out:
+    free(ids);
+    sched_setup_free(&st); /* the cache, the backend, the model */
+    kern_pool_free(pool);
+    return status;
+}

@@ -1,0 +1,57 @@
+/* cmd_tokenize.c - `brisk tokenize`: text -> token ids (space separated). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/cli_opts.h"
+#include "models/gguf.h"
+#include "models/tokenizer.h"
+
+int cmd_tokenize(int argc, char **argv) {
+    cli_vals o;
+    int prc = cli_opts_parse(CLI_TOKENIZE, argc, argv, &o);
+    if (prc != CLI_OK)
+        return prc == CLI_HELP ? 0 : 2;
+    const char *model_path = o.given[O_MODEL] ? o.s[O_MODEL] : NULL;
+    const char *text = o.given[O_TEXT] ? o.s[O_TEXT] : NULL;
+    int special = o.given[O_SPECIAL], no_bos = o.given[O_NO_BOS];
+    if (!model_path)
+        model_path = cli_default_model();
+    if (!model_path || !text) {
+        cli_error("tokenize: --model and --text are required");
+        return 2;
+    }
+    /* Only the vocabulary is needed: open the GGUF, skip the weights. */
+    char err[512] = "";
+    gguf_file *gf = NULL;
+    tok_vocab *v = NULL;
+    int32_t *ids = NULL;
+    int status = 1;
+    if (gguf_open(model_path, &gf, err, sizeof err) < 0 ||
+        tok_vocab_create_from_gguf(gf, &v, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        goto out;
+    }
+    int flags =
+        (special ? TOK_PARSE_SPECIAL : 0) | (!no_bos && tok_add_bos_default(v) ? TOK_ADD_BOS : 0);
+    size_t len = strlen(text);
+    int need = tok_encode(v, text, len, flags, NULL, 0);
+    if (need < 0) {
+        cli_error("tokenize: cannot encode the text");
+        goto out;
+    }
+    ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
+    if (!ids)
+        goto out;
+    int n = tok_encode(v, text, len, flags, ids, need);
+    for (int i = 0; i < n; i++)
+        printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    status = 0;
+out:
+    free(ids);
+    tok_vocab_free(v);
+    gguf_close(gf);
+    return status;
+}

@@ -1,0 +1,1421 @@
+/* srv_gen.c - POST /v1/completions and /v1/chat/completions: validated
+ * requests become engine sequences (one per prompt x n), engine events become
+ * SSE chunks or one JSON response, and a client that leaves cancels its
+ * sequences at once. Runs on the loop thread. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/brisk_alloc.h"
+#include "common/brisk_error.h"
+#include "common/brisk_grow.h"
+#include "common/brisk_log.h"
+#include "server/api/srv_reason.h"
+#include "server/api/srv_responses.h"
+#include "server/api/srv_tools.h"
+#include "server/app/srv_app.h"
+#include "server/ops/srv_audit.h"
+#include "server/ops/srv_quota.h"
+#include "server/ops/srv_usage.h"
+
+#include "server/app/srv_gen_int.h"
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (brisk_grow(b, cap, *len + n + 1, 1, 256, 0) < 0)
+        return BRISK_ENOMEM;
+    if (n)
+        memcpy(*b + *len, s, n);
+    *len += n;
+    (*b)[*len] = '\0';
+    return 0;
+}
+
+static void gen_link(srv_app *app, gen_req *g) {
+    g->next = app->live;
+    if (app->live)
+        app->live->prev = g;
+    app->live = g;
+    app->n_live++;
+}
+
+static void gen_unlink(srv_app *app, gen_req *g) {
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        app->live = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    app->n_live--;
+}
+
+void srv_gen_free(gen_req *g) {
+    for (int i = 0; g->choices && i < g->n_choices; i++) {
+        free(g->choices[i].text);
+        free(g->choices[i].atext);
+        free(g->choices[i].toks);
+        free(g->choices[i].ptoks);
+        free(g->choices[i].emb);
+    }
+    free(g->choices);
+    for (int i = 0; i < g->n_prompts; i++) {
+        free(g->pids ? g->pids[i] : NULL);
+        free(g->ptext ? g->ptext[i] : NULL);
+    }
+    free(g->pids);
+    free(g->n_pids);
+    free(g->ptext);
+    free(g->ptext_len);
+    free(g->p_is_tokens);
+    for (int i = 0; i < g->a_n_msgs; i++)
+        free((char *)g->a_msgs[i].content);
+    free(g->a_msgs);
+    model_grammar_unref(g->grammar);
+    srv_resp_req_free(g->out.resp);
+    if (g->quota_admitted)
+        srv_quota_release(g->app->quota, g->key_id);
+    /* The request outlives g only on error paths that answer after freeing it. */
+    if (g->http)
+        srv_req_set_user(g->http, NULL);
+    free(g);
+}
+
+static uint64_t random_seed(srv_app *app) {
+    return srv_http_random_u64(app->http);
+}
+
+/* A tool call id as OpenAI's look: "call_" and 24 letters and digits. */
+static void make_call_id(void *ctx, char out[32]) {
+    srv_app *app = ctx;
+    srv_http_make_id(app->http, "call_", 24, out, 32);
+}
+
+/* An answer's tool calls (tools offered): *calls and the rest as *content
+ * (NULL: none); returns the count, or BRISK_ENOMEM. */
+static int gen_parse_calls(gen_req *g, const char *text, size_t len, srv_tool_call **calls,
+                           char **content) {
+    return srv_tools_parse_output(g->tools_kind, text ? text : "", text ? len : 0, make_call_id,
+                                  g->app, calls, content);
+}
+
+/* The piece text of a token (raw bytes, may be partial UTF-8). */
+static char *piece(const tok_vocab *v, int32_t id, size_t *len) {
+    char buf[256];
+    int n = tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, buf, sizeof buf);
+    if (n < 0)
+        n = 0;
+    char *s = brisk_malloc((size_t)n + 1);
+    if (!s)
+        return NULL;
+    if (n <= (int)sizeof buf)
+        memcpy(s, buf, (size_t)n);
+    else if (tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, s, (size_t)n + 1) != n)
+        n = 0;
+    s[n] = '\0';
+    *len = (size_t)n;
+    return s;
+}
+
+/* Logprob structs for toks; the strings are malloc'd into *pool (freed by
+ * free_lps). Token strings show control tokens by their text; text_offset
+ * counts, from *off (advanced), the bytes of text before the token (control tokens add
+ * none). *strip says the next text piece starts the text, so it loses the
+ * space SentencePiece decoding drops there: the joined strings of text
+ * tokens then equal the text. */
+typedef struct lp_set {
+    srv_token_logprob *lps;
+    srv_top_logprob *tops;
+    char **strs;
+    int n_strs;
+} lp_set;
+
+static void free_lps(lp_set *s) {
+    for (int i = 0; i < s->n_strs; i++)
+        free(s->strs[i]);
+    free(s->strs);
+    free(s->lps);
+    free(s->tops);
+    memset(s, 0, sizeof *s);
+}
+
+/* Bytes id adds to the text (0 for control tokens). */
+static size_t text_len(const tok_vocab *v, int32_t id) {
+    int n = tok_token_to_piece(v, id, 0, NULL, 0);
+    return n > 0 ? (size_t)n : 0;
+}
+
+static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int first_null,
+                     size_t *off, int *strip, lp_set *out) {
+    memset(out, 0, sizeof *out);
+    if (n <= 0)
+        return 0;
+    int n_top = 0;
+    for (int i = 0; i < n; i++)
+        n_top += toks[i].n_top;
+    out->lps = brisk_calloc((size_t)n, sizeof *out->lps);
+    out->tops = brisk_calloc((size_t)n_top + 1, sizeof *out->tops);
+    out->strs = brisk_calloc((size_t)(n + n_top), sizeof *out->strs);
+    if (!out->lps || !out->tops || !out->strs)
+        return BRISK_ENOMEM;
+    int t = 0;
+    for (int i = 0; i < n; i++) {
+        srv_token_logprob *l = &out->lps[i];
+        size_t len;
+        char *s = piece(v, toks[i].id, &len);
+        if (!s)
+            return BRISK_ENOMEM;
+        out->strs[out->n_strs++] = s;
+        size_t tl = text_len(v, toks[i].id);
+        int first_text = tl && *strip && tok_vocab_drops_first_space(v);
+        if (tl)
+            *strip = 0;
+        if (first_text && s[0] == ' ') {
+            memmove(s, s + 1, len); /* the NUL too */
+            len--;
+            tl--;
+        }
+        l->token = s;
+        l->token_len = len;
+        l->logprob = toks[i].logprob;
+        l->has_logprob = !(first_null && i == 0);
+        l->text_offset = *off;
+        *off += tl;
+        l->top = &out->tops[t];
+        l->n_top = toks[i].n_top;
+        for (int k = 0; k < toks[i].n_top; k++) {
+            char *ts = piece(v, toks[i].top_id[k], &len);
+            if (!ts)
+                return BRISK_ENOMEM;
+            if (first_text && ts[0] == ' ') { /* alternatives at the same place */
+                memmove(ts, ts + 1, len);
+                len--;
+            }
+            out->strs[out->n_strs++] = ts;
+            out->tops[t].token = ts;
+            out->tops[t].token_len = len;
+            out->tops[t].logprob = toks[i].top_logprob[k];
+            t++;
+        }
+    }
+    return 0;
+}
+
+static const char *finish_str(sched_finish f) {
+    return f == SCHED_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* A choice's finish_reason: a deadline's "length" carries its detail. */
+static const char *choice_finish(const gen_choice *c) {
+    return c->deadline ? srv_finish_deadline : finish_str(c->finish);
+}
+
+/* Every choice expired before it ran (the deadline passed while waiting). */
+static int gen_all_expired(const gen_req *g) {
+    int n = 0;
+    for (int i = 0; i < g->n_choices; i++)
+        n += g->choices[i].finish == SCHED_FINISH_EXPIRED;
+    return g->n_choices > 0 && n == g->n_choices;
+}
+
+static srv_metrics_finish metrics_finish(sched_finish f) {
+    switch (f) {
+    case SCHED_FINISH_STOP: return SRV_METRICS_FINISH_STOP;
+    case SCHED_FINISH_LENGTH: return SRV_METRICS_FINISH_LENGTH;
+    case SCHED_FINISH_ABORT: return SRV_METRICS_FINISH_ABORT;
+    default: return SRV_METRICS_FINISH_ERROR;
+    }
+}
+
+/* ---- failure and abort ---------------------------------------------------------- */
+
+/* The request can no longer be answered right (out of memory for a chunk, a
+ * choice's text or its log-probs, or an engine error): remember why, and
+ * cancel the other choices at once, since nothing they produce can be sent.
+ * The client gets a 500, or in a stream an error event, when the last
+ * choice's final event arrives. */
+static void gen_fail(gen_req *g, const char *why) {
+    if (g->failed)
+        return;
+    g->failed = 1;
+    snprintf(g->err, sizeof g->err, "%s", why);
+    for (int i = 0; i < g->n_choices; i++)
+        if (g->choices[i].live)
+            sched_engine_cancel(g->app->eng, &g->choices[i]);
+}
+
+static void gen_on_abort(srv_req *r, void *user) {
+    gen_req *g = user;
+    srv_app *app = g->app;
+    for (int i = 0; i < g->n_choices; i++)
+        if (g->choices[i].live)
+            sched_engine_cancel(app->eng, &g->choices[i]);
+    g->http = NULL;
+    srv_req_release(r);
+}
+
+/* ---- streaming ---------------------------------------------------------------- */
+
+/* Sends one SSE event holding json (freed here). A chunk that cannot be
+ * built fails the request: a stream must never skip a piece silently. */
+static int stream_send(gen_req *g, char *json) {
+    size_t n;
+    char *ev = json ? srv_sse_event(json, &n) : NULL;
+    free(json);
+    if (!ev) {
+        gen_fail(g, "out of memory");
+        return BRISK_ENOMEM;
+    }
+    if (g->http)
+        srv_stream_write(g->http, ev, n);
+    free(ev);
+    return 0;
+}
+
+/* The error event that ends a failed stream; a fixed one when even that
+ * cannot be built. */
+static void stream_error(gen_req *g) {
+    srv_api_error e = {500, "server_error", "", NULL, ""};
+    snprintf(e.message, sizeof e.message, "generation failed: %s",
+             g->err[0] ? g->err : "internal error");
+    size_t n;
+    char *ev = srv_sse_error(&e, &n);
+    if (ev) {
+        srv_stream_write(g->http, ev, n);
+        free(ev);
+    } else {
+        static const char oom[] =
+            "data: {\"error\":{\"message\":\"generation failed: out of memory\","
+            "\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n";
+        srv_stream_write(g->http, oom, sizeof oom - 1);
+    }
+}
+
+/* ---- the Responses API (srv_responses.h) ---- */
+
+static srv_usage resp_usage(const gen_req *g, const gen_choice *c) {
+    srv_usage u = {g->prompt_tokens, c->completion_len, c->cached_tokens};
+    return u;
+}
+
+/* Sends SSE text made by srv_responses_sse_* (freed here); n is read
+ * through a pointer, since the call that makes sse sets it. */
+static void resp_send(gen_req *g, char *sse, const size_t *np) {
+    size_t n = *np;
+    if (!sse) {
+        gen_fail(g, "out of memory");
+        return;
+    }
+    if (g->http)
+        srv_stream_write(g->http, sse, n);
+    free(sse);
+}
+
+/* A streamed Responses answer: text deltas, then the closing events with
+ * the calls (when tools were offered) at the finish. */
+static void resp_stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len,
+                              const char *finish) {
+    srv_resp_req *rr = g->out.resp;
+    size_t n = 0;
+    if (len || !finish)
+        resp_send(g, srv_responses_sse_delta(rr, text, len, &n), &n);
+    c->started = 1;
+    if (finish && !g->failed) {
+        srv_resp_result res = {
+            NULL, 0, NULL, 0, NULL, 0, !strcmp(finish, "length"), resp_usage(g, c)};
+        resp_send(g, srv_responses_sse_finish(rr, g->id, g->created, g->app->served_name, &res, &n),
+                  &n);
+    }
+}
+
+/* One chunk for choice c: text (len bytes) and the tokens since the last. */
+static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len,
+                         const char *reasoning, size_t reasoning_len, const sched_token *toks,
+                         int n_toks, int first_null, const char *finish) {
+    srv_app *app = g->app;
+    if (g->out.resp) {
+        resp_stream_chunk(g, c, text, len, finish);
+        return;
+    }
+    lp_set lp;
+    memset(&lp, 0, sizeof lp);
+    int want_lp = g->logprobs >= 0;
+    if (want_lp && n_toks &&
+        build_lps(app->vocab, toks, n_toks, first_null, &c->lp_off, &c->lp_strip, &lp) < 0) {
+        free_lps(&lp);
+        gen_fail(g, "out of memory");
+        return;
+    }
+    srv_choice ch = {c->index,  text,          len,  finish, lp.lps, want_lp ? n_toks : 0,
+                     reasoning, reasoning_len, NULL, 0,      0};
+    char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, &ch,
+                                                      !c->started, NULL, want_lp)
+                            : srv_api_completion_chunk_json(g->id, g->created, app->served_name,
+                                                            &ch, NULL, want_lp);
+    c->started = 1;
+    c->len += len;
+    stream_send(g, json);
+    free_lps(&lp);
+}
+
+/* The end of a streamed answer with tools offered: the calls it holds, or
+ * its text, then the finish. */
+static void stream_tools_final(gen_req *g, gen_choice *c, const char *fin) {
+    srv_app *app = g->app;
+    srv_tool_call *calls = NULL;
+    char *content = NULL;
+    size_t held = c->len; /* stream_chunk counts what it sends in c->len */
+    int n = gen_parse_calls(g, c->text, held, &calls, &content);
+    c->len = 0;
+    if (n < 0) {
+        gen_fail(g, "out of memory");
+        return;
+    }
+    if (g->out.resp) {
+        srv_resp_result res = {n ? content : c->text,
+                               n ? (content ? strlen(content) : 0) : held,
+                               NULL,
+                               0,
+                               calls,
+                               n,
+                               !strcmp(fin, "length"),
+                               resp_usage(g, c)};
+        size_t len = 0;
+        resp_send(
+            g,
+            srv_responses_sse_finish(g->out.resp, g->id, g->created, app->served_name, &res, &len),
+            &len);
+    } else if (n == 0) {
+        stream_chunk(g, c, c->text ? c->text : "", held, NULL, 0, NULL, 0, 0, fin);
+    } else {
+        srv_tool_call *named = brisk_calloc((size_t)n, sizeof *named);
+        if (!named) {
+            gen_fail(g, "out of memory");
+        } else {
+            for (int k = 0; k < n; k++)
+                named[k] = (srv_tool_call){calls[k].id, calls[k].name, ""};
+            srv_choice parts[3] = {{c->index, content, content ? strlen(content) : 0, NULL, NULL, 0,
+                                    NULL, 0, named, n, 0},
+                                   {c->index, NULL, 0, NULL, NULL, 0, NULL, 0, calls, n, 1},
+                                   {c->index, NULL, 0, "tool_calls", NULL, 0, NULL, 0, NULL, 0, 0}};
+            for (int k = 0; k < 3 && g->http; k++) {
+                char *json = srv_api_chat_chunk_json(g->id, g->created, app->served_name, &parts[k],
+                                                     !c->started, NULL, 0);
+                c->started = 1;
+                stream_send(g, json);
+            }
+            free(named);
+        }
+    }
+    srv_tool_calls_free(calls, n);
+    free(content);
+}
+
+/* ---- finishing ------------------------------------------------------------------ */
+
+/* Choice c's echoed prompt tokens (the first without a log-prob) followed by
+ * extra[0, n_extra): malloc'd, *n their count; NULL when out of memory. */
+static sched_token *echo_tokens(const gen_req *g, const gen_choice *c, const sched_token *extra,
+                                int n_extra, int *n) {
+    int np = g->echo ? g->n_pids[c->prompt_idx] : 0;
+    sched_token *all = brisk_calloc((size_t)(np + n_extra) + 1, sizeof *all);
+    if (!all)
+        return NULL;
+    if (np) {
+        all[0].id = g->pids[c->prompt_idx][0];
+        for (int k = 1; k < np; k++) {
+            if (c->ptoks && k - 1 < c->n_ptoks)
+                all[k] = c->ptoks[k - 1];
+            else
+                all[k].id = g->pids[c->prompt_idx][k];
+        }
+    }
+    if (n_extra)
+        memcpy(all + np, extra, (size_t)n_extra * sizeof *all);
+    *n = np + n_extra;
+    return all;
+}
+
+static void gen_observe(gen_req *g) {
+    srv_app *app = g->app;
+    double now = brisk_now();
+    int completion = 0;
+    sched_finish f = SCHED_FINISH_STOP;
+    for (int i = 0; i < g->n_choices; i++) {
+        completion += g->choices[i].completion_len;
+        if (g->choices[i].finish == SCHED_FINISH_LENGTH)
+            f = SCHED_FINISH_LENGTH;
+        if ((g->choices[i].finish == SCHED_FINISH_ABORT ||
+             g->choices[i].finish == SCHED_FINISH_EXPIRED) &&
+            f != SCHED_FINISH_ERROR)
+            f = SCHED_FINISH_ABORT;
+        if (g->choices[i].finish == SCHED_FINISH_ERROR)
+            f = SCHED_FINISH_ERROR;
+    }
+    if (g->failed)
+        f = SCHED_FINISH_ERROR;
+    srv_metrics_request mr = {metrics_finish(f), g->prompt_tokens, completion,
+                              g->t_admit > 0 ? g->t_admit - g->t_start : -1, now - g->t_start};
+    srv_metrics_observe_request(app->metrics, &mr, now);
+    int dl = 0;
+    for (int i = 0; i < g->n_choices; i++)
+        dl |= g->choices[i].deadline;
+    if (dl)
+        srv_metrics_observe_deadline(app->metrics, !gen_all_expired(g));
+    static const char *const fin[] = {"stop", "length", "abort", "error"};
+    if (g->key_id[0])
+        srv_usage_observe(app->usage, g->key_id, fin[mr.finish < 4 ? mr.finish : 3],
+                          g->prompt_tokens, completion);
+    if (g->http)
+        srv_req_set_log_fields(g->http,
+                               g->embed      ? "/v1/embeddings"
+                               : g->out.resp ? "/v1/responses"
+                               : g->is_chat  ? "/v1/chat/completions"
+                                             : "/v1/completions",
+                               g->prompt_tokens, completion,
+                               g->t_first > 0 ? g->t_first - g->t_start : -1);
+}
+
+static void gen_finish(gen_req *g) {
+    srv_app *app = g->app;
+    gen_observe(g);
+    int completion = 0, cached = 0;
+    for (int i = 0; i < g->n_choices; i++)
+        completion += g->choices[i].completion_len;
+    /* Each prompt counts once in prompt_tokens: its first choice's hits. */
+    int per = g->n_prompts > 0 ? g->n_choices / g->n_prompts : 1;
+    for (int i = 0; per > 0 && i < g->n_choices; i += per)
+        cached += g->choices[i].cached_tokens;
+    srv_usage usage = {g->prompt_tokens, completion, cached};
+    if (g->http && g->stream && g->out.resp) {
+        if (g->failed) {
+            size_t n = 0;
+            char msg[200];
+            snprintf(msg, sizeof msg, "generation failed: %s",
+                     g->err[0] ? g->err : "internal error");
+            char *ev = srv_responses_sse_error(g->out.resp, msg, &n);
+            if (ev)
+                srv_stream_write(g->http, ev, n);
+            free(ev);
+        }
+        srv_stream_end(g->http);
+        g->http = NULL;
+    } else if (g->http && g->stream) {
+        if (!g->failed && g->include_usage) {
+            char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name,
+                                                              NULL, 0, &usage, 0)
+                                    : srv_api_completion_chunk_json(
+                                          g->id, g->created, app->served_name, NULL, &usage, 0);
+            stream_send(g, json);
+        }
+        if (g->failed && g->http)
+            stream_error(g);
+        else if (g->http && gen_all_expired(g)) {
+            srv_api_error e = {504, "timeout_error", "timeout", "deadline_exceeded", ""};
+            snprintf(e.message, sizeof e.message, "the request's deadline passed before it ran");
+            size_t n;
+            char *ev = srv_sse_error(&e, &n);
+            if (ev)
+                srv_stream_write(g->http, ev, n);
+            free(ev);
+        }
+        size_t n;
+        const char *done = srv_sse_done(&n);
+        if (g->http)
+            srv_stream_write(g->http, done, n);
+        if (g->http)
+            srv_stream_end(g->http);
+        g->http = NULL;
+    } else if (g->http && !g->stream && !g->failed && gen_all_expired(g)) {
+        srv_respond_error(g->http, 504, "timeout_error", "timeout", "deadline_exceeded",
+                          "the request's deadline passed before it ran");
+        g->http = NULL;
+    } else if (g->http && g->embed && !g->failed) {
+        srv_embed_respond(g);
+    } else if (g->http) {
+        if (g->failed) {
+            srv_respond_error(g->http, 500, "server_error", NULL, NULL, "generation failed: %s",
+                              g->err[0] ? g->err : "internal error");
+        } else {
+            srv_choice *ch = brisk_calloc((size_t)g->n_choices, sizeof *ch);
+            lp_set *lps = brisk_calloc((size_t)g->n_choices, sizeof *lps);
+            /* with reasoning: each choice's text split into [2i] reasoning, [2i+1] answer */
+            brisk_buf *split =
+                g->reason ? brisk_calloc((size_t)g->n_choices * 2, sizeof *split) : NULL;
+            /* with tools offered: each choice's calls and the rest of its text */
+            srv_tool_call **calls =
+                g->tools_on ? brisk_calloc((size_t)g->n_choices, sizeof *calls) : NULL;
+            int *n_calls = g->tools_on ? brisk_calloc((size_t)g->n_choices, sizeof *n_calls) : NULL;
+            char **rest = g->tools_on ? brisk_calloc((size_t)g->n_choices, sizeof *rest) : NULL;
+            int ok =
+                ch && lps && (!g->reason || split) && (!g->tools_on || (calls && n_calls && rest));
+            for (int i = 0; ok && i < g->n_choices; i++) {
+                gen_choice *c = &g->choices[i];
+                ch[i].index = c->index;
+                ch[i].text = c->text ? c->text : "";
+                ch[i].text_len = c->len;
+                if (g->reason) {
+                    srv_reason rz;
+                    srv_reason_init(&rz);
+                    brisk_buf *rs = &split[2 * i], *ct = &split[2 * i + 1];
+                    brisk_buf_str(rs, "");
+                    brisk_buf_str(ct, "");
+                    srv_reason_feed(&rz, c->text ? c->text : "", c->len, 1, rs, ct);
+                    if (rs->oom || ct->oom) {
+                        ok = 0;
+                        break;
+                    }
+                    ch[i].text = ct->p;
+                    ch[i].text_len = ct->len;
+                    if (g->include_reasoning && rs->len) {
+                        ch[i].reasoning = rs->p;
+                        ch[i].reasoning_len = rs->len;
+                    }
+                }
+                ch[i].finish_reason = choice_finish(c);
+                if (g->tools_on) {
+                    int nc = gen_parse_calls(g, ch[i].text, ch[i].text_len, &calls[i], &rest[i]);
+                    if (nc < 0) {
+                        ok = 0;
+                        break;
+                    }
+                    n_calls[i] = nc;
+                    if (nc > 0) {
+                        ch[i].calls = calls[i];
+                        ch[i].n_calls = nc;
+                        ch[i].text = rest[i];
+                        ch[i].text_len = rest[i] ? strlen(rest[i]) : 0;
+                        ch[i].finish_reason = "tool_calls";
+                    }
+                }
+                if (g->logprobs >= 0) {
+                    /* echo: prompt tokens (first without a log-prob), then output */
+                    int np = g->echo ? g->n_pids[c->prompt_idx] : 0, n_all = 0;
+                    sched_token *all = echo_tokens(g, c, c->toks, c->n_toks, &n_all);
+                    if (!all) {
+                        ok = 0;
+                        break;
+                    }
+                    /* OpenAI never shows the end-of-sequence token (chat). */
+                    if (g->is_chat && n_all > np && c->finish == SCHED_FINISH_STOP &&
+                        tok_is_eog(app->vocab, all[n_all - 1].id))
+                        n_all--;
+                    size_t off = 0;
+                    int strip = np > 0 || !tok_ids_have_text(app->vocab, g->pids[c->prompt_idx],
+                                                             g->n_pids[c->prompt_idx]);
+                    if (build_lps(app->vocab, all, n_all, np > 0, &off, &strip, &lps[i]) < 0)
+                        ok = 0;
+                    free(all);
+                    ch[i].lps = lps[i].lps;
+                    ch[i].n_lps = n_all;
+                }
+            }
+            char *json = NULL;
+            if (ok && g->out.resp) {
+                srv_resp_result res = {ch[0].calls && !ch[0].text ? NULL : ch[0].text,
+                                       ch[0].text_len,
+                                       ch[0].reasoning,
+                                       ch[0].reasoning_len,
+                                       ch[0].calls,
+                                       ch[0].n_calls,
+                                       g->choices[0].finish == SCHED_FINISH_LENGTH,
+                                       usage};
+                json = srv_responses_json(g->out.resp, g->id, g->created, app->served_name, &res);
+            } else if (ok)
+                json = g->is_chat ? srv_api_chat_json(g->id, g->created, app->served_name, ch,
+                                                      g->n_choices, &usage, g->logprobs >= 0)
+                                  : srv_api_completion_json(g->id, g->created, app->served_name, ch,
+                                                            g->n_choices, &usage, g->logprobs >= 0);
+            if (json)
+                srv_respond(g->http, 200, "application/json", json, strlen(json), NULL);
+            else
+                srv_respond_code(g->http, BRISK_ENOMEM, NULL);
+            free(json);
+            for (int i = 0; lps && i < g->n_choices; i++)
+                free_lps(&lps[i]);
+            for (int i = 0; split && i < 2 * g->n_choices; i++)
+                free(split[i].p);
+            free(split);
+            for (int i = 0; g->tools_on && i < g->n_choices; i++) {
+                if (calls)
+                    srv_tool_calls_free(calls[i], n_calls ? n_calls[i] : 0);
+                if (rest)
+                    free(rest[i]);
+            }
+            free(calls);
+            free(n_calls);
+            free(rest);
+            free(lps);
+            free(ch);
+        }
+        g->http = NULL;
+    }
+    gen_unlink(app, g);
+    srv_gen_free(g);
+}
+
+/* ---- engine events ----------------------------------------------------------------- */
+
+/* The tokens of ev whose log-probs a chunk shows: a chat stream leaves out
+ * a final end-of-sequence token, as OpenAI does. */
+static int n_lp_toks(const gen_req *g, const sched_event *ev) {
+    int n = ev->n_tokens;
+    if (g->is_chat && n > 0 && ev->finish == SCHED_FINISH_STOP &&
+        tok_is_eog(g->app->vocab, ev->tokens[n - 1].id))
+        n--;
+    return n;
+}
+
+static void on_event(srv_app *app, sched_event *ev) {
+    gen_choice *c = ev->user;
+    gen_req *g = c->req;
+    double now = ev->t_event;
+    if (ev->t_admitted > 0 && (g->t_admit == 0 || ev->t_admitted < g->t_admit))
+        g->t_admit = ev->t_admitted;
+    if (ev->n_tokens > 0) {
+        if (g->t_first == 0) {
+            g->t_first = now;
+            srv_metrics_observe_ttft(app->metrics, now - g->t_start, now);
+        } else if (c->t_last > 0) {
+            double gap = (now - c->t_last) / ev->n_tokens;
+            for (int i = 0; i < ev->n_tokens; i++)
+                srv_metrics_observe_itl(app->metrics, gap, now);
+        }
+        c->t_last = now;
+        srv_metrics_observe_tokens(app->metrics, 0, ev->n_tokens, now);
+        if (g->quota_admitted)
+            srv_quota_charge(app->quota, g->key_id, ev->n_tokens, now);
+    }
+    if (ev->n_prompt_tokens) {
+        free(c->ptoks);
+        c->ptoks = ev->prompt_tokens;
+        c->n_ptoks = ev->n_prompt_tokens;
+        ev->prompt_tokens = NULL;
+    }
+    c->completion_len = ev->completion_len;
+    c->cached_tokens = ev->cached_tokens;
+    if (ev->embedding) {
+        free(c->emb);
+        c->emb = ev->embedding;
+        c->n_emb = ev->n_embedding;
+        ev->embedding = NULL;
+    }
+    if (ev->deadline)
+        c->deadline = 1;
+    if (ev->finish == SCHED_FINISH_ERROR)
+        gen_fail(g, ev->err);
+    if (g->failed) {
+        /* nothing more to collect or send: the error goes out at the end */
+    } else if (g->stream && g->http) {
+        if (g->audit_keep && buf_add(&c->atext, &c->alen, &c->acap, ev->text, ev->text_len) < 0)
+            gen_fail(g, "out of memory");
+        if (ev->deadline)
+            c->deadline = 1;
+        const char *fin = ev->deadline ? srv_finish_deadline
+                          : ev->finish == SCHED_FINISH_STOP || ev->finish == SCHED_FINISH_LENGTH
+                              ? finish_str(ev->finish)
+                              : NULL;
+        if (!c->started && g->echo && !g->is_chat) {
+            /* The prompt first, with its tokens' log-probs when asked. */
+            int n_echo = 0;
+            sched_token *et = g->logprobs >= 0 ? echo_tokens(g, c, NULL, 0, &n_echo) : NULL;
+            if (g->logprobs >= 0 && !et)
+                gen_fail(g, "out of memory");
+            else
+                stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0,
+                             et, n_echo, 1, NULL);
+            free(et);
+        }
+        if (g->tools_on) {
+            /* Tools offered: the answer may be calls, never sent as content
+             * half-parsed - it is held whole and sent at the end (calls as
+             * id + name, then the arguments; or the text). */
+            if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0)
+                gen_fail(g, "out of memory");
+            if (!g->failed && fin)
+                stream_tools_final(g, c, fin);
+        } else if (g->reason) {
+            /* The delta's text split by the <think> splitter: held bytes wait
+             * for the next event (all go out with the final one). */
+            brisk_buf rs = {0}, ct = {0};
+            srv_reason_feed(&c->reason, ev->text, ev->text_len, ev->finish != SCHED_FINISH_NONE,
+                            &rs, &ct);
+            if (rs.oom || ct.oom)
+                gen_fail(g, "out of memory");
+            const int send_r = g->include_reasoning && rs.len > 0;
+            if (!g->failed &&
+                (ct.len || send_r || fin || (g->logprobs >= 0 && ev->n_tokens) || !c->started))
+                stream_chunk(g, c, ct.len ? ct.p : NULL, ct.len, send_r ? rs.p : NULL,
+                             send_r ? rs.len : 0, ev->tokens, n_lp_toks(g, ev), 0, fin);
+            free(rs.p);
+            free(ct.p);
+        } else if (!g->failed && (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) ||
+                                  (!c->started && g->is_chat)))
+            stream_chunk(g, c, ev->text, ev->text_len, NULL, 0, ev->tokens, n_lp_toks(g, ev), 0,
+                         fin);
+    } else {
+        if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0)
+            gen_fail(g, "out of memory");
+        if (g->logprobs >= 0 && ev->n_tokens) {
+            size_t need = (size_t)c->n_toks + (size_t)ev->n_tokens;
+            if (brisk_grow(&c->toks, &c->cap_toks, need, sizeof *c->toks, 16, 0) < 0)
+                gen_fail(g, "out of memory");
+            else {
+                memcpy(c->toks + c->n_toks, ev->tokens, (size_t)ev->n_tokens * sizeof *c->toks);
+                c->n_toks += ev->n_tokens;
+            }
+        }
+    }
+    if (ev->finish != SCHED_FINISH_NONE) {
+        c->finish = ev->finish;
+        c->live = 0;
+        if (--g->n_live == 0)
+            gen_finish(g);
+    }
+}
+
+void srv_gen_on_events(srv_app *app) {
+    sched_event *ev = sched_engine_drain(app->eng);
+    while (ev) {
+        sched_event *n = ev->next;
+        on_event(app, ev);
+        sched_event_free(ev);
+        ev = n;
+    }
+}
+
+void srv_gen_free_all(srv_app *app) {
+    while (app->live) {
+        gen_req *g = app->live;
+        if (g->http)
+            srv_req_release(g->http);
+        g->http = NULL;
+        gen_unlink(app, g);
+        srv_gen_free(g);
+    }
+}
+
+/* ---- requests ---------------------------------------------------------------------- */
+
+void srv_gen_respond_error(srv_req *r, const srv_api_error *e) {
+    srv_respond_error(r, e->status, e->type, e->param[0] ? e->param : NULL, e->code, "%s",
+                      e->message);
+}
+
+/* Common checks before parsing: ready and not draining. */
+int srv_gen_precheck(srv_app *app, srv_req *r) {
+    if (app->draining) {
+        srv_respond_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
+        return -1;
+    }
+    if (!app->ready) {
+        srv_respond_error(r, 503, "server_error", NULL, NULL, "the model is loading");
+        return -1;
+    }
+    /* A missing Content-Type is read as JSON (as FastAPI does); a present one
+     * must be application/json, with parameters at most: not a longer type
+     * that merely starts so ("application/jsonl"). */
+    size_t n;
+    const char *ct = srv_req_header(r, "Content-Type", &n);
+    if (ct && !(n >= 16 && strncasecmp(ct, "application/json", 16) == 0 &&
+                (n == 16 || ct[16] == ';' || ct[16] == ' ' || ct[16] == '\t'))) {
+        srv_respond_error(r, 400, "invalid_request_error", NULL, NULL,
+                          "Content-Type must be application/json");
+        return -1;
+    }
+    return 0;
+}
+
+int srv_gen_check_model(srv_app *app, srv_req *r, const char *name) {
+    if (name && strcmp(name, app->served_name) != 0) {
+        srv_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
+                          "The model '%.200s' does not exist; this server serves '%s'", name,
+                          app->served_name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The steps both endpoints take after parsing: answer a parse failure,
+ * count unknown fields, check the model name. Returns 0 to go on, -1 once
+ * the request has been answered (the caller frees what it parsed). */
+static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e,
+                      const srv_gen_params *p) {
+    if (rc < 0) {
+        if (rc == BRISK_ENOMEM)
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+        else
+            srv_gen_respond_error(r, e);
+        return -1;
+    }
+    srv_metrics_count_unknown_fields(app->metrics, p->n_unknown_fields);
+    return srv_gen_check_model(app, r, p->model);
+}
+
+/* Tokenizing runs on the loop thread: 4 MB of text kept every client waiting
+ * 0.7 s (stories260K's tokenizer), only to be refused. A text of len
+ * bytes needs at least len / tok_max_token_bytes() tokens, so one that cannot
+ * fit the context is refused without tokenizing it (answers and returns 1). */
+static int refuse_surely_too_long(srv_app *app, srv_req *r, size_t len, const char *param) {
+    size_t at_least = len / tok_max_token_bytes(app->vocab);
+    if (at_least < (size_t)app->max_ctx)
+        return 0;
+    srv_respond_error(
+        r, 400, "invalid_request_error", param, "context_length_exceeded",
+        "This model's maximum context length is %d tokens. However, your prompt of %zu "
+        "bytes needs at least %zu tokens. Please reduce the prompt.",
+        app->max_ctx, len, at_least);
+    return 1;
+}
+
+int32_t *srv_gen_tokenize(srv_app *app, const char *text, size_t len, int flags, int *n_out) {
+    int cap = (int)(len < 1024 ? 1024 : len + 16);
+    if (len > (size_t)1 << 28)
+        return NULL;
+    int32_t *ids = brisk_malloc((size_t)cap * sizeof *ids);
+    if (!ids)
+        return NULL;
+    int n = tok_encode(app->vocab, text, len, flags, ids, cap);
+    if (n > cap) {
+        int32_t *t = brisk_realloc(ids, (size_t)n * sizeof *ids);
+        if (!t) {
+            free(ids);
+            return NULL;
+        }
+        ids = t;
+        n = tok_encode(app->vocab, text, len, flags, ids, n);
+    }
+    if (n < 0) {
+        free(ids);
+        return NULL;
+    }
+    *n_out = n;
+    return ids;
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s);
+    char *d = brisk_malloc(n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+/* Builds the engine params of choice c. */
+static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int prompt_idx, int j,
+                       int max_tokens, sched_seq_params *sp) {
+    memset(sp, 0, sizeof *sp);
+    int np = g->n_pids[prompt_idx];
+    sp->prompt = brisk_malloc((size_t)np * sizeof *sp->prompt);
+    if (!sp->prompt)
+        return BRISK_ENOMEM;
+    memcpy(sp->prompt, g->pids[prompt_idx], (size_t)np * sizeof *sp->prompt);
+    sp->n_prompt = np;
+    sp->max_tokens = max_tokens;
+    model_sampling s = model_sampling_default();
+    s.temperature = p->temperature;
+    s.top_k = p->top_k > 0 ? p->top_k : 0;
+    s.top_p = p->top_p;
+    s.min_p = p->min_p;
+    s.repetition_penalty = p->repetition_penalty;
+    s.presence_penalty = p->presence_penalty;
+    s.frequency_penalty = p->frequency_penalty;
+    s.penalty_last_n = 0;
+    /* vLLM's and OpenAI's semantics: presence and frequency penalties see
+     * the output only, the repetition penalty prompt and output. */
+    s.pf_from = np;
+    s.seed = p->has_seed ? p->seed + (uint64_t)j : random_seed(app);
+    if (p->n_logit_bias) {
+        int32_t *ids = brisk_malloc((size_t)p->n_logit_bias * sizeof *ids);
+        float *b = brisk_malloc((size_t)p->n_logit_bias * sizeof *b);
+        if (!ids || !b) {
+            free(ids);
+            free(b);
+            free(sp->prompt);
+            return BRISK_ENOMEM;
+        }
+        memcpy(ids, p->logit_bias_ids, (size_t)p->n_logit_bias * sizeof *ids);
+        memcpy(b, p->logit_bias, (size_t)p->n_logit_bias * sizeof *b);
+        s.n_logit_bias = p->n_logit_bias;
+        s.logit_bias_ids = ids;
+        s.logit_bias = b;
+    }
+    sp->sampling = s;
+    sp->logprobs = p->logprobs;
+    sp->prompt_logprobs = g->echo && p->logprobs >= 0;
+    sp->pooling = g->embed;
+    sp->priority = g->priority;
+    sp->deadline = g->deadline;
+    sp->ignore_eos = p->ignore_eos;
+    sp->min_tokens = p->min_tokens;
+    sp->grammar = model_grammar_ref(g->grammar);
+    sp->include_stop_str = p->include_stop_str;
+    if (p->n_stop_token_ids) {
+        sp->stop_ids = brisk_malloc((size_t)p->n_stop_token_ids * sizeof *sp->stop_ids);
+        if (!sp->stop_ids) {
+            sched_seq_params_free(sp);
+            return BRISK_ENOMEM;
+        }
+        memcpy(sp->stop_ids, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof *sp->stop_ids);
+        sp->n_stop_ids = p->n_stop_token_ids;
+    }
+    if (p->n_stop) {
+        sp->stop = brisk_calloc((size_t)p->n_stop, sizeof *sp->stop);
+        if (!sp->stop) {
+            sched_seq_params_free(sp);
+            return BRISK_ENOMEM;
+        }
+        sp->n_stop = p->n_stop;
+        for (int i = 0; i < p->n_stop; i++)
+            if (!(sp->stop[i] = dup_str(p->stop[i]))) {
+                sched_seq_params_free(sp);
+                return BRISK_ENOMEM;
+            }
+    }
+    return 0;
+}
+
+/* max_tokens of a prompt of np tokens: as asked, else the endpoint's
+ * default (completions: 16, as OpenAI), else the rest of the context. */
+static int gen_max_tokens(const srv_app *app, const srv_gen_params *p, int np, int dflt) {
+    if (p->max_tokens > 0)
+        return p->max_tokens;
+    if (dflt > 0)
+        return dflt;
+    return app->max_ctx - np;
+}
+
+/* Validates lengths, submits every choice and starts the response.
+ * Takes ownership of g (freed or linked). */
+/* The key's limits (srv_quota.h), before any engine work: -1 after
+ * answering 429 (or 400 for a prompt over the whole token budget). An
+ * admitted request carries the x-ratelimit-* headers. */
+static int gen_admit(srv_app *app, srv_req *r, gen_req *g) {
+    srv_quota_verdict v;
+    srv_quota_admit(app->quota, g->key_id[0] ? g->key_id : NULL, g->prompt_tokens, brisk_now(), &v);
+    char h[640];
+    srv_quota_headers(&v, h, sizeof h);
+    if (v.ok) {
+        g->quota_admitted = v.limited;
+        if (h[0] && srv_req_set_headers(r, h) < 0) {
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+            return -1;
+        }
+        return 0;
+    }
+    if (h[0] && srv_req_set_headers(r, h) < 0) {
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+        return -1;
+    }
+    srv_usage_limited(app->usage, g->key_id, v.which);
+    if (v.too_large)
+        srv_respond_error(r, 400, "invalid_request_error", NULL, "tokens_over_limit",
+                          "this request's %d prompt tokens exceed the key's limit of %lld tokens "
+                          "per window",
+                          g->prompt_tokens, v.limit_tokens);
+    else
+        srv_respond_error(r, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
+                          "rate limit reached for key '%s' on %s; try again in %.1f s", g->key_id,
+                          v.which, v.retry_after_s);
+    return -1;
+}
+
+void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
+                   int max_tokens_default) {
+    /* The constraint, compiled (or found compiled) before any engine work. */
+    if (p->grammar) {
+        char err[200] = "";
+        int rc = BRISK_ENOMEM;
+        g->grammar = app->grammars ? srv_grammar_get(app->grammars, p->grammar, p->grammar_len, &rc,
+                                                     err, sizeof err)
+                                   : NULL;
+        if (!g->grammar) {
+            if (rc == BRISK_EINVAL)
+                srv_respond_error(r, 400, "invalid_request_error", p->grammar_param,
+                                  "invalid_grammar", "%s", err);
+            else
+                srv_respond_code(r, BRISK_ENOMEM, NULL);
+            srv_gen_free(g);
+            return;
+        }
+    }
+    /* Context: every prompt + max_tokens must fit. */
+    for (int i = 0; i < g->n_prompts; i++) {
+        int np = g->n_pids[i];
+        int mt = gen_max_tokens(app, p, np, max_tokens_default);
+        if (np == 0) {
+            srv_respond_error(r, 400, "invalid_request_error", "prompt", NULL,
+                              "the prompt is empty");
+            srv_gen_free(g);
+            return;
+        }
+        /* In 64 bits: max_tokens may be as large as INT32_MAX. */
+        long long want = (long long)np + mt;
+        if (want > app->max_ctx || np >= app->max_ctx) {
+            srv_respond_error(
+                r, 400, "invalid_request_error",
+                g->embed            ? "input"
+                : p->max_tokens > 0 ? "max_tokens"
+                                    : "messages",
+                "context_length_exceeded",
+                "This model's maximum context length is %d tokens. However, you requested %lld "
+                "tokens (%d in the prompt, %d for the completion). Please reduce the prompt "
+                "or max_tokens.",
+                app->max_ctx, want, np, mt);
+            srv_gen_free(g);
+            return;
+        }
+        g->prompt_tokens += np;
+    }
+    if (p->has_priority && p->priority != 0 &&
+        app->cfg.engine.sched_policy != SCHED_POLICY_PRIORITY) {
+        srv_respond_error(r, 400, "invalid_request_error", "priority", "unsupported_value",
+                          "'priority' needs a server started with --scheduling-policy priority");
+        srv_gen_free(g);
+        return;
+    }
+    g->priority = srv_quota_priority(app->quota, g->key_id[0] ? g->key_id : NULL, p->priority,
+                                     p->has_priority);
+    double timeout = p->timeout_s > 0 ? p->timeout_s : app->cfg.request_timeout_s;
+    g->deadline = timeout > 0 ? g->t_start + timeout : 0;
+    if (gen_admit(app, r, g) < 0) {
+        srv_gen_free(g);
+        return;
+    }
+    /* n_choices is set only with the array: gen_free walks it. */
+    int n_choices = g->n_prompts * p->n;
+    if (n_choices > GEN_MAX_CHOICES) {
+        srv_respond_error(r, 400, "invalid_request_error", "n", NULL,
+                          "prompts x n = %d choices; at most %d in one request", n_choices,
+                          GEN_MAX_CHOICES);
+        srv_gen_free(g);
+        return;
+    }
+    g->choices = brisk_calloc((size_t)n_choices, sizeof *g->choices);
+    if (!g->choices) {
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+        srv_gen_free(g);
+        return;
+    }
+    g->n_choices = n_choices;
+    g->http = r;
+    srv_req_set_user(r, g); /* for the audit line (srv_gen_audit) */
+    gen_link(app, g);
+    int rc = 0;
+    for (int i = 0; i < g->n_prompts && rc == 0; i++)
+        for (int j = 0; j < p->n && rc == 0; j++) {
+            gen_choice *c = &g->choices[i * p->n + j];
+            c->req = g;
+            c->index = i * p->n + j;
+            c->prompt_idx = i;
+            /* Streamed echo: the prompt's tokens (and log-probs) go first. */
+            c->lp_strip = g->echo || !tok_ids_have_text(app->vocab, g->pids[i], g->n_pids[i]);
+            c->lp_off = 0;
+            if (g->echo && !g->stream &&
+                buf_add(&c->text, &c->len, &c->cap, g->ptext[i], g->ptext_len[i]) < 0) {
+                rc = BRISK_ENOMEM;
+                break;
+            }
+            sched_seq_params sp;
+            rc = make_params(app, g, p, i, j,
+                             gen_max_tokens(app, p, g->n_pids[i], max_tokens_default), &sp);
+            if (rc < 0)
+                break;
+            sp.user = c;
+            /* Later choices of a prompt share the first one's prompt KV blocks. */
+            sp.fork_of = j > 0 ? &g->choices[i * p->n] : NULL;
+            rc = sched_engine_submit(app->eng, &sp);
+            if (rc < 0) {
+                sched_seq_params_free(&sp);
+                break;
+            }
+            c->live = 1;
+            g->n_live++;
+        }
+    if (rc < 0) {
+        for (int i = 0; i < g->n_choices; i++)
+            if (g->choices[i].live)
+                sched_engine_cancel(app->eng, &g->choices[i]);
+        if (rc == BRISK_ENOSPC)
+            srv_respond_code(r, rc, NULL); /* 429, the queue is full */
+        else
+            srv_respond_code(r, rc, "cannot queue the request: %s", brisk_strerror(rc));
+        g->http = NULL;
+        if (g->n_live == 0) {
+            gen_unlink(app, g);
+            srv_gen_free(g);
+        }
+        return;
+    }
+    srv_metrics_observe_tokens(app->metrics, g->prompt_tokens, 0, brisk_now());
+    srv_req_on_abort(r, gen_on_abort, g);
+    if (g->stream) {
+        srv_stream_begin(r, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
+        if (g->out.resp) {
+            size_t n = 0;
+            resp_send(g,
+                      srv_responses_sse_start(g->out.resp, g->id, g->created, app->served_name, &n),
+                      &n);
+        } else if (g->is_chat) /* the role comes first, as OpenAI sends it */
+            for (int i = 0; i < g->n_choices; i++)
+                stream_chunk(g, &g->choices[i], "", 0, NULL, 0, NULL, 0, 0, NULL);
+    }
+}
+
+gen_req *srv_gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_params *p,
+                     int n_prompts) {
+    gen_req *g = brisk_calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->app = app;
+    g->is_chat = is_chat;
+    g->stream = p->stream;
+    g->include_usage = p->include_usage;
+    g->logprobs = p->logprobs;
+    g->echo = p->echo && !is_chat;
+    g->created = (int64_t)time(NULL);
+    g->t_start = srv_req_t_start(r);
+    if (srv_req_key_id(r))
+        snprintf(g->key_id, sizeof g->key_id, "%s", srv_req_key_id(r));
+    /* Fresh random ids, as OpenAI's: never the client's X-Request-Id. */
+    srv_http_make_id(app->http, is_chat ? "chatcmpl-" : "cmpl-", 29, g->id, sizeof g->id);
+    g->n_prompts = n_prompts;
+    g->pids = brisk_calloc((size_t)n_prompts, sizeof *g->pids);
+    g->n_pids = brisk_calloc((size_t)n_prompts, sizeof *g->n_pids);
+    g->ptext = brisk_calloc((size_t)n_prompts, sizeof *g->ptext);
+    g->ptext_len = brisk_calloc((size_t)n_prompts, sizeof *g->ptext_len);
+    g->p_is_tokens = brisk_calloc((size_t)n_prompts, sizeof *g->p_is_tokens);
+    g->audit_keep = app->audit && app->cfg.audit_content;
+    if (!g->pids || !g->n_pids || !g->ptext || !g->ptext_len || !g->p_is_tokens) {
+        srv_gen_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* --audit-log-content: a copy of the chat messages for the audit line. */
+static int audit_keep_msgs(gen_req *g, const srv_chat_req *cr) {
+    g->a_msgs = brisk_calloc((size_t)cr->n_msgs, sizeof *g->a_msgs);
+    if (!g->a_msgs)
+        return BRISK_ENOMEM;
+    for (int i = 0; i < cr->n_msgs; i++) {
+        char *s = brisk_malloc(cr->msgs[i].content_len + 1);
+        if (!s)
+            return BRISK_ENOMEM;
+        memcpy(s, cr->msgs[i].content, cr->msgs[i].content_len);
+        s[cr->msgs[i].content_len] = '\0';
+        g->a_msgs[i].role = cr->msgs[i].role;
+        g->a_msgs[i].content = s;
+        g->a_msgs[i].len = cr->msgs[i].content_len;
+        g->a_n_msgs++;
+    }
+    return 0;
+}
+
+int srv_gen_bos_flag(srv_app *app) {
+    return tok_add_bos_default(app->vocab) ? TOK_ADD_BOS : 0;
+}
+
+void srv_gen_completions(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    if (srv_gen_precheck(app, r) < 0)
+        return;
+    size_t len;
+    const char *body = srv_req_body(r, &len);
+    srv_completion_req cr;
+    srv_api_error e;
+    int rc = srv_api_parse_completion(body, len, &app->limits, &cr, &e);
+    if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
+        if (rc == 0)
+            srv_completion_req_free(&cr);
+        return;
+    }
+    for (int i = 0; i < cr.n_prompts; i++) {
+        if (!cr.prompts[i].is_tokens &&
+            refuse_surely_too_long(app, r, cr.prompts[i].text_len, "prompt")) {
+            srv_completion_req_free(&cr);
+            return;
+        }
+    }
+    gen_req *g = srv_gen_new(app, r, 0, &cr.params, cr.n_prompts);
+    if (!g) {
+        srv_completion_req_free(&cr);
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+        return;
+    }
+    for (int i = 0; i < cr.n_prompts; i++) {
+        srv_prompt *pr = &cr.prompts[i];
+        if (pr->is_tokens) {
+            g->pids[i] = brisk_malloc((size_t)(pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
+            if (g->pids[i])
+                memcpy(g->pids[i], pr->ids, (size_t)pr->n_ids * sizeof(int32_t));
+            g->n_pids[i] = pr->n_ids;
+            g->p_is_tokens[i] = 1;
+            if (g->echo) {
+                g->ptext[i] = tok_decode_all(app->vocab, pr->ids, pr->n_ids, 0);
+                g->ptext_len[i] = g->ptext[i] ? strlen(g->ptext[i]) : 0;
+            }
+        } else {
+            g->pids[i] = srv_gen_tokenize(app, pr->text, pr->text_len,
+                                          srv_gen_bos_flag(app) | TOK_PARSE_SPECIAL, &g->n_pids[i]);
+            if (g->echo || g->audit_keep) {
+                g->ptext[i] = brisk_malloc(pr->text_len + 1);
+                if (g->ptext[i]) {
+                    memcpy(g->ptext[i], pr->text, pr->text_len);
+                    g->ptext[i][pr->text_len] = '\0';
+                }
+                g->ptext_len[i] = pr->text_len;
+            }
+        }
+        int want_text = g->echo || (g->audit_keep && !pr->is_tokens);
+        if (!g->pids[i] || (want_text && !g->ptext[i])) {
+            srv_gen_free(g);
+            srv_completion_req_free(&cr);
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+            return;
+        }
+    }
+    srv_gen_start(app, r, g, &cr.params, 16);
+    srv_completion_req_free(&cr);
+}
+
+/* Renders a parsed chat request into prompt token ids: the tools' grammar
+ * into cr->params (when the choice needs one), the messages in the model's
+ * template, tokenized. Returns the ids (malloc'd, *n_ids of them), or NULL
+ * once r has been answered (cr still owned by the caller). */
+int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_ids) {
+    if (app->chat.kind == MODEL_CHAT_NONE) {
+        srv_respond_error(
+            r, 400, "invalid_request_error", "messages", "chat_template_missing",
+            "this model has no chat template brisk can apply; use /v1/completions or start "
+            "the server with --chat-template NAME");
+        return NULL;
+    }
+    /* The rendered text holds every content: refuse before rendering. */
+    size_t content_len = 0;
+    for (int i = 0; i < cr->n_msgs; i++)
+        content_len += cr->msgs[i].content_len;
+    if (refuse_surely_too_long(app, r, content_len, "messages"))
+        return NULL;
+    /* Tools offered, or calls and results in the history: the messages in
+     * the family's tool format (srv_tools.h); the answer's grammar when
+     * the choice needs one. */
+    int tools_on = cr->n_tools > 0 && cr->tool_choice != SRV_TOOL_CHOICE_NONE;
+    if (tools_on) {
+        int none = 0;
+        char *gt = srv_tools_grammar(cr, app->chat.kind, &none);
+        if (!gt && !none) {
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+            return NULL;
+        }
+        if (gt && cr->params.grammar) {
+            srv_respond_error(r, 400, "invalid_request_error", cr->params.grammar_param, NULL,
+                              "'%s' and 'tool_choice' both constrain the output; give one",
+                              cr->params.grammar_param);
+            free(gt);
+            return NULL;
+        }
+        if (gt) {
+            cr->params.grammar = gt;
+            cr->params.grammar_len = strlen(gt);
+            cr->params.grammar_param = "tools";
+        }
+    }
+    srv_tools_arena arena;
+    const model_chat_msg *msgs = NULL;
+    int n_msgs = 0;
+    if (srv_tools_render_msgs(cr, app->chat.kind, &arena, &msgs, &n_msgs) < 0) {
+        srv_tools_arena_free(&arena);
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+        return NULL;
+    }
+    char bos[128] = "", eos[128] = "", err[256];
+    int32_t b = tok_bos(app->vocab), eo = tok_eos(app->vocab);
+    if (b >= 0) {
+        int n = tok_token_to_piece(app->vocab, b, TOK_PARSE_SPECIAL, bos, sizeof bos - 1);
+        bos[n > 0 && n < (int)sizeof bos ? n : 0] = '\0';
+    }
+    if (eo >= 0) {
+        int n = tok_token_to_piece(app->vocab, eo, TOK_PARSE_SPECIAL, eos, sizeof eos - 1);
+        eos[n > 0 && n < (int)sizeof eos ? n : 0] = '\0';
+    }
+    char *text = NULL;
+    size_t text_len = 0;
+    int has_bos = 0;
+    /* enable_thinking = false: the template's empty think block (Qwen3). */
+    model_chat_format fmt = app->chat;
+    if (cr->enable_thinking == 0)
+        fmt.flags |= MODEL_CHAT_F_NO_THINK;
+    int rc = model_chat_format_render(&fmt, msgs, n_msgs, bos, eos, &text, &text_len, &has_bos, err,
+                                      sizeof err);
+    srv_tools_arena_free(&arena);
+    if (rc < 0) {
+        if (rc == BRISK_ENOMEM)
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+        else
+            srv_respond_error(r, 400, "invalid_request_error", "messages", NULL, "%s", err);
+        return NULL;
+    }
+    int flags = TOK_PARSE_SPECIAL | (has_bos ? 0 : srv_gen_bos_flag(app));
+    int32_t *ids = srv_gen_tokenize(app, text, text_len, flags, n_ids);
+    free(text);
+    if (!ids)
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+    return ids;
+}
+
+void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_out *out) {
+    srv_app *app = srv_req_app(r);
+    int n_ids = 0;
+    int32_t *ids = srv_gen_chat_prompt(app, r, cr, &n_ids);
+    if (!ids) {
+        srv_resp_req_free(out ? out->resp : NULL);
+        return;
+    }
+    gen_req *g = srv_gen_new(app, r, 1, &cr->params, 1);
+    if (!g) {
+        free(ids);
+        srv_resp_req_free(out ? out->resp : NULL);
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+        return;
+    }
+    if (out && out->resp) {
+        g->out = *out;
+        srv_http_make_id(app->http, "resp_", 40, g->id, sizeof g->id);
+        srv_http_make_id(app->http, "msg_", 40, g->out.resp->msg_id, sizeof g->out.resp->msg_id);
+        srv_http_make_id(app->http, "rs_", 40, g->out.resp->rs_id, sizeof g->out.resp->rs_id);
+    }
+    g->pids[0] = ids;
+    g->n_pids[0] = n_ids;
+    if (g->audit_keep && audit_keep_msgs(g, cr) < 0) {
+        srv_gen_free(g);
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
+        return;
+    }
+    g->reason =
+        (app->chat.flags & MODEL_CHAT_F_THINK) && cr->split_reasoning && cr->enable_thinking != 0;
+    g->include_reasoning = cr->include_reasoning;
+    g->tools_on = cr->n_tools > 0 && cr->tool_choice != SRV_TOOL_CHOICE_NONE;
+    g->tools_kind = app->chat.kind;
+    srv_gen_start(app, r, g, &cr->params, 0);
+}
+
+void srv_gen_chat(srv_req *r) {
+    srv_app *app = srv_req_app(r);
+    if (srv_gen_precheck(app, r) < 0)
+        return;
+    size_t len;
+    const char *body = srv_req_body(r, &len);
+    srv_chat_req cr;
+    srv_api_error e;
+    int rc = srv_api_parse_chat(body, len, &app->limits, &cr, &e);
+    if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
+        if (rc == 0)
+            srv_chat_req_free(&cr);
+        return;
+    }
+    srv_gen_chat_run(r, &cr, NULL);
+    srv_chat_req_free(&cr);
+}
