@@ -45,6 +45,8 @@ static int cpu_sample(model_backend *be, const model_sample_job *jobs, int n, in
             return BRISK_ERANGE;
         ids[i] = model_sampler_sample(jobs[i].sampler, c->logits + (size_t)jobs[i].row * nv,
                                       jobs[i].hist, jobs[i].n_hist);
+        if (ids[i] < 0)
+            return ids[i];
     }
     return 0;
 }

@@ -101,8 +101,6 @@ typedef struct cuda_backend {
     int edit_cap;
     void *samp_ws;
     size_t samp_ws_bytes;
-    float *acc;      /* [n_vocab] host: bias sums while merging duplicates */
-    int32_t *counts; /* [n_vocab] host: occurrences in a penalty window */
     float *h_row;    /* one downloaded logits row */
     int h_row_valid; /* which physical row h_row holds, or -1 */
 
@@ -603,76 +601,18 @@ static int cuda_edits_reserve(cuda_backend *cb, int need) {
     return rc;
 }
 
-/* Where a job's penalty edits start in its history, or -1 when its sampler
- * has no penalty: the repetition penalty's window, or with only presence and
- * frequency penalties their part of it (model_sampling.pf_from). */
-static int cuda_pen_start(const model_sample_job *j) {
-    const model_sampling *p = model_sampler_params(j->sampler);
-    int rep = p->repetition_penalty != 1.0f;
-    if (!rep && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
-        return -1;
-    int start =
-        p->penalty_last_n > 0 && j->n_hist > p->penalty_last_n ? j->n_hist - p->penalty_last_n : 0;
-    if (!rep && p->pf_from > start)
-        start = p->pf_from < j->n_hist ? p->pf_from : j->n_hist;
-    return start;
-}
-
-/* Where the presence/frequency counts start (>= cuda_pen_start). */
-static int cuda_pf_start(const model_sample_job *j, int start) {
-    const model_sampling *p = model_sampler_params(j->sampler);
-    return p->pf_from > start ? p->pf_from : start;
-}
-
-/* Appends a job's bias edits (duplicate ids summed, as the CPU adds them one
- * after another) and penalty edits (distinct ids in the window with their
- * counts) to the edit arrays; fills its row's ranges. */
-static void cuda_job_edits(cuda_backend *cb, const model_sample_job *j, kern_cuda_sample_row *r,
+/* Appends a job's edit list (the sampler's own: models/sampler.h) to the
+ * upload arrays and points its row at the two parts. */
+static void cuda_job_edits(cuda_backend *cb, const model_sample_edits *e, kern_cuda_sample_row *r,
                            int *n_edits) {
-    const model_sampling *p = model_sampler_params(j->sampler);
-    int nv = cb->c.n_vocab;
-    int start = cuda_pen_start(j);
-    int pen = start >= 0;
+    int n = e->n_bias + e->n_pen;
+    memcpy(cb->h_edit_ids + *n_edits, e->ids, (size_t)n * sizeof *e->ids);
+    memcpy(cb->h_edit_vals + *n_edits, e->vals, (size_t)n * sizeof *e->vals);
     r->bias_first = *n_edits;
-    for (int i = 0; i < p->n_logit_bias; i++) {
-        int32_t id = p->logit_bias_ids[i];
-        if (id < 0 || id >= nv)
-            continue;
-        if (cb->counts[id] == 0) { /* first time: a new edit */
-            cb->h_edit_ids[(*n_edits)++] = id;
-            cb->acc[id] = 0.0f;
-        }
-        cb->counts[id] = 1;
-        cb->acc[id] += p->logit_bias[i];
-    }
-    r->n_bias = *n_edits - r->bias_first;
-    for (int e = r->bias_first; e < *n_edits; e++) {
-        int32_t id = cb->h_edit_ids[e];
-        cb->h_edit_vals[e] = cb->acc[id];
-        cb->counts[id] = 0;
-    }
-    /* Penalty edits: the distinct ids from start on, each with its count in
-     * the presence/frequency window (0: the repetition penalty alone). */
-    r->pen_first = *n_edits;
-    int pf = pen ? cuda_pf_start(j, start) : 0;
-    for (int i = start; pen && i < j->n_hist; i++) {
-        int32_t id = j->hist[i];
-        if (id < 0 || id >= nv)
-            continue;
-        if (cb->counts[id] == 0) { /* first time: a new edit */
-            cb->h_edit_ids[(*n_edits)++] = id;
-            cb->acc[id] = 0.0f;
-            cb->counts[id] = 1;
-        }
-        if (i >= pf)
-            cb->acc[id] += 1.0f;
-    }
-    r->n_pen = *n_edits - r->pen_first;
-    for (int e = r->pen_first; e < *n_edits; e++) {
-        int32_t id = cb->h_edit_ids[e];
-        cb->h_edit_vals[e] = cb->acc[id];
-        cb->counts[id] = 0;
-    }
+    r->n_bias = e->n_bias;
+    r->pen_first = *n_edits + e->n_bias;
+    r->n_pen = e->n_pen;
+    *n_edits += n;
 }
 
 static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, int n, int32_t *ids);
@@ -706,6 +646,7 @@ static int cuda_sample(model_backend *be, const model_sample_job *jobs, int n, i
             /* h_row is scratch: the sampler edits it, so the cached row is gone */
             ids[i] = model_sampler_sample(jobs[i].sampler, cb->h_row, jobs[i].hist, jobs[i].n_hist);
             cb->h_row_valid = -1;
+            rc = ids[i] < 0 ? ids[i] : 0;
         }
     }
     if (rc == 0 && n_dev > 0) {
@@ -721,20 +662,28 @@ static int cuda_sample(model_backend *be, const model_sample_job *jobs, int n, i
 }
 
 static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, int n, int32_t *ids) {
-    /* Room for every job's edits first: growing the arrays drops their contents. */
+    /* Every job's edit list first (each sampler holds its own), then room
+     * for all of them: growing the upload arrays drops their contents. */
+    model_sample_edits *edits = malloc((size_t)n * sizeof *edits);
+    if (!edits)
+        return BRISK_ENOMEM;
     long need = 0;
-    for (int i = 0; i < n; i++) {
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
         if (jobs[i].row < 0 || jobs[i].row >= cb->n_out)
-            return BRISK_ERANGE;
-        int start = cuda_pen_start(&jobs[i]);
-        need += model_sampler_params(jobs[i].sampler)->n_logit_bias +
-                (start >= 0 ? jobs[i].n_hist - start : 0);
+            rc = BRISK_ERANGE;
+        else
+            rc = model_sampler_edits(jobs[i].sampler, jobs[i].hist, jobs[i].n_hist, &edits[i]);
+        need += rc == 0 ? edits[i].n_bias + edits[i].n_pen : 0;
     }
-    if (need > 0x7fffffffL)
-        return BRISK_ERANGE;
-    int rc = cuda_edits_reserve(cb, (int)need);
-    if (rc < 0)
+    if (rc == 0 && need > 0x7fffffffL)
+        rc = BRISK_ERANGE;
+    if (rc == 0)
+        rc = cuda_edits_reserve(cb, (int)need);
+    if (rc < 0) {
+        free(edits);
         return rc;
+    }
     int n_edits = 0;
     for (int i = 0; i < n; i++) {
         const model_sample_job *j = &jobs[i];
@@ -751,8 +700,9 @@ static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, in
         r->frequency_penalty = p->frequency_penalty;
         /* One draw per sampled token, as the CPU sampler makes. */
         r->u = p->temperature > 0.0f ? model_sampler_next_uniform(j->sampler) : 0.0;
-        cuda_job_edits(cb, j, r, &n_edits);
+        cuda_job_edits(cb, &edits[i], r, &n_edits);
     }
+    free(edits);
     cudaStream_t s = cb->stream;
     rc = kern_cuda_upload(cb->d_rows, cb->h_rows, (size_t)n * sizeof *cb->h_rows, s);
     if (!rc && n_edits > 0) {
@@ -900,8 +850,6 @@ static void cuda_free(model_backend *be) {
     for (size_t i = 0; i < sizeof pin / sizeof pin[0]; i++)
         pinned_free(pin[i]);
     free(cb->out_map);
-    free(cb->acc);
-    free(cb->counts);
     kern_cuda_matmul_ctx_free(cb->mm);
     kern_cuda_stream_destroy(cb->stream);
     free(cb);
@@ -1021,9 +969,7 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
     TRY(pinned_alloc((void **)&cb->h_ids, S * 4));
     TRY(pinned_alloc((void **)&cb->h_row, (size_t)c->n_vocab * f));
     cb->out_map = malloc(T * sizeof *cb->out_map);
-    cb->acc = calloc((size_t)c->n_vocab, sizeof *cb->acc);
-    cb->counts = calloc((size_t)c->n_vocab, sizeof *cb->counts);
-    if (!cb->out_map || !cb->acc || !cb->counts)
+    if (!cb->out_map)
         return BRISK_ENOMEM;
     BRISK_INFO("cuda: scratch for %zu tokens: %.1f MB", T, used / 1e6);
     return 0;

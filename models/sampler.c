@@ -3,6 +3,7 @@
 #include "models/sampler.h"
 
 #include "common/brisk_alloc.h"
+#include "common/brisk_error.h"
 #include "common/brisk_rng.h"
 
 #include <math.h>
@@ -19,10 +20,13 @@ struct model_sampler {
     int n_vocab;
     uint64_t rng[4];
     cand *cands;           /* [n_vocab] */
-    int32_t *counts;       /* [n_vocab] occurrences in the penalty window */
+    int32_t *seen;         /* [n_vocab] 0, or 1 + the id's place in the edit list being built */
     const int32_t *banned; /* borrowed, [n_banned] */
     int n_banned;
     const uint32_t *allowed; /* borrowed bitset of n_vocab bits, or NULL */
+    int32_t *edit_ids;       /* the last model_sampler_edits list */
+    float *edit_vals;
+    size_t edit_cap;
 };
 
 void model_sampler_set_banned(model_sampler *s, const int32_t *ids, int n) {
@@ -51,6 +55,28 @@ static double sampler_uniform(uint64_t s[4]) {
     return brisk_rng_uniform(s);
 }
 
+/* Room for n edits; the arrays keep their contents only when not grown. */
+static int sampler_edits_reserve(model_sampler *s, size_t n) {
+    if (n <= s->edit_cap)
+        return 0;
+    size_t cap = s->edit_cap ? s->edit_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    int32_t *ids = brisk_malloc(cap * sizeof *ids);
+    float *vals = brisk_malloc(cap * sizeof *vals);
+    if (!ids || !vals) {
+        free(ids);
+        free(vals);
+        return BRISK_ENOMEM;
+    }
+    free(s->edit_ids);
+    free(s->edit_vals);
+    s->edit_ids = ids;
+    s->edit_vals = vals;
+    s->edit_cap = cap;
+    return 0;
+}
+
 model_sampler *model_sampler_create(const model_sampling *p, int n_vocab) {
     if (n_vocab <= 0)
         return NULL;
@@ -60,8 +86,11 @@ model_sampler *model_sampler_create(const model_sampling *p, int n_vocab) {
     s->p = *p;
     s->n_vocab = n_vocab;
     s->cands = brisk_malloc((size_t)n_vocab * sizeof *s->cands);
-    s->counts = brisk_calloc((size_t)n_vocab, sizeof *s->counts);
-    if (!s->cands || !s->counts) {
+    s->seen = brisk_calloc((size_t)n_vocab, sizeof *s->seen);
+    /* The edit list's room for the bias and a short penalty window, so that
+     * most samplers never allocate while sampling. */
+    size_t n_bias = p->n_logit_bias > 0 ? (size_t)p->n_logit_bias : 0;
+    if (!s->cands || !s->seen || sampler_edits_reserve(s, n_bias + 64) < 0) {
         model_sampler_free(s);
         return NULL;
     }
@@ -81,40 +110,81 @@ void model_sampler_free(model_sampler *s) {
     if (!s)
         return;
     free(s->cands);
-    free(s->counts);
+    free(s->seen);
+    free(s->edit_ids);
+    free(s->edit_vals);
     free(s);
 }
 
-static void sampler_apply_penalties(model_sampler *s, float *logits, const int32_t *hist, int n) {
+int model_sampler_edits(model_sampler *s, const int32_t *hist, int n, model_sample_edits *out) {
     const model_sampling *p = &s->p;
+    const int nv = s->n_vocab;
+    memset(out, 0, sizeof *out);
     int rep = p->repetition_penalty != 1.0f;
-    if (!rep && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
-        return;
+    int pen = rep || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    /* The repetition penalty's window is the last penalty_last_n tokens; the
+     * presence and frequency penalties see its part from pf_from on. */
     int start = (p->penalty_last_n > 0 && n > p->penalty_last_n) ? n - p->penalty_last_n : 0;
     int pf_start = p->pf_from > start ? p->pf_from : start;
-    /* counts: occurrences in the presence/frequency window; -1 marks a token
-     * already edited (each distinct token is penalised once). */
-    for (int i = pf_start; i < n; i++)
-        if (hist[i] >= 0 && hist[i] < s->n_vocab)
-            s->counts[hist[i]]++;
-    int lo = rep ? start : pf_start;
-    for (int i = lo; i < n; i++) {
-        int32_t id = hist[i];
-        if (id < 0 || id >= s->n_vocab || s->counts[id] < 0)
+    int lo = rep ? start : (pf_start < n ? pf_start : n);
+    size_t need = (size_t)(p->n_logit_bias > 0 ? p->n_logit_bias : 0) + (pen ? (size_t)(n - lo) : 0);
+    if (sampler_edits_reserve(s, need) < 0)
+        return BRISK_ENOMEM;
+    int32_t *ids = s->edit_ids, *seen = s->seen; /* all 0 between calls */
+    float *vals = s->edit_vals;
+    int k = 0;
+    /* Bias: one edit per distinct id, its values summed in the order given. */
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        int32_t id = p->logit_bias_ids[i];
+        if (id < 0 || id >= nv)
             continue;
-        float l = logits[id];
+        if (seen[id] == 0) {
+            seen[id] = k + 1;
+            ids[k] = id;
+            vals[k++] = p->logit_bias[i];
+        } else {
+            vals[seen[id] - 1] += p->logit_bias[i];
+        }
+    }
+    for (int e = 0; e < k; e++)
+        seen[ids[e]] = 0;
+    out->n_bias = k;
+    /* Penalties: the distinct ids from lo on, each with its count in the
+     * presence/frequency window. */
+    for (int i = lo; pen && i < n; i++) {
+        int32_t id = hist[i];
+        if (id < 0 || id >= nv)
+            continue;
+        if (seen[id] == 0) {
+            seen[id] = k + 1;
+            ids[k] = id;
+            vals[k++] = 0.0f;
+        }
+        if (i >= pf_start)
+            vals[seen[id] - 1] += 1.0f;
+    }
+    for (int e = out->n_bias; e < k; e++)
+        seen[ids[e]] = 0;
+    out->n_pen = k - out->n_bias;
+    out->ids = ids;
+    out->vals = vals;
+    return 0;
+}
+
+void model_sample_edits_apply(const model_sampling *p, const model_sample_edits *e, float *logits) {
+    for (int i = 0; i < e->n_bias; i++)
+        logits[e->ids[i]] += e->vals[i];
+    int rep = p->repetition_penalty != 1.0f;
+    for (int i = e->n_bias; i < e->n_bias + e->n_pen; i++) {
+        float l = logits[e->ids[i]];
         /* The repetition penalty divides positive logits and multiplies
          * negative ones so that it always lowers the token's probability. */
         if (rep)
             l = l > 0.0f ? l / p->repetition_penalty : l * p->repetition_penalty;
-        if (s->counts[id] > 0)
-            l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[id];
-        logits[id] = l;
-        s->counts[id] = -1;
+        if (e->vals[i] > 0.0f)
+            l -= p->presence_penalty + p->frequency_penalty * e->vals[i];
+        logits[e->ids[i]] = l;
     }
-    for (int i = lo; i < n; i++)
-        if (hist[i] >= 0 && hist[i] < s->n_vocab)
-            s->counts[hist[i]] = 0;
 }
 
 static int cand_desc(const void *a, const void *b) {
@@ -177,12 +247,11 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
     for (int i = 0; i < s->n_banned; i++)
         if (s->banned[i] >= 0 && s->banned[i] < nv)
             logits[s->banned[i]] = -INFINITY;
-    for (int i = 0; i < p->n_logit_bias; i++) {
-        int32_t id = p->logit_bias_ids[i];
-        if (id >= 0 && id < nv)
-            logits[id] += p->logit_bias[i];
-    }
-    sampler_apply_penalties(s, logits, history, n_history);
+    model_sample_edits e;
+    int rc = model_sampler_edits(s, history, n_history, &e);
+    if (rc < 0)
+        return rc;
+    model_sample_edits_apply(p, &e, logits);
 
     if (p->temperature <= 0.0f) {
         /* Greedy: the first maximum wins, so ties resolve to the lowest id. */

@@ -7,6 +7,7 @@
 #ifndef SAMPLER_H
 #define SAMPLER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct model_sampling {
@@ -40,7 +41,9 @@ model_sampler *model_sampler_create(const model_sampling *p, int n_vocab);
 void model_sampler_free(model_sampler *s);
 
 /* Samples from logits (n_vocab floats, modified in place). history holds the
- * tokens the penalties look at (prompt and generated so far). */
+ * tokens the penalties look at (prompt and generated so far). Returns the
+ * token, or BRISK_ENOMEM when the edit list (below) could not grow for a
+ * long penalty window. */
 int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history,
                              int n_history);
 
@@ -55,6 +58,40 @@ void model_sampler_set_allowed(model_sampler *s, const uint32_t *allowed);
 /* 1 when a ban or a mask is set: a backend that samples elsewhere (the
  * GPU) must leave such a row to model_sampler_sample on the host. */
 int model_sampler_constrained(const model_sampler *s);
+
+/* ---- the edits: one description for every backend -----------------------
+ *
+ * Before its filters, sampling edits a few logits of the row: the logit bias
+ * (l += bias) and the penalties over the history. The sampler writes these
+ * as one list, and every backend applies that list: model_sampler_sample
+ * through model_sample_edits_apply on the host, the CUDA backend by
+ * uploading it for its kernel (kern_cuda_sample.cuh's steps 1-2). So the
+ * penalty window, pf_from and the merging of bias ids are decided here once.
+ *
+ * The list: ids[0, n_bias) with vals = the bias of that id (an id given
+ * twice: the sum of its values, in the order given), then ids[n_bias,
+ * n_bias + n_pen): every distinct id of the penalty window (the repetition
+ * penalty's window, or with only presence and frequency penalties their part
+ * of it) with vals = its occurrences in the presence/frequency window (from
+ * pf_from on; 0: the repetition penalty alone edits it). Ids outside the
+ * vocabulary are left out. Applying: bias edits first, l += val; then each
+ * penalty edit, l = l > 0 ? l / rep : l * rep (rep != 1), and when val > 0,
+ * l -= presence + frequency * val. Each id appears at most once in each
+ * part, so the order inside a part does not change the result. */
+typedef struct model_sample_edits {
+    const int32_t *ids; /* [n_bias + n_pen], owned by the sampler */
+    const float *vals;  /* [n_bias + n_pen], owned by the sampler */
+    int n_bias, n_pen;
+} model_sample_edits;
+
+/* The edits of the next sample with this history (prompt and generated so
+ * far). The arrays stay valid until the next call on s (or its free); each
+ * sampler has its own, so a batch's lists can be held together. Returns 0,
+ * or BRISK_ENOMEM (no list is made). */
+int model_sampler_edits(model_sampler *s, const int32_t *history, int n_history,
+                        model_sample_edits *out);
+/* Applies e to logits (n_vocab floats) with p's penalty factors. */
+void model_sample_edits_apply(const model_sampling *p, const model_sample_edits *e, float *logits);
 
 /* The settings the sampler was made with (for backends that sample
  * elsewhere, e.g. on the GPU). */

@@ -4,7 +4,8 @@
  *
  * Row r of the job list samples logits[rows[r].logit_row] (n_vocab floats,
  * never modified: the sampler works on a copy in the workspace) with the
- * CPU sampler's semantics and order (models/sampler.h):
+ * CPU sampler's semantics and order (models/sampler.h; the bias and penalty
+ * edits are the sampler's own list, model_sampler_edits, uploaded as is):
  *   1. logit bias:  l[id] += value for each (id, value) of the row's bias
  *      edits (ids distinct: the host sums duplicates; ids out of range are
  *      ignored);

@@ -45,6 +45,105 @@ static int32_t sample_once(const model_sampling *p, const float *logits, const i
     return t;
 }
 
+/* The bias and penalty edits written out plainly: each distinct bias id's
+ * values summed, then added (an id given twice is the list's one deviation
+ * from adding the values one after another, and the API cannot send one:
+ * logit_bias is an object whose keys are canonical token ids); then each
+ * distinct id of the window edited once. */
+static void edits_reference(const model_sampling *p, float *l, int nv, const int32_t *hist, int n) {
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        int32_t id = p->logit_bias_ids[i];
+        int first = id >= 0 && id < nv;
+        for (int j = 0; first && j < i; j++)
+            first = p->logit_bias_ids[j] != id;
+        if (!first)
+            continue;
+        float sum = 0.0f;
+        for (int j = i; j < p->n_logit_bias; j++)
+            sum += p->logit_bias_ids[j] == id ? p->logit_bias[j] : 0.0f;
+        l[id] += sum;
+    }
+    int rep = p->repetition_penalty != 1.0f;
+    if (!rep && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+        return;
+    int start = (p->penalty_last_n > 0 && n > p->penalty_last_n) ? n - p->penalty_last_n : 0;
+    int pf_start = p->pf_from > start ? p->pf_from : start;
+    int lo = rep ? start : pf_start;
+    for (int i = lo; i < n; i++) {
+        int32_t id = hist[i];
+        int first = id >= 0 && id < nv;
+        for (int j = lo; first && j < i; j++)
+            first = hist[j] != id;
+        if (!first)
+            continue;
+        int count = 0;
+        for (int j = pf_start; j < n; j++)
+            count += hist[j] == id;
+        float x = l[id];
+        if (rep)
+            x = x > 0.0f ? x / p->repetition_penalty : x * p->repetition_penalty;
+        if (count > 0)
+            x -= p->presence_penalty + p->frequency_penalty * (float)count;
+        l[id] = x;
+    }
+}
+
+/* model_sampler_edits on random settings and histories (ids out of range,
+ * repeats, windows, pf_from past the end, duplicate bias ids with exactly
+ * representable sums): every id in range and distinct within its part, and
+ * the list applied equals the reference bit for bit. */
+static void test_edit_list(void) {
+    enum { V = 97, H = 80 };
+    int ok_apply = 1, ok_ids = 1, n_pen_rows = 0;
+    for (int t = 0; t < 400; t++) {
+        model_sampling p = model_sampling_default();
+        static const int last_n[] = {0, 5, 20, 200};
+        static const int pf[] = {0, 7, 40, 500};
+        p.penalty_last_n = last_n[t % 4];
+        p.pf_from = pf[(t / 4) % 4];
+        p.repetition_penalty = (t / 16) % 2 ? 1.3f : 1.0f;
+        p.presence_penalty = (t / 32) % 2 ? 0.5f : 0.0f;
+        p.frequency_penalty = (t / 64) % 2 ? 0.25f : 0.0f;
+        int32_t bias_ids[6];
+        float bias[6];
+        p.n_logit_bias = t % 7 == 0 ? 0 : 6;
+        for (int i = 0; i < 6; i++) {
+            /* a few repeats and two out of range */
+            bias_ids[i] = i == 4 ? -1 : i == 5 ? V + 2 : (int32_t)(fabsf(rnd_normal()) * 9) % V;
+            bias[i] = (float)((int)(rnd_normal() * 8)) * 0.5f;
+        }
+        p.logit_bias_ids = bias_ids;
+        p.logit_bias = bias;
+        int32_t hist[H];
+        int n = t % H;
+        for (int i = 0; i < n; i++)
+            hist[i] = (i % 13 == 12) ? V + i : (int32_t)(fabsf(rnd_normal()) * 12) % V;
+        float a[V], b[V];
+        for (int i = 0; i < V; i++)
+            a[i] = b[i] = rnd_normal() * 3.0f;
+        model_sampler *s = model_sampler_create(&p, V);
+        model_sample_edits e;
+        CHECK(s && model_sampler_edits(s, hist, n, &e) == 0, "edits %d", t);
+        if (!s)
+            continue;
+        int seen[2][V];
+        memset(seen, 0, sizeof seen);
+        for (int i = 0; i < e.n_bias + e.n_pen; i++) {
+            int part = i >= e.n_bias;
+            if (e.ids[i] < 0 || e.ids[i] >= V || seen[part][e.ids[i]]++)
+                ok_ids = 0;
+        }
+        n_pen_rows += e.n_pen > 0;
+        model_sample_edits_apply(&p, &e, a);
+        edits_reference(&p, b, V, hist, n);
+        ok_apply &= memcmp(a, b, sizeof a) == 0;
+        model_sampler_free(s);
+    }
+    CHECK(ok_ids, "edit ids in range and distinct within each part");
+    CHECK(ok_apply, "the edit list applied == the reference, bit for bit");
+    CHECK(n_pen_rows > 100, "penalty edits made in %d rows", n_pen_rows);
+}
+
 int main(void) {
     float logits[NV], tmp[NV];
     fill(logits, 3.0f);
@@ -265,5 +364,6 @@ int main(void) {
     }
     model_sampler_free(s);
     CHECK(ok, "top_p=0.5 keeps only the nucleus");
+    test_edit_list();
     return BT_SUMMARY("test_sampler");
 }
