@@ -127,7 +127,8 @@ int model_sampler_edits(model_sampler *s, const int32_t *hist, int n, model_samp
     int start = (p->penalty_last_n > 0 && n > p->penalty_last_n) ? n - p->penalty_last_n : 0;
     int pf_start = p->pf_from > start ? p->pf_from : start;
     int lo = rep ? start : (pf_start < n ? pf_start : n);
-    size_t need = (size_t)(p->n_logit_bias > 0 ? p->n_logit_bias : 0) + (pen ? (size_t)(n - lo) : 0);
+    size_t need =
+        (size_t)(p->n_logit_bias > 0 ? p->n_logit_bias : 0) + (pen ? (size_t)(n - lo) : 0);
     if (sampler_edits_reserve(s, need) < 0)
         return BRISK_ENOMEM;
     int32_t *ids = s->edit_ids, *seen = s->seen; /* all 0 between calls */
