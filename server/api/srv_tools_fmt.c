@@ -27,7 +27,7 @@ typedef struct tools_list {
 } tools_list;
 
 /* Where the tools' description goes: before message at (n_msgs: after the
- * last), either as a turn of its own or merged into message at. */
+ * last; -1: nowhere), either as a turn of its own or merged into message at. */
 typedef enum {
     TOOLS_OWN_TURN = 0,
     TOOLS_AFTER_CONTENT, /* message at's content, "\n\n", the tools */
@@ -57,7 +57,9 @@ typedef struct srv_tool_format {
     tools_spot (*tools_at)(const srv_chat_req *r);
     const char *tools_role; /* the role of the turn that holds it */
     /* "required" and named choices: text closing the prompt after the last
-     * turn (Mistral's [TOOL_CALLS], a control token no grammar can make), or NULL. */
+     * turn (Mistral's [TOOL_CALLS], a control token no grammar can make), or
+     * NULL. It goes in as a "raw" message, which only a family whose row
+     * takes that role (Mistral's) renders. */
     const char *forced_tail;
 
     /* An assistant's calls in the history: each {"name": ..., "<args_key>": ...}. */
@@ -123,28 +125,35 @@ static void short_call_id(const char *id, char out[10]) {
     out[9] = '\0';
 }
 
-/* One tool as JSON: {"type": "function", "function": {...}} (wrap) or
- * {"name", "description", "parameters"}. */
-static void tool_json(brisk_buf *b, const srv_tool *t, int wrap) {
-    cJSON *o = cJSON_CreateObject(), *fn = wrap ? cJSON_CreateObject() : o;
-    if (!o || !fn) {
-        b->oom = 1;
-        cJSON_Delete(o);
-        if (fn != o)
-            cJSON_Delete(fn);
-        return;
-    }
-    if (wrap) {
-        cJSON_AddStringToObject(o, "type", "function");
-        cJSON_AddItemToObject(o, "function", fn);
-    }
-    cJSON_AddStringToObject(fn, "name", t->name);
-    if (t->description)
-        cJSON_AddStringToObject(fn, "description", t->description);
+/* A tool's function object, {"name", "description", "parameters"}; NULL
+ * when out of memory. */
+static cJSON *tool_function(const srv_tool *t) {
+    cJSON *fn = cJSON_CreateObject();
     cJSON *p = t->parameters ? cJSON_Parse(t->parameters) : cJSON_CreateObject();
-    if (p)
-        cJSON_AddItemToObject(fn, "parameters", p);
-    char *s = cJSON_PrintUnformatted(o);
+    if (fn && p && cJSON_AddStringToObject(fn, "name", t->name) &&
+        (!t->description || cJSON_AddStringToObject(fn, "description", t->description)) &&
+        cJSON_AddItemToObject(fn, "parameters", p))
+        return fn;
+    cJSON_Delete(fn); /* p is not in it: adding it was the last step */
+    cJSON_Delete(p);
+    return NULL;
+}
+
+/* One tool as JSON: {"type": "function", "function": {...}} (wrap) or the
+ * function object alone. An allocation that fails sets b->oom: a tool
+ * missing a part must not reach the prompt. */
+static void tool_json(brisk_buf *b, const srv_tool *t, int wrap) {
+    cJSON *fn = tool_function(t), *o = fn;
+    if (fn && wrap) {
+        o = cJSON_CreateObject();
+        if (!o || !cJSON_AddStringToObject(o, "type", "function") ||
+            !cJSON_AddItemToObject(o, "function", fn)) {
+            cJSON_Delete(o); /* fn is not in it: adding it was the last step */
+            cJSON_Delete(fn);
+            o = NULL;
+        }
+    }
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     if (s)
         brisk_buf_str(b, s);
     else

@@ -4,11 +4,14 @@
  * tool format that exists, and that format round-trips calls (written into
  * the history, parsed back out: the same names and arguments); the history
  * of a tool conversation in each format, to the byte; the grammar of a
- * "required" choice compiles in every format. */
+ * "required" choice compiles in every format; and, in a build with the
+ * allocation-failure injector, every allocation of the tool paths failing
+ * in turn ends in BRISK_ENOMEM or a result, never a crash or a leak. */
 #include <stdio.h>
 #include <string.h>
 
 #include "brisk_test.h"
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "models/chat_template.h"
@@ -301,11 +304,70 @@ static void test_format_goldens(void) {
     srv_chat_req_free(&r);
 }
 
+/* One family's tool work: the messages, the grammar, the calls parsed back.
+ * 0, or BRISK_ENOMEM from any of them (nothing is left allocated). */
+static int tool_work(const srv_chat_req *r, model_chat_kind k) {
+    srv_tools_arena a;
+    const model_chat_msg *msgs = NULL;
+    int n = 0, ids = 0;
+    int rc = srv_tools_render_msgs(r, k, &a, &msgs, &n);
+    for (int m = 0; rc == 0 && m < n; m++) {
+        if (strcmp(msgs[m].role, "assistant") || !strstr(msgs[m].content, "get_weather"))
+            continue;
+        srv_tool_call *calls = NULL;
+        char *content = NULL;
+        int nc = srv_tools_parse_output(k, msgs[m].content, msgs[m].content_len, make_id, &ids,
+                                        &calls, &content);
+        CHECK(nc >= 0 || (nc == BRISK_ENOMEM && !calls && !content), "%s: parse gave %d",
+              model_chat_kind_name(k), nc);
+        srv_tool_calls_free(calls, nc > 0 ? nc : 0);
+        free(content);
+        rc = nc < 0 ? nc : 0;
+    }
+    srv_tools_arena_free(&a);
+    int none = 0;
+    char *g = srv_tools_grammar(r, k, &none);
+    if (!g && !none && rc == 0)
+        rc = BRISK_ENOMEM;
+    free(g);
+    return rc;
+}
+
+static void test_fault_sweep(void) {
+    if (!brisk_fault_compiled())
+        return;
+    char err[256];
+    CHECK(brisk_alloc_init(err, sizeof err) == 0, "alloc init: %s", err);
+    srv_chat_req r;
+    if (parse_conversation("\"required\"", &r) < 0)
+        return;
+    for (int i = 0; i < model_chat_n_families(); i++) {
+        model_chat_kind k = model_chat_family_at(i);
+        CHECK(brisk_fault_configure("count", err, sizeof err) == 0, "count: %s", err);
+        brisk_fault_arm(1);
+        int rc = tool_work(&r, k);
+        brisk_fault_arm(0);
+        unsigned long total = brisk_fault_seen();
+        CHECK(rc == 0 && total > 0, "%s: %d, %lu allocations", model_chat_kind_name(k), rc, total);
+        for (unsigned long nth = 1; nth <= total; nth++) {
+            char spec[32];
+            snprintf(spec, sizeof spec, "nth:%lu", nth);
+            CHECK(brisk_fault_configure(spec, err, sizeof err) == 0, "%s: %s", spec, err);
+            brisk_fault_arm(1);
+            rc = tool_work(&r, k);
+            brisk_fault_arm(0);
+            CHECK(rc == 0 || rc == BRISK_ENOMEM, "%s %s: %d", model_chat_kind_name(k), spec, rc);
+        }
+    }
+    srv_chat_req_free(&r);
+}
+
 int main(void) {
     brisk_log_set_level(BRISK_LOG_ERROR);
     L = srv_api_limits_default(100);
     test_family_rows();
     test_tool_roundtrip();
     test_format_goldens();
+    test_fault_sweep();
     return BT_SUMMARY("test_srv_tools");
 }
