@@ -11,56 +11,6 @@
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 
-/* ---- names --------------------------------------------------------------- */
-
-static const char *const chat_kind_names[] = {
-    [MODEL_CHAT_NONE] = "none",       [MODEL_CHAT_CHATML] = "chatml",
-    [MODEL_CHAT_LLAMA2] = "llama2",   [MODEL_CHAT_LLAMA3] = "llama3",
-    [MODEL_CHAT_MISTRAL] = "mistral", [MODEL_CHAT_ZEPHYR] = "zephyr",
-    [MODEL_CHAT_GEMMA] = "gemma",     [MODEL_CHAT_PHI3] = "phi3",
-};
-#define CHAT_N_KINDS ((int)(sizeof chat_kind_names / sizeof chat_kind_names[0]))
-
-const char *model_chat_kind_name(model_chat_kind k) {
-    if ((int)k < 0 || (int)k >= CHAT_N_KINDS)
-        return "unknown";
-    return chat_kind_names[k];
-}
-
-int model_chat_kind_parse(const char *name, model_chat_kind *out) {
-    if (!name || !out)
-        return BRISK_EINVAL;
-    for (int k = MODEL_CHAT_CHATML; k < CHAT_N_KINDS; k++) {
-        if (strcmp(name, chat_kind_names[k]) == 0) {
-            *out = (model_chat_kind)k;
-            return 0;
-        }
-    }
-    return BRISK_EINVAL;
-}
-
-/* ---- stop strings -------------------------------------------------------- */
-
-const char *const *model_chat_stop_strings(model_chat_kind k) {
-    static const char *const none[] = {NULL};
-    static const char *const chatml[] = {"<|im_end|>", NULL};
-    static const char *const eos_s[] = {"</s>", NULL};
-    static const char *const llama3[] = {"<|eot_id|>", "<|end_of_text|>", NULL};
-    static const char *const gemma[] = {"<end_of_turn>", NULL};
-    static const char *const phi3[] = {"<|end|>", "<|endoftext|>", NULL};
-    switch (k) {
-    case MODEL_CHAT_CHATML: return chatml;
-    case MODEL_CHAT_LLAMA2:
-    case MODEL_CHAT_MISTRAL:
-    case MODEL_CHAT_ZEPHYR: return eos_s;
-    case MODEL_CHAT_LLAMA3: return llama3;
-    case MODEL_CHAT_GEMMA: return gemma;
-    case MODEL_CHAT_PHI3: return phi3;
-    case MODEL_CHAT_NONE: break;
-    }
-    return none;
-}
-
 /* ---- detection ----------------------------------------------------------- */
 
 static int has(const char *t, const char *s) {
@@ -225,54 +175,36 @@ static model_chat_kind chat_detect_kind(const char *t) {
     return MODEL_CHAT_NONE;
 }
 
-model_chat_kind model_chat_detect(const char *jinja_template) {
-    return chat_detect_kind(jinja_template);
+/* The details in which one family's real templates differ, read from the
+ * Jinja text once its family is known (MODEL_CHAT_F_BOS is read for every
+ * family before). */
+static void detect_chatml(const char *t, model_chat_format *f) {
+    if (chat_find_default_system(t, f->default_system, sizeof f->default_system))
+        f->flags |= MODEL_CHAT_F_DEFAULT_SYSTEM;
+    if (has(t, "<think>"))
+        f->flags |= MODEL_CHAT_F_THINK;
 }
 
-void model_chat_format_default(model_chat_kind k, model_chat_format *out) {
-    memset(out, 0, sizeof *out);
-    out->kind = k;
-    switch (k) {
-    case MODEL_CHAT_LLAMA2: out->flags = MODEL_CHAT_F_BOS_EACH_TURN | MODEL_CHAT_F_STRIP; break;
-    case MODEL_CHAT_LLAMA3:
-    case MODEL_CHAT_MISTRAL:
-    case MODEL_CHAT_GEMMA: out->flags = MODEL_CHAT_F_BOS; break;
-    default: break;
-    }
+static void detect_llama2(const char *t, model_chat_format *f) {
+    /* Meta's template writes bos_token + '[INST] ' for every user turn. */
+    if (has(t, "bos_token + '[INST]") || has(t, "bos_token + \"[INST]"))
+        f->flags = (f->flags & ~MODEL_CHAT_F_BOS) | MODEL_CHAT_F_BOS_EACH_TURN;
+    if (has(t, ".strip()") || has(t, "|trim") || has(t, "| trim"))
+        f->flags |= MODEL_CHAT_F_STRIP;
 }
 
-void model_chat_format_detect(const char *t, model_chat_format *out) {
-    model_chat_format_default(MODEL_CHAT_NONE, out);
-    out->kind = chat_detect_kind(t);
-    if (out->kind == MODEL_CHAT_NONE)
-        return;
-    if (has(t, "bos_token"))
-        out->flags |= MODEL_CHAT_F_BOS;
-    switch (out->kind) {
-    case MODEL_CHAT_CHATML:
-        if (chat_find_default_system(t, out->default_system, sizeof out->default_system))
-            out->flags |= MODEL_CHAT_F_DEFAULT_SYSTEM;
-        if (has(t, "<think>"))
-            out->flags |= MODEL_CHAT_F_THINK;
-        break;
-    case MODEL_CHAT_LLAMA2:
-        /* Meta's template writes bos_token + '[INST] ' for every user turn. */
-        if (has(t, "bos_token + '[INST]") || has(t, "bos_token + \"[INST]"))
-            out->flags = (out->flags & ~MODEL_CHAT_F_BOS) | MODEL_CHAT_F_BOS_EACH_TURN;
-        if (has(t, ".strip()") || has(t, "|trim") || has(t, "| trim"))
-            out->flags |= MODEL_CHAT_F_STRIP;
-        break;
-    case MODEL_CHAT_LLAMA3:
-        if (has(t, "Cutting Knowledge Date"))
-            out->flags |= MODEL_CHAT_F_DATE_HEADER;
-        break;
-    case MODEL_CHAT_MISTRAL: out->mistral = chat_mistral_style(t); break;
-    case MODEL_CHAT_PHI3:
-        if (has(t, "'system' and message['content']"))
-            out->flags |= MODEL_CHAT_F_SKIP_EMPTY_SYSTEM;
-        break;
-    default: break;
-    }
+static void detect_llama3(const char *t, model_chat_format *f) {
+    if (has(t, "Cutting Knowledge Date"))
+        f->flags |= MODEL_CHAT_F_DATE_HEADER;
+}
+
+static void detect_mistral(const char *t, model_chat_format *f) {
+    f->mistral = chat_mistral_style(t);
+}
+
+static void detect_phi3(const char *t, model_chat_format *f) {
+    if (has(t, "'system' and message['content']"))
+        f->flags |= MODEL_CHAT_F_SKIP_EMPTY_SYSTEM;
 }
 
 /* ---- output buffer --------------------------------------------------------- */
@@ -330,19 +262,17 @@ static void put_content_trimmed(brisk_buf *b, const model_chat_msg *m) {
     buf_strip_from(b, mark);
 }
 
-/* ipython: Llama 3's role for tool results, allowed in that family only;
- * raw: text written as is between turns, in the Mistral family only (its
- * tool blocks, which stand outside [INST]). */
-static int chat_validate(const model_chat_msg *msgs, int n, int ipython, int raw, char *err,
+/* extra_role: the one role beyond system/user/assistant the family renders
+ * (its row's extra_role), or NULL. */
+static int chat_validate(const model_chat_msg *msgs, int n, const char *extra_role, char *err,
                          size_t err_len) {
     if (n <= 0 || !msgs)
         return brisk_set_err(err, err_len, BRISK_EINVAL, "no messages to render");
     for (int i = 0; i < n; i++) {
         const model_chat_msg *m = &msgs[i];
-        if (!m->role ||
-            (strcmp(m->role, "system") != 0 && strcmp(m->role, "user") != 0 &&
-             strcmp(m->role, "assistant") != 0 && !(ipython && strcmp(m->role, "ipython") == 0) &&
-             !(raw && strcmp(m->role, "raw") == 0)))
+        if (!m->role || (strcmp(m->role, "system") != 0 && strcmp(m->role, "user") != 0 &&
+                         strcmp(m->role, "assistant") != 0 &&
+                         !(extra_role && strcmp(m->role, extra_role) == 0)))
             return brisk_set_err(err, err_len, BRISK_EINVAL,
                                  "message %d: role must be system, user or assistant", i);
         if (!m->content && m->content_len > 0)
@@ -596,6 +526,148 @@ static void render_phi3(const chat_ctx *c, brisk_buf *b) {
     buf_puts(b, "<|assistant|>\n");
 }
 
+/* ---- the families ------------------------------------------------------------ */
+
+/* One row per family: everything brisk knows of it. Adding a family is a
+ * model_chat_kind value, its renderer (and detail detection, if its
+ * templates vary), a row here, and its test in chat_detect_kind. */
+typedef struct model_chat_family {
+    model_chat_kind kind;
+    const char *name; /* as --chat-template takes it */
+    unsigned flags;   /* the canonical format's MODEL_CHAT_F_* */
+    /* The one role beyond system/user/assistant its renderer takes (Llama
+     * 3's "ipython": tool results; Mistral's "raw": its tool blocks), or NULL. */
+    const char *extra_role;
+    const char *tool_format;         /* its tool-call convention (server/api/srv_tools.h) */
+    const char *const *stop_strings; /* NULL-terminated */
+    /* The details its real templates vary in (model_chat_format_detect), or NULL. */
+    void (*detect)(const char *jinja, model_chat_format *f);
+    void (*render)(const chat_ctx *c, brisk_buf *b);
+} model_chat_family;
+
+static const char *const stops_chatml[] = {"<|im_end|>", NULL};
+static const char *const stops_eos[] = {"</s>", NULL};
+static const char *const stops_llama3[] = {"<|eot_id|>", "<|end_of_text|>", NULL};
+static const char *const stops_gemma[] = {"<end_of_turn>", NULL};
+static const char *const stops_phi3[] = {"<|end|>", "<|endoftext|>", NULL};
+
+static const model_chat_family chat_families[] = {
+    {.kind = MODEL_CHAT_CHATML,
+     .name = "chatml",
+     .tool_format = "hermes",
+     .stop_strings = stops_chatml,
+     .detect = detect_chatml,
+     .render = render_chatml},
+    {.kind = MODEL_CHAT_LLAMA2,
+     .name = "llama2",
+     .flags = MODEL_CHAT_F_BOS_EACH_TURN | MODEL_CHAT_F_STRIP,
+     .tool_format = "json",
+     .stop_strings = stops_eos,
+     .detect = detect_llama2,
+     .render = render_llama2},
+    {.kind = MODEL_CHAT_LLAMA3,
+     .name = "llama3",
+     .flags = MODEL_CHAT_F_BOS,
+     .extra_role = "ipython",
+     .tool_format = "llama3",
+     .stop_strings = stops_llama3,
+     .detect = detect_llama3,
+     .render = render_llama3},
+    {.kind = MODEL_CHAT_MISTRAL,
+     .name = "mistral",
+     .flags = MODEL_CHAT_F_BOS,
+     .extra_role = "raw",
+     .tool_format = "mistral",
+     .stop_strings = stops_eos,
+     .detect = detect_mistral,
+     .render = render_mistral},
+    {.kind = MODEL_CHAT_ZEPHYR,
+     .name = "zephyr",
+     .tool_format = "json",
+     .stop_strings = stops_eos,
+     .render = render_zephyr},
+    {.kind = MODEL_CHAT_GEMMA,
+     .name = "gemma",
+     .flags = MODEL_CHAT_F_BOS,
+     .tool_format = "json",
+     .stop_strings = stops_gemma,
+     .render = render_gemma},
+    {.kind = MODEL_CHAT_PHI3,
+     .name = "phi3",
+     .tool_format = "json",
+     .stop_strings = stops_phi3,
+     .detect = detect_phi3,
+     .render = render_phi3},
+};
+#define CHAT_N_FAMILIES ((int)(sizeof chat_families / sizeof chat_families[0]))
+
+/* The row of kind k; NULL for NONE and values outside the enum. */
+static const model_chat_family *chat_family_of(model_chat_kind k) {
+    for (int i = 0; i < CHAT_N_FAMILIES; i++)
+        if (chat_families[i].kind == k)
+            return &chat_families[i];
+    return NULL;
+}
+
+int model_chat_n_families(void) {
+    return CHAT_N_FAMILIES;
+}
+
+model_chat_kind model_chat_family_at(int i) {
+    return i >= 0 && i < CHAT_N_FAMILIES ? chat_families[i].kind : MODEL_CHAT_NONE;
+}
+
+const char *model_chat_kind_name(model_chat_kind k) {
+    const model_chat_family *fam = chat_family_of(k);
+    return fam ? fam->name : k == MODEL_CHAT_NONE ? "none" : "unknown";
+}
+
+int model_chat_kind_parse(const char *name, model_chat_kind *out) {
+    if (!name || !out)
+        return BRISK_EINVAL;
+    for (int i = 0; i < CHAT_N_FAMILIES; i++) {
+        if (strcmp(name, chat_families[i].name) == 0) {
+            *out = chat_families[i].kind;
+            return 0;
+        }
+    }
+    return BRISK_EINVAL;
+}
+
+const char *const *model_chat_stop_strings(model_chat_kind k) {
+    static const char *const none[] = {NULL};
+    const model_chat_family *fam = chat_family_of(k);
+    return fam ? fam->stop_strings : none;
+}
+
+const char *model_chat_tool_format(model_chat_kind k) {
+    const model_chat_family *fam = chat_family_of(k);
+    return fam ? fam->tool_format : "json";
+}
+
+model_chat_kind model_chat_detect(const char *jinja_template) {
+    return chat_detect_kind(jinja_template);
+}
+
+void model_chat_format_default(model_chat_kind k, model_chat_format *out) {
+    const model_chat_family *fam = chat_family_of(k);
+    memset(out, 0, sizeof *out);
+    out->kind = k;
+    out->flags = fam ? fam->flags : 0;
+}
+
+void model_chat_format_detect(const char *t, model_chat_format *out) {
+    model_chat_format_default(MODEL_CHAT_NONE, out);
+    const model_chat_family *fam = chat_family_of(chat_detect_kind(t));
+    if (!fam)
+        return;
+    out->kind = fam->kind;
+    if (has(t, "bos_token"))
+        out->flags |= MODEL_CHAT_F_BOS;
+    if (fam->detect)
+        fam->detect(t, out);
+}
+
 int model_chat_format_render(const model_chat_format *f, const model_chat_msg *msgs, int n,
                              const char *bos, const char *eos, char **out, size_t *out_len,
                              int *starts_with_bos, char *err, size_t err_len) {
@@ -606,28 +678,19 @@ int model_chat_format_render(const model_chat_format *f, const model_chat_msg *m
     *starts_with_bos = 0;
     if (!f || f->kind == MODEL_CHAT_NONE)
         return brisk_set_err(err, err_len, BRISK_EUNSUPPORTED, "no chat template to render with");
-    int rc = chat_validate(msgs, n, f->kind == MODEL_CHAT_LLAMA3, f->kind == MODEL_CHAT_MISTRAL,
-                           err, err_len);
+    const model_chat_family *fam = chat_family_of(f->kind);
+    int rc = chat_validate(msgs, n, fam ? fam->extra_role : NULL, err, err_len);
     if (rc < 0)
         return rc;
+    if (!fam)
+        return brisk_set_err(err, err_len, BRISK_EUNSUPPORTED, "unknown chat template kind %d",
+                             (int)f->kind);
 
     chat_ctx c = {f, msgs, n, bos ? bos : "", eos ? eos : ""};
     brisk_buf b = {0};
     if (f->flags & MODEL_CHAT_F_BOS)
         buf_puts(&b, c.bos);
-    switch (f->kind) {
-    case MODEL_CHAT_CHATML: render_chatml(&c, &b); break;
-    case MODEL_CHAT_LLAMA2: render_llama2(&c, &b); break;
-    case MODEL_CHAT_LLAMA3: render_llama3(&c, &b); break;
-    case MODEL_CHAT_MISTRAL: render_mistral(&c, &b); break;
-    case MODEL_CHAT_ZEPHYR: render_zephyr(&c, &b); break;
-    case MODEL_CHAT_GEMMA: render_gemma(&c, &b); break;
-    case MODEL_CHAT_PHI3: render_phi3(&c, &b); break;
-    default:
-        free(b.p);
-        return brisk_set_err(err, err_len, BRISK_EUNSUPPORTED, "unknown chat template kind %d",
-                             (int)f->kind);
-    }
+    fam->render(&c, &b);
     size_t len;
     char *text = brisk_buf_take(&b, &len);
     if (!text)

@@ -41,8 +41,13 @@
  *     system message: its text + "\n\n" prefixes the first user turn); every
  *     Phi-3 writes a <|system|> turn, as Phi-3.5 and the later Phi-3-mini
  *     templates do (the 2024-06 Phi-3-mini one silently dropped it).
- *   - tool calls, tools and multimodal content are not rendered.
+ *   - tool calls, tools and multimodal content are not rendered here: the
+ *     server writes them into the messages in the family's tool-call
+ *     convention (model_chat_tool_format, server/api/srv_tools.h).
  *
+ * Each family is one row of a table in chat_template.c (name, canonical
+ * flags, the extra role its renderer takes, tool-call convention, stop
+ * strings, detail detection, renderer); every function below reads it.
  * Thread-safety: every function is reentrant; formats are plain values. */
 #ifndef CHAT_TEMPLATE_H
 #define CHAT_TEMPLATE_H
@@ -66,8 +71,19 @@ model_chat_kind model_chat_detect(const char *jinja_template);
 /* "chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "phi3" (exact,
  * lower case); BRISK_EINVAL otherwise, *out untouched. */
 int model_chat_kind_parse(const char *name, model_chat_kind *out);
-/* Static name as accepted by model_chat_kind_parse; "none" for NONE. */
+/* Static name as accepted by model_chat_kind_parse; "none" for NONE,
+ * "unknown" for a value that is no family. */
 const char *model_chat_kind_name(model_chat_kind k);
+
+/* The families in table order, for walking them all: the kind of row i,
+ * 0 <= i < model_chat_n_families() (MODEL_CHAT_NONE outside). */
+int model_chat_n_families(void);
+model_chat_kind model_chat_family_at(int i);
+
+/* The tool-call convention of family k's templates, by the static name
+ * server/api/srv_tools.h knows it under: "hermes" (ChatML), "llama3",
+ * "mistral", or "json" for a family without one of its own (and NONE). */
+const char *model_chat_tool_format(model_chat_kind k);
 
 typedef struct model_chat_msg {
     const char *role; /* "system" | "user" | "assistant" */

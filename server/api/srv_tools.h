@@ -3,21 +3,23 @@
  * family's tool format, the grammar that holds "required" and named choices
  * to valid calls, and the calls parsed back out of an answer.
  *
- * Formats:
- *   - ChatML families (Qwen2/2.5, Hermes, SmolLM): the Hermes/Qwen format -
- *     the tools as JSON lines inside <tools></tools> in the system turn, a
- *     call as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
- *     in the assistant turn, results as <tool_response> blocks in a user
- *     turn (Qwen2.5's template does the same);
- *   - Llama 3: Llama 3.1's JSON calls - the tools before the first user
+ * Formats (srv_tools_fmt.c, one srv_tool_format row each; a chat family's
+ * row in models/chat_template.c names the one its templates use,
+ * model_chat_tool_format):
+ *   - "hermes", the ChatML families' (Qwen2/2.5, Hermes, SmolLM): the tools
+ *     as JSON lines inside <tools></tools> in the system turn, a call as
+ *     <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> in the
+ *     assistant turn, results as <tool_response> blocks in a user turn
+ *     (Qwen2.5's template does the same);
+ *   - "llama3": Llama 3.1's JSON calls - the tools before the first user
  *     turn's text, a call as {"name": ..., "parameters": {...}}, results in
  *     "ipython" turns;
- *   - Mistral: its v3 format - [AVAILABLE_TOOLS] before the last user turn,
+ *   - "mistral": its v3 format - [AVAILABLE_TOOLS] before the last user turn,
  *     [TOOL_CALLS] and a JSON list of calls, [TOOL_RESULTS] blocks; required
  *     and named choices end the prompt with [TOOL_CALLS] (a control token
  *     the text-level grammar cannot produce);
- *   - every other family: a generic JSON format, as llama.cpp does for
- *     templates without one - the answer is one JSON object, either
+ *   - "json", every other family's: a generic JSON format, as llama.cpp does
+ *     for templates without one - the answer is one JSON object, either
  *     {"tool_calls": [{"name": ..., "arguments": {...}}]} or
  *     {"response": "..."}; with tools offered the grammar holds even "auto"
  *     answers to those two shapes.
@@ -50,6 +52,8 @@ int srv_tools_parse(const cJSON *tools, const cJSON *tool_choice, const cJSON *p
 int srv_tools_parse_calls(const cJSON *calls, const char *param, srv_chat_msg *m,
                           srv_api_error *err);
 void srv_tools_free(srv_tool *t, int n);
+/* 1 if s is a function name brisk takes: 1 to 64 of a-z, A-Z, 0-9, '_', '-'. */
+int srv_tools_valid_name(const char *s);
 void srv_tool_calls_free(srv_tool_call *c, int n);
 
 /* The messages to render with the chat template: the tools' description in
@@ -76,5 +80,11 @@ char *srv_tools_grammar(const srv_chat_req *r, model_chat_kind kind, int *none);
 int srv_tools_parse_output(model_chat_kind kind, const char *text, size_t len,
                            void (*make_id)(void *ctx, char out[32]), void *id_ctx,
                            srv_tool_call **calls, char **content);
+
+/* The name of the tool format (a row of srv_tools_fmt.c) family kind's
+ * tools, calls and results are written in, and its answers parsed in: the
+ * one model_chat_tool_format names, or "json" when that name has no row.
+ * Every function above that takes a kind uses that row. Static. */
+const char *srv_tools_format_name(model_chat_kind kind);
 
 #endif
