@@ -245,21 +245,9 @@ static int dummy_write_meta(gguf_writer *w, const dummy_shape *s, int with_vocab
     if (!with_vocab || rc)
         return rc;
     rc = vocab_build(v, s->n_vocab);
-    rc = rc ? rc : gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     rc = rc ? rc
-            : gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->pieces,
-                                      v->lens, (uint64_t)v->n);
-    rc = rc ? rc
-            : gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, v->scores,
-                                  (uint64_t)v->n);
-    rc = rc ? rc
-            : gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v->types,
-                                  (uint64_t)v->n);
-    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
-    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", 1);
+            : gguf_writer_set_spm_vocab(w, (const char *const *)v->pieces, v->lens, v->scores,
+                                        v->types, (uint64_t)v->n);
     return rc;
 }
 
