@@ -371,7 +371,7 @@ def _no_window(m):
 
 
 def _silu(m):
-    m.gemma_silu = True
+    m.gelu = False
 
 
 def _no_attn_factor(m):
