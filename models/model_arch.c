@@ -71,6 +71,15 @@ static const model_arch_desc ARCHS[] = {
      .act = MODEL_ACT_SILU,
      .norm_eps = 1e-5f,
      .chat = MODEL_CHAT_PHI3},
+    /* Gemma (1): the Gemma block (GELU-tanh gated MLP, embeddings times
+     * sqrt(dim), norm weights that in GGUF already hold Gemma's +1) on a
+     * plain decoder: no post-norms, q/k norms, windows or soft-caps. */
+    {.name = "gemma",
+     .rope_mode = KERN_ROPE_SPLIT_HALF,
+     .act = MODEL_ACT_GELU_TANH,
+     .embd_scale_sqrt_dim = 1,
+     .norm_eps = 1e-6f,
+     .chat = MODEL_CHAT_GEMMA},
 };
 #define N_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
 

@@ -131,6 +131,7 @@ ARCHS = {
     "gemma3": Family(qk_norm=True, post_norms=True, gelu=True, embd_scale=True, eps=1e-6,
                      swa_pattern=6, rope_base_swa=10000.0, swa_unscaled=True, softcaps=True),
     "phi3": Family(fused=True),
+    "gemma": Family(gelu=True, embd_scale=True, eps=1e-6),
 }
 
 

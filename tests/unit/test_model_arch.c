@@ -5,7 +5,7 @@
  * epsilon, soft-caps only where the row reads them), and the tensors a
  * feature needs are required. The dummy shapes' configurations are their
  * rows'; unknown and encoder-only names are refused with the list the table
- * gives. */
+ * gives; and the Gemma (1) row, added as one row, is what the family is. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,10 +294,26 @@ static void test_dummy_shapes(void) {
           "qwen2.5-7b");
 }
 
+/* Gemma (1), added as one row: the Gemma block on a plain decoder. */
+static void test_gemma_row(void) {
+    const model_arch_desc *a = model_arch_find("gemma", 5);
+    CHECK(a != NULL, "a gemma row");
+    if (!a)
+        return;
+    CHECK(a->rope_mode == KERN_ROPE_SPLIT_HALF && a->act == MODEL_ACT_GELU_TANH &&
+              a->embd_scale_sqrt_dim && a->norm_eps == 1e-6f,
+          "the Gemma block");
+    CHECK(!a->qkv_bias && !a->qk_norm && !a->post_norms && a->swa_pattern == 0 &&
+              !a->swa_rope_unscaled && !a->softcaps,
+          "none of Gemma 2/3's additions");
+    CHECK(a->chat == MODEL_CHAT_GEMMA && !a->cuda_validated, "chat family, device");
+}
+
 int main(void) {
     test_lookup();
     test_supported_list();
     test_rows_drive_config();
     test_dummy_shapes();
+    test_gemma_row();
     return BT_SUMMARY("test_model_arch");
 }
