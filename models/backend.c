@@ -38,7 +38,7 @@ static model_device backend_pick(const model *m, const model_backend_opts *o) {
     if (!model_config_cuda_validated(model_get_config(m))) {
         BRISK_INFO("device auto: cpu (the CUDA path of this %s model has not yet been checked on "
                    "a GPU; --device cuda runs it)",
-                   model_arch_name(model_get_config(m)->arch));
+                   model_get_config(m)->arch->name);
         return MODEL_DEVICE_CPU;
     }
     if (!model_backend_cuda_available(&free_b, &total_b)) {

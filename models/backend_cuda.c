@@ -47,7 +47,7 @@ typedef struct cuda_layer {
     float *attn_norm, *ffn_norm;
     float *bq, *bk, *bv;    /* qwen2, else NULL */
     float *q_norm, *k_norm; /* qwen3, gemma3: [head_dim] per-head RMSNorm weights, else NULL */
-    float *post_attn_norm, *post_ffn_norm; /* gemma: [dim], else NULL */
+    float *post_attn_norm, *post_ffn_norm; /* has_post_norms: [dim], else NULL */
     int window;                            /* sliding window of this layer, 0: global */
     float rope_base, rope_freq_scale;      /* this layer's RoPE base and linear scale */
     float attn_softcap;                    /* > 0: attention-logit soft-capping, else 0 */
@@ -394,7 +394,7 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
                 cb->row_stride, scale, L->window, L->attn_softcap, s));
         TRY(kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws,
                              cb->mm_ws_bytes));
-        if (L->post_attn_norm) /* gemma: the block's output normalised before the add */
+        if (L->post_attn_norm) /* post-norms (gemma2/3): the block's output normalised before the add */
             TRY(kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_attn_norm, n, dim, c->norm_eps,
                                   s));
         TRY(kern_cuda_rmsnorm(cb->xb, cb->x, cb->xb2, L->ffn_norm, n, dim, c->norm_eps, s));
@@ -402,7 +402,7 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
                              cb->mm_ws, cb->mm_ws_bytes));
         TRY(kern_cuda_matmul(cb->mm, &L->w_up, cb->xb, n, cb->hb2, (size_t)c->hidden_dim, cb->mm_ws,
                              cb->mm_ws_bytes));
-        if (c->gemma)
+        if (c->act == MODEL_ACT_GELU_TANH)
             TRY(kern_cuda_gelu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s));
         else
             TRY(kern_cuda_silu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s));

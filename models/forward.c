@@ -291,7 +291,7 @@ typedef struct mlp_job {
     float *hb;
     const float *hb2;
     int hidden;
-    int gelu; /* gemma: GELU (tanh form) instead of SiLU */
+    int gelu; /* MODEL_ACT_GELU_TANH: GELU (tanh form) instead of SiLU */
 } mlp_job;
 
 static void forward_silu_task(void *ctx, int t, int thread) {
@@ -428,7 +428,7 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         kern_pool_run(pool, forward_attn_task, &aj, n_runs * (c->n_heads / attn_hpt));
         /* 4. Output projection and residual. */
         forward_matmul(pool, st, &L->wo, st->att, n, st->xb2);
-        if (L->post_attn_norm) /* gemma: normalise the block's output first */
+        if (L->post_attn_norm) /* post-norms (gemma2/3): normalise the block's output first */
             forward_rmsnorm(pool, st->xb2, st->xb2, L->post_attn_norm, n, dim, c->norm_eps);
         for (size_t i = 0; i < (size_t)n * dim; i++)
             st->x[i] += st->xb2[i];
@@ -437,7 +437,7 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         const model_matrix *gate_up[2] = {&L->w_gate, &L->w_up};
         float *gate_up_out[2] = {st->hb, st->hb2};
         forward_matmul_multi(pool, st, gate_up, 2, st->xb, n, gate_up_out);
-        mlp_job mj = {st->hb, st->hb2, c->hidden_dim, c->gemma};
+        mlp_job mj = {st->hb, st->hb2, c->hidden_dim, c->act == MODEL_ACT_GELU_TANH};
         if (n <= FORWARD_INLINE_ROWS) {
             for (int t = 0; t < n; t++)
                 forward_silu_task(&mj, t, 0);

@@ -181,6 +181,21 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *
     return rc;
 }
 
+int gguf_writer_set_spm_vocab(gguf_writer *w, const char *const *pieces, const uint64_t *lens,
+                              const float *scores, const int32_t *types, uint64_t n) {
+    int rc = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    rc = rc ? rc : gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", pieces, lens, n);
+    rc = rc ? rc : gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, n);
+    rc = rc ? rc : gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n);
+    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
+    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", 1);
+    return rc;
+}
+
 int gguf_writer_set_raw(gguf_writer *w, const char *key, uint32_t type, const void *val,
                         size_t len) {
     if (len > 0 && !val)

@@ -30,6 +30,12 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_type, co
 /* String array: n strings with explicit lengths (may contain any bytes). */
 int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs,
                             const uint64_t *lens, uint64_t n);
+/* The tokenizer.ggml.* keys of a SentencePiece ("llama") vocabulary of n
+ * pieces in llama2.c's layout: <unk> 0, BOS 1, EOS 2, BOS added and EOS
+ * not, a space prefix. Used by convert-llama2c and the dummy models' synthetic
+ * vocabulary; everything is copied. 0 or the first setter's error. */
+int gguf_writer_set_spm_vocab(gguf_writer *w, const char *const *pieces, const uint64_t *lens,
+                              const float *scores, const int32_t *types, uint64_t n);
 /* Any value given as the bytes that follow the type field in the file (e.g.
  * a u64 scalar, an f64, or an array of arrays). Not validated: tests use it
  * to write malformed values. It does not change the layout, so a raw

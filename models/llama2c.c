@@ -282,22 +282,8 @@ static int set_metadata(gguf_writer *w, const l2c_config *c, const char *name, c
     /* llama2.c hard-codes both: theta 10000 in run.c's RoPE and eps 1e-5 in rmsnorm. */
     rc = rc ? rc : gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
     rc = rc ? rc : gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    rc = rc ? rc : gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     rc = rc ? rc
-            : gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", v->pieces, v->lens,
-                                      (uint64_t)v->n);
-    rc = rc ? rc
-            : gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, v->scores,
-                                  (uint64_t)v->n);
-    rc = rc ? rc
-            : gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v->types,
-                                  (uint64_t)v->n);
-    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
-    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
-    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", 1);
+            : gguf_writer_set_spm_vocab(w, v->pieces, v->lens, v->scores, v->types, (uint64_t)v->n);
     return rc;
 }
 

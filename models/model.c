@@ -152,9 +152,7 @@ static int model_meta_f32(const gguf_file *gf, const char *arch, const char *suf
     return 0;
 }
 
-int model_read_config(model *m, char *err, size_t err_len) {
-    const gguf_file *gf = m->gf;
-    model_config *c = &m->cfg;
+int model_read_config(const gguf_file *gf, model_config *c, char *err, size_t err_len) {
     gguf_str arch_s;
     if (gguf_get_str(gf, "general.architecture", &arch_s) < 0)
         return ERR(BRISK_EFORMAT, "model: missing or invalid 'general.architecture'");
@@ -164,62 +162,29 @@ int model_read_config(model *m, char *err, size_t err_len) {
                    (unsigned long long)arch_s.len);
     memcpy(arch, arch_s.data, arch_s.len);
     arch[arch_s.len] = '\0';
-    if (!strcmp(arch, "llama")) {
-        c->arch = MODEL_ARCH_LLAMA;
-        /* GGUF llama checkpoints have q/k rows permuted by the converters so
-         * that RoPE rotates adjacent pairs. */
-        c->rope_mode = KERN_ROPE_ADJACENT;
-    } else if (!strcmp(arch, "qwen2")) {
-        c->arch = MODEL_ARCH_QWEN2;
-        c->rope_mode = KERN_ROPE_SPLIT_HALF;
-        c->has_qkv_bias = 1;
-    } else if (!strcmp(arch, "gemma3")) {
-        /* Gemma 3: split-half RoPE, per-head q/k norms, GELU-tanh MLP, the
-         * extra post-attention and post-MLP norms (their weights, like all
-         * of Gemma's norms in GGUF, already hold the +1), embeddings scaled
-         * by sqrt(dim). */
-        c->arch = MODEL_ARCH_GEMMA3;
-        c->rope_mode = KERN_ROPE_SPLIT_HALF;
-        c->has_qk_norm = 1;
-        c->gemma = 1;
-    } else if (!strcmp(arch, "gemma2")) {
-        /* Gemma 2: as Gemma 3 without the q/k norms, local and global
-         * layers alternating (local first), attention-logit and final-logit
-         * soft-capping from the file. */
-        c->arch = MODEL_ARCH_GEMMA2;
-        c->rope_mode = KERN_ROPE_SPLIT_HALF;
-        c->gemma = 1;
-    } else if (!strcmp(arch, "phi3")) {
-        /* Phi-3: split-half RoPE with LongRoPE factors where the file has
-         * them, fused q/k/v and gate/up tensors (split at load), a sliding
-         * window over every layer where the file sets one. */
-        c->arch = MODEL_ARCH_PHI3;
-        c->rope_mode = KERN_ROPE_SPLIT_HALF;
-    } else if (!strcmp(arch, "qwen3")) {
-        /* Qwen3: no q/k/v bias; each head of q and k RMS-normalised (its own
-         * [key_length] weight) before RoPE; split-half RoPE as Qwen2. */
-        c->arch = MODEL_ARCH_QWEN3;
-        c->rope_mode = KERN_ROPE_SPLIT_HALF;
-        c->has_qk_norm = 1;
-    } else {
+    const model_arch_desc *a = model_arch_find(arch, arch_s.len);
+    if (!a) {
         for (char *p = arch; *p; p++)
             if (*p < 0x20 || *p > 0x7e)
                 *p = '?';
-        static const char *const encoders[] = {"bert",         "nomic-bert", "nomic-bert-moe",
-                                               "jina-bert-v2", "t5encoder",  "modern-bert",
-                                               "neo-bert"};
-        for (size_t i = 0; i < sizeof encoders / sizeof encoders[0]; i++)
-            if (!strcmp(arch, encoders[i]))
-                return ERR(BRISK_EUNSUPPORTED,
-                           "model: '%s' is an encoder-only (embedding) architecture; brisk runs "
-                           "decoder-only models (llama, qwen2, qwen3, gemma2, gemma3, phi3), whose "
-                           "/v1/embeddings it serves with --embeddings",
-                           arch);
-        return ERR(BRISK_EUNSUPPORTED,
-                   "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3, gemma2, "
-                   "gemma3, phi3)",
-                   arch);
+        char list[160];
+        model_arch_list(list, sizeof list);
+        if (model_arch_is_encoder(arch))
+            return ERR(BRISK_EUNSUPPORTED,
+                       "model: '%s' is an encoder-only (embedding) architecture; brisk runs "
+                       "decoder-only models (%s), whose /v1/embeddings it serves with "
+                       "--embeddings",
+                       arch, list);
+        return ERR(BRISK_EUNSUPPORTED, "model: unsupported architecture '%s' (supported: %s)", arch,
+                   list);
     }
+    /* The row's features; the file's metadata below overrides its defaults. */
+    c->arch = a;
+    c->rope_mode = a->rope_mode;
+    c->has_qkv_bias = a->qkv_bias;
+    c->has_qk_norm = a->qk_norm;
+    c->has_post_norms = a->post_norms;
+    c->act = a->act;
 
     int rc;
     if ((rc = model_meta_u32(gf, arch, "block_count", 1, &c->n_layers, err, err_len)) < 0)
@@ -273,7 +238,7 @@ int model_read_config(model *m, char *err, size_t err_len) {
     c->rope_base = 10000.0f;
     if ((rc = model_meta_f32(gf, arch, "rope.freq_base", &c->rope_base, err, err_len)) < 0)
         return rc;
-    c->norm_eps = c->gemma ? 1e-6f : 1e-5f;
+    c->norm_eps = a->norm_eps;
     if ((rc = model_meta_f32(gf, arch, "attention.layer_norm_rms_epsilon", &c->norm_eps, err,
                              err_len)) < 0)
         return rc;
@@ -289,26 +254,25 @@ int model_read_config(model *m, char *err, size_t err_len) {
         (rc = model_meta_f32(gf, arch, "rope.scaling.attn_factor", &c->rope_attn_factor, err,
                              err_len)) < 0)
         return rc;
-    if (c->gemma) {
-        /* Published defaults where the file is silent: query scale
-         * 1/sqrt(key_length) (above; Gemma 2 27B's 1/sqrt(width/heads) is
-         * not told apart), embeddings times sqrt(width); Gemma 3: every
-         * sixth layer global, local RoPE base 10,000; Gemma 2: every other
-         * layer global, one RoPE base. */
+    if (a->embd_scale_sqrt_dim)
         c->embd_scale = sqrtf((float)c->dim);
-        c->swa_pattern = c->arch == MODEL_ARCH_GEMMA3 ? 6 : 2;
-        if (c->arch == MODEL_ARCH_GEMMA3)
-            c->rope_base_swa = 10000.0f;
+    if (a->swa_pattern > 0) {
+        /* The family's local/global pattern and local RoPE base, where the
+         * file is silent (their published defaults). */
+        c->swa_pattern = a->swa_pattern;
+        if (a->rope_base_swa > 0.0f)
+            c->rope_base_swa = a->rope_base_swa;
         if ((rc = model_meta_u32(gf, arch, "attention.sliding_window_pattern", 0, &c->swa_pattern,
                                  err, err_len)) < 0 ||
             (rc = model_meta_f32(gf, arch, "rope.local.freq_base", &c->rope_base_swa, err,
-                                 err_len)) < 0 ||
-            (rc = model_meta_f32(gf, arch, "attn_logit_softcapping", &c->attn_softcap, err,
-                                 err_len)) < 0 ||
-            (rc = model_meta_f32(gf, arch, "final_logit_softcapping", &c->final_softcap, err,
                                  err_len)) < 0)
             return rc;
     }
+    if (a->softcaps && ((rc = model_meta_f32(gf, arch, "attn_logit_softcapping", &c->attn_softcap,
+                                             err, err_len)) < 0 ||
+                        (rc = model_meta_f32(gf, arch, "final_logit_softcapping", &c->final_softcap,
+                                             err, err_len)) < 0))
+        return rc;
     c->rope_freq_scale = 1.0f;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
@@ -735,7 +699,7 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
             LVEC(k_norm, "attn_k_norm.weight", c->head_dim, 1)
         }
         L->rope_base = c->rope_base;
-        if (c->gemma) {
+        if (c->has_post_norms) {
             LVEC(post_attn_norm, "post_attention_norm.weight", c->dim, 1)
             LVEC(post_ffn_norm, "post_ffw_norm.weight", c->dim, 1)
         }
@@ -767,25 +731,13 @@ void model_layer_set_window(const model_config *c, int l, model_layer *L) {
     if (c->n_swa > 0 && (c->swa_pattern <= 0 || l % c->swa_pattern < c->swa_pattern - 1)) {
         L->window = c->n_swa; /* a local layer */
         L->rope_base = c->rope_base_swa;
-        if (c->arch == MODEL_ARCH_GEMMA3)
+        if (c->arch->swa_rope_unscaled)
             L->rope_freq_scale = 1.0f;
     }
 }
 
 int model_config_cuda_validated(const model_config *c) {
-    return (c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2) && c->n_swa == 0;
-}
-
-const char *model_arch_name(model_arch a) {
-    switch (a) {
-    case MODEL_ARCH_LLAMA: return "llama";
-    case MODEL_ARCH_QWEN2: return "qwen2";
-    case MODEL_ARCH_QWEN3: return "qwen3";
-    case MODEL_ARCH_GEMMA3: return "gemma3";
-    case MODEL_ARCH_GEMMA2: return "gemma2";
-    case MODEL_ARCH_PHI3: return "phi3";
-    }
-    return "unknown";
+    return c->arch->cuda_validated && c->n_swa == 0;
 }
 
 /* general.file_type as llama.cpp names it (its llama_ftype, without
@@ -848,7 +800,7 @@ const char *model_get_file_type(const model *m) {
  * set; on failure the caller frees m. */
 static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *err, size_t err_len) {
     int rc;
-    if ((rc = model_read_config(m, err, err_len)) < 0)
+    if ((rc = model_read_config(m->gf, &m->cfg, err, err_len)) < 0)
         return rc;
     if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0)
         return rc;
@@ -876,7 +828,7 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
     model_log_types(m);
     BRISK_INFO("model: %s: %s, %d layers, dim %d, heads %d/%d, vocab %d, weights %s (%.1f MB read "
                "per token)",
-               what, model_arch_name(m->cfg.arch), m->cfg.n_layers, m->cfg.dim, m->cfg.n_heads,
+               what, m->cfg.arch->name, m->cfg.n_layers, m->cfg.dim, m->cfg.n_heads,
                m->cfg.n_kv_heads, m->cfg.n_vocab, model_weights_fmt_name(m->fmt),
                (double)m->weight_bytes / 1e6);
     return 0;

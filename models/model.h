@@ -19,16 +19,8 @@
 #include "kernels/cpu/kern_ops.h"
 #include "kv/kv_cache.h"
 #include "models/gguf.h"
+#include "models/model_arch.h"
 #include "models/tokenizer.h"
-
-typedef enum {
-    MODEL_ARCH_LLAMA = 0,
-    MODEL_ARCH_QWEN2 = 1,
-    MODEL_ARCH_QWEN3 = 2,
-    MODEL_ARCH_GEMMA3 = 3,
-    MODEL_ARCH_GEMMA2 = 4,
-    MODEL_ARCH_PHI3 = 5
-} model_arch;
 
 /* Compute format of the matrix weights, chosen at load (--weights). */
 typedef enum {
@@ -41,11 +33,11 @@ typedef enum {
 /* Parses "auto", "f32", "f16", "int8" (also "q8_0"); BRISK_EINVAL otherwise. */
 int model_weights_fmt_parse(const char *s, model_weights_fmt *out);
 const char *model_weights_fmt_name(model_weights_fmt f);
-/* "llama", "qwen2", "qwen3", "gemma2", "gemma3" (static storage). */
-const char *model_arch_name(model_arch a);
 
+/* What the forward pass reads: the architecture row's features and
+ * defaults (model_arch.h) with the file's metadata over them. */
 typedef struct model_config {
-    model_arch arch;
+    const model_arch_desc *arch; /* static row of the table, never NULL once read */
     int n_vocab;
     int dim; /* embedding width */
     int n_layers;
@@ -60,14 +52,12 @@ typedef struct model_config {
     kern_rope_mode rope_mode;
     float norm_eps;
     int has_qkv_bias;
-    int has_qk_norm; /* qwen3, gemma3: RMSNorm of each q and k head before RoPE */
-    /* gemma3: embeddings times sqrt(dim), GELU-tanh gated MLP, a norm after
-     * the attention and after the MLP before each residual add, sliding-
-     * window layers with their own RoPE base, query scale attn_scale. */
-    int gemma;
-    float embd_scale; /* 0: none */
-    float attn_scale; /* the query scale; 1 / sqrt(head_dim) unless the family says */
-    int n_swa;        /* sliding window of the local layers (0: none) */
+    int has_qk_norm;    /* qwen3, gemma3: RMSNorm of each q and k head before RoPE */
+    int has_post_norms; /* gemma2, gemma3: a norm after the attention and after the MLP */
+    model_act act;      /* the gated MLP's activation (Gemma: GELU-tanh) */
+    float embd_scale;   /* the input embeddings' factor (Gemma: sqrt(dim)); 0: none */
+    float attn_scale;   /* the query scale; 1 / sqrt(head_dim) unless the family says */
+    int n_swa;          /* sliding window of the local layers (0: none) */
     /* layer l is local iff l % swa_pattern < swa_pattern - 1 (gemma3: 6,
      * gemma2: 2); 0: every layer (a llama file's window: Mistral) */
     int swa_pattern;
@@ -83,10 +73,10 @@ typedef struct model_config {
     int pooling;
 } model_config;
 
-/* 1 when the model's CUDA path has run on a GPU against the CPU (llama and
- * qwen2 without windows; test_cuda_model): --device auto picks CUDA only
- * for these, until Qwen3's, Gemma's and Phi-3's pass there too; --device
- * cuda runs every architecture. */
+/* 1 when the model's CUDA path has run on a GPU against the CPU: its row's
+ * cuda_validated (llama and qwen2; test_cuda_model) and no sliding window.
+ * --device auto picks CUDA only for these, until Qwen3's, Gemma's and
+ * Phi-3's pass there too; --device cuda runs every architecture. */
 int model_config_cuda_validated(const model_config *c);
 
 /* A matrix in compute format: n_out rows of n_in values of `type`. */
@@ -108,7 +98,7 @@ typedef struct model_layer {
     model_matrix w_down;                         /* [dim][hidden] */
     const float *bq, *bk, *bv;                   /* qwen2 only, else NULL */
     const float *q_norm, *k_norm;                /* [head_dim], qwen3 and gemma3, else NULL */
-    const float *post_attn_norm, *post_ffn_norm; /* [dim], gemma3, else NULL */
+    const float *post_attn_norm, *post_ffn_norm; /* [dim], has_post_norms, else NULL */
     int window;                                  /* sliding window of this layer, 0: global */
     float rope_base;                             /* this layer's RoPE base */
     /* This layer's linear RoPE scale (1 / factor); 0: the model's
@@ -162,8 +152,9 @@ typedef struct model_load_opts {
 
 /* The names --dummy-weights accepts, NULL-terminated. */
 extern const char *const model_dummy_configs[];
-/* The configuration of a dummy shape (n_vocab and tied_output included);
- * BRISK_EINVAL for an unknown name. */
+/* The configuration of a dummy shape (n_vocab and tied_output included),
+ * read from the metadata the shape writes exactly as model_load reads it;
+ * BRISK_EINVAL for an unknown name, BRISK_ENOMEM. */
 int model_dummy_config(const char *name, model_config *out);
 
 /* Loads path (GGUF). On failure *out is NULL, err holds a one-line reason

@@ -31,7 +31,7 @@
 
 typedef struct dummy_shape {
     const char *name;
-    const char *arch; /* "llama", "qwen2", "qwen3", "gemma3" or "phi3" */
+    const char *arch; /* a row of the architecture table (model_arch.h) */
     int n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, hidden_dim, n_ctx;
     float rope_base, norm_eps;
     int tied;
@@ -78,48 +78,6 @@ static const dummy_shape *dummy_find(const char *name) {
         if (name && !strcmp(name, SHAPES[i].name))
             return &SHAPES[i];
     return NULL;
-}
-
-int model_dummy_config(const char *name, model_config *out) {
-    const dummy_shape *s = dummy_find(name);
-    if (!s)
-        return BRISK_EINVAL;
-    memset(out, 0, sizeof *out);
-    int qwen2 = !strcmp(s->arch, "qwen2"), qwen3 = !strcmp(s->arch, "qwen3");
-    int gemma3 = !strcmp(s->arch, "gemma3"), phi3 = !strcmp(s->arch, "phi3");
-    int qwen = qwen2 || qwen3;
-    out->arch = gemma3  ? MODEL_ARCH_GEMMA3
-                : phi3  ? MODEL_ARCH_PHI3
-                : qwen3 ? MODEL_ARCH_QWEN3
-                : qwen2 ? MODEL_ARCH_QWEN2
-                        : MODEL_ARCH_LLAMA;
-    out->n_vocab = s->n_vocab;
-    out->dim = s->dim;
-    out->n_layers = s->n_layers;
-    out->n_heads = s->n_heads;
-    out->n_kv_heads = s->n_kv_heads;
-    out->head_dim = s->head_dim;
-    out->hidden_dim = s->hidden_dim;
-    out->n_ctx_train = s->n_ctx;
-    out->n_rot = s->head_dim;
-    out->rope_base = s->rope_base;
-    out->rope_freq_scale = 1.0f;
-    out->rope_mode = qwen || gemma3 || phi3 ? KERN_ROPE_SPLIT_HALF : KERN_ROPE_ADJACENT;
-    out->rope_orig_ctx = s->rope_orig_ctx;
-    out->rope_attn_factor = s->rope_orig_ctx > 0 ? s->rope_attn_factor : 1.0f;
-    out->norm_eps = s->norm_eps;
-    out->has_qkv_bias = qwen2;
-    out->has_qk_norm = qwen3 || gemma3;
-    out->gemma = gemma3;
-    if (gemma3) { /* as model_read_config gives them for the written metadata */
-        out->embd_scale = sqrtf((float)s->dim);
-        out->n_swa = s->sliding_window;
-        out->swa_pattern = 6;
-        out->rope_base_swa = 10000.0f;
-    }
-    out->tied_output = s->tied;
-    out->attn_scale = 1.0f / sqrtf((float)s->head_dim);
-    return 0;
 }
 
 /* ---- the synthetic vocabulary --------------------------------------------- */
@@ -215,7 +173,9 @@ static int vocab_build(dummy_vocab *v, int n) {
 
 /* ---- metadata ------------------------------------------------------------- */
 
-static int dummy_write_meta(gguf_writer *w, const dummy_shape *s, int with_vocab, dummy_vocab *v) {
+/* The shape's configuration as GGUF metadata into w and, with v, its
+ * synthetic vocabulary (built into v, which the caller frees). */
+static int dummy_write_meta(gguf_writer *w, const dummy_shape *s, dummy_vocab *v) {
     char key[96], name[64];
     int rc = 0;
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", s->arch, suffix), key)
@@ -242,24 +202,54 @@ static int dummy_write_meta(gguf_writer *w, const dummy_shape *s, int with_vocab
                 : gguf_writer_set_u32(w, KEY("attention.sliding_window"),
                                       (uint32_t)s->sliding_window);
 #undef KEY
-    if (!with_vocab || rc)
+    if (!v || rc)
         return rc;
     rc = vocab_build(v, s->n_vocab);
-    rc = rc ? rc : gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    rc = rc ? rc
-            : gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->pieces,
-                                      v->lens, (uint64_t)v->n);
-    rc = rc ? rc
-            : gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, v->scores,
-                                  (uint64_t)v->n);
-    rc = rc ? rc
-            : gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v->types,
-                                  (uint64_t)v->n);
-    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    rc = rc ? rc : gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
-    rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", 1);
+    return rc ? rc
+              : gguf_writer_set_spm_vocab(w, (const char *const *)v->pieces, v->lens, v->scores,
+                                          v->types, (uint64_t)v->n);
+}
+
+/* The shape's metadata (and, with v, vocabulary) as a GGUF image in *out
+ * (*len bytes, malloc'ed: the caller frees). */
+static int dummy_meta_image(const dummy_shape *s, dummy_vocab *v, uint8_t **out, size_t *len) {
+    gguf_writer *w = gguf_writer_create();
+    int rc = w ? dummy_write_meta(w, s, v) : BRISK_ENOMEM;
+    if (!rc)
+        rc = gguf_writer_to_buffer(w, out, len);
+    gguf_writer_free(w);
+    return rc;
+}
+
+/* The shape's configuration from its metadata gf, read as a file's is; the
+ * vocabulary size and the tied output, which a file's tensors would tell,
+ * from the shape. */
+static int dummy_read_config(const dummy_shape *s, const gguf_file *gf, model_config *c, char *err,
+                             size_t err_len) {
+    int rc = model_read_config(gf, c, err, err_len);
+    if (rc < 0)
+        return rc;
+    c->n_vocab = s->n_vocab;
+    c->tied_output = s->tied;
+    return 0;
+}
+
+int model_dummy_config(const char *name, model_config *out) {
+    const dummy_shape *s = dummy_find(name);
+    if (!s)
+        return BRISK_EINVAL;
+    memset(out, 0, sizeof *out);
+    uint8_t *meta = NULL;
+    size_t len = 0;
+    gguf_file *gf = NULL;
+    char err[256];
+    int rc = dummy_meta_image(s, NULL, &meta, &len);
+    if (!rc)
+        rc = gguf_open_memory(meta, len, &gf, err, sizeof err);
+    if (!rc)
+        rc = dummy_read_config(s, gf, out, err, sizeof err);
+    gguf_close(gf);
+    free(meta);
     return rc;
 }
 
@@ -412,9 +402,9 @@ static int dummy_weights(dummy_ctx *d) {
             (rc = dummy_matrix(d, MAT(c->dim, c->hidden_dim, &L->w_up))) < 0 ||
             (rc = dummy_matrix(d, MAT(c->hidden_dim, c->dim, &L->w_down))) < 0)
             return rc;
-        /* Gemma's norms after the attention and the MLP, in [0.5, 1.5]. */
-        if (c->gemma && ((rc = dummy_norm(d, c->dim, &L->post_attn_norm)) < 0 ||
-                         (rc = dummy_norm(d, c->dim, &L->post_ffn_norm)) < 0))
+        /* The norms after the attention and the MLP (Gemma 2/3), in [0.5, 1.5]. */
+        if (c->has_post_norms && ((rc = dummy_norm(d, c->dim, &L->post_attn_norm)) < 0 ||
+                                  (rc = dummy_norm(d, c->dim, &L->post_ffn_norm)) < 0))
             return rc;
         /* Per-head q/k norms (Qwen3, Gemma 3): weights in [0.5, 1.5], so q's and k's differ. */
         if (c->has_qk_norm && ((rc = dummy_norm(d, c->head_dim, &L->q_norm)) < 0 ||
@@ -446,13 +436,9 @@ int model_create_dummy(const model_load_opts *opts, model **out, char *err, size
     m->fmt = opts->weights;
     m->x8 = model_want_x8(opts);
     dummy_vocab v = {0};
-    gguf_writer *w = gguf_writer_create();
     uint8_t *meta = NULL;
     size_t meta_len = 0;
-    int rc = w ? dummy_write_meta(w, s, opts->tokenizer == NULL, &v) : BRISK_ENOMEM;
-    if (!rc)
-        rc = gguf_writer_to_buffer(w, &meta, &meta_len);
-    gguf_writer_free(w);
+    int rc = dummy_meta_image(s, opts->tokenizer ? NULL : &v, &meta, &meta_len);
     vocab_free(&v);
     if (rc < 0) {
         free(meta);
@@ -471,10 +457,8 @@ int model_create_dummy(const model_load_opts *opts, model **out, char *err, size
     dummy_ctx d = {m, opts->pool, opts->dummy_seed, 0, NULL};
     if ((rc = gguf_open_memory(keep, meta_len, &m->gf, err, err_len)) < 0)
         goto fail;
-    if ((rc = model_read_config(m, err, err_len)) < 0)
+    if ((rc = dummy_read_config(s, m->gf, &m->cfg, err, err_len)) < 0)
         goto fail;
-    m->cfg.n_vocab = s->n_vocab;
-    m->cfg.tied_output = s->tied;
     if (opts->tokenizer) {
         if ((rc = gguf_open(opts->tokenizer, &m->tok_gf, err, err_len)) < 0)
             goto fail;

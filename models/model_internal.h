@@ -30,7 +30,11 @@ struct model {
 /* 64-byte aligned, freed with the model; from 256 KiB on cut from 2 MiB-aligned
  * chunks advised for transparent huge pages (model.c). */
 void *model_alloc_owned(model *m, size_t bytes);
-int model_read_config(model *m, char *err, size_t err_len); /* from m->gf's metadata */
+/* The configuration gf's metadata gives over its architecture row's
+ * defaults, into *c (zeroed by the caller); the shapes the tensors tell
+ * (n_vocab, tied_output) are left for the loader. 0 or a BRISK_E* code with
+ * err set: the metadata is hostile input. */
+int model_read_config(const gguf_file *gf, model_config *c, char *err, size_t err_len);
 void model_count_bytes(model *m);
 kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in);
 /* Whether opts asks for, and this CPU runs fastest, the X8 form. */

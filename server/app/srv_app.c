@@ -143,18 +143,14 @@ static void on_engine(uv_async_t *a) {
                 model_chat_format_detect(model_chat_template(app->m), &app->chat);
             } else {
                 /* No template in the file (base models such as Gemma 3 270M):
-                 * the family's own, as llama.cpp falls back by architecture. */
-                const model_arch arch = model_get_config(app->m)->arch;
-                const model_chat_kind k =
-                    arch == MODEL_ARCH_GEMMA2 || arch == MODEL_ARCH_GEMMA3 ? MODEL_CHAT_GEMMA
-                    : arch == MODEL_ARCH_PHI3                              ? MODEL_CHAT_PHI3
-                    : arch == MODEL_ARCH_QWEN2 || arch == MODEL_ARCH_QWEN3 ? MODEL_CHAT_CHATML
-                                                                           : MODEL_CHAT_NONE;
-                model_chat_format_default(k, &app->chat);
-                if (k != MODEL_CHAT_NONE)
+                 * the family's own (its architecture row's), as llama.cpp
+                 * falls back by architecture. */
+                const model_arch_desc *arch = model_get_config(app->m)->arch;
+                model_chat_format_default(arch->chat, &app->chat);
+                if (arch->chat != MODEL_CHAT_NONE)
                     BRISK_INFO("the model file has no chat template: using the %s template of "
                                "architecture %s",
-                               model_chat_kind_name(k), model_arch_name(arch));
+                               model_chat_kind_name(arch->chat), arch->name);
             }
             BRISK_INFO("serving '%s' (context %d, chat template %s)", app->served_name,
                        app->max_ctx, model_chat_kind_name(app->chat.kind));

@@ -1,7 +1,8 @@
 """synth_gguf.py - small random-weight GGUF models for the integration suite.
 
-write_model(path, Spec(...)) writes a complete llama or qwen2 GGUF (metadata,
-a GPT-2 byte-level vocabulary and every tensor brisk needs) with weights drawn
+write_model(path, Spec(...)) writes a complete GGUF of any family of the
+reference's architecture table (llama_ref.ARCHS: metadata, a GPT-2 byte-level
+vocabulary and every tensor brisk needs for that family) with weights drawn
 from a fixed-seed NumPy generator, each matrix stored in the type the spec
 asks for. The file is written with the `gguf` package's GGUFWriter and its
 quantizers, so the bytes are what llama.cpp's tools would write, independent
@@ -24,11 +25,20 @@ input token). With RMS-normalised activations of size ~1:
 attention and logits that a wrong RoPE would barely move.)
 """
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import gguf
 from gguf.quants import quantize
+
+# The families' tensors come from the reference's architecture table.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "reference"))
+try:
+    from llama_ref import ARCHS
+finally:
+    sys.path.pop(0)
 
 QT = gguf.GGMLQuantizationType
 
@@ -126,7 +136,7 @@ class Spec:
     rope_base: float = 10000.0
     rope_linear: float = None  # rope.scaling.type = linear with this factor
     rope_freqs: bool = False  # add rope_freqs.weight (Llama 3.1-style divisors)
-    qkv_bias: bool = None  # default: arch == "qwen2"
+    qkv_bias: bool = None  # default: the family's (llama_ref.ARCHS; qwen2)
     n_vocab_embd: int = N_VOCAB  # rows of token_embd (== the vocabulary normally)
     drop: tuple = ()  # tensor names to leave out
     sliding_window: int = 0  # gemma3: the local layers' window (attention.sliding_window)
@@ -204,7 +214,9 @@ def make_tensors(s):
     hd = s.head_dim or s.n_embd // s.n_head
     n_rot = s.n_rot or hd
     q_dim, kv_dim = s.n_head * hd, s.n_head_kv * hd
-    bias = s.arch == "qwen2" if s.qkv_bias is None else s.qkv_bias
+    # An architecture brisk refuses (a test's) gets llama's tensors.
+    fam = ARCHS.get(s.arch, ARCHS["llama"])
+    bias = fam.qkv_bias if s.qkv_bias is None else s.qkv_bias
     mt = s.mat_type
     t = {}
 
@@ -242,19 +254,19 @@ def make_tensors(s):
             t[p + "attn_q.bias"] = (normal(q_dim, 0.5), "F32")
             t[p + "attn_k.bias"] = (normal(kv_dim, 0.5), "F32")
             t[p + "attn_v.bias"] = (normal(kv_dim, 0.2), "F32")
-        if s.arch in ("qwen3", "gemma3"):  # per-head q/k norms, [head_dim] each
+        if fam.qk_norm:  # per-head q/k norms, [head_dim] each
             t[p + "attn_q_norm.weight"] = (norm_w(hd), s.norm_type)
             t[p + "attn_k_norm.weight"] = (norm_w(hd), s.norm_type)
         t[p + "attn_output.weight"] = (normal((s.n_embd, q_dim), SCALE["out"] / np.sqrt(q_dim)), mt)
-        if s.arch in ("gemma2", "gemma3"):  # the norm of the attention block's output
+        if fam.post_norms:  # the norm of the attention block's output
             t[p + "post_attention_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
         t[p + "ffn_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
         t[p + "ffn_gate.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
         t[p + "ffn_up.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
         t[p + "ffn_down.weight"] = (normal((s.n_embd, s.n_ff), SCALE["out"] / np.sqrt(s.n_ff)), mt)
-        if s.arch in ("gemma2", "gemma3"):  # and of the MLP's
+        if fam.post_norms:  # and of the MLP's
             t[p + "post_ffw_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
-    if s.arch == "phi3":  # fused tensors, as Phi-3's GGUFs store them
+    if fam.fused:  # fused tensors, as Phi-3's GGUFs store them
         for l in range(s.n_layer):
             p = f"blk.{l}."
             parts = [t.pop(p + n) for n in ("attn_q.weight", "attn_k.weight", "attn_v.weight")]

@@ -30,6 +30,7 @@ tensor, a wrong shape, a qwen2 model without a bias, a vocabulary larger
 than the embedding) with exit code 1 and one `brisk: error:` line.
 """
 
+import dataclasses
 import gguf
 import json
 import re
@@ -75,6 +76,10 @@ MODELS = {
     # ~N(0, 2^2), so the cap bites) and logits (cap 5).
     "gemma2": Spec(arch="gemma2", n_head=4, n_head_kv=2, head_dim=32, sliding_window=8,
                    attn_softcap=1.5, final_softcap=5.0, seed=25),
+    # Gemma (1): the Gemma block (sqrt(width) embeddings, GELU-tanh) without
+    # Gemma 2/3's post-norms, q/k norms, windows or caps; one KV head and
+    # key_length 64 != n_embd / n_head, as Gemma 2B's MQA and 256-wide heads.
+    "gemma": Spec(arch="gemma", n_head=4, n_head_kv=1, head_dim=64, seed=30),
     # Mistral-style: a llama file with attention.sliding_window: every layer.
     "llama-swa": Spec(n_head_kv=2, sliding_window=6, seed=26),
     # Phi-3: fused q/k/v and gate/up tensors, split-half RoPE; "-longrope"
@@ -371,7 +376,11 @@ def _no_window(m):
 
 
 def _silu(m):
-    m.gemma_silu = True
+    m.gelu = False
+
+
+def _no_embd_scale(m):
+    m.family = dataclasses.replace(m.family, embd_scale=False)
 
 
 def _no_attn_factor(m):
@@ -401,6 +410,9 @@ SENSITIVITY = [
     ("qwen3", "q/k norms", _no_qk_norm),
     ("gemma3", "the sliding window", _no_window),
     ("gemma3", "GELU (as SiLU)", _silu),
+    ("gemma", "GELU (as SiLU)", _silu),
+    ("gemma", "the embedding scale", _no_embd_scale),
+    ("gemma", "split-half rope", _flip_rope_mode),
     ("gemma2", "attention soft-capping", _no_attn_softcap),
     ("gemma2", "final soft-capping", _no_final_softcap),
     ("llama-swa", "the sliding window", _no_window),
@@ -448,7 +460,8 @@ def test_broken_model_refused(brisk, tmp_path, case):
 
 # ---- chat without a template in the file ------------------------------------------
 
-@pytest.mark.parametrize("name,kind", [("gemma3", "gemma"), ("phi3", "phi3"), ("qwen3", "chatml")])
+@pytest.mark.parametrize("name,kind", [("gemma3", "gemma"), ("phi3", "phi3"), ("qwen3", "chatml"),
+                                       ("gemma", "gemma")])
 def test_chat_template_by_architecture(brisk, start_server, synth, name, kind):
     """A file without tokenizer.chat_template (the Gemma 3 270M base file is one) chats
     with its family's template, chosen by architecture and logged; the rendered prompt

@@ -12,14 +12,16 @@ Usage:
     llama_ref.py --model M --tokens "1" --generate 199
         greedy continuation; prints prompt + generated ids on one line
 
-Supported: architectures llama and qwen2; tensor types F32, F16, BF16, Q8_0,
-Q4_0, Q4_1; RoPE with linear scaling (rope.scaling.type = linear, or the older
+Supported: the architectures of ARCHS below (one row per family, as brisk's
+models/model_arch.c); tensor types F32, F16, BF16, Q8_0, Q4_0, Q4_1 (and,
+through the gguf package, Q5_*, the K-quants and IQ4_*); RoPE with linear scaling (rope.scaling.type = linear, or the older
 rope.scale_linear) and Llama 3.1-style per-pair frequency divisors
 (rope_freqs.weight). The `gguf` package is used only to parse the file.
 """
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -92,6 +94,47 @@ def dequantize_rows(raw, ggml_type, n_cols):
     return x.reshape(-1, n_cols)
 
 
+# ---- architectures -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a family's blocks do, and the tensors its files hold beyond llama's.
+    The same columns as brisk's architecture table (models/model_arch.h);
+    synth_gguf.py writes files by it."""
+
+    neox: bool = True  # RoPE pairs (i, i + rot/2); False: adjacent (2i, 2i+1), llama's
+    qkv_bias: bool = False  # attn_q/k/v.bias
+    qk_norm: bool = False  # attn_q_norm/attn_k_norm: RMSNorm of each q and k head
+    post_norms: bool = False  # post_attention_norm/post_ffw_norm before each residual add
+    fused: bool = False  # attn_qkv, and gate and up in one ffn_up (Phi-3's files)
+    gelu: bool = False  # GELU (tanh form) instead of SiLU in the gated MLP
+    embd_scale: bool = False  # embeddings times sqrt(n_embd)
+    eps: float = 1e-5  # RMSNorm epsilon where the file has none
+    # Local/global layers: layer l local iff l % swa_pattern < swa_pattern - 1,
+    # on RoPE base rope_base_swa (0: the global one), both unless the file says;
+    # 0: a window covers every layer (Mistral) and those keys are not read.
+    swa_pattern: int = 0
+    rope_base_swa: float = 0.0
+    swa_unscaled: bool = False  # local layers not linearly scaled (Gemma 3)
+    softcaps: bool = False  # attention-score and final-logit soft-capping from the file
+
+
+ARCHS = {
+    # llama GGUFs store q/k permuted so that RoPE pairs are adjacent; the others
+    # keep the HF layout.
+    "llama": Family(neox=False),
+    "qwen2": Family(qkv_bias=True),
+    "qwen3": Family(qk_norm=True),
+    "gemma2": Family(post_norms=True, gelu=True, embd_scale=True, eps=1e-6, swa_pattern=2,
+                     softcaps=True),
+    "gemma3": Family(qk_norm=True, post_norms=True, gelu=True, embd_scale=True, eps=1e-6,
+                     swa_pattern=6, rope_base_swa=10000.0, swa_unscaled=True, softcaps=True),
+    "phi3": Family(fused=True),
+    "gemma": Family(gelu=True, embd_scale=True, eps=1e-6),
+}
+
+
 # ---- model -----------------------------------------------------------------
 
 
@@ -106,33 +149,35 @@ class Model:
         self.reader = gguf.GGUFReader(path)
         self.tensors = {t.name: t for t in self.reader.tensors}
         arch = self._meta("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
-            raise ValueError(f"unsupported architecture {arch!r} "
-                             "(want llama, qwen2, qwen3, gemma2, gemma3 or phi3)")
+        if arch not in ARCHS:
+            raise ValueError(f"unsupported architecture {arch!r} (want {', '.join(ARCHS)})")
         self.arch = arch
-        self.gemma = arch in ("gemma2", "gemma3")
+        f = self.family = ARCHS[arch]
+        self.gelu = f.gelu  # a test may switch it off (the feature must show)
         self.n_embd = int(self._meta(f"{arch}.embedding_length"))
         self.n_layer = int(self._meta(f"{arch}.block_count"))
         self.n_head = int(self._meta(f"{arch}.attention.head_count"))
         self.n_head_kv = int(self._meta(f"{arch}.attention.head_count_kv", self.n_head))
         self.head_dim = int(self._meta(f"{arch}.attention.key_length", self.n_embd // self.n_head))
-        self.eps = float(self._meta(f"{arch}.attention.layer_norm_rms_epsilon",
-                                    1e-6 if self.gemma else 1e-5))
-        # Sliding windows (the published defaults where the file is silent):
-        # Gemma 3 every sixth layer global, the others local with RoPE base
-        # 10,000; Gemma 2 every other layer (local first), one base; a llama
-        # file with a window (Mistral): every layer. Layer l is local iff
-        # l % pattern < pattern - 1 (pattern 0: all).
-        self.n_swa = int(self._meta(f"{arch}.attention.sliding_window", 0))
-        self.swa_pattern = int(self._meta(f"{arch}.attention.sliding_window_pattern",
-                                          {"gemma3": 6, "gemma2": 2}.get(arch, 0)))
-        self.rope_base_swa = float(self._meta(f"{arch}.rope.local.freq_base",
-                                              10000.0 if arch == "gemma3" else
-                                              float(self._meta(f"{arch}.rope.freq_base", 10000.0))))
-        # Gemma 2's soft-capping of the attention scores and of the logits.
-        self.attn_softcap = float(self._meta(f"{arch}.attn_logit_softcapping", 0.0))
-        self.final_softcap = float(self._meta(f"{arch}.final_logit_softcapping", 0.0))
+        self.eps = float(self._meta(f"{arch}.attention.layer_norm_rms_epsilon", f.eps))
         self.rope_base = float(self._meta(f"{arch}.rope.freq_base", 10000.0))
+        # Sliding windows (the family's published defaults where the file is
+        # silent): Gemma 3 every sixth layer global, the others local with RoPE
+        # base 10,000; Gemma 2 every other layer (local first), one base; a
+        # family without a pattern (a llama file with a window: Mistral): every
+        # layer. Layer l is local iff l % pattern < pattern - 1 (pattern 0: all).
+        self.n_swa = int(self._meta(f"{arch}.attention.sliding_window", 0))
+        self.swa_pattern, self.rope_base_swa = 0, self.rope_base
+        if f.swa_pattern:
+            self.swa_pattern = int(self._meta(f"{arch}.attention.sliding_window_pattern",
+                                              f.swa_pattern))
+            self.rope_base_swa = float(self._meta(f"{arch}.rope.local.freq_base",
+                                                  f.rope_base_swa or self.rope_base))
+        # Gemma 2's soft-capping of the attention scores and of the logits.
+        self.attn_softcap = self.final_softcap = 0.0
+        if f.softcaps:
+            self.attn_softcap = float(self._meta(f"{arch}.attn_logit_softcapping", 0.0))
+            self.final_softcap = float(self._meta(f"{arch}.final_logit_softcapping", 0.0))
         self.rope_dim = int(self._meta(f"{arch}.rope.dimension_count", self.head_dim))
         self.rope_scale = 1.0
         if self._meta(f"{arch}.rope.scaling.type", "none") == "linear":
@@ -141,9 +186,7 @@ class Model:
         scale_linear = float(self._meta(f"{arch}.rope.scale_linear", 0.0))
         if scale_linear > 0.0:
             self.rope_scale = scale_linear
-        # llama GGUFs store q/k permuted so that RoPE pairs are adjacent
-        # (2i, 2i+1); qwen2 keeps the HF layout and pairs (i, i + rot/2).
-        self.rope_neox = arch in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+        self.rope_neox = f.neox
         self.n_vocab = int(self.tensors["token_embd.weight"].shape[1])
         self._cache = {}
         # Llama 3.1-style frequency factors: one divisor per rotated pair,
@@ -248,7 +291,7 @@ def forward(m, tokens, cache=None, hidden=False):
     # token embeddings: rows of token_embd [n_vocab, n_embd]
     emb = m.weight("token_embd.weight", keep=True)
     x = emb[tokens].copy()  # [T, n_embd]
-    if m.gemma:
+    if m.family.embd_scale:
         x = x * np.sqrt(m.n_embd)
 
     for l in range(m.n_layer):
@@ -281,7 +324,7 @@ def forward(m, tokens, cache=None, hidden=False):
         # Gemma 3's local layers are not linearly scaled (llama.cpp's
         # rope_freq_scale_train_swa = 1); its global layers and every other
         # family's layers take the file's factor.
-        scale = 1.0 if local and m.arch == "gemma3" else m.rope_scale
+        scale = 1.0 if local and m.family.swa_unscaled else m.rope_scale
         q = rope(q, pos, m, base, scale)
         k = rope(k, pos, m, base, scale)
         v = v.reshape(T, nkv, hd)
@@ -305,7 +348,7 @@ def forward(m, tokens, cache=None, hidden=False):
         w /= w.sum(axis=-1, keepdims=True)
         att = np.einsum("hts,shd->thd", w, Vq).reshape(T, nh * hd)
         o = att @ m.weight(p + "attn_output.weight").T
-        if m.gemma:
+        if m.family.post_norms:
             o = rms_norm(o, m.weight(p + "post_attention_norm.weight"), m.eps)
         x = x + o
 
@@ -316,12 +359,12 @@ def forward(m, tokens, cache=None, hidden=False):
             u = h @ m.weight(p + "ffn_up.weight").T
         else:  # phi3: gate and up fused, gate first
             g, u = np.split(h @ m.weight(p + "ffn_up.weight").T, 2, axis=1)
-        if m.gemma and not getattr(m, "gemma_silu", False):  # GELU, tanh form
+        if m.gelu:  # GELU, tanh form
             a = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
         else:  # SiLU
             a = g / (1.0 + np.exp(-g))
         o = (a * u) @ m.weight(p + "ffn_down.weight").T
-        if m.gemma:
+        if m.family.post_norms:
             o = rms_norm(o, m.weight(p + "post_ffw_norm.weight"), m.eps)
         x = x + o
 

@@ -24,7 +24,7 @@ static int64_t count_params(const model_config *c) {
         per_layer += q + 2 * kv;
     if (c->has_qk_norm) /* qwen3, gemma3: q and k norm weights per layer */
         per_layer += 2 * (int64_t)c->head_dim;
-    if (c->gemma) /* the norms after the attention and the MLP */
+    if (c->has_post_norms) /* the norms after the attention and the MLP */
         per_layer += 2 * d;
     return (int64_t)c->n_vocab * d * (c->tied_output ? 1 : 2) + d + c->n_layers * per_layer;
 }
