@@ -47,12 +47,7 @@ CLI_PARSER(parse_gpu_mode, srv_gpu_mode, srv_gpu_mode_parse)
 #define SVP(f, p) [CLI_IX_SERVE] = CLI_PARSED(srv_app_config, f, p)
 #define GNP(f, p) [CLI_IX_GENERATE] = CLI_PARSED(cli_generate_opts, f, p)
 #define BNP(f, p) [CLI_IX_BENCH] = CLI_PARSED(cli_bench_opts, f, p)
-#define SVE(f)                                                                                     \
-    [CLI_IX_SERVE] = {.off = offsetof(srv_app_config, f) +                                         \
-                             CLI_CHECK0(sizeof CLI_MEMBER(srv_app_config, f) == sizeof(int),       \
-                                        "srv_app_config." #f " is not int-sized"),                 \
-                      .size = sizeof(int),                                                         \
-                      .ctype = CLI_C_ENUM}
+#define SVE(f) [CLI_IX_SERVE] = CLI_ENUM(srv_app_config, f)
 /* The value of each choice, in the order of the row's choices. */
 #define VALS(...)                                                                                  \
     .vals = (const int[]){__VA_ARGS__},                                                            \

@@ -171,7 +171,7 @@ typedef enum {
     CLI_C_ULLONG,
     CLI_C_FLOAT,
     CLI_C_DOUBLE,
-    CLI_C_ENUM, /* an int-sized enum, written by the destination's parser */
+    CLI_C_ENUM, /* an int-sized enum: the destination's parser, or the row's vals */
     CLI_C_LIST, /* const char *const * at off and its int count at off_n */
 } cli_ctype;
 
@@ -218,6 +218,13 @@ typedef struct cli_dest {
         .off = offsetof(S, f) + CLI_CHECK0(CLI_IS(CLI_MEMBER(S, f), parser##_type),                \
                                            #S "." #f " is not what " #parser " writes"),           \
         .size = sizeof CLI_MEMBER(S, f), .ctype = CLI_C_ENUM, .parse = parser                      \
+    }
+/* Field f of S, an int-sized enum set from the row's vals. */
+#define CLI_ENUM(S, f)                                                                             \
+    {                                                                                              \
+        .off = offsetof(S, f) +                                                                    \
+               CLI_CHECK0(sizeof CLI_MEMBER(S, f) == sizeof(int), #S "." #f " is not int-sized"),  \
+        .size = sizeof CLI_MEMBER(S, f), .ctype = CLI_C_ENUM                                       \
     }
 /* A list of strings: the array in field f, its length in field n. */
 #define CLI_LIST(S, f, n)                                                                          \

@@ -45,8 +45,8 @@ static void test_read(void) {
     unlink(path);
 
     CHECK_COND(temp_file(path, 'x', 0, "") == 0);
-    CHECK(brisk_file_read(path, 100, NULL, &text, &len, err, sizeof err) == 0 && text &&
-              len == 0 && text[0] == '\0',
+    CHECK(brisk_file_read(path, 100, NULL, &text, &len, err, sizeof err) == 0 && text && len == 0 &&
+              text[0] == '\0',
           "an empty file");
     free(text);
     unlink(path);
@@ -68,8 +68,7 @@ static void test_read(void) {
               !text && !strncmp(err, "cannot open key file '/nonexistent/f': ", 39) &&
               bt_one_line(err),
           "missing: %s", err);
-    CHECK(brisk_file_read("/nonexistent/f", 10, NULL, &text, &len, err, sizeof err) ==
-                  BRISK_EIO &&
+    CHECK(brisk_file_read("/nonexistent/f", 10, NULL, &text, &len, err, sizeof err) == BRISK_EIO &&
               !strncmp(err, "cannot open '/nonexistent/f': ", 30),
           "missing, no what: %s", err);
     CHECK(brisk_file_read(".", 10, NULL, &text, &len, err, sizeof err) == BRISK_EIO && !text &&
