@@ -6,6 +6,42 @@
 
 #include <stdint.h>
 
+#include "models/backend.h"
+#include "models/model.h"
+#include "models/sampler.h"
+
+/* What each subcommand's options fill (cli_opts.c's table holds, per option,
+ * the field it goes to; `brisk serve` fills srv_app_config). The subcommand
+ * sets the defaults, then cli_opts_fill overwrites the fields of the options
+ * given. Strings point into argv or the environment (borrowed). */
+typedef struct cli_generate_opts {
+    const char *model, *prompt, *prompt_ids, *dump_logits, *dummy, *tokenizer;
+    long n_predict, threads, ctx;
+    int ignore_eos, special, no_bos;
+    model_weights_fmt weights;
+    model_sampling sampling;
+    model_device device;
+    int cuda_graphs; /* 0: --no-cuda-graphs */
+} cli_generate_opts;
+
+typedef struct cli_bench_opts {
+    const char *model, *dummy, *tokenizer;
+    model_weights_fmt weights;
+    model_device device;
+    long threads, n_pp, n_tg, reps;
+    int cuda_graphs; /* 0: --no-cuda-graphs */
+    int kv_f16;      /* --kv-cache-dtype f16 (brisk serve's default, as llama-bench's) */
+} cli_bench_opts;
+
+typedef struct cli_tokenize_opts {
+    const char *model, *text;
+    int special, no_bos;
+} cli_tokenize_opts;
+
+typedef struct cli_convert_opts {
+    const char *model, *tokenizer, *out;
+} cli_convert_opts;
+
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);

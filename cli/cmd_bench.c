@@ -81,50 +81,33 @@ static void bench_json_string(FILE *f, const char *s) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL, *dummy = NULL, *tokenizer = NULL;
-    model_weights_fmt fmt = MODEL_WEIGHTS_AUTO;
-    long threads = 0, n_pp = 512, n_tg = 128, reps = 3;
-    model_device device = MODEL_DEVICE_CPU;
-    int graphs = 1, kv_f16 = 1; /* brisk serve's default K/V type, as llama-bench's */
+    cli_bench_opts o = {.weights = MODEL_WEIGHTS_AUTO,
+                        .device = MODEL_DEVICE_CPU,
+                        .n_pp = 512,
+                        .n_tg = 128,
+                        .reps = 3,
+                        .cuda_graphs = 1,
+                        .kv_f16 = 1};
     cli_vals v;
     int prc = cli_opts_parse(CLI_BENCH, argc, argv, &v);
     if (prc != CLI_OK)
         return prc == CLI_HELP ? 0 : 2;
-    if (v.given[O_MODEL])
-        model_path = v.s[O_MODEL];
-    if (v.given[O_DUMMY])
-        dummy = v.s[O_DUMMY];
-    if (v.given[O_TOKENIZER])
-        tokenizer = v.s[O_TOKENIZER];
-    if (v.given[O_WEIGHTS])
-        model_weights_fmt_parse(v.s[O_WEIGHTS], &fmt);
-    if (v.given[O_DEVICE])
-        model_device_parse(v.s[O_DEVICE], &device);
-    if (v.given[O_NO_GRAPHS])
-        graphs = 0;
-    if (v.given[O_KV_DTYPE])
-        kv_f16 = !strcmp(v.s[O_KV_DTYPE], "f16");
-    if (v.given[O_THREADS])
-        threads = (long)v.i[O_THREADS];
-    if (v.given[O_N_PROMPT])
-        n_pp = (long)v.i[O_N_PROMPT];
-    if (v.given[O_N_GEN])
-        n_tg = (long)v.i[O_N_GEN];
-    if (v.given[O_REPS])
-        reps = (long)v.i[O_REPS];
-    if (cli_check_dummy(dummy, tokenizer, model_path) < 0)
+    if (cli_opts_fill(CLI_BENCH, &v, &o, sizeof o) < 0)
+        return 1;
+    if (cli_check_dummy(o.dummy, o.tokenizer, o.model) < 0)
         return 2;
-    if (dummy)
-        model_path = dummy;
-    if (!model_path)
-        model_path = cli_default_model();
-    if (!model_path) {
+    if (o.dummy)
+        o.model = o.dummy;
+    if (!o.model)
+        o.model = cli_default_model();
+    if (!o.model) {
         cli_error("bench: --model is required");
         return 2;
     }
+    long n_pp = o.n_pp, n_tg = o.n_tg;
     char err[512] = "";
     int status = 1;
-    kern_pool *pool = kern_pool_create((int)threads);
+    kern_pool *pool = kern_pool_create((int)o.threads);
     sched_setup st = {0};
     model *m = NULL;          /* st.m */
     model_backend *be = NULL; /* st.be */
@@ -135,17 +118,17 @@ int cmd_bench(int argc, char **argv) {
     int n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg);
     if (n_ctx < 1)
         n_ctx = 1;
-    sched_setup_opts so = {.model_path = model_path,
-                           .dummy = dummy,
-                           .tokenizer = tokenizer,
-                           .weights = fmt,
-                           .device = device,
+    sched_setup_opts so = {.model_path = o.model,
+                           .dummy = o.dummy,
+                           .tokenizer = o.tokenizer,
+                           .weights = o.weights,
+                           .device = o.device,
                            .pool = pool,
                            .max_batch_tokens = n_pp > 0 ? (int)n_pp : 1,
                            .max_ctx = n_ctx,
                            .max_seqs = 1,
-                           .cuda_graphs = graphs,
-                           .kv_f16 = kv_f16,
+                           .cuda_graphs = o.cuda_graphs,
+                           .kv_f16 = o.kv_f16,
                            .kv_exact = 1};
     if (sched_setup_create(&so, &st, err, sizeof err) < 0) {
         cli_error("%s", err);
@@ -166,7 +149,7 @@ int cmd_bench(int argc, char **argv) {
     double secs, best_pp = 0, best_tg = 0;
     if (bench_tg(be, kv, ids, n_tg < 8 ? (int)n_tg : 8, &secs) < 0)
         goto out;
-    for (long r = 0; r < reps; r++) {
+    for (long r = 0; r < o.reps; r++) {
         if (n_pp > 0) {
             if (bench_pp(be, kv, ids, (int)n_pp, &secs) < 0)
                 goto out;
@@ -195,9 +178,9 @@ int cmd_bench(int argc, char **argv) {
         "\"kv_dtype\": \"%s\", \"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": %.2f, "
         "\"tg_frac_roofline\": %.3f, "
         "\"cpu\": \"%s\", \"device\": ",
-        model_weights_fmt_name(fmt), kern_pool_size(pool), (long long)model_n_params(m), wbytes,
-        n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0, n_tg, tg_tps, st.kv_f16 ? "f16" : "f32",
-        bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
+        model_weights_fmt_name(o.weights), kern_pool_size(pool), (long long)model_n_params(m),
+        wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0, n_tg, tg_tps,
+        st.kv_f16 ? "f16" : "f32", bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
     bench_json_string(stdout, dev);
     char kernels[1024] = "";
     if (be->device == MODEL_DEVICE_CPU)

@@ -16,20 +16,11 @@
 #include "models/sampler.h"
 #include "scheduler/sched_setup.h"
 
-typedef struct gen_opts {
-    const char *model, *prompt, *prompt_ids, *dump_logits, *dummy, *tokenizer;
-    long n_predict, threads, ctx;
-    int ignore_eos, special, no_bos;
-    model_weights_fmt weights;
-    model_sampling sampling;
-    model_device device;
-    int no_graphs;
-} gen_opts;
-
-static int generate_parse(int argc, char **argv, gen_opts *o) {
+static int generate_parse(int argc, char **argv, cli_generate_opts *o) {
     memset(o, 0, sizeof *o);
     o->prompt = "";
     o->n_predict = 128;
+    o->cuda_graphs = 1;
     o->sampling = model_sampling_default();
     /* Defaults as llama.cpp's CLI: mildly creative, reproducible with --seed. */
     o->sampling.temperature = 0.8f;
@@ -42,53 +33,8 @@ static int generate_parse(int argc, char **argv, gen_opts *o) {
     int prc = cli_opts_parse(CLI_GENERATE, argc, argv, &v);
     if (prc != CLI_OK)
         return prc == CLI_HELP ? -1 : 2;
-#define GIVEN(id) (v.given[id])
-    if (GIVEN(O_MODEL))
-        o->model = v.s[O_MODEL];
-    if (GIVEN(O_DUMMY))
-        o->dummy = v.s[O_DUMMY];
-    if (GIVEN(O_TOKENIZER))
-        o->tokenizer = v.s[O_TOKENIZER];
-    if (GIVEN(O_PROMPT))
-        o->prompt = v.s[O_PROMPT];
-    if (GIVEN(O_PROMPT_IDS))
-        o->prompt_ids = v.s[O_PROMPT_IDS];
-    if (GIVEN(O_N_PREDICT))
-        o->n_predict = (long)v.i[O_N_PREDICT];
-    if (GIVEN(O_TEMP))
-        o->sampling.temperature = (float)v.f[O_TEMP];
-    if (GIVEN(O_SEED))
-        o->sampling.seed = v.u[O_SEED];
-    if (GIVEN(O_TOP_K))
-        o->sampling.top_k = (int)v.i[O_TOP_K];
-    if (GIVEN(O_TOP_P))
-        o->sampling.top_p = (float)v.f[O_TOP_P];
-    if (GIVEN(O_MIN_P))
-        o->sampling.min_p = (float)v.f[O_MIN_P];
-    if (GIVEN(O_REPEAT_PENALTY))
-        o->sampling.repetition_penalty = (float)v.f[O_REPEAT_PENALTY];
-    if (GIVEN(O_REPEAT_LAST_N))
-        o->sampling.penalty_last_n = (int)v.i[O_REPEAT_LAST_N];
-    if (GIVEN(O_PRESENCE))
-        o->sampling.presence_penalty = (float)v.f[O_PRESENCE];
-    if (GIVEN(O_FREQUENCY))
-        o->sampling.frequency_penalty = (float)v.f[O_FREQUENCY];
-    if (GIVEN(O_WEIGHTS))
-        model_weights_fmt_parse(v.s[O_WEIGHTS], &o->weights);
-    if (GIVEN(O_DEVICE))
-        model_device_parse(v.s[O_DEVICE], &o->device);
-    if (GIVEN(O_NO_GRAPHS))
-        o->no_graphs = 1;
-    if (GIVEN(O_THREADS))
-        o->threads = (long)v.i[O_THREADS];
-    if (GIVEN(O_CTX))
-        o->ctx = (long)v.i[O_CTX];
-    if (GIVEN(O_DUMP_LOGITS))
-        o->dump_logits = v.s[O_DUMP_LOGITS];
-    o->ignore_eos = GIVEN(O_IGNORE_EOS);
-    o->special = GIVEN(O_SPECIAL);
-    o->no_bos = GIVEN(O_NO_BOS);
-#undef GIVEN
+    if (cli_opts_fill(CLI_GENERATE, &v, o, sizeof *o) < 0)
+        return 1;
     if (cli_check_dummy(o->dummy, o->tokenizer, o->model) < 0)
         return 2;
     if (o->dummy)
@@ -134,7 +80,7 @@ static int generate_parse_ids(const char *s, int n_vocab, int32_t **ids, int *n)
 }
 
 /* Encodes the prompt into a malloc'ed array; an empty prompt is BOS alone. */
-static int generate_encode(const tok_vocab *v, const gen_opts *o, int32_t **ids, int *n) {
+static int generate_encode(const tok_vocab *v, const cli_generate_opts *o, int32_t **ids, int *n) {
     int flags = (o->special ? TOK_PARSE_SPECIAL : 0) |
                 (!o->no_bos && tok_add_bos_default(v) ? TOK_ADD_BOS : 0);
     size_t len = strlen(o->prompt);
@@ -199,7 +145,7 @@ static int generate_prefill(model_backend *be, kv_cache *kv, const int32_t *ids,
 }
 
 int cmd_generate(int argc, char **argv) {
-    gen_opts o;
+    cli_generate_opts o;
     int prc = generate_parse(argc, argv, &o);
     if (prc)
         return prc < 0 ? 0 : prc; /* -1: --help */
@@ -228,7 +174,7 @@ int cmd_generate(int argc, char **argv) {
                            .device = o.device,
                            .pool = pool,
                            .max_seqs = 1,
-                           .cuda_graphs = !o.no_graphs,
+                           .cuda_graphs = o.cuda_graphs,
                            .kv_exact = 1};
     double t_load = brisk_now();
     if (sched_setup_load(&so, &st, err, sizeof err) < 0) {

@@ -9,15 +9,15 @@
 #include "models/tokenizer.h"
 
 int cmd_tokenize(int argc, char **argv) {
-    cli_vals o;
-    int prc = cli_opts_parse(CLI_TOKENIZE, argc, argv, &o);
+    cli_tokenize_opts o = {0};
+    cli_vals v;
+    int prc = cli_opts_parse(CLI_TOKENIZE, argc, argv, &v);
     if (prc != CLI_OK)
         return prc == CLI_HELP ? 0 : 2;
-    const char *model_path = o.given[O_MODEL] ? o.s[O_MODEL] : NULL;
-    const char *text = o.given[O_TEXT] ? o.s[O_TEXT] : NULL;
-    int special = o.given[O_SPECIAL], no_bos = o.given[O_NO_BOS];
-    if (!model_path)
-        model_path = cli_default_model();
+    if (cli_opts_fill(CLI_TOKENIZE, &v, &o, sizeof o) < 0)
+        return 1;
+    const char *model_path = o.model ? o.model : cli_default_model();
+    const char *text = o.text;
     if (!model_path || !text) {
         cli_error("tokenize: --model and --text are required");
         return 2;
@@ -25,18 +25,18 @@ int cmd_tokenize(int argc, char **argv) {
     /* Only the vocabulary is needed: open the GGUF, skip the weights. */
     char err[512] = "";
     gguf_file *gf = NULL;
-    tok_vocab *v = NULL;
+    tok_vocab *vocab = NULL;
     int32_t *ids = NULL;
     int status = 1;
     if (gguf_open(model_path, &gf, err, sizeof err) < 0 ||
-        tok_vocab_create_from_gguf(gf, &v, err, sizeof err) < 0) {
+        tok_vocab_create_from_gguf(gf, &vocab, err, sizeof err) < 0) {
         cli_error("%s", err);
         goto out;
     }
-    int flags =
-        (special ? TOK_PARSE_SPECIAL : 0) | (!no_bos && tok_add_bos_default(v) ? TOK_ADD_BOS : 0);
+    int flags = (o.special ? TOK_PARSE_SPECIAL : 0) |
+                (!o.no_bos && tok_add_bos_default(vocab) ? TOK_ADD_BOS : 0);
     size_t len = strlen(text);
-    int need = tok_encode(v, text, len, flags, NULL, 0);
+    int need = tok_encode(vocab, text, len, flags, NULL, 0);
     if (need < 0) {
         cli_error("tokenize: cannot encode the text");
         goto out;
@@ -44,14 +44,14 @@ int cmd_tokenize(int argc, char **argv) {
     ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids);
     if (!ids)
         goto out;
-    int n = tok_encode(v, text, len, flags, ids, need);
+    int n = tok_encode(vocab, text, len, flags, ids, need);
     for (int i = 0; i < n; i++)
         printf(i ? " %d" : "%d", ids[i]);
     printf("\n");
     status = 0;
 out:
     free(ids);
-    tok_vocab_free(v);
+    tok_vocab_free(vocab);
     gguf_close(gf);
     return status;
 }

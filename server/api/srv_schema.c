@@ -18,8 +18,10 @@
 #include <string.h>
 
 #include "common/brisk_alloc.h"
+#include "common/brisk_buf.h"
 #include "common/brisk_error.h"
 #include "common/brisk_grow.h"
+#include "common/brisk_utf8.h"
 
 #define SCH_MAX_DEPTH 64
 #define SCH_MAX_REPEAT 1000 /* the grammar's largest {m,n} */
@@ -79,11 +81,6 @@ static const char *const SCH_REFUSED[] = {
     "contentMediaType",
 };
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
 typedef struct sref {
     const cJSON *node;
     int id;
@@ -91,7 +88,7 @@ typedef struct sref {
 
 typedef struct sctx {
     const cJSON *root;
-    sbuf rules;
+    brisk_buf rules;
     int next_id;
     int n_nodes, depth;
     sref *refs;
@@ -118,24 +115,24 @@ static int sch_fail(sctx *c, const char *fmt, ...) {
     return BRISK_EINVAL;
 }
 
-static int sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > SCH_MAX_TEXT)
+/* The grammar's text goes into brisk_bufs (common/brisk_buf.h) through
+ * these, which keep every text under SCH_MAX_TEXT and report at each
+ * append: 0, BRISK_ERANGE (too big) or BRISK_ENOMEM. */
+static int sb_add(brisk_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > SCH_MAX_TEXT)
         return BRISK_ERANGE;
-    if (brisk_grow(&b->p, &b->cap, b->n + n + 1, 1, 256, 0) < 0)
-        return BRISK_ENOMEM;
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return 0;
+    brisk_buf_put(b, s, n);
+    return b->oom ? BRISK_ENOMEM : 0;
 }
 
-static int sb_str(sbuf *b, const char *s) {
+static int sb_str(brisk_buf *b, const char *s) {
     return sb_add(b, s, strlen(s));
 }
 
-static int sb_fmt(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int sb_fmt(brisk_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static int sb_fmt(sbuf *b, const char *fmt, ...) {
+/* A piece of at most 255 bytes (longer counts as too big, BRISK_ERANGE). */
+static int sb_fmt(brisk_buf *b, const char *fmt, ...) {
     char tmp[256];
     va_list ap;
     va_start(ap, fmt);
@@ -146,7 +143,7 @@ static int sb_fmt(sbuf *b, const char *fmt, ...) {
 
 /* A GBNF literal of bytes s: quotes, backslashes and control bytes as \xHH;
  * the rest (valid UTF-8, as the request parser checked) as is. */
-static int sb_literal(sbuf *b, const char *s) {
+static int sb_literal(brisk_buf *b, const char *s) {
     int rc = sb_str(b, "\"");
     for (; *s && rc == 0; s++) {
         unsigned char ch = (unsigned char)*s;
@@ -158,34 +155,14 @@ static int sb_literal(sbuf *b, const char *s) {
     return rc ? rc : sb_str(b, "\"");
 }
 
-/* 1 if s is well-formed UTF-8 (no overlongs, surrogates or values past
- * U+10FFFF): the grammar's literals must be. */
-static int utf8_ok(const unsigned char *s) {
-    while (*s) {
-        unsigned c = *s;
-        int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!n)
-            return 0;
-        unsigned v = n == 1 ? c : c & (0x7Fu >> n);
-        for (int i = 1; i < n; i++) {
-            if ((s[i] & 0xC0) != 0x80)
-                return 0;
-            v = v << 6 | (s[i] & 0x3Fu);
-        }
-        static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (v < min[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-            return 0;
-        s += n;
-    }
-    return 1;
-}
-
 /* The literal of a JSON value written compactly (a key, an enum member). */
-static int sb_json_literal(sctx *c, sbuf *b, const cJSON *v) {
+static int sb_json_literal(sctx *c, brisk_buf *b, const cJSON *v) {
     char *t = cJSON_PrintUnformatted(v);
     if (!t)
         return BRISK_ENOMEM;
-    if (!utf8_ok((const unsigned char *)t)) { /* a lone surrogate escape, say */
+    /* The grammar's literals must be well-formed UTF-8: a lone surrogate
+     * escape, say, is not. */
+    if (!brisk_utf8_valid(t, strlen(t))) {
         cJSON_free(t);
         return sch_fail(c, "a string is not valid UTF-8");
     }
@@ -195,11 +172,11 @@ static int sb_json_literal(sctx *c, sbuf *b, const cJSON *v) {
 }
 
 /* Appends "sN ::= body\n" as a new rule; *id gets N. */
-static int add_rule(sctx *c, int id, const sbuf *body) {
+static int add_rule(sctx *c, int id, const brisk_buf *body) {
     int rc = sb_fmt(&c->rules, "%ss%d ::= ", c->prefix, id);
-    return rc                                                          ? rc
-           : (rc = sb_add(&c->rules, body->p ? body->p : "", body->n)) ? rc
-                                                                       : sb_str(&c->rules, "\n");
+    return rc                                                            ? rc
+           : (rc = sb_add(&c->rules, body->p ? body->p : "", body->len)) ? rc
+                                                                         : sb_str(&c->rules, "\n");
 }
 
 /* Appends prefix then name to the error path; returns where to cut it back.
@@ -214,11 +191,11 @@ static size_t path_push(sctx *c, const char *prefix, const char *name) {
     return at;
 }
 
-static int gen(sctx *c, const cJSON *s, sbuf *out);
+static int gen(sctx *c, const cJSON *s, brisk_buf *out);
 
 /* A new rule for subschema s; its name goes into out. */
-static int gen_rule(sctx *c, const cJSON *s, sbuf *out) {
-    sbuf body = {0};
+static int gen_rule(sctx *c, const cJSON *s, brisk_buf *out) {
+    brisk_buf body = {0};
     int id = c->next_id++;
     int rc = gen(c, s, &body);
     if (rc == 0)
@@ -254,7 +231,7 @@ static int get_count(sctx *c, const cJSON *s, const char *key, long *out) {
 
 /* ---- the types ------------------------------------------------------------------- */
 
-static int gen_string(sctx *c, const cJSON *s, sbuf *out) {
+static int gen_string(sctx *c, const cJSON *s, brisk_buf *out) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     if (fmt) {
         static const char *const names[][2] = {
@@ -278,11 +255,11 @@ static int gen_string(sctx *c, const cJSON *s, sbuf *out) {
                   : sb_fmt(out, "\"\\\"\" jc{%ld,%ld} \"\\\"\"", lo, hi);
 }
 
-static int gen_object_in(sctx *c, const cJSON *s, sbuf *out);
-static int gen_array_in(sctx *c, const cJSON *s, sbuf *out);
+static int gen_object_in(sctx *c, const cJSON *s, brisk_buf *out);
+static int gen_array_in(sctx *c, const cJSON *s, brisk_buf *out);
 
 /* An object or array opens with "{" or "[": the $ref chain starts over inside. */
-static int gen_array(sctx *c, const cJSON *s, sbuf *out) {
+static int gen_array(sctx *c, const cJSON *s, brisk_buf *out) {
     int saved = c->n_chain;
     c->n_chain = 0;
     int rc = gen_array_in(c, s, out);
@@ -290,7 +267,7 @@ static int gen_array(sctx *c, const cJSON *s, sbuf *out) {
     return rc;
 }
 
-static int gen_object(sctx *c, const cJSON *s, sbuf *out) {
+static int gen_object(sctx *c, const cJSON *s, brisk_buf *out) {
     int saved = c->n_chain;
     c->n_chain = 0;
     int rc = gen_object_in(c, s, out);
@@ -298,7 +275,7 @@ static int gen_object(sctx *c, const cJSON *s, sbuf *out) {
     return rc;
 }
 
-static int gen_array_in(sctx *c, const cJSON *s, sbuf *out) {
+static int gen_array_in(sctx *c, const cJSON *s, brisk_buf *out) {
     long lo = 0, hi = -1;
     int rc;
     if ((rc = get_count(c, s, "minItems", &lo)) < 0 || (rc = get_count(c, s, "maxItems", &hi)) < 0)
@@ -306,7 +283,7 @@ static int gen_array_in(sctx *c, const cJSON *s, sbuf *out) {
     if (hi >= 0 && hi < lo)
         return sch_fail(c, "maxItems is below minItems");
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
-    sbuf item = {0};
+    brisk_buf item = {0};
     size_t at = path_push(c, "/items", "");
     rc = items ? gen_rule(c, items, &item) : sb_str(&item, "jv");
     c->path[at] = '\0';
@@ -335,7 +312,7 @@ static int is_required(const cJSON *req, const char *name) {
     return 0;
 }
 
-static int gen_object_in(sctx *c, const cJSON *s, sbuf *out) {
+static int gen_object_in(sctx *c, const cJSON *s, brisk_buf *out) {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
     const cJSON *ap = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
@@ -353,7 +330,7 @@ static int gen_object_in(sctx *c, const cJSON *s, sbuf *out) {
     /* Extra members: additionalProperties true or a schema. Absent counts as
      * false where properties are listed (the output then still validates),
      * and as any object where none are. */
-    sbuf extra = {0};
+    brisk_buf extra = {0};
     int rc = 0;
     if (ap && !cJSON_IsBool(ap) && !cJSON_IsObject(ap))
         return sch_fail(c, "'additionalProperties' must be a boolean or a schema");
@@ -370,7 +347,7 @@ static int gen_object_in(sctx *c, const cJSON *s, sbuf *out) {
     }
     if (n == 0) {
         rc =
-            extra.n
+            extra.len
                 ? sb_fmt(
                       out,
                       "\"{\" ws ( js ws \":\" ws %s ws ( \",\" ws js ws \":\" ws %s ws )* )? \"}\"",
@@ -384,7 +361,7 @@ static int gen_object_in(sctx *c, const cJSON *s, sbuf *out) {
     c->next_id += 2 * (n + 1);
     int i = 0;
     for (const cJSON *p = props->child; p && rc == 0; p = p->next, i++) {
-        sbuf member = {0}, val = {0}, body = {0};
+        brisk_buf member = {0}, val = {0}, start = {0}, tail = {0};
         size_t at = path_push(c, "/properties/", p->string);
         rc = gen_rule(c, p, &val);
         c->path[at] = '\0';
@@ -397,43 +374,41 @@ static int gen_object_in(sctx *c, const cJSON *s, sbuf *out) {
         if (rc == 0)
             rc = sb_fmt(&member, " ws \":\" ws %s ws", val.p);
         int opt = !is_required(req, p->string);
-        /* start_i */
         if (rc == 0)
-            rc = sb_fmt(&body, "%s %ss%d", member.p, c->prefix, base + n + 1 + i + 1);
+            rc = sb_fmt(&start, "%s %ss%d", member.p, c->prefix, base + n + 1 + i + 1);
         if (rc == 0 && opt)
-            rc = sb_fmt(&body, " | %ss%d", c->prefix, base + i + 1);
+            rc = sb_fmt(&start, " | %ss%d", c->prefix, base + i + 1);
         if (rc == 0)
-            rc = add_rule(c, base + i, &body);
-        /* tail_i */
-        body.n = 0;
+            rc = add_rule(c, base + i, &start);
         if (rc == 0)
-            rc = sb_fmt(&body, "\",\" ws %s %ss%d", member.p, c->prefix, base + n + 1 + i + 1);
+            rc = sb_fmt(&tail, "\",\" ws %s %ss%d", member.p, c->prefix, base + n + 1 + i + 1);
         if (rc == 0 && opt)
-            rc = sb_fmt(&body, " | %ss%d", c->prefix, base + n + 1 + i + 1);
+            rc = sb_fmt(&tail, " | %ss%d", c->prefix, base + n + 1 + i + 1);
         if (rc == 0)
-            rc = add_rule(c, base + n + 1 + i, &body);
+            rc = add_rule(c, base + n + 1 + i, &tail);
         free(member.p);
         free(val.p);
-        free(body.p);
+        free(start.p);
+        free(tail.p);
     }
     /* start_n, tail_n: the extra members, or nothing */
-    sbuf body = {0};
-    if (rc == 0 && extra.n)
-        rc = sb_fmt(&body, "( js ws \":\" ws %s ws ( \",\" ws js ws \":\" ws %s ws )* )?", extra.p,
+    brisk_buf start = {0}, tail = {0};
+    if (rc == 0 && extra.len)
+        rc = sb_fmt(&start, "( js ws \":\" ws %s ws ( \",\" ws js ws \":\" ws %s ws )* )?", extra.p,
                     extra.p);
     if (rc == 0)
-        rc = add_rule(c, base + n, &body);
-    body.n = 0;
-    if (rc == 0 && extra.n)
-        rc = sb_fmt(&body, "( \",\" ws js ws \":\" ws %s ws )*", extra.p);
+        rc = add_rule(c, base + n, &start);
+    if (rc == 0 && extra.len)
+        rc = sb_fmt(&tail, "( \",\" ws js ws \":\" ws %s ws )*", extra.p);
     if (rc == 0)
-        rc = add_rule(c, base + 2 * n + 1, &body);
-    free(body.p);
+        rc = add_rule(c, base + 2 * n + 1, &tail);
+    free(start.p);
+    free(tail.p);
     free(extra.p);
     return rc ? rc : sb_fmt(out, "\"{\" ws %ss%d \"}\"", c->prefix, base);
 }
 
-static int gen_type(sctx *c, const cJSON *s, const char *t, sbuf *out) {
+static int gen_type(sctx *c, const cJSON *s, const char *t, brisk_buf *out) {
     if (!strcmp(t, "string"))
         return gen_string(c, s, out);
     if (!strcmp(t, "number"))
@@ -481,7 +456,7 @@ static const cJSON *resolve(const cJSON *root, const char *ref) {
     return *p ? NULL : at;
 }
 
-static int gen_ref(sctx *c, const cJSON *ref, sbuf *out) {
+static int gen_ref(sctx *c, const cJSON *ref, brisk_buf *out) {
     const cJSON *target = cJSON_IsString(ref) ? resolve(c->root, ref->valuestring) : NULL;
     if (!target)
         return sch_fail(c, "$ref '%.60s' is not a local reference brisk can resolve",
@@ -496,7 +471,7 @@ static int gen_ref(sctx *c, const cJSON *ref, sbuf *out) {
         return BRISK_ENOMEM;
     int id = c->next_id++;
     c->refs[c->n_refs++] = (sref){target, id}; /* before the body: recursion finds it */
-    sbuf body = {0};
+    brisk_buf body = {0};
     char saved[sizeof c->path];
     memcpy(saved, c->path, sizeof saved);
     snprintf(c->path, sizeof c->path, "%s", ref->valuestring);
@@ -514,7 +489,7 @@ static int gen_ref(sctx *c, const cJSON *ref, sbuf *out) {
 
 /* ---- a schema ------------------------------------------------------------------- */
 
-static int gen_alternatives(sctx *c, const cJSON *list, const char *key, sbuf *out) {
+static int gen_alternatives(sctx *c, const cJSON *list, const char *key, brisk_buf *out) {
     if (!cJSON_IsArray(list) || !list->child)
         return sch_fail(c, "'%s' must be a non-empty array", key);
     int rc = sb_str(out, "( "), k = 0;
@@ -532,7 +507,7 @@ static int gen_alternatives(sctx *c, const cJSON *list, const char *key, sbuf *o
     return rc ? rc : sb_str(out, " )");
 }
 
-static int gen(sctx *c, const cJSON *s, sbuf *out) {
+static int gen(sctx *c, const cJSON *s, brisk_buf *out) {
     if (++c->n_nodes > SRV_SCHEMA_MAX_NODES)
         return sch_fail(c, "more than %d subschemas", SRV_SCHEMA_MAX_NODES);
     if (c->depth >= SCH_MAX_DEPTH)
@@ -620,22 +595,27 @@ int srv_schema_rules(const cJSON *schema, const char *prefix, char **rules, char
                      size_t err_len) {
     sctx c = {.root = schema, .err = err, .err_len = err_len, .path = "#", .prefix = prefix};
     *rules = *expr = NULL;
-    sbuf top = {0};
+    brisk_buf top = {0};
     int rc = gen(&c, schema, &top);
     free(c.refs);
-    if (rc == 0 && !c.rules.p)
-        rc = sb_str(&c.rules, "");
+    size_t n;
+    char *r = rc == 0 ? brisk_buf_take(&c.rules, &n) : NULL; /* "" when there is no rule */
+    char *x = rc == 0 ? brisk_buf_take(&top, &n) : NULL;
+    if (rc == 0 && (!r || !x))
+        rc = BRISK_ENOMEM;
     if (rc == BRISK_ERANGE)
         rc = sch_fail(&c, "the schema makes a grammar of more than %d bytes", SCH_MAX_TEXT);
     else if (rc == BRISK_ENOMEM)
         brisk_set_err(err, err_len, rc, "out of memory converting the schema");
     if (rc < 0) {
+        free(r);
+        free(x);
         free(c.rules.p);
         free(top.p);
         return rc;
     }
-    *rules = c.rules.p;
-    *expr = top.p;
+    *rules = r;
+    *expr = x;
     return 0;
 }
 

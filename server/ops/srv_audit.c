@@ -26,7 +26,9 @@
 
 /* A JSON string: well-formed UTF-8 is copied, each ill-formed subpart (and a
  * sequence cut at the end) becomes U+FFFD, '"', '\\' and every control
- * character (NUL and DEL included) are escaped. */
+ * character (NUL and DEL included) are escaped. Not the API's writer
+ * (srv_api_put_str, server/api): a log line holds no raw control byte, so
+ * DEL is escaped here and not there, and \b and \f are \u0008 and \u000c. */
 static void ab_json_str(brisk_buf *b, const char *s, size_t len) {
     brisk_buf_put(b, "\"", 1);
     size_t i = 0;

@@ -2,14 +2,13 @@
  * and the constant-time match (see srv_keys.h). */
 #include "server/ops/srv_keys.h"
 
-#include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
+#include "common/brisk_file.h"
 #include "common/brisk_sha256.h"
 
 typedef struct key_entry {
@@ -29,11 +28,7 @@ srv_keys *srv_keys_create(void) {
 void srv_keys_free(srv_keys *k) {
     if (!k)
         return;
-    if (k->e) {
-        volatile uint8_t *p = (volatile uint8_t *)k->e;
-        for (size_t i = 0; i < (size_t)k->cap * sizeof *k->e; i++)
-            p[i] = 0;
-    }
+    brisk_wipe(k->e, (size_t)k->cap * sizeof *k->e);
     free(k->e);
     free(k);
 }
@@ -98,9 +93,7 @@ int srv_keys_add(srv_keys *k, const char *id, const char *key, size_t key_len, c
         if (k->n)
             memcpy(e, k->e, (size_t)k->n * sizeof *e);
         /* The old array held digests: wipe it before it goes back to malloc. */
-        volatile uint8_t *p = (volatile uint8_t *)k->e;
-        for (size_t i = 0; p && i < (size_t)k->cap * sizeof *k->e; i++)
-            p[i] = 0;
+        brisk_wipe(k->e, (size_t)k->cap * sizeof *k->e);
         free(k->e);
         k->e = e;
         k->cap = cap;
@@ -179,30 +172,17 @@ int srv_keys_parse(srv_keys *k, const char *text, size_t len, char *err, size_t 
 }
 
 int srv_keys_load_file(srv_keys *k, const char *path, char *err, size_t err_len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return brisk_set_err(err, err_len, BRISK_EIO, "cannot open api key file '%s': %s", path,
-                             strerror(errno));
-    char *buf = brisk_malloc(SRV_KEYS_MAX_FILE_BYTES + 1);
-    if (!buf) {
-        fclose(f);
-        return brisk_set_err(err, err_len, BRISK_ENOMEM, "api keys: out of memory");
-    }
-    size_t n = fread(buf, 1, SRV_KEYS_MAX_FILE_BYTES + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    int rc;
-    if (bad)
-        rc = brisk_set_err(err, err_len, BRISK_EIO, "cannot read api key file '%s'", path);
-    else if (n > SRV_KEYS_MAX_FILE_BYTES)
-        rc = brisk_set_err(err, err_len, BRISK_EINVAL, "api key file '%s' is over %d bytes", path,
-                           SRV_KEYS_MAX_FILE_BYTES);
-    else
-        rc = srv_keys_parse(k, buf, n, err, err_len);
-    volatile char *p = buf;
-    for (size_t i = 0; i < n && i <= SRV_KEYS_MAX_FILE_BYTES; i++)
-        p[i] = 0;
-    free(buf);
+    char *text;
+    size_t len;
+    int rc =
+        brisk_file_read(path, SRV_KEYS_MAX_FILE_BYTES, "api key file", &text, &len, err, err_len);
+    if (rc == BRISK_ENOMEM)
+        return brisk_set_err(err, err_len, rc, "api keys: out of memory");
+    if (rc < 0)
+        return rc;
+    rc = srv_keys_parse(k, text, len, err, err_len);
+    brisk_wipe(text, len);
+    free(text);
     return rc;
 }
 

@@ -2,16 +2,17 @@
 #include "server/ops/srv_quota.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
+#include "common/brisk_file.h"
+#include "common/brisk_grow.h"
 
 /* ---- the limits file ---------------------------------------------------------------- */
 
@@ -20,42 +21,118 @@ static int id_char(char c) {
            c == '_' || c == '-';
 }
 
-/* A whole decimal number in s[0, n) within [lo, hi]. */
+/* The fields of a rule line, as data: the name, what the value counts, its
+ * range (lo < 0: a leading '-' is allowed; the magnitude is then at most
+ * -lo), whole numbers only or not, and where in srv_quota_rule it applies
+ * (a long long, a double, or an int with the int that says it was given). */
+typedef enum { QF_LLONG, QF_DOUBLE, QF_INT } qf_kind;
+
+typedef struct quota_field {
+    const char *name;  /* as the file spells it */
+    const char *unit;  /* what the value counts (srv_quota.h says the same) */
+    double lo, hi;     /* the range of the value */
+    int integer;       /* 1: digits only; else a decimal point too */
+    const char *range; /* how the error message says the range */
+    qf_kind kind;      /* the C type at off */
+    size_t off;        /* the value */
+    size_t has_off;    /* QF_INT: the int set to 1 when the field is given */
+} quota_field;
+
+#define QF_AT(f) offsetof(srv_quota_rule, f)
+
+static const quota_field FIELDS[] = {
+    {"rpm", "requests per window", 1, 1e9, 1, "rpm 1..1e9", QF_LLONG, QF_AT(rpm), 0},
+    {"tpm", "prompt + completion tokens per window", 1, 1e12, 1, "tpm 1..1e12", QF_LLONG,
+     QF_AT(tpm), 0},
+    {"concurrency", "requests running at once", 1, 1e6, 1, "concurrency 1..1e6", QF_LLONG,
+     QF_AT(concurrency), 0},
+    {"window", "seconds", 1, 86400, 0, "window 1..86400 seconds", QF_DOUBLE, QF_AT(window_s), 0},
+    {"priority", "the key's default request priority", -1e6, 1e6, 1, "priorities -1e6..1e6", QF_INT,
+     QF_AT(priority), QF_AT(has_priority)},
+    {"priority_floor", "the most urgent priority the key may ask for", -1e6, 1e6, 1,
+     "priorities -1e6..1e6", QF_INT, QF_AT(priority_floor), QF_AT(has_priority_floor)},
+};
+#define N_FIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
+_Static_assert(sizeof FIELDS / sizeof FIELDS[0] <= 32, "parse_line marks the fields seen in bits");
+
+/* The error of line `line`: BRISK_EINVAL with "limits file: line N: why". */
+static int bad_line(char *err, size_t err_len, int line, const char *why) {
+    return brisk_set_err(err, err_len, BRISK_EINVAL, "limits file: line %d: %s", line, why);
+}
+
+/* "unknown field (rpm, tpm, ... and priority_floor are known)" and "a value
+ * out of range (rpm 1..1e9, ...)", from the table: each range said once. */
+static int bad_field(char *err, size_t err_len, int line, int unknown) {
+    char why[400];
+    size_t k = (size_t)snprintf(why, sizeof why, "%s",
+                                unknown ? "unknown field (" : "a value out of range (");
+    for (int i = 0; i < N_FIELDS && k < sizeof why; i++) {
+        const char *t = unknown ? FIELDS[i].name : FIELDS[i].range;
+        if (!unknown && i > 0 && !strcmp(t, FIELDS[i - 1].range))
+            continue;
+        const char *sep = i == 0 ? "" : unknown && i == N_FIELDS - 1 ? " and " : ", ";
+        k += (size_t)snprintf(why + k, sizeof why - k, "%s%s", sep, t);
+    }
+    if (k < sizeof why)
+        snprintf(why + k, sizeof why - k, "%s", unknown ? " are known)" : ")");
+    return bad_line(err, err_len, line, why);
+}
+
+/* A whole decimal number in s[0, n) within [lo, hi]: 0, or BRISK_EINVAL. */
 static int parse_num(const char *s, size_t n, double lo, double hi, int integer, double *out) {
     if (n == 0 || n > 24)
-        return -1;
+        return BRISK_EINVAL;
     char buf[32];
     memcpy(buf, s, n);
     buf[n] = '\0';
     for (size_t i = 0; i < n; i++)
         if (!((buf[i] >= '0' && buf[i] <= '9') || (!integer && buf[i] == '.')))
-            return -1;
+            return BRISK_EINVAL;
     char *end = NULL;
     errno = 0;
     double v = strtod(buf, &end);
     if (errno || end != buf + n || !isfinite(v) || v < lo || v > hi)
-        return -1;
+        return BRISK_EINVAL;
     *out = v;
     return 0;
 }
 
-/* One non-comment line into r; 0, or -1 with why. */
-static int parse_line(const char *s, size_t n, srv_quota_rule *r, const char **why) {
+/* The value text num[0, n) of field f into r. */
+static int set_field(const quota_field *f, const char *num, size_t n, srv_quota_rule *r) {
+    int neg = f->lo < 0 && n > 0 && num[0] == '-';
+    double v;
+    if (parse_num(num + neg, n - (size_t)neg, f->lo < 0 ? 0 : f->lo, neg ? -f->lo : f->hi,
+                  f->integer, &v) < 0)
+        return BRISK_EINVAL;
+    if (neg)
+        v = -v;
+    char *at = (char *)r + f->off;
+    switch (f->kind) {
+    case QF_LLONG: *(long long *)at = (long long)v; break;
+    case QF_DOUBLE: *(double *)at = v; break;
+    case QF_INT:
+        *(int *)at = (int)v;
+        *(int *)((char *)r + f->has_off) = 1;
+        break;
+    }
+    return 0;
+}
+
+/* One non-comment line (number `line`) into r: 0, or BRISK_EINVAL with why
+ * in err. */
+static int parse_line(const char *s, size_t n, int line, srv_quota_rule *r, char *err,
+                      size_t err_len) {
     memset(r, 0, sizeof *r);
     r->window_s = 60.0;
     size_t i = 0;
     while (i < n && s[i] != ' ' && s[i] != '\t')
         i++;
-    if (i == 0 || i > 64) {
-        *why = "the id must be 1 to 64 characters";
-        return -1;
-    }
+    if (i == 0 || i > 64)
+        return bad_line(err, err_len, line, "the id must be 1 to 64 characters");
     if (!(i == 1 && s[0] == '*'))
         for (size_t k = 0; k < i; k++)
-            if (!id_char(s[k])) {
-                *why = "the id must be '*' or of [A-Za-z0-9._-]";
-                return -1;
-            }
+            if (!id_char(s[k]))
+                return bad_line(err, err_len, line, "the id must be '*' or of [A-Za-z0-9._-]");
     memcpy(r->id, s, i);
     r->id[i] = '\0';
     unsigned seen = 0;
@@ -68,50 +145,20 @@ static int parse_line(const char *s, size_t n, srv_quota_rule *r, const char **w
         while (i < n && s[i] != ' ' && s[i] != '\t')
             i++;
         const char *f = s + a, *eq = memchr(f, '=', i - a);
-        if (!eq) {
-            *why = "a field must be name=value";
-            return -1;
-        }
+        if (!eq)
+            return bad_line(err, err_len, line, "a field must be name=value");
         size_t fl = (size_t)(eq - f), vl = i - a - fl - 1;
-        static const char *const names[] = {"rpm",    "tpm",      "concurrency",
-                                            "window", "priority", "priority_floor"};
-        static const double hi[] = {1e9, 1e12, 1e6, 86400, 1e6, 1e6};
         int k = -1;
-        for (int j = 0; j < 6; j++)
-            if (strlen(names[j]) == fl && !memcmp(f, names[j], fl))
+        for (int j = 0; j < N_FIELDS; j++)
+            if (strlen(FIELDS[j].name) == fl && !memcmp(f, FIELDS[j].name, fl))
                 k = j;
-        if (k < 0) {
-            *why = "unknown field (rpm, tpm, concurrency, window, priority and priority_floor "
-                   "are known)";
-            return -1;
-        }
-        if (seen & (1u << k)) {
-            *why = "a field given twice";
-            return -1;
-        }
+        if (k < 0)
+            return bad_field(err, err_len, line, 1);
+        if (seen & (1u << k))
+            return bad_line(err, err_len, line, "a field given twice");
         seen |= 1u << k;
-        double v;
-        const char *num = eq + 1;
-        int neg = k >= 4 && vl > 0 && num[0] == '-';
-        if (parse_num(num + neg, vl - (size_t)neg, k >= 4 ? 0 : 1, hi[k], k != 3, &v) < 0) {
-            *why = "a value out of range (rpm 1..1e9, tpm 1..1e12, concurrency 1..1e6, "
-                   "window 1..86400 seconds, priorities -1e6..1e6)";
-            return -1;
-        }
-        if (neg)
-            v = -v;
-        if (k == 0)
-            r->rpm = (long long)v;
-        else if (k == 1)
-            r->tpm = (long long)v;
-        else if (k == 2)
-            r->concurrency = (long long)v;
-        else if (k == 3)
-            r->window_s = v;
-        else if (k == 4)
-            r->has_priority = 1, r->priority = (int)v;
-        else
-            r->has_priority_floor = 1, r->priority_floor = (int)v;
+        if (set_field(&FIELDS[k], eq + 1, vl, r) < 0)
+            return bad_field(err, err_len, line, 0);
     }
     return 0;
 }
@@ -121,9 +168,10 @@ int srv_quota_parse(const char *text, size_t len, srv_quota_rule **rules, int *n
     *rules = NULL;
     *n = 0;
     srv_quota_rule *out = NULL;
-    int cnt = 0, cap = 0, line = 0;
+    size_t cap = 0;
+    int cnt = 0, line = 0, rc = 0;
     size_t i = 0;
-    while (i < len) {
+    while (i < len && rc == 0) {
         size_t a = i;
         while (i < len && text[i] != '\n')
             i++;
@@ -139,40 +187,26 @@ int srv_quota_parse(const char *text, size_t len, srv_quota_rule **rules, int *n
             e--;
         if (a == e || text[a] == '#')
             continue;
-        for (size_t k = a; k < e; k++)
-            if ((unsigned char)text[k] < 0x20 && text[k] != '\t') {
-                free(out);
-                return brisk_set_err(err, err_len, BRISK_EINVAL,
-                                     "limits file: line %d: a control character", line);
-            }
-        if (cnt == SRV_QUOTA_MAX_RULES) {
-            free(out);
-            return brisk_set_err(err, err_len, BRISK_EINVAL,
-                                 "limits file: line %d: more than %d rules", line,
-                                 SRV_QUOTA_MAX_RULES);
-        }
-        if (cnt == cap) {
-            int nc = cap ? 2 * cap : 16;
-            srv_quota_rule *t = brisk_realloc(out, (size_t)nc * sizeof *t);
-            if (!t) {
-                free(out);
-                return brisk_set_err(err, err_len, BRISK_ENOMEM, "limits file: out of memory");
-            }
-            out = t;
-            cap = nc;
-        }
-        const char *why = NULL;
-        if (parse_line(text + a, e - a, &out[cnt], &why) < 0) {
-            free(out);
-            return brisk_set_err(err, err_len, BRISK_EINVAL, "limits file: line %d: %s", line, why);
-        }
-        for (int k = 0; k < cnt; k++)
-            if (!strcmp(out[k].id, out[cnt].id)) {
-                free(out);
-                return brisk_set_err(err, err_len, BRISK_EINVAL,
-                                     "limits file: line %d: an id given twice", line);
-            }
-        cnt++;
+        for (size_t k = a; k < e && rc == 0; k++)
+            if ((unsigned char)text[k] < 0x20 && text[k] != '\t')
+                rc = bad_line(err, err_len, line, "a control character");
+        if (rc == 0 && cnt == SRV_QUOTA_MAX_RULES)
+            rc = brisk_set_err(err, err_len, BRISK_EINVAL,
+                               "limits file: line %d: more than %d rules", line,
+                               SRV_QUOTA_MAX_RULES);
+        if (rc == 0 && brisk_grow(&out, &cap, (size_t)cnt + 1, sizeof *out, 16, 0) < 0)
+            rc = brisk_set_err(err, err_len, BRISK_ENOMEM, "limits file: out of memory");
+        if (rc == 0)
+            rc = parse_line(text + a, e - a, line, &out[cnt], err, err_len);
+        for (int k = 0; rc == 0 && k < cnt; k++)
+            if (!strcmp(out[k].id, out[cnt].id))
+                rc = bad_line(err, err_len, line, "an id given twice");
+        if (rc == 0)
+            cnt++;
+    }
+    if (rc < 0) {
+        free(out);
+        return rc;
     }
     *rules = out;
     *n = cnt;
@@ -306,40 +340,15 @@ int srv_quota_set_rules(srv_quota *q, const srv_quota_rule *rules, int n, double
 }
 
 int srv_quota_load_file(srv_quota *q, const char *path, double now, char *err, size_t err_len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return brisk_set_err(err, err_len, BRISK_EIO, "--limits-file: cannot open '%s': %s", path,
-                             strerror(errno));
-    char *buf = brisk_malloc(SRV_QUOTA_MAX_FILE_BYTES + 1);
-    if (!buf) {
-        close(fd);
-        return brisk_set_err(err, err_len, BRISK_ENOMEM, "--limits-file: out of memory");
-    }
-    size_t len = 0;
-    ssize_t got;
-    while (len <= SRV_QUOTA_MAX_FILE_BYTES &&
-           (got = read(fd, buf + len, SRV_QUOTA_MAX_FILE_BYTES + 1 - len)) != 0) {
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            int e = errno;
-            close(fd);
-            free(buf);
-            return brisk_set_err(err, err_len, BRISK_EIO, "--limits-file: cannot read '%s': %s",
-                                 path, strerror(e));
-        }
-        len += (size_t)got;
-    }
-    close(fd);
-    if (len > SRV_QUOTA_MAX_FILE_BYTES) {
-        free(buf);
-        return brisk_set_err(err, err_len, BRISK_EINVAL, "--limits-file: '%s' is over %d bytes",
-                             path, SRV_QUOTA_MAX_FILE_BYTES);
-    }
+    char *text, why[1024];
+    size_t len;
+    int rc = brisk_file_read(path, SRV_QUOTA_MAX_FILE_BYTES, NULL, &text, &len, why, sizeof why);
+    if (rc < 0)
+        return brisk_set_err(err, err_len, rc, "--limits-file: %s", why);
     srv_quota_rule *rules = NULL;
     int n = 0;
-    int rc = srv_quota_parse(buf, len, &rules, &n, err, err_len);
-    free(buf);
+    rc = srv_quota_parse(text, len, &rules, &n, err, err_len);
+    free(text);
     if (rc == 0 && (rc = srv_quota_set_rules(q, rules, n, now)) < 0)
         brisk_set_err(err, err_len, rc, "--limits-file: out of memory");
     free(rules);

@@ -5,7 +5,9 @@
  * Checks: the result is CLI_OK, CLI_HELP or CLI_USAGE; with CLI_OK every
  * string value is one of the arguments (or the environment, which the
  * target leaves empty of BRISK_ variables), at most CLI_MAX_KEYS keys were
- * kept, and parsing the same arguments again gives the same values. */
+ * kept, parsing the same arguments again gives the same values, and the
+ * values fill the subcommand's configuration (cli_opts_fill never refuses
+ * what the parser accepted). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 memcmp(a->given, b->given, sizeof a->given) || memcmp(a->i, b->i, sizeof a->i) ||
                 memcmp(a->u, b->u, sizeof a->u))
                 abort();
+            size_t cfg_size = cli_opts_config_size(cmd);
+            void *cfg = calloc(1, cfg_size);
+            if (cfg && cli_opts_fill(cmd, a, cfg, cfg_size) != 0)
+                abort();
+            free(cfg);
         }
     }
     free(a), free(b), free(buf);

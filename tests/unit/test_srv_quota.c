@@ -213,7 +213,45 @@ static void test_priority(void) {
     srv_quota_free(q);
 }
 
+/* The messages a refused limits file gives, word for word (the field table
+ * writes the lists), and the file reader's (common/brisk_file.h) with the
+ * option's name in front. */
+static void test_messages(void) {
+    static const struct {
+        const char *text, *err;
+    } cases[] = {
+        {"a speed=3\n", "limits file: line 1: unknown field (rpm, tpm, concurrency, window, "
+                        "priority and priority_floor are known)"},
+        {"\na rpm=0\n", "limits file: line 2: a value out of range (rpm 1..1e9, tpm 1..1e12, "
+                        "concurrency 1..1e6, window 1..86400 seconds, priorities -1e6..1e6)"},
+        {"a rpm=1 rpm=1\n", "limits file: line 1: a field given twice"},
+        {"a rpm\n", "limits file: line 1: a field must be name=value"},
+        {"bad/id\n", "limits file: line 1: the id must be '*' or of [A-Za-z0-9._-]"},
+        {"a\x02\n", "limits file: line 1: a control character"},
+        {"a\nb\na\n", "limits file: line 3: an id given twice"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        srv_quota_rule *r = NULL;
+        int n = 0;
+        char err[300] = "";
+        int rc = srv_quota_parse(cases[i].text, strlen(cases[i].text), &r, &n, err, sizeof err);
+        CHECK(rc == BRISK_EINVAL && !r && !strcmp(err, cases[i].err), "case %zu: %s", i, err);
+    }
+    srv_quota *q = srv_quota_create();
+    char err[300] = "";
+    int rc = srv_quota_load_file(q, "/nonexistent/limits", 0, err, sizeof err);
+    CHECK(rc == BRISK_EIO &&
+              !strncmp(err, "--limits-file: cannot open '/nonexistent/limits': ", 50) &&
+              bt_one_line(err),
+          "a missing file: %s", err);
+    rc = srv_quota_load_file(q, ".", 0, err, sizeof err);
+    CHECK(rc == BRISK_EIO && !strncmp(err, "--limits-file: cannot read '.': ", 32),
+          "a directory: %s", err);
+    srv_quota_free(q);
+}
+
 int main(void) {
+    test_messages();
     test_priority();
     test_parse();
     test_buckets();
