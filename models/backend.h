@@ -92,6 +92,11 @@ typedef struct model_backend_ops {
     double (*mem_bw)(model_backend *be);
     /* One line about the device for the start-up log. */
     void (*describe)(model_backend *be, char *buf, size_t len);
+    /* From the next forward on, appends each layer's steps to trace[l] as
+     * they run (model_recipe.h; NULL stops), trace borrowed until then: the
+     * tests' check that the pass follows model_layer_recipe. CUDA runs its
+     * passes eagerly while a trace is set (a graph replay runs no host code). */
+    void (*set_trace)(model_backend *be, struct model_recipe *trace);
     void (*free)(model_backend *be);
 } model_backend_ops;
 
@@ -151,6 +156,9 @@ static inline int model_backend_hidden(model_backend *be, const float **rows, in
     if (!be->ops->hidden)
         return BRISK_EUNSUPPORTED;
     return be->ops->hidden(be, rows, n_rows);
+}
+static inline void model_backend_set_trace(model_backend *be, struct model_recipe *trace) {
+    be->ops->set_trace(be, trace);
 }
 static inline int model_backend_kv_create(model_backend *be, const kv_cache_config *cfg,
                                           kv_cache **out) {

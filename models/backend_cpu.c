@@ -131,6 +131,10 @@ static void cpu_free(model_backend *be) {
     free(c);
 }
 
+static void cpu_set_trace(model_backend *be, struct model_recipe *trace) {
+    model_state_set_trace(((cpu_backend *)be)->st, trace);
+}
+
 static const model_backend_ops cpu_ops = {
     .name = "cpu",
     .forward = cpu_forward,
@@ -141,6 +145,7 @@ static const model_backend_ops cpu_ops = {
     .kv_budget = cpu_kv_budget,
     .mem_bw = cpu_mem_bw,
     .describe = cpu_describe,
+    .set_trace = cpu_set_trace,
     .free = cpu_free,
 };
 

@@ -39,6 +39,7 @@
 #include "kernels/cuda/kern_cuda_sample.cuh"
 #include "kernels/cuda/kern_cuda_silu.cuh"
 #include "models/backend.h"
+#include "models/model_recipe.h"
 
 #define CUDA_RESERVE_BYTES ((size_t)512 << 20) /* graphs, cuBLAS, edits: kept out of the KV pool */
 #define CUDA_MAX_BUCKETS 48
@@ -113,7 +114,8 @@ typedef struct cuda_backend {
     /* decode graphs */
     cuda_graph graphs[CUDA_MAX_BUCKETS];
     int n_graphs;
-    int graphs_off; /* --no-cuda-graphs, or a capture failed */
+    int graphs_off;      /* --no-cuda-graphs, or a capture failed */
+    model_recipe *trace; /* borrowed, [n_layers] (set_trace); passes run eagerly while set */
 } cuda_backend;
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -338,6 +340,87 @@ static int cuda_upload_step(cuda_backend *cb, int n, int n_runs, int n_want) {
             return rc_;                                                                            \
     } while (0)
 
+/* Step `step` of layer l over n rows (cuda_pass's arguments). *resid: a
+ * RESIDUAL is pending, for the next norm of x to add. */
+static int cuda_step(cuda_backend *cb, int l, int step, int n, int n_runs, int max_run, int decode,
+                     int *resid) {
+    const model_config *c = &cb->c;
+    const cuda_layer *L = &cb->layers[l];
+    cudaStream_t s = cb->stream;
+    const int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    uint16_t *kp = cb->k_pool + (size_t)l * cb->layer_elems;
+    uint16_t *vp = cb->v_pool + (size_t)l * cb->layer_elems;
+    const float *pending = *resid ? cb->xb2 : NULL;
+    switch (step) {
+    case MODEL_STEP_ATTN_NORM: /* x += a pending block output; xb = norm(x) */
+        *resid = 0;
+        return kern_cuda_rmsnorm(cb->xb, cb->x, pending, L->attn_norm, n, dim, c->norm_eps, s);
+    case MODEL_STEP_QKV:
+        TRY(kern_cuda_matmul(cb->mm, &L->wq, cb->xb, n, cb->q, (size_t)q_dim, cb->mm_ws,
+                             cb->mm_ws_bytes));
+        TRY(kern_cuda_matmul(cb->mm, &L->wk, cb->xb, n, cb->k, (size_t)kv_dim, cb->mm_ws,
+                             cb->mm_ws_bytes));
+        return kern_cuda_matmul(cb->mm, &L->wv, cb->xb, n, cb->v, (size_t)kv_dim, cb->mm_ws,
+                                cb->mm_ws_bytes);
+    case MODEL_STEP_QKV_BIAS:
+        TRY(kern_cuda_add_bias(cb->q, (size_t)q_dim, L->bq, n, q_dim, s));
+        TRY(kern_cuda_add_bias(cb->k, (size_t)kv_dim, L->bk, n, kv_dim, s));
+        return kern_cuda_add_bias(cb->v, (size_t)kv_dim, L->bv, n, kv_dim, s);
+    case MODEL_STEP_QK_NORM: /* each head of q and k as a row of head_dim, in place */
+        TRY(kern_cuda_rmsnorm(cb->q, cb->q, NULL, L->q_norm, n * c->n_heads, c->head_dim,
+                              c->norm_eps, s));
+        return kern_cuda_rmsnorm(cb->k, cb->k, NULL, L->k_norm, n * c->n_kv_heads, c->head_dim,
+                                 c->norm_eps, s);
+    case MODEL_STEP_ROPE:
+        TRY(kern_cuda_rope_ex(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
+                              L->rope_base, L->rope_freq_scale, cb->rope_freqs, c->rope_attn_factor,
+                              c->rope_mode, s));
+        return kern_cuda_rope_ex(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot,
+                                 cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
+                                 c->rope_attn_factor, c->rope_mode, s);
+    case MODEL_STEP_KV_STORE:
+        return kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots, n, kv_dim, s);
+    case MODEL_STEP_ATTENTION: /* the scale is 1 / sqrt(head_dim) unless the family says */
+        if (decode)
+            return kern_cuda_attn_decode_ex(
+                cb->att, cb->q, kp, vp, cb->d_bt, cb->max_blocks, cb->d_ctx, n, c->n_heads,
+                c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride, cb->row_stride,
+                c->attn_scale, L->window, L->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s);
+        return kern_cuda_attn_prefill_ex(
+            cb->att, cb->q, (size_t)q_dim, kp, vp, cb->d_bt, cb->max_blocks, cb->d_runs, n_runs,
+            max_run, c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
+            cb->row_stride, c->attn_scale, L->window, L->attn_softcap, s);
+    case MODEL_STEP_ATTN_OUT:
+        return kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws,
+                                cb->mm_ws_bytes);
+    case MODEL_STEP_POST_ATTN_NORM: /* the block's output normalised before the add */
+        return kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_attn_norm, n, dim, c->norm_eps, s);
+    case MODEL_STEP_RESIDUAL: /* added by the next norm of x */
+        if (*resid)
+            return BRISK_EUNSUPPORTED; /* two in a row: no recipe makes that */
+        *resid = 1;
+        return 0;
+    case MODEL_STEP_FFN_NORM:
+        *resid = 0;
+        return kern_cuda_rmsnorm(cb->xb, cb->x, pending, L->ffn_norm, n, dim, c->norm_eps, s);
+    case MODEL_STEP_GATE_UP:
+        TRY(kern_cuda_matmul(cb->mm, &L->w_gate, cb->xb, n, cb->hb, (size_t)c->hidden_dim,
+                             cb->mm_ws, cb->mm_ws_bytes));
+        return kern_cuda_matmul(cb->mm, &L->w_up, cb->xb, n, cb->hb2, (size_t)c->hidden_dim,
+                                cb->mm_ws, cb->mm_ws_bytes);
+    case MODEL_STEP_ACT:
+        if (c->act == MODEL_ACT_GELU_TANH)
+            return kern_cuda_gelu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s);
+        return kern_cuda_silu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s);
+    case MODEL_STEP_DOWN:
+        return kern_cuda_matmul(cb->mm, &L->w_down, cb->hb, n, cb->xb2, (size_t)dim, cb->mm_ws,
+                                cb->mm_ws_bytes);
+    case MODEL_STEP_POST_FFN_NORM:
+        return kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_ffn_norm, n, dim, c->norm_eps, s);
+    }
+    return BRISK_EUNSUPPORTED;
+}
+
 /* The pass itself: every kernel of one forward over n rows, on cb->stream,
  * reading only device arrays (so it can be captured into a graph). decode:
  * every run is one token (n_runs == n) and uses the split-K decode kernel;
@@ -345,76 +428,27 @@ static int cuda_upload_step(cuda_backend *cb, int n, int n_runs, int n_want) {
 static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decode, int n_gather) {
     const model_config *c = &cb->c;
     cudaStream_t s = cb->stream;
-    const int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-    const float scale = c->attn_scale; /* 1 / sqrt(head_dim) unless the family says */
+    const int dim = c->dim;
     TRY(kern_cuda_embedding(cb->x, cb->tok_embd, KERN_TYPE_F16, c->n_vocab, dim, cb->d_tok, n, NULL,
                             s));
     if (c->embd_scale != 0.0f) /* gemma: embeddings times sqrt(dim) */
         TRY(kern_cuda_scale(cb->x, (size_t)n * dim, c->embd_scale, s));
+    /* The layers as their recipes say (model_recipe.h). RESIDUAL runs inside
+     * the next norm of x (kern_cuda_rmsnorm adds its residual first), so it
+     * leaves the residual pending until then. */
+    int resid = 0;
     for (int l = 0; l < c->n_layers; l++) {
-        const cuda_layer *L = &cb->layers[l];
-        uint16_t *kp = cb->k_pool + (size_t)l * cb->layer_elems;
-        uint16_t *vp = cb->v_pool + (size_t)l * cb->layer_elems;
-        /* x += the previous block's output (none before layer 0); xb = norm(x) */
-        TRY(kern_cuda_rmsnorm(cb->xb, cb->x, l ? cb->xb2 : NULL, L->attn_norm, n, dim, c->norm_eps,
-                              s));
-        TRY(kern_cuda_matmul(cb->mm, &L->wq, cb->xb, n, cb->q, (size_t)q_dim, cb->mm_ws,
-                             cb->mm_ws_bytes));
-        TRY(kern_cuda_matmul(cb->mm, &L->wk, cb->xb, n, cb->k, (size_t)kv_dim, cb->mm_ws,
-                             cb->mm_ws_bytes));
-        TRY(kern_cuda_matmul(cb->mm, &L->wv, cb->xb, n, cb->v, (size_t)kv_dim, cb->mm_ws,
-                             cb->mm_ws_bytes));
-        if (L->bq) {
-            TRY(kern_cuda_add_bias(cb->q, (size_t)q_dim, L->bq, n, q_dim, s));
-            TRY(kern_cuda_add_bias(cb->k, (size_t)kv_dim, L->bk, n, kv_dim, s));
-            TRY(kern_cuda_add_bias(cb->v, (size_t)kv_dim, L->bv, n, kv_dim, s));
+        model_recipe r;
+        model_layer_recipe(c, &model_get_weights(cb->base.m)->layers[l], &r);
+        for (int i = 0; i < r.n; i++) {
+            TRY(cuda_step(cb, l, r.step[i], n, n_runs, max_run, decode, &resid));
+            model_recipe_trace(cb->trace, l, (model_step)r.step[i]);
         }
-        if (L->q_norm) { /* qwen3: each head of q and k as a row of head_dim, in place */
-            TRY(kern_cuda_rmsnorm(cb->q, cb->q, NULL, L->q_norm, n * c->n_heads, c->head_dim,
-                                  c->norm_eps, s));
-            TRY(kern_cuda_rmsnorm(cb->k, cb->k, NULL, L->k_norm, n * c->n_kv_heads, c->head_dim,
-                                  c->norm_eps, s));
-        }
-        TRY(kern_cuda_rope_ex(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
-                              L->rope_base, L->rope_freq_scale, cb->rope_freqs, c->rope_attn_factor,
-                              c->rope_mode, s));
-        TRY(kern_cuda_rope_ex(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot,
-                              cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
-                              c->rope_attn_factor, c->rope_mode, s));
-        TRY(kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots, n, kv_dim, s));
-        if (decode)
-            TRY(kern_cuda_attn_decode_ex(
-                cb->att, cb->q, kp, vp, cb->d_bt, cb->max_blocks, cb->d_ctx, n, c->n_heads,
-                c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride, cb->row_stride, scale,
-                L->window, L->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s));
-        else
-            TRY(kern_cuda_attn_prefill_ex(
-                cb->att, cb->q, (size_t)q_dim, kp, vp, cb->d_bt, cb->max_blocks, cb->d_runs, n_runs,
-                max_run, c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
-                cb->row_stride, scale, L->window, L->attn_softcap, s));
-        TRY(kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws,
-                             cb->mm_ws_bytes));
-        if (L->post_attn_norm) /* post-norms (gemma2/3): the block's output normalised before the add */
-            TRY(kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_attn_norm, n, dim, c->norm_eps,
-                                  s));
-        TRY(kern_cuda_rmsnorm(cb->xb, cb->x, cb->xb2, L->ffn_norm, n, dim, c->norm_eps, s));
-        TRY(kern_cuda_matmul(cb->mm, &L->w_gate, cb->xb, n, cb->hb, (size_t)c->hidden_dim,
-                             cb->mm_ws, cb->mm_ws_bytes));
-        TRY(kern_cuda_matmul(cb->mm, &L->w_up, cb->xb, n, cb->hb2, (size_t)c->hidden_dim, cb->mm_ws,
-                             cb->mm_ws_bytes));
-        if (c->act == MODEL_ACT_GELU_TANH)
-            TRY(kern_cuda_gelu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s));
-        else
-            TRY(kern_cuda_silu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s));
-        TRY(kern_cuda_matmul(cb->mm, &L->w_down, cb->hb, n, cb->xb2, (size_t)dim, cb->mm_ws,
-                             cb->mm_ws_bytes));
-        if (L->post_ffn_norm)
-            TRY(kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_ffn_norm, n, dim, c->norm_eps,
-                                  s));
     }
     /* x += the last block's output; the final norm; then only the rows that
      * want logits (gathered as an f32 "embedding" of xb) meet the output. */
-    TRY(kern_cuda_rmsnorm(cb->xb, cb->x, cb->xb2, cb->output_norm, n, dim, c->norm_eps, s));
+    TRY(kern_cuda_rmsnorm(cb->xb, cb->x, resid ? cb->xb2 : NULL, cb->output_norm, n, dim,
+                          c->norm_eps, s));
     if (n_gather == 0)
         return 0;
     TRY(kern_cuda_embedding(cb->xout, cb->xb, KERN_TYPE_F32, n, dim, cb->d_out_idx, n_gather, NULL,
@@ -500,7 +534,7 @@ static int cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, i
     int n_runs = cuda_stage(cb, kv, b, &max_run, &n_want);
     int decode = max_run == 1 && n <= cb->o.max_seqs;
     cuda_graph *g = NULL;
-    if (decode && !cb->graphs_off) {
+    if (decode && !cb->graphs_off && !cb->trace) {
         int bucket = cuda_bucket(n);
         if (bucket <= cb->o.max_seqs && bucket <= cb->o.max_batch_tokens)
             g = cuda_graph_for(cb, bucket);
@@ -855,6 +889,10 @@ static void cuda_free(model_backend *be) {
     free(cb);
 }
 
+static void cuda_set_trace(model_backend *be, model_recipe *trace) {
+    ((cuda_backend *)be)->trace = trace;
+}
+
 static const model_backend_ops cuda_ops = {
     .name = "cuda",
     .forward = cuda_forward,
@@ -864,6 +902,7 @@ static const model_backend_ops cuda_ops = {
     .kv_budget = cuda_kv_budget,
     .mem_bw = cuda_mem_bw,
     .describe = cuda_describe,
+    .set_trace = cuda_set_trace,
     .free = cuda_free,
 };
 

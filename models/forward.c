@@ -11,6 +11,7 @@
 #include "common/brisk_error.h"
 #include "models/model.h"
 #include "models/model_internal.h"
+#include "models/model_recipe.h"
 
 /* Attention works on runs: consecutive batch tokens of one sequence at
  * consecutive positions (a prompt chunk, or one decode token), cut into
@@ -43,6 +44,7 @@ struct model_state {
     float *att_scratch; /* [n_scratch_threads][forward_attn_scratch floats] */
     attn_run *runs;     /* [max_batch_tokens] */
     int n_scratch_threads;
+    model_recipe *trace; /* borrowed, [n_layers]: the steps run (model_state_set_trace) */
 };
 
 /* Attention scratch of one thread, in floats: scores of a task's heads (at
@@ -163,41 +165,30 @@ static void forward_rmsnorm(kern_pool *pool, float *out, const float *x, const f
     }
 }
 
+/* The per-token steps between the projections and attention (QKV_BIAS,
+ * QK_NORM, ROPE, KV_STORE: a run of the recipe), done for one token at a
+ * time in one task, so that a token's q/k/v stay in cache between them. */
 typedef struct rope_job {
     const model *m;
     const model_batch *b;
     model_state *st;
     kv_cache *kv;
     int layer;
+    const uint8_t *steps; /* the run of the layer's recipe */
+    int n_steps;
 } rope_job;
 
-/* Adds biases, rotates q and k of token t and stores k, v into the cache. */
-static void forward_qkv_post_task(void *ctx, int t, int thread) {
-    rope_job *j = ctx;
+/* Is s one of the per-token steps forward_qkv_post_task runs? */
+static int forward_step_per_token(int s) {
+    return s == MODEL_STEP_QKV_BIAS || s == MODEL_STEP_QK_NORM || s == MODEL_STEP_ROPE ||
+           s == MODEL_STEP_KV_STORE;
+}
+
+static void forward_rope_token(const rope_job *j, int t, float *q, float *k) {
     const model_config *c = &j->m->cfg;
     const model_layer *L = &j->m->w.layers[j->layer];
-    int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-    float *q = j->st->q + (size_t)t * q_dim;
-    float *k = j->st->k + (size_t)t * kv_dim;
-    float *v = j->st->v + (size_t)t * kv_dim;
-    if (L->bq) {
-        for (int i = 0; i < q_dim; i++)
-            q[i] += L->bq[i];
-        for (int i = 0; i < kv_dim; i++)
-            k[i] += L->bk[i];
-        for (int i = 0; i < kv_dim; i++)
-            v[i] += L->bv[i];
-    }
-    if (L->q_norm) { /* qwen3: each head normalised with its own weight */
-        for (int h = 0; h < c->n_heads; h++)
-            kern_rmsnorm(q + (size_t)h * c->head_dim, q + (size_t)h * c->head_dim, L->q_norm,
-                         c->head_dim, c->norm_eps);
-        for (int h = 0; h < c->n_kv_heads; h++)
-            kern_rmsnorm(k + (size_t)h * c->head_dim, k + (size_t)h * c->head_dim, L->k_norm,
-                         c->head_dim, c->norm_eps);
-    }
-    int pos = j->b->pos[t];
     const model_weights *w = &j->m->w;
+    int pos = j->b->pos[t];
     /* phi3 LongRoPE: the long factors where a sequence's context exceeds
      * the original one, as llama.cpp chooses them. */
     const float *freqs = w->rope_freqs                                       ? w->rope_freqs
@@ -214,6 +205,11 @@ static void forward_qkv_post_task(void *ctx, int t, int thread) {
             for (int d = 0; d < c->n_rot; d++)
                 x[d] *= c->rope_attn_factor;
         }
+}
+
+static void forward_kv_store_token(const rope_job *j, int t, const float *k, const float *v) {
+    const model_config *c = &j->m->cfg;
+    int kv_dim = c->n_kv_heads * c->head_dim, pos = j->b->pos[t];
     kern_kv_view view;
     kv_cache_view(j->kv, j->layer, j->b->seq[t], &view); /* indices validated up front */
     size_t row = (size_t)view.block_table[pos / view.block_size] * view.block_stride +
@@ -224,6 +220,39 @@ static void forward_qkv_post_task(void *ctx, int t, int thread) {
     } else {
         memcpy(view.k + row, k, (size_t)kv_dim * sizeof(float));
         memcpy(view.v + row, v, (size_t)kv_dim * sizeof(float));
+    }
+}
+
+/* Token t's run of per-token steps, in the recipe's order. */
+static void forward_qkv_post_task(void *ctx, int t, int thread) {
+    rope_job *j = ctx;
+    const model_config *c = &j->m->cfg;
+    const model_layer *L = &j->m->w.layers[j->layer];
+    int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    float *q = j->st->q + (size_t)t * q_dim;
+    float *k = j->st->k + (size_t)t * kv_dim;
+    float *v = j->st->v + (size_t)t * kv_dim;
+    for (int i = 0; i < j->n_steps; i++) {
+        switch (j->steps[i]) {
+        case MODEL_STEP_QKV_BIAS:
+            for (int d = 0; d < q_dim; d++)
+                q[d] += L->bq[d];
+            for (int d = 0; d < kv_dim; d++)
+                k[d] += L->bk[d];
+            for (int d = 0; d < kv_dim; d++)
+                v[d] += L->bv[d];
+            break;
+        case MODEL_STEP_QK_NORM: /* each head normalised with the layer's weight */
+            for (int h = 0; h < c->n_heads; h++)
+                kern_rmsnorm(q + (size_t)h * c->head_dim, q + (size_t)h * c->head_dim, L->q_norm,
+                             c->head_dim, c->norm_eps);
+            for (int h = 0; h < c->n_kv_heads; h++)
+                kern_rmsnorm(k + (size_t)h * c->head_dim, k + (size_t)h * c->head_dim, L->k_norm,
+                             c->head_dim, c->norm_eps);
+            break;
+        case MODEL_STEP_ROPE: forward_rope_token(j, t, q, k); break;
+        case MODEL_STEP_KV_STORE: forward_kv_store_token(j, t, k, v); break;
+        }
     }
 }
 
@@ -360,6 +389,81 @@ static void forward_matmul_multi(kern_pool *pool, model_state *st, const model_m
     kern_matmul_multi(pool, parts, n_w, w[0]->n_in, x, n_tok, st->ws);
 }
 
+/* Runs step steps[i] of layer l (with the per-token steps that follow it,
+ * as one task) and returns the index of the next step to run, or
+ * BRISK_EUNSUPPORTED for a step this pass does not know. */
+static int forward_step(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
+                        const model_batch *b, int l, const uint8_t *steps, int n_steps, int i,
+                        int n_runs, int attn_hpt) {
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->w.layers[l];
+    const int n = b->n_tokens, dim = c->dim;
+    switch (steps[i]) {
+    case MODEL_STEP_ATTN_NORM:
+        forward_rmsnorm(pool, st->xb, st->x, L->attn_norm, n, dim, c->norm_eps);
+        return i + 1;
+    case MODEL_STEP_QKV: {
+        const model_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_out[3] = {st->q, st->k, st->v};
+        forward_matmul_multi(pool, st, qkv, 3, st->xb, n, qkv_out);
+        return i + 1;
+    }
+    case MODEL_STEP_QKV_BIAS:
+    case MODEL_STEP_QK_NORM:
+    case MODEL_STEP_ROPE:
+    case MODEL_STEP_KV_STORE: {
+        int k = i;
+        while (k < n_steps && forward_step_per_token(steps[k]))
+            k++;
+        rope_job rj = {m, b, st, kv, l, steps + i, k - i};
+        if (n <= FORWARD_INLINE_ROWS) {
+            for (int t = 0; t < n; t++)
+                forward_qkv_post_task(&rj, t, 0);
+        } else {
+            kern_pool_run(pool, forward_qkv_post_task, &rj, n);
+        }
+        return k;
+    }
+    case MODEL_STEP_ATTENTION: { /* causal, every token over its own sequence */
+        attn_job aj = {m, b, st, kv, l, st->runs, n_runs, attn_hpt};
+        kern_pool_run(pool, forward_attn_task, &aj, n_runs * (c->n_heads / attn_hpt));
+        return i + 1;
+    }
+    case MODEL_STEP_ATTN_OUT: forward_matmul(pool, st, &L->wo, st->att, n, st->xb2); return i + 1;
+    case MODEL_STEP_POST_ATTN_NORM:
+        forward_rmsnorm(pool, st->xb2, st->xb2, L->post_attn_norm, n, dim, c->norm_eps);
+        return i + 1;
+    case MODEL_STEP_RESIDUAL:
+        for (size_t e = 0; e < (size_t)n * dim; e++)
+            st->x[e] += st->xb2[e];
+        return i + 1;
+    case MODEL_STEP_FFN_NORM:
+        forward_rmsnorm(pool, st->xb, st->x, L->ffn_norm, n, dim, c->norm_eps);
+        return i + 1;
+    case MODEL_STEP_GATE_UP: {
+        const model_matrix *gate_up[2] = {&L->w_gate, &L->w_up};
+        float *gate_up_out[2] = {st->hb, st->hb2};
+        forward_matmul_multi(pool, st, gate_up, 2, st->xb, n, gate_up_out);
+        return i + 1;
+    }
+    case MODEL_STEP_ACT: {
+        mlp_job mj = {st->hb, st->hb2, c->hidden_dim, c->act == MODEL_ACT_GELU_TANH};
+        if (n <= FORWARD_INLINE_ROWS) {
+            for (int t = 0; t < n; t++)
+                forward_silu_task(&mj, t, 0);
+        } else {
+            kern_pool_run(pool, forward_silu_task, &mj, n);
+        }
+        return i + 1;
+    }
+    case MODEL_STEP_DOWN: forward_matmul(pool, st, &L->w_down, st->hb, n, st->xb2); return i + 1;
+    case MODEL_STEP_POST_FFN_NORM:
+        forward_rmsnorm(pool, st->xb2, st->xb2, L->post_ffn_norm, n, dim, c->norm_eps);
+        return i + 1;
+    }
+    return BRISK_EUNSUPPORTED;
+}
+
 int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
                   const model_batch *b, float **logits, int *n_out) {
     const model_config *c = &m->cfg;
@@ -409,49 +513,20 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
                 st->x[(size_t)i * dim + d] *= c->embd_scale;
     }
 
+    /* 2. The layers, each as its recipe says (model_recipe.h). */
     for (int l = 0; l < c->n_layers; l++) {
-        const model_layer *L = &w->layers[l];
-        /* 2. Attention block: norm, q/k/v projections, RoPE, cache write. */
-        forward_rmsnorm(pool, st->xb, st->x, L->attn_norm, n, dim, c->norm_eps);
-        const model_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        float *qkv_out[3] = {st->q, st->k, st->v};
-        forward_matmul_multi(pool, st, qkv, 3, st->xb, n, qkv_out);
-        rope_job rj = {m, b, st, kv, l};
-        if (n <= FORWARD_INLINE_ROWS) {
-            for (int t = 0; t < n; t++)
-                forward_qkv_post_task(&rj, t, 0);
-        } else {
-            kern_pool_run(pool, forward_qkv_post_task, &rj, n);
+        model_recipe r;
+        model_layer_recipe(c, &w->layers[l], &r);
+        for (int i = 0; i < r.n;) {
+            int k = forward_step(m, st, kv, pool, b, l, r.step, r.n, i, n_runs, attn_hpt);
+            if (k < 0)
+                return k;
+            for (; i < k; i++)
+                model_recipe_trace(st->trace, l, (model_step)r.step[i]);
         }
-        /* 3. Causal attention of every token over its own sequence. */
-        attn_job aj = {m, b, st, kv, l, st->runs, n_runs, attn_hpt};
-        kern_pool_run(pool, forward_attn_task, &aj, n_runs * (c->n_heads / attn_hpt));
-        /* 4. Output projection and residual. */
-        forward_matmul(pool, st, &L->wo, st->att, n, st->xb2);
-        if (L->post_attn_norm) /* post-norms (gemma2/3): normalise the block's output first */
-            forward_rmsnorm(pool, st->xb2, st->xb2, L->post_attn_norm, n, dim, c->norm_eps);
-        for (size_t i = 0; i < (size_t)n * dim; i++)
-            st->x[i] += st->xb2[i];
-        /* 5. Feed-forward block: norm, SiLU(gate) * up, down, residual. */
-        forward_rmsnorm(pool, st->xb, st->x, L->ffn_norm, n, dim, c->norm_eps);
-        const model_matrix *gate_up[2] = {&L->w_gate, &L->w_up};
-        float *gate_up_out[2] = {st->hb, st->hb2};
-        forward_matmul_multi(pool, st, gate_up, 2, st->xb, n, gate_up_out);
-        mlp_job mj = {st->hb, st->hb2, c->hidden_dim, c->act == MODEL_ACT_GELU_TANH};
-        if (n <= FORWARD_INLINE_ROWS) {
-            for (int t = 0; t < n; t++)
-                forward_silu_task(&mj, t, 0);
-        } else {
-            kern_pool_run(pool, forward_silu_task, &mj, n);
-        }
-        forward_matmul(pool, st, &L->w_down, st->hb, n, st->xb2);
-        if (L->post_ffn_norm)
-            forward_rmsnorm(pool, st->xb2, st->xb2, L->post_ffn_norm, n, dim, c->norm_eps);
-        for (size_t i = 0; i < (size_t)n * dim; i++)
-            st->x[i] += st->xb2[i];
     }
 
-    /* 6. Hidden states asked for: the final norm of their rows. */
+    /* 3. Hidden states asked for: the final norm of their rows. */
     st->n_hidden = 0;
     for (int i = 0; b->want_hidden && i < n; i++)
         if (b->want_hidden[i])
@@ -461,7 +536,7 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
         forward_rmsnorm(pool, st->hidden, st->hidden, w->output_norm, st->n_hidden, dim,
                         c->norm_eps);
 
-    /* 7. Final norm and the output projection, only for rows that want logits. */
+    /* 4. Final norm and the output projection, only for rows that want logits. */
     int r = 0;
     for (int i = 0; i < n; i++) {
         int want = b->want_logits ? (b->want_logits[i] != 0) : (i == n - 1);
@@ -479,6 +554,10 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
     *logits = st->logits;
     *n_out = n_want;
     return 0;
+}
+
+void model_state_set_trace(model_state *st, model_recipe *trace) {
+    st->trace = trace;
 }
 
 const float *model_state_hidden(const model_state *st, int *n_rows) {

@@ -222,6 +222,13 @@ void model_state_free(model_state *st);
 int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool,
                   const model_batch *batch, float **logits, int *n_out);
 
+struct model_recipe;
+/* Records the steps each layer's next forwards run into trace[l] (appended:
+ * the caller zeroes trace[l].n first), trace an array of n_layers recipes
+ * borrowed until the state is freed or the trace reset with NULL. For the
+ * tests that check the pass against model_layer_recipe (model_recipe.h). */
+void model_state_set_trace(model_state *st, struct model_recipe *trace);
+
 /* The hidden states the last model_forward was asked for (want_hidden): *n_rows
  * rows of dim floats in batch order, owned by st and valid until the next
  * call; NULL with *n_rows 0 when none were. */

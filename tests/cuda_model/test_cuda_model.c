@@ -35,6 +35,7 @@
 #include "models/backend.h"
 #include "models/llama2c.h"
 #include "models/model.h"
+#include "models/model_recipe.h"
 #include "models/sampler.h"
 
 #include "../unit/stories_golden.h"
@@ -467,6 +468,35 @@ static model *load_dummy(const char *shape, model_weights_fmt f) {
     return m;
 }
 
+/* The backend's pass runs each layer's recipe (model_recipe.h), step by
+ * step, for a prompt and a decode step (test_model_arch checks the CPU pass
+ * of every architecture row the same way). */
+static void check_recipe(const char *label, const model *m, model_device dev, model_weights_fmt w) {
+    rig r = {0};
+    int n_layers = model_get_config(m)->n_layers;
+    model_recipe *trace = calloc((size_t)n_layers, sizeof *trace);
+    if (!trace || rig_open(&r, m, dev, w, 8, 16, 1, 1) < 0) {
+        CHECK(0, "%s: recipe rig", label);
+        free(trace);
+        rig_close(&r);
+        return;
+    }
+    int32_t tok[3] = {1, 2, 3}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
+    for (int step = 0; step < 2; step++) {
+        memset(trace, 0, (size_t)n_layers * sizeof *trace);
+        model_backend_set_trace(r.be, trace);
+        model_batch b = {step ? 1 : 2, tok + 2 * step, pos + 2 * step, seq, NULL, NULL};
+        int n_out = 0, rc = model_backend_forward(r.be, r.kv, &b, &n_out);
+        char err[256] = "";
+        CHECK(rc == 0 && model_recipe_trace_check(m, trace, err, sizeof err) == 0,
+              "%s: the %s pass follows the recipe (step %d, rc %d): %s", label,
+              model_device_name(dev), step, rc, err);
+    }
+    model_backend_set_trace(r.be, NULL);
+    rig_close(&r);
+    free(trace);
+}
+
 /* CPU and CUDA agree on greedy tokens over n positions, f16 and int8
  * weights, on stories260K (gguf) and the dummy shapes (llama and qwen3). cpu_only: the
  * rehearsal without a GPU - the same code compares CPU f16 weights (f16
@@ -511,6 +541,8 @@ static void test_agreement(const char *stories_gguf, int cpu_only, int n) {
             snprintf(label, sizeof label, "%s %s weights, %s vs CPU%s", name, f ? "int8" : "f16",
                      cpu_only ? "CPU (f16 cache)" : "CUDA",
                      cpu_only ? " f32" : " (same weights, f16 cache)");
+            if (f == 0)
+                check_recipe(name, m, cpu_only ? MODEL_DEVICE_CPU : MODEL_DEVICE_CUDA, fmts[f]);
             side t = {m, cpu_only ? MODEL_DEVICE_CPU : MODEL_DEVICE_CUDA, fmts[f], 1};
             side r = {mref, MODEL_DEVICE_CPU, cpu_only ? MODEL_WEIGHTS_F32 : fmts[f], !cpu_only};
             agree_greedy(label, &t, &r, prompt, n_prompt, n, f ? BOUND_INT8 : BOUND_F16);

@@ -13,9 +13,11 @@
 
 #include "brisk_test.h"
 #include "common/brisk_error.h"
+#include "models/backend.h"
 #include "models/gguf_write.h"
 #include "models/model.h"
 #include "models/model_arch.h"
+#include "models/model_recipe.h"
 
 #define DIM 32
 #define HIDDEN 64
@@ -309,11 +311,106 @@ static void test_gemma_row(void) {
     CHECK(a->chat == MODEL_CHAT_GEMMA && !a->cuda_validated, "chat family, device");
 }
 
+/* Every row's layers as model_layer_recipe lists them (the optional steps
+ * where the row has the feature, in the block's order), and the CPU
+ * backend's pass runs exactly those steps, for a prompt and a decode step
+ * (the trace; test_cuda_model makes the same check of the CUDA pass). The
+ * weights are zeros: this checks which steps run, not their numbers. */
+static void test_rows_follow_recipe(void) {
+    for (int i = 0; i < model_arch_count(); i++) {
+        const model_arch_desc *a = model_arch_at(i);
+        uint8_t *buf;
+        char err[256] = "";
+        int rc;
+        model *m = load(a->name, a, 0, &buf, err, sizeof err, &rc);
+        if (!m) {
+            free(buf);
+            continue;
+        }
+        const model_config *c = model_get_config(m);
+        model_recipe want;
+        model_layer_recipe(c, &model_get_weights(m)->layers[0], &want);
+        int has[MODEL_STEP_COUNT] = {0};
+        for (int k = 0; k < want.n; k++)
+            has[want.step[k]]++;
+        CHECK(has[MODEL_STEP_QKV_BIAS] == a->qkv_bias && has[MODEL_STEP_QK_NORM] == a->qk_norm &&
+                  has[MODEL_STEP_POST_ATTN_NORM] == a->post_norms &&
+                  has[MODEL_STEP_POST_FFN_NORM] == a->post_norms && has[MODEL_STEP_RESIDUAL] == 2 &&
+                  want.n == 12 + 2 * a->post_norms + a->qkv_bias + a->qk_norm,
+              "%s: the recipe's steps are the row's features", a->name);
+        model_backend_opts o = {.device = MODEL_DEVICE_CPU,
+                                .max_batch_tokens = 8,
+                                .max_ctx = 16,
+                                .max_seqs = 1,
+                                .block_size = 16};
+        model_backend *be = NULL;
+        kv_cache *kv = NULL;
+        kv_cache_config kc = {.n_layers = c->n_layers,
+                              .kv_dim = c->n_kv_heads * c->head_dim,
+                              .block_size = 16,
+                              .n_blocks = 2,
+                              .max_seqs = 1,
+                              .max_seq_blocks = 1};
+        rc = model_backend_create(m, &o, &be, err, sizeof err);
+        rc = rc ? rc : model_backend_kv_create(be, &kc, &kv);
+        rc = rc ? rc : kv_cache_seq_grow(kv, 0, 4);
+        CHECK(rc == 0, "%s: backend: %d %s", a->name, rc, err);
+        model_recipe trace[N_LAYERS];
+        int32_t tok[3] = {1, 3, 3}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
+        int n_out = 0;
+        for (int step = 0; rc == 0 && step < 2; step++) {
+            memset(trace, 0, sizeof trace);
+            model_backend_set_trace(be, trace);
+            /* a prompt of 2 tokens, then one decode token */
+            model_batch b = {step ? 1 : 2, tok + 2 * step, pos + 2 * step, seq, NULL, NULL};
+            rc = model_backend_forward(be, kv, &b, &n_out);
+            CHECK(rc == 0, "%s: forward %d: %d", a->name, step, rc);
+            CHECK(rc || model_recipe_trace_check(m, trace, err, sizeof err) == 0,
+                  "%s: the CPU pass follows the recipe: %s", a->name, err);
+        }
+        if (be)
+            model_backend_set_trace(be, NULL);
+        kv_cache_free(kv);
+        model_backend_free(be);
+        model_free(m);
+        free(buf);
+    }
+}
+
+/* A trace that leaves out a step, or adds one, fails the check. */
+static void test_trace_check(void) {
+    const model_arch_desc *a = model_arch_find("gemma3", 6);
+    uint8_t *buf;
+    char err[256] = "";
+    int rc;
+    model *m = a ? load(a->name, a, 0, &buf, err, sizeof err, &rc) : NULL;
+    CHECK(m != NULL, "gemma3 model");
+    if (!m)
+        return;
+    model_recipe trace[N_LAYERS];
+    for (int l = 0; l < N_LAYERS; l++)
+        model_layer_recipe(model_get_config(m), &model_get_weights(m)->layers[l], &trace[l]);
+    CHECK(model_recipe_trace_check(m, trace, err, sizeof err) == 0, "the recipe itself: %s", err);
+    trace[1].n--;
+    CHECK(model_recipe_trace_check(m, trace, err, sizeof err) == BRISK_EINVAL &&
+              strstr(err, "layer 1") && bt_one_line(err),
+          "a missing step: %s", err);
+    trace[1].n++;
+    trace[0].step[7] = MODEL_STEP_RESIDUAL; /* post_attn_norm left out */
+    CHECK(model_recipe_trace_check(m, trace, err, sizeof err) == BRISK_EINVAL &&
+              strstr(err, "post_attn_norm"),
+          "a step skipped: %s", err);
+    model_free(m);
+    free(buf);
+}
+
 int main(void) {
     test_lookup();
     test_supported_list();
     test_rows_drive_config();
     test_dummy_shapes();
     test_gemma_row();
+    test_rows_follow_recipe();
+    test_trace_check();
     return BT_SUMMARY("test_model_arch");
 }
