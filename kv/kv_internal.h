@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/kern_types.h"
 #include "kv/kv_cache.h"
 
 #define KV_NONE (-1)
@@ -51,7 +52,8 @@
 /* The block pool (kv_pool.c). */
 typedef struct kv_pool {
     /* Storage. */
-    size_t elem;          /* bytes per stored element (kv_pool.c's one dtype rule) */
+    kern_type type;       /* the stored element (kv_pool.c's one rule): F32 or F16 */
+    size_t elem;          /* its bytes */
     size_t block_floats;  /* block_size * kv_dim: elements of one block in one layer */
     size_t block_stride;  /* elements between consecutive block ids */
     size_t *layer_base;   /* [n_layers]: elements before the layer's rows of block 0 */

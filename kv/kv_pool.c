@@ -4,19 +4,26 @@
  *
  * Storage. Everything that depends on what one stored element is (its
  * bytes, the pool's size, the view's pointers, the bytes a copy-on-write
- * moves) is in this file, in terms of kv_elem_bytes: a new element type
- * (a quantized block, fp8) changes this file and no other part. */
+ * moves) is in this file, in terms of kv_elem_type, a row of the kernels'
+ * type table (kern_type_traits): a new element type (a quantized block,
+ * fp8) changes this file and no other part of the cache. */
 #include <assert.h>
 #include <string.h>
 
 #include "common/brisk_error.h"
+#include "kernels/cpu/kern_types.h"
 #include "kv/kv_internal.h"
 
 /* ---- storage ------------------------------------------------------------- */
 
-/* The one rule for the stored element: IEEE f16 with cfg.f16, else f32. */
+/* The one rule for the stored element: IEEE f16 with cfg.f16, else f32, a
+ * type of the kernels' type table, which gives its bytes. */
+static kern_type kv_elem_type(int f16) {
+    return f16 ? KERN_TYPE_F16 : KERN_TYPE_F32;
+}
+
 static size_t kv_elem_bytes(int f16) {
-    return f16 ? sizeof(uint16_t) : sizeof(float);
+    return kern_type_block_bytes(kv_elem_type(f16));
 }
 
 size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_blocks) {
@@ -75,6 +82,7 @@ int kv_pool_init(kv_cache *kv, const int *layer_idx) {
         !kv_mul(pool_floats, kv_elem_bytes(cfg->f16), &pool_bytes) || pool_bytes > SIZE_MAX - 64 ||
         !kv_mul(pool_bytes, 2, &kv_bytes))
         return BRISK_ERANGE;
+    p->type = kv_elem_type(cfg->f16);
     p->elem = kv_elem_bytes(cfg->f16);
     p->bytes = kv_bytes;
     p->block_floats = block_floats;
@@ -135,10 +143,11 @@ void kv_pool_view(const kv_cache *kv, int layer, kern_kv_view *out) {
         out->k = out->v = NULL;
         out->k16 = out->v16 = NULL;
     } else {
-        out->k = p->elem == sizeof(float) ? (float *)(void *)(p->k + off) : NULL;
-        out->v = p->elem == sizeof(float) ? (float *)(void *)(p->v + off) : NULL;
-        out->k16 = p->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(p->k + off);
-        out->v16 = p->elem == sizeof(float) ? NULL : (uint16_t *)(void *)(p->v + off);
+        int f32 = p->type == KERN_TYPE_F32;
+        out->k = f32 ? (float *)(void *)(p->k + off) : NULL;
+        out->v = f32 ? (float *)(void *)(p->v + off) : NULL;
+        out->k16 = f32 ? NULL : (uint16_t *)(void *)(p->k + off);
+        out->v16 = f32 ? NULL : (uint16_t *)(void *)(p->v + off);
     }
     out->block_stride = p->block_stride;
     out->row_stride = (size_t)kv->cfg.kv_dim;
