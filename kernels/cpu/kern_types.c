@@ -436,9 +436,17 @@ static void x8_make_q6s(kern_type base, const uint8_t codes[KERN_QK], uint16_t d
 
 /* ---- the table ------------------------------------------------------------- */
 
-/* Rows by id (kern_types.h says what each field means). An X8 type repeats
- * its base's block size, bytes, offset and two_scales: the matmul reads
- * them for either form without a hop to the base. */
+/* An X8 form of base: multiplied as stored, as integer weights; no row
+ * conversions. It repeats its base's block size, bytes, offset and
+ * two_scales (test_kern_traits checks they agree), so that the matmul
+ * reads them for either form without a hop to the base. */
+#define X8_ROW(nm, base, bytes, off, two)                                                          \
+    {                                                                                              \
+        .name = nm, .block_size = KERN_QK, .block_bytes = bytes, .matmul_ok = 1, .matmul_int = 1,  \
+        .offset = off, .two_scales = two, .x8_base = base                                          \
+    }
+
+/* Rows by id (kern_types.h says what each field means). */
 const kern_type_traits kern_type_table[KERN_TYPE_TABLE_SIZE] = {
     [KERN_TYPE_F32] = {.name = "f32",
                        .block_size = 1,
@@ -637,59 +645,15 @@ const kern_type_traits kern_type_table[KERN_TYPE_TABLE_SIZE] = {
                          .x8_planes = 2,
                          .x8_codes = x8_codes_q6s,
                          .x8_make = x8_make_q6s},
-    /* The X8 forms: multiplied as stored, no row conversions. */
-    [KERN_TYPE_Q8_0X8] = {.name = "q8_0x8",
-                          .block_size = KERN_QK,
-                          .block_bytes = sizeof(kern_block_q8_0),
-                          .matmul_ok = 1,
-                          .matmul_int = 1,
-                          .x8_base = KERN_TYPE_Q8_0},
-    [KERN_TYPE_Q8_0MX8] = {.name = "q8_0mx8",
-                           .block_size = KERN_QK,
-                           .block_bytes = sizeof(kern_block_q8_0m),
-                           .matmul_ok = 1,
-                           .matmul_int = 1,
-                           .offset = 1,
-                           .x8_base = KERN_TYPE_Q8_0M},
-    [KERN_TYPE_Q4_0X8] = {.name = "q4_0x8",
-                          .block_size = KERN_QK,
-                          .block_bytes = sizeof(kern_block_q4_0),
-                          .matmul_ok = 1,
-                          .matmul_int = 1,
-                          .x8_base = KERN_TYPE_Q4_0},
-    [KERN_TYPE_Q4_1X8] = {.name = "q4_1x8",
-                          .block_size = KERN_QK,
-                          .block_bytes = sizeof(kern_block_q4_1),
-                          .matmul_ok = 1,
-                          .matmul_int = 1,
-                          .offset = 1,
-                          .x8_base = KERN_TYPE_Q4_1},
-    [KERN_TYPE_Q5_0X8] = {.name = "q5_0x8",
-                          .block_size = KERN_QK,
-                          .block_bytes = 22,
-                          .matmul_ok = 1,
-                          .matmul_int = 1,
-                          .x8_base = KERN_TYPE_Q5_0},
-    [KERN_TYPE_Q5_1X8] = {.name = "q5_1x8",
-                          .block_size = KERN_QK,
-                          .block_bytes = 24,
-                          .matmul_ok = 1,
-                          .matmul_int = 1,
-                          .offset = 1,
-                          .x8_base = KERN_TYPE_Q5_1},
-    [KERN_TYPE_IQ4_NLX8] = {.name = "iq4_nlx8",
-                            .block_size = KERN_QK,
-                            .block_bytes = 18,
-                            .matmul_ok = 1,
-                            .matmul_int = 1,
-                            .x8_base = KERN_TYPE_IQ4_NL},
-    [KERN_TYPE_Q6_0SX8] = {.name = "q6_0sx8",
-                           .block_size = KERN_QK,
-                           .block_bytes = 28,
-                           .matmul_ok = 1,
-                           .matmul_int = 1,
-                           .two_scales = 1,
-                           .x8_base = KERN_TYPE_Q6_0S},
+    /* The X8 forms (X8_ROW). */
+    [KERN_TYPE_Q8_0X8] = X8_ROW("q8_0x8", KERN_TYPE_Q8_0, sizeof(kern_block_q8_0), 0, 0),
+    [KERN_TYPE_Q8_0MX8] = X8_ROW("q8_0mx8", KERN_TYPE_Q8_0M, sizeof(kern_block_q8_0m), 1, 0),
+    [KERN_TYPE_Q4_0X8] = X8_ROW("q4_0x8", KERN_TYPE_Q4_0, sizeof(kern_block_q4_0), 0, 0),
+    [KERN_TYPE_Q4_1X8] = X8_ROW("q4_1x8", KERN_TYPE_Q4_1, sizeof(kern_block_q4_1), 1, 0),
+    [KERN_TYPE_Q5_0X8] = X8_ROW("q5_0x8", KERN_TYPE_Q5_0, 22, 0, 0),
+    [KERN_TYPE_Q5_1X8] = X8_ROW("q5_1x8", KERN_TYPE_Q5_1, 24, 1, 0),
+    [KERN_TYPE_IQ4_NLX8] = X8_ROW("iq4_nlx8", KERN_TYPE_IQ4_NL, 18, 0, 0),
+    [KERN_TYPE_Q6_0SX8] = X8_ROW("q6_0sx8", KERN_TYPE_Q6_0S, 28, 0, 1),
 };
 
 const kern_type_traits kern_type_unknown = {.name = "unknown", .block_size = 1};

@@ -148,7 +148,7 @@ void kern_x8_dequantize_row(kern_type t, const void *W, int64_t n_in, int64_t r,
  * Every fact about a type is one row of kern_type_table, indexed by the
  * type's id; the functions of this header read it and decide nothing per
  * type themselves. Adding a type is adding its row (kern_types.c), its
- * functions, and its tests (test_kern_types.c walks the table and checks
+ * functions, and its tests (test_kern_traits.c walks the table and checks
  * each row's invariants). */
 
 /* A row of n values (a multiple of the block size) as floats. The type is
@@ -206,8 +206,8 @@ extern const kern_type_traits kern_type_table[KERN_TYPE_TABLE_SIZE];
  * block size 1, 0 bytes, no flags, no functions. */
 extern const kern_type_traits kern_type_unknown;
 
-/* The row of type id t (any id, e.g. one read from a file). Inline: the
- * matmul dispatch reads it per call. */
+/* The row of type id t (any id, e.g. one read from a file): static, never
+ * freed. Inline: the matmul dispatch reads it per call. */
 static inline const kern_type_traits *kern_type_traits_of(uint32_t t) {
     return t < KERN_TYPE_TABLE_SIZE && kern_type_table[t].name ? &kern_type_table[t]
                                                                : &kern_type_unknown;

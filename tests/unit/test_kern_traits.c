@@ -7,19 +7,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "brisk_test.h"
 #include "common/brisk_error.h"
 #include "kernels/cpu/kern_internal.h"
 #include "kernels/cpu/kern_kquant.h"
 #include "kernels/cpu/kern_types.h"
-
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static uint64_t rng_u64(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+#include "test_kern_util.h"
 
 static void test_names(void) {
     int n_types = 0, n_valid = 0;
@@ -174,5 +166,5 @@ int main(void) {
     test_sizes_and_flags();
     test_x8();
     test_wk_agrees();
-    return BT_SUMMARY("test_kern_traits");
+    return finish("test_kern_traits");
 }
