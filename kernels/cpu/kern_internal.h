@@ -70,10 +70,9 @@ extern const int8_t kern_iq4_values[16];
 #define KERN_WK_BIAS(K) ((K) == KERN_WK_Q4_0 ? 8 : (K) == KERN_WK_Q5_0 ? 16 : 0)
 
 /* 1 for the weight types the int8 kernels run (Q8_0, Q8_0M, Q4_0, Q4_1 and
- * the X8 forms of the first two). */
+ * every X8 form): the table's matmul_int. */
 static inline int kern_is_int_weight(kern_type t) {
-    return t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q8_0M || t == KERN_TYPE_Q4_0 ||
-           t == KERN_TYPE_Q4_1 || kern_type_is_x8(t);
+    return kern_type_traits_of(t)->matmul_int;
 }
 
 /* One matmul call as the row kernels see it. For the integer weight types

@@ -20,40 +20,20 @@ static uint16_t u16(const uint8_t *p) {
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
+/* The facts are kern_type_table's rows (kern_types.c). */
 int kern_kq_is(kern_type t) {
-    return kern_kq_block_size(t) != 0 && t != KERN_TYPE_Q6_0S;
+    const kern_type_traits *r = kern_type_traits_of(t);
+    return r->kquant && r->valid; /* Q6_0S is brisk's, never in a file */
 }
 
 int kern_kq_block_size(kern_type t) {
-    switch (t) {
-    case KERN_TYPE_Q5_0:
-    case KERN_TYPE_Q5_1:
-    case KERN_TYPE_Q6_0S:
-    case KERN_TYPE_IQ4_NL: return 32;
-    case KERN_TYPE_Q2_K:
-    case KERN_TYPE_Q3_K:
-    case KERN_TYPE_Q4_K:
-    case KERN_TYPE_Q5_K:
-    case KERN_TYPE_Q6_K:
-    case KERN_TYPE_IQ4_XS: return KERN_QK_K;
-    default: return 0;
-    }
+    const kern_type_traits *r = kern_type_traits_of(t);
+    return r->kquant ? r->block_size : 0;
 }
 
 size_t kern_kq_block_bytes(kern_type t) {
-    switch (t) {
-    case KERN_TYPE_Q5_0: return 22;
-    case KERN_TYPE_Q5_1: return 24;
-    case KERN_TYPE_IQ4_NL: return 18;
-    case KERN_TYPE_Q6_0S: return 28;
-    case KERN_TYPE_Q2_K: return 84;
-    case KERN_TYPE_Q3_K: return 110;
-    case KERN_TYPE_Q4_K: return 144;
-    case KERN_TYPE_Q5_K: return 176;
-    case KERN_TYPE_Q6_K: return 210;
-    case KERN_TYPE_IQ4_XS: return 136;
-    default: return 0;
-    }
+    const kern_type_traits *r = kern_type_traits_of(t);
+    return r->kquant ? r->block_bytes : 0;
 }
 
 /* ---- per-block value extraction -------------------------------------- */
@@ -215,12 +195,8 @@ void kern_kq_dequantize_row(kern_type t, const void *src, float *dst, int64_t n)
 }
 
 kern_type kern_kq_run_type(kern_type t) {
-    switch (t) {
-    case KERN_TYPE_Q5_1:
-    case KERN_TYPE_Q5_K: return KERN_TYPE_Q8_0M;
-    case KERN_TYPE_Q4_K: return KERN_TYPE_Q4_1;
-    default: return KERN_TYPE_Q8_0;
-    }
+    const kern_type run = kern_type_traits_of(t)->kq_run;
+    return run != KERN_TYPE_F32 ? run : KERN_TYPE_Q8_0;
 }
 
 /* ---- conversions --------------------------------------------------------- */
@@ -252,10 +228,12 @@ static void kq_sub(kern_type t, const uint8_t *b, int j, int8_t q[32], uint16_t 
 
 int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, int64_t n) {
     const uint8_t *s = src;
+    const size_t sbb = kern_type_traits_of(st)->block_bytes,
+                 dbb = kern_type_traits_of(dt)->block_bytes;
     int8_t q[32];
     if (st == KERN_TYPE_Q5_0 && dt == KERN_TYPE_Q8_0) {
         kern_block_q8_0 *o = dst;
-        for (int64_t i = 0; i < n / 32; i++, s += 22) {
+        for (int64_t i = 0; i < n / 32; i++, s += sbb) {
             for (int k = 0; k < 32; k++)
                 q[k] = (int8_t)(q5_code(s + 2, s + 6, k) - 16);
             put_q8_0(&o[i], u16(s), q);
@@ -264,7 +242,7 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
     }
     if (st == KERN_TYPE_Q5_1 && dt == KERN_TYPE_Q8_0M) {
         kern_block_q8_0m *o = dst;
-        for (int64_t i = 0; i < n / 32; i++, s += 24) {
+        for (int64_t i = 0; i < n / 32; i++, s += sbb) {
             for (int k = 0; k < 32; k++)
                 q[k] = (int8_t)q5_code(s + 4, s + 8, k);
             put_q8_0m(&o[i], u16(s), u16(s + 2), q);
@@ -273,7 +251,7 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
     }
     if (st == KERN_TYPE_IQ4_NL && dt == KERN_TYPE_Q8_0) {
         kern_block_q8_0 *o = dst;
-        for (int64_t i = 0; i < n / 32; i++, s += 18) {
+        for (int64_t i = 0; i < n / 32; i++, s += sbb) {
             for (int k = 0; k < 32; k++)
                 q[k] = KV_IQ4[nib32(s + 2, k)];
             put_q8_0(&o[i], u16(s), q);
@@ -282,7 +260,7 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
     }
     if (st == KERN_TYPE_IQ4_XS && dt == KERN_TYPE_Q8_0) {
         kern_block_q8_0 *o = dst;
-        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 136)
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += sbb)
             for (int j = 0; j < 8; j++) {
                 for (int k = 0; k < 32; k++)
                     q[k] = KV_IQ4[nib32(s + 8 + 16 * j, k)];
@@ -294,8 +272,8 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
         /* Each 32-value sub-block is a Q5_1 block: d * sc, -dmin * m, the
          * 5-bit codes as they are. */
         uint8_t *o = dst;
-        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 176)
-            for (int j = 0; j < 8; j++, o += 24) {
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += sbb)
+            for (int j = 0; j < 8; j++, o += dbb) {
                 uint16_t d, m;
                 kq_sub(st, s, j, q, &d, &m);
                 uint32_t qh = 0;
@@ -314,10 +292,10 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
         /* Q3_K's q - 4 (-4..3) as a 6-bit code q + 28, its two 16-value
          * scales d * (sc - 32) as da and db. */
         uint8_t *o = dst;
-        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 110) {
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += sbb) {
             const uint8_t *hm = s, *qs = s + 32, *sc = s + 96;
             float d = f16(s + 108);
-            for (int j = 0; j < 8; j++, o += 28) {
+            for (int j = 0; j < 8; j++, o += dbb) {
                 uint16_t da = kern_fp32_to_fp16(d * (float)q3k_scale(sc, 2 * j));
                 uint16_t db = kern_fp32_to_fp16(d * (float)q3k_scale(sc, 2 * j + 1));
                 o[0] = (uint8_t)da, o[1] = (uint8_t)(da >> 8);
@@ -336,10 +314,10 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
     }
     if (st == KERN_TYPE_Q6_K && dt == KERN_TYPE_Q6_0S) {
         uint8_t *o = dst;
-        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 210) {
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += sbb) {
             const int8_t *sc = (const int8_t *)(s + 192);
             float d = f16(s + 208);
-            for (int j = 0; j < 8; j++, o += 28) {
+            for (int j = 0; j < 8; j++, o += dbb) {
                 uint16_t da = kern_fp32_to_fp16(d * (float)sc[2 * j]);
                 uint16_t db = kern_fp32_to_fp16(d * (float)sc[2 * j + 1]);
                 o[0] = (uint8_t)da, o[1] = (uint8_t)(da >> 8);
@@ -356,8 +334,8 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
     }
     if (st == KERN_TYPE_IQ4_XS && dt == KERN_TYPE_IQ4_NL) {
         uint8_t *o = dst;
-        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 136)
-            for (int j = 0; j < 8; j++, o += 18) {
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += sbb)
+            for (int j = 0; j < 8; j++, o += dbb) {
                 uint16_t d = kern_fp32_to_fp16(f16(s) * (float)iq4xs_scale(s, j));
                 o[0] = (uint8_t)d, o[1] = (uint8_t)(d >> 8);
                 memcpy(o + 2, s + 8 + 16 * j, 16);
@@ -366,8 +344,7 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
     }
     if ((st == KERN_TYPE_Q4_K || st == KERN_TYPE_Q5_K) && dt == KERN_TYPE_Q8_0M) {
         kern_block_q8_0m *o = dst;
-        size_t bb = kern_kq_block_bytes(st);
-        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += bb)
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += sbb)
             for (int j = 0; j < 8; j++) {
                 uint16_t d, m;
                 kq_sub(st, s, j, q, &d, &m);
@@ -377,7 +354,7 @@ int kern_kq_convert_row(kern_type st, const void *src, kern_type dt, void *dst, 
     }
     if (st == KERN_TYPE_Q4_K && dt == KERN_TYPE_Q4_1) {
         kern_block_q4_1 *o = dst;
-        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += 144)
+        for (int64_t i = 0; i < n / KERN_QK_K; i++, s += sbb)
             for (int j = 0; j < 8; j++) {
                 kern_block_q4_1 *ob = &o[8 * i + j];
                 kq_sub(st, s, j, q, &ob->d, &ob->m);

@@ -140,7 +140,7 @@ static const int8_t *q8_block(kern_type wt, const uint8_t *row, int b, float *dw
         return buf;
     }
     case KERN_TYPE_Q6_0S: { /* q = code - 32; da as dw, db as mw */
-        const uint8_t *blk = row + (size_t)b * 28;
+        const uint8_t *blk = row + (size_t)b * kern_type_traits_of(wt)->block_bytes;
         uint16_t h;
         memcpy(&h, blk, 2);
         *dw = kern_fp16_to_fp32(h);
@@ -199,15 +199,11 @@ static const int8_t *q8_block_at(kern_type wt, const uint8_t *W, size_t rb, int 
     return buf;
 }
 
-static int has_offset(kern_type wt) {
-    kern_type b = kern_x8_base(wt);
-    return b == KERN_TYPE_Q8_0M || b == KERN_TYPE_Q4_1 || b == KERN_TYPE_Q5_1;
-}
-
 /* One block's contribution, the arithmetic every level reproduces. */
 static float q8_block_acc(float acc, kern_type wt, const int8_t *qw, float dw, float mw,
                           const int16_t *qx, float dx, float sx) {
-    if (kern_x8_base(wt) == KERN_TYPE_Q6_0S) {
+    const kern_type_traits *tr = kern_type_traits_of(wt);
+    if (tr->two_scales) {
         /* Two half-blocks: da (dw) for values 0..15, db (mw) for 16..31. */
         int32_t ia = 0, ib = 0;
         for (int j = 0; j < 16; j++) {
@@ -221,7 +217,7 @@ static float q8_block_acc(float acc, kern_type wt, const int8_t *qw, float dw, f
     for (int j = 0; j < KERN_QK; j++)
         isum += (int32_t)qw[j] * (int32_t)qx[j];
     acc = fmaf((float)isum, dw * dx, acc);
-    if (has_offset(wt))
+    if (tr->offset)
         acc = fmaf(mw, sx, acc);
     return acc;
 }

@@ -144,11 +144,84 @@ void kern_x8_get_row(kern_type t, const void *W, int64_t n_in, int64_t r, void *
  * that row in the base type. */
 void kern_x8_dequantize_row(kern_type t, const void *W, int64_t n_in, int64_t r, float *dst);
 
+/* ---- the type table ---------------------------------------------------------
+ * Every fact about a type is one row of kern_type_table, indexed by the
+ * type's id; the functions of this header read it and decide nothing per
+ * type themselves. Adding a type is adding its row (kern_types.c), its
+ * functions, and its tests (test_kern_traits.c walks the table and checks
+ * each row's invariants). */
+
+/* A row of n values (a multiple of the block size) as floats. The type is
+ * passed so that one function can serve a family: kern_kquant.c's
+ * reference serves ten types. */
+typedef void (*kern_to_f32_fn)(kern_type t, const void *src, float *dst, int64_t n);
+/* n floats quantized into a row of the type. */
+typedef void (*kern_from_f32_fn)(kern_type t, const float *src, void *dst, int64_t n);
+/* A row converted to the type's exact int8 form (kern_requantize_row_q8);
+ * 0, or -1 with dst untouched. */
+typedef int (*kern_to_int8_fn)(kern_type t, const void *src, void *dst, int64_t n);
+/* The X8 packing of a base type, one block: its 32 stored codes (the int8 q
+ * as bytes, or the 4- to 6-bit codes), d and m (0 where it has none); and
+ * the inverse. */
+typedef void (*kern_x8_codes_fn)(kern_type base, const uint8_t *blk, uint8_t codes[KERN_QK],
+                                 uint16_t *d, uint16_t *m);
+typedef void (*kern_x8_make_fn)(kern_type base, const uint8_t codes[KERN_QK], uint16_t d,
+                                uint16_t m, uint8_t *blk);
+
+typedef struct kern_type_traits {
+    const char *name;   /* GGML's name ("q4_K"), brisk's for its own types */
+    int block_size;     /* values per block (an X8 type: its base's) */
+    size_t block_bytes; /* bytes per block (an X8 type: its base's, 1/8 of a group block) */
+    uint8_t valid;      /* a GGML type a file may hold (kern_type_valid) */
+    uint8_t known;      /* the row conversions take it (kern_type_known) */
+    uint8_t matmul_ok;  /* kern_matmul multiplies it as stored */
+    uint8_t matmul_int; /* ... as integer weights against quantized activations */
+    uint8_t kquant;     /* kern_kquant.h's reference is its dequantizer */
+    uint8_t offset;     /* each 32-value block holds d and m: x = d * q + m */
+    uint8_t two_scales; /* each 32-value block holds two scales, one per 16 values */
+    /* Types related to it; KERN_TYPE_F32 (0), which has none and is none of
+     * them, stands for "none". */
+    kern_type x8;      /* its X8 form */
+    kern_type x8_base; /* for an X8 type: its row-major base */
+    kern_type int8;    /* the int8 type that holds its values exactly */
+    kern_type kq_run;  /* kern_kquant.h's: the row-major type the matmul runs it as */
+    /* Conversions; NULL: none (the row functions then write nothing). */
+    kern_to_f32_fn to_f32;
+    kern_from_f32_fn from_f32; /* only the types brisk writes */
+    kern_to_int8_fn to_int8;   /* exactly the types with an int8 form */
+    /* A base of an X8 type: its codes in the group block (kern_types.h's X8
+     * layouts) and the functions that take them out of and put them into
+     * one of its blocks. */
+    uint8_t x8_nibble; /* 4-bit code pairs per byte (else one int8 per byte) */
+    uint8_t x8_planes; /* bit planes of higher code bits: 1 (Q5_*), 2 (Q6_0S) */
+    kern_x8_codes_fn x8_codes;
+    kern_x8_make_fn x8_make;
+} kern_type_traits;
+
+/* Type ids are below this. */
+#define KERN_TYPE_TABLE_SIZE 74
+/* Rows of ids no type has are zero (name NULL). */
+extern const kern_type_traits kern_type_table[KERN_TYPE_TABLE_SIZE];
+/* The row kern_type_traits_of gives for an id no type has: name "unknown",
+ * block size 1, 0 bytes, no flags, no functions. */
+extern const kern_type_traits kern_type_unknown;
+
+/* The row of type id t (any id, e.g. one read from a file): static, never
+ * freed. Inline: the matmul dispatch reads it per call. */
+static inline const kern_type_traits *kern_type_traits_of(uint32_t t) {
+    return t < KERN_TYPE_TABLE_SIZE && kern_type_table[t].name ? &kern_type_table[t]
+                                                               : &kern_type_unknown;
+}
+
+/* The type named name (kern_type_name's names, exactly): 0 and *out set,
+ * or BRISK_EINVAL (*out untouched). */
+int kern_type_parse(const char *name, kern_type *out);
+
 /* 1 for the fifteen GGML types above, 0 for anything else (e.g. an id read
  * from a file, and Q8_0M, which no file may hold). */
 int kern_type_valid(uint32_t type);
-/* 1 for the GGML types and Q8_0M: the types the row conversions below
- * handle. */
+/* 1 for the GGML types, Q8_0M and Q6_0S: the types the row conversions
+ * below handle. */
 int kern_type_known(uint32_t type);
 /* 1 for the types kern_matmul multiplies as they are: F32, F16, BF16, Q8_0,
  * Q8_0M, Q4_0, Q4_1 and the X8 forms. The others (kern_kquant.h) are
