@@ -615,8 +615,6 @@ static int gen_max_tokens(const srv_app *app, const srv_gen_params *p, int np, i
     return app->max_ctx - np;
 }
 
-/* Validates lengths, submits every choice and starts the response.
- * Takes ownership of g (freed or linked). */
 /* The key's limits (srv_quota.h), before any engine work: -1 after
  * answering 429 (or 400 for a prompt over the whole token budget). An
  * admitted request carries the x-ratelimit-* headers. */
@@ -650,6 +648,8 @@ static int gen_admit(srv_app *app, srv_req *r, gen_req *g) {
     return -1;
 }
 
+/* Validates lengths, submits every choice and starts the response.
+ * Takes ownership of g (freed or linked). */
 void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
                    int max_tokens_default) {
     /* The constraint, compiled (or found compiled) before any engine work. */
