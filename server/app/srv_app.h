@@ -91,19 +91,9 @@ int srv_app_run(const srv_app_config *cfg);
 /* srv_gen.c: the generation endpoints and the engine-event pump. */
 void srv_gen_completions(srv_req *r);
 void srv_gen_chat(srv_req *r);
-void srv_gen_embeddings(srv_req *r); /* POST /v1/embeddings */
+void srv_gen_embeddings(srv_req *r); /* srv_embed.c: POST /v1/embeddings */
 
-/* How a chat generation answers: OpenAI chat completions (out NULL or
- * resp NULL), or the Responses API's shapes (srv_responses.h), whose state
- * the generation takes over (and frees) once srv_gen_chat_run is called. */
-struct srv_resp_req;
-typedef struct srv_gen_out {
-    struct srv_resp_req *resp;
-} srv_gen_out;
-/* Runs a parsed chat request on r (answered in every case; cr stays the
- * caller's to free). */
-void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_out *out);
-/* Shared by the endpoints (srv_routes.c, srv_responses.c):
+/* Shared by the endpoints (srv_routes.c, srv_embed.c, srv_gen_responses.c):
  * the chat request's prompt ids (malloc'd, *n_ids), with the tools' grammar
  * put into cr->params; NULL once r has been answered; */
 int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_ids);
@@ -111,18 +101,23 @@ int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_
 int32_t *srv_gen_tokenize(srv_app *app, const char *text, size_t len, int flags, int *n_out);
 /* TOK_ADD_BOS when the model adds BOS, else 0; */
 int srv_gen_bos_flag(srv_app *app);
-/* -1 after answering 503 (loading, draining), else 0; */
-int srv_gen_precheck(srv_app *app, srv_req *r);
-/* -1 after answering 404 for a model name that is not the served one; */
-int srv_gen_check_model(srv_app *app, srv_req *r, const char *name);
-/* answers a parse error. */
+/* the body of a POST (borrowed from r, len bytes) once the server can take
+ * it - ready, not draining, a JSON Content-Type -; NULL once r has been
+ * answered (503, 400); */
+const char *srv_gen_body(srv_app *app, srv_req *r, size_t *len);
+/* after the parser returned rc: -1 once r has been answered, for a parse
+ * failure (with *e) or a model name that is not the served one (404; name
+ * NULL: none given), else 0; the caller frees what it parsed either way (a
+ * failed parse leaves it empty); */
+int srv_gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e, const char *name);
+/* answers a parse error (or any error as OpenAI's error body). */
 void srv_gen_respond_error(srv_req *r, const srv_api_error *e);
 /* srv_routes.c: the small endpoints. */
 void srv_route_model(srv_req *r);      /* GET /v1/models/{id} */
 void srv_route_version(srv_req *r);    /* GET /version */
 void srv_route_tokenize(srv_req *r);   /* POST /tokenize */
 void srv_route_detokenize(srv_req *r); /* POST /detokenize */
-/* srv_responses.c: POST /v1/responses. */
+/* srv_gen_responses.c: POST /v1/responses. */
 void srv_route_responses(srv_req *r);
 void srv_gen_on_events(srv_app *app);
 /* Writes the audit line of a finished request under /v1/ (the srv_http on_finish

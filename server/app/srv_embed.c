@@ -1,6 +1,7 @@
 /* srv_embed.c - POST /v1/embeddings: inputs become pooling sequences of the
- * engine (scheduler/engine.h), their vectors one JSON answer. Runs on the
- * loop thread, through srv_gen.c's request lifecycle. */
+ * engine (scheduler/engine.h), their vectors one JSON answer: an output
+ * shape (srv_gen_int.h) that never streams. Runs on the loop thread,
+ * through srv_gen.c's request lifecycle. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,9 @@
 #include "server/app/srv_gen_int.h"
 
 /* The embeddings of a finished /v1/embeddings request, L2-normalised unless
- * asked not to be. Answers and clears g->http. */
-void srv_embed_respond(gen_req *g) {
+ * asked not to be. */
+static void embed_respond(gen_req *g, const srv_usage *u) {
+    (void)u; /* the body counts the prompt tokens alone */
     srv_app *app = g->app;
     const float **vecs = brisk_calloc((size_t)g->n_choices + 1, sizeof *vecs);
     int dim = g->n_choices ? g->choices[0].n_emb : 0, ok = vecs != NULL;
@@ -40,8 +42,24 @@ void srv_embed_respond(gen_req *g) {
         srv_respond_error(g->http, 500, "server_error", NULL, NULL, "an embedding is missing");
     free(json);
     free(vecs);
-    g->http = NULL;
 }
+
+const srv_gen_shape srv_gen_shape_embeddings = {
+    .endpoint = "/v1/embeddings",
+    .id_prefix = "embd-",
+    .id_chars = 29,
+    .chat = 0,
+    .data = NULL,
+    .free_state = NULL,
+    /* No stream: the request has no "stream" field. */
+    .stream_begin = NULL,
+    .stream_chunk = NULL,
+    .stream_answer = NULL,
+    .stream_end = NULL,
+    .respond = embed_respond,
+    .body = NULL,
+    .error = srv_gen_error_http,
+};
 
 void srv_gen_embeddings(srv_req *r) {
     srv_app *app = srv_req_app(r);
@@ -50,7 +68,9 @@ void srv_gen_embeddings(srv_req *r) {
                           "this server does not serve embeddings; start it with --embeddings");
         return;
     }
-    if (srv_gen_precheck(app, r) < 0)
+    size_t len;
+    const char *body = srv_gen_body(app, r, &len);
+    if (!body)
         return;
     if (!sched_engine_can_pool(app->eng)) {
         srv_respond_error(r, 501, "invalid_request_error", NULL, "embeddings_unsupported",
@@ -58,19 +78,14 @@ void srv_gen_embeddings(srv_req *r) {
                           "with --device cpu");
         return;
     }
-    size_t len;
-    const char *body = srv_req_body(r, &len);
     srv_embed_req er;
     srv_api_error e;
-    if (srv_api_parse_embeddings(body, len, &app->limits, &er, &e) < 0) {
-        srv_gen_respond_error(r, &e);
-        return;
-    }
-    int dim = model_get_config(app->m)->dim;
-    if (srv_gen_check_model(app, r, er.model) < 0) {
+    int rc = srv_api_parse_embeddings(body, len, &app->limits, &er, &e);
+    if (srv_gen_accept(app, r, rc, &e, er.model) < 0) {
         srv_embed_req_free(&er);
         return;
     }
+    int dim = model_get_config(app->m)->dim;
     if (er.dimensions >= 0 && er.dimensions != dim) {
         srv_respond_error(r, 400, "invalid_request_error", "dimensions", "unsupported_value",
                           "'dimensions' other than the model's %d needs a Matryoshka-trained "
@@ -88,7 +103,7 @@ void srv_gen_embeddings(srv_req *r) {
     p.top_k = -1;
     p.repetition_penalty = 1.0f;
     p.logprobs = -1;
-    gen_req *g = srv_gen_new(app, r, 0, &p, er.n_inputs);
+    gen_req *g = srv_gen_new(app, r, &srv_gen_shape_embeddings, &p, er.n_inputs);
     int ok = g != NULL;
     for (int i = 0; ok && i < er.n_inputs; i++) {
         const srv_prompt *in = &er.inputs[i];
@@ -110,7 +125,6 @@ void srv_gen_embeddings(srv_req *r) {
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
     }
-    srv_http_make_id(app->http, "embd-", 29, g->id, sizeof g->id);
     g->embed = app->pooling;
     g->emb_base64 = er.base64;
     g->emb_normalize = er.normalize;

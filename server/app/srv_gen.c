@@ -1,8 +1,10 @@
-/* srv_gen.c - POST /v1/completions and /v1/chat/completions: validated
- * requests become engine sequences (one per prompt x n), engine events become
- * SSE chunks or one JSON response, and a client that leaves cancels its
- * sequences at once. Runs on the loop thread. */
-#include <math.h>
+/* srv_gen.c - the generation requests' lifecycle, and the endpoints
+ * POST /v1/completions and /v1/chat/completions: validated requests become
+ * engine sequences (one per prompt x n), engine events go to the request's
+ * output shape (srv_gen_int.h), which streams them or answers once, and a
+ * client that leaves cancels its sequences at once. /v1/responses
+ * (srv_gen_responses.c) and /v1/embeddings (srv_embed.c) run through the
+ * same lifecycle. Runs on the loop thread. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,6 @@
 #include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "server/api/srv_reason.h"
-#include "server/api/srv_responses.h"
 #include "server/api/srv_tools.h"
 #include "server/app/srv_app.h"
 #include "server/ops/srv_audit.h"
@@ -23,16 +24,6 @@
 #include "server/app/srv_gen_int.h"
 
 /* ---- small helpers -------------------------------------------------------- */
-
-static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (brisk_grow(b, cap, *len + n + 1, 1, 256, 0) < 0)
-        return BRISK_ENOMEM;
-    if (n)
-        memcpy(*b + *len, s, n);
-    *len += n;
-    (*b)[*len] = '\0';
-    return 0;
-}
 
 static void gen_link(srv_app *app, gen_req *g) {
     g->next = app->live;
@@ -53,9 +44,11 @@ static void gen_unlink(srv_app *app, gen_req *g) {
 }
 
 void srv_gen_free(gen_req *g) {
+    if (!g)
+        return;
     for (int i = 0; g->choices && i < g->n_choices; i++) {
-        free(g->choices[i].text);
-        free(g->choices[i].atext);
+        free(g->choices[i].text.p);
+        free(g->choices[i].atext.p);
         free(g->choices[i].toks);
         free(g->choices[i].ptoks);
         free(g->choices[i].emb);
@@ -74,7 +67,8 @@ void srv_gen_free(gen_req *g) {
         free((char *)g->a_msgs[i].content);
     free(g->a_msgs);
     model_grammar_unref(g->grammar);
-    srv_resp_req_free(g->out.resp);
+    if (g->state)
+        g->shape->free_state(g->state);
     if (g->quota_admitted)
         srv_quota_release(g->app->quota, g->key_id);
     /* The request outlives g only on error paths that answer after freeing it. */
@@ -87,133 +81,11 @@ static uint64_t random_seed(srv_app *app) {
     return srv_http_random_u64(app->http);
 }
 
-/* A tool call id as OpenAI's look: "call_" and 24 letters and digits. */
-static void make_call_id(void *ctx, char out[32]) {
-    srv_app *app = ctx;
-    srv_http_make_id(app->http, "call_", 24, out, 32);
-}
-
-/* An answer's tool calls (tools offered): *calls and the rest as *content
- * (NULL: none); returns the count, or BRISK_ENOMEM. */
-static int gen_parse_calls(gen_req *g, const char *text, size_t len, srv_tool_call **calls,
-                           char **content) {
-    return srv_tools_parse_output(g->tools_kind, text ? text : "", text ? len : 0, make_call_id,
-                                  g->app, calls, content);
-}
-
-/* The piece text of a token (raw bytes, may be partial UTF-8). */
-static char *piece(const tok_vocab *v, int32_t id, size_t *len) {
-    char buf[256];
-    int n = tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, buf, sizeof buf);
-    if (n < 0)
-        n = 0;
-    char *s = brisk_malloc((size_t)n + 1);
-    if (!s)
-        return NULL;
-    if (n <= (int)sizeof buf)
-        memcpy(s, buf, (size_t)n);
-    else if (tok_token_to_piece(v, id, TOK_PARSE_SPECIAL, s, (size_t)n + 1) != n)
-        n = 0;
-    s[n] = '\0';
-    *len = (size_t)n;
-    return s;
-}
-
-/* Logprob structs for toks; the strings are malloc'd into *pool (freed by
- * free_lps). Token strings show control tokens by their text; text_offset
- * counts, from *off (advanced), the bytes of text before the token (control tokens add
- * none). *strip says the next text piece starts the text, so it loses the
- * space SentencePiece decoding drops there: the joined strings of text
- * tokens then equal the text. */
-typedef struct lp_set {
-    srv_token_logprob *lps;
-    srv_top_logprob *tops;
-    char **strs;
-    int n_strs;
-} lp_set;
-
-static void free_lps(lp_set *s) {
-    for (int i = 0; i < s->n_strs; i++)
-        free(s->strs[i]);
-    free(s->strs);
-    free(s->lps);
-    free(s->tops);
-    memset(s, 0, sizeof *s);
-}
-
-/* Bytes id adds to the text (0 for control tokens). */
-static size_t text_len(const tok_vocab *v, int32_t id) {
-    int n = tok_token_to_piece(v, id, 0, NULL, 0);
-    return n > 0 ? (size_t)n : 0;
-}
-
-static int build_lps(const tok_vocab *v, const sched_token *toks, int n, int first_null,
-                     size_t *off, int *strip, lp_set *out) {
-    memset(out, 0, sizeof *out);
-    if (n <= 0)
-        return 0;
-    int n_top = 0;
-    for (int i = 0; i < n; i++)
-        n_top += toks[i].n_top;
-    out->lps = brisk_calloc((size_t)n, sizeof *out->lps);
-    out->tops = brisk_calloc((size_t)n_top + 1, sizeof *out->tops);
-    out->strs = brisk_calloc((size_t)(n + n_top), sizeof *out->strs);
-    if (!out->lps || !out->tops || !out->strs)
-        return BRISK_ENOMEM;
-    int t = 0;
-    for (int i = 0; i < n; i++) {
-        srv_token_logprob *l = &out->lps[i];
-        size_t len;
-        char *s = piece(v, toks[i].id, &len);
-        if (!s)
-            return BRISK_ENOMEM;
-        out->strs[out->n_strs++] = s;
-        size_t tl = text_len(v, toks[i].id);
-        int first_text = tl && *strip && tok_vocab_drops_first_space(v);
-        if (tl)
-            *strip = 0;
-        if (first_text && s[0] == ' ') {
-            memmove(s, s + 1, len); /* the NUL too */
-            len--;
-            tl--;
-        }
-        l->token = s;
-        l->token_len = len;
-        l->logprob = toks[i].logprob;
-        l->has_logprob = !(first_null && i == 0);
-        l->text_offset = *off;
-        *off += tl;
-        l->top = &out->tops[t];
-        l->n_top = toks[i].n_top;
-        for (int k = 0; k < toks[i].n_top; k++) {
-            char *ts = piece(v, toks[i].top_id[k], &len);
-            if (!ts)
-                return BRISK_ENOMEM;
-            if (first_text && ts[0] == ' ') { /* alternatives at the same place */
-                memmove(ts, ts + 1, len);
-                len--;
-            }
-            out->strs[out->n_strs++] = ts;
-            out->tops[t].token = ts;
-            out->tops[t].token_len = len;
-            out->tops[t].logprob = toks[i].top_logprob[k];
-            t++;
-        }
-    }
-    return 0;
-}
-
 static const char *finish_str(sched_finish f) {
     return f == SCHED_FINISH_LENGTH ? "length" : "stop";
 }
 
-/* A choice's finish_reason: a deadline's "length" carries its detail. */
-static const char *choice_finish(const gen_choice *c) {
-    return c->deadline ? srv_finish_deadline : finish_str(c->finish);
-}
-
-/* Every choice expired before it ran (the deadline passed while waiting). */
-static int gen_all_expired(const gen_req *g) {
+int srv_gen_all_expired(const gen_req *g) {
     int n = 0;
     for (int i = 0; i < g->n_choices; i++)
         n += g->choices[i].finish == SCHED_FINISH_EXPIRED;
@@ -236,7 +108,7 @@ static srv_metrics_finish metrics_finish(sched_finish f) {
  * cancel the other choices at once, since nothing they produce can be sent.
  * The client gets a 500, or in a stream an error event, when the last
  * choice's final event arrives. */
-static void gen_fail(gen_req *g, const char *why) {
+void srv_gen_fail(gen_req *g, const char *why) {
     if (g->failed)
         return;
     g->failed = 1;
@@ -244,6 +116,23 @@ static void gen_fail(gen_req *g, const char *why) {
     for (int i = 0; i < g->n_choices; i++)
         if (g->choices[i].live)
             sched_engine_cancel(g->app->eng, &g->choices[i]);
+}
+
+const srv_api_error *srv_gen_failure(const gen_req *g, srv_api_error *e) {
+    *e = (srv_api_error){500, "server_error", "", NULL, ""};
+    snprintf(e->message, sizeof e->message, "generation failed: %s",
+             g->err[0] ? g->err : "internal error");
+    return e;
+}
+
+const srv_api_error *srv_gen_expiry(srv_api_error *e) {
+    *e = (srv_api_error){504, "timeout_error", "timeout", "deadline_exceeded", ""};
+    snprintf(e->message, sizeof e->message, "the request's deadline passed before it ran");
+    return e;
+}
+
+void srv_gen_error_http(gen_req *g, const srv_api_error *e) {
+    srv_gen_respond_error(g->http, e);
 }
 
 static void gen_on_abort(srv_req *r, void *user) {
@@ -258,54 +147,9 @@ static void gen_on_abort(srv_req *r, void *user) {
 
 /* ---- streaming ---------------------------------------------------------------- */
 
-/* Sends one SSE event holding json (freed here). A chunk that cannot be
- * built fails the request: a stream must never skip a piece silently. */
-static int stream_send(gen_req *g, char *json) {
-    size_t n;
-    char *ev = json ? srv_sse_event(json, &n) : NULL;
-    free(json);
-    if (!ev) {
-        gen_fail(g, "out of memory");
-        return BRISK_ENOMEM;
-    }
-    if (g->http)
-        srv_stream_write(g->http, ev, n);
-    free(ev);
-    return 0;
-}
-
-/* The error event that ends a failed stream; a fixed one when even that
- * cannot be built. */
-static void stream_error(gen_req *g) {
-    srv_api_error e = {500, "server_error", "", NULL, ""};
-    snprintf(e.message, sizeof e.message, "generation failed: %s",
-             g->err[0] ? g->err : "internal error");
-    size_t n;
-    char *ev = srv_sse_error(&e, &n);
-    if (ev) {
-        srv_stream_write(g->http, ev, n);
-        free(ev);
-    } else {
-        static const char oom[] =
-            "data: {\"error\":{\"message\":\"generation failed: out of memory\","
-            "\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n";
-        srv_stream_write(g->http, oom, sizeof oom - 1);
-    }
-}
-
-/* ---- the Responses API (srv_responses.h) ---- */
-
-static srv_usage resp_usage(const gen_req *g, const gen_choice *c) {
-    srv_usage u = {g->prompt_tokens, c->completion_len, c->cached_tokens};
-    return u;
-}
-
-/* Sends SSE text made by srv_responses_sse_* (freed here); n is read
- * through a pointer, since the call that makes sse sets it. */
-static void resp_send(gen_req *g, char *sse, const size_t *np) {
-    size_t n = *np;
+void srv_gen_write(gen_req *g, char *sse, size_t n) {
     if (!sse) {
-        gen_fail(g, "out of memory");
+        srv_gen_fail(g, "out of memory");
         return;
     }
     if (g->http)
@@ -313,130 +157,26 @@ static void resp_send(gen_req *g, char *sse, const size_t *np) {
     free(sse);
 }
 
-/* A streamed Responses answer: text deltas, then the closing events with
- * the calls (when tools were offered) at the finish. */
-static void resp_stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len,
-                              const char *finish) {
-    srv_resp_req *rr = g->out.resp;
-    size_t n = 0;
-    if (len || !finish)
-        resp_send(g, srv_responses_sse_delta(rr, text, len, &n), &n);
-    c->started = 1;
-    if (finish && !g->failed) {
-        srv_resp_result res = {
-            NULL, 0, NULL, 0, NULL, 0, !strcmp(finish, "length"), resp_usage(g, c)};
-        resp_send(g, srv_responses_sse_finish(rr, g->id, g->created, g->app->served_name, &res, &n),
-                  &n);
-    }
-}
-
-/* One chunk for choice c: text (len bytes) and the tokens since the last. */
-static void stream_chunk(gen_req *g, gen_choice *c, const char *text, size_t len,
-                         const char *reasoning, size_t reasoning_len, const sched_token *toks,
-                         int n_toks, int first_null, const char *finish) {
-    srv_app *app = g->app;
-    if (g->out.resp) {
-        resp_stream_chunk(g, c, text, len, finish);
-        return;
-    }
-    lp_set lp;
-    memset(&lp, 0, sizeof lp);
-    int want_lp = g->logprobs >= 0;
-    if (want_lp && n_toks &&
-        build_lps(app->vocab, toks, n_toks, first_null, &c->lp_off, &c->lp_strip, &lp) < 0) {
-        free_lps(&lp);
-        gen_fail(g, "out of memory");
-        return;
-    }
-    srv_choice ch = {c->index,  text,          len,  finish, lp.lps, want_lp ? n_toks : 0,
-                     reasoning, reasoning_len, NULL, 0,      0};
-    char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name, &ch,
-                                                      !c->started, NULL, want_lp)
-                            : srv_api_completion_chunk_json(g->id, g->created, app->served_name,
-                                                            &ch, NULL, want_lp);
-    c->started = 1;
-    c->len += len;
-    stream_send(g, json);
-    free_lps(&lp);
-}
-
-/* The end of a streamed answer with tools offered: the calls it holds, or
- * its text, then the finish. */
-static void stream_tools_final(gen_req *g, gen_choice *c, const char *fin) {
-    srv_app *app = g->app;
+/* Choice c's answer, held whole because tools were offered, at its finish:
+ * parsed for calls and handed to the shape with the rest of its text (or
+ * all of it when it holds none). */
+static void gen_stream_held(gen_req *g, gen_choice *c, const char *fin) {
     srv_tool_call *calls = NULL;
     char *content = NULL;
-    size_t held = c->len; /* stream_chunk counts what it sends in c->len */
-    int n = gen_parse_calls(g, c->text, held, &calls, &content);
-    c->len = 0;
+    int n = srv_gen_parse_calls(g, c->text.p, c->text.len, &calls, &content);
     if (n < 0) {
-        gen_fail(g, "out of memory");
+        srv_gen_fail(g, "out of memory");
         return;
     }
-    if (g->out.resp) {
-        srv_resp_result res = {n ? content : c->text,
-                               n ? (content ? strlen(content) : 0) : held,
-                               NULL,
-                               0,
-                               calls,
-                               n,
-                               !strcmp(fin, "length"),
-                               resp_usage(g, c)};
-        size_t len = 0;
-        resp_send(
-            g,
-            srv_responses_sse_finish(g->out.resp, g->id, g->created, app->served_name, &res, &len),
-            &len);
-    } else if (n == 0) {
-        stream_chunk(g, c, c->text ? c->text : "", held, NULL, 0, NULL, 0, 0, fin);
-    } else {
-        srv_tool_call *named = brisk_calloc((size_t)n, sizeof *named);
-        if (!named) {
-            gen_fail(g, "out of memory");
-        } else {
-            for (int k = 0; k < n; k++)
-                named[k] = (srv_tool_call){calls[k].id, calls[k].name, ""};
-            srv_choice parts[3] = {{c->index, content, content ? strlen(content) : 0, NULL, NULL, 0,
-                                    NULL, 0, named, n, 0},
-                                   {c->index, NULL, 0, NULL, NULL, 0, NULL, 0, calls, n, 1},
-                                   {c->index, NULL, 0, "tool_calls", NULL, 0, NULL, 0, NULL, 0, 0}};
-            for (int k = 0; k < 3 && g->http; k++) {
-                char *json = srv_api_chat_chunk_json(g->id, g->created, app->served_name, &parts[k],
-                                                     !c->started, NULL, 0);
-                c->started = 1;
-                stream_send(g, json);
-            }
-            free(named);
-        }
-    }
+    srv_choice a = {.index = c->index, .finish_reason = fin, .calls = calls, .n_calls = n};
+    a.text = n ? content : c->text.p;
+    a.text_len = n ? (content ? strlen(content) : 0) : c->text.len;
+    g->shape->stream_answer(g, c, &a);
     srv_tool_calls_free(calls, n);
     free(content);
 }
 
 /* ---- finishing ------------------------------------------------------------------ */
-
-/* Choice c's echoed prompt tokens (the first without a log-prob) followed by
- * extra[0, n_extra): malloc'd, *n their count; NULL when out of memory. */
-static sched_token *echo_tokens(const gen_req *g, const gen_choice *c, const sched_token *extra,
-                                int n_extra, int *n) {
-    int np = g->echo ? g->n_pids[c->prompt_idx] : 0;
-    sched_token *all = brisk_calloc((size_t)(np + n_extra) + 1, sizeof *all);
-    if (!all)
-        return NULL;
-    if (np) {
-        all[0].id = g->pids[c->prompt_idx][0];
-        for (int k = 1; k < np; k++) {
-            if (c->ptoks && k - 1 < c->n_ptoks)
-                all[k] = c->ptoks[k - 1];
-            else
-                all[k].id = g->pids[c->prompt_idx][k];
-        }
-    }
-    if (n_extra)
-        memcpy(all + np, extra, (size_t)n_extra * sizeof *all);
-    *n = np + n_extra;
-    return all;
-}
 
 static void gen_observe(gen_req *g) {
     srv_app *app = g->app;
@@ -463,23 +203,22 @@ static void gen_observe(gen_req *g) {
     for (int i = 0; i < g->n_choices; i++)
         dl |= g->choices[i].deadline;
     if (dl)
-        srv_metrics_observe_deadline(app->metrics, !gen_all_expired(g));
+        srv_metrics_observe_deadline(app->metrics, !srv_gen_all_expired(g));
     static const char *const fin[] = {"stop", "length", "abort", "error"};
     if (g->key_id[0])
         srv_usage_observe(app->usage, g->key_id, fin[mr.finish < 4 ? mr.finish : 3],
                           g->prompt_tokens, completion);
     if (g->http)
-        srv_req_set_log_fields(g->http,
-                               g->embed      ? "/v1/embeddings"
-                               : g->out.resp ? "/v1/responses"
-                               : g->is_chat  ? "/v1/chat/completions"
-                                             : "/v1/completions",
-                               g->prompt_tokens, completion,
+        srv_req_set_log_fields(g->http, g->shape->endpoint, g->prompt_tokens, completion,
                                g->t_first > 0 ? g->t_first - g->t_start : -1);
 }
 
+/* After the last choice's final event: the shape ends the stream, or
+ * answers a failed or expired request with its error, or sends the whole
+ * answer; then the request goes. */
 static void gen_finish(gen_req *g) {
     srv_app *app = g->app;
+    const srv_gen_shape *s = g->shape;
     gen_observe(g);
     int completion = 0, cached = 0;
     for (int i = 0; i < g->n_choices; i++)
@@ -489,169 +228,18 @@ static void gen_finish(gen_req *g) {
     for (int i = 0; per > 0 && i < g->n_choices; i += per)
         cached += g->choices[i].cached_tokens;
     srv_usage usage = {g->prompt_tokens, completion, cached};
-    if (g->http && g->stream && g->out.resp) {
-        if (g->failed) {
-            size_t n = 0;
-            char msg[200];
-            snprintf(msg, sizeof msg, "generation failed: %s",
-                     g->err[0] ? g->err : "internal error");
-            char *ev = srv_responses_sse_error(g->out.resp, msg, &n);
-            if (ev)
-                srv_stream_write(g->http, ev, n);
-            free(ev);
-        }
+    srv_api_error e;
+    if (g->http && g->stream) {
+        s->stream_end(g, &usage);
         srv_stream_end(g->http);
-        g->http = NULL;
-    } else if (g->http && g->stream) {
-        if (!g->failed && g->include_usage) {
-            char *json = g->is_chat ? srv_api_chat_chunk_json(g->id, g->created, app->served_name,
-                                                              NULL, 0, &usage, 0)
-                                    : srv_api_completion_chunk_json(
-                                          g->id, g->created, app->served_name, NULL, &usage, 0);
-            stream_send(g, json);
-        }
-        if (g->failed && g->http)
-            stream_error(g);
-        else if (g->http && gen_all_expired(g)) {
-            srv_api_error e = {504, "timeout_error", "timeout", "deadline_exceeded", ""};
-            snprintf(e.message, sizeof e.message, "the request's deadline passed before it ran");
-            size_t n;
-            char *ev = srv_sse_error(&e, &n);
-            if (ev)
-                srv_stream_write(g->http, ev, n);
-            free(ev);
-        }
-        size_t n;
-        const char *done = srv_sse_done(&n);
-        if (g->http)
-            srv_stream_write(g->http, done, n);
-        if (g->http)
-            srv_stream_end(g->http);
-        g->http = NULL;
-    } else if (g->http && !g->stream && !g->failed && gen_all_expired(g)) {
-        srv_respond_error(g->http, 504, "timeout_error", "timeout", "deadline_exceeded",
-                          "the request's deadline passed before it ran");
-        g->http = NULL;
-    } else if (g->http && g->embed && !g->failed) {
-        srv_embed_respond(g);
+    } else if (g->http && g->failed) {
+        s->error(g, srv_gen_failure(g, &e));
+    } else if (g->http && srv_gen_all_expired(g)) {
+        s->error(g, srv_gen_expiry(&e));
     } else if (g->http) {
-        if (g->failed) {
-            srv_respond_error(g->http, 500, "server_error", NULL, NULL, "generation failed: %s",
-                              g->err[0] ? g->err : "internal error");
-        } else {
-            srv_choice *ch = brisk_calloc((size_t)g->n_choices, sizeof *ch);
-            lp_set *lps = brisk_calloc((size_t)g->n_choices, sizeof *lps);
-            /* with reasoning: each choice's text split into [2i] reasoning, [2i+1] answer */
-            brisk_buf *split =
-                g->reason ? brisk_calloc((size_t)g->n_choices * 2, sizeof *split) : NULL;
-            /* with tools offered: each choice's calls and the rest of its text */
-            srv_tool_call **calls =
-                g->tools_on ? brisk_calloc((size_t)g->n_choices, sizeof *calls) : NULL;
-            int *n_calls = g->tools_on ? brisk_calloc((size_t)g->n_choices, sizeof *n_calls) : NULL;
-            char **rest = g->tools_on ? brisk_calloc((size_t)g->n_choices, sizeof *rest) : NULL;
-            int ok =
-                ch && lps && (!g->reason || split) && (!g->tools_on || (calls && n_calls && rest));
-            for (int i = 0; ok && i < g->n_choices; i++) {
-                gen_choice *c = &g->choices[i];
-                ch[i].index = c->index;
-                ch[i].text = c->text ? c->text : "";
-                ch[i].text_len = c->len;
-                if (g->reason) {
-                    srv_reason rz;
-                    srv_reason_init(&rz);
-                    brisk_buf *rs = &split[2 * i], *ct = &split[2 * i + 1];
-                    brisk_buf_str(rs, "");
-                    brisk_buf_str(ct, "");
-                    srv_reason_feed(&rz, c->text ? c->text : "", c->len, 1, rs, ct);
-                    if (rs->oom || ct->oom) {
-                        ok = 0;
-                        break;
-                    }
-                    ch[i].text = ct->p;
-                    ch[i].text_len = ct->len;
-                    if (g->include_reasoning && rs->len) {
-                        ch[i].reasoning = rs->p;
-                        ch[i].reasoning_len = rs->len;
-                    }
-                }
-                ch[i].finish_reason = choice_finish(c);
-                if (g->tools_on) {
-                    int nc = gen_parse_calls(g, ch[i].text, ch[i].text_len, &calls[i], &rest[i]);
-                    if (nc < 0) {
-                        ok = 0;
-                        break;
-                    }
-                    n_calls[i] = nc;
-                    if (nc > 0) {
-                        ch[i].calls = calls[i];
-                        ch[i].n_calls = nc;
-                        ch[i].text = rest[i];
-                        ch[i].text_len = rest[i] ? strlen(rest[i]) : 0;
-                        ch[i].finish_reason = "tool_calls";
-                    }
-                }
-                if (g->logprobs >= 0) {
-                    /* echo: prompt tokens (first without a log-prob), then output */
-                    int np = g->echo ? g->n_pids[c->prompt_idx] : 0, n_all = 0;
-                    sched_token *all = echo_tokens(g, c, c->toks, c->n_toks, &n_all);
-                    if (!all) {
-                        ok = 0;
-                        break;
-                    }
-                    /* OpenAI never shows the end-of-sequence token (chat). */
-                    if (g->is_chat && n_all > np && c->finish == SCHED_FINISH_STOP &&
-                        tok_is_eog(app->vocab, all[n_all - 1].id))
-                        n_all--;
-                    size_t off = 0;
-                    int strip = np > 0 || !tok_ids_have_text(app->vocab, g->pids[c->prompt_idx],
-                                                             g->n_pids[c->prompt_idx]);
-                    if (build_lps(app->vocab, all, n_all, np > 0, &off, &strip, &lps[i]) < 0)
-                        ok = 0;
-                    free(all);
-                    ch[i].lps = lps[i].lps;
-                    ch[i].n_lps = n_all;
-                }
-            }
-            char *json = NULL;
-            if (ok && g->out.resp) {
-                srv_resp_result res = {ch[0].calls && !ch[0].text ? NULL : ch[0].text,
-                                       ch[0].text_len,
-                                       ch[0].reasoning,
-                                       ch[0].reasoning_len,
-                                       ch[0].calls,
-                                       ch[0].n_calls,
-                                       g->choices[0].finish == SCHED_FINISH_LENGTH,
-                                       usage};
-                json = srv_responses_json(g->out.resp, g->id, g->created, app->served_name, &res);
-            } else if (ok)
-                json = g->is_chat ? srv_api_chat_json(g->id, g->created, app->served_name, ch,
-                                                      g->n_choices, &usage, g->logprobs >= 0)
-                                  : srv_api_completion_json(g->id, g->created, app->served_name, ch,
-                                                            g->n_choices, &usage, g->logprobs >= 0);
-            if (json)
-                srv_respond(g->http, 200, "application/json", json, strlen(json), NULL);
-            else
-                srv_respond_code(g->http, BRISK_ENOMEM, NULL);
-            free(json);
-            for (int i = 0; lps && i < g->n_choices; i++)
-                free_lps(&lps[i]);
-            for (int i = 0; split && i < 2 * g->n_choices; i++)
-                free(split[i].p);
-            free(split);
-            for (int i = 0; g->tools_on && i < g->n_choices; i++) {
-                if (calls)
-                    srv_tool_calls_free(calls[i], n_calls ? n_calls[i] : 0);
-                if (rest)
-                    free(rest[i]);
-            }
-            free(calls);
-            free(n_calls);
-            free(rest);
-            free(lps);
-            free(ch);
-        }
-        g->http = NULL;
+        s->respond(g, &usage);
     }
+    g->http = NULL;
     gen_unlink(app, g);
     srv_gen_free(g);
 }
@@ -666,6 +254,93 @@ static int n_lp_toks(const gen_req *g, const sched_event *ev) {
         tok_is_eog(g->app->vocab, ev->tokens[n - 1].id))
         n--;
     return n;
+}
+
+/* A streamed event of choice c: its text to the shape, as it comes, held
+ * whole (tools offered), or split by the <think> splitter (reasoning). */
+static void on_stream_event(gen_req *g, gen_choice *c, const sched_event *ev) {
+    if (g->audit_keep) {
+        brisk_buf_put(&c->atext, ev->text, ev->text_len);
+        if (c->atext.oom)
+            srv_gen_fail(g, "out of memory");
+    }
+    const char *fin = ev->deadline ? srv_finish_deadline
+                      : ev->finish == SCHED_FINISH_STOP || ev->finish == SCHED_FINISH_LENGTH
+                          ? finish_str(ev->finish)
+                          : NULL;
+    if (!c->started && g->echo) {
+        /* The prompt first, with its tokens' log-probs when asked. */
+        int n_echo = 0;
+        sched_token *et = g->logprobs >= 0 ? srv_gen_echo_tokens(g, c, NULL, 0, &n_echo) : NULL;
+        if (g->logprobs >= 0 && !et) {
+            srv_gen_fail(g, "out of memory");
+        } else {
+            gen_piece p = {.text = g->ptext[c->prompt_idx],
+                           .len = g->ptext_len[c->prompt_idx],
+                           .toks = et,
+                           .n_toks = n_echo,
+                           .first_null = 1};
+            g->shape->stream_chunk(g, c, &p);
+        }
+        free(et);
+    }
+    if (g->tools_on) {
+        /* Tools offered: the answer may be calls, never sent as content
+         * half-parsed - it is held whole and sent at the end (calls as
+         * id + name, then the arguments; or the text). */
+        brisk_buf_put(&c->text, ev->text, ev->text_len);
+        if (c->text.oom)
+            srv_gen_fail(g, "out of memory");
+        if (!g->failed && fin)
+            gen_stream_held(g, c, fin);
+    } else if (g->reason) {
+        /* The delta's text split by the <think> splitter: held bytes wait
+         * for the next event (all go out with the final one). */
+        brisk_buf rs = {0}, ct = {0};
+        srv_reason_feed(&c->reason, ev->text, ev->text_len, ev->finish != SCHED_FINISH_NONE, &rs,
+                        &ct);
+        if (rs.oom || ct.oom)
+            srv_gen_fail(g, "out of memory");
+        const int send_r = g->include_reasoning && rs.len > 0;
+        if (!g->failed &&
+            (ct.len || send_r || fin || (g->logprobs >= 0 && ev->n_tokens) || !c->started)) {
+            gen_piece p = {.text = ct.len ? ct.p : NULL,
+                           .len = ct.len,
+                           .reasoning = send_r ? rs.p : NULL,
+                           .reasoning_len = send_r ? rs.len : 0,
+                           .toks = ev->tokens,
+                           .n_toks = n_lp_toks(g, ev),
+                           .finish = fin};
+            g->shape->stream_chunk(g, c, &p);
+        }
+        free(rs.p);
+        free(ct.p);
+    } else if (!g->failed && (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) ||
+                              (!c->started && g->is_chat))) {
+        gen_piece p = {.text = ev->text,
+                       .len = ev->text_len,
+                       .toks = ev->tokens,
+                       .n_toks = n_lp_toks(g, ev),
+                       .finish = fin};
+        g->shape->stream_chunk(g, c, &p);
+    }
+}
+
+/* An event of choice c that is not streamed: its text and tokens kept for
+ * the whole answer. */
+static void on_whole_event(gen_req *g, gen_choice *c, const sched_event *ev) {
+    brisk_buf_put(&c->text, ev->text, ev->text_len);
+    if (c->text.oom)
+        srv_gen_fail(g, "out of memory");
+    if (g->logprobs >= 0 && ev->n_tokens) {
+        size_t need = (size_t)c->n_toks + (size_t)ev->n_tokens;
+        if (brisk_grow(&c->toks, &c->cap_toks, need, sizeof *c->toks, 16, 0) < 0)
+            srv_gen_fail(g, "out of memory");
+        else {
+            memcpy(c->toks + c->n_toks, ev->tokens, (size_t)ev->n_tokens * sizeof *c->toks);
+            c->n_toks += ev->n_tokens;
+        }
+    }
 }
 
 static void on_event(srv_app *app, sched_event *ev) {
@@ -705,68 +380,13 @@ static void on_event(srv_app *app, sched_event *ev) {
     if (ev->deadline)
         c->deadline = 1;
     if (ev->finish == SCHED_FINISH_ERROR)
-        gen_fail(g, ev->err);
+        srv_gen_fail(g, ev->err);
     if (g->failed) {
         /* nothing more to collect or send: the error goes out at the end */
     } else if (g->stream && g->http) {
-        if (g->audit_keep && buf_add(&c->atext, &c->alen, &c->acap, ev->text, ev->text_len) < 0)
-            gen_fail(g, "out of memory");
-        if (ev->deadline)
-            c->deadline = 1;
-        const char *fin = ev->deadline ? srv_finish_deadline
-                          : ev->finish == SCHED_FINISH_STOP || ev->finish == SCHED_FINISH_LENGTH
-                              ? finish_str(ev->finish)
-                              : NULL;
-        if (!c->started && g->echo && !g->is_chat) {
-            /* The prompt first, with its tokens' log-probs when asked. */
-            int n_echo = 0;
-            sched_token *et = g->logprobs >= 0 ? echo_tokens(g, c, NULL, 0, &n_echo) : NULL;
-            if (g->logprobs >= 0 && !et)
-                gen_fail(g, "out of memory");
-            else
-                stream_chunk(g, c, g->ptext[c->prompt_idx], g->ptext_len[c->prompt_idx], NULL, 0,
-                             et, n_echo, 1, NULL);
-            free(et);
-        }
-        if (g->tools_on) {
-            /* Tools offered: the answer may be calls, never sent as content
-             * half-parsed - it is held whole and sent at the end (calls as
-             * id + name, then the arguments; or the text). */
-            if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0)
-                gen_fail(g, "out of memory");
-            if (!g->failed && fin)
-                stream_tools_final(g, c, fin);
-        } else if (g->reason) {
-            /* The delta's text split by the <think> splitter: held bytes wait
-             * for the next event (all go out with the final one). */
-            brisk_buf rs = {0}, ct = {0};
-            srv_reason_feed(&c->reason, ev->text, ev->text_len, ev->finish != SCHED_FINISH_NONE,
-                            &rs, &ct);
-            if (rs.oom || ct.oom)
-                gen_fail(g, "out of memory");
-            const int send_r = g->include_reasoning && rs.len > 0;
-            if (!g->failed &&
-                (ct.len || send_r || fin || (g->logprobs >= 0 && ev->n_tokens) || !c->started))
-                stream_chunk(g, c, ct.len ? ct.p : NULL, ct.len, send_r ? rs.p : NULL,
-                             send_r ? rs.len : 0, ev->tokens, n_lp_toks(g, ev), 0, fin);
-            free(rs.p);
-            free(ct.p);
-        } else if (!g->failed && (ev->text_len || fin || (g->logprobs >= 0 && ev->n_tokens) ||
-                                  (!c->started && g->is_chat)))
-            stream_chunk(g, c, ev->text, ev->text_len, NULL, 0, ev->tokens, n_lp_toks(g, ev), 0,
-                         fin);
+        on_stream_event(g, c, ev);
     } else {
-        if (buf_add(&c->text, &c->len, &c->cap, ev->text, ev->text_len) < 0)
-            gen_fail(g, "out of memory");
-        if (g->logprobs >= 0 && ev->n_tokens) {
-            size_t need = (size_t)c->n_toks + (size_t)ev->n_tokens;
-            if (brisk_grow(&c->toks, &c->cap_toks, need, sizeof *c->toks, 16, 0) < 0)
-                gen_fail(g, "out of memory");
-            else {
-                memcpy(c->toks + c->n_toks, ev->tokens, (size_t)ev->n_tokens * sizeof *c->toks);
-                c->n_toks += ev->n_tokens;
-            }
-        }
+        on_whole_event(g, c, ev);
     }
     if (ev->finish != SCHED_FINISH_NONE) {
         c->finish = ev->finish;
@@ -804,8 +424,8 @@ void srv_gen_respond_error(srv_req *r, const srv_api_error *e) {
                       e->message);
 }
 
-/* Common checks before parsing: ready and not draining. */
-int srv_gen_precheck(srv_app *app, srv_req *r) {
+/* Common checks before parsing: ready, not draining, a JSON body. */
+static int gen_precheck(srv_app *app, srv_req *r) {
     if (app->draining) {
         srv_respond_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
         return -1;
@@ -828,7 +448,17 @@ int srv_gen_precheck(srv_app *app, srv_req *r) {
     return 0;
 }
 
-int srv_gen_check_model(srv_app *app, srv_req *r, const char *name) {
+const char *srv_gen_body(srv_app *app, srv_req *r, size_t *len) {
+    if (gen_precheck(app, r) < 0)
+        return NULL;
+    return srv_req_body(r, len);
+}
+
+int srv_gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e, const char *name) {
+    if (rc < 0) {
+        srv_gen_respond_error(r, e);
+        return -1;
+    }
     if (name && strcmp(name, app->served_name) != 0) {
         srv_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
                           "The model '%.200s' does not exist; this server serves '%s'", name,
@@ -838,20 +468,18 @@ int srv_gen_check_model(srv_app *app, srv_req *r, const char *name) {
     return 0;
 }
 
-/* The steps both endpoints take after parsing: answer a parse failure,
- * count unknown fields, check the model name. Returns 0 to go on, -1 once
- * the request has been answered (the caller frees what it parsed). */
+/* srv_gen_accept for the generation endpoints: their parsers' unknown
+ * fields counted, and a parser out of memory answered as the engine's
+ * out-of-memory is. */
 static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e,
                       const srv_gen_params *p) {
-    if (rc < 0) {
-        if (rc == BRISK_ENOMEM)
-            srv_respond_code(r, BRISK_ENOMEM, NULL);
-        else
-            srv_gen_respond_error(r, e);
+    if (rc == BRISK_ENOMEM) {
+        srv_respond_code(r, BRISK_ENOMEM, NULL);
         return -1;
     }
-    srv_metrics_count_unknown_fields(app->metrics, p->n_unknown_fields);
-    return srv_gen_check_model(app, r, p->model);
+    if (rc == 0)
+        srv_metrics_count_unknown_fields(app->metrics, p->n_unknown_fields);
+    return srv_gen_accept(app, r, rc, e, p->model);
 }
 
 /* Tokenizing runs on the loop thread: 4 MB of text kept every client waiting
@@ -987,8 +615,6 @@ static int gen_max_tokens(const srv_app *app, const srv_gen_params *p, int np, i
     return app->max_ctx - np;
 }
 
-/* Validates lengths, submits every choice and starts the response.
- * Takes ownership of g (freed or linked). */
 /* The key's limits (srv_quota.h), before any engine work: -1 after
  * answering 429 (or 400 for a prompt over the whole token budget). An
  * admitted request carries the x-ratelimit-* headers. */
@@ -1022,6 +648,8 @@ static int gen_admit(srv_app *app, srv_req *r, gen_req *g) {
     return -1;
 }
 
+/* Validates lengths, submits every choice and starts the response.
+ * Takes ownership of g (freed or linked). */
 void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
                    int max_tokens_default) {
     /* The constraint, compiled (or found compiled) before any engine work. */
@@ -1113,10 +741,12 @@ void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
             /* Streamed echo: the prompt's tokens (and log-probs) go first. */
             c->lp_strip = g->echo || !tok_ids_have_text(app->vocab, g->pids[i], g->n_pids[i]);
             c->lp_off = 0;
-            if (g->echo && !g->stream &&
-                buf_add(&c->text, &c->len, &c->cap, g->ptext[i], g->ptext_len[i]) < 0) {
-                rc = BRISK_ENOMEM;
-                break;
+            if (g->echo && !g->stream) {
+                brisk_buf_put(&c->text, g->ptext[i], g->ptext_len[i]);
+                if (c->text.oom) {
+                    rc = BRISK_ENOMEM;
+                    break;
+                }
             }
             sched_seq_params sp;
             rc = make_params(app, g, p, i, j,
@@ -1153,34 +783,28 @@ void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
     srv_req_on_abort(r, gen_on_abort, g);
     if (g->stream) {
         srv_stream_begin(r, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
-        if (g->out.resp) {
-            size_t n = 0;
-            resp_send(g,
-                      srv_responses_sse_start(g->out.resp, g->id, g->created, app->served_name, &n),
-                      &n);
-        } else if (g->is_chat) /* the role comes first, as OpenAI sends it */
-            for (int i = 0; i < g->n_choices; i++)
-                stream_chunk(g, &g->choices[i], "", 0, NULL, 0, NULL, 0, 0, NULL);
+        g->shape->stream_begin(g);
     }
 }
 
-gen_req *srv_gen_new(srv_app *app, srv_req *r, int is_chat, const srv_gen_params *p,
+gen_req *srv_gen_new(srv_app *app, srv_req *r, const srv_gen_shape *shape, const srv_gen_params *p,
                      int n_prompts) {
     gen_req *g = brisk_calloc(1, sizeof *g);
     if (!g)
         return NULL;
     g->app = app;
-    g->is_chat = is_chat;
+    g->shape = shape;
+    g->is_chat = shape->chat;
     g->stream = p->stream;
     g->include_usage = p->include_usage;
     g->logprobs = p->logprobs;
-    g->echo = p->echo && !is_chat;
+    g->echo = p->echo && !g->is_chat;
     g->created = (int64_t)time(NULL);
     g->t_start = srv_req_t_start(r);
     if (srv_req_key_id(r))
         snprintf(g->key_id, sizeof g->key_id, "%s", srv_req_key_id(r));
     /* Fresh random ids, as OpenAI's: never the client's X-Request-Id. */
-    srv_http_make_id(app->http, is_chat ? "chatcmpl-" : "cmpl-", 29, g->id, sizeof g->id);
+    srv_http_make_id(app->http, shape->id_prefix, shape->id_chars, g->id, sizeof g->id);
     g->n_prompts = n_prompts;
     g->pids = brisk_calloc((size_t)n_prompts, sizeof *g->pids);
     g->n_pids = brisk_calloc((size_t)n_prompts, sizeof *g->n_pids);
@@ -1220,16 +844,15 @@ int srv_gen_bos_flag(srv_app *app) {
 
 void srv_gen_completions(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    if (srv_gen_precheck(app, r) < 0)
-        return;
     size_t len;
-    const char *body = srv_req_body(r, &len);
+    const char *body = srv_gen_body(app, r, &len);
+    if (!body)
+        return;
     srv_completion_req cr;
     srv_api_error e;
     int rc = srv_api_parse_completion(body, len, &app->limits, &cr, &e);
     if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
-        if (rc == 0)
-            srv_completion_req_free(&cr);
+        srv_completion_req_free(&cr);
         return;
     }
     for (int i = 0; i < cr.n_prompts; i++) {
@@ -1239,7 +862,7 @@ void srv_gen_completions(srv_req *r) {
             return;
         }
     }
-    gen_req *g = srv_gen_new(app, r, 0, &cr.params, cr.n_prompts);
+    gen_req *g = srv_gen_new(app, r, &srv_gen_shape_completions, &cr.params, cr.n_prompts);
     if (!g) {
         srv_completion_req_free(&cr);
         srv_respond_code(r, BRISK_ENOMEM, NULL);
@@ -1366,27 +989,21 @@ int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_
     return ids;
 }
 
-void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_out *out) {
+void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_shape *shape, void *state) {
     srv_app *app = srv_req_app(r);
     int n_ids = 0;
     int32_t *ids = srv_gen_chat_prompt(app, r, cr, &n_ids);
-    if (!ids) {
-        srv_resp_req_free(out ? out->resp : NULL);
-        return;
-    }
-    gen_req *g = srv_gen_new(app, r, 1, &cr->params, 1);
+    gen_req *g = ids ? srv_gen_new(app, r, shape, &cr->params, 1) : NULL;
     if (!g) {
-        free(ids);
-        srv_resp_req_free(out ? out->resp : NULL);
-        srv_respond_code(r, BRISK_ENOMEM, NULL);
+        if (state)
+            shape->free_state(state);
+        if (ids) { /* else r has been answered */
+            free(ids);
+            srv_respond_code(r, BRISK_ENOMEM, NULL);
+        }
         return;
     }
-    if (out && out->resp) {
-        g->out = *out;
-        srv_http_make_id(app->http, "resp_", 40, g->id, sizeof g->id);
-        srv_http_make_id(app->http, "msg_", 40, g->out.resp->msg_id, sizeof g->out.resp->msg_id);
-        srv_http_make_id(app->http, "rs_", 40, g->out.resp->rs_id, sizeof g->out.resp->rs_id);
-    }
+    g->state = state;
     g->pids[0] = ids;
     g->n_pids[0] = n_ids;
     if (g->audit_keep && audit_keep_msgs(g, cr) < 0) {
@@ -1404,18 +1021,17 @@ void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_out *out) {
 
 void srv_gen_chat(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    if (srv_gen_precheck(app, r) < 0)
-        return;
     size_t len;
-    const char *body = srv_req_body(r, &len);
+    const char *body = srv_gen_body(app, r, &len);
+    if (!body)
+        return;
     srv_chat_req cr;
     srv_api_error e;
     int rc = srv_api_parse_chat(body, len, &app->limits, &cr, &e);
     if (gen_accept(app, r, rc, &e, &cr.params) < 0) {
-        if (rc == 0)
-            srv_chat_req_free(&cr);
+        srv_chat_req_free(&cr);
         return;
     }
-    srv_gen_chat_run(r, &cr, NULL);
+    srv_gen_chat_run(r, &cr, &srv_gen_shape_chat, NULL);
     srv_chat_req_free(&cr);
 }

@@ -79,8 +79,9 @@ void srv_gen_audit(srv_app *app, const srv_req *r, int status) {
         }
         for (int i = 0; outs && i < g->n_choices; i++) {
             const gen_choice *c = &g->choices[i];
-            outs[i].text = g->stream ? c->atext : c->text;
-            outs[i].len = g->stream ? c->alen : c->len;
+            const brisk_buf *b = g->stream ? &c->atext : &c->text;
+            outs[i].text = b->p;
+            outs[i].len = b->len;
         }
         rec.completions = outs;
         rec.n_completions = g->n_choices;

@@ -1,6 +1,5 @@
 /* srv_routes.c - the endpoints beside generation: /v1/models/{id},
- * /version, vLLM's /tokenize and /detokenize, and the entry of
- * /v1/responses (translated by srv_responses.c, run by srv_gen.c). */
+ * /version, vLLM's /tokenize and /detokenize. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,6 @@
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "models/tokenizer.h"
-#include "server/api/srv_responses.h"
 #include "server/app/srv_app.h"
 
 static void reply_json(srv_req *r, char *json) {
@@ -75,17 +73,14 @@ void srv_route_version(srv_req *r) {
 
 void srv_route_tokenize(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    if (srv_gen_precheck(app, r) < 0)
-        return;
     size_t len;
-    const char *body = srv_req_body(r, &len);
+    const char *body = srv_gen_body(app, r, &len);
+    if (!body)
+        return;
     srv_tokenize_req tr;
     srv_api_error e;
-    if (srv_api_parse_tokenize(body, len, &app->limits, &tr, &e) < 0) {
-        srv_gen_respond_error(r, &e);
-        return;
-    }
-    if (srv_gen_check_model(app, r, tr.model) < 0) {
+    int rc = srv_api_parse_tokenize(body, len, &app->limits, &tr, &e);
+    if (srv_gen_accept(app, r, rc, &e, tr.model) < 0) {
         srv_tokenize_req_free(&tr);
         return;
     }
@@ -140,17 +135,14 @@ void srv_route_tokenize(srv_req *r) {
 
 void srv_route_detokenize(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    if (srv_gen_precheck(app, r) < 0)
-        return;
     size_t len;
-    const char *body = srv_req_body(r, &len);
+    const char *body = srv_gen_body(app, r, &len);
+    if (!body)
+        return;
     srv_detokenize_req dr;
     srv_api_error e;
-    if (srv_api_parse_detokenize(body, len, &app->limits, &dr, &e) < 0) {
-        srv_gen_respond_error(r, &e);
-        return;
-    }
-    if (srv_gen_check_model(app, r, dr.model) < 0) {
+    int rc = srv_api_parse_detokenize(body, len, &app->limits, &dr, &e);
+    if (srv_gen_accept(app, r, rc, &e, dr.model) < 0) {
         srv_detokenize_req_free(&dr);
         return;
     }
@@ -160,30 +152,4 @@ void srv_route_detokenize(srv_req *r) {
     reply_json(r, text ? srv_api_detokenize_json(text, strlen(text)) : NULL);
     free(text);
     srv_detokenize_req_free(&dr);
-}
-
-void srv_route_responses(srv_req *r) {
-    srv_app *app = srv_req_app(r);
-    if (srv_gen_precheck(app, r) < 0)
-        return;
-    size_t len;
-    const char *body = srv_req_body(r, &len);
-    srv_chat_req cr;
-    srv_resp_req *rr = NULL;
-    srv_api_error e;
-    if (srv_responses_parse(body, len, &app->limits, &cr, &rr, &e) < 0) {
-        srv_gen_respond_error(r, &e);
-        return;
-    }
-    if (srv_gen_check_model(app, r, cr.params.model) < 0) {
-        srv_resp_req_free(rr);
-        srv_chat_req_free(&cr);
-        return;
-    }
-    /* A stream carries no reasoning item (srv_responses.h). */
-    if (cr.params.stream)
-        cr.include_reasoning = 0;
-    srv_gen_out out = {rr};
-    srv_gen_chat_run(r, &cr, &out);
-    srv_chat_req_free(&cr);
 }
