@@ -112,7 +112,7 @@ static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f1
  * step does) timed with each SIMD level's own kernels (KERN_PICK_LEVEL),
  * the levels interleaved round by round so a drift of the machine hits them
  * alike; best of the rounds, microseconds, into us[level]. The evidence for
- * the kernel table in kern_matmul.c (docs/ARCHITECTURE.md). */
+ * the kernel table in kern_matmul.c (docs/KERNELS.md). */
 static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok,
                              int rounds, double *us) {
     const kern_type base = kern_x8_base(wt);

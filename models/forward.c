@@ -1,4 +1,5 @@
-/* forward.c - the batched transformer forward pass (llama / qwen2).
+/* forward.c - the batched transformer forward pass on the CPU, every family
+ * through its layers' recipes (model_recipe.h).
  *
  * One call processes every token of the batch: the projections and the MLP
  * are matrix-matrix products over all tokens (weights streamed once per

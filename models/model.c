@@ -391,7 +391,7 @@ kern_type model_target_type(model_weights_fmt fmt, kern_type stored, int n_in) {
         default:
             /* Q5_*, the K-quants and IQ4_*: converted once at load into the
              * int8 or 4-bit form the kernels run (kern_kq_run_type; docs/
-             * ARCHITECTURE.md says why and what it costs). */
+             * KERNELS.md says why and what it costs). */
             if (kern_kq_is(stored))
                 return kern_kq_run_type(stored);
             break;

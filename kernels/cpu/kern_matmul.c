@@ -331,7 +331,7 @@ void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1) {
  * the AVX2 and AVX-512 float kernels share one arithmetic (8-lane
  * accumulators in input order, then hsum8), so the choice can follow the
  * batch size without breaking batch invariance. The table is a rule on the
- * CPU's features, fixed in the code from measurements (docs/ARCHITECTURE.md,
+ * CPU's features, fixed in the code from measurements (docs/KERNELS.md,
  * "Kernel choice"): the same on every replica, never timed at start-up. */
 
 /* 1: the AVX2 kernel of row-major integer weights for n_tok tokens reads the

@@ -2,7 +2,7 @@
  * weight types (F32, F16, BF16) and the X8 integer forms (kern_avx512_x8.h
  * with vpmaddwd + vpaddd; the VNNI file fuses the two). Row-major integer
  * weights run the AVX2 kernels (the same bits; they measured faster than
- * this level's own row-major tiles, which were removed: docs/ARCHITECTURE.md,
+ * this level's own row-major tiles, which were removed: docs/KERNELS.md,
  * "Kernel choice").
  *
  * Float types repeat the AVX2 arithmetic exactly (kern_matmul_avx2.c): each
