@@ -78,6 +78,10 @@ struct sched_engine {
     char load_err[256];
     sched_engine_stats stats;
     /* engine thread only */
+    /* The events of the step in progress: they join the outbox together with
+     * the stats of the same step (engine_publish), so that a client that sees
+     * a sequence's final event also sees its KV blocks released. */
+    sched_event *step_head, *step_tail;
     sched_setup setup; /* owns the model, the backend and the KV cache */
     model *m;          /* setup.m */
     model_backend *be; /* setup.be: the forward pass and sampling, CPU or CUDA */
@@ -177,14 +181,13 @@ static void seq_free(seq *s) {
 
 /* ---- outbox ----------------------------------------------------------- */
 
+/* Engine thread: ev waits for the end of the step (engine_publish). */
 static void outbox_push(sched_engine *e, sched_event *ev) {
-    pthread_mutex_lock(&e->mu);
-    if (e->out_tail)
-        e->out_tail->next = ev;
+    if (e->step_tail)
+        e->step_tail->next = ev;
     else
-        e->out_head = ev;
-    e->out_tail = ev;
-    pthread_mutex_unlock(&e->mu);
+        e->step_head = ev;
+    e->step_tail = ev;
 }
 
 sched_event *sched_engine_drain(sched_engine *e) {
@@ -762,10 +765,19 @@ static void step(sched_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
-static void publish_stats(sched_engine *e) {
+/* The step's stats and events, made visible to the loop under one lock. */
+static void engine_publish(sched_engine *e) {
     kv_cache_stats ks;
     kv_cache_get_stats(e->kv, &ks);
     pthread_mutex_lock(&e->mu);
+    if (e->step_head) {
+        if (e->out_tail)
+            e->out_tail->next = e->step_head;
+        else
+            e->out_head = e->step_head;
+        e->out_tail = e->step_tail;
+        e->step_head = e->step_tail = NULL;
+    }
     e->stats.running = sched_core_n_running(e->core);
     e->stats.waiting = sched_core_n_waiting(e->core) + (int)(e->inbox_head != NULL);
     e->stats.kv_usage = ks.blocks_total ? (double)ks.blocks_used / ks.blocks_total : 0;
@@ -861,7 +873,7 @@ static void *engine_main(void *arg) {
     e->state = rc < 0 ? SCHED_FAILED : SCHED_READY;
     pthread_mutex_unlock(&e->mu);
     if (rc == 0)
-        publish_stats(e);
+        engine_publish(e);
     uv_async_send(e->async);
     if (rc < 0)
         return NULL;
@@ -905,7 +917,7 @@ static void *engine_main(void *arg) {
         }
         expire_deadlines(e, brisk_now());
         step(e);
-        publish_stats(e);
+        engine_publish(e);
         double busy = brisk_now() - t0;
         pthread_mutex_lock(&e->mu);
         e->stats.busy_s += busy;
@@ -964,6 +976,10 @@ void sched_engine_free(sched_engine *e) {
         }
     }
     for (sched_event *ev = e->out_head, *n; ev; ev = n) {
+        n = ev->next;
+        sched_event_free(ev);
+    }
+    for (sched_event *ev = e->step_head, *n; ev; ev = n) {
         n = ev->next;
         sched_event_free(ev);
     }
