@@ -11,6 +11,7 @@
 # starting, so nothing CUDA could run under them, and the Release build is the
 # one that compiles every architecture.
 # With CI=true warnings are errors (-DBRISK_WERROR=ON).
+# BRISK_BUILD_TARGETS (space-separated) builds only those targets.
 # Extra arguments after the flavour go to cmake's configure step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,5 +42,11 @@ else
 fi
 
 cmake -S . -B "$dir" "${args[@]}" "$@"
-cmake --build "$dir" -j"$(nproc)"
+# BRISK_BUILD_TARGETS="a b": only those targets (and what they link), as the
+# ThreadSanitizer pass of scripts/test.sh builds only the threaded tests.
+targets=()
+for t in ${BRISK_BUILD_TARGETS:-}; do
+    targets+=(--target "$t")
+done
+cmake --build "$dir" -j"$(nproc)" "${targets[@]}"
 echo "build.sh: $flavour build in $dir/ (binary: $dir/bin/brisk)"

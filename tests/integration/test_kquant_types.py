@@ -24,6 +24,10 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize
 
+
+# Numbers against the reference: the Release pass (pytest.ini).
+pytestmark = pytest.mark.reference
+
 QT = gguf.GGMLQuantizationType
 TYPES = ["Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]
 # Byte offsets of each type's fp16 fields (d, and dmin or m where present).

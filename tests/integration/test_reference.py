@@ -15,6 +15,10 @@ agree on at least 99% of positions for all three.
 import numpy as np
 import pytest
 
+
+# Numbers against the reference: the Release pass (pytest.ini).
+pytestmark = pytest.mark.reference
+
 PROMPT = (
     "The old lighthouse stood at the edge of the cliff, its white paint peeling after decades of "
     "salt wind and winter storms. Every evening, the keeper climbed the narrow spiral staircase, "

@@ -42,6 +42,10 @@ from gguf.quants import quantize
 from conftest import metric_value
 from synth_gguf import N_VOCAB, VOCAB, Spec, write_model
 
+
+# Numbers against the reference: the Release pass (pytest.ini).
+pytestmark = pytest.mark.reference
+
 # ---- the models -----------------------------------------------------------------
 
 MODELS = {

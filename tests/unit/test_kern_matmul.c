@@ -613,9 +613,19 @@ static void random_x8(kern_type base, int n_out, int n_in, uint8_t *w, uint8_t *
  * kern_x8_get_row gives back each row, and kern_matmul_multi mixing X8 with
  * a row-major integer part at a short batch (the paired layout) is exact. */
 static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
+#if defined(__SANITIZE_THREAD__)
+    /* Under TSan (races between the pool's threads, which every shape runs
+     * through the same dispatch; the Release and ASan builds check the
+     * numbers of all of them): a decode, a short and a long batch at a
+     * partial and a many-task row count keep every kernel's task layout, in
+     * a tenth of the 80 s the full sweep took. */
+    const int outs[] = {7, 577};
+    const int toks[] = {1, 4, 11, 33};
+#else
     const int outs[] = {1, 7, 19, 64, 200, 577};
-    const int ins[] = {32, 576};
     const int toks[] = {1, 2, 3, 4, 5, 6, 7, 10, 11, 16, 33};
+#endif
+    const int ins[] = {32, 576};
     int fails = 0, cases = 0;
     /* Q5_0, Q5_1 and IQ4_NL have X8 forms only: their row-major twin is the
      * exact int8 conversion (Q8_0 with q = code - 16, Q8_0M with q = code,
