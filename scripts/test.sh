@@ -86,7 +86,8 @@ setup_venv() {
 
 # pytest-xdist workers: the servers under test wait on sockets and timers for a
 # third of the time, so two workers on two cores take the suite from 166 s to
-# 120 s (Zen 4 VM, 2026-11-29).
+# 120 s (Zen 4 VM, 2026-11-29). A file's tests stay on one worker, in order
+# (--dist loadfile): several share a server whose prefix cache they warm.
 PYTEST_WORKERS=${PYTEST_WORKERS:-$(nproc)}
 
 # run_pytest BIN [pytest args...]: exit 5 (nothing collected) is a failure.
@@ -95,7 +96,8 @@ run_pytest() {
     shift
     # shellcheck disable=SC2086
     BRISK_BIN="$ROOT/$bin" BRISK_REQUIRE_MODELS=1 \
-        "$VENV/bin/python" -m pytest "$ROOT/tests/integration" -ra -n "$PYTEST_WORKERS" "$@" \
+        "$VENV/bin/python" -m pytest "$ROOT/tests/integration" -ra -n "$PYTEST_WORKERS" \
+        --dist loadfile "$@" \
         ${PYTEST_ARGS:-}
     local rc=$?
     if [ "$rc" -eq 5 ]; then

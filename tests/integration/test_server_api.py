@@ -47,6 +47,13 @@ def golden(client, **kw):
                                      extra_body=extra, **kw)
 
 
+def counts(usage):
+    """A usage's token counts without prompt_tokens_details: how many prompt tokens the
+    prefix cache served depends on which requests ran before (other tests share the
+    server), so equal requests are compared on their counts only."""
+    return (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
+
+
 def check_error_body(r, status=400):
     """An OpenAI error response: JSON {"error": {message, type, param, code}}."""
     assert r.status == status, (r.status, r.body)
@@ -292,7 +299,7 @@ def test_echo(stories):
     r = stories.completions.create(model=STORIES, prompt=LILY_PROMPT, temperature=0,
                                    max_tokens=8, echo=True)
     assert r.choices[0].text == LILY_PROMPT + plain.choices[0].text
-    assert r.usage == plain.usage
+    assert counts(r.usage) == counts(plain.usage)
 
 
 def test_echo_with_logprobs(stories):
@@ -379,7 +386,7 @@ def test_stream_include_usage(stories):
     assert last.choices == []
     assert last.usage is not None
     assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (1, 30)
-    assert last.usage == whole.usage
+    assert counts(last.usage) == counts(whole.usage)
     assert all(ch.usage is None for ch in chunks[:-1])
     assert joined(chunks) == whole.choices[0].text
 
@@ -448,7 +455,7 @@ def test_chat_content_parts(smol):
     r = smol.chat.completions.create(model=SMOLLM2, messages=parts, temperature=0,
                                      max_tokens=64)
     assert r.choices[0].message.content == plain.choices[0].message.content
-    assert r.usage == plain.usage
+    assert counts(r.usage) == counts(plain.usage)
 
 
 def test_chat_stream(smol):
@@ -463,7 +470,7 @@ def test_chat_stream(smol):
     assert text == whole.choices[0].message.content
     finishes = [c.finish_reason for ch in chunks for c in ch.choices if c.finish_reason]
     assert finishes == ["stop"]
-    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert chunks[-1].choices == [] and counts(chunks[-1].usage) == counts(whole.usage)
 
 
 def test_chat_multi_turn(smol):
