@@ -1,0 +1,378 @@
+/* backend_cuda_fwd.c - the CUDA backend's forward pass: the batch staged into
+ * device arrays, the layers walked as their recipes say (model_recipe.h),
+ * decode steps replayed from CUDA graphs per batch-size bucket, and logits
+ * rows read back on request. */
+#include "brisk_config.h"
+
+#if BRISK_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+#include <string.h>
+
+#include "common/brisk_error.h"
+#include "common/brisk_log.h"
+#include "kernels/cpu/kern_types.h"
+#include "kernels/cuda/kern_cuda.h"
+#include "kernels/cuda/kern_cuda_attn_decode.cuh"
+#include "kernels/cuda/kern_cuda_attn_prefill.cuh"
+#include "kernels/cuda/kern_cuda_buf.h"
+#include "kernels/cuda/kern_cuda_embed.cuh"
+#include "kernels/cuda/kern_cuda_gemma.cuh"
+#include "kernels/cuda/kern_cuda_kv_store.cuh"
+#include "kernels/cuda/kern_cuda_matmul.cuh"
+#include "kernels/cuda/kern_cuda_rmsnorm.cuh"
+#include "kernels/cuda/kern_cuda_rope.cuh"
+#include "kernels/cuda/kern_cuda_silu.cuh"
+#include "models/backend.h"
+#include "models/model_recipe.h"
+
+#include "models/backend_cuda_internal.h"
+
+/* ---- forward ----------------------------------------------------------------- */
+
+/* Fills the host staging for the batch: tokens, positions, KV slots, runs
+ * (consecutive tokens of one sequence at consecutive positions) with their
+ * block tables and context lengths, and the rows that want logits.
+ * Returns the number of runs; *max_run gets the longest. */
+static int cuda_stage(cuda_backend *cb, kv_cache *kv, const model_batch *b, int *max_run,
+                      int *n_want) {
+    int n = b->n_tokens, n_runs = 0, bs = cb->block_size, mb = cb->max_blocks;
+    *max_run = 0;
+    *n_want = 0;
+    for (int i = 0; i < n; i++) {
+        const int32_t *table = kv_cache_seq_blocks(kv, b->seq[i]);
+        int pos = b->pos[i];
+        cb->h_tok[i] = b->tokens[i];
+        cb->h_pos[i] = pos;
+        cb->h_slots[i] = (int64_t)table[pos / bs] * (int64_t)cb->block_stride +
+                         (int64_t)(pos % bs) * (int64_t)cb->row_stride;
+        int32_t *last = n_runs ? &cb->h_runs[3 * (n_runs - 1)] : NULL;
+        if (last && b->seq[i] == b->seq[i - 1] && pos == b->pos[i - 1] + 1) {
+            last[1]++;
+        } else {
+            int32_t *r = &cb->h_runs[3 * n_runs];
+            r[0] = i;
+            r[1] = 1;
+            r[2] = pos;
+            int nb = kv_cache_seq_n_blocks(kv, b->seq[i]);
+            memcpy(cb->h_bt + (size_t)n_runs * mb, table, (size_t)nb * sizeof(int32_t));
+            memset(cb->h_bt + (size_t)n_runs * mb + nb, 0, (size_t)(mb - nb) * sizeof(int32_t));
+            n_runs++;
+        }
+        int want = b->want_logits ? b->want_logits[i] != 0 : i == n - 1;
+        if (want)
+            cb->h_out_idx[(*n_want)++] = i;
+    }
+    for (int r = 0; r < n_runs; r++) {
+        int32_t *run = &cb->h_runs[3 * r];
+        cb->h_ctx[r] = run[2] + run[1];
+        if (run[1] > *max_run)
+            *max_run = run[1];
+    }
+    return n_runs;
+}
+
+/* Decode rows past n (a graph's bucket): no token of theirs is stored
+ * (slot -1), their attention is empty (length 0), their logits unused. */
+static void cuda_pad(cuda_backend *cb, int n, int bucket) {
+    for (int i = n; i < bucket; i++) {
+        cb->h_tok[i] = 0;
+        cb->h_pos[i] = 0;
+        cb->h_slots[i] = -1;
+        cb->h_ctx[i] = 0;
+        cb->h_out_idx[i] = i;
+        memset(cb->h_bt + (size_t)i * cb->max_blocks, 0, (size_t)cb->max_blocks * sizeof(int32_t));
+        int32_t *run = &cb->h_runs[3 * i];
+        run[0] = i, run[1] = 1, run[2] = 0;
+    }
+}
+
+static int cuda_upload_step(cuda_backend *cb, int n, int n_runs, int n_want) {
+    cudaStream_t s = cb->stream;
+    int rc = kern_cuda_upload(cb->d_tok, cb->h_tok, (size_t)n * sizeof(int32_t), s);
+    if (!rc)
+        rc = kern_cuda_upload(cb->d_pos, cb->h_pos, (size_t)n * sizeof(int32_t), s);
+    if (!rc)
+        rc = kern_cuda_upload(cb->d_slots, cb->h_slots, (size_t)n * sizeof(int64_t), s);
+    if (!rc)
+        rc = kern_cuda_upload(cb->d_runs, cb->h_runs, (size_t)n_runs * 3 * sizeof(int32_t), s);
+    if (!rc)
+        rc = kern_cuda_upload(cb->d_ctx, cb->h_ctx, (size_t)n_runs * sizeof(int32_t), s);
+    if (!rc)
+        rc = kern_cuda_upload(cb->d_bt, cb->h_bt, (size_t)n_runs * cb->max_blocks * sizeof(int32_t),
+                              s);
+    if (!rc && n_want > 0)
+        rc = kern_cuda_upload(cb->d_out_idx, cb->h_out_idx, (size_t)n_want * sizeof(int32_t), s);
+    return rc;
+}
+
+/* Step `step` of layer l over n rows (cuda_pass's arguments). *resid: a
+ * RESIDUAL is pending, for the next norm of x to add. */
+static int cuda_step(cuda_backend *cb, int l, int step, int n, int n_runs, int max_run, int decode,
+                     int *resid) {
+    const model_config *c = &cb->c;
+    const cuda_layer *L = &cb->layers[l];
+    cudaStream_t s = cb->stream;
+    const int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    uint16_t *kp = cb->k_pool + (size_t)l * cb->layer_elems;
+    uint16_t *vp = cb->v_pool + (size_t)l * cb->layer_elems;
+    const float *pending = *resid ? cb->xb2 : NULL;
+    switch (step) {
+    case MODEL_STEP_ATTN_NORM: /* x += a pending block output; xb = norm(x) */
+        *resid = 0;
+        return kern_cuda_rmsnorm(cb->xb, cb->x, pending, L->attn_norm, n, dim, c->norm_eps, s);
+    case MODEL_STEP_QKV:
+        TRY(kern_cuda_matmul(cb->mm, &L->wq, cb->xb, n, cb->q, (size_t)q_dim, cb->mm_ws,
+                             cb->mm_ws_bytes));
+        TRY(kern_cuda_matmul(cb->mm, &L->wk, cb->xb, n, cb->k, (size_t)kv_dim, cb->mm_ws,
+                             cb->mm_ws_bytes));
+        return kern_cuda_matmul(cb->mm, &L->wv, cb->xb, n, cb->v, (size_t)kv_dim, cb->mm_ws,
+                                cb->mm_ws_bytes);
+    case MODEL_STEP_QKV_BIAS:
+        TRY(kern_cuda_add_bias(cb->q, (size_t)q_dim, L->bq, n, q_dim, s));
+        TRY(kern_cuda_add_bias(cb->k, (size_t)kv_dim, L->bk, n, kv_dim, s));
+        return kern_cuda_add_bias(cb->v, (size_t)kv_dim, L->bv, n, kv_dim, s);
+    case MODEL_STEP_QK_NORM: /* each head of q and k as a row of head_dim, in place */
+        TRY(kern_cuda_rmsnorm(cb->q, cb->q, NULL, L->q_norm, n * c->n_heads, c->head_dim,
+                              c->norm_eps, s));
+        return kern_cuda_rmsnorm(cb->k, cb->k, NULL, L->k_norm, n * c->n_kv_heads, c->head_dim,
+                                 c->norm_eps, s);
+    case MODEL_STEP_ROPE:
+        TRY(kern_cuda_rope_ex(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
+                              L->rope_base, L->rope_freq_scale, cb->rope_freqs, c->rope_attn_factor,
+                              c->rope_mode, s));
+        return kern_cuda_rope_ex(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot,
+                                 cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
+                                 c->rope_attn_factor, c->rope_mode, s);
+    case MODEL_STEP_KV_STORE:
+        return kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots, n, kv_dim, s);
+    case MODEL_STEP_ATTENTION: /* the scale is 1 / sqrt(head_dim) unless the family says */
+        if (decode)
+            return kern_cuda_attn_decode_ex(
+                cb->att, cb->q, kp, vp, cb->d_bt, cb->max_blocks, cb->d_ctx, n, c->n_heads,
+                c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride, cb->row_stride,
+                c->attn_scale, L->window, L->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s);
+        return kern_cuda_attn_prefill_ex(
+            cb->att, cb->q, (size_t)q_dim, kp, vp, cb->d_bt, cb->max_blocks, cb->d_runs, n_runs,
+            max_run, c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
+            cb->row_stride, c->attn_scale, L->window, L->attn_softcap, s);
+    case MODEL_STEP_ATTN_OUT:
+        return kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws,
+                                cb->mm_ws_bytes);
+    case MODEL_STEP_POST_ATTN_NORM: /* the block's output normalised before the add */
+        return kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_attn_norm, n, dim, c->norm_eps, s);
+    case MODEL_STEP_RESIDUAL: /* added by the next norm of x */
+        if (*resid)
+            return BRISK_EUNSUPPORTED; /* two in a row: no recipe makes that */
+        *resid = 1;
+        return 0;
+    case MODEL_STEP_FFN_NORM:
+        *resid = 0;
+        return kern_cuda_rmsnorm(cb->xb, cb->x, pending, L->ffn_norm, n, dim, c->norm_eps, s);
+    case MODEL_STEP_GATE_UP:
+        TRY(kern_cuda_matmul(cb->mm, &L->w_gate, cb->xb, n, cb->hb, (size_t)c->hidden_dim,
+                             cb->mm_ws, cb->mm_ws_bytes));
+        return kern_cuda_matmul(cb->mm, &L->w_up, cb->xb, n, cb->hb2, (size_t)c->hidden_dim,
+                                cb->mm_ws, cb->mm_ws_bytes);
+    case MODEL_STEP_ACT:
+        if (c->act == MODEL_ACT_GELU_TANH)
+            return kern_cuda_gelu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s);
+        return kern_cuda_silu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s);
+    case MODEL_STEP_DOWN:
+        return kern_cuda_matmul(cb->mm, &L->w_down, cb->hb, n, cb->xb2, (size_t)dim, cb->mm_ws,
+                                cb->mm_ws_bytes);
+    case MODEL_STEP_POST_FFN_NORM:
+        return kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_ffn_norm, n, dim, c->norm_eps, s);
+    }
+    return BRISK_EUNSUPPORTED;
+}
+
+/* The pass itself: every kernel of one forward over n rows, on cb->stream,
+ * reading only device arrays (so it can be captured into a graph). decode:
+ * every run is one token (n_runs == n) and uses the split-K decode kernel;
+ * otherwise the tiled prefill kernel. n_gather rows (d_out_idx) get logits. */
+static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decode, int n_gather) {
+    const model_config *c = &cb->c;
+    cudaStream_t s = cb->stream;
+    const int dim = c->dim;
+    TRY(kern_cuda_embedding(cb->x, cb->tok_embd, KERN_TYPE_F16, c->n_vocab, dim, cb->d_tok, n, NULL,
+                            s));
+    if (c->embd_scale != 0.0f) /* gemma: embeddings times sqrt(dim) */
+        TRY(kern_cuda_scale(cb->x, (size_t)n * dim, c->embd_scale, s));
+    /* The layers as their recipes say (model_recipe.h). RESIDUAL runs inside
+     * the next norm of x (kern_cuda_rmsnorm adds its residual first), so it
+     * leaves the residual pending until then. */
+    int resid = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        model_recipe r;
+        model_layer_recipe(c, &model_get_weights(cb->base.m)->layers[l], &r);
+        for (int i = 0; i < r.n; i++) {
+            TRY(cuda_step(cb, l, r.step[i], n, n_runs, max_run, decode, &resid));
+            model_recipe_trace(cb->trace, l, (model_step)r.step[i]);
+        }
+    }
+    /* x += the last block's output; the final norm; then only the rows that
+     * want logits (gathered as an f32 "embedding" of xb) meet the output. */
+    TRY(kern_cuda_rmsnorm(cb->xb, cb->x, resid ? cb->xb2 : NULL, cb->output_norm, n, dim,
+                          c->norm_eps, s));
+    if (n_gather == 0)
+        return 0;
+    TRY(kern_cuda_embedding(cb->xout, cb->xb, KERN_TYPE_F32, n, dim, cb->d_out_idx, n_gather, NULL,
+                            s));
+    TRY(kern_cuda_matmul(cb->mm, &cb->output, cb->xout, n_gather, cb->logits, (size_t)c->n_vocab,
+                         cb->mm_ws, cb->mm_ws_bytes));
+    if (c->final_softcap > 0.0f) /* gemma2: logits -> cap * tanh(logit / cap) */
+        TRY(kern_cuda_softcap(cb->logits, (size_t)n_gather * c->n_vocab, c->final_softcap, s));
+    return 0;
+}
+
+/* The smallest bucket holding n decode rows: 1, 2, 4, 8, then multiples of
+ * 8 to 64, of 16 to 256, of 32 beyond (vLLM's capture sizes are alike). */
+static int cuda_bucket(int n) {
+    if (n <= 1)
+        return 1;
+    if (n <= 2)
+        return 2;
+    if (n <= 4)
+        return 4;
+    if (n <= 64)
+        return (n + 7) / 8 * 8;
+    if (n <= 256)
+        return (n + 15) / 16 * 16;
+    return (n + 31) / 32 * 32;
+}
+
+static cuda_graph *cuda_graph_for(cuda_backend *cb, int bucket) {
+    for (int i = 0; i < cb->n_graphs; i++)
+        if (cb->graphs[i].n == bucket)
+            return &cb->graphs[i];
+    if (cb->n_graphs == CUDA_MAX_BUCKETS)
+        return NULL;
+    cuda_graph *g = &cb->graphs[cb->n_graphs++];
+    g->n = bucket;
+    g->exec = NULL;
+    g->warm = 0;
+    return g;
+}
+
+/* Captures the decode pass for g->n rows. On failure the stream is left
+ * out of capture mode and graphs are turned off (eager from then on). */
+static int cuda_capture(cuda_backend *cb, cuda_graph *g) {
+    cudaGraph_t graph = NULL;
+    if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        return -1;
+    int rc = cuda_pass(cb, g->n, g->n, 1, 1, g->n);
+    cudaError_t e = cudaStreamEndCapture(cb->stream, &graph);
+    if (rc != 0 || e != cudaSuccess || !graph) {
+        if (graph)
+            cudaGraphDestroy(graph);
+        (void)cudaGetLastError();
+        return -1;
+    }
+    e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        g->exec = NULL;
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
+int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, int *n_out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    *n_out = 0;
+    cb->n_out = 0;
+    cb->h_row_valid = -1;
+    if (!cb->k_pool)
+        return BRISK_EINVAL; /* kv did not come from kv_create */
+    if (b->want_hidden)
+        return BRISK_EUNSUPPORTED; /* no hidden states on this backend (ops.hidden NULL) */
+    if (cb->kv_error) {
+        int rc = cb->kv_error;
+        cb->kv_error = 0;
+        return rc;
+    }
+    int rc = model_batch_validate(be->m, kv, b, cb->o.max_batch_tokens, cb->o.max_ctx);
+    if (rc < 0)
+        return rc;
+    int n = b->n_tokens, max_run = 0, n_want = 0;
+    int n_runs = cuda_stage(cb, kv, b, &max_run, &n_want);
+    int decode = max_run == 1 && n <= cb->o.max_seqs;
+    cuda_graph *g = NULL;
+    if (decode && !cb->graphs_off && !cb->trace) {
+        int bucket = cuda_bucket(n);
+        if (bucket <= cb->o.max_seqs && bucket <= cb->o.max_batch_tokens)
+            g = cuda_graph_for(cb, bucket);
+    }
+    if (g) {
+        /* The graph runs the whole bucket and computes logits for every
+         * row; the wanted ones are found through out_map. */
+        for (int r = 0; r < n_want; r++)
+            cb->out_map[r] = cb->h_out_idx[r];
+        cuda_pad(cb, n, g->n);
+        for (int i = 0; i < g->n; i++)
+            cb->h_out_idx[i] = i;
+        rc = cuda_upload_step(cb, g->n, g->n, g->n);
+        /* A bucket's first step runs eagerly, so every kernel (and cuBLAS's
+         * first GEMM) is loaded and set up outside a capture; the second is
+         * captured. */
+        if (rc == 0 && !g->exec && g->warm && cuda_capture(cb, g) != 0) {
+            BRISK_WARN(
+                "cuda: capturing a decode graph of %d rows failed (%s); running without graphs",
+                g->n, kern_cuda_last_error());
+            cb->graphs_off = 1;
+            g = NULL;
+        }
+        if (rc == 0 && g && g->exec) {
+            cudaError_t le = cudaGraphLaunch(g->exec, cb->stream);
+            if (le != cudaSuccess) {
+                BRISK_ERROR("cuda: cudaGraphLaunch (%d rows): %s", g->n, cudaGetErrorString(le));
+                (void)cudaGetLastError();
+                rc = BRISK_EIO;
+            }
+        } else if (rc == 0 && g) {
+            rc = cuda_pass(cb, g->n, g->n, 1, 1, g->n); /* the bucket's first step: eager */
+        }
+        if (rc == 0 && !g)
+            rc = cuda_pass(cb, n, n, 1, 1, n); /* the capture failed: eager */
+        if (g)
+            g->warm = 1;
+    } else {
+        for (int r = 0; r < n_want; r++)
+            cb->out_map[r] = r;
+        rc = cuda_upload_step(cb, n, n_runs, n_want);
+        if (rc == 0)
+            rc = cuda_pass(cb, n, n_runs, max_run, decode, n_want);
+    }
+    if (rc == 0)
+        rc = kern_cuda_sync(cb->stream);
+    if (rc < 0) {
+        BRISK_ERROR("cuda: forward failed: %s", kern_cuda_last_error());
+        return rc;
+    }
+    cb->n_out = n_want;
+    *n_out = n_want;
+    return 0;
+}
+
+int model_cuda_logits(model_backend *be, int row, const float **out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (row < 0 || row >= cb->n_out)
+        return BRISK_ERANGE;
+    int phys = cb->out_map[row];
+    if (cb->h_row_valid != phys) {
+        size_t nv = (size_t)cb->c.n_vocab;
+        int rc = kern_cuda_download(cb->h_row, cb->logits + (size_t)phys * nv, nv * sizeof(float),
+                                    cb->stream);
+        if (rc == 0)
+            rc = kern_cuda_sync(cb->stream);
+        if (rc < 0)
+            return rc;
+        cb->h_row_valid = phys;
+    }
+    *out = cb->h_row;
+    return 0;
+}
+
+#endif /* BRISK_HAVE_CUDA */

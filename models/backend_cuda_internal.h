@@ -1,0 +1,118 @@
+/* backend_cuda_internal.h - the CUDA backend's state, shared by its files:
+ * backend_cuda.c (weights, scratch, create/free, the ops table),
+ * backend_cuda_fwd.c (the forward pass, decode graphs, logits),
+ * backend_cuda_sample.c (sampling on the GPU) and backend_cuda_kv.c (the
+ * K/V pool). Only those files include it; everything else sees backend.h.
+ * Built only with BRISK_HAVE_CUDA. */
+#ifndef BRISK_BACKEND_CUDA_INTERNAL_H
+#define BRISK_BACKEND_CUDA_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cuda/kern_cuda.h"
+#include "kernels/cuda/kern_cuda_matmul.cuh"
+#include "kernels/cuda/kern_cuda_sample.cuh"
+#include "models/backend.h"
+#include "models/model_recipe.h"
+
+#define CUDA_RESERVE_BYTES ((size_t)512 << 20) /* graphs, cuBLAS, edits: kept out of the KV pool */
+#define CUDA_MAX_BUCKETS 48
+
+typedef struct cuda_layer {
+    float *attn_norm, *ffn_norm;
+    float *bq, *bk, *bv;    /* qwen2, else NULL */
+    float *q_norm, *k_norm; /* qwen3, gemma3: [head_dim] per-head RMSNorm weights, else NULL */
+    float *post_attn_norm, *post_ffn_norm; /* has_post_norms: [dim], else NULL */
+    int window;                            /* sliding window of this layer, 0: global */
+    float rope_base, rope_freq_scale;      /* this layer's RoPE base and linear scale */
+    float attn_softcap;                    /* > 0: attention-logit soft-capping, else 0 */
+    kern_cuda_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+} cuda_layer;
+
+typedef struct cuda_graph {
+    int n;                /* bucket: rows the graph runs */
+    cudaGraphExec_t exec; /* NULL until captured */
+    int warm;             /* 1 once a step of this size ran (eagerly): the next is captured */
+} cuda_graph;
+
+typedef struct cuda_backend {
+    model_backend base;
+    model_backend_opts o;
+    model_config c;
+    cudaStream_t stream;
+    kern_cuda_matmul_ctx *mm;
+    kern_cuda_wfmt wfmt;
+    char gpu_name[128];
+    size_t weight_bytes;
+
+    /* weights */
+    uint16_t *tok_embd; /* f16 [n_vocab][dim] */
+    float *output_norm, *rope_freqs;
+    kern_cuda_weight output;
+    int output_shared; /* output.data is tok_embd (tied, F16) */
+    cuda_layer *layers;
+
+    /* activations, [T][...] with T = o.max_batch_tokens */
+    float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *xout, *logits;
+    void *mm_ws;
+    size_t mm_ws_bytes;
+    float *attn_ws;
+    size_t attn_ws_bytes;
+
+    /* per-step inputs: device arrays and their pinned host staging */
+    int32_t *d_tok, *d_pos, *d_out_idx, *d_runs, *d_bt, *d_ctx;
+    int64_t *d_slots;
+    int32_t *h_tok, *h_pos, *h_out_idx, *h_runs, *h_bt, *h_ctx;
+    int64_t *h_slots;
+    int max_blocks; /* block-table row length */
+    int *out_map;   /* logits row r of the last forward -> physical row of c->logits */
+    int n_out;
+
+    /* sampling */
+    kern_cuda_sample_row *d_rows, *h_rows;
+    int32_t *d_ids, *h_ids;
+    int32_t *d_edit_ids, *h_edit_ids;
+    float *d_edit_vals, *h_edit_vals;
+    int edit_cap;
+    void *samp_ws;
+    size_t samp_ws_bytes;
+    float *h_row;    /* one downloaded logits row */
+    int h_row_valid; /* which physical row h_row holds, or -1 */
+
+    /* KV pool (kv_create) */
+    uint16_t *k_pool, *v_pool;
+    size_t layer_elems, block_stride, row_stride;
+    int block_size, n_blocks;
+    int kv_error; /* a failed copy-on-write copy, reported at the next forward */
+
+    /* decode graphs */
+    cuda_graph graphs[CUDA_MAX_BUCKETS];
+    int n_graphs;
+    int graphs_off;      /* --no-cuda-graphs, or a capture failed */
+    model_recipe *trace; /* borrowed, [n_layers] (set_trace); passes run eagerly while set */
+} cuda_backend;
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != 0)                                                                              \
+            return rc_;                                                                            \
+    } while (0)
+
+/* Device memory of `bytes` (none for 0) at *p; *total (if given) grows by it. */
+int model_cuda_dev_alloc(void **p, size_t bytes, size_t *total);
+/* Pinned host memory (at least 1 byte); model_cuda_pinned_free(NULL) is a no-op. */
+int model_cuda_pinned_alloc(void **p, size_t bytes);
+void model_cuda_pinned_free(void *p);
+
+/* The model_backend_ops entries the other files define (backend.h says
+ * what each does). */
+int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, int *n_out);
+int model_cuda_logits(model_backend *be, int row, const float **out);
+int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids);
+int model_cuda_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cache **out);
+long long model_cuda_kv_budget(model_backend *be);
+
+#endif /* BRISK_BACKEND_CUDA_INTERNAL_H */
