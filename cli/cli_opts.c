@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "models/model.h"
 #include "scheduler/engine.h"
 #include "server/app/srv_app.h"
 #include "server/http/srv_http.h"
@@ -79,9 +80,8 @@ static const opt OPTS[] = {
     {CLI_CONVERT, O_OUT, "--out", NULL, T_STR, 1, 0, NULL, "X.gguf", "the GGUF file to write",
      "conversion", .to = {CV(out)}},
     {SGB, O_DUMMY, "--dummy-weights", NULL, T_STR, 1, 0, NULL, "CONFIG",
-     "random weights in a real shape instead of --model:\n"
-     "llama-3-8b llama-3.2-1b qwen2.5-7b qwen3-0.6b qwen3-8b\nsmollm2-135m stories110m gemma3-1b",
-     ME, .to = {SV(dummy), GN(dummy), BN(dummy)}},
+     "random weights in a real shape instead of --model:", ME,
+     .to = {SV(dummy), GN(dummy), BN(dummy)}},
     {SGB, O_TOKENIZER, "--tokenizer", NULL, T_STR, 1, 0, NULL, "GGUF",
      "vocabulary for --dummy-weights (default: synthetic)", ME,
      .to = {SV(tokenizer), GN(tokenizer), BN(tokenizer)}},
@@ -427,6 +427,22 @@ int cli_opts_parse(unsigned cmd, int argc, char **argv, cli_vals *v) {
     return CLI_OK;
 }
 
+/* --dummy-weights' shapes, from the table that defines them
+ * (models/model_arch.c), on lines of the help's width. */
+static void help_dummy_names(FILE *f) {
+    int col = 80;
+    for (const char *const *n = model_dummy_configs; *n; n++) {
+        int len = (int)strlen(*n);
+        if (col + 1 + len > 79) {
+            fprintf(f, "\n%-39s%s", "", *n);
+            col = 39 + len;
+        } else {
+            fprintf(f, " %s", *n);
+            col += 1 + len;
+        }
+    }
+}
+
 void cli_opts_help(unsigned cmd, FILE *f) {
     fprintf(f, "usage: brisk %s [options]\n", cmd_name(cmd));
     const char *section = NULL;
@@ -451,6 +467,8 @@ void cli_opts_help(unsigned cmd, FILE *f) {
             if (*p == '\n')
                 fprintf(f, "%-39s", "");
         }
+        if (o->id == O_DUMMY)
+            help_dummy_names(f);
         fputc('\n', f);
     }
     fprintf(

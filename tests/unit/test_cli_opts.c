@@ -14,6 +14,7 @@
 #include "brisk_test.h"
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
+#include "models/model.h"
 #include "scheduler/sched_core.h"
 #include "server/app/srv_app.h"
 
@@ -459,10 +460,29 @@ static void test_other_lines(void) {
           "convert-llama2c");
 }
 
+/* --help lists every dummy shape of the architecture table (the list is not
+ * written by hand anywhere). */
+static void test_help_dummy_names(void) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK(f != NULL, "open_memstream");
+    if (!f)
+        return;
+    cli_opts_help(CLI_GENERATE, f);
+    fclose(f);
+    int n = 0;
+    for (const char *const *name = model_dummy_configs; *name; name++, n++)
+        CHECK(strstr(buf, *name) != NULL, "generate --help lists %s", *name);
+    CHECK(n >= 9, "%d dummy shapes", n);
+    free(buf);
+}
+
 int main(void) {
     test_table_check();
     test_walk();
     test_serve_line();
     test_other_lines();
+    test_help_dummy_names();
     return BT_SUMMARY("test_cli_opts");
 }
