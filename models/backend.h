@@ -75,8 +75,9 @@ typedef struct model_backend_ops {
     int (*sample)(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids);
     /* The hidden states of the last forward's want_hidden rows
      * (model_state_hidden's contract), host memory valid until the next
-     * forward. NULL: the backend has none (CUDA), and its forward refuses a
-     * batch that asks for them (BRISK_EUNSUPPORTED). */
+     * forward (CUDA gathers the rows on the device and downloads only them).
+     * NULL: the backend has none, and its forward refuses a batch that asks
+     * for them (BRISK_EUNSUPPORTED). */
     int (*hidden)(model_backend *be, const float **rows, int *n_rows);
     /* A paged KV cache (cfg: every field but the storage ones) whose K/V
      * memory this backend provides. Freed with kv_cache_free before the
