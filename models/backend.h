@@ -65,7 +65,10 @@ typedef struct model_backend_ops {
     const char *name; /* "cpu", "cuda" */
     /* Runs the batch (model.h's model_forward contract), writing K/V into
      * kv, which must come from this backend's kv_create. *n_out = rows of
-     * logits kept, one per token that wanted them, in batch order. */
+     * logits kept, one per token that wanted them, in batch order. CUDA with
+     * a cache grouped by sliding window (kv_cache.h): at most max_seqs runs
+     * (stretches of one sequence at consecutive positions), as the engine's
+     * batches are; more is BRISK_EINVAL. */
     int (*forward)(model_backend *be, kv_cache *kv, const model_batch *b, int *n_out);
     /* A host copy of logits row `row` of the last forward (n_vocab floats),
      * valid until the next forward or sample call. */

@@ -383,6 +383,11 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
     }
     int n = b->n_tokens, max_run = 0, n_want = 0, n_hid = 0;
     int n_runs = cuda_count_runs(b, &max_run);
+    if (n_runs > cb->max_runs) { /* a window-grouped pool's tables: one run per sequence */
+        BRISK_ERROR("cuda: a batch of %d runs; this KV pool's tables hold %d", n_runs,
+                    cb->max_runs);
+        return BRISK_EINVAL;
+    }
     int decode = max_run == 1 && n <= cb->o.max_seqs;
     /* A decode step replays its bucket's graph, unless it wants hidden
      * states (the graph has no gather for them: it runs eagerly). */

@@ -97,8 +97,9 @@ typedef struct cuda_backend {
     size_t *layer_base;              /* [n_layers]: elements before the layer's rows of block 0 */
     int *layer_group;                /* [n_layers]: the group whose tables address the layer */
     int n_groups;                    /* block tables per sequence */
-    int n_copy;                      /* layers one block holds (copy-on-write copies them) */
-    size_t *copy_base;               /* [n_copy]: where they lie in a block (group 0's bases) */
+    int max_runs; /* runs a batch may have: max_batch_tokens, max_seqs with groups (kv_create) */
+    int n_copy;   /* layers one block holds (copy-on-write copies them) */
+    size_t *copy_base; /* [n_copy]: where they lie in a block (group 0's bases) */
     int block_size, n_blocks;
     int kv_error; /* a failed copy-on-write copy, reported at the next forward */
 

@@ -81,13 +81,21 @@ static int cuda_kv_layout(cuda_backend *cb, kv_cache *kv) {
 }
 
 /* The per-step KV slots and block tables for every group: create sized them
- * for one ([T] and [T][max_blocks]); n_groups tables per sequence need
- * n_groups times that (cuda_stage). The old arrays are kept on failure. */
+ * for one ([T] and [T][max_blocks]: a run per token at most); n_groups
+ * tables per sequence need n_groups slots a token and tables a run
+ * (cuda_stage). The tables are sized for max_seqs runs, not T: a grouped
+ * pool is the serving engine's (sched_setup; the tools keep one table), whose
+ * batches hold one run per sequence, and a table row per token of every
+ * group would be n_groups x T x max_blocks ints (Gemma 3 27B, 31 groups, 8192
+ * tokens and a 131,072-position context: 8 GB). The old arrays are kept on
+ * failure. */
 static int cuda_group_arrays(cuda_backend *cb) {
-    if (cb->n_groups == 1)
-        return 0;
     size_t T = (size_t)cb->o.max_batch_tokens, G = (size_t)cb->n_groups;
-    size_t slots = G * T * sizeof(int64_t), bt = G * T * (size_t)cb->max_blocks * sizeof(int32_t);
+    cb->max_runs = (int)T;
+    if (G == 1)
+        return 0;
+    size_t R = (size_t)cb->o.max_seqs < T ? (size_t)cb->o.max_seqs : T;
+    size_t slots = G * T * sizeof(int64_t), bt = G * R * (size_t)cb->max_blocks * sizeof(int32_t);
     int64_t *d_slots = NULL, *h_slots = NULL;
     int32_t *d_bt = NULL, *h_bt = NULL;
     int rc = kern_cuda_malloc((void **)&d_slots, slots);
@@ -109,6 +117,7 @@ static int cuda_group_arrays(cuda_backend *cb) {
     model_cuda_pinned_free(cb->h_slots);
     model_cuda_pinned_free(cb->h_bt);
     cb->d_slots = d_slots, cb->d_bt = d_bt, cb->h_slots = h_slots, cb->h_bt = h_bt;
+    cb->max_runs = (int)R;
     return 0;
 }
 
