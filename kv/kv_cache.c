@@ -15,9 +15,11 @@
 /* ---- grouping ------------------------------------------------------------- */
 
 /* The window layer l is grouped by: its own, or 0 (full attention) where
- * releasing blocks would save nothing or the cache cannot group. */
+ * releasing blocks would save nothing or the cache cannot group. External
+ * storage groups the same way: its owner lays its pool out as the cache
+ * says (kv_cache_layer_place). */
 static int kv_eff_window(const kv_cache_config *cfg, int l) {
-    if (!cfg->layer_window || cfg->max_grow <= 0 || cfg->copy_rows)
+    if (!cfg->layer_window || cfg->max_grow <= 0)
         return 0;
     int w = cfg->layer_window[l];
     return w > 0 && kv_window_held(cfg, w) < cfg->max_seq_blocks ? w : 0;
@@ -213,6 +215,14 @@ int kv_cache_n_blocks(const kv_cache *kv) {
 }
 int kv_cache_max_ctx(const kv_cache *kv) {
     return kv->cfg.max_seq_blocks * kv->cfg.block_size;
+}
+
+int kv_cache_layer_place(const kv_cache *kv, int layer, int *group, size_t *base) {
+    if (layer < 0 || layer >= kv->cfg.n_layers)
+        return BRISK_ERANGE;
+    *group = kv->layer_group[layer];
+    *base = kv->pool.layer_base[layer];
+    return 0;
 }
 
 void kv_cache_get_shape(const kv_cache *kv, kv_cache_shape *out) {

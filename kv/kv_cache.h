@@ -46,7 +46,8 @@
  * asks for), which bounds what a window group holds; a window whose bound is
  * not below a full context saves nothing and is treated as full attention.
  * Without windows the layout is [n_layers][n_blocks][block_size][kv_dim], one
- * table per slot, as before.
+ * table per slot, as before. kv_cache_layer_place says where a layer lies in
+ * either layout (the owner of external storage addresses its pool by it).
  *
  * Threading: none. The engine thread alone calls every function here.
  */
@@ -72,17 +73,21 @@ typedef struct kv_cache_config {
     /* Sliding windows: n_layers entries, > 0 the positions a query of that
      * layer sees (see above), 0 full attention; NULL: no layer is windowed.
      * Borrowed for the call to create only. Ignored when max_grow is 0.
-     * Not with external storage (copy_rows set). */
+     * External storage groups alike (its owner follows the layout). */
     const int *layer_window;
     int max_grow; /* most positions one kv_cache_seq_grow asks for (0: no bound) */
     /* External storage (the CUDA backend's device pool). NULL: K and V are
      * host arrays the cache allocates. Set: the cache allocates no K/V memory
-     * and only keeps the books; the owner of the pool lays it out as above,
+     * and only keeps the books; the owner of the pool lays it out as above
+     * (kv_cache_bytes of it, zeroed: the zero block of a grouped layout must
+     * read as zeros; kv_cache_layer_place gives each layer's place),
      * kv_cache_view returns NULL k/v/k16/v16 (the block table and strides are
      * still right), and copy-on-write calls copy_rows(copy_ctx, dst_block,
-     * src_block, n_rows) to copy rows [0, n_rows) of a block in every layer,
-     * K and V, before the slot writes into dst. It cannot fail: an owner
-     * whose copy fails records the error and reports it at its next forward. */
+     * src_block, n_rows) to copy rows [0, n_rows) of a block in every layer
+     * the block holds (all of them ungrouped; grouped, the layers_per_group
+     * layers of the block, whichever group it serves), K and V, before the
+     * slot writes into dst. It cannot fail: an owner whose copy fails
+     * records the error and reports it at its next forward. */
     void (*copy_rows)(void *ctx, int32_t dst, int32_t src, int n_rows);
     void *copy_ctx;
 } kv_cache_config;
@@ -121,7 +126,16 @@ int kv_cache_block_size(const kv_cache *kv);
 int kv_cache_n_blocks(const kv_cache *kv);
 /* Most positions one slot can hold (max_seq_blocks * block_size). */
 int kv_cache_max_ctx(const kv_cache *kv);
+/* Bytes of K plus V in the layout (the zero block included); with external
+ * storage, what its owner allocates. */
 size_t kv_cache_bytes(const kv_cache *kv);
+/* Where layer `layer` lies in the pool: *group gets the group whose block
+ * tables address it (kv_cache_seq_table), *base the elements before its rows
+ * of block 0 (grouped: its index in its group times block_size * kv_dim;
+ * else layer * n_blocks * block_size * kv_dim). Row p of a slot is then at
+ * base + table[p / block_size] * block_stride + (p % block_size) * row_stride,
+ * the strides kv_cache_view gives. 0, or BRISK_ERANGE for a bad layer. */
+int kv_cache_layer_place(const kv_cache *kv, int layer, int *group, size_t *base);
 
 /* Fills *out for (layer, slot). Returns 0, or BRISK_ERANGE for a bad index. */
 int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out);
@@ -135,6 +149,11 @@ int kv_cache_seq_n_blocks(const kv_cache *kv, int seq);
 /* Block ids of the slot (n_blocks of them) in its first group's table (the
  * only one without windows); valid until the slot changes. */
 const int32_t *kv_cache_seq_blocks(const kv_cache *kv, int seq);
+/* The slot's block table of group `group` (0 .. n_groups - 1 of
+ * kv_cache_get_shape): kv_cache_seq_n_blocks entries, those behind a window
+ * naming the zero block; valid until the slot changes. NULL for a bad slot
+ * or group. */
+const int32_t *kv_cache_seq_table(const kv_cache *kv, int seq, int group);
 
 /* Blocks kv_cache_seq_grow(kv, seq, n_new) would take from the pool:
  * new blocks plus one for a copy-on-write of a shared partial last block,

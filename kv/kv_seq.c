@@ -65,6 +65,12 @@ const int32_t *kv_cache_seq_blocks(const kv_cache *kv, int seq) {
     return kv->seqs.slots[seq].table;
 }
 
+const int32_t *kv_cache_seq_table(const kv_cache *kv, int seq, int group) {
+    if (kv_bad_seq(kv, seq) || group < 0 || group >= kv->n_groups)
+        return NULL;
+    return kv_table(kv, &kv->seqs.slots[seq], group);
+}
+
 /* ---- grow ----------------------------------------------------------------- */
 
 /* Whether a slot must copy its block id before writing into it: another

@@ -65,7 +65,10 @@ typedef struct model_backend_ops {
     const char *name; /* "cpu", "cuda" */
     /* Runs the batch (model.h's model_forward contract), writing K/V into
      * kv, which must come from this backend's kv_create. *n_out = rows of
-     * logits kept, one per token that wanted them, in batch order. */
+     * logits kept, one per token that wanted them, in batch order. CUDA with
+     * a cache grouped by sliding window (kv_cache.h): at most max_seqs runs
+     * (stretches of one sequence at consecutive positions), as the engine's
+     * batches are; more is BRISK_EINVAL. */
     int (*forward)(model_backend *be, kv_cache *kv, const model_batch *b, int *n_out);
     /* A host copy of logits row `row` of the last forward (n_vocab floats),
      * valid until the next forward or sample call. */
@@ -75,8 +78,9 @@ typedef struct model_backend_ops {
     int (*sample)(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids);
     /* The hidden states of the last forward's want_hidden rows
      * (model_state_hidden's contract), host memory valid until the next
-     * forward. NULL: the backend has none (CUDA), and its forward refuses a
-     * batch that asks for them (BRISK_EUNSUPPORTED). */
+     * forward (CUDA gathers the rows on the device and downloads only them).
+     * NULL: the backend has none, and its forward refuses a batch that asks
+     * for them (BRISK_EUNSUPPORTED). */
     int (*hidden)(model_backend *be, const float **rows, int *n_rows);
     /* A paged KV cache (cfg: every field but the storage ones) whose K/V
      * memory this backend provides. Freed with kv_cache_free before the

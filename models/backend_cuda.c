@@ -225,7 +225,13 @@ static void cuda_free(model_backend *be) {
                    cb->h_ids, cb->h_edit_ids, cb->h_edit_vals, cb->h_row};
     for (size_t i = 0; i < sizeof pin / sizeof pin[0]; i++)
         model_cuda_pinned_free(pin[i]);
+    /* hidden states and the KV pool's layout (backend_cuda_fwd.c, backend_cuda_kv.c) */
+    kern_cuda_free(cb->d_hidden), kern_cuda_free(cb->d_hid_idx);
+    model_cuda_pinned_free(cb->h_hidden), model_cuda_pinned_free(cb->h_hid_idx);
     free(cb->out_map);
+    free(cb->layer_base);
+    free(cb->layer_group);
+    free(cb->copy_base);
     kern_cuda_matmul_ctx_free(cb->mm);
     kern_cuda_stream_destroy(cb->stream);
     free(cb);
@@ -240,6 +246,7 @@ static const model_backend_ops cuda_ops = {
     .forward = model_cuda_forward,
     .logits = model_cuda_logits,
     .sample = model_cuda_sample,
+    .hidden = model_cuda_hidden,
     .kv_create = model_cuda_kv_create,
     .kv_budget = model_cuda_kv_budget,
     .mem_bw = cuda_mem_bw,

@@ -1,7 +1,8 @@
 /* backend_cuda_fwd.c - the CUDA backend's forward pass: the batch staged into
- * device arrays, the layers walked as their recipes say (model_recipe.h),
- * decode steps replayed from CUDA graphs per batch-size bucket, and logits
- * rows read back on request. */
+ * device arrays (per group of the KV pool's layout, backend_cuda_kv.c), the
+ * layers walked as their recipes say (model_recipe.h), decode steps replayed
+ * from CUDA graphs per batch-size bucket, logits rows read back on request,
+ * and the hidden states of the rows that want them (ops.hidden). */
 #include "brisk_config.h"
 
 #if BRISK_HAVE_CUDA
@@ -30,81 +31,153 @@
 
 /* ---- forward ----------------------------------------------------------------- */
 
-/* Fills the host staging for the batch: tokens, positions, KV slots, runs
- * (consecutive tokens of one sequence at consecutive positions) with their
- * block tables and context lengths, and the rows that want logits.
- * Returns the number of runs; *max_run gets the longest. */
-static int cuda_stage(cuda_backend *cb, kv_cache *kv, const model_batch *b, int *max_run,
-                      int *n_want) {
-    int n = b->n_tokens, n_runs = 0, bs = cb->block_size, mb = cb->max_blocks;
+/* Whether token i of the batch starts a run: consecutive tokens of one
+ * sequence at consecutive positions are one run (cuda_count_runs and
+ * cuda_stage must cut alike). */
+static int cuda_run_starts(const model_batch *b, int i) {
+    return i == 0 || b->seq[i] != b->seq[i - 1] || b->pos[i] != b->pos[i - 1] + 1;
+}
+
+/* The batch's runs; *max_run gets the longest. */
+static int cuda_count_runs(const model_batch *b, int *max_run) {
+    int n_runs = 0, len = 0;
     *max_run = 0;
-    *n_want = 0;
-    for (int i = 0; i < n; i++) {
-        const int32_t *table = kv_cache_seq_blocks(kv, b->seq[i]);
-        int pos = b->pos[i];
-        cb->h_tok[i] = b->tokens[i];
-        cb->h_pos[i] = pos;
-        cb->h_slots[i] = (int64_t)table[pos / bs] * (int64_t)cb->block_stride +
-                         (int64_t)(pos % bs) * (int64_t)cb->row_stride;
-        int32_t *last = n_runs ? &cb->h_runs[3 * (n_runs - 1)] : NULL;
-        if (last && b->seq[i] == b->seq[i - 1] && pos == b->pos[i - 1] + 1) {
-            last[1]++;
-        } else {
-            int32_t *r = &cb->h_runs[3 * n_runs];
-            r[0] = i;
-            r[1] = 1;
-            r[2] = pos;
-            int nb = kv_cache_seq_n_blocks(kv, b->seq[i]);
-            memcpy(cb->h_bt + (size_t)n_runs * mb, table, (size_t)nb * sizeof(int32_t));
-            memset(cb->h_bt + (size_t)n_runs * mb + nb, 0, (size_t)(mb - nb) * sizeof(int32_t));
-            n_runs++;
-        }
-        int want = b->want_logits ? b->want_logits[i] != 0 : i == n - 1;
-        if (want)
-            cb->h_out_idx[(*n_want)++] = i;
-    }
-    for (int r = 0; r < n_runs; r++) {
-        int32_t *run = &cb->h_runs[3 * r];
-        cb->h_ctx[r] = run[2] + run[1];
-        if (run[1] > *max_run)
-            *max_run = run[1];
+    for (int i = 0; i < b->n_tokens; i++) {
+        len = cuda_run_starts(b, i) ? 1 : len + 1;
+        n_runs += len == 1;
+        if (len > *max_run)
+            *max_run = len;
     }
     return n_runs;
 }
 
-/* Decode rows past n (a graph's bucket): no token of theirs is stored
- * (slot -1), their attention is empty (length 0), their logits unused. */
+/* Fills the host staging for the batch: tokens, positions, runs with their
+ * context lengths, the rows that want logits (*n_want) and those that want
+ * hidden states (*n_hid, when b asks), and per group of the KV pool each
+ * token's KV slot and each run's block table: group g's slot of token i at
+ * h_slots[g * rows + i], its table of run r at h_bt[(g * runs + r) *
+ * max_blocks], rows and runs the strides the pass reads them with (the
+ * batch's own counts, or a graph's bucket). */
+static void cuda_stage(cuda_backend *cb, kv_cache *kv, const model_batch *b, int rows, int runs,
+                       int *n_want, int *n_hid) {
+    int n = b->n_tokens, n_runs = 0, bs = cb->block_size, mb = cb->max_blocks;
+    *n_want = 0;
+    *n_hid = 0;
+    for (int i = 0; i < n; i++) {
+        int pos = b->pos[i], start = cuda_run_starts(b, i);
+        cb->h_tok[i] = b->tokens[i];
+        cb->h_pos[i] = pos;
+        if (start) {
+            int32_t *r = &cb->h_runs[3 * n_runs++];
+            r[0] = i;
+            r[1] = 1;
+            r[2] = pos;
+        } else {
+            cb->h_runs[3 * (n_runs - 1) + 1]++;
+        }
+        int nb = kv_cache_seq_n_blocks(kv, b->seq[i]);
+        for (int g = 0; g < cb->n_groups; g++) {
+            const int32_t *table = kv_cache_seq_table(kv, b->seq[i], g);
+            cb->h_slots[(size_t)g * rows + i] =
+                (int64_t)table[pos / bs] * (int64_t)cb->block_stride +
+                (int64_t)(pos % bs) * (int64_t)cb->row_stride;
+            if (start) {
+                int32_t *row = cb->h_bt + ((size_t)g * runs + (size_t)(n_runs - 1)) * mb;
+                memcpy(row, table, (size_t)nb * sizeof(int32_t));
+                memset(row + nb, 0, (size_t)(mb - nb) * sizeof(int32_t));
+            }
+        }
+        int want = b->want_logits ? b->want_logits[i] != 0 : i == n - 1;
+        if (want)
+            cb->h_out_idx[(*n_want)++] = i;
+        if (b->want_hidden && b->want_hidden[i])
+            cb->h_hid_idx[(*n_hid)++] = i;
+    }
+    for (int r = 0; r < n_runs; r++) {
+        int32_t *run = &cb->h_runs[3 * r];
+        cb->h_ctx[r] = run[2] + run[1];
+    }
+}
+
+/* Decode rows past n (a graph's bucket, the strides of cuda_stage): no token
+ * of theirs is stored (slot -1 in every group), their attention is empty
+ * (length 0), their logits unused. */
 static void cuda_pad(cuda_backend *cb, int n, int bucket) {
     for (int i = n; i < bucket; i++) {
         cb->h_tok[i] = 0;
         cb->h_pos[i] = 0;
-        cb->h_slots[i] = -1;
         cb->h_ctx[i] = 0;
         cb->h_out_idx[i] = i;
-        memset(cb->h_bt + (size_t)i * cb->max_blocks, 0, (size_t)cb->max_blocks * sizeof(int32_t));
+        for (int g = 0; g < cb->n_groups; g++) {
+            cb->h_slots[(size_t)g * bucket + i] = -1;
+            memset(cb->h_bt + ((size_t)g * bucket + i) * cb->max_blocks, 0,
+                   (size_t)cb->max_blocks * sizeof(int32_t));
+        }
         int32_t *run = &cb->h_runs[3 * i];
         run[0] = i, run[1] = 1, run[2] = 0;
     }
 }
 
+/* Uploads what cuda_stage (and cuda_pad) staged for a pass over n rows and
+ * n_runs runs (the strides it staged with). */
 static int cuda_upload_step(cuda_backend *cb, int n, int n_runs, int n_want) {
     cudaStream_t s = cb->stream;
+    size_t G = (size_t)cb->n_groups;
     int rc = kern_cuda_upload(cb->d_tok, cb->h_tok, (size_t)n * sizeof(int32_t), s);
     if (!rc)
         rc = kern_cuda_upload(cb->d_pos, cb->h_pos, (size_t)n * sizeof(int32_t), s);
     if (!rc)
-        rc = kern_cuda_upload(cb->d_slots, cb->h_slots, (size_t)n * sizeof(int64_t), s);
+        rc = kern_cuda_upload(cb->d_slots, cb->h_slots, G * (size_t)n * sizeof(int64_t), s);
     if (!rc)
         rc = kern_cuda_upload(cb->d_runs, cb->h_runs, (size_t)n_runs * 3 * sizeof(int32_t), s);
     if (!rc)
         rc = kern_cuda_upload(cb->d_ctx, cb->h_ctx, (size_t)n_runs * sizeof(int32_t), s);
     if (!rc)
-        rc = kern_cuda_upload(cb->d_bt, cb->h_bt, (size_t)n_runs * cb->max_blocks * sizeof(int32_t),
-                              s);
+        rc = kern_cuda_upload(cb->d_bt, cb->h_bt,
+                              G * (size_t)n_runs * (size_t)cb->max_blocks * sizeof(int32_t), s);
     if (!rc && n_want > 0)
         rc = kern_cuda_upload(cb->d_out_idx, cb->h_out_idx, (size_t)n_want * sizeof(int32_t), s);
     return rc;
 }
+
+/* ---- hidden states ----------------------------------------------------------- */
+
+/* The hidden-state buffers, made by the first forward that wants them (an
+ * embeddings server; others never pay for them): [T][dim] floats on the
+ * device and pinned on the host, [T] row indices each side. */
+static int cuda_hidden_reserve(cuda_backend *cb) {
+    size_t T = (size_t)cb->o.max_batch_tokens, rows = T * (size_t)cb->c.dim * sizeof(float);
+    if (!cb->d_hidden)
+        TRY(model_cuda_dev_alloc((void **)&cb->d_hidden, rows, NULL));
+    if (!cb->d_hid_idx)
+        TRY(model_cuda_dev_alloc((void **)&cb->d_hid_idx, T * sizeof(int32_t), NULL));
+    if (!cb->h_hidden)
+        TRY(model_cuda_pinned_alloc((void **)&cb->h_hidden, rows));
+    if (!cb->h_hid_idx)
+        TRY(model_cuda_pinned_alloc((void **)&cb->h_hid_idx, T * sizeof(int32_t)));
+    return 0;
+}
+
+/* After a pass over n rows: the n_hid rows h_hid_idx names of xb (the final
+ * norm of every row, which is model_state_hidden's state) gathered on the
+ * device and queued for the host (there after the stream's sync). */
+static int cuda_hidden_gather(cuda_backend *cb, int n, int n_hid) {
+    cudaStream_t s = cb->stream;
+    int dim = cb->c.dim;
+    TRY(kern_cuda_upload(cb->d_hid_idx, cb->h_hid_idx, (size_t)n_hid * sizeof(int32_t), s));
+    TRY(kern_cuda_embedding(cb->d_hidden, cb->xb, KERN_TYPE_F32, n, dim, cb->d_hid_idx, n_hid, NULL,
+                            s));
+    return kern_cuda_download(cb->h_hidden, cb->d_hidden, (size_t)n_hid * dim * sizeof(float), s);
+}
+
+int model_cuda_hidden(model_backend *be, const float **rows, int *n_rows) {
+    cuda_backend *cb = (cuda_backend *)be;
+    *n_rows = cb->n_hidden;
+    *rows = cb->n_hidden > 0 ? cb->h_hidden : NULL;
+    return 0;
+}
+
+/* ---- the pass ----------------------------------------------------------------- */
 
 /* Step `step` of layer l over n rows (cuda_pass's arguments). *resid: a
  * RESIDUAL is pending, for the next norm of x to add. */
@@ -114,8 +187,11 @@ static int cuda_step(cuda_backend *cb, int l, int step, int n, int n_runs, int m
     const cuda_layer *L = &cb->layers[l];
     cudaStream_t s = cb->stream;
     const int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-    uint16_t *kp = cb->k_pool + (size_t)l * cb->layer_elems;
-    uint16_t *vp = cb->v_pool + (size_t)l * cb->layer_elems;
+    /* The layer's rows of block 0, and its group's slots and block tables
+     * (cuda_stage's strides: n rows, n_runs runs). */
+    uint16_t *kp = cb->k_pool + cb->layer_base[l];
+    uint16_t *vp = cb->v_pool + cb->layer_base[l];
+    const size_t group = (size_t)cb->layer_group[l];
     const float *pending = *resid ? cb->xb2 : NULL;
     switch (step) {
     case MODEL_STEP_ATTN_NORM: /* x += a pending block output; xb = norm(x) */
@@ -145,17 +221,20 @@ static int cuda_step(cuda_backend *cb, int l, int step, int n, int n_runs, int m
                                  cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
                                  c->rope_attn_factor, c->rope_mode, s);
     case MODEL_STEP_KV_STORE:
-        return kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots, n, kv_dim, s);
-    case MODEL_STEP_ATTENTION: /* the scale is 1 / sqrt(head_dim) unless the family says */
+        return kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots + group * n, n,
+                                  kv_dim, s);
+    case MODEL_STEP_ATTENTION: { /* the scale is 1 / sqrt(head_dim) unless the family says */
+        const int32_t *bt = cb->d_bt + group * (size_t)n_runs * (size_t)cb->max_blocks;
         if (decode)
             return kern_cuda_attn_decode_ex(
-                cb->att, cb->q, kp, vp, cb->d_bt, cb->max_blocks, cb->d_ctx, n, c->n_heads,
-                c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride, cb->row_stride,
-                c->attn_scale, L->window, L->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s);
+                cb->att, cb->q, kp, vp, bt, cb->max_blocks, cb->d_ctx, n, c->n_heads, c->n_kv_heads,
+                c->head_dim, cb->block_size, cb->block_stride, cb->row_stride, c->attn_scale,
+                L->window, L->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s);
         return kern_cuda_attn_prefill_ex(
-            cb->att, cb->q, (size_t)q_dim, kp, vp, cb->d_bt, cb->max_blocks, cb->d_runs, n_runs,
-            max_run, c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
+            cb->att, cb->q, (size_t)q_dim, kp, vp, bt, cb->max_blocks, cb->d_runs, n_runs, max_run,
+            c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
             cb->row_stride, c->attn_scale, L->window, L->attn_softcap, s);
+    }
     case MODEL_STEP_ATTN_OUT:
         return kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws,
                                 cb->mm_ws_bytes);
@@ -283,11 +362,10 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
     cuda_backend *cb = (cuda_backend *)be;
     *n_out = 0;
     cb->n_out = 0;
+    cb->n_hidden = 0;
     cb->h_row_valid = -1;
     if (!cb->k_pool)
         return BRISK_EINVAL; /* kv did not come from kv_create */
-    if (b->want_hidden)
-        return BRISK_EUNSUPPORTED; /* no hidden states on this backend (ops.hidden NULL) */
     if (cb->kv_error) {
         int rc = cb->kv_error;
         cb->kv_error = 0;
@@ -296,24 +374,41 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
     int rc = model_batch_validate(be->m, kv, b, cb->o.max_batch_tokens, cb->o.max_ctx);
     if (rc < 0)
         return rc;
-    int n = b->n_tokens, max_run = 0, n_want = 0;
-    int n_runs = cuda_stage(cb, kv, b, &max_run, &n_want);
+    int any_hid = 0;
+    for (int i = 0; b->want_hidden && i < b->n_tokens && !any_hid; i++)
+        any_hid = b->want_hidden[i] != 0;
+    if (any_hid && (rc = cuda_hidden_reserve(cb)) < 0) {
+        BRISK_ERROR("cuda: no memory for hidden states: %s", kern_cuda_last_error());
+        return rc;
+    }
+    int n = b->n_tokens, max_run = 0, n_want = 0, n_hid = 0;
+    int n_runs = cuda_count_runs(b, &max_run);
+    if (n_runs > cb->max_runs) { /* a window-grouped pool's tables: one run per sequence */
+        BRISK_ERROR("cuda: a batch of %d runs; this KV pool's tables hold %d", n_runs,
+                    cb->max_runs);
+        return BRISK_EINVAL;
+    }
     int decode = max_run == 1 && n <= cb->o.max_seqs;
+    /* A decode step replays its bucket's graph, unless it wants hidden
+     * states (the graph has no gather for them: it runs eagerly). */
     cuda_graph *g = NULL;
-    if (decode && !cb->graphs_off && !cb->trace) {
+    if (decode && !cb->graphs_off && !cb->trace && !any_hid) {
         int bucket = cuda_bucket(n);
         if (bucket <= cb->o.max_seqs && bucket <= cb->o.max_batch_tokens)
             g = cuda_graph_for(cb, bucket);
     }
     if (g) {
         /* The graph runs the whole bucket and computes logits for every
-         * row; the wanted ones are found through out_map. */
+         * row; the wanted ones are found through out_map. The step is
+         * staged with the bucket's strides, as the graph reads them. */
+        int bucket = g->n;
+        cuda_stage(cb, kv, b, bucket, bucket, &n_want, &n_hid);
         for (int r = 0; r < n_want; r++)
             cb->out_map[r] = cb->h_out_idx[r];
-        cuda_pad(cb, n, g->n);
-        for (int i = 0; i < g->n; i++)
+        cuda_pad(cb, n, bucket);
+        for (int i = 0; i < bucket; i++)
             cb->h_out_idx[i] = i;
-        rc = cuda_upload_step(cb, g->n, g->n, g->n);
+        rc = cuda_upload_step(cb, bucket, bucket, bucket);
         /* A bucket's first step runs eagerly, so every kernel (and cuBLAS's
          * first GEMM) is loaded and set up outside a capture; the second is
          * captured. */
@@ -331,19 +426,22 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
                 (void)cudaGetLastError();
                 rc = BRISK_EIO;
             }
-        } else if (rc == 0 && g) {
-            rc = cuda_pass(cb, g->n, g->n, 1, 1, g->n); /* the bucket's first step: eager */
+        } else if (rc == 0) {
+            /* the bucket's first step, or the capture failed: the same
+             * bucket eagerly (its staging is what was uploaded) */
+            rc = cuda_pass(cb, bucket, bucket, 1, 1, bucket);
         }
-        if (rc == 0 && !g)
-            rc = cuda_pass(cb, n, n, 1, 1, n); /* the capture failed: eager */
         if (g)
             g->warm = 1;
     } else {
+        cuda_stage(cb, kv, b, n, n_runs, &n_want, &n_hid);
         for (int r = 0; r < n_want; r++)
             cb->out_map[r] = r;
         rc = cuda_upload_step(cb, n, n_runs, n_want);
         if (rc == 0)
             rc = cuda_pass(cb, n, n_runs, max_run, decode, n_want);
+        if (rc == 0 && n_hid > 0)
+            rc = cuda_hidden_gather(cb, n, n_hid);
     }
     if (rc == 0)
         rc = kern_cuda_sync(cb->stream);
@@ -352,6 +450,7 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
         return rc;
     }
     cb->n_out = n_want;
+    cb->n_hidden = n_hid;
     *n_out = n_want;
     return 0;
 }

@@ -61,7 +61,10 @@ typedef struct cuda_backend {
     float *attn_ws;
     size_t attn_ws_bytes;
 
-    /* per-step inputs: device arrays and their pinned host staging */
+    /* per-step inputs: device arrays and their pinned host staging. The KV
+     * slots and block tables are per group of the pool (n_groups): a pass
+     * over n rows and r runs reads group g's slots at d_slots + g * n and its
+     * tables at d_bt + g * r * max_blocks (cuda_stage). */
     int32_t *d_tok, *d_pos, *d_out_idx, *d_runs, *d_bt, *d_ctx;
     int64_t *d_slots;
     int32_t *h_tok, *h_pos, *h_out_idx, *h_runs, *h_bt, *h_ctx;
@@ -81,9 +84,22 @@ typedef struct cuda_backend {
     float *h_row;    /* one downloaded logits row */
     int h_row_valid; /* which physical row h_row holds, or -1 */
 
-    /* KV pool (kv_create) */
+    /* hidden states (ops.hidden), allocated by the first forward that wants them */
+    float *d_hidden, *h_hidden;     /* [T][dim]: the wanted rows of xb, device and pinned host */
+    int32_t *d_hid_idx, *h_hid_idx; /* [T]: which rows */
+    int n_hidden;                   /* rows of the last forward */
+
+    /* KV pool (kv_create), laid out as the host kv_cache says: one table per
+     * layer group; grouped (sliding windows released), a block holds
+     * layers_per_group layers, else every layer has its own run of blocks */
     uint16_t *k_pool, *v_pool;
-    size_t layer_elems, block_stride, row_stride;
+    size_t block_stride, row_stride; /* elements between block ids, between rows */
+    size_t *layer_base;              /* [n_layers]: elements before the layer's rows of block 0 */
+    int *layer_group;                /* [n_layers]: the group whose tables address the layer */
+    int n_groups;                    /* block tables per sequence */
+    int max_runs; /* runs a batch may have: max_batch_tokens, max_seqs with groups (kv_create) */
+    int n_copy;   /* layers one block holds (copy-on-write copies them) */
+    size_t *copy_base; /* [n_copy]: where they lie in a block (group 0's bases) */
     int block_size, n_blocks;
     int kv_error; /* a failed copy-on-write copy, reported at the next forward */
 
@@ -111,6 +127,7 @@ void model_cuda_pinned_free(void *p);
  * what each does). */
 int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, int *n_out);
 int model_cuda_logits(model_backend *be, int row, const float **out);
+int model_cuda_hidden(model_backend *be, const float **rows, int *n_rows);
 int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids);
 int model_cuda_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cache **out);
 long long model_cuda_kv_budget(model_backend *be);

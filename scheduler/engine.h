@@ -105,8 +105,8 @@ typedef struct sched_seq_params {
     /* An embedding instead of a generation (SCHED_POOL_LAST or _MEAN): the
      * prompt is run once, nothing is sampled, and the final event (finish
      * STOP) carries the pooled final hidden state (after the output norm),
-     * not normalised. Needs a backend with hidden states (the CPU one):
-     * submit returns BRISK_EUNSUPPORTED otherwise. MEAN never reuses
+     * not normalised. Needs a backend with hidden states (CPU and CUDA
+     * have them): submit returns BRISK_EUNSUPPORTED otherwise. MEAN never reuses
      * prefix-cached blocks (every position's state is needed). max_tokens
      * is not used (give 1). */
     int pooling;

@@ -99,10 +99,10 @@ int sched_setup_finish(const sched_setup_opts *o, sched_setup *out, char *err, s
     int kv_f16 = o->kv_f16 || out->be->device == MODEL_DEVICE_CUDA;
     int kv_dim = c->n_kv_heads * c->head_dim;
     /* Sliding-window layers release the blocks behind their window (the
-     * serving engine on the CPU; the tools grow a whole context at once, and
-     * the CUDA backend lays out its own pool). */
+     * serving engine, on either backend: the CUDA pool takes the cache's
+     * grouped layout; not the tools, which grow a whole context at once). */
     int *windows = NULL;
-    if (!o->kv_exact && out->be->device != MODEL_DEVICE_CUDA && !o->no_window_release) {
+    if (!o->kv_exact && !o->no_window_release) {
         windows = calloc((size_t)c->n_layers, sizeof *windows);
         const model_weights *w = model_get_weights(out->m);
         for (int l = 0; windows && l < c->n_layers; l++)

@@ -13,11 +13,13 @@
  *     kv_exact: exactly max_seqs full contexts (one sequence's tools);
  *   - the GPU's cache is f16 whatever kv_f16 says (its attention reads f16);
  *   - a sequence never holds more positions than the pool;
- *   - on the CPU the serving engine's cache releases the blocks behind
- *     sliding windows (kv_cache.h), so a context's blocks are the full
- *     layers' for every position plus the window layers' for a window and
- *     one step (max_batch_tokens), and the pool is sized in those; not with
- *     kv_exact (the tools grow a whole context at once) or on the GPU.
+ *   - the serving engine's cache releases the blocks behind sliding
+ *     windows (kv_cache.h), on the CPU and on the GPU alike (the device
+ *     pool takes the cache's grouped layout), so a context's blocks are the
+ *     full layers' for every position plus the window layers' for a window
+ *     and one step (max_batch_tokens), and the pool is sized in those; not
+ *     with kv_exact (the tools grow a whole context at once) or
+ *     no_window_release.
  *
  * Ownership: the setup owns the model, the backend and the cache; the
  * thread pool is borrowed from the caller and must outlive them. */

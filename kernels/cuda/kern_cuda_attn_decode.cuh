@@ -9,8 +9,12 @@
  * of double (see the bound in tests/cuda/test_cuda_ops.c).
  *   out, q:       n_seq rows of n_heads * head_dim floats (row stride
  *                 n_heads * head_dim); out must not overlap q.
- *   k16, v16:     one layer's K and V pools (IEEE half bits). Element offset
- *                 of (position p, KV head g) of sequence s:
+ *   k16, v16:     one layer's K and V pools (IEEE half bits): where its rows
+ *                 of block 0 start (in a pool grouped by sliding window,
+ *                 kv/kv_cache.h, the layer's index in its group times
+ *                 block_size * row_stride past the pool's start, block_stride
+ *                 spanning the group's layers, and the tables the group's).
+ *                 Element offset of (position p, KV head g) of sequence s:
  *                   block_tables[s * max_blocks + p / block_size] * block_stride
  *                   + (p % block_size) * row_stride + g * head_dim
  *   block_tables: n_seq rows of max_blocks int32 block ids (device memory);

@@ -16,7 +16,8 @@
  *   out, q:       rows of n_heads * head_dim floats, row stride q_stride
  *                 (>= n_heads * head_dim); out must not overlap q.
  *   k16, v16:     one layer's K and V pools (IEEE half bits), addressed as in
- *                 kern_cuda_attn_decode.cuh (block_stride, row_stride).
+ *                 kern_cuda_attn_decode.cuh (block_stride, row_stride; a
+ *                 grouped pool's layer the same way).
  *   block_tables: n_runs rows of max_blocks int32 block ids (device).
  *   runs:         n_runs x 3 int32 (first, n, pos0) (device). A run with n
  *                 <= 0 does nothing; pos0 + n is clamped to max_blocks *

@@ -6,9 +6,14 @@
  * for i < kv_dim, rounded to nearest even (as kern_quantize_row(KERN_TYPE_F16)
  * does on the CPU: bit-exact). slots[t] is the element offset of the token's
  * row in one layer's pool: block_table[pos / block_size] * block_stride +
- * (pos % block_size) * row_stride; the same offsets serve every layer. A slot
- * < 0 (padding rows of a captured graph) is skipped.
- *   k, v: f32 rows (device); ld >= kv_dim. k16, v16: a layer's pools.
+ * (pos % block_size) * row_stride; the same offsets serve every layer whose
+ * rows the same block table addresses (every layer, or one group of a pool
+ * grouped by sliding window, kv/kv_cache.h). A slot < 0 (padding rows of a
+ * captured graph) is skipped.
+ *   k, v: f32 rows (device); ld >= kv_dim. k16, v16: a layer's pools: the
+ *   start of its rows of block 0 (in a grouped pool, the pool plus the
+ *   layer's index in its group times block_size * row_stride; block_stride,
+ *   in the slots, then spans the group's layers).
  *   slots: n_tok int64 (device).
  * kern_cuda_add_bias: x[t * ld + i] += b[i] for t < n_tok, i < n (qwen2's
  * q/k/v biases), f32, in place.

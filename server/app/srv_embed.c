@@ -74,8 +74,7 @@ void srv_gen_embeddings(srv_req *r) {
         return;
     if (!sched_engine_can_pool(app->eng)) {
         srv_respond_error(r, 501, "invalid_request_error", NULL, "embeddings_unsupported",
-                          "embeddings are computed on the CPU backend only; start the server "
-                          "with --device cpu");
+                          "this server's backend gives no hidden states to pool");
         return;
     }
     srv_embed_req er;

@@ -74,9 +74,11 @@ static inline int rng_int(int n) {
     return (int)(rng_u64() % (uint64_t)n);
 }
 
-/* ops_attn.c: prefill attention, the KV-cache store and the bias add. */
+/* ops_attn.c: prefill attention, the KV-cache store and the bias add; both
+ * attention kernels and the store over a grouped (window-release) pool. */
 void test_attn_prefill(void);
 void test_kv_store(void);
+void test_kv_grouped(void);
 void perf_attn_prefill(double copy_bw);
 
 /* ops_matmul.c: kern_cuda_matmul and kern_cuda_weight_upload. */

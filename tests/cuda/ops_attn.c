@@ -1,6 +1,7 @@
 /* ops_attn.c - prefill attention over the paged f16 KV cache, the KV-cache
  * store and the bias add, against their CPU references (test_cuda_ops -o
- * attn_prefill, -o kv_store).
+ * attn_prefill, -o kv_store), and both attention kernels and the store over
+ * a grouped pool, the layout of the sliding-window release (-o kv_grouped).
  *
  * attn_prefill  1e-5 normalised error against kern_attention_head_ref over
  *               n_ctx = p + 1 positions of the same f16 view, per (row,
@@ -44,6 +45,7 @@
 #include "common/brisk_error.h"
 #include "kernels/cpu/kern_ops.h"
 #include "kernels/cpu/kern_types.h"
+#include "kernels/cuda/kern_cuda_attn_decode.cuh"
 #include "kernels/cuda/kern_cuda_attn_prefill.cuh"
 #include "kernels/cuda/kern_cuda_buf.h"
 #include "kernels/cuda/kern_cuda_kv_store.cuh"
@@ -526,6 +528,259 @@ void test_kv_store(void) {
     add_bias_case(333, 64, 333);
     add_bias_case(128, 64, 131);
     kv_store_invalid();
+}
+
+/* ---- grouped pools (the sliding-window release) ------------------------------------ */
+
+/* A grouped KV pool as kv_cache.h lays it out when windows release blocks:
+ * [n_pool + 1][lpg][bs][row_stride] halves, block n_pool the zero block.
+ * A layer is a base offset (its index in the group times bs * row_stride)
+ * plus block id * block_stride (lpg layers' rows); released table entries
+ * (blocks wholly before the window of a run's first query) name the zero
+ * block. The kernels get the layer's pool pointer and the released tables;
+ * the reference reads the same layer through the full tables, as with the
+ * release off: the two must agree within the kernels' own bounds (1e-5,
+ * argued at the top of this file and at test_attn_decode), since the zero
+ * block is read with weight exactly zero. Every other layer's rows and every
+ * position a run does not own hold f16 NaN, so a wrong layer offset, block
+ * stride or a read past a context poisons the result. */
+typedef struct grp_shape {
+    int head_dim, n_kv, group, bs;
+    int lpg, layer; /* layers a block holds; the attended one's index among them */
+    int window;
+    int decode; /* 1: kern_cuda_attn_decode_ex, every run one query; 0: prefill */
+} grp_shape;
+
+static void grouped_attn_case(const grp_shape *sh, const pf_run *runs, int n_runs) {
+    const int hd = sh->head_dim, bs = sh->bs, n_heads = sh->n_kv * sh->group;
+    const size_t row_stride = (size_t)sh->n_kv * hd, q_stride = (size_t)n_heads * hd;
+    const size_t layer_floats = (size_t)bs * row_stride;
+    const size_t block_stride = (size_t)sh->lpg * layer_floats;
+    const size_t base = (size_t)sh->layer * layer_floats;
+    int n_rows = 0, max_n = 0, max_need = 0, used = 0, released = 0;
+    for (int r = 0; r < n_runs; r++) {
+        const int need = (runs[r].pos0 + runs[r].n + bs - 1) / bs;
+        max_need = need > max_need ? need : max_need;
+        max_n = runs[r].n > max_n ? runs[r].n : max_n;
+        used += need;
+        n_rows += runs[r].n;
+    }
+    const int max_blocks = max_need + 1; /* a spare entry: -1 */
+    const int n_pool = used + 2, hole = n_pool;
+    const size_t pool_n = (size_t)(n_pool + 1) * block_stride;
+    uint16_t *k = nan_pool(pool_n), *v = nan_pool(pool_n);
+    memset(k + (size_t)hole * block_stride, 0, block_stride * sizeof(uint16_t));
+    memset(v + (size_t)hole * block_stride, 0, block_stride * sizeof(uint16_t));
+    int32_t *perm = shuffled_ids(n_pool, rng_int);
+    int32_t *full = xmalloc((size_t)n_runs * max_blocks * sizeof(int32_t));
+    int32_t *rel = xmalloc((size_t)n_runs * max_blocks * sizeof(int32_t));
+    int32_t *rv = xmalloc((size_t)n_runs * 3 * sizeof(int32_t)), *lens = NULL;
+    int next = 0, row0 = 0;
+    for (int r = 0; r < n_runs; r++) {
+        const int ctx = runs[r].pos0 + runs[r].n, nb = (ctx + bs - 1) / bs;
+        /* kv_cache's trim before the run's step: what no query at pos0 sees */
+        const int lo = sh->window > 0 ? runs[r].pos0 - sh->window + 1 : 0;
+        const int first = lo > 0 ? lo / bs : 0;
+        int32_t *f = full + (size_t)r * max_blocks, *g = rel + (size_t)r * max_blocks;
+        for (int b = 0; b < max_blocks; b++) {
+            f[b] = b < nb ? perm[next++] : -1;
+            g[b] = b < first ? hole : f[b];
+        }
+        released += first;
+        for (int p = 0; p < ctx; p++) {
+            size_t o = base + (size_t)f[p / bs] * block_stride + (size_t)(p % bs) * row_stride;
+            for (size_t e = 0; e < row_stride; e++) {
+                k[o + e] = pf_half();
+                v[o + e] = pf_half();
+            }
+        }
+        rv[3 * r] = row0;
+        rv[3 * r + 1] = runs[r].n;
+        rv[3 * r + 2] = runs[r].pos0;
+        row0 += runs[r].n;
+    }
+    const size_t q_n = (size_t)n_rows * q_stride;
+    float *q = xmalloc(q_n * sizeof(float)), *ref = xmalloc(q_n * sizeof(float));
+    float *got = xmalloc(q_n * sizeof(float));
+    float *scratch = xmalloc((size_t)(max_need * bs + 1) * sizeof(float));
+    fill(q, q_n, 1.0f);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int r = 0; r < n_runs; r++) {
+        kern_kv_view view = {.block_table = full + (size_t)r * max_blocks,
+                             .block_size = bs,
+                             .block_stride = block_stride,
+                             .row_stride = row_stride,
+                             .k16 = k + base,
+                             .v16 = v + base,
+                             .window = sh->window};
+        for (int i = 0; i < runs[r].n; i++)
+            for (int h = 0; h < n_heads; h++) {
+                size_t o = (size_t)(rv[3 * r] + i) * q_stride + (size_t)h * hd;
+                kern_attention_head_ref(ref + o, q + o, &view, h / sh->group, runs[r].pos0 + i + 1,
+                                        hd, scale, scratch);
+            }
+    }
+
+    uint16_t *d_k = dev_from(k, pool_n * sizeof(uint16_t));
+    uint16_t *d_v = dev_from(v, pool_n * sizeof(uint16_t));
+    int32_t *d_bt = dev_from(rel, (size_t)n_runs * max_blocks * sizeof(int32_t));
+    float *d_q = dev_from(q, q_n * sizeof(float)), *d_out = dev_alloc(q_n * sizeof(float));
+    int32_t *d_aux = NULL;
+    float *d_ws = NULL;
+    must(kern_cuda_memset(d_out, 0x7f, q_n * sizeof(float), g_stream), "kern_cuda_memset");
+    if (sh->decode) { /* one query a run: the run's last position, ctx pos0 + 1 */
+        lens = xmalloc((size_t)n_runs * sizeof(int32_t));
+        for (int r = 0; r < n_runs; r++)
+            lens[r] = runs[r].pos0 + 1;
+        size_t ws = kern_cuda_attn_decode_workspace(n_runs, n_heads, hd, max_blocks, bs);
+        d_ws = ws ? dev_alloc(ws) : NULL;
+        d_aux = dev_from(lens, (size_t)n_runs * sizeof(int32_t));
+        must(kern_cuda_attn_decode_ex(d_out, d_q, d_k + base, d_v + base, d_bt, max_blocks, d_aux,
+                                      n_runs, n_heads, sh->n_kv, hd, bs, block_stride, row_stride,
+                                      scale, sh->window, 0.0f, d_ws, ws, g_stream),
+             "kern_cuda_attn_decode_ex (grouped)");
+    } else {
+        d_aux = dev_from(rv, (size_t)n_runs * 3 * sizeof(int32_t));
+        must(kern_cuda_attn_prefill_ex(d_out, d_q, q_stride, d_k + base, d_v + base, d_bt,
+                                       max_blocks, d_aux, n_runs, max_n, n_heads, sh->n_kv, hd, bs,
+                                       block_stride, row_stride, scale, sh->window, 0.0f, g_stream),
+             "kern_cuda_attn_prefill_ex (grouped)");
+    }
+    to_host(got, d_out, q_n * sizeof(float));
+    char rs[80];
+    int w = 0;
+    for (int r = 0; r < n_runs && w < (int)sizeof rs - 12; r++)
+        w += snprintf(rs + w, sizeof rs - (size_t)w, "%s%d@%d", r ? "/" : "", runs[r].n,
+                      runs[r].pos0);
+    report(sh->decode ? "ATTN_DECODE_GROUPED" : "ATTN_PREFILL_GROUPED", norm_err(got, ref, q_n),
+           1e-5, "hd=%d,kv=%d,g=%d,bs=%d,layer %d of %d,window=%d,runs=%s,released=%d blocks", hd,
+           sh->n_kv, sh->group, bs, sh->layer, sh->lpg, sh->window, rs, released);
+    dev_free(d_k), dev_free(d_v), dev_free(d_bt), dev_free(d_q), dev_free(d_out);
+    dev_free(d_aux), dev_free(d_ws);
+    free(k), free(v), free(perm), free(full), free(rel), free(rv), free(lens), free(q), free(ref);
+    free(got), free(scratch);
+}
+
+/* The KV store into a grouped pool: tokens stored for two layers of two
+ * groups (each its own table, as the backend's per-group slots; layer
+ * indices 0 and lpg - 1 of a block of lpg layers) land exactly where
+ * kern_quantize_row puts them at base + slot, bit for bit, and every other
+ * half of the pool (other layers, the zero block, slot -1) is unchanged. */
+static void grouped_store_case(int kv_dim, int n_tok, int lpg) {
+    const int bs = 16, n_blocks = 2 * ((n_tok + bs - 1) / bs) + 2;
+    const size_t row_stride = (size_t)kv_dim, layer_floats = (size_t)bs * row_stride;
+    const size_t block_stride = (size_t)lpg * layer_floats;
+    const size_t pool_n = (size_t)(n_blocks + 1) * block_stride;
+    uint16_t *k16 = xmalloc(pool_n * sizeof(uint16_t)), *v16 = xmalloc(pool_n * sizeof(uint16_t));
+    uint16_t *ref_k = xmalloc(pool_n * sizeof(uint16_t)),
+             *ref_v = xmalloc(pool_n * sizeof(uint16_t));
+    for (size_t i = 0; i < pool_n; i++) {
+        k16[i] = (uint16_t)rng_u64();
+        v16[i] = (uint16_t)rng_u64();
+    }
+    memcpy(ref_k, k16, pool_n * sizeof(uint16_t));
+    memcpy(ref_v, v16, pool_n * sizeof(uint16_t));
+    /* Two groups' tables over disjoint blocks of the one pool. */
+    int32_t *perm = shuffled_ids(n_blocks, rng_int);
+    const int per = n_blocks / 2;
+    const size_t x_n = (size_t)n_tok * kv_dim;
+    float *k = xmalloc(x_n * sizeof(float)), *v = xmalloc(x_n * sizeof(float));
+    int64_t *slots = xmalloc(2 * (size_t)n_tok * sizeof(int64_t));
+    for (int t = 0; t < n_tok; t++) {
+        kv_fill_row(k + (size_t)t * kv_dim, kv_dim, t % 4);
+        kv_fill_row(v + (size_t)t * kv_dim, kv_dim, (t + 2) % 4);
+    }
+    uint16_t *d_k16 = dev_from(k16, pool_n * sizeof(uint16_t));
+    uint16_t *d_v16 = dev_from(v16, pool_n * sizeof(uint16_t));
+    float *d_k = dev_from(k, x_n * sizeof(float)), *d_v = dev_from(v, x_n * sizeof(float));
+    for (int g = 0; g < 2; g++) {
+        const size_t base = (size_t)(g ? lpg - 1 : 0) * layer_floats;
+        for (int t = 0; t < n_tok; t++) {
+            const int p = t + 3; /* positions 3 .. n_tok + 2 */
+            int64_t *sl = slots + (size_t)g * n_tok + t;
+            *sl = t % 5 == 4 ? -1
+                             : (int64_t)((size_t)perm[g * per + p / bs] * block_stride +
+                                         (size_t)(p % bs) * row_stride);
+            if (*sl >= 0) {
+                kern_quantize_row(KERN_TYPE_F16, k + (size_t)t * kv_dim, ref_k + base + *sl,
+                                  kv_dim);
+                kern_quantize_row(KERN_TYPE_F16, v + (size_t)t * kv_dim, ref_v + base + *sl,
+                                  kv_dim);
+            }
+        }
+    }
+    int64_t *d_slots = dev_from(slots, 2 * (size_t)n_tok * sizeof(int64_t));
+    for (int g = 0; g < 2; g++) {
+        const size_t base = (size_t)(g ? lpg - 1 : 0) * layer_floats;
+        must(kern_cuda_kv_store(d_k16 + base, d_v16 + base, d_k, d_v, (size_t)kv_dim,
+                                d_slots + (size_t)g * n_tok, n_tok, kv_dim, g_stream),
+             "kern_cuda_kv_store (grouped)");
+    }
+    to_host(k16, d_k16, pool_n * sizeof(uint16_t));
+    to_host(v16, d_v16, pool_n * sizeof(uint16_t));
+    size_t bad = 0;
+    for (size_t i = 0; i < pool_n; i++) {
+        if ((k16[i] != ref_k[i] || v16[i] != ref_v[i]) && bad < 3)
+            fprintf(stderr, "    half %zu: gpu %04x/%04x, cpu %04x/%04x\n", i, k16[i], v16[i],
+                    ref_k[i], ref_v[i]);
+        bad += (k16[i] != ref_k[i]) + (v16[i] != ref_v[i]);
+    }
+    report("KV_STORE_GROUPED", (double)bad, 0.0,
+           "kv_dim=%d,n_tok=%d,layers 0 and %d of %d; %zu differ", kv_dim, n_tok, lpg - 1, lpg,
+           bad);
+    dev_free(d_k16), dev_free(d_v16), dev_free(d_k), dev_free(d_v), dev_free(d_slots);
+    free(k16), free(v16), free(ref_k), free(ref_v), free(perm), free(k), free(v), free(slots);
+}
+
+void test_kv_grouped(void) {
+    /* Gemma 3 1B's groups (2 layers a block, MQA of head_dim 256, a window
+     * of 512): decode at 700 and 1400 (several split-K partitions, the
+     * early ones wholly before the window) and at 300 (nothing released);
+     * prefill of a continued chunk, a single row and a prompt from 0. */
+    const pf_run dec[] = {{1, 699}, {1, 1399}, {1, 299}, {1, 0}};
+    const pf_run pre[] = {{64, 900}, {1, 1400}, {200, 0}, {33, 520}};
+    grp_shape g3 = {.head_dim = 256,
+                    .n_kv = 1,
+                    .group = 4,
+                    .bs = 16,
+                    .lpg = 2,
+                    .layer = 1,
+                    .window = 512,
+                    .decode = 1};
+    grouped_attn_case(&g3, dec, (int)CASES_LEN(dec));
+    g3.decode = 0;
+    grouped_attn_case(&g3, pre, (int)CASES_LEN(pre));
+    /* Mistral-style: every layer windowed, one group of 5 layers, the
+     * middle one; GQA 4 of 8 KV heads, a window of 40 (most of a context
+     * released, a window's first key inside a block). */
+    const pf_run dec2[] = {{1, 200}, {1, 41}, {1, 39}, {1, 300}};
+    const pf_run pre2[] = {{7, 100}, {50, 60}, {1, 77}};
+    grp_shape m = {.head_dim = 128,
+                   .n_kv = 8,
+                   .group = 4,
+                   .bs = 16,
+                   .lpg = 5,
+                   .layer = 3,
+                   .window = 40,
+                   .decode = 1};
+    grouped_attn_case(&m, dec2, (int)CASES_LEN(dec2));
+    m.decode = 0;
+    grouped_attn_case(&m, pre2, (int)CASES_LEN(pre2));
+    /* Head size 64, block size 32, layer 0 of 3 (base offset 0, stride 3 layers). */
+    grp_shape s64 = {.head_dim = 64,
+                     .n_kv = 2,
+                     .group = 2,
+                     .bs = 32,
+                     .lpg = 3,
+                     .layer = 0,
+                     .window = 24,
+                     .decode = 1};
+    grouped_attn_case(&s64, dec2, (int)CASES_LEN(dec2));
+    s64.decode = 0;
+    grouped_attn_case(&s64, pre2, (int)CASES_LEN(pre2));
+    grouped_store_case(256, 40, 2);
+    grouped_store_case(1024, 7, 5);
+    grouped_store_case(192, 64, 3);
 }
 
 /* ---- perf ------------------------------------------------------------------------- */

@@ -3,7 +3,7 @@
  *
  *   test_cuda_ops [test|perf] [-o OP] [--small]
  *     OP: embedding, rmsnorm, rope, silu_mul, gemma, softmax, argmax, attn_decode,
- *     attn_prefill, kv_store, matmul or sample (a substring selects every op
+ *     attn_prefill, kv_store, kv_grouped, matmul or sample (a substring selects every op
  *     whose name contains it).
  *
  * test (the default) runs each op on random inputs (normal, never zero) over
@@ -867,7 +867,7 @@ static int usage(void) {
     fprintf(stderr,
             "usage: test_cuda_ops [test|perf] [-o OP] [--small]\n"
             "  OP: embedding rmsnorm rope silu_mul gemma softmax argmax attn_decode attn_prefill\n"
-            "      kv_store matmul sample (substring)\n");
+            "      kv_store kv_grouped matmul sample (substring)\n");
     return 2;
 }
 
@@ -919,6 +919,7 @@ int main(int argc, char **argv) {
                  {"attn_decode", test_attn_decode},
                  {"attn_prefill", test_attn_prefill},
                  {"kv_store", test_kv_store},
+                 {"kv_grouped", test_kv_grouped},
                  {"matmul", test_matmul},
                  {"sample", test_sample}};
     for (size_t i = 0; i < ARRAY_LEN(tests); i++)

@@ -39,6 +39,7 @@
 #include "models/sampler.h"
 
 #include "../unit/stories_golden.h"
+#include "tests/cuda_model/parity.h"
 
 /* A backend with a KV pool of n_seqs slots of ctx positions each. */
 typedef struct rig {
@@ -686,6 +687,7 @@ int main(int argc, char **argv) {
             test_stories(out);
     }
     test_agreement(have_dir ? out : NULL, cpu_only, cpu_only ? 48 : 256);
+    bt_failed += test_cuda_parity(have_dir ? out : NULL, cpu_only);
     if (have_dir) {
         unlink(out);
         rmdir(dir);

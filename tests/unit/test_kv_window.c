@@ -3,7 +3,11 @@
  * window, attention over a released table giving the same bits as over a
  * full one, prefix-cache hits limited to what every group still holds, fork
  * across a released range, and a randomized stress run against a shadow of
- * every slot's tokens with kv_cache_check after each operation. */
+ * every slot's tokens with kv_cache_check after each operation. The stress
+ * run is made twice: with the cache's own storage, and with external storage
+ * (the CUDA backend's case: the cache keeps the books, the owner keeps the
+ * pool, laid out by kv_cache_layer_place and kv_cache_seq_table, and copies
+ * whole grouped blocks on copy-on-write), here a host array the test owns. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +37,78 @@ static kv_cache *make(const int *windows, int n_blocks, int f16) {
     return kv_cache_create_paged(&c);
 }
 
+/* ---- external storage --------------------------------------------------------- */
+
+/* The pool of an external-storage cache, as its owner (the CUDA backend)
+ * keeps it: kv_cache_bytes of zeroes, every address from kv_cache_layer_place
+ * and the slot's table of the layer's group. */
+typedef struct ext_pool {
+    kv_cache *kv;
+    float *k, *v;
+    size_t block_stride, row_stride; /* from a view (the same for every layer) */
+    int n_copy;                      /* layers one block holds */
+    size_t copy_base[NL];            /* and where each lies (group 0's layers) */
+} ext_pool;
+
+static ext_pool g_ext;
+
+/* Copy-on-write of rows [0, n_rows) of block src into dst in every layer
+ * the block holds, K and V: what the CUDA backend's cuda_copy_rows does. */
+static void ext_copy_rows(void *ctx, int32_t dst, int32_t src, int n_rows) {
+    ext_pool *e = ctx;
+    size_t n = (size_t)n_rows * e->row_stride * sizeof(float);
+    for (int i = 0; i < e->n_copy; i++) {
+        size_t to = e->copy_base[i] + (size_t)dst * e->block_stride;
+        size_t from = e->copy_base[i] + (size_t)src * e->block_stride;
+        memcpy(e->k + to, e->k + from, n);
+        memcpy(e->v + to, e->v + from, n);
+    }
+}
+
+/* A windowed cache with external storage in g_ext (freed by ext_free). */
+static kv_cache *make_ext(int n_blocks) {
+    memset(&g_ext, 0, sizeof g_ext);
+    kv_cache_config c = {.n_layers = NL,
+                         .kv_dim = D,
+                         .block_size = BS,
+                         .n_blocks = n_blocks,
+                         .max_seqs = NSEQ,
+                         .max_seq_blocks = MSB,
+                         .prefix_cache = 1,
+                         .layer_window = WINDOWS,
+                         .max_grow = GROW,
+                         .copy_rows = ext_copy_rows,
+                         .copy_ctx = &g_ext};
+    kv_cache *kv = kv_cache_create_paged(&c);
+    if (!kv)
+        return NULL;
+    size_t half = kv_cache_bytes(kv) / 2;
+    g_ext.k = calloc(1, half);
+    g_ext.v = calloc(1, half);
+    kern_kv_view w;
+    if (!g_ext.k || !g_ext.v || kv_cache_view(kv, 0, 0, &w) != 0) {
+        kv_cache_free(kv);
+        free(g_ext.k), free(g_ext.v);
+        return NULL;
+    }
+    g_ext.block_stride = w.block_stride;
+    g_ext.row_stride = w.row_stride;
+    for (int l = 0; l < NL; l++) {
+        int g;
+        size_t base;
+        if (kv_cache_layer_place(kv, l, &g, &base) == 0 && g == 0)
+            g_ext.copy_base[g_ext.n_copy++] = base;
+    }
+    g_ext.kv = kv;
+    return kv;
+}
+
+static void ext_free(void) {
+    kv_cache_free(g_ext.kv);
+    free(g_ext.k), free(g_ext.v);
+    memset(&g_ext, 0, sizeof g_ext);
+}
+
 /* A value in [-1, 1) that depends only on (token, position, layer, d, v):
  * the same prefix gives the same rows in any cache. */
 static float kval(int tok, int pos, int layer, int d, int v) {
@@ -46,25 +122,39 @@ static float kval(int tok, int pos, int layer, int d, int v) {
 }
 
 /* Address of the (layer, slot, position) row through the view, as the
- * attention kernels find it; its block id in *id. */
+ * attention kernels find it; its block id in *id. With external storage
+ * (g_ext), through the layer's place and its group's table, as the CUDA
+ * backend finds it (NULL if that table is not the view's). */
 static float *row(kv_cache *kv, int layer, int seq, int pos, int v, int32_t *id) {
     kern_kv_view w;
     if (kv_cache_view(kv, layer, seq, &w) != 0)
         return NULL;
     *id = w.block_table[pos / w.block_size];
     size_t off = (size_t)*id * w.block_stride + (size_t)(pos % w.block_size) * w.row_stride;
+    if (kv == g_ext.kv) {
+        int g;
+        size_t base;
+        if (kv_cache_layer_place(kv, layer, &g, &base) != 0 ||
+            kv_cache_seq_table(kv, seq, g) != w.block_table || w.k || w.v)
+            return NULL;
+        return (v ? g_ext.v : g_ext.k) + base + off;
+    }
     return (v ? w.v : w.k) + off;
 }
 
-static void compute(kv_cache *kv, int seq, const int32_t *tok, int from, int to) {
+/* 0, or -1 where a row has no address (an external layout gone wrong). */
+static int compute(kv_cache *kv, int seq, const int32_t *tok, int from, int to) {
     int32_t id = 0;
     for (int p = from; p < to; p++)
         for (int l = 0; l < NL; l++)
             for (int v = 0; v < 2; v++) {
                 float *r = row(kv, l, seq, p, v, &id);
+                if (!r)
+                    return -1;
                 for (int d = 0; d < D; d++)
                     r[d] = kval(tok[p], p, l, d, v);
             }
+    return 0;
 }
 
 /* 1 if every position a query at n (or later) sees holds tok's values in
@@ -75,6 +165,8 @@ static int holds(kv_cache *kv, int seq, const int32_t *tok, int n) {
         for (int p = 0; p < n; p++)
             for (int v = 0; v < 2; v++) {
                 const float *r = row(kv, l, seq, p, v, &id);
+                if (!r)
+                    return 0;
                 int seen = WINDOWS[l] == 0 || p >= n - WINDOWS[l] + 1;
                 for (int d = 0; d < D; d++) {
                     if (id == NB && r[d] != 0.0f)
@@ -93,7 +185,8 @@ static int step(kv_cache *kv, int seq, const int32_t *tok, int n, int commit) {
     int rc = kv_cache_seq_grow(kv, seq, n);
     if (rc < 0)
         return rc;
-    compute(kv, seq, tok, n_pos, n_pos + n);
+    if (compute(kv, seq, tok, n_pos, n_pos + n) < 0)
+        return BRISK_EINVAL;
     kv_cache_seq_set_pos(kv, seq, n_pos + n);
     if (commit)
         kv_cache_seq_commit(kv, seq, tok, n_pos + n);
@@ -144,6 +237,59 @@ static void test_shape(void) {
               sh.layers_per_group == 2 && sh.seq_blocks == 2 * 256 + 11 * 65,
           "gemma3 1b: %d groups (%d window) of %d, %ld blocks", sh.n_groups, sh.n_window_groups,
           sh.layers_per_group, sh.seq_blocks);
+}
+
+/* kv_cache_layer_place and kv_cache_seq_table say where the cache's own
+ * storage puts each layer (its view's pointer less the pool's start) and
+ * which table addresses it, grouped and not; an external-storage cache of
+ * the same configuration groups alike. */
+static void test_layer_place(void) {
+    const int none[NL] = {0};
+    for (int windowed = 1; windowed >= 0; windowed--) {
+        kv_cache *kv = make(windowed ? WINDOWS : none, NB, 0);
+        CHECK(kv != NULL, "cache");
+        if (!kv)
+            return;
+        kern_kv_view w0, w;
+        int ok = kv_cache_view(kv, 0, 1, &w0) == 0, g0 = -1, n_g = 0;
+        size_t base0 = 1;
+        ok &= kv_cache_layer_place(kv, 0, &g0, &base0) == 0 && base0 == 0; /* the pool's start */
+        for (int l = 0; ok && l < NL; l++) {
+            int g;
+            size_t base;
+            ok &= kv_cache_view(kv, l, 1, &w) == 0 && kv_cache_layer_place(kv, l, &g, &base) == 0;
+            ok &= ok && (size_t)(w.k - w0.k) == base && (size_t)(w.v - w0.v) == base &&
+                  kv_cache_seq_table(kv, 1, g) == w.block_table;
+            /* grouped: layers 2 and 5 the full group 0, the window pairs groups 1 and 2 */
+            int want_g = !windowed ? 0 : l == 2 || l == 5 ? 0 : l < 2 ? 1 : 2;
+            ok &= g == want_g &&
+                  base == (windowed ? (size_t)(l == 2 || l == 5 ? l / 3 : l % 3) * BS * D
+                                    : (size_t)l * NB * BS * D);
+            n_g = g + 1 > n_g ? g + 1 : n_g;
+        }
+        int gs;
+        size_t bs;
+        ok &= kv_cache_layer_place(kv, NL, &gs, &bs) == BRISK_ERANGE &&
+              kv_cache_layer_place(kv, -1, &gs, &bs) == BRISK_ERANGE &&
+              kv_cache_seq_table(kv, 1, n_g) == NULL && kv_cache_seq_table(kv, 1, -1) == NULL &&
+              kv_cache_seq_table(kv, NSEQ, 0) == NULL &&
+              kv_cache_seq_table(kv, 1, 0) == kv_cache_seq_blocks(kv, 1);
+        CHECK(ok && n_g == (windowed ? 3 : 1), "layer places, %s (%d groups)",
+              windowed ? "grouped" : "one table", n_g);
+        kv_cache_free(kv);
+    }
+    kv_cache *ext = make_ext(NB);
+    CHECK(ext != NULL, "external cache");
+    if (!ext)
+        return;
+    kv_cache_shape sh;
+    kv_cache_get_shape(ext, &sh);
+    CHECK(sh.n_groups == 3 && sh.layers_per_group == 2 && g_ext.n_copy == 2 &&
+              g_ext.copy_base[1] == (size_t)BS * D && g_ext.block_stride == (size_t)2 * BS * D &&
+              kv_cache_bytes(ext) == (size_t)(NB + 1) * sh.block_bytes,
+          "external storage groups: %d groups of %d, %zu bytes", sh.n_groups, sh.layers_per_group,
+          kv_cache_bytes(ext));
+    ext_free();
 }
 
 /* One sequence past its window: the window groups hold a window's worth, the
@@ -366,12 +512,12 @@ static int first_seen(int n) {
     return n - W + 1 > 0 ? (n - W + 1) / BS : 0;
 }
 
-static void test_stress(void) {
+static void test_stress(int external) {
     const char *seed_env = getenv("KV_TEST_SEED");
     uint64_t seed = seed_env ? strtoull(seed_env, NULL, 10) : 20261126;
     rng_state = seed * 2654435761u + 1;
-    kv_cache *kv = make(WINDOWS, SNB, 0);
-    CHECK(kv != NULL, "stress cache");
+    kv_cache *kv = external ? make_ext(SNB) : make(WINDOWS, SNB, 0);
+    CHECK(kv != NULL, "stress cache (%s storage)", external ? "external" : "own");
     if (!kv)
         return;
     static int32_t tok[NSEQ][SMAX];
@@ -453,10 +599,10 @@ static void test_stress(void) {
             bad_op = op;
     }
     kv_cache_stats st = stats(kv);
-    printf("window stress: %d ops (seed %llu): %d hits, %d forks (%d refused), %d ENOSPC, %d "
-           "rollbacks, %lld released, %lld evictions, %lld copies\n",
-           SOPS, (unsigned long long)seed, hits, forks, refused_forks, enospc, rollbacks,
-           st.window_released, st.evictions, st.cow_copies);
+    printf("window stress, %s storage: %d ops (seed %llu): %d hits, %d forks (%d refused), %d "
+           "ENOSPC, %d rollbacks, %lld released, %lld evictions, %lld copies\n",
+           external ? "external" : "own", SOPS, (unsigned long long)seed, hits, forks,
+           refused_forks, enospc, rollbacks, st.window_released, st.evictions, st.cow_copies);
     CHECK(bad == NULL, "window stress (seed %llu): op %d: %s", (unsigned long long)seed, bad_op,
           bad ? bad : "");
     CHECK(hits > 20 && forks > 20 && refused_forks > 5 && enospc > 5 && rollbacks > 20 &&
@@ -465,18 +611,23 @@ static void test_stress(void) {
     for (int s = 0; s < NSEQ; s++)
         kv_cache_seq_release(kv, s);
     CHECK(stats(kv).blocks_used == 0 && kv_cache_check(kv) == 0, "all released");
-    kv_cache_free(kv);
+    if (external)
+        ext_free();
+    else
+        kv_cache_free(kv);
 }
 
 int main(void) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     test_shape();
+    test_layer_place();
     test_release();
     test_attention_same_bits();
     test_prefix();
     test_fork();
-    test_stress();
+    test_stress(0);
+    test_stress(1);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("test_kv_window: %.3f s\n",
            (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
