@@ -19,9 +19,16 @@
  *              against a double one, then 3 roundings.
  *   rope       1e-6: angles, cos and sin in double rounded to float and an
  *              unfused rotation, as on the CPU - bit-exact but where the
- *              GPU's cos/sin (2 ulp in double) round to another float.
+ *              GPU's cos/sin (2 ulp in double) round to another float. The
+ *              same for rope_to (out of a fused QKV row into contiguous
+ *              rows), whose source and the output's padding must keep their
+ *              bits.
+ *   rmsnorm_heads 1e-6 as rmsnorm (the same arithmetic on each head of a
+ *              fused QKV row); the rest of each row exact.
  *   silu_mul   2e-6: the GPU's expf is within 2 ulp, libm's within 1; the
- *              division and product round alike (~4 ulp per element).
+ *              division and product round alike (~4 ulp per element). The
+ *              fused gate/up rows (silu_mul_rows, gelu_mul_rows) alike, the
+ *              output rows' padding exact.
  *   gemma      gelu_mul 2e-6 (tanhf within 2 ulp; the polynomial's products
  *              may contract into FMAs on the GPU), scale exact (one f32
  *              product), softcap 2e-6 (a division, tanhf, a product).
@@ -40,11 +47,14 @@
  *   kv_store   exact: f16 bits as kern_quantize_row(KERN_TYPE_F16) gives them
  *              (overflow, subnormals, ties, NaN payloads), other slots
  *              unchanged; add_bias exact (one f32 add).
+ *   fused      (ops_fused.c) the fused QKV and gate/up steps against the
+ *              separate projections: 1e-4, the K/V pools 2e-4 (argued there).
  *   matmul     (ops_matmul.c) against a double reference from exactly the
  *              operands the GPU multiplies (the downloaded weights - INT8 as
  *              s * q, or f16(s * q) for the tensor-core kernels - and x
- *              rounded to f16): 1e-5 for the INT8 GEMV (IEEE f32 sums), 5e-5
- *              for tensor cores (cuBLAS F16, INT8 SKINNY/TILED: truncating
+ *              rounded to f16): 1e-5 for the INT8 CUDA-core GEMV (IEEE f32
+ *              sums), 5e-5 for tensor cores (the tensor-core GEMV, cuBLAS,
+ *              INT8 dequantised into cuBLAS, SKINNY/TILED: truncating
  *              accumulation inside each MMA step, <= 256 steps a chain at
  *              n_in 4096); weight uploads and argument checks exact.
  *   sample     exact ids against a plain-C reference of the contract (and
