@@ -1,6 +1,7 @@
-/* kern_cuda_matmul.cuh - the weight matmuls on the GPU: FP16 weights through
- * cuBLAS, INT8 weight-only (W8A16) through brisk's own kernels (C header; the
- * code is in kern_cuda_matmul.cu and kern_cuda_w8a16.cu).
+/* kern_cuda_matmul.cuh - the weight matmuls on the GPU: FP16 and INT8
+ * weight-only (W8A16) weights through brisk's tensor-core GEMV for a few
+ * tokens, cuBLAS and brisk's W8A16 kernels beyond (C header; the code is in
+ * kern_cuda_matmul.cu, kern_cuda_gemv.cu and kern_cuda_w8a16.cu).
  *
  * Every matmul is y[t][o] = sum_i W[o][i] * x16[t][i] for t < n_tok, o < n_out:
  *   W:   a kern_cuda_weight on the device (n_out rows of n_in, row-major).
@@ -10,7 +11,8 @@
  *   y:   n_tok rows of f32, row stride ldy >= n_out (the rest of a row is
  *        left alone). Must not overlap x or the workspace.
  *   ws:  device workspace of kern_cuda_matmul_ws_bytes(n_in, n_tok) bytes,
- *        for the f16 copy of x.
+ *        for the f16 copy of x (required on every path, used where there is
+ *        a conversion pass).
  * INT8 weights: int8 values with one f16 scale per block of 32 consecutive
  * weights of a row (the Q8_0 grouping, stored as two arrays: the int8 values
  * row-major and the scales [n_out][n_in / 32]), w = scale * q; n_in must be
