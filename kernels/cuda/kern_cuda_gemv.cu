@@ -216,13 +216,18 @@ static int gv_split(int n_tiles, int n_rounds, int n_sm) {
     return kw;
 }
 
+// n_tiles and n_rounds of a weight (16-row tiles; rounds of GV_U chunks).
+static void gv_shape(const kern_cuda_weight *w, int *n_tiles, int *n_rounds) {
+    const int ck = w->fmt == KERN_CUDA_W_INT8 ? gv_fmt<true>::CK : gv_fmt<false>::CK;
+    *n_tiles = (w->n_out + GV_ROWS - 1) / GV_ROWS;
+    *n_rounds = ((w->n_in + ck - 1) / ck + GV_U - 1) / GV_U;
+}
+
 template <bool INT8>
 static int gemv_launch(float *y, size_t ldy, const kern_cuda_weight *w, const float *x, int n_tok,
-                       int n_sm, cudaStream_t stream) {
-    typedef gv_fmt<INT8> F;
-    const int n_tiles = (w->n_out + GV_ROWS - 1) / GV_ROWS;
-    const int n_rounds = ((w->n_in + F::CK - 1) / F::CK + GV_U - 1) / GV_U;
-    const int kw = gv_split(n_tiles, n_rounds, n_sm);
+                       int kw, cudaStream_t stream) {
+    int n_tiles, n_rounds;
+    gv_shape(w, &n_tiles, &n_rounds);
     const int tiles = GV_WARPS / kw;
     const unsigned grid = (unsigned)((n_tiles + tiles - 1) / tiles);
     gemv_kernel<INT8><<<grid, GV_THREADS, 0, stream>>>(
@@ -230,7 +235,7 @@ static int gemv_launch(float *y, size_t ldy, const kern_cuda_weight *w, const fl
     return KERN_CUDA_LAUNCH_CHECK("gemv_kernel");
 }
 
-// ---- entry --------------------------------------------------------------------
+// ---- entries ------------------------------------------------------------------
 
 extern "C" int kern_cuda_gemv_fits(const kern_cuda_weight *w, const float *x, int n_tok,
                                    int cc_major) {
@@ -245,12 +250,41 @@ extern "C" int kern_cuda_gemv_fits(const kern_cuda_weight *w, const float *x, in
     return 0;
 }
 
+extern "C" int kern_cuda_gemv_ex(float *y, size_t ldy, const kern_cuda_weight *w, const float *x,
+                                 int n_tok, int n_sm, int cc_major, int kw, cudaStream_t stream) {
+    if (!kern_cuda_gemv_fits(w, x, n_tok, cc_major) || !y || !kern_cuda_aligned(y, 4) ||
+        ldy < (size_t)w->n_out || (kw != 0 && kw != 1 && kw != 2 && kw != 4 && kw != 8))
+        return BRISK_EINVAL;
+    if (kw == 0) {
+        int n_tiles, n_rounds;
+        gv_shape(w, &n_tiles, &n_rounds);
+        kw = gv_split(n_tiles, n_rounds, n_sm);
+    }
+    if (w->fmt == KERN_CUDA_W_INT8)
+        return gemv_launch<true>(y, ldy, w, x, n_tok, kw, stream);
+    return gemv_launch<false>(y, ldy, w, x, n_tok, kw, stream);
+}
+
 extern "C" int kern_cuda_gemv(float *y, size_t ldy, const kern_cuda_weight *w, const float *x,
                               int n_tok, int n_sm, int cc_major, cudaStream_t stream) {
-    if (!kern_cuda_gemv_fits(w, x, n_tok, cc_major) || !y || !kern_cuda_aligned(y, 4) ||
-        ldy < (size_t)w->n_out)
-        return BRISK_EINVAL;
-    if (w->fmt == KERN_CUDA_W_INT8)
-        return gemv_launch<true>(y, ldy, w, x, n_tok, n_sm, stream);
-    return gemv_launch<false>(y, ldy, w, x, n_tok, n_sm, stream);
+    return kern_cuda_gemv_ex(y, ldy, w, x, n_tok, n_sm, cc_major, 0, stream);
+}
+
+extern "C" void kern_cuda_gemv_plan(const kern_cuda_weight *w, int n_sm, int *kw, int *blocks,
+                                    int *per_sm) {
+    int n_tiles, n_rounds;
+    gv_shape(w, &n_tiles, &n_rounds);
+    *kw = gv_split(n_tiles, n_rounds, n_sm);
+    const int tiles = GV_WARPS / *kw;
+    *blocks = (n_tiles + tiles - 1) / tiles;
+    *per_sm = 0;
+    int b = 0;
+    cudaError_t e =
+        w->fmt == KERN_CUDA_W_INT8
+            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<true>, GV_THREADS, 0)
+            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<false>, GV_THREADS, 0);
+    if (e == cudaSuccess)
+        *per_sm = b;
+    else
+        cudaGetLastError();
 }

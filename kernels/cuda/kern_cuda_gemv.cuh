@@ -45,6 +45,16 @@ int kern_cuda_gemv_fits(const kern_cuda_weight *w, const float *x, int n_tok, in
 int kern_cuda_gemv(float *y, size_t ldy, const kern_cuda_weight *w, const float *x, int n_tok,
                    int n_sm, int cc_major, cudaStream_t stream);
 
+/* For the perf mode's tuning lines: kern_cuda_gemv with the split of K
+ * forced (kw warps a tile: 1, 2, 4 or 8; 0 is kern_cuda_gemv's own choice);
+ * BRISK_EINVAL for another kw. */
+int kern_cuda_gemv_ex(float *y, size_t ldy, const kern_cuda_weight *w, const float *x, int n_tok,
+                      int n_sm, int cc_major, int kw, cudaStream_t stream);
+/* The split kern_cuda_gemv chooses for w on n_sm multiprocessors (*kw) and
+ * the blocks it launches (*blocks); *per_sm = the kernel's resident blocks
+ * per multiprocessor on this device (its occupancy), 0 if unknown. */
+void kern_cuda_gemv_plan(const kern_cuda_weight *w, int n_sm, int *kw, int *blocks, int *per_sm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -577,6 +577,55 @@ static void matmul_invalid(void) {
     free(f);
 }
 
+/* ---- the GEMV's split of K ---------------------------------------------------------- */
+
+/* kern_cuda_gemv_ex with every split of K forced (1, 2, 4, 8 warps a tile;
+ * with 3 rounds a row, 8 leaves warps without work, whose zero partials
+ * still join the sum) against the tensor-core reference: the same bound,
+ * since only the order of the f32 sums changes. */
+static void test_gemv_split(void) {
+    if (g_cc_major < 8)
+        return; /* the GEMV needs sm_80 */
+    const int n_out = 100, n_in = 320, n_tok = 5;
+    for (int fmt = 0; fmt < 2; fmt++) {
+        size_t n = (size_t)n_out * n_in, nx = (size_t)n_tok * n_in;
+        float *f = xmalloc(n * sizeof(float)), *x = xmalloc(nx * sizeof(float));
+        float *x16f = xmalloc(nx * sizeof(float));
+        float *ref = xmalloc((size_t)n_tok * n_out * sizeof(float));
+        float *got = xmalloc((size_t)n_tok * n_out * sizeof(float));
+        fill(f, n, 0.05f);
+        fill(x, nx, 1.0f);
+        for (size_t i = 0; i < nx; i++)
+            x16f[i] = kern_fp16_to_fp32(kern_fp32_to_fp16(x[i]));
+        kern_cuda_weight w;
+        must(kern_cuda_weight_upload(&w, (kern_cuda_wfmt)fmt, KERN_TYPE_F32, f, n_out, n_in),
+             "kern_cuda_weight_upload");
+        host_weight hw = download_weight(&w);
+        ref_matmul(&hw, 1, x16f, n_tok, ref);
+        float *d_x = dev_from(x, nx * sizeof(float));
+        float *d_y = dev_alloc((size_t)n_tok * n_out * sizeof(float));
+        for (int kw = 1; kw <= 8; kw *= 2) {
+            must(
+                kern_cuda_memset(d_y, MM_SENTINEL, (size_t)n_tok * n_out * sizeof(float), g_stream),
+                "kern_cuda_memset");
+            must(kern_cuda_gemv_ex(d_y, n_out, &w, d_x, n_tok, 132, g_cc_major, kw, g_stream),
+                 "kern_cuda_gemv_ex");
+            to_host(got, d_y, (size_t)n_tok * n_out * sizeof(float));
+            report("MATMUL", norm_err(got, ref, (size_t)n_tok * n_out), MM_TC_BOUND,
+                   "%s,gemv_tc,kw=%d,n_out=%d,n_in=%d,n_tok=%d", fmt_name(w.fmt), kw, n_out, n_in,
+                   n_tok);
+        }
+        report("MATMUL",
+               kern_cuda_gemv_ex(d_y, n_out, &w, d_x, n_tok, 132, g_cc_major, 3, g_stream) !=
+                   BRISK_EINVAL,
+               0.0, "args:gemv_ex,%s,kw=3", fmt_name(w.fmt));
+        host_weight_free(&hw);
+        kern_cuda_weight_free(&w);
+        dev_free(d_x), dev_free(d_y);
+        free(f), free(x), free(x16f), free(ref), free(got);
+    }
+}
+
 /* ---- the dequantising pass ---------------------------------------------------------- */
 
 /* kern_cuda_w8a16_dequant bit for bit against kern_fp32_to_fp16(s * q), with
@@ -707,6 +756,7 @@ void test_matmul(void) {
             upload_case((kern_cuda_wfmt)fmt, file_only[si], 96, 512);
     test_fused_upload();
     test_dequant();
+    test_gemv_split();
 
     /* (n_out, n_in): a chunk of 64 int8 ending mid-way (96) and one of 32
      * f16 ending after 8 (328: INT8 runs it at 320, its rows must be

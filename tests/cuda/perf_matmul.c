@@ -6,7 +6,9 @@
  *      fused QKV (6144 rows), gate/up, the fused gate|up (28672), down, the
  *      head - at 1, 8 and 16 tokens in F16 and INT8, the legacy path (the
  *      f16 conversion pass + cuBLAS, or the W8A16 kernels) beside the
- *      tensor-core GEMV: us, GB/s and % of the read-only roofline each, then
+ *      tensor-core GEMV: us, GB/s and % of the read-only roofline each, with
+ *      the GEMV's split of K at one token (the chosen kw, the blocks, the
+ *      kernel's occupancy, and the time at each kw from 1 to 8), then
  *      one layer and one token of llama-3-8b added up both ways (7 separate
  *      matmuls against QKV | o | gate_up | down) beside the roofline's time;
  *   3. large batches: every shape at 16 to 512 tokens in F16 (cuBLAS), INT8
@@ -199,6 +201,23 @@ enum { S_QO, S_KV, S_QKV, S_GU1, S_GU2, S_DOWN, S_HEAD, N_SHAPES };
 
 /* ---- 2. decode: legacy against the tensor-core GEMV -------------------------------- */
 
+/* kern_cuda_gemv_ex at one token with the split of K forced. */
+typedef struct {
+    const perf_weights *pw;
+    int next;
+    const float *x;
+    float *y;
+    int kw, n_sm;
+} gemv_split_ctx;
+
+static int gemv_split_call(void *p) {
+    gemv_split_ctx *c = p;
+    const kern_cuda_weight *w = &c->pw->w[c->next];
+    c->next = (c->next + 1) % c->pw->n;
+    return kern_cuda_gemv_ex(c->y, (size_t)w->n_out, w, c->x, 1, c->n_sm, g_cc_major, c->kw,
+                             g_stream);
+}
+
 static void perf_decode(const perf_bufs *b) {
     const int toks[] = {1, 8, 16};
     double t_old[2][N_SHAPES] = {{0}}, t_new[2][N_SHAPES] = {{0}}; /* n_tok = 1 */
@@ -234,6 +253,23 @@ static void perf_decode(const perf_bufs *b) {
                     t_old[fmt][si] = so;
                     t_new[fmt][si] = fits ? sn : so;
                 }
+            }
+            /* The split of K: the choice, the kernel's occupancy, and each
+             * split timed at one token (the data gv_split is tuned from). */
+            if (kern_cuda_gemv_fits(&pw.w[0], b->x, 1, g_cc_major)) {
+                int kw = 0, blocks = 0, per_sm = 0, dev = 0, n_sm = 0;
+                cuda_must(cudaGetDevice(&dev), "cudaGetDevice");
+                cuda_must(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev),
+                          "attribute");
+                kern_cuda_gemv_plan(&pw.w[0], n_sm, &kw, &blocks, &per_sm);
+                printf("    split: kw=%d (chosen), %d blocks, %d resident a SM x %d SMs;", kw,
+                       blocks, per_sm, n_sm);
+                for (int k = 1; k <= 8; k *= 2) {
+                    gemv_split_ctx c = {&pw, 0, b->x, b->y, k, n_sm};
+                    double s = cuda_test_time(gemv_split_call, &c, "kern_cuda_gemv_ex");
+                    printf(" kw=%d %.2f us", k, s * 1e6);
+                }
+                printf("\n");
             }
             perf_weights_free(&pw);
         }
