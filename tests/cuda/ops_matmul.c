@@ -351,6 +351,13 @@ static void matmul_case(const kern_cuda_weight *w, const char *src_name, int n_t
         int int8 = w->fmt == KERN_CUDA_W_INT8;
         if ((v->path < 0 || v->path == KERN_CUDA_MM_DEQUANT) && !int8)
             continue; /* INT8 only */
+        /* Under the sanitizers (--small) INT8's legacy path is one of the
+         * W8A16 kernels forced below, run again: skipped, and the dequant
+         * path (cuBLAS, slow under racecheck) at two token counts. */
+        if (g_small && int8 && v->path == KERN_CUDA_MM_LEGACY)
+            continue;
+        if (g_small && v->path == KERN_CUDA_MM_DEQUANT && n_tok != 1 && n_tok != 17)
+            continue;
         if (v->path == KERN_CUDA_MM_GEMV && !kern_cuda_gemv_fits(w, d_x, n_tok, g_cc_major))
             continue; /* before sm_80, past 16 tokens, or x unaligned */
         if (v->path < 0 && v->kernel == KERN_CUDA_W8A16_GEMV &&
