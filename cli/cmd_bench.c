@@ -1,9 +1,13 @@
 /* cmd_bench.c - `brisk bench`: llama-bench style throughput of the engine.
  *   pp<P>: one batched forward of P prompt tokens (tokens/s);
  *   tg<N>: N single-token decode steps from an empty context (tokens/s);
- * plus the machine's measured memory read bandwidth and the decode roofline
- * it implies (bandwidth / weight bytes read per generated token). Prints one
- * JSON object; bench/model_bench.sh turns several into a table. */
+ * plus the machine's measured read-only memory bandwidth (read_bw_gb_s: the
+ * CPU's pool threads reading 512 MiB, CUDA's streaming reduction over 2 GiB)
+ * and the decode roofline it implies (tg_roofline_tok_s = that bandwidth /
+ * weight bytes read per generated token; tg_frac_roofline = tg_tok_s over it).
+ * CUDA also reports its device-to-device copy bandwidth (copy_bw_gb_s, read +
+ * write; null on the CPU), which is not the roofline. Prints one JSON object;
+ * bench/model_bench.sh turns several into a table. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,7 +167,11 @@ int cmd_bench(int argc, char **argv) {
                 best_tg = secs;
         }
     }
+    /* The roofline is the read-only bandwidth (a decode step reads its
+     * weights and writes next to nothing); the copy figure, where the backend
+     * has one (CUDA), is reported beside it and never used as the roofline. */
     double bw = be->ops->mem_bw(be) * 1e-9; /* GB/s */
+    double copy_bw = be->ops->copy_bw ? be->ops->copy_bw(be) * 1e-9 : 0.0;
     size_t wbytes = be->weight_bytes;
     char cpu[256], dev[256];
     kern_cpu_describe(cpu, sizeof cpu);
@@ -176,11 +184,15 @@ int cmd_bench(int argc, char **argv) {
         ", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, "
         "\"weight_bytes\": %zu, \"pp\": %ld, \"pp_tok_s\": %.2f, \"tg\": %ld, \"tg_tok_s\": %.2f, "
         "\"kv_dtype\": \"%s\", \"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": %.2f, "
-        "\"tg_frac_roofline\": %.3f, "
-        "\"cpu\": \"%s\", \"device\": ",
+        "\"tg_frac_roofline\": %.3f, ",
         model_weights_fmt_name(o.weights), kern_pool_size(pool), (long long)model_n_params(m),
         wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0, n_tg, tg_tps,
-        st.kv_f16 ? "f16" : "f32", bw, roof, roof > 0 ? tg_tps / roof : 0.0, cpu);
+        st.kv_f16 ? "f16" : "f32", bw, roof, roof > 0 ? tg_tps / roof : 0.0);
+    if (be->ops->copy_bw)
+        printf("\"copy_bw_gb_s\": %.2f, ", copy_bw);
+    else
+        printf("\"copy_bw_gb_s\": null, ");
+    printf("\"cpu\": \"%s\", \"device\": ", cpu);
     bench_json_string(stdout, dev);
     char kernels[1024] = "";
     if (be->device == MODEL_DEVICE_CPU)

@@ -90,10 +90,14 @@ typedef struct model_backend_ops {
      * budget leaves after weights and scratch); 0 when the caller decides
      * (CPU). */
     long long (*kv_budget)(model_backend *be);
-    /* The device's measured memory bandwidth in bytes/s (CPU: a multi-
-     * threaded read of 512 MiB; CUDA: a device-to-device copy, read + write),
-     * the denominator of the decode roofline; 0 when it cannot be measured. */
+    /* The device's measured read-only memory bandwidth in bytes/s, the
+     * denominator of the decode roofline (a decode step only reads its
+     * weights): CPU, every pool thread reading a 512 MiB buffer; CUDA, a
+     * streaming reduction over 2 GiB. 0 when it cannot be measured. */
     double (*mem_bw)(model_backend *be);
+    /* The device-to-device copy bandwidth in bytes/s (read + write), a
+     * second ceiling for reference; NULL where there is none (CPU). */
+    double (*copy_bw)(model_backend *be);
     /* One line about the device for the start-up log. */
     void (*describe)(model_backend *be, char *buf, size_t len);
     /* From the next forward on, appends each layer's steps to trace[l] as

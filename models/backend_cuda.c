@@ -119,6 +119,52 @@ static int upload_matrix(cuda_backend *cb, kern_cuda_weight *w, const model_matr
     return rc;
 }
 
+/* Matrices that read the same input (wq, wk, wv; w_gate, w_up) as one
+ * weight, their rows in order, each part converted from its own type (a
+ * quantised file may store them differently; Phi-3's split row ranges of
+ * one fused tensor upload the same way): the QKV and GATE_UP steps are then
+ * one matmul, one pass over the concatenated rows. The parts share n_in, so
+ * matrix_wfmt gives them one format; the bytes are the sum of the parts'
+ * (a weight's size is linear in its rows), which keeps weight_bytes equal
+ * to model_backend_cuda_weight_bytes. */
+static int upload_fused(cuda_backend *cb, kern_cuda_weight *w, const model_matrix *const *parts,
+                        int n_parts) {
+    int n_in = parts[0]->n_in, n_out = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if (parts[i]->n_in != n_in || !parts[i]->data)
+            return BRISK_EINVAL;
+        n_out += parts[i]->n_out;
+    }
+    kern_cuda_wfmt f = matrix_wfmt(cb->wfmt, n_in);
+    TRY(kern_cuda_weight_alloc(w, f, n_out, n_in));
+    for (int i = 0, row = 0; i < n_parts; row += parts[i]->n_out, i++)
+        TRY(kern_cuda_weight_upload_rows(w, row, parts[i]->type, parts[i]->data, parts[i]->n_out));
+    cb->weight_bytes += kern_cuda_weight_bytes(f, n_out, n_in);
+    return 0;
+}
+
+/* Qwen2's biases as one [q_dim + 2 kv_dim] array, laid out as the QKV
+ * step's rows, when the layer has all three; otherwise each present one
+ * alone (the QKV_BIAS step adds those part by part). */
+static int upload_biases(cuda_backend *cb, cuda_layer *L, const model_layer *H, int q_dim,
+                         int kv_dim) {
+    if (!(H->bq && H->bk && H->bv)) {
+        TRY(upload_f32(&L->bq, H->bq, (size_t)q_dim, &cb->weight_bytes));
+        TRY(upload_f32(&L->bk, H->bk, (size_t)kv_dim, &cb->weight_bytes));
+        return upload_f32(&L->bv, H->bv, (size_t)kv_dim, &cb->weight_bytes);
+    }
+    size_t n = (size_t)q_dim + 2 * (size_t)kv_dim;
+    float *h = malloc(n * sizeof(float));
+    if (!h)
+        return BRISK_ENOMEM;
+    memcpy(h, H->bq, (size_t)q_dim * sizeof(float));
+    memcpy(h + q_dim, H->bk, (size_t)kv_dim * sizeof(float));
+    memcpy(h + q_dim + kv_dim, H->bv, (size_t)kv_dim * sizeof(float));
+    int rc = upload_f32(&L->bqkv, h, n, &cb->weight_bytes);
+    free(h);
+    return rc;
+}
+
 /* Any block type (Q4_*, Q5_*, Q8_*, the K-quants, IQ4_*): a quantized file
  * runs int8 weights by default, a float one f16. */
 static int is_quantized(kern_type t) {
@@ -171,7 +217,16 @@ size_t model_backend_cuda_weight_bytes(const model *m) {
     return b;
 }
 
+/* The roofline's bandwidth: a streaming read of 2 GiB (far beyond any L2),
+ * best of 5; the kernel halves the buffer when memory is short. */
 static double cuda_mem_bw(model_backend *be) {
+    (void)be;
+    double bw = 0.0;
+    return kern_cuda_measure_read_bw((size_t)2 << 30, 5, &bw) == 0 ? bw : 0.0;
+}
+
+/* Copies of 1 GiB, read + write counted, best of 5. */
+static double cuda_copy_bw(model_backend *be) {
     (void)be;
     double bw = 0.0;
     return kern_cuda_measure_copy_bw((size_t)1 << 30, 5, &bw) == 0 ? bw : 0.0;
@@ -198,11 +253,11 @@ static void cuda_free(model_backend *be) {
             cuda_layer *L = &cb->layers[l];
             kern_cuda_free(L->attn_norm), kern_cuda_free(L->ffn_norm);
             kern_cuda_free(L->bq), kern_cuda_free(L->bk), kern_cuda_free(L->bv);
+            kern_cuda_free(L->bqkv);
             kern_cuda_free(L->q_norm), kern_cuda_free(L->k_norm);
             kern_cuda_free(L->post_attn_norm), kern_cuda_free(L->post_ffn_norm);
-            kern_cuda_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
-                                      &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7; i++)
+            kern_cuda_weight *ws[] = {&L->wqkv, &L->wo, &L->w_gate_up, &L->w_down};
+            for (int i = 0; i < 4; i++)
                 kern_cuda_weight_free(ws[i]);
         }
         free(cb->layers);
@@ -212,12 +267,13 @@ static void cuda_free(model_backend *be) {
     kern_cuda_free(cb->tok_embd);
     kern_cuda_free(cb->output_norm);
     kern_cuda_free(cb->rope_freqs);
-    void *dev[] = {cb->x,         cb->xb,     cb->xb2,        cb->q,           cb->k,
-                   cb->v,         cb->att,    cb->hb,         cb->hb2,         cb->xout,
-                   cb->logits,    cb->mm_ws,  cb->attn_ws,    cb->d_tok,       cb->d_pos,
-                   cb->d_out_idx, cb->d_runs, cb->d_bt,       cb->d_ctx,       cb->d_slots,
-                   cb->d_rows,    cb->d_ids,  cb->d_edit_ids, cb->d_edit_vals, cb->samp_ws,
-                   cb->k_pool,    cb->v_pool};
+    /* cb->k and cb->v are views into qkv, not allocations. */
+    void *dev[] = {cb->x,      cb->xb,         cb->xb2,         cb->q,       cb->qkv,
+                   cb->att,    cb->hb,         cb->hgu,         cb->xout,    cb->logits,
+                   cb->mm_ws,  cb->attn_ws,    cb->d_tok,       cb->d_pos,   cb->d_out_idx,
+                   cb->d_runs, cb->d_bt,       cb->d_ctx,       cb->d_slots, cb->d_rows,
+                   cb->d_ids,  cb->d_edit_ids, cb->d_edit_vals, cb->samp_ws, cb->k_pool,
+                   cb->v_pool};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         kern_cuda_free(dev[i]);
     void *pin[] = {cb->h_tok, cb->h_pos,      cb->h_out_idx,   cb->h_runs,
@@ -250,6 +306,7 @@ static const model_backend_ops cuda_ops = {
     .kv_create = model_cuda_kv_create,
     .kv_budget = model_cuda_kv_budget,
     .mem_bw = cuda_mem_bw,
+    .copy_bw = cuda_copy_bw,
     .describe = cuda_describe,
     .set_trace = cuda_set_trace,
     .free = cuda_free,
@@ -283,9 +340,7 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
         cuda_layer *L = &cb->layers[l];
         TRY(upload_f32(&L->attn_norm, H->attn_norm, (size_t)c->dim, &cb->weight_bytes));
         TRY(upload_f32(&L->ffn_norm, H->ffn_norm, (size_t)c->dim, &cb->weight_bytes));
-        TRY(upload_f32(&L->bq, H->bq, (size_t)q_dim, &cb->weight_bytes));
-        TRY(upload_f32(&L->bk, H->bk, (size_t)kv_dim, &cb->weight_bytes));
-        TRY(upload_f32(&L->bv, H->bv, (size_t)kv_dim, &cb->weight_bytes));
+        TRY(upload_biases(cb, L, H, q_dim, kv_dim));
         TRY(upload_f32(&L->q_norm, H->q_norm, (size_t)c->head_dim, &cb->weight_bytes));
         TRY(upload_f32(&L->k_norm, H->k_norm, (size_t)c->head_dim, &cb->weight_bytes));
         TRY(upload_f32(&L->post_attn_norm, H->post_attn_norm, (size_t)c->dim, &cb->weight_bytes));
@@ -296,12 +351,10 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
         L->rope_base = H->rope_base;
         L->rope_freq_scale = H->rope_freq_scale != 0.0f ? H->rope_freq_scale : c->rope_freq_scale;
         L->attn_softcap = c->attn_softcap > 0.0f ? c->attn_softcap : 0.0f;
-        TRY(upload_matrix(cb, &L->wq, &H->wq));
-        TRY(upload_matrix(cb, &L->wk, &H->wk));
-        TRY(upload_matrix(cb, &L->wv, &H->wv));
+        const model_matrix *qkv[] = {&H->wq, &H->wk, &H->wv}, *gate_up[] = {&H->w_gate, &H->w_up};
+        TRY(upload_fused(cb, &L->wqkv, qkv, 3));
         TRY(upload_matrix(cb, &L->wo, &H->wo));
-        TRY(upload_matrix(cb, &L->w_gate, &H->w_gate));
-        TRY(upload_matrix(cb, &L->w_up, &H->w_up));
+        TRY(upload_fused(cb, &L->w_gate_up, gate_up, 2));
         TRY(upload_matrix(cb, &L->w_down, &H->w_down));
     }
     return 0;
@@ -316,12 +369,14 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
     TRY(model_cuda_dev_alloc((void **)&cb->xb, T * c->dim * f, &used));
     TRY(model_cuda_dev_alloc((void **)&cb->xb2, T * c->dim * f, &used));
     TRY(model_cuda_dev_alloc((void **)&cb->xout, T * c->dim * f, &used));
+    cb->qkv_ld = q_dim + 2 * kv_dim;
+    TRY(model_cuda_dev_alloc((void **)&cb->qkv, T * cb->qkv_ld * f, &used));
+    cb->k = cb->qkv + q_dim;
+    cb->v = cb->qkv + q_dim + kv_dim;
     TRY(model_cuda_dev_alloc((void **)&cb->q, T * q_dim * f, &used));
     TRY(model_cuda_dev_alloc((void **)&cb->att, T * q_dim * f, &used));
-    TRY(model_cuda_dev_alloc((void **)&cb->k, T * kv_dim * f, &used));
-    TRY(model_cuda_dev_alloc((void **)&cb->v, T * kv_dim * f, &used));
     TRY(model_cuda_dev_alloc((void **)&cb->hb, T * c->hidden_dim * f, &used));
-    TRY(model_cuda_dev_alloc((void **)&cb->hb2, T * c->hidden_dim * f, &used));
+    TRY(model_cuda_dev_alloc((void **)&cb->hgu, T * 2 * c->hidden_dim * f, &used));
     TRY(model_cuda_dev_alloc((void **)&cb->logits, T * c->n_vocab * f, &used));
     int max_in = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     if ((int)q_dim > max_in)
@@ -333,6 +388,13 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
     if (cb->attn_ws_bytes == (size_t)-1)
         return BRISK_EINVAL;
     TRY(model_cuda_dev_alloc((void **)&cb->attn_ws, cb->attn_ws_bytes, &used));
+    /* INT8 weights at large batches run dequantised into cuBLAS chunk by
+     * chunk (kern_cuda_matmul.cuh): the workspace is made here, so it counts
+     * in the budget the KV pool gets what is left of, and no pass allocates. */
+    if (cb->wfmt == KERN_CUDA_W_INT8) {
+        TRY(kern_cuda_matmul_ctx_dequant_ws(cb->mm, KERN_CUDA_MM_DEQUANT_WS_BYTES));
+        used += KERN_CUDA_MM_DEQUANT_WS_BYTES;
+    }
     cb->samp_ws_bytes = kern_cuda_sample_ws_bytes((int)S, c->n_vocab);
     TRY(model_cuda_dev_alloc(&cb->samp_ws, cb->samp_ws_bytes, &used));
     /* per-step arrays: a run per token at most */

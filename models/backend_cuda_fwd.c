@@ -197,31 +197,31 @@ static int cuda_step(cuda_backend *cb, int l, int step, int n, int n_runs, int m
     case MODEL_STEP_ATTN_NORM: /* x += a pending block output; xb = norm(x) */
         *resid = 0;
         return kern_cuda_rmsnorm(cb->xb, cb->x, pending, L->attn_norm, n, dim, c->norm_eps, s);
-    case MODEL_STEP_QKV:
-        TRY(kern_cuda_matmul(cb->mm, &L->wq, cb->xb, n, cb->q, (size_t)q_dim, cb->mm_ws,
-                             cb->mm_ws_bytes));
-        TRY(kern_cuda_matmul(cb->mm, &L->wk, cb->xb, n, cb->k, (size_t)kv_dim, cb->mm_ws,
-                             cb->mm_ws_bytes));
-        return kern_cuda_matmul(cb->mm, &L->wv, cb->xb, n, cb->v, (size_t)kv_dim, cb->mm_ws,
+    case MODEL_STEP_QKV: /* one matmul over wq | wk | wv into the q | k | v rows of qkv */
+        return kern_cuda_matmul(cb->mm, &L->wqkv, cb->xb, n, cb->qkv, cb->qkv_ld, cb->mm_ws,
                                 cb->mm_ws_bytes);
-    case MODEL_STEP_QKV_BIAS:
-        TRY(kern_cuda_add_bias(cb->q, (size_t)q_dim, L->bq, n, q_dim, s));
-        TRY(kern_cuda_add_bias(cb->k, (size_t)kv_dim, L->bk, n, kv_dim, s));
-        return kern_cuda_add_bias(cb->v, (size_t)kv_dim, L->bv, n, kv_dim, s);
-    case MODEL_STEP_QK_NORM: /* each head of q and k as a row of head_dim, in place */
-        TRY(kern_cuda_rmsnorm(cb->q, cb->q, NULL, L->q_norm, n * c->n_heads, c->head_dim,
-                              c->norm_eps, s));
-        return kern_cuda_rmsnorm(cb->k, cb->k, NULL, L->k_norm, n * c->n_kv_heads, c->head_dim,
-                                 c->norm_eps, s);
-    case MODEL_STEP_ROPE:
-        TRY(kern_cuda_rope_ex(cb->q, (size_t)q_dim, n, c->n_heads, c->head_dim, c->n_rot, cb->d_pos,
-                              L->rope_base, L->rope_freq_scale, cb->rope_freqs, c->rope_attn_factor,
-                              c->rope_mode, s));
-        return kern_cuda_rope_ex(cb->k, (size_t)kv_dim, n, c->n_kv_heads, c->head_dim, c->n_rot,
+    case MODEL_STEP_QKV_BIAS: /* in place on the rows of qkv */
+        if (L->bqkv)
+            return kern_cuda_add_bias(cb->qkv, cb->qkv_ld, L->bqkv, n, (int)cb->qkv_ld, s);
+        if (L->bq)
+            TRY(kern_cuda_add_bias(cb->qkv, cb->qkv_ld, L->bq, n, q_dim, s));
+        if (L->bk)
+            TRY(kern_cuda_add_bias(cb->k, cb->qkv_ld, L->bk, n, kv_dim, s));
+        return L->bv ? kern_cuda_add_bias(cb->v, cb->qkv_ld, L->bv, n, kv_dim, s) : 0;
+    case MODEL_STEP_QK_NORM: /* each head of q and k as a row of head_dim, in place in qkv */
+        TRY(kern_cuda_rmsnorm_heads(cb->qkv, cb->qkv_ld, n, c->n_heads, c->head_dim, L->q_norm,
+                                    c->norm_eps, s));
+        return kern_cuda_rmsnorm_heads(cb->k, cb->qkv_ld, n, c->n_kv_heads, c->head_dim, L->k_norm,
+                                       c->norm_eps, s);
+    case MODEL_STEP_ROPE: /* q turned out of qkv into the attention's rows; k in place */
+        TRY(kern_cuda_rope_to(cb->q, (size_t)q_dim, cb->qkv, cb->qkv_ld, n, c->n_heads, c->head_dim,
+                              c->n_rot, cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
+                              c->rope_attn_factor, c->rope_mode, s));
+        return kern_cuda_rope_ex(cb->k, cb->qkv_ld, n, c->n_kv_heads, c->head_dim, c->n_rot,
                                  cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
                                  c->rope_attn_factor, c->rope_mode, s);
     case MODEL_STEP_KV_STORE:
-        return kern_cuda_kv_store(kp, vp, cb->k, cb->v, (size_t)kv_dim, cb->d_slots + group * n, n,
+        return kern_cuda_kv_store(kp, vp, cb->k, cb->v, cb->qkv_ld, cb->d_slots + group * n, n,
                                   kv_dim, s);
     case MODEL_STEP_ATTENTION: { /* the scale is 1 / sqrt(head_dim) unless the family says */
         const int32_t *bt = cb->d_bt + group * (size_t)n_runs * (size_t)cb->max_blocks;
@@ -248,15 +248,15 @@ static int cuda_step(cuda_backend *cb, int l, int step, int n, int n_runs, int m
     case MODEL_STEP_FFN_NORM:
         *resid = 0;
         return kern_cuda_rmsnorm(cb->xb, cb->x, pending, L->ffn_norm, n, dim, c->norm_eps, s);
-    case MODEL_STEP_GATE_UP:
-        TRY(kern_cuda_matmul(cb->mm, &L->w_gate, cb->xb, n, cb->hb, (size_t)c->hidden_dim,
-                             cb->mm_ws, cb->mm_ws_bytes));
-        return kern_cuda_matmul(cb->mm, &L->w_up, cb->xb, n, cb->hb2, (size_t)c->hidden_dim,
-                                cb->mm_ws, cb->mm_ws_bytes);
-    case MODEL_STEP_ACT:
+    case MODEL_STEP_GATE_UP: /* one matmul over w_gate | w_up into the gate | up rows of hgu */
+        return kern_cuda_matmul(cb->mm, &L->w_gate_up, cb->xb, n, cb->hgu,
+                                2 * (size_t)c->hidden_dim, cb->mm_ws, cb->mm_ws_bytes);
+    case MODEL_STEP_ACT: /* hb = act(gate) * up, both read from the rows of hgu */
         if (c->act == MODEL_ACT_GELU_TANH)
-            return kern_cuda_gelu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s);
-        return kern_cuda_silu_mul(cb->hb, cb->hb, cb->hb2, (size_t)n * c->hidden_dim, s);
+            return kern_cuda_gelu_mul_rows(cb->hb, (size_t)c->hidden_dim, cb->hgu,
+                                           2 * (size_t)c->hidden_dim, n, c->hidden_dim, s);
+        return kern_cuda_silu_mul_rows(cb->hb, (size_t)c->hidden_dim, cb->hgu,
+                                       2 * (size_t)c->hidden_dim, n, c->hidden_dim, s);
     case MODEL_STEP_DOWN:
         return kern_cuda_matmul(cb->mm, &L->w_down, cb->hb, n, cb->xb2, (size_t)dim, cb->mm_ws,
                                 cb->mm_ws_bytes);

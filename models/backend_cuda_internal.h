@@ -22,13 +22,17 @@
 
 typedef struct cuda_layer {
     float *attn_norm, *ffn_norm;
-    float *bq, *bk, *bv;    /* qwen2, else NULL */
+    float *bq, *bk, *bv;    /* qwen2 (apart only when not all three are there), else NULL */
+    float *bqkv;            /* bq | bk | bv as one [q_dim + 2 kv_dim] when all three are */
     float *q_norm, *k_norm; /* qwen3, gemma3: [head_dim] per-head RMSNorm weights, else NULL */
     float *post_attn_norm, *post_ffn_norm; /* has_post_norms: [dim], else NULL */
     int window;                            /* sliding window of this layer, 0: global */
     float rope_base, rope_freq_scale;      /* this layer's RoPE base and linear scale */
     float attn_softcap;                    /* > 0: attention-logit soft-capping, else 0 */
-    kern_cuda_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    /* The projections that read one input are one weight each, rows in
+     * order: wqkv = wq | wk | wv ([q_dim + 2 kv_dim][dim]), w_gate_up =
+     * w_gate | w_up ([2 hidden][dim]); one matmul a step (see qkv, hgu). */
+    kern_cuda_weight wqkv, wo, w_gate_up, w_down;
 } cuda_layer;
 
 typedef struct cuda_graph {
@@ -55,7 +59,14 @@ typedef struct cuda_backend {
     cuda_layer *layers;
 
     /* activations, [T][...] with T = o.max_batch_tokens */
-    float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *xout, *logits;
+    float *x, *xb, *xb2, *att, *hb, *xout, *logits;
+    float *qkv;    /* [T][qkv_ld]: the QKV step's q | k | v rows; biases, q/k norms and
+                         k's RoPE work in place there, KV_STORE reads k and v from them */
+    size_t qkv_ld; /* q_dim + 2 kv_dim */
+    float *k, *v;  /* views: qkv + q_dim and qkv + q_dim + kv_dim (row stride qkv_ld),
+                         not allocations */
+    float *q;      /* [T][q_dim]: q after RoPE (written out of qkv), the attention's input */
+    float *hgu;    /* [T][2 hidden]: the GATE_UP step's gate | up rows; ACT reads them into hb */
     void *mm_ws;
     size_t mm_ws_bytes;
     float *attn_ws;

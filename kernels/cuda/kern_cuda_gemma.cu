@@ -1,4 +1,5 @@
-// kern_cuda_gemma.cu - GELU-tanh gate, scale and soft-cap: kernels, C entries.
+// kern_cuda_gemma.cu - GELU-tanh gate (over separate arrays or the fused
+// gate|up rows), scale and soft-cap: kernels, C entries.
 #include "kernels/cuda/kern_cuda_common.cuh"
 #include "kernels/cuda/kern_cuda_gemma.cuh"
 
@@ -14,6 +15,19 @@ static __global__ void gelu_mul_kernel(float *out, const float *gate, const floa
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         out[i] = gelu_mul(gate[i], up[i]);
+}
+
+// Rows of the fused GATE_UP product (gate then up in each row), as
+// silu_mul_rows_kernel in kern_cuda_silu.cu: rows in y, elements in x.
+static __global__ void gelu_mul_rows_kernel(float *__restrict__ out, size_t ld_out,
+                                            const float *__restrict__ gu, size_t ld_gu, int n_rows,
+                                            int n) {
+    for (int r = blockIdx.y; r < n_rows; r += gridDim.y) {
+        const float *g = gu + (size_t)r * ld_gu;
+        float *o = out + (size_t)r * ld_out;
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+            o[i] = gelu_mul(g[i], g[n + i]);
+    }
 }
 
 static __global__ void scale_kernel(float *x, size_t n, float s) {
@@ -39,6 +53,20 @@ extern "C" int kern_cuda_gelu_mul(float *out, const float *gate, const float *up
     gelu_mul_kernel<<<kern_cuda_grid(n, ELT_THREADS, 4096), ELT_THREADS, 0, stream>>>(out, gate, up,
                                                                                       n);
     return KERN_CUDA_LAUNCH_CHECK("gelu_mul_kernel");
+}
+
+extern "C" int kern_cuda_gelu_mul_rows(float *out, size_t ld_out, const float *gu, size_t ld_gu,
+                                       int n_rows, int n, cudaStream_t stream) {
+    if (n_rows < 0 || n < 0 || ld_out < (size_t)n || ld_gu < 2 * (size_t)n)
+        return BRISK_EINVAL;
+    if (n_rows == 0 || n == 0)
+        return BRISK_OK;
+    if (!out || !gu)
+        return BRISK_EINVAL;
+    const dim3 grid(kern_cuda_grid((size_t)n, ELT_THREADS, 64),
+                    kern_cuda_grid((size_t)n_rows, 1, 65535));
+    gelu_mul_rows_kernel<<<grid, ELT_THREADS, 0, stream>>>(out, ld_out, gu, ld_gu, n_rows, n);
+    return KERN_CUDA_LAUNCH_CHECK("gelu_mul_rows_kernel");
 }
 
 extern "C" int kern_cuda_scale(float *x, size_t n, float s, cudaStream_t stream) {

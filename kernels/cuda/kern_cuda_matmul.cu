@@ -1,7 +1,8 @@
 // kern_cuda_matmul.cu - the weight matmuls: weight upload (host-side
-// conversion, staged copies), the cuBLAS context, the f32 -> f16 activation
-// kernel, and kern_cuda_matmul (FP16 through cuBLAS, INT8 through
-// kern_cuda_w8a16.cu).
+// conversion, staged copies, row ranges of fused weights), the cuBLAS
+// context, the f32 -> f16 activation kernel, and kern_cuda_matmul, which
+// picks a path per call: the tensor-core GEMV (kern_cuda_gemv.cu), cuBLAS,
+// the W8A16 kernels (kern_cuda_w8a16.cu), or INT8 dequantised into cuBLAS.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <dlfcn.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "kernels/cuda/kern_cuda_common.cuh"
+#include "kernels/cuda/kern_cuda_gemv.cuh"
 #include "kernels/cuda/kern_cuda_matmul.cuh"
 #include "kernels/cuda/kern_cuda_w8a16.cuh"
 
@@ -30,7 +32,10 @@ struct kern_cuda_matmul_ctx {
     cublasHandle_t blas;
     cudaStream_t stream;
     void *blas_ws;
-    int n_sm; // steers the INT8 tile choice
+    int n_sm;     // steers the INT8 tile choice and the GEMV's split of K
+    int cc_major; // the GEMV needs sm_80
+    void *dq_ws;  // INT8 dequantisation workspace (KERN_CUDA_MM_DEQUANT), or NULL
+    size_t dq_bytes;
 };
 
 // ---- cuBLAS, loaded when first needed ----------------------------------------------
@@ -193,30 +198,91 @@ static void mm_convert_rows(kern_cuda_wfmt fmt, kern_type src_type, const uint8_
     }
 }
 
-// Converts slice after slice of rows into the host staging buffer and
-// copies each into place. The buffer is pageable on purpose: page-locking
-// tens of MiB costs milliseconds, paid again for each of a model's hundreds
-// of tensors, while the single-threaded conversion, not the copy, bounds
-// the rate. cudaMemcpy returns once the runtime has taken the data, so the
-// buffer is free for the next slice.
-static int mm_upload_slices(kern_cuda_weight *w, kern_type src_type, const uint8_t *src,
-                            uint8_t *stage, int rows_per_slice, const mm_row_scratch *tmp) {
-    const int n_out = w->n_out, n_in = w->n_in;
+// Converts slice after slice of n_rows source rows into the host staging
+// buffer and copies each into rows row0.. of w. The buffer is pageable on
+// purpose: page-locking tens of MiB costs milliseconds, paid again for each
+// of a model's hundreds of tensors, while the single-threaded conversion,
+// not the copy, bounds the rate. cudaMemcpy returns once the runtime has
+// taken the data, so the buffer is free for the next slice.
+static int mm_upload_slices(kern_cuda_weight *w, int row0, int n_rows, kern_type src_type,
+                            const uint8_t *src, uint8_t *stage, int rows_per_slice,
+                            const mm_row_scratch *tmp) {
+    const int n_in = w->n_in;
     const size_t src_row = kern_row_bytes(src_type, n_in);
     const size_t val_row = w->fmt == KERN_CUDA_W_F16 ? (size_t)n_in * 2 : (size_t)n_in;
     const size_t sc_row = (size_t)(n_in / KERN_QK) * sizeof(uint16_t);
     int rc = BRISK_OK;
-    for (int r0 = 0; r0 < n_out && rc == BRISK_OK; r0 += rows_per_slice) {
-        const int rows = n_out - r0 < rows_per_slice ? n_out - r0 : rows_per_slice;
+    for (int r0 = 0; r0 < n_rows && rc == BRISK_OK; r0 += rows_per_slice) {
+        const int rows = n_rows - r0 < rows_per_slice ? n_rows - r0 : rows_per_slice;
+        const size_t dst_row = (size_t)row0 + (size_t)r0;
         mm_convert_rows(w->fmt, src_type, src + (size_t)r0 * src_row, src_row, rows, n_in, stage,
                         tmp);
-        rc = KERN_CUDA_CALL(cudaMemcpy((uint8_t *)w->data + (size_t)r0 * val_row, stage,
+        rc = KERN_CUDA_CALL(cudaMemcpy((uint8_t *)w->data + dst_row * val_row, stage,
                                        (size_t)rows * val_row, cudaMemcpyHostToDevice));
         if (rc == BRISK_OK && w->fmt == KERN_CUDA_W_INT8)
-            rc = KERN_CUDA_CALL(cudaMemcpy((uint8_t *)w->scales + (size_t)r0 * sc_row,
+            rc = KERN_CUDA_CALL(cudaMemcpy((uint8_t *)w->scales + dst_row * sc_row,
                                            stage + (size_t)rows * val_row, (size_t)rows * sc_row,
                                            cudaMemcpyHostToDevice));
     }
+    return rc;
+}
+
+extern "C" int kern_cuda_weight_alloc(kern_cuda_weight *w, kern_cuda_wfmt fmt, int n_out,
+                                      int n_in) {
+    if (!w)
+        return BRISK_EINVAL;
+    memset(w, 0, sizeof *w);
+    if (kern_cuda_weight_bytes(fmt, n_out, n_in) == 0)
+        return BRISK_EINVAL;
+    kern_cuda_weight dw = {fmt, n_out, n_in, NULL, NULL};
+    const size_t n_vals = (size_t)n_out * (size_t)n_in;
+    int rc = KERN_CUDA_CALL(cudaMalloc(&dw.data, fmt == KERN_CUDA_W_F16 ? n_vals * 2 : n_vals));
+    if (rc == BRISK_OK && fmt == KERN_CUDA_W_INT8)
+        rc = KERN_CUDA_CALL(cudaMalloc((void **)&dw.scales, n_vals / KERN_QK * sizeof(uint16_t)));
+    if (rc != BRISK_OK) {
+        kern_cuda_weight_free(&dw);
+        return rc;
+    }
+    *w = dw;
+    return BRISK_OK;
+}
+
+extern "C" int kern_cuda_weight_upload_rows(kern_cuda_weight *w, int row0, kern_type src_type,
+                                            const void *src, int n_rows) {
+    if (!w || !w->data || !mm_fmt_ok(w->fmt) || !src || !kern_type_known((uint32_t)src_type) ||
+        row0 < 0 || n_rows <= 0 || n_rows > w->n_out - row0 ||
+        w->n_in % kern_type_block_size(src_type) != 0 ||
+        (w->fmt == KERN_CUDA_W_INT8 && (w->n_in % KERN_QK != 0 || !w->scales)))
+        return BRISK_EINVAL;
+    const int n_in = w->n_in;
+    int rc;
+    if (w->fmt == KERN_CUDA_W_F16 && src_type == KERN_TYPE_F16) {
+        // Already the device format: straight from the source, no staging.
+        rc = KERN_CUDA_CALL(cudaMemcpy((uint16_t *)w->data + (size_t)row0 * n_in, src,
+                                       (size_t)n_rows * n_in * 2, cudaMemcpyHostToDevice));
+    } else {
+        const size_t row_bytes = mm_row_bytes(w->fmt, n_in);
+        size_t rows = MM_SLICE_BYTES / row_bytes;
+        rows = rows < 1 ? 1 : rows > (size_t)n_rows ? (size_t)n_rows : rows;
+        uint8_t *stage = (uint8_t *)malloc(rows * row_bytes);
+        mm_row_scratch tmp = {
+            (float *)malloc((size_t)n_in * sizeof(float)),
+            (kern_block_q8_0 *)malloc((size_t)(n_in / KERN_QK + 1) * sizeof(kern_block_q8_0))};
+        if (!stage || !tmp.f32 || !tmp.q8)
+            rc = kern_cuda_fail(BRISK_ENOMEM, "kern_cuda_weight_upload", __FILE__, __LINE__,
+                                "out of host memory for the staging buffer");
+        else
+            rc = mm_upload_slices(w, row0, n_rows, src_type, (const uint8_t *)src, stage, (int)rows,
+                                  &tmp);
+        free(stage);
+        free(tmp.f32);
+        free(tmp.q8);
+    }
+    // cudaMemcpy from pageable memory returns once the source is staged, not
+    // when it has landed, and the compute streams are non-blocking (they do
+    // not wait for the legacy stream): finish the copies here.
+    if (rc == BRISK_OK)
+        rc = KERN_CUDA_CALL(cudaDeviceSynchronize());
     return rc;
 }
 
@@ -229,42 +295,36 @@ extern "C" int kern_cuda_weight_upload(kern_cuda_weight *w, kern_cuda_wfmt fmt, 
         n_in <= 0 || n_in % kern_type_block_size(src_type) != 0 ||
         (fmt == KERN_CUDA_W_INT8 && n_in % KERN_QK != 0))
         return BRISK_EINVAL;
-
-    kern_cuda_weight dw = {fmt, n_out, n_in, NULL, NULL};
-    const size_t n_vals = (size_t)n_out * (size_t)n_in;
-    int rc = KERN_CUDA_CALL(cudaMalloc(&dw.data, fmt == KERN_CUDA_W_F16 ? n_vals * 2 : n_vals));
-    if (rc == BRISK_OK && fmt == KERN_CUDA_W_INT8)
-        rc = KERN_CUDA_CALL(cudaMalloc((void **)&dw.scales, n_vals / KERN_QK * sizeof(uint16_t)));
-    if (rc == BRISK_OK && fmt == KERN_CUDA_W_F16 && src_type == KERN_TYPE_F16) {
-        // Already the device format: straight from the source, no staging.
-        rc = KERN_CUDA_CALL(cudaMemcpy(dw.data, src, n_vals * 2, cudaMemcpyHostToDevice));
-    } else if (rc == BRISK_OK) {
-        const size_t row_bytes = mm_row_bytes(fmt, n_in);
-        size_t rows = MM_SLICE_BYTES / row_bytes;
-        rows = rows < 1 ? 1 : rows > (size_t)n_out ? (size_t)n_out : rows;
-        uint8_t *stage = (uint8_t *)malloc(rows * row_bytes);
-        mm_row_scratch tmp = {
-            (float *)malloc((size_t)n_in * sizeof(float)),
-            (kern_block_q8_0 *)malloc((size_t)(n_in / KERN_QK + 1) * sizeof(kern_block_q8_0))};
-        if (!stage || !tmp.f32 || !tmp.q8)
-            rc = kern_cuda_fail(BRISK_ENOMEM, "kern_cuda_weight_upload", __FILE__, __LINE__,
-                                "out of host memory for the staging buffer");
-        else
-            rc = mm_upload_slices(&dw, src_type, (const uint8_t *)src, stage, (int)rows, &tmp);
-        free(stage);
-        free(tmp.f32);
-        free(tmp.q8);
-    }
-    // cudaMemcpy from pageable memory returns once the source is staged, not
-    // when it has landed, and the compute streams are non-blocking (they do
-    // not wait for the legacy stream): finish the copies here.
-    if (rc == BRISK_OK)
-        rc = KERN_CUDA_CALL(cudaDeviceSynchronize());
+    kern_cuda_weight dw;
+    int rc = kern_cuda_weight_alloc(&dw, fmt, n_out, n_in);
+    if (rc != BRISK_OK)
+        return rc;
+    rc = kern_cuda_weight_upload_rows(&dw, 0, src_type, src, n_out);
     if (rc != BRISK_OK) {
         kern_cuda_weight_free(&dw);
         return rc;
     }
     *w = dw;
+    return BRISK_OK;
+}
+
+extern "C" int kern_cuda_weight_rows(const kern_cuda_weight *w, int row0, int n_rows,
+                                     kern_cuda_weight *view) {
+    if (!view)
+        return BRISK_EINVAL;
+    memset(view, 0, sizeof *view);
+    if (!w || !w->data || !mm_fmt_ok(w->fmt) || row0 < 0 || n_rows <= 0 ||
+        n_rows > w->n_out - row0 || (w->fmt == KERN_CUDA_W_INT8 && !w->scales))
+        return BRISK_EINVAL;
+    const size_t first = (size_t)row0 * (size_t)w->n_in;
+    *view = *w;
+    view->n_out = n_rows;
+    if (w->fmt == KERN_CUDA_W_F16) {
+        view->data = (uint16_t *)w->data + first;
+    } else {
+        view->data = (int8_t *)w->data + first;
+        view->scales = w->scales + first / KERN_QK;
+    }
     return BRISK_OK;
 }
 
@@ -275,10 +335,28 @@ extern "C" void kern_cuda_matmul_ctx_free(kern_cuda_matmul_ctx *c) {
         return;
     if (c->blas)
         g_blas.destroy(c->blas); // fails only on a lost device: nothing to do then
-    // cudaFree synchronises the device: no call still uses the workspace.
+    // cudaFree synchronises the device: no call still uses the workspaces.
     if (c->blas_ws && cudaFree(c->blas_ws) != cudaSuccess)
         cudaGetLastError();
+    if (c->dq_ws && cudaFree(c->dq_ws) != cudaSuccess)
+        cudaGetLastError();
     free(c);
+}
+
+extern "C" int kern_cuda_matmul_ctx_dequant_ws(kern_cuda_matmul_ctx *c, size_t bytes) {
+    if (!c || bytes == 0)
+        return BRISK_EINVAL;
+    if (c->dq_ws && cudaFree(c->dq_ws) != cudaSuccess)
+        cudaGetLastError();
+    c->dq_ws = NULL;
+    c->dq_bytes = 0;
+    int rc = KERN_CUDA_CALL(cudaMalloc(&c->dq_ws, bytes));
+    if (rc != BRISK_OK) {
+        c->dq_ws = NULL;
+        return rc;
+    }
+    c->dq_bytes = bytes;
+    return BRISK_OK;
 }
 
 extern "C" int kern_cuda_matmul_ctx_create(kern_cuda_matmul_ctx **out, cudaStream_t stream) {
@@ -296,6 +374,9 @@ extern "C" int kern_cuda_matmul_ctx_create(kern_cuda_matmul_ctx **out, cudaStrea
         rc = KERN_CUDA_CALL(cudaGetDevice(&dev));
     if (rc == BRISK_OK)
         rc = KERN_CUDA_CALL(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, dev));
+    if (rc == BRISK_OK)
+        rc = KERN_CUDA_CALL(
+            cudaDeviceGetAttribute(&c->cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     if (rc == BRISK_OK)
         rc = KERN_CUDA_CALL(cudaMalloc(&c->blas_ws, MM_BLAS_WS_BYTES));
     if (rc == BRISK_OK)
@@ -391,9 +472,54 @@ static bool mm_weight_ok(const kern_cuda_weight *w) {
            kern_cuda_aligned(w->scales, 2);
 }
 
-extern "C" int kern_cuda_matmul(kern_cuda_matmul_ctx *c, const kern_cuda_weight *w, const float *x,
-                                int n_tok, float *y, size_t ldy, void *ws, size_t ws_bytes) {
-    if (!c || !w || !mm_weight_ok(w) || n_tok < 0)
+// y = W x16 through cuBLAS for F16 rows already in the device format:
+// row-major W[n_out][n_in] is the column-major n_in x n_out matrix W^T
+// (lda n_in), so op(A) = A^T is W; x16 is column-major n_in x n_tok (ldb
+// n_in); y column-major n_out x n_tok with ldc = ldy. beta = 0: y is not
+// read.
+static int mm_blas_f16(kern_cuda_matmul_ctx *c, const void *w16, int n_out, int n_in,
+                       const uint16_t *x16, int n_tok, float *y, size_t ldy) {
+    const float alpha = 1.0f, beta = 0.0f;
+    return MM_BLAS(g_blas.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &alpha,
+                                  w16, CUDA_R_16F, n_in, x16, CUDA_R_16F, n_in, &beta, y,
+                                  CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
+}
+
+// Rows of an INT8 weight that one dequantised chunk holds in the context's
+// workspace: a multiple of 64 when that many fit; 0 when not one row does.
+static int mm_dequant_rows(const kern_cuda_matmul_ctx *c, int n_out, int n_in) {
+    const size_t fit = c->dq_ws ? c->dq_bytes / ((size_t)n_in * sizeof(uint16_t)) : 0;
+    size_t rows = fit >= 64 ? fit / 64 * 64 : fit;
+    return rows > (size_t)n_out ? n_out : (int)rows;
+}
+
+// INT8 at large batches: chunk after chunk of rows dequantised to f16 into
+// the workspace, then one cuBLAS GEMM on the chunk. The chunk is sized so
+// that it stays in a large L2 between the pass that writes it and the GEMM
+// that reads it; both are on the one stream, so the next chunk's pass waits
+// for the GEMM that reads the workspace.
+static int mm_dequant_matmul(kern_cuda_matmul_ctx *c, const kern_cuda_weight *w,
+                             const uint16_t *x16, int n_tok, float *y, size_t ldy, int chunk) {
+    const int n_out = w->n_out, n_in = w->n_in;
+    for (int r0 = 0; r0 < n_out; r0 += chunk) {
+        const int rows = n_out - r0 < chunk ? n_out - r0 : chunk;
+        const size_t first = (size_t)r0 * (size_t)n_in;
+        int rc = kern_cuda_w8a16_dequant((uint16_t *)c->dq_ws, (const int8_t *)w->data + first,
+                                         w->scales + first / KERN_QK, rows, n_in, c->stream);
+        if (rc == BRISK_OK)
+            rc = mm_blas_f16(c, c->dq_ws, rows, n_in, x16, n_tok, y + r0, ldy);
+        if (rc != BRISK_OK)
+            return rc;
+    }
+    return BRISK_OK;
+}
+
+extern "C" int kern_cuda_matmul_ex(kern_cuda_matmul_ctx *c, const kern_cuda_weight *w,
+                                   const float *x, int n_tok, float *y, size_t ldy, void *ws,
+                                   size_t ws_bytes, kern_cuda_mm_path path) {
+    if (!c || !w || !mm_weight_ok(w) || n_tok < 0 || path < KERN_CUDA_MM_AUTO ||
+        path > KERN_CUDA_MM_DEQUANT)
         return BRISK_EINVAL;
     if (n_tok == 0)
         return BRISK_OK;
@@ -405,21 +531,31 @@ extern "C" int kern_cuda_matmul(kern_cuda_matmul_ctx *c, const kern_cuda_weight 
     const size_t need = kern_cuda_matmul_ws_bytes(n_in, n_tok);
     if (!ws || ws_bytes < need)
         return BRISK_EINVAL;
+    const int int8 = w->fmt == KERN_CUDA_W_INT8;
+    const int gemv_ok = kern_cuda_gemv_fits(w, x, n_tok, c->cc_major);
+    const int dq_rows = int8 ? mm_dequant_rows(c, n_out, n_in) : 0;
+    if (path == KERN_CUDA_MM_AUTO)
+        path = gemv_ok                                                   ? KERN_CUDA_MM_GEMV
+               : dq_rows > 0 && n_tok >= KERN_CUDA_W8A16_DEQUANT_MIN_TOK ? KERN_CUDA_MM_DEQUANT
+                                                                         : KERN_CUDA_MM_LEGACY;
+    if ((path == KERN_CUDA_MM_GEMV && !gemv_ok) || (path == KERN_CUDA_MM_DEQUANT && dq_rows == 0))
+        return BRISK_EINVAL;
+    if (path == KERN_CUDA_MM_GEMV) // x read as f32: no conversion pass
+        return kern_cuda_gemv(y, ldy, w, x, n_tok, c->n_sm, c->cc_major, c->stream);
 
     uint16_t *x16 = (uint16_t *)(((uintptr_t)ws + MM_WS_ALIGN - 1) & ~(uintptr_t)(MM_WS_ALIGN - 1));
     int rc = mm_to_f16(x16, x, (size_t)n_tok * (size_t)n_in, c->stream);
     if (rc != BRISK_OK)
         return rc;
-    if (w->fmt == KERN_CUDA_W_INT8)
+    if (path == KERN_CUDA_MM_DEQUANT)
+        return mm_dequant_matmul(c, w, x16, n_tok, y, ldy, dq_rows);
+    if (int8)
         return kern_cuda_w8a16(y, ldy, (const int8_t *)w->data, w->scales, x16, n_out, n_in, n_tok,
                                KERN_CUDA_W8A16_AUTO, c->n_sm, c->stream);
-    // Row-major W[n_out][n_in] is the column-major n_in x n_out matrix W^T
-    // (lda n_in), so op(A) = A^T is W; x16 is column-major n_in x n_tok (ldb
-    // n_in); y column-major n_out x n_tok with ldc = ldy. beta = 0: y is
-    // not read.
-    const float alpha = 1.0f, beta = 0.0f;
-    return MM_BLAS(g_blas.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &alpha,
-                                  w->data, CUDA_R_16F, n_in, x16, CUDA_R_16F, n_in, &beta, y,
-                                  CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmEx");
+    return mm_blas_f16(c, w->data, n_out, n_in, x16, n_tok, y, ldy);
+}
+
+extern "C" int kern_cuda_matmul(kern_cuda_matmul_ctx *c, const kern_cuda_weight *w, const float *x,
+                                int n_tok, float *y, size_t ldy, void *ws, size_t ws_bytes) {
+    return kern_cuda_matmul_ex(c, w, x, n_tok, y, ldy, ws, ws_bytes, KERN_CUDA_MM_AUTO);
 }

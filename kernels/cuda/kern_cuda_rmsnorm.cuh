@@ -24,6 +24,15 @@ extern "C" {
 
 int kern_cuda_rmsnorm(float *y, float *x, const float *res, const float *w, int n_rows, int dim,
                       float eps, cudaStream_t stream);
+/* The per-head norm of Qwen3 and Gemma 3 in place on rows of a wider
+ * buffer: for every token t < n_tok and head h < n_heads the head_dim floats
+ * at x + t * ld + h * head_dim are kern_rmsnorm()ed with w (head_dim
+ * floats) - kern_cuda_rmsnorm without a residual on each of those rows, the
+ * same arithmetic. ld >= n_heads * head_dim (q or k inside a fused QKV
+ * row); the rest of a row is left alone. Returns 0, BRISK_EINVAL, or the
+ * launch error; asynchronous on stream. */
+int kern_cuda_rmsnorm_heads(float *x, size_t ld, int n_tok, int n_heads, int head_dim,
+                            const float *w, float eps, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -11,9 +11,9 @@
 // each angle costs one double sin/cos per token, not one per head (double
 // math is slow on T4: 1/32 of the f32 rate).
 template <bool ADJACENT>
-static __global__ void rope_kernel(float *__restrict__ x, size_t row_stride, int n_tok, int n_heads,
-                                   int head_dim, int n_rot, const int32_t *__restrict__ pos,
-                                   float base, float freq_scale,
+static __global__ void rope_kernel(float *out, size_t out_stride, const float *x, size_t x_stride,
+                                   int n_tok, int n_heads, int head_dim, int n_rot,
+                                   const int32_t *__restrict__ pos, float base, float freq_scale,
                                    const float *__restrict__ freq_factors, float mscale) {
     extern __shared__ float rope_smem[]; // cos[half], then sin[half]
     const int half = n_rot / 2;
@@ -31,10 +31,12 @@ static __global__ void rope_kernel(float *__restrict__ x, size_t row_stride, int
             sn[i] = (float)s;
         }
         __syncthreads();
-        float *row = x + (size_t)t * row_stride;
+        const float *row = x + (size_t)t * x_stride;
+        float *orow = out + (size_t)t * out_stride;
         for (int j = threadIdx.x; j < n_heads * half; j += blockDim.x) {
             const int h = j / half, i = j - h * half;
-            float *v = row + (size_t)h * head_dim;
+            const float *v = row + (size_t)h * head_dim;
+            float *o = orow + (size_t)h * head_dim;
             const int i0 = ADJACENT ? 2 * i : i;
             const int i1 = ADJACENT ? 2 * i + 1 : i + half;
             const float a = v[i0], b = v[i1];
@@ -45,28 +47,38 @@ static __global__ void rope_kernel(float *__restrict__ x, size_t row_stride, int
                 r0 = __fmul_rn(r0, mscale);
                 r1 = __fmul_rn(r1, mscale);
             }
-            v[i0] = r0;
-            v[i1] = r1;
+            o[i0] = r0;
+            o[i1] = r1;
+        }
+        // Out of place, the dims that do not turn (from 2 * half on: an odd
+        // n_rot's last one, partial rotation) are copied as they are.
+        if (out != x) {
+            const int tail = head_dim - 2 * half;
+            for (int j = threadIdx.x; j < n_heads * tail; j += blockDim.x) {
+                const size_t d = (size_t)(j / tail) * head_dim + 2 * half + j % tail;
+                orow[d] = row[d];
+            }
         }
     }
 }
 
 // ---- launcher ---------------------------------------------------------------
-static int rope_launch(float *x, size_t row_stride, int n_tok, int n_heads, int head_dim, int n_rot,
-                       const int32_t *pos, float base, float freq_scale, const float *freq_factors,
-                       float mscale, kern_rope_mode mode, cudaStream_t stream) {
+static int rope_launch(float *out, size_t out_stride, const float *x, size_t x_stride, int n_tok,
+                       int n_heads, int head_dim, int n_rot, const int32_t *pos, float base,
+                       float freq_scale, const float *freq_factors, float mscale,
+                       kern_rope_mode mode, cudaStream_t stream) {
     // 256 threads: a llama-3-8b q row (32 heads x 64 pairs) is 8 pairs each.
-    const int threads = kern_cuda_row_threads(n_heads * (n_rot / 2), 1, 256);
+    const int threads = kern_cuda_row_threads(n_heads * (n_rot / 2 > 0 ? n_rot / 2 : 1), 1, 256);
     const size_t smem = 2 * (size_t)(n_rot / 2) * sizeof(float);
     const unsigned grid = (unsigned)n_tok;
     if (mode == KERN_ROPE_ADJACENT)
-        rope_kernel<true><<<grid, threads, smem, stream>>>(x, row_stride, n_tok, n_heads, head_dim,
-                                                           n_rot, pos, base, freq_scale,
-                                                           freq_factors, mscale);
+        rope_kernel<true><<<grid, threads, smem, stream>>>(out, out_stride, x, x_stride, n_tok,
+                                                           n_heads, head_dim, n_rot, pos, base,
+                                                           freq_scale, freq_factors, mscale);
     else
-        rope_kernel<false><<<grid, threads, smem, stream>>>(x, row_stride, n_tok, n_heads, head_dim,
-                                                            n_rot, pos, base, freq_scale,
-                                                            freq_factors, mscale);
+        rope_kernel<false><<<grid, threads, smem, stream>>>(out, out_stride, x, x_stride, n_tok,
+                                                            n_heads, head_dim, n_rot, pos, base,
+                                                            freq_scale, freq_factors, mscale);
     return KERN_CUDA_LAUNCH_CHECK("rope_kernel");
 }
 
@@ -82,6 +94,15 @@ extern "C" int kern_cuda_rope_ex(float *x, size_t row_stride, int n_tok, int n_h
                                  int n_rot, const int32_t *pos, float base, float freq_scale,
                                  const float *freq_factors, float mscale, kern_rope_mode mode,
                                  cudaStream_t stream) {
+    return kern_cuda_rope_to(x, row_stride, x, row_stride, n_tok, n_heads, head_dim, n_rot, pos,
+                             base, freq_scale, freq_factors, mscale, mode, stream);
+}
+
+extern "C" int kern_cuda_rope_to(float *out, size_t out_stride, const float *x, size_t x_stride,
+                                 int n_tok, int n_heads, int head_dim, int n_rot,
+                                 const int32_t *pos, float base, float freq_scale,
+                                 const float *freq_factors, float mscale, kern_rope_mode mode,
+                                 cudaStream_t stream) {
     if (n_tok < 0 || n_heads < 0 || head_dim < 0 || n_rot < 0 || !(mscale > 0.0f))
         return BRISK_EINVAL;
     if (mode != KERN_ROPE_ADJACENT && mode != KERN_ROPE_SPLIT_HALF)
@@ -90,10 +111,16 @@ extern "C" int kern_cuda_rope_ex(float *x, size_t row_stride, int n_tok, int n_h
         n_rot = head_dim;
     if (n_rot / 2 > KERN_CUDA_ROPE_MAX_PAIRS)
         return BRISK_EINVAL;
-    if (n_tok == 0 || n_heads == 0 || n_rot < 2)
-        return BRISK_OK; // nothing turns
-    if (row_stride < (size_t)n_heads * (size_t)head_dim || !x || !pos)
+    const bool in_place = out == x;
+    if (in_place && out_stride != x_stride)
         return BRISK_EINVAL;
-    return rope_launch(x, row_stride, n_tok, n_heads, head_dim, n_rot, pos, base, freq_scale,
-                       freq_factors, mscale, mode, stream);
+    // In place with nothing to turn there is nothing to do; out of place the
+    // copy still has to happen.
+    if (n_tok == 0 || n_heads == 0 || head_dim == 0 || (in_place && n_rot < 2))
+        return BRISK_OK;
+    const size_t width = (size_t)n_heads * (size_t)head_dim;
+    if (x_stride < width || out_stride < width || !x || !out || (n_rot >= 2 && !pos))
+        return BRISK_EINVAL;
+    return rope_launch(out, out_stride, x, x_stride, n_tok, n_heads, head_dim, n_rot, pos, base,
+                       freq_scale, freq_factors, mscale, mode, stream);
 }

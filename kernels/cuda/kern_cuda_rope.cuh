@@ -46,6 +46,15 @@ int kern_cuda_rope(float *x, size_t row_stride, int n_tok, int n_heads, int head
 int kern_cuda_rope_ex(float *x, size_t row_stride, int n_tok, int n_heads, int head_dim, int n_rot,
                       const int32_t *pos, float base, float freq_scale, const float *freq_factors,
                       float mscale, kern_rope_mode mode, cudaStream_t stream);
+/* kern_cuda_rope_ex from x (row stride x_stride) into out (row stride
+ * out_stride), the dims that do not turn copied as they are: the fused QKV
+ * step's q rotated out of its [q | k | v] rows into the contiguous rows the
+ * attention kernels read. out == x (with equal strides) is kern_cuda_rope_ex
+ * in place; otherwise the two must not overlap. */
+int kern_cuda_rope_to(float *out, size_t out_stride, const float *x, size_t x_stride, int n_tok,
+                      int n_heads, int head_dim, int n_rot, const int32_t *pos, float base,
+                      float freq_scale, const float *freq_factors, float mscale,
+                      kern_rope_mode mode, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

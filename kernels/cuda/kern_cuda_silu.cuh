@@ -22,6 +22,15 @@ extern "C" {
 int kern_cuda_silu_mul(float *out, const float *gate, const float *up, size_t n,
                        cudaStream_t stream);
 
+/* The same over the fused gate|up rows of the GATE_UP step: for r < n_rows,
+ * i < n,
+ *   out[r * ld_out + i] = silu(gu[r * ld_gu + i]) * gu[r * ld_gu + n + i]
+ * (row r of gu is the gate's n floats, then the up projection's). ld_out >=
+ * n, ld_gu >= 2 n; out must not overlap gu. Returns 0, BRISK_EINVAL, or the
+ * launch error; asynchronous on stream. */
+int kern_cuda_silu_mul_rows(float *out, size_t ld_out, const float *gu, size_t ld_gu, int n_rows,
+                            int n, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,10 +1,12 @@
 // kern_cuda_w8a16.cu - INT8 weight-only matmul (W8A16): a GEMV-like kernel for
-// a few tokens, two tensor-core (WMMA) kernels for more, launchers, C entry.
+// a few tokens, two tensor-core (WMMA) kernels for more, the dequantising
+// pass that feeds cuBLAS at large batches, launchers, C entries.
 #include <cuda_fp16.h>
 #include <limits.h>
 #include <mma.h>
 
 #include "kernels/cuda/kern_cuda_common.cuh"
+#include "kernels/cuda/kern_cuda_w8_util.cuh"
 #include "kernels/cuda/kern_cuda_w8a16.cuh"
 
 using namespace nvcuda;
@@ -498,6 +500,28 @@ static __global__ __launch_bounds__(WGM *WGN *KERN_CUDA_WARP) void w8a16_tiled_k
         }
 }
 
+// ---- dequantising pass (large batches) ------------------------------------------
+// out = f16(s * q) for a run of whole rows, which are contiguous in q, s and
+// out alike: piece p (16 int8, one 16-byte load) is q[16 p, 16 p + 16), its
+// scale s[p / 2] (32 weights a scale), its output two 16-byte stores.
+// Grid-stride; the int8 -> f16 product is kern_w8_dequant4's (no conversion
+// instructions), bit for bit the tensor-core kernels' operand.
+static __global__ void w8a16_dequant_kernel(uint4 *__restrict__ out, const int4 *__restrict__ q,
+                                            const uint16_t *__restrict__ s, size_t n_pieces) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < n_pieces; p += stride) {
+        const int4 w = __ldcs(q + p);
+        const uint32_t sc = __ldg(s + p / 2);
+        const uint32_t s2 = sc | (sc << 16);
+        uint32_t h[8];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            kern_w8_dequant4(w8_word(w, k), s2, &h[2 * k], &h[2 * k + 1]);
+        out[2 * p] = make_uint4(h[0], h[1], h[2], h[3]);
+        out[2 * p + 1] = make_uint4(h[4], h[5], h[6], h[7]);
+    }
+}
+
 // ---- launchers ----------------------------------------------------------------
 
 template <int NT>
@@ -565,7 +589,23 @@ static kern_cuda_w8a16_kernel w8_choose(int n_out, int n_tok, int n_sm) {
     return tiles128 >= (n_sm > 0 ? n_sm : 1) ? KERN_CUDA_W8A16_TILED128 : KERN_CUDA_W8A16_TILED64;
 }
 
-// ---- entry ----------------------------------------------------------------------
+// ---- entries --------------------------------------------------------------------
+
+extern "C" int kern_cuda_w8a16_dequant(uint16_t *out, const int8_t *q, const uint16_t *s,
+                                       int n_rows, int n_in, cudaStream_t stream) {
+    if (n_rows < 0 || n_in <= 0 || n_in % W8_QK != 0)
+        return BRISK_EINVAL;
+    if (n_rows == 0)
+        return BRISK_OK;
+    if (!out || !q || !s || !kern_cuda_aligned(out, 16) || !kern_cuda_aligned(q, 16) ||
+        !kern_cuda_aligned(s, 2))
+        return BRISK_EINVAL;
+    const size_t n_pieces = (size_t)n_rows * (size_t)(n_in / 16);
+    const int threads = 256;
+    w8a16_dequant_kernel<<<kern_cuda_grid(n_pieces, threads, 8192), threads, 0, stream>>>(
+        reinterpret_cast<uint4 *>(out), reinterpret_cast<const int4 *>(q), s, n_pieces);
+    return KERN_CUDA_LAUNCH_CHECK("w8a16_dequant_kernel");
+}
 
 extern "C" int kern_cuda_w8a16(float *y, size_t ldy, const int8_t *q, const uint16_t *s,
                                const uint16_t *x16, int n_out, int n_in, int n_tok,

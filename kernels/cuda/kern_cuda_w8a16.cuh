@@ -66,6 +66,16 @@ int kern_cuda_w8a16(float *y, size_t ldy, const int8_t *q, const uint16_t *s, co
                     int n_out, int n_in, int n_tok, kern_cuda_w8a16_kernel kernel, int n_sm,
                     cudaStream_t stream);
 
+/* The weights of n_rows whole rows as the tensor-core kernels multiply them:
+ * out[r][i] = f16(s[r][i / 32] * q[r][i]), rounded to nearest even (|s q|
+ * past 65504 becomes infinite), for the cuBLAS f16 GEMM that runs INT8
+ * weights at large batches (kern_cuda_matmul, KERN_CUDA_MM_DEQUANT).
+ *   out: n_rows * n_in halves, 16-byte aligned (device).
+ *   q, s: as above (q 16-byte aligned). n_in a positive multiple of 32.
+ * Returns 0, BRISK_EINVAL, or the launch error; asynchronous on stream. */
+int kern_cuda_w8a16_dequant(uint16_t *out, const int8_t *q, const uint16_t *s, int n_rows, int n_in,
+                            cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,12 +7,15 @@
 #include <string.h>
 
 #include "common/brisk_error.h"
+#include "kernels/cuda/kern_cuda.h"
 #include "kernels/cuda/kern_cuda_buf.h"
 
 cudaStream_t g_stream;
 const char *g_filter;
 int g_small;
 double g_peak_bw;
+double g_read_bw;
+int g_cc_major;
 static int g_cases, g_passed, g_failed;
 
 void must(int rc, const char *what) {
@@ -138,6 +141,12 @@ double copy_bandwidth(void) {
     dev_free(a);
     dev_free(b);
     return 10.0 * 2.0 * (double)bytes / ((double)ms * 1e-3); /* read + write */
+}
+
+double read_bandwidth(void) {
+    double bw = 0.0;
+    must(kern_cuda_measure_read_bw((size_t)2 << 30, 5, &bw), "kern_cuda_measure_read_bw");
+    return bw;
 }
 
 double cuda_test_time(int (*call)(void *ctx), void *ctx, const char *name) {

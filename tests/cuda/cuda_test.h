@@ -24,6 +24,8 @@ extern cudaStream_t g_stream; /* every op runs on it */
 extern const char *g_filter;  /* -o OP, or NULL for every op */
 extern int g_small;           /* --small: the reduced shape set (CASES_LEN) */
 extern double g_peak_bw;      /* bytes/s from the memory clock and bus width (perf) */
+extern double g_read_bw;      /* bytes/s of a read-only stream (perf): the decode roofline */
+extern int g_cc_major;        /* the device's compute capability, major */
 
 void must(int rc, const char *what);             /* a kern_cuda_* return code */
 void cuda_must(cudaError_t e, const char *what); /* a CUDA runtime call */
@@ -51,6 +53,9 @@ int cuda_test_failed(void);
 
 /* Device-to-device copy bandwidth (bytes/s read + write) over 256 MiB. */
 double copy_bandwidth(void);
+/* Read-only bandwidth (bytes/s): kern_cuda_measure_read_bw over 2 GiB, best
+ * of 5 - what a decode step, which only reads its weights, can reach. */
+double read_bandwidth(void);
 /* Seconds per call of call(ctx) on g_stream: warm-up, then back-to-back
  * calls between two events, as many as fill ~50 ms. */
 double cuda_test_time(int (*call)(void *ctx), void *ctx, const char *name);
@@ -81,9 +86,15 @@ void test_kv_store(void);
 void test_kv_grouped(void);
 void perf_attn_prefill(double copy_bw);
 
-/* ops_matmul.c: kern_cuda_matmul and kern_cuda_weight_upload. */
+/* ops_matmul.c: kern_cuda_matmul on every path, kern_cuda_weight_upload. */
 void test_matmul(void);
+/* perf_matmul.c: decode old vs new, large batches, the automatic choice
+ * (sections selected by -o matmul_gemv, matmul_prefill, matmul_auto). */
 void perf_matmul(double copy_bw);
+
+/* ops_fused.c: the fused QKV and gate|up steps against the separate
+ * projections (OPNAME "fused"). */
+void test_fused(void);
 
 /* ops_sample.c: kern_cuda_sample (OPNAME "sample"). */
 void test_sample(void);

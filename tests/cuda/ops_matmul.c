@@ -1,49 +1,61 @@
-/* ops_matmul.c - kern_cuda_matmul (FP16 weights through cuBLAS, INT8 through
- * brisk's W8A16 kernels) and kern_cuda_weight_upload against the CPU.
+/* ops_matmul.c - kern_cuda_matmul on every path (the tensor-core GEMV, cuBLAS,
+ * brisk's W8A16 kernels, INT8 dequantised into cuBLAS), the dequantising
+ * pass, and kern_cuda_weight_upload (whole, and fused row ranges) against the
+ * CPU. The perf mode is perf_matmul.c.
  *
- * test:
  *   MATMUL_UPLOAD  exact: the uploaded arrays, downloaded, against the CPU's
  *                  conversion of the same source rows (kern_types.h): F16 =
  *                  kern_quantize_row(F16) of the dequantised row; INT8 = the
  *                  Q8_0 blocks split into values and scales - the source's
  *                  own for Q8_0, kern_requantize_row_q8 for Q4_0 (exact),
  *                  kern_quantize_row(Q8_0) of the dequantised row otherwise.
- *                  Every source type, and shapes of two staging slices.
+ *                  Every source type, and shapes of two staging slices. A
+ *                  fused weight (parts of three source types in row ranges
+ *                  of one allocation) holds each part's bits exactly, its
+ *                  views address them, and its size is the parts' sum.
+ *   MATMUL_DEQUANT exact: kern_cuda_w8a16_dequant's halves against
+ *                  kern_fp32_to_fp16(s * q), scales from 2^-24 to 2^15 (the
+ *                  products' subnormals and overflows included).
  *   MATMUL         y against a double reference computed from exactly the
  *                  operands the GPU multiplies: the weights downloaded from the
  *                  device (F16 values; INT8 s * q, or f16(s * q) for the
- *                  tensor-core kernels, which round each weight to f16 once -
+ *                  tensor-core paths, which round each weight to f16 once -
  *                  kern_fp32_to_fp16 rounds as __float2half_rn does, bit for
  *                  bit) and x rounded to f16 by kern_fp32_to_fp16 (the GPU's
- *                  x16, bit for bit). What remains is the order and rounding of
+ *                  x16, bit for bit, whether the conversion pass or the GEMV
+ *                  rounds it). What remains is the order and rounding of
  *                  the f32 sums, so the bounds are tight:
- *       1e-5  GEMV (n_tok <= 8): IEEE f32 FMAs, round to nearest; a lane sums
- *             8 exact products, folds that into its total (<= n_in / 512
- *             steps here), then a 5-level shuffle tree and <= 4 warp
- *             partials: a few dozen roundings of 2^-24 on any path, random
- *             in sign - ~1e-7..1e-6 in norm.
- *       5e-5  tensor cores (cuBLAS, SKINNY, TILED): the MMA units add exact
- *             products but align and truncate inside each step (Fasi et al.,
- *             "Numerical behavior of NVIDIA tensor cores", 2021), a bias of up
- *             to about one f32 ulp of the running sum per 16-term step: <= 256
- *             steps in one chain at n_in = 4096, ~1e-5 if the running sum kept
- *             its sign throughout, ~1e-6 typically.
+ *       1e-5  the W8A16 CUDA-core GEMV (n_tok <= 8): IEEE f32 FMAs, round to
+ *             nearest; a lane sums 8 exact products, folds that into its
+ *             total (<= n_in / 512 steps here), then a 5-level shuffle tree
+ *             and <= 4 warp partials: a few dozen roundings of 2^-24 on any
+ *             path, random in sign - ~1e-7..1e-6 in norm.
+ *       5e-5  tensor cores (the tensor-core GEMV, cuBLAS, dequant + cuBLAS,
+ *             SKINNY, TILED): the MMA units add exact products but align
+ *             and truncate inside each step (Fasi et al., "Numerical
+ *             behavior of NVIDIA tensor cores", 2021), a bias of up to
+ *             about one f32 ulp of the running sum per 16-term step: <= 256
+ *             steps in one chain at n_in = 4096 (the GEMV's chains are
+ *             shorter: K is split among up to 8 warps whose partials are
+ *             then added in f32), ~1e-5 if the running sum kept its sign
+ *             throughout, ~1e-6 typically.
  *             (Without the f16 rounding of the weights in the reference the
  *             INT8 tensor-core error would be ~u16 / sqrt(3) = 2.8e-4: the
  *             bound tells the two apart.)
- *                  Every INT8 case runs each kernel (kern_cuda_w8a16 with the
- *                  kernel forced: GEMV up to 8 tokens, SKINNY, TILED64,
- *                  TILED128) and the automatic choice through
- *                  kern_cuda_matmul. Half the cases have ldy > n_out: the
- *                  padding must keep its sentinel bytes (each changed float
- *                  adds 1 to the error), as must rows a kernel does not own.
- *   MATMUL args    exact: bad sizes, pointers, formats, workspace sizes ->
- *                  BRISK_EINVAL; n_tok = 0 -> 0 and nothing written.
- * perf: cuBLAS's f16 peak on 8192^3 (the "matmul peak" every line compares
- * with), then llama-3-8b's weight shapes in F16 and INT8 at 1 to 4096 tokens
- * (bytes = weights + x read + y written, the least any implementation
- * moves), then each INT8 tensor-core kernel forced at 16 to 512 tokens, to
- * place the automatic choice's thresholds. */
+ *                  Every case runs the automatic choice (kern_cuda_matmul;
+ *                  the line says which path it took), each path forced
+ *                  through kern_cuda_matmul_ex (LEGACY - the kernels before
+ *                  the GEMV and the dequant path, kept as the fallback -
+ *                  GEMV where kern_cuda_gemv_fits, DEQUANT for INT8 with a
+ *                  small workspace so that it runs in several chunks), and
+ *                  for INT8 each W8A16 kernel forced (GEMV up to 8 tokens,
+ *                  SKINNY, TILED64, TILED128). Half the cases have ldy >
+ *                  n_out and x off 16-byte alignment: the padding must keep
+ *                  its sentinel bytes (each changed float adds 1 to the
+ *                  error), as must rows a kernel does not own.
+ *   MATMUL args    exact: bad sizes, pointers, formats, workspace sizes,
+ *                  forced paths that cannot run -> BRISK_EINVAL; n_tok = 0
+ *                  -> 0 and nothing written. */
 #include <cublas_v2.h>
 #include <math.h>
 #include <stdio.h>
@@ -54,6 +66,7 @@
 #include "kernels/cpu/kern_kquant.h"
 #include "kernels/cpu/kern_types.h"
 #include "kernels/cuda/kern_cuda_buf.h"
+#include "kernels/cuda/kern_cuda_gemv.cuh"
 #include "kernels/cuda/kern_cuda_matmul.cuh"
 #include "kernels/cuda/kern_cuda_w8a16.cuh"
 #include "tests/cuda/cuda_test.h"
@@ -220,33 +233,72 @@ static void ref_matmul(const host_weight *hw, int tc, const float *x16f, int n_t
 
 static kern_cuda_matmul_ctx *g_mm;
 
-enum { K_AUTO = -1 }; /* else a kern_cuda_w8a16_kernel forced */
+/* One way of running a matmul: a kern_cuda_matmul_ex path, or (path < 0)
+ * one of the W8A16 kernels forced through kern_cuda_w8a16. */
+typedef struct {
+    const char *name;
+    int path;   /* kern_cuda_mm_path, or -1 */
+    int kernel; /* kern_cuda_w8a16_kernel when path < 0 */
+} mm_variant;
 
-static const char *kernel_name(int k) {
-    switch (k) {
-    case KERN_CUDA_W8A16_GEMV: return "gemv";
-    case KERN_CUDA_W8A16_SKINNY: return "skinny";
-    case KERN_CUDA_W8A16_TILED64: return "tiled64";
-    case KERN_CUDA_W8A16_TILED128: return "tiled128";
+static const mm_variant k_variants[] = {
+    {"auto", KERN_CUDA_MM_AUTO, 0},
+    {"legacy", KERN_CUDA_MM_LEGACY, 0},
+    {"gemv_tc", KERN_CUDA_MM_GEMV, 0},
+    {"dequant", KERN_CUDA_MM_DEQUANT, 0},
+    {"w8_gemv", -1, KERN_CUDA_W8A16_GEMV},
+    {"w8_skinny", -1, KERN_CUDA_W8A16_SKINNY},
+    {"w8_tiled64", -1, KERN_CUDA_W8A16_TILED64},
+    {"w8_tiled128", -1, KERN_CUDA_W8A16_TILED128},
+};
+
+/* The path kern_cuda_matmul takes for this call (the rule in
+ * kern_cuda_matmul.cuh; g_mm has a dequantisation workspace). */
+static int auto_path(const kern_cuda_weight *w, const float *x, int n_tok) {
+    if (kern_cuda_gemv_fits(w, x, n_tok, g_cc_major))
+        return KERN_CUDA_MM_GEMV;
+    if (w->fmt == KERN_CUDA_W_INT8 && n_tok >= KERN_CUDA_W8A16_DEQUANT_MIN_TOK)
+        return KERN_CUDA_MM_DEQUANT;
+    return KERN_CUDA_MM_LEGACY;
+}
+
+static const char *path_name(int path) {
+    switch (path) {
+    case KERN_CUDA_MM_GEMV: return "gemv_tc";
+    case KERN_CUDA_MM_DEQUANT: return "dequant";
+    case KERN_CUDA_MM_LEGACY: return "legacy";
     default: return "auto";
     }
+}
+
+/* Whether a variant multiplies the exact s * q of INT8 weights (the CUDA-core
+ * W8A16 GEMV) rather than f16(s * q) (every tensor-core path). */
+static int exact_int8(const mm_variant *v, const kern_cuda_weight *w, const float *x, int n_tok) {
+    if (w->fmt != KERN_CUDA_W_INT8)
+        return 0;
+    if (v->path < 0)
+        return v->kernel == KERN_CUDA_W8A16_GEMV;
+    int path = v->path == KERN_CUDA_MM_AUTO ? auto_path(w, x, n_tok) : v->path;
+    return path == KERN_CUDA_MM_LEGACY && n_tok <= KERN_CUDA_W8A16_GEMV_MAX_TOK;
 }
 
 /* Runs one call into a sentinel-filled y of n_tok rows of ldy and returns
  * the normalised error against ref plus the number of floats outside the
  * n_tok x n_out result that changed. */
-static double run_case(const kern_cuda_weight *w, int kernel, const float *d_x,
+static double run_case(const kern_cuda_weight *w, const mm_variant *v, const float *d_x,
                        const uint16_t *d_x16, int n_tok, size_t ldy, void *d_ws, size_t ws_bytes,
                        const float *ref, size_t *pad_bad) {
     int n_out = w->n_out;
     size_t ny = (size_t)n_tok * ldy;
     float *d_y = dev_alloc(ny * sizeof(float));
     must(kern_cuda_memset(d_y, MM_SENTINEL, ny * sizeof(float), g_stream), "kern_cuda_memset");
-    if (kernel == K_AUTO)
-        must(kern_cuda_matmul(g_mm, w, d_x, n_tok, d_y, ldy, d_ws, ws_bytes), "kern_cuda_matmul");
+    if (v->path >= 0)
+        must(kern_cuda_matmul_ex(g_mm, w, d_x, n_tok, d_y, ldy, d_ws, ws_bytes,
+                                 (kern_cuda_mm_path)v->path),
+             "kern_cuda_matmul_ex");
     else
         must(kern_cuda_w8a16(d_y, ldy, w->data, w->scales, d_x16, n_out, w->n_in, n_tok,
-                             (kern_cuda_w8a16_kernel)kernel, 0, g_stream),
+                             (kern_cuda_w8a16_kernel)v->kernel, 0, g_stream),
              "kern_cuda_w8a16");
     float *y = xmalloc(ny * sizeof(float)), *got = xmalloc((size_t)n_tok * n_out * sizeof(float));
     to_host(y, d_y, ny * sizeof(float));
@@ -264,12 +316,13 @@ static double run_case(const kern_cuda_weight *w, int kernel, const float *d_x,
     return err;
 }
 
-/* Every kernel for one weight and one batch of tokens. */
+/* Every path and kernel that takes this weight and batch of tokens. */
 static void matmul_case(const kern_cuda_weight *w, const char *src_name, int n_tok) {
     int n_out = w->n_out, n_in = w->n_in;
     size_t nx = (size_t)n_tok * n_in;
     /* Odd batches: rows padded (ldy > n_out), and x one float off 16-byte
-     * alignment (the scalar f16 conversion). */
+     * alignment (the scalar f16 conversion; the tensor-core GEMV does not
+     * take it, so AUTO runs the legacy path there). */
     size_t ldy = (size_t)n_out + (n_tok % 2 ? 5 : 0), x_off = n_tok % 2;
     float *x = xmalloc(nx * sizeof(float)), *x16f = xmalloc(nx * sizeof(float));
     uint16_t *x16 = xmalloc(nx * sizeof(uint16_t));
@@ -280,6 +333,7 @@ static void matmul_case(const kern_cuda_weight *w, const char *src_name, int n_t
     }
     float *d_xbuf = dev_alloc((nx + x_off) * sizeof(float));
     must(kern_cuda_upload(d_xbuf + x_off, x, nx * sizeof(float), g_stream), "kern_cuda_upload");
+    const float *d_x = d_xbuf + x_off;
     uint16_t *d_x16 = dev_from(x16, nx * sizeof(uint16_t));
     size_t ws_bytes = kern_cuda_matmul_ws_bytes(n_in, n_tok);
     void *d_ws = dev_alloc(ws_bytes);
@@ -292,25 +346,32 @@ static void matmul_case(const kern_cuda_weight *w, const char *src_name, int n_t
     if (ref_tc)
         ref_matmul(&hw, 1, x16f, n_tok, ref_tc);
 
-    /* F16: cuBLAS (auto only). INT8: auto, then each kernel forced. */
-    const int kernels[] = {K_AUTO, KERN_CUDA_W8A16_GEMV, KERN_CUDA_W8A16_SKINNY,
-                           KERN_CUDA_W8A16_TILED64, KERN_CUDA_W8A16_TILED128};
-    size_t n_k = w->fmt == KERN_CUDA_W_F16 ? 1 : ARRAY_LEN(kernels);
-    for (size_t k = 0; k < n_k; k++) {
-        int kern = kernels[k];
-        if (kern == KERN_CUDA_W8A16_GEMV && n_tok > KERN_CUDA_W8A16_GEMV_MAX_TOK)
+    for (size_t k = 0; k < ARRAY_LEN(k_variants); k++) {
+        const mm_variant *v = &k_variants[k];
+        int int8 = w->fmt == KERN_CUDA_W_INT8;
+        if ((v->path < 0 || v->path == KERN_CUDA_MM_DEQUANT) && !int8)
+            continue; /* INT8 only */
+        /* Under the sanitizers (--small) INT8's legacy path is one of the
+         * W8A16 kernels forced below, run again: skipped, and the dequant
+         * path (cuBLAS, slow under racecheck) at two token counts. */
+        if (g_small && int8 && v->path == KERN_CUDA_MM_LEGACY)
             continue;
-        /* Which operands this kernel multiplies: GEMV exact s * q, the
-         * tensor-core kernels f16(s * q); auto picks GEMV up to 8 tokens. */
-        int gemv = kern == KERN_CUDA_W8A16_GEMV ||
-                   (kern == K_AUTO && n_tok <= KERN_CUDA_W8A16_GEMV_MAX_TOK);
-        int tc = w->fmt == KERN_CUDA_W_F16 || !gemv;
+        if (g_small && v->path == KERN_CUDA_MM_DEQUANT && n_tok != 1 && n_tok != 17)
+            continue;
+        if (v->path == KERN_CUDA_MM_GEMV && !kern_cuda_gemv_fits(w, d_x, n_tok, g_cc_major))
+            continue; /* before sm_80, past 16 tokens, or x unaligned */
+        if (v->path < 0 && v->kernel == KERN_CUDA_W8A16_GEMV &&
+            n_tok > KERN_CUDA_W8A16_GEMV_MAX_TOK)
+            continue;
+        int exact = exact_int8(v, w, d_x, n_tok);
         size_t pad_bad = 0;
-        double err = run_case(w, kern, d_xbuf + x_off, d_x16, n_tok, ldy, d_ws, ws_bytes,
-                              w->fmt == KERN_CUDA_W_INT8 && tc ? ref_tc : ref, &pad_bad);
-        report("MATMUL", err + (double)pad_bad, tc ? MM_TC_BOUND : MM_GEMV_BOUND,
-               "%s<-%s,%s,n_out=%d,n_in=%d,n_tok=%d,ldy=%zu%s", fmt_name(w->fmt), src_name,
-               kernel_name(kern), n_out, n_in, n_tok, ldy, x_off ? ",x_unaligned" : "");
+        double err = run_case(w, v, d_x, d_x16, n_tok, ldy, d_ws, ws_bytes,
+                              int8 && !exact ? ref_tc : ref, &pad_bad);
+        report("MATMUL", err + (double)pad_bad, exact ? MM_GEMV_BOUND : MM_TC_BOUND,
+               "%s<-%s,%s%s%s,n_out=%d,n_in=%d,n_tok=%d,ldy=%zu%s", fmt_name(w->fmt), src_name,
+               v->name, v->path == KERN_CUDA_MM_AUTO ? "->" : "",
+               v->path == KERN_CUDA_MM_AUTO ? path_name(auto_path(w, d_x, n_tok)) : "", n_out, n_in,
+               n_tok, ldy, x_off ? ",x_unaligned" : "");
     }
     host_weight_free(&hw);
     dev_free(d_xbuf), dev_free(d_x16), dev_free(d_ws);
@@ -455,6 +516,60 @@ static void matmul_invalid(void) {
         report("MATMUL", (rc != BRISK_EINVAL) + !zeroed, 0.0, "args:upload,%s -> %d%s", uc[c].what,
                rc, zeroed ? "" : " (not zeroed)");
     }
+    /* kern_cuda_matmul_ex: forced paths that cannot take the call. */
+    kern_cuda_matmul_ctx *bare = NULL; /* no dequantisation workspace */
+    must(kern_cuda_matmul_ctx_create(&bare, g_stream), "kern_cuda_matmul_ctx_create");
+    struct {
+        const char *what;
+        kern_cuda_matmul_ctx *ctx;
+        const kern_cuda_weight *w;
+        const float *x;
+        int n_tok, path, want;
+    } pc[] = {
+        {"path=9", g_mm, &w8, d_x, n_tok, 9, BRISK_EINVAL},
+        {"path=-1", g_mm, &w8, d_x, n_tok, -1, BRISK_EINVAL},
+        {"dequant,f16", g_mm, &w16, d_x, n_tok, KERN_CUDA_MM_DEQUANT, BRISK_EINVAL},
+        {"dequant,no_ws", bare, &w8, d_x, n_tok, KERN_CUDA_MM_DEQUANT, BRISK_EINVAL},
+        {"gemv,x_unaligned", g_mm, &w16, d_x + 1, n_tok, KERN_CUDA_MM_GEMV, BRISK_EINVAL},
+        {"gemv,n_tok=17", g_mm, &w8, d_x, 17, KERN_CUDA_MM_GEMV, BRISK_EINVAL},
+        {"dequant,ok", g_mm, &w8, d_x, n_tok, KERN_CUDA_MM_DEQUANT, BRISK_OK},
+        {"legacy,ok", bare, &w16, d_x, n_tok, KERN_CUDA_MM_LEGACY, BRISK_OK},
+        /* sm_80 and later only; below it kern_cuda_gemv_fits says no. */
+        {"gemv", g_mm, &w16, d_x, n_tok, KERN_CUDA_MM_GEMV,
+         g_cc_major >= 8 ? BRISK_OK : BRISK_EINVAL},
+    };
+    float *d_y17 = dev_alloc((size_t)17 * n_out * sizeof(float));
+    void *d_ws17 = dev_alloc(kern_cuda_matmul_ws_bytes(n_in, 17));
+    float *d_x17 = dev_random((size_t)17 * n_in, 1.0f);
+    for (size_t c = 0; c < ARRAY_LEN(pc); c++) {
+        const float *x = pc[c].n_tok == 17 ? d_x17 : pc[c].x;
+        int rc =
+            kern_cuda_matmul_ex(pc[c].ctx, pc[c].w, x, pc[c].n_tok, d_y17, n_out, d_ws17,
+                                kern_cuda_matmul_ws_bytes(n_in, 17), (kern_cuda_mm_path)pc[c].path);
+        report("MATMUL", rc != pc[c].want, 0.0, "args:path,%s -> %d (want %d)", pc[c].what, rc,
+               pc[c].want);
+    }
+    must(kern_cuda_sync(g_stream), "kern_cuda_sync");
+    kern_cuda_matmul_ctx_free(bare);
+    dev_free(d_y17), dev_free(d_ws17), dev_free(d_x17);
+    /* The GEMV and the dequantising pass directly. */
+    report("MATMUL",
+           kern_cuda_gemv(d_y, n_out, &w16, d_x, n_tok, 0, 7, g_stream) != BRISK_EINVAL ||
+               kern_cuda_gemv(d_y, n_out - 1, &w16, d_x, n_tok, 0, 9, g_stream) != BRISK_EINVAL ||
+               kern_cuda_gemv(NULL, n_out, &w16, d_x, n_tok, 0, 9, g_stream) != BRISK_EINVAL ||
+               kern_cuda_gemv_fits(&odd, d_x, 1, 9) != 0 || kern_cuda_gemv_fits(&w16, d_x, 0, 9),
+           0.0, "args:gemv (sm_70, ldy<n_out, y=NULL, int8 n_in%%32, n_tok=0)");
+    report("MATMUL",
+           kern_cuda_w8a16_dequant(d_ws, w8.data, w8.scales, 1, 48, g_stream) != BRISK_EINVAL ||
+               kern_cuda_w8a16_dequant((uint16_t *)d_ws + 1, w8.data, w8.scales, 1, 64, g_stream) !=
+                   BRISK_EINVAL ||
+               kern_cuda_w8a16_dequant(d_ws, w8.data, w8.scales, 0, 64, g_stream) != BRISK_OK,
+           0.0, "args:dequant (n_in%%32, out unaligned, 0 rows)");
+    report("MATMUL",
+           kern_cuda_matmul_ctx_dequant_ws(NULL, 64) != BRISK_EINVAL ||
+               kern_cuda_matmul_ctx_dequant_ws(g_mm, 0) != BRISK_EINVAL,
+           0.0, "args:dequant_ws");
+
     int sizes_bad = kern_cuda_matmul_ws_bytes(-1, 1) != (size_t)-1 ||
                     kern_cuda_matmul_ws_bytes(64, 0) != 0 ||
                     kern_cuda_weight_bytes(KERN_CUDA_W_INT8, 10, 48) != 0 ||
@@ -469,10 +584,166 @@ static void matmul_invalid(void) {
     free(f);
 }
 
+/* ---- the GEMV's split of K ---------------------------------------------------------- */
+
+/* kern_cuda_gemv_ex with every split of K forced (1, 2, 4, 8 warps a tile;
+ * with 3 rounds a row, 8 leaves warps without work, whose zero partials
+ * still join the sum) against the tensor-core reference: the same bound,
+ * since only the order of the f32 sums changes. */
+static void test_gemv_split(void) {
+    if (g_cc_major < 8)
+        return; /* the GEMV needs sm_80 */
+    const int n_out = 100, n_in = 320, n_tok = 5;
+    for (int fmt = 0; fmt < 2; fmt++) {
+        size_t n = (size_t)n_out * n_in, nx = (size_t)n_tok * n_in;
+        float *f = xmalloc(n * sizeof(float)), *x = xmalloc(nx * sizeof(float));
+        float *x16f = xmalloc(nx * sizeof(float));
+        float *ref = xmalloc((size_t)n_tok * n_out * sizeof(float));
+        float *got = xmalloc((size_t)n_tok * n_out * sizeof(float));
+        fill(f, n, 0.05f);
+        fill(x, nx, 1.0f);
+        for (size_t i = 0; i < nx; i++)
+            x16f[i] = kern_fp16_to_fp32(kern_fp32_to_fp16(x[i]));
+        kern_cuda_weight w;
+        must(kern_cuda_weight_upload(&w, (kern_cuda_wfmt)fmt, KERN_TYPE_F32, f, n_out, n_in),
+             "kern_cuda_weight_upload");
+        host_weight hw = download_weight(&w);
+        ref_matmul(&hw, 1, x16f, n_tok, ref);
+        float *d_x = dev_from(x, nx * sizeof(float));
+        float *d_y = dev_alloc((size_t)n_tok * n_out * sizeof(float));
+        for (int kw = 1; kw <= 8; kw *= 2) {
+            must(
+                kern_cuda_memset(d_y, MM_SENTINEL, (size_t)n_tok * n_out * sizeof(float), g_stream),
+                "kern_cuda_memset");
+            must(kern_cuda_gemv_ex(d_y, n_out, &w, d_x, n_tok, 132, g_cc_major, kw, g_stream),
+                 "kern_cuda_gemv_ex");
+            to_host(got, d_y, (size_t)n_tok * n_out * sizeof(float));
+            report("MATMUL", norm_err(got, ref, (size_t)n_tok * n_out), MM_TC_BOUND,
+                   "%s,gemv_tc,kw=%d,n_out=%d,n_in=%d,n_tok=%d", fmt_name(w.fmt), kw, n_out, n_in,
+                   n_tok);
+        }
+        report("MATMUL",
+               kern_cuda_gemv_ex(d_y, n_out, &w, d_x, n_tok, 132, g_cc_major, 3, g_stream) !=
+                   BRISK_EINVAL,
+               0.0, "args:gemv_ex,%s,kw=3", fmt_name(w.fmt));
+        host_weight_free(&hw);
+        kern_cuda_weight_free(&w);
+        dev_free(d_x), dev_free(d_y);
+        free(f), free(x), free(x16f), free(ref), free(got);
+    }
+}
+
+/* ---- the dequantising pass ---------------------------------------------------------- */
+
+/* kern_cuda_w8a16_dequant bit for bit against kern_fp32_to_fp16(s * q), with
+ * scales spread over f16's range (2^-24 to 2^15) so that products fall on
+ * subnormals (tiny scales) and past 65504 (huge ones: infinite), and every
+ * int8 value. The
+ * GEMV multiplies with the same helper (kern_w8_dequant4), so this pins its
+ * operands too. */
+static void test_dequant(void) {
+    const int shapes[][2] = {{3, 32}, {64, 96}, {100, 4096}};
+    for (size_t si = 0; si < CASES_LEN(shapes); si++) {
+        int n_rows = shapes[si][0], n_in = shapes[si][1], nb = n_in / KERN_QK;
+        size_t n = (size_t)n_rows * n_in;
+        int8_t *q = xmalloc(n);
+        uint16_t *sc = xmalloc((size_t)n_rows * nb * sizeof(uint16_t));
+        uint16_t *want = xmalloc(n * sizeof(uint16_t)), *got = xmalloc(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++)
+            q[i] = (int8_t)(i < 256 ? (int)i - 128 : (int)(rng_u64() >> 56) - 128);
+        for (int b = 0; b < n_rows * nb; b++) {
+            /* 2^-24 .. 2^15 (exclusive; an f16 scale itself never
+             * infinite): subnormal, normal and overflowing products */
+            float v = ldexpf(1.0f + (float)(rng_u64() >> 41) / (float)(1 << 23),
+                             -24 + (int)(rng_u64() % 39));
+            sc[b] = kern_fp32_to_fp16(rng_u64() & 1 ? -v : v);
+        }
+        for (size_t i = 0; i < n; i++)
+            want[i] = kern_fp32_to_fp16(kern_fp16_to_fp32(sc[i / KERN_QK]) * (float)q[i]);
+        int8_t *d_q = dev_from(q, n);
+        uint16_t *d_s = dev_from(sc, (size_t)n_rows * nb * sizeof(uint16_t));
+        uint16_t *d_o = dev_alloc(n * sizeof(uint16_t));
+        must(kern_cuda_w8a16_dequant(d_o, d_q, d_s, n_rows, n_in, g_stream),
+             "kern_cuda_w8a16_dequant");
+        to_host(got, d_o, n * sizeof(uint16_t));
+        size_t bad = count_diff(got, want, n, sizeof(uint16_t));
+        report("MATMUL_DEQUANT", (double)bad, 0.0, "rows=%d,n_in=%d; %zu of %zu halves differ",
+               n_rows, n_in, bad, n);
+        dev_free(d_q), dev_free(d_s), dev_free(d_o);
+        free(q), free(sc), free(want), free(got);
+    }
+}
+
+/* ---- fused weights: row ranges and views ---------------------------------------------- */
+
+/* The fused QKV / gate-up weights: parts of different source types
+ * uploaded into row ranges of one allocation (kern_cuda_weight_alloc +
+ * kern_cuda_weight_upload_rows) hold exactly what each part uploaded alone
+ * holds, views of the ranges (kern_cuda_weight_rows) address them, and the
+ * size is the sum of the parts'. */
+static void test_fused_upload(void) {
+    const kern_type types[] = {KERN_TYPE_F16, KERN_TYPE_Q8_0, KERN_TYPE_F32};
+    const int n_in = 128, rows[] = {96, 32, 32};
+    for (int fmt = 0; fmt < 2; fmt++) {
+        uint8_t *src[3];
+        int n_out = 0;
+        for (int p = 0; p < 3; p++) {
+            size_t n = (size_t)rows[p] * n_in;
+            float *f = xmalloc(n * sizeof(float));
+            fill(f, n, 0.05f);
+            src[p] = make_src(types[p], f, rows[p], n_in);
+            free(f);
+            n_out += rows[p];
+        }
+        kern_cuda_weight fused;
+        must(kern_cuda_weight_alloc(&fused, (kern_cuda_wfmt)fmt, n_out, n_in), "weight_alloc");
+        size_t bad = 0, sum = 0;
+        for (int p = 0, r0 = 0; p < 3; r0 += rows[p], p++) {
+            must(kern_cuda_weight_upload_rows(&fused, r0, types[p], src[p], rows[p]),
+                 "weight_upload_rows");
+            sum += kern_cuda_weight_bytes((kern_cuda_wfmt)fmt, rows[p], n_in);
+        }
+        for (int p = 0, r0 = 0; p < 3; r0 += rows[p], p++) {
+            kern_cuda_weight alone, view;
+            must(kern_cuda_weight_upload(&alone, (kern_cuda_wfmt)fmt, types[p], src[p], rows[p],
+                                         n_in),
+                 "kern_cuda_weight_upload");
+            must(kern_cuda_weight_rows(&fused, r0, rows[p], &view), "kern_cuda_weight_rows");
+            host_weight a = download_weight(&alone), v = download_weight(&view);
+            size_t n = (size_t)rows[p] * n_in;
+            if (fmt == KERN_CUDA_W_F16)
+                bad += count_diff(a.h, v.h, n, sizeof(uint16_t));
+            else
+                bad += count_diff(a.q, v.q, n, 1) +
+                       count_diff(a.s, v.s, n / KERN_QK, sizeof(uint16_t));
+            host_weight_free(&a), host_weight_free(&v);
+            kern_cuda_weight_free(&alone);
+        }
+        bad += kern_cuda_weight_bytes((kern_cuda_wfmt)fmt, n_out, n_in) != sum;
+        /* Ranges outside the weight, and a view of nothing. */
+        kern_cuda_weight view;
+        bad += kern_cuda_weight_upload_rows(&fused, n_out - 1, types[1], src[1], 2) != BRISK_EINVAL;
+        bad += kern_cuda_weight_upload_rows(&fused, -1, types[1], src[1], 1) != BRISK_EINVAL;
+        bad += kern_cuda_weight_upload_rows(&fused, 0, types[1], NULL, 1) != BRISK_EINVAL;
+        bad += kern_cuda_weight_rows(&fused, 1, n_out, &view) != BRISK_EINVAL || view.data;
+        bad += kern_cuda_weight_rows(&fused, 0, 0, &view) != BRISK_EINVAL;
+        bad += kern_cuda_weight_alloc(&view, KERN_CUDA_W_INT8, 4, 48) != BRISK_EINVAL || view.data;
+        report("MATMUL_UPLOAD", (double)bad, 0.0, "%s,fused f16|q8_0|f32 rows 96|32|32; %zu differ",
+               fmt_name((kern_cuda_wfmt)fmt), bad);
+        kern_cuda_weight_free(&fused);
+        for (int p = 0; p < 3; p++)
+            free(src[p]);
+    }
+}
+
 /* ---- test --------------------------------------------------------------------------- */
 
 void test_matmul(void) {
     must(kern_cuda_matmul_ctx_create(&g_mm, g_stream), "kern_cuda_matmul_ctx_create");
+    /* A small dequantisation workspace, so that the shapes below run in
+     * several chunks (64 rows of 4096, 128 of 1536). */
+    must(kern_cuda_matmul_ctx_dequant_ws(g_mm, (size_t)512 << 10),
+         "kern_cuda_matmul_ctx_dequant_ws");
 
     const kern_type srcs[] = {KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16,
                               KERN_TYPE_Q8_0, KERN_TYPE_Q4_0, KERN_TYPE_Q4_1};
@@ -490,19 +761,29 @@ void test_matmul(void) {
     for (int fmt = 0; fmt < 2; fmt++)
         for (size_t si = 0; si < ARRAY_LEN(file_only); si++)
             upload_case((kern_cuda_wfmt)fmt, file_only[si], 96, 512);
+    test_fused_upload();
+    test_dequant();
+    test_gemv_split();
 
-    /* (n_out, n_in): tiny; odd row counts; SmolLM2's 576 / 1536; a long
-     * row (llama's 4096: GEMV splits it among 2 or 4 warps). Each shape's
+    /* (n_out, n_in): a chunk of 64 int8 ending mid-way (96) and one of 32
+     * f16 ending after 8 (328: INT8 runs it at 320, its rows must be
+     * multiples of 32), with partial 16-row tiles and 2 warps splitting K
+     * in the GEMV - the two the sanitizer runs; odd row counts; SmolLM2's
+     * 576 / 1536; long rows (llama's 4096: the GEMV splits them among 8
+     * warps); 2008 rows (many tiles, a partial last block). Each shape's
      * weights come from another source type. */
-    const int shapes[][2] = {{64, 64},    {100, 320},  {333, 96},
-                             {576, 1536}, {1536, 576}, {100, 4096}};
-    /* Both sides of every kernel boundary: GEMV <= 8 < SKINNY (16-token
-     * tiles <= 16 < 32-token tiles) <= 128 < TILED; 300 tokens only on the
-     * small shapes (the double reference is the cost). */
+    const int shapes[][2] = {{64, 96},    {100, 328},  {333, 64},   {576, 1536},
+                             {1536, 576}, {100, 4096}, {2008, 1024}};
+    /* Both sides of every boundary: W8A16 GEMV <= 8 < SKINNY (16-token
+     * tiles <= 16 < 32-token tiles) <= 128 < TILED; the tensor-core GEMV
+     * <= 16 (rows g + 8 of its MMA from 9 tokens on); dequant from 64; 300
+     * tokens only on the small shapes (the double reference is the cost). */
     const int toks[] = {1, 3, 8, 9, 16, 17, 64, 100, 300};
     for (int fmt = 0; fmt < 2; fmt++)
         for (size_t si = 0; si < CASES_LEN(shapes); si++) {
             int n_out = shapes[si][0], n_in = shapes[si][1];
+            if (fmt == KERN_CUDA_W_INT8)
+                n_in -= n_in % KERN_QK;
             kern_type src_type = srcs[si % ARRAY_LEN(srcs)];
             size_t n = (size_t)n_out * n_in;
             float *f = xmalloc(n * sizeof(float));
@@ -522,165 +803,6 @@ void test_matmul(void) {
             free(f), free(src);
         }
     matmul_invalid();
-    kern_cuda_matmul_ctx_free(g_mm);
-    g_mm = NULL;
-}
-
-/* ---- perf ---------------------------------------------------------------------------- */
-
-/* Device memory filled from a 16 MiB host pattern of random values of one
- * kind: timing on constant data would flatter the tensor cores (less
- * toggling, less power). */
-enum { PAT_F16, PAT_I8, PAT_SCALE };
-
-static void dev_pattern(void *d, size_t bytes, int kind) {
-    const size_t chunk = (size_t)16 << 20;
-    uint16_t *h = xmalloc(chunk);
-    for (size_t i = 0; i < chunk / 2; i++) {
-        uint16_t r = (uint16_t)(rng_u64() >> 40);
-        if (kind == PAT_F16) /* |v| in [2^-6, 2^-2), either sign */
-            h[i] = (uint16_t)((r & 0x8000u) | (0x2400u + (r % 0x1000u)));
-        else if (kind == PAT_SCALE) /* [2^-8, 2^-7) */
-            h[i] = (uint16_t)(0x1c00u + (r & 0x3ffu));
-        else
-            h[i] = r;
-    }
-    for (size_t off = 0; off < bytes; off += chunk) {
-        size_t n = bytes - off < chunk ? bytes - off : chunk;
-        must(kern_cuda_upload((char *)d + off, h, n, g_stream), "kern_cuda_upload");
-    }
-    must(kern_cuda_sync(g_stream), "kern_cuda_sync");
-    free(h);
-}
-
-typedef struct {
-    cublasHandle_t blas;
-    void *a, *b, *c;
-    int n;
-} peak_ctx;
-
-static int peak_call(void *p) {
-    peak_ctx *k = p;
-    const float alpha = 1.0f, beta = 0.0f;
-    cublasStatus_t st = cublasGemmEx(k->blas, CUBLAS_OP_T, CUBLAS_OP_N, k->n, k->n, k->n, &alpha,
-                                     k->a, CUDA_R_16F, k->n, k->b, CUDA_R_16F, k->n, &beta, k->c,
-                                     CUDA_R_32F, k->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return st == CUBLAS_STATUS_SUCCESS ? 0 : BRISK_EIO;
-}
-
-/* Dense f16 matmul throughput of this GPU as cuBLAS reaches it: the
- * yardstick for every matmul line. */
-static double matmul_peak(void) {
-    peak_ctx k = {NULL, NULL, NULL, NULL, 8192};
-    size_t nn = (size_t)k.n * k.n;
-    if (cublasCreate(&k.blas) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetStream(k.blas, g_stream) != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "test_cuda_ops: cublasCreate failed\n");
-        exit(1);
-    }
-    k.a = dev_alloc(nn * 2), k.b = dev_alloc(nn * 2), k.c = dev_alloc(nn * 4);
-    dev_pattern(k.a, nn * 2, PAT_F16);
-    dev_pattern(k.b, nn * 2, PAT_F16);
-    double s = cuda_test_time(peak_call, &k, "cublasGemmEx");
-    double peak = 2.0 * (double)nn * k.n / s;
-    printf("matmul peak: %.1f TFLOP/s (cuBLAS f16 8192^3)\n", peak * 1e-12);
-    dev_free(k.a), dev_free(k.b), dev_free(k.c);
-    cublasDestroy(k.blas);
-    return peak;
-}
-
-typedef struct {
-    const kern_cuda_weight *w;
-    const float *x;
-    const uint16_t *x16;
-    float *y;
-    void *ws;
-    size_t ws_bytes;
-    int n_tok, kernel;
-} mm_perf;
-
-static int mm_perf_call(void *p) {
-    const mm_perf *m = p;
-    if (m->kernel == K_AUTO)
-        return kern_cuda_matmul(g_mm, m->w, m->x, m->n_tok, m->y, (size_t)m->w->n_out, m->ws,
-                                m->ws_bytes);
-    return kern_cuda_w8a16(m->y, (size_t)m->w->n_out, m->w->data, m->w->scales, m->x16, m->w->n_out,
-                           m->w->n_in, m->n_tok, (kern_cuda_w8a16_kernel)m->kernel, 0, g_stream);
-}
-
-/* A weight of random values made on the device (a host-side upload of the
- * 128256-row head would take seconds). */
-static kern_cuda_weight perf_weight(kern_cuda_wfmt fmt, int n_out, int n_in) {
-    kern_cuda_weight w = {fmt, n_out, n_in, NULL, NULL};
-    size_t n = (size_t)n_out * n_in;
-    if (fmt == KERN_CUDA_W_F16) {
-        w.data = dev_alloc(n * 2);
-        dev_pattern(w.data, n * 2, PAT_F16);
-    } else {
-        w.data = dev_alloc(n);
-        w.scales = dev_alloc(n / KERN_QK * 2);
-        dev_pattern(w.data, n, PAT_I8);
-        dev_pattern(w.scales, n / KERN_QK * 2, PAT_SCALE);
-    }
-    return w;
-}
-
-void perf_matmul(double copy_bw) {
-    double peak = matmul_peak();
-    must(kern_cuda_matmul_ctx_create(&g_mm, g_stream), "kern_cuda_matmul_ctx_create");
-    /* llama-3-8b: q/o (4096x4096), k/v (1024x4096), gate/up (14336x4096),
-     * down (4096x14336), the head (128256x4096). */
-    const int shapes[][2] = {
-        {4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
-    const int toks[] = {1, 8, 64, 512, 4096};
-    const int max_tok = 4096, max_in = 14336, max_out = 128256;
-    float *d_x = dev_random((size_t)max_tok * max_in, 1.0f);
-    float *d_y = dev_alloc((size_t)max_tok * max_out * sizeof(float));
-    size_t ws_bytes = kern_cuda_matmul_ws_bytes(max_in, max_tok);
-    void *d_ws = dev_alloc(ws_bytes);
-    uint16_t *d_x16 = dev_alloc((size_t)512 * max_in * 2);
-    dev_pattern(d_x16, (size_t)512 * max_in * 2, PAT_F16);
-
-    for (int fmt = 0; fmt < 2; fmt++)
-        for (size_t si = 0; si < ARRAY_LEN(shapes); si++) {
-            int n_out = shapes[si][0], n_in = shapes[si][1];
-            kern_cuda_weight w = perf_weight((kern_cuda_wfmt)fmt, n_out, n_in);
-            double wbytes = (double)kern_cuda_weight_bytes(w.fmt, n_out, n_in);
-            for (size_t ti = 0; ti < ARRAY_LEN(toks); ti++) {
-                int nt = toks[ti];
-                mm_perf m = {&w, d_x, d_x16, d_y, d_ws, ws_bytes, nt, K_AUTO};
-                double s = cuda_test_time(mm_perf_call, &m, "kern_cuda_matmul");
-                double bytes = wbytes + (double)nt * n_in * 4 + (double)nt * n_out * 4;
-                char shape[64];
-                snprintf(shape, sizeof shape, "%dx%d,n_tok=%d", n_out, n_in, nt);
-                perf_line_flops(fmt ? "matmul_int8" : "matmul_f16", shape, bytes,
-                                2.0 * n_out * (double)n_in * nt, s, copy_bw, peak);
-            }
-            /* INT8: each tensor-core kernel forced over the range where
-             * the automatic choice switches (x16 given: no conversion). */
-            if (fmt == KERN_CUDA_W_INT8 && (si == 0 || si == 2)) {
-                const int ktoks[] = {8, 16, 32, 64, 128, 256, 512};
-                const int kerns[] = {KERN_CUDA_W8A16_GEMV, KERN_CUDA_W8A16_SKINNY,
-                                     KERN_CUDA_W8A16_TILED64, KERN_CUDA_W8A16_TILED128};
-                for (size_t ki = 0; ki < ARRAY_LEN(kerns); ki++)
-                    for (size_t ti = 0; ti < ARRAY_LEN(ktoks); ti++) {
-                        int nt = ktoks[ti];
-                        if (kerns[ki] == KERN_CUDA_W8A16_GEMV && nt > 8)
-                            continue;
-                        mm_perf m = {&w, d_x, d_x16, d_y, d_ws, ws_bytes, nt, kerns[ki]};
-                        double s = cuda_test_time(mm_perf_call, &m, "kern_cuda_w8a16");
-                        double bytes = wbytes + (double)nt * n_in * 2 + (double)nt * n_out * 4;
-                        char name[32], shape[64];
-                        snprintf(name, sizeof name, "w8a16_%s", kernel_name(kerns[ki]));
-                        snprintf(shape, sizeof shape, "%dx%d,n_tok=%d", n_out, n_in, nt);
-                        perf_line_flops(name, shape, bytes, 2.0 * n_out * (double)n_in * nt, s,
-                                        copy_bw, peak);
-                    }
-            }
-            dev_free(w.data);
-            dev_free(w.scales);
-        }
-    dev_free(d_x), dev_free(d_y), dev_free(d_ws), dev_free(d_x16);
     kern_cuda_matmul_ctx_free(g_mm);
     g_mm = NULL;
 }

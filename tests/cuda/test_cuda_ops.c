@@ -3,8 +3,9 @@
  *
  *   test_cuda_ops [test|perf] [-o OP] [--small]
  *     OP: embedding, rmsnorm, rope, silu_mul, gemma, softmax, argmax, attn_decode,
- *     attn_prefill, kv_store, kv_grouped, matmul or sample (a substring selects every op
- *     whose name contains it).
+ *     attn_prefill, kv_store, kv_grouped, matmul, fused or sample (a substring
+ *     selects every op whose name contains it; perf's matmul sections are
+ *     matmul_gemv, matmul_prefill and matmul_auto).
  *
  * test (the default) runs each op on random inputs (normal, never zero) over
  * shapes 64, 576, 4096 and the odd 100 and 333 (plus vocabulary sizes for the
@@ -18,9 +19,16 @@
  *              against a double one, then 3 roundings.
  *   rope       1e-6: angles, cos and sin in double rounded to float and an
  *              unfused rotation, as on the CPU - bit-exact but where the
- *              GPU's cos/sin (2 ulp in double) round to another float.
+ *              GPU's cos/sin (2 ulp in double) round to another float. The
+ *              same for rope_to (out of a fused QKV row into contiguous
+ *              rows), whose source and the output's padding must keep their
+ *              bits.
+ *   rmsnorm_heads 1e-6 as rmsnorm (the same arithmetic on each head of a
+ *              fused QKV row); the rest of each row exact.
  *   silu_mul   2e-6: the GPU's expf is within 2 ulp, libm's within 1; the
- *              division and product round alike (~4 ulp per element).
+ *              division and product round alike (~4 ulp per element). The
+ *              fused gate/up rows (silu_mul_rows, gelu_mul_rows) alike, the
+ *              output rows' padding exact.
  *   gemma      gelu_mul 2e-6 (tanhf within 2 ulp; the polynomial's products
  *              may contract into FMAs on the GPU), scale exact (one f32
  *              product), softcap 2e-6 (a division, tanhf, a product).
@@ -39,11 +47,14 @@
  *   kv_store   exact: f16 bits as kern_quantize_row(KERN_TYPE_F16) gives them
  *              (overflow, subnormals, ties, NaN payloads), other slots
  *              unchanged; add_bias exact (one f32 add).
+ *   fused      (ops_fused.c) the fused QKV and gate/up steps against the
+ *              separate projections: 1e-4, the K/V pools 2e-4 (argued there).
  *   matmul     (ops_matmul.c) against a double reference from exactly the
  *              operands the GPU multiplies (the downloaded weights - INT8 as
  *              s * q, or f16(s * q) for the tensor-core kernels - and x
- *              rounded to f16): 1e-5 for the INT8 GEMV (IEEE f32 sums), 5e-5
- *              for tensor cores (cuBLAS F16, INT8 SKINNY/TILED: truncating
+ *              rounded to f16): 1e-5 for the INT8 CUDA-core GEMV (IEEE f32
+ *              sums), 5e-5 for tensor cores (the tensor-core GEMV, cuBLAS,
+ *              INT8 dequantised into cuBLAS, SKINNY/TILED: truncating
  *              accumulation inside each MMA step, <= 256 steps a chain at
  *              n_in 4096); weight uploads and argument checks exact.
  *   sample     exact ids against a plain-C reference of the contract (and
@@ -55,7 +66,10 @@
  *              The draw's distribution: 20000 draws, counts within 5 sigma.
  * perf times each op on model-sized shapes with CUDA events and prints the
  * time per call, the bytes it must move over that time (GB/s), and that as a
- * fraction of the device-to-device copy bandwidth measured in the same run.
+ * fraction of the device-to-device copy bandwidth measured in the same run;
+ * it also measures the read-only bandwidth (a streaming reduction, the
+ * decode roofline), against which the matmul sections state their decode
+ * figures (perf_matmul.c).
  *
  * Without a CUDA device it prints "test_cuda_ops: SKIP: no CUDA device" and
  * exits 0. Exit status 1 when any case fails. */
@@ -211,6 +225,51 @@ static void test_rmsnorm(void) {
             }
 }
 
+/* kern_cuda_rmsnorm_heads: every head of q (or k) inside fused QKV rows
+ * normalised in place with the head's weights, against kern_rmsnorm_ref per
+ * head; the rest of each row (k, v, padding) must keep its bits. Bound 1e-6
+ * as the plain norm (the same arithmetic on head_dim elements). */
+static void test_rmsnorm_heads(void) {
+    const int shapes[][2] = {{2, 64}, {3, 100}, {16, 128}, {4, 256}}; /* heads, head_dim */
+    const float eps = 1e-6f;
+    for (size_t si = 0; si < CASES_LEN(shapes); si++)
+        for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++) {
+            int n_heads = shapes[si][0], head_dim = shapes[si][1], n_tok = k_batches[bi];
+            size_t width = (size_t)n_heads * head_dim, ld = width + 2 * 56 + 5;
+            size_t n = (size_t)n_tok * ld;
+            float *x = xmalloc(n * sizeof(float)), *ref = xmalloc(n * sizeof(float));
+            float *got = xmalloc(n * sizeof(float)), *w = xmalloc((size_t)head_dim * sizeof(float));
+            fill(x, n, 2.0f);
+            fill(w, (size_t)head_dim, 0.2f);
+            for (int i = 0; i < head_dim; i++)
+                w[i] += 1.0f;
+            memcpy(ref, x, n * sizeof(float));
+            for (int t = 0; t < n_tok; t++)
+                for (int h = 0; h < n_heads; h++) {
+                    float *r = ref + (size_t)t * ld + (size_t)h * head_dim;
+                    kern_rmsnorm_ref(r, r, w, head_dim, eps);
+                }
+            float *d_x = dev_from(x, n * sizeof(float));
+            float *d_w = dev_from(w, (size_t)head_dim * sizeof(float));
+            must(kern_cuda_rmsnorm_heads(d_x, ld, n_tok, n_heads, head_dim, d_w, eps, g_stream),
+                 "kern_cuda_rmsnorm_heads");
+            to_host(got, d_x, n * sizeof(float));
+            double rest_bad = 0;
+            for (int t = 0; t < n_tok; t++)
+                for (size_t i = width; i < ld; i++)
+                    rest_bad += memcmp(&got[t * ld + i], &ref[t * ld + i], sizeof(float)) != 0;
+            report("RMS_NORM_HEADS", norm_err(got, ref, n) + rest_bad, 1e-6,
+                   "heads=%d,head_dim=%d,n_tok=%d,ld=%zu; rest of the rows: %.0f floats differ",
+                   n_heads, head_dim, n_tok, ld, rest_bad);
+            dev_free(d_x), dev_free(d_w);
+            free(x), free(ref), free(got), free(w);
+        }
+    float f;
+    report("RMS_NORM_HEADS",
+           kern_cuda_rmsnorm_heads(&f, 127, 1, 2, 64, &f, 1e-6f, g_stream) != BRISK_EINVAL, 0.0,
+           "args:ld<heads*head_dim");
+}
+
 /* ---- RoPE ------------------------------------------------------------------ */
 
 static void test_rope(void) {
@@ -273,6 +332,61 @@ static void test_rope(void) {
                     dev_free(d_ff);
                     free(x), free(ref), free(got);
                 }
+}
+
+/* kern_cuda_rope_to: q turned out of a fused QKV row (stride wider than the
+ * heads) into contiguous rows, as the fused QKV step does; partial and odd
+ * n_rot and n_rot = 1 (nothing turns: a copy) check the dims copied as they
+ * are. Bound 1e-6 as above; the source must keep its bits, and the output
+ * rows' padding (stride width + 3) its sentinel. */
+static void test_rope_to(void) {
+    const int shapes[][3] = {{9, 64, 64}, {2, 80, 33}, {4, 128, 64}, {2, 64, 1}, {32, 128, 128}};
+    for (size_t si = 0; si < CASES_LEN(shapes); si++)
+        for (int mode = 0; mode < 2; mode++)
+            for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++) {
+                int n_heads = shapes[si][0], head_dim = shapes[si][1], n_rot = shapes[si][2];
+                int n_tok = k_batches[bi], width = n_heads * head_dim;
+                size_t xs = (size_t)width + 2 * 40, os = (size_t)width + 3; /* q | k | v; padding */
+                size_t nx = (size_t)n_tok * xs, no = (size_t)n_tok * os;
+                int32_t pos[64];
+                for (int t = 0; t < n_tok; t++)
+                    pos[t] = rng_int(131072);
+                float *x = xmalloc(nx * sizeof(float)), *ref = xmalloc(no * sizeof(float));
+                float *got = xmalloc(no * sizeof(float)), *x_after = xmalloc(nx * sizeof(float));
+                fill(x, nx, 1.0f);
+                memset(ref, 0x7f, no * sizeof(float));
+                for (int t = 0; t < n_tok; t++) {
+                    memcpy(ref + (size_t)t * os, x + (size_t)t * xs, (size_t)width * sizeof(float));
+                    kern_rope(ref + (size_t)t * os, n_heads, head_dim, n_rot, pos[t], 500000.0f,
+                              1.0f, NULL, (kern_rope_mode)mode);
+                }
+                float *d_x = dev_from(x, nx * sizeof(float)), *d_o = dev_alloc(no * sizeof(float));
+                int32_t *d_pos = dev_from(pos, (size_t)n_tok * sizeof(int32_t));
+                must(kern_cuda_memset(d_o, 0x7f, no * sizeof(float), g_stream), "memset");
+                must(kern_cuda_rope_to(d_o, os, d_x, xs, n_tok, n_heads, head_dim, n_rot, d_pos,
+                                       500000.0f, 1.0f, NULL, 1.0f, (kern_rope_mode)mode, g_stream),
+                     "kern_cuda_rope_to");
+                to_host(got, d_o, no * sizeof(float));
+                to_host(x_after, d_x, nx * sizeof(float));
+                double pad_bad = memcmp(x, x_after, nx * sizeof(float)) != 0;
+                for (int t = 0; t < n_tok; t++)
+                    for (size_t i = (size_t)width; i < os; i++)
+                        pad_bad += memcmp(&got[t * os + i], &ref[t * os + i], sizeof(float)) != 0;
+                report("ROPE_TO", norm_err(got, ref, no) + pad_bad, 1e-6,
+                       "%s,heads=%d,head_dim=%d,n_rot=%d,n_tok=%d; source or padding changed: %.0f",
+                       mode ? "split_half" : "adjacent", n_heads, head_dim, n_rot, n_tok, pad_bad);
+                dev_free(d_x), dev_free(d_o), dev_free(d_pos);
+                free(x), free(ref), free(got), free(x_after);
+            }
+    /* Refused before anything is read (host pointers stand in). */
+    float f[2];
+    int32_t p0 = 0;
+    report("ROPE_TO",
+           (kern_cuda_rope_to(f, 64, f, 128, 1, 1, 64, 64, &p0, 1e4f, 1.0f, NULL, 1.0f,
+                              KERN_ROPE_ADJACENT, g_stream) != BRISK_EINVAL) +
+               (kern_cuda_rope_to(f, 63, f + 1, 64, 1, 1, 64, 64, &p0, 1e4f, 1.0f, NULL, 1.0f,
+                                  KERN_ROPE_ADJACENT, g_stream) != BRISK_EINVAL),
+           0.0, "args:in_place_strides_differ,out_stride<width");
 }
 
 /* ---- SiLU gate --------------------------------------------------------------- */
@@ -354,6 +468,61 @@ static void test_silu_mul(void) {
                     dev_free(d_o);
                 free(g), free(u), free(ref), free(got);
             }
+}
+
+/* The activations over fused gate|up rows (kern_cuda_silu_mul_rows,
+ * kern_cuda_gelu_mul_rows), as the fused GATE_UP step feeds them, against
+ * the CPU references on the gate and up halves; strides padded by 4 (float4
+ * path) or by 1 (scalar path); the output rows' padding keeps its sentinel.
+ * Bounds as silu_mul and gelu_mul (the same expressions). */
+static void test_act_rows(void) {
+    const int dims[] = {64, 100, 4096};
+    for (size_t di = 0; di < ARRAY_LEN(dims); di++)
+        for (size_t bi = 0; bi < CASES_LEN(k_batches); bi++)
+            for (int pad = 1; pad <= 4; pad += 3)
+                for (int gelu = 0; gelu < 2; gelu++) {
+                    int n = dims[di], rows = k_batches[bi];
+                    size_t ld_gu = 2 * (size_t)n + (size_t)pad, ld_o = (size_t)n + (size_t)pad;
+                    float *gu = xmalloc((size_t)rows * ld_gu * sizeof(float));
+                    float *ref = xmalloc((size_t)rows * ld_o * sizeof(float));
+                    float *got = xmalloc((size_t)rows * ld_o * sizeof(float));
+                    fill(gu, (size_t)rows * ld_gu, 3.0f);
+                    gu[0] = -100.0f;
+                    memset(ref, 0x7f, (size_t)rows * ld_o * sizeof(float));
+                    for (int r = 0; r < rows; r++) {
+                        const float *g = gu + (size_t)r * ld_gu;
+                        if (gelu)
+                            kern_gelu_tanh_mul_ref(ref + (size_t)r * ld_o, g, g + n, n);
+                        else
+                            kern_silu_mul_ref(ref + (size_t)r * ld_o, g, g + n, n);
+                    }
+                    float *d_gu = dev_from(gu, (size_t)rows * ld_gu * sizeof(float));
+                    float *d_o = dev_alloc((size_t)rows * ld_o * sizeof(float));
+                    must(kern_cuda_memset(d_o, 0x7f, (size_t)rows * ld_o * sizeof(float), g_stream),
+                         "memset");
+                    if (gelu)
+                        must(kern_cuda_gelu_mul_rows(d_o, ld_o, d_gu, ld_gu, rows, n, g_stream),
+                             "kern_cuda_gelu_mul_rows");
+                    else
+                        must(kern_cuda_silu_mul_rows(d_o, ld_o, d_gu, ld_gu, rows, n, g_stream),
+                             "kern_cuda_silu_mul_rows");
+                    to_host(got, d_o, (size_t)rows * ld_o * sizeof(float));
+                    double pad_bad = 0;
+                    for (int r = 0; r < rows; r++)
+                        for (size_t i = (size_t)n; i < ld_o; i++)
+                            pad_bad +=
+                                memcmp(&got[r * ld_o + i], &ref[r * ld_o + i], sizeof(float)) != 0;
+                    report(gelu ? "GELU_MUL_ROWS" : "SILU_MUL_ROWS",
+                           norm_err(got, ref, (size_t)rows * ld_o) + pad_bad, 2e-6,
+                           "n=%d,rows=%d,ld_gu=%zu,ld_out=%zu", n, rows, ld_gu, ld_o);
+                    dev_free(d_gu), dev_free(d_o);
+                    free(gu), free(ref), free(got);
+                }
+    float f;
+    report("SILU_MUL_ROWS",
+           (kern_cuda_silu_mul_rows(&f, 64, &f, 127, 1, 64, g_stream) != BRISK_EINVAL) +
+               (kern_cuda_gelu_mul_rows(&f, 63, &f, 128, 1, 64, g_stream) != BRISK_EINVAL),
+           0.0, "args:ld_gu<2n,ld_out<n");
 }
 
 /* ---- softmax ------------------------------------------------------------------ */
@@ -753,8 +922,12 @@ static void perf_all(void) {
      * then the copy stands in for the peak. */
     double peak = 2.0 * clock_khz * 1e3 * bus_bits / 8.0;
     double copy_bw = copy_bandwidth();
+    g_read_bw = read_bandwidth();
     printf("memory: %.0f GB/s peak (%d kHz x %d bits, DDR), device-to-device copy %.0f GB/s\n",
            peak * 1e-9, clock_khz, bus_bits, copy_bw * 1e-9);
+    printf("memory: read-only %.0f GB/s (streaming reduction over 2 GiB, best of 5: the decode "
+           "roofline; %.1f%% of peak, %.2fx the copy)\n",
+           g_read_bw * 1e-9, peak > 0 ? 100.0 * g_read_bw / peak : 0.0, g_read_bw / copy_bw);
     g_peak_bw = peak > 0 ? peak : copy_bw;
 
     /* llama-3-8b shapes: dim 4096, 32 heads of 128, ffn 14336, vocabulary
@@ -855,8 +1028,7 @@ static void perf_all(void) {
     perf_attn(copy_bw);
     if (selected("attn_prefill"))
         perf_attn_prefill(copy_bw);
-    if (selected("matmul"))
-        perf_matmul(copy_bw);
+    perf_matmul(copy_bw); /* its sections check the filter themselves */
     if (selected("sample"))
         perf_sample(copy_bw);
 }
@@ -867,7 +1039,8 @@ static int usage(void) {
     fprintf(stderr,
             "usage: test_cuda_ops [test|perf] [-o OP] [--small]\n"
             "  OP: embedding rmsnorm rope silu_mul gemma softmax argmax attn_decode attn_prefill\n"
-            "      kv_store kv_grouped matmul sample (substring)\n");
+            "      kv_store kv_grouped matmul fused sample (substring); perf also\n"
+            "      matmul_gemv, matmul_prefill, matmul_auto (the matmul sections)\n");
     return 2;
 }
 
@@ -897,6 +1070,10 @@ int main(int argc, char **argv) {
     }
     char desc[256];
     kern_cuda_describe(desc, sizeof desc);
+    int dev = 0;
+    cuda_must(cudaGetDevice(&dev), "cudaGetDevice");
+    cuda_must(cudaDeviceGetAttribute(&g_cc_major, cudaDevAttrComputeCapabilityMajor, dev),
+              "cudaDeviceGetAttribute");
     printf("test_cuda_ops: %s, mode %s%s\n", desc, perf ? "perf" : "test",
            g_small ? " (--small: 2 shapes and 2 batches a list)" : "");
     must(kern_cuda_stream_create(&g_stream), "kern_cuda_stream_create");
@@ -911,8 +1088,11 @@ int main(int argc, char **argv) {
         void (*run)(void);
     } tests[] = {{"embedding", test_embedding},
                  {"rmsnorm", test_rmsnorm},
+                 {"rmsnorm_heads", test_rmsnorm_heads},
                  {"rope", test_rope},
+                 {"rope_to", test_rope_to},
                  {"silu_mul", test_silu_mul},
+                 {"silu_mul_rows", test_act_rows},
                  {"gemma", test_gemma},
                  {"softmax", test_softmax},
                  {"argmax", test_argmax},
@@ -921,6 +1101,7 @@ int main(int argc, char **argv) {
                  {"kv_store", test_kv_store},
                  {"kv_grouped", test_kv_grouped},
                  {"matmul", test_matmul},
+                 {"fused", test_fused},
                  {"sample", test_sample}};
     for (size_t i = 0; i < ARRAY_LEN(tests); i++)
         if (selected(tests[i].name)) {
