@@ -42,6 +42,32 @@ int model_sampler_constrained(const model_sampler *s) {
     return s->n_banned > 0 || s->allowed != NULL;
 }
 
+/* Set bits of a word (no compiler builtin: plain C11). */
+static int sampler_popcount(uint32_t x) {
+    x = x - ((x >> 1) & 0x55555555u);
+    x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+    x = (x + (x >> 4)) & 0x0f0f0f0fu;
+    return (int)((x * 0x01010101u) >> 24);
+}
+
+int model_sampler_mask(const model_sampler *s, uint32_t *mask) {
+    const int nv = s->n_vocab;
+    const size_t words = ((size_t)nv + 31) / 32;
+    if (s->allowed)
+        memcpy(mask, s->allowed, words * sizeof *mask);
+    else
+        memset(mask, 0xff, words * sizeof *mask);
+    if (nv % 32) /* a grammar's mask leaves these 0; a full one must too */
+        mask[words - 1] &= (1u << (nv % 32)) - 1u;
+    for (int i = 0; i < s->n_banned; i++)
+        if (s->banned[i] >= 0 && s->banned[i] < nv)
+            mask[s->banned[i] >> 5] &= ~(1u << (s->banned[i] & 31));
+    int count = 0;
+    for (size_t w = 0; w < words; w++)
+        count += sampler_popcount(mask[w]);
+    return count;
+}
+
 model_sampling model_sampling_default(void) {
     model_sampling p;
     memset(&p, 0, sizeof p);

@@ -56,8 +56,18 @@ void model_sampler_set_banned(model_sampler *s, const int32_t *ids, int n);
  * the next call; NULL allows every token. */
 void model_sampler_set_allowed(model_sampler *s, const uint32_t *allowed);
 /* 1 when a ban or a mask is set: a backend that samples elsewhere (the
- * GPU) must leave such a row to model_sampler_sample on the host. */
+ * GPU) must apply model_sampler_mask's bitmask to such a row. */
 int model_sampler_constrained(const model_sampler *s);
+/* The tokens the next sample may take, as one bitmask: n_vocab bits, bit i
+ * of mask[i / 32], (n_vocab + 31) / 32 words, the bits past n_vocab 0. It is
+ * the grammar's mask (model_sampler_set_allowed; none: every token) less the
+ * banned ids: exactly the tokens whose logits model_sampler_sample leaves as
+ * they are before its edits, all the others becoming -inf. So a backend that
+ * sets every logit outside the mask to -inf as its first step, then samples
+ * as for an unconstrained row (edits, filters, draw), samples the same row
+ * model_sampler_sample would. Returns how many tokens are allowed; 0 means
+ * none, and the sampler then picks id 0 (as for a row of -inf logits). */
+int model_sampler_mask(const model_sampler *s, uint32_t *mask);
 
 /* ---- the edits: one description for every backend -----------------------
  *
