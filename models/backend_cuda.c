@@ -284,6 +284,7 @@ static void cuda_free(model_backend *be) {
     /* hidden states and the KV pool's layout (backend_cuda_fwd.c, backend_cuda_kv.c) */
     kern_cuda_free(cb->d_hidden), kern_cuda_free(cb->d_hid_idx);
     model_cuda_pinned_free(cb->h_hidden), model_cuda_pinned_free(cb->h_hid_idx);
+    model_cuda_sample_free(cb); /* the mask buffers (backend_cuda_sample.c) */
     free(cb->out_map);
     free(cb->layer_base);
     free(cb->layer_group);

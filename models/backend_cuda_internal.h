@@ -17,7 +17,7 @@
 #include "models/backend.h"
 #include "models/model_recipe.h"
 
-#define CUDA_RESERVE_BYTES ((size_t)512 << 20) /* graphs, cuBLAS, edits: kept out of the KV pool */
+#define CUDA_RESERVE_BYTES ((size_t)512 << 20) /* graphs, cuBLAS, edits, masks: not KV pool */
 #define CUDA_MAX_BUCKETS 48
 
 typedef struct cuda_layer {
@@ -90,6 +90,8 @@ typedef struct cuda_backend {
     int32_t *d_edit_ids, *h_edit_ids;
     float *d_edit_vals, *h_edit_vals;
     int edit_cap;
+    uint32_t *d_mask, *h_mask; /* constrained rows' masks, one pinned upload a step; grown */
+    size_t mask_cap;           /* words (backend_cuda_sample.c frees them) */
     void *samp_ws;
     size_t samp_ws_bytes;
     float *h_row;    /* one downloaded logits row */
@@ -140,6 +142,8 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
 int model_cuda_logits(model_backend *be, int row, const float **out);
 int model_cuda_hidden(model_backend *be, const float **rows, int *n_rows);
 int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids);
+/* Frees what sampling allocated on first use (the mask buffers). */
+void model_cuda_sample_free(cuda_backend *cb);
 int model_cuda_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cache **out);
 long long model_cuda_kv_budget(model_backend *be);
 

@@ -1,6 +1,6 @@
-/* backend_cuda_sample.c - sampling on the GPU: each row's settings and edit
- * list (models/sampler.h) uploaded, one kernel samples every row, only the
- * token ids come back. */
+/* backend_cuda_sample.c - sampling on the GPU: each row's settings, edit
+ * list and, for a constrained row, its mask (models/sampler.h) uploaded, one
+ * kernel samples every row, only the token ids come back. */
 #include "brisk_config.h"
 
 #if BRISK_HAVE_CUDA
@@ -58,59 +58,50 @@ static void cuda_job_edits(cuda_backend *cb, const model_sample_edits *e, kern_c
     *n_edits += n;
 }
 
-static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, int n, int32_t *ids);
+/* Room for `need` mask words (pinned and on the device), made on the first
+ * constrained row: a server without constraints never holds them. The
+ * buffers keep their contents only when not grown. */
+static int cuda_masks_reserve(cuda_backend *cb, size_t need) {
+    if (need <= cb->mask_cap)
+        return 0;
+    size_t cap = cb->mask_cap ? cb->mask_cap : need;
+    while (cap < need)
+        cap *= 2;
+    model_cuda_sample_free(cb);
+    int rc = kern_cuda_malloc((void **)&cb->d_mask, cap * sizeof(uint32_t));
+    if (!rc)
+        rc = model_cuda_pinned_alloc((void **)&cb->h_mask, cap * sizeof(uint32_t));
+    if (!rc)
+        cb->mask_cap = cap;
+    return rc;
+}
 
-/* Rows whose sampler bans tokens or holds a grammar's mask are sampled on
- * the host, from the row's logits, by the CPU's sampler (the same code the
- * CPU backend runs); the others in one kernel. */
+void model_cuda_sample_free(cuda_backend *cb) {
+    kern_cuda_free(cb->d_mask);
+    model_cuda_pinned_free(cb->h_mask);
+    cb->d_mask = NULL, cb->h_mask = NULL;
+    cb->mask_cap = 0;
+}
+
+/* Every row in one kernel, constrained ones too: a row whose sampler holds a
+ * grammar's mask or bans tokens gets model_sampler_mask's bits, which the
+ * kernel applies before everything else as model_sampler_sample does
+ * (kern_cuda_sample.cuh's step 0), so no row's logits cross to the host.
+ * The masks of the step travel in one upload from one pinned buffer. */
 int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0)
         return 0;
     if (n > cb->o.max_seqs)
         return BRISK_ERANGE;
-    int n_host = 0;
-    for (int i = 0; i < n; i++)
-        n_host += model_sampler_constrained(jobs[i].sampler);
-    if (n_host == 0)
-        return cuda_sample_device(cb, jobs, n, ids);
-    model_sample_job *dev = malloc((size_t)n * sizeof *dev);
-    int *where = malloc((size_t)n * sizeof *where);
-    int rc = dev && where ? 0 : BRISK_ENOMEM, n_dev = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
-        if (!model_sampler_constrained(jobs[i].sampler)) {
-            where[n_dev] = i;
-            dev[n_dev++] = jobs[i];
-            continue;
-        }
-        const float *raw = NULL;
-        rc = model_cuda_logits(be, jobs[i].row, &raw);
-        if (rc == 0) {
-            /* h_row is scratch: the sampler edits it, so the cached row is gone */
-            ids[i] = model_sampler_sample(jobs[i].sampler, cb->h_row, jobs[i].hist, jobs[i].n_hist);
-            cb->h_row_valid = -1;
-            rc = ids[i] < 0 ? ids[i] : 0;
-        }
-    }
-    if (rc == 0 && n_dev > 0) {
-        int32_t *got = malloc((size_t)n_dev * sizeof *got);
-        rc = got ? cuda_sample_device(cb, dev, n_dev, got) : BRISK_ENOMEM;
-        for (int k = 0; rc == 0 && k < n_dev; k++)
-            ids[where[k]] = got[k];
-        free(got);
-    }
-    free(dev);
-    free(where);
-    return rc;
-}
-
-static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, int n, int32_t *ids) {
     /* Every job's edit list first (each sampler holds its own), then room
      * for all of them: growing the upload arrays drops their contents. */
     model_sample_edits *edits = malloc((size_t)n * sizeof *edits);
     if (!edits)
         return BRISK_ENOMEM;
+    const size_t words = ((size_t)cb->c.n_vocab + 31) / 32;
     long need = 0;
+    size_t n_masked = 0;
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         if (jobs[i].row < 0 || jobs[i].row >= cb->n_out)
@@ -118,16 +109,22 @@ static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, in
         else
             rc = model_sampler_edits(jobs[i].sampler, jobs[i].hist, jobs[i].n_hist, &edits[i]);
         need += rc == 0 ? edits[i].n_bias + edits[i].n_pen : 0;
+        n_masked += (size_t)model_sampler_constrained(jobs[i].sampler);
     }
-    if (rc == 0 && need > 0x7fffffffL)
+    /* The kernel's offsets are int32: 4096 rows of a 152K vocabulary use
+     * 19M words, far below. */
+    if (rc == 0 && (need > 0x7fffffffL || n_masked * words > 0x7fffffffu))
         rc = BRISK_ERANGE;
     if (rc == 0)
         rc = cuda_edits_reserve(cb, (int)need);
+    if (rc == 0 && n_masked > 0)
+        rc = cuda_masks_reserve(cb, n_masked * words);
     if (rc < 0) {
         free(edits);
         return rc;
     }
     int n_edits = 0;
+    size_t n_mask_words = 0;
     for (int i = 0; i < n; i++) {
         const model_sample_job *j = &jobs[i];
         const model_sampling *p = model_sampler_params(j->sampler);
@@ -144,6 +141,12 @@ static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, in
         /* One draw per sampled token, as the CPU sampler makes. */
         r->u = p->temperature > 0.0f ? model_sampler_next_uniform(j->sampler) : 0.0;
         cuda_job_edits(cb, &edits[i], r, &n_edits);
+        r->mask_first = -1;
+        if (model_sampler_constrained(j->sampler)) {
+            r->mask_first = (int32_t)n_mask_words;
+            model_sampler_mask(j->sampler, cb->h_mask + n_mask_words);
+            n_mask_words += words;
+        }
     }
     free(edits);
     cudaStream_t s = cb->stream;
@@ -154,17 +157,22 @@ static int cuda_sample_device(cuda_backend *cb, const model_sample_job *jobs, in
             rc = kern_cuda_upload(cb->d_edit_vals, cb->h_edit_vals, (size_t)n_edits * sizeof(float),
                                   s);
     }
+    if (!rc && n_mask_words > 0)
+        rc = kern_cuda_upload(cb->d_mask, cb->h_mask, n_mask_words * sizeof(uint32_t), s);
     if (!rc)
-        rc = kern_cuda_sample(cb->d_ids, cb->logits, cb->o.max_batch_tokens, cb->c.n_vocab,
-                              cb->d_rows, n, n_edits ? cb->d_edit_ids : NULL,
-                              n_edits ? cb->d_edit_vals : NULL, n_edits, cb->samp_ws,
-                              cb->samp_ws_bytes, s);
+        rc = kern_cuda_sample(
+            cb->d_ids, cb->logits, cb->o.max_batch_tokens, cb->c.n_vocab, cb->d_rows, n,
+            n_edits ? cb->d_edit_ids : NULL, n_edits ? cb->d_edit_vals : NULL, n_edits,
+            n_mask_words ? cb->d_mask : NULL, (int)n_mask_words, cb->samp_ws, cb->samp_ws_bytes, s);
     if (!rc)
         rc = kern_cuda_download(cb->h_ids, cb->d_ids, (size_t)n * sizeof(int32_t), s);
     if (!rc)
         rc = kern_cuda_sync(s);
     if (rc < 0) {
         BRISK_ERROR("cuda: sampling failed: %s", kern_cuda_last_error());
+        /* The copies already queued read the pinned buffers the next step
+         * writes: let them finish (or fail) first. */
+        (void)kern_cuda_sync(s);
         return rc;
     }
     memcpy(ids, cb->h_ids, (size_t)n * sizeof(int32_t));

@@ -1,6 +1,6 @@
-// kern_cuda_sample.cu - sampling on the GPU: bias, penalties, greedy or
-// temperature, top-k, top-p, min-p and the draw, one block per row; kernel,
-// launcher, C entry.
+// kern_cuda_sample.cu - sampling on the GPU: a constrained row's mask,
+// bias, penalties, greedy or temperature, top-k, top-p, min-p and the draw,
+// one block per row; kernel, launcher, C entry.
 //
 // The row's survivors are always a prefix of one total order: (value desc,
 // id asc). top-k, top-p and min-p each cut that order once, so the kernel
@@ -381,22 +381,26 @@ __device__ sample_cut sample_topp_search(const sample_ctx &c, sample_shared &sh,
 
 // ---- kernel -----------------------------------------------------------------
 // One block per row. The workspace row holds the edited copy of the logits
-// (rows with edits), then each id's key. A row's cost: one pass for greedy;
-// for sampling one pass to key the row (max, count and the first digit's
-// counts on the way), the selects' passes, one to compact the head, and two
-// for a draw over the whole row.
+// (rows with a mask or edits), then each id's key. A row's cost: one pass
+// for greedy; for sampling one pass to key the row (max, count and the first
+// digit's counts on the way), the selects' passes, one to compact the head,
+// and two for a draw over the whole row.
 static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
     int32_t *__restrict__ ids, const float *__restrict__ logits, int n_logit_rows, int n_vocab,
     const kern_cuda_sample_row *__restrict__ rows, const int32_t *__restrict__ edit_ids,
-    const float *__restrict__ edit_vals, int n_edits, unsigned *__restrict__ ws) {
+    const float *__restrict__ edit_vals, int n_edits, const uint32_t *__restrict__ mask,
+    int n_mask_words, unsigned *__restrict__ ws) {
     __shared__ sample_shared sh;
     const int row = blockIdx.x;
     const kern_cuda_sample_row p = rows[row];
+    // Words of one row's mask (n_vocab + 31 could overflow an int).
+    const int n_mask_row = (n_vocab >> 5) + ((n_vocab & 31) != 0);
     // The row descriptor comes from device memory: check it before reading
     // anything through it (block-uniform).
     if (p.logit_row < 0 || p.logit_row >= n_logit_rows || p.n_bias < 0 || p.bias_first < 0 ||
         (long long)p.bias_first + p.n_bias > n_edits || p.n_pen < 0 || p.pen_first < 0 ||
-        (long long)p.pen_first + p.n_pen > n_edits) {
+        (long long)p.pen_first + p.n_pen > n_edits || p.mask_first < -1 ||
+        (p.mask_first >= 0 && (long long)p.mask_first + n_mask_row > n_mask_words)) {
         if (threadIdx.x == 0)
             ids[row] = -1;
         return;
@@ -415,13 +419,22 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
     c.keys = ws + (size_t)row * (size_t)n_vocab;
     const float *src = logits + (size_t)p.logit_row * (size_t)n_vocab;
 
-    // 1-2. Edits on a copy: biases, then (after the barrier) penalties, one
-    // thread per edit (ids are distinct within a kind). __f*_rn: the CPU's
-    // float operations exactly, no fused multiply-add.
-    const bool edited = p.n_bias > 0 || p.n_pen > 0;
+    // 0-2. The mask and the edits on a copy: the copy takes -inf where the
+    // mask's bit is clear (before the edits, as the CPU sampler: -inf stays
+    // -inf through a finite bias or penalty), then biases, then (after the
+    // barrier) penalties, one thread per edit (ids are distinct within a
+    // kind). __f*_rn: the CPU's float operations exactly, no fused
+    // multiply-add. A warp's 32 consecutive ids share one or two mask words.
+    const bool masked = p.mask_first >= 0;
+    const bool edited = masked || p.n_bias > 0 || p.n_pen > 0;
     if (edited) {
-        for (int i = c.lo + c.lane; i < c.hi; i += KERN_CUDA_WARP)
-            c.keys[i] = __float_as_uint(src[i]);
+        const uint32_t *m = masked ? mask + p.mask_first : nullptr;
+        for (int i = c.lo + c.lane; i < c.hi; i += KERN_CUDA_WARP) {
+            float v = src[i];
+            if (masked && !((m[i >> 5] >> (i & 31)) & 1u))
+                v = -INFINITY;
+            c.keys[i] = __float_as_uint(v);
+        }
         __syncthreads();
         for (int e = threadIdx.x; e < p.n_bias; e += blockDim.x) {
             const int id = edit_ids[p.bias_first + e];
@@ -747,12 +760,13 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
 // ---- launcher ---------------------------------------------------------------
 static int sample_launch(int32_t *ids, const float *logits, int n_logit_rows, int n_vocab,
                          const kern_cuda_sample_row *rows, int n_rows, const int32_t *edit_ids,
-                         const float *edit_vals, int n_edits, void *ws, cudaStream_t stream) {
+                         const float *edit_vals, int n_edits, const uint32_t *mask,
+                         int n_mask_words, void *ws, cudaStream_t stream) {
     // About 16 ids a thread up to 1024 threads (a 152K vocabulary: 149).
     const int threads = kern_cuda_row_threads(n_vocab, 16, SAMPLE_MAX_THREADS);
-    sample_kernel<<<(unsigned)n_rows, threads, 0, stream>>>(ids, logits, n_logit_rows, n_vocab,
-                                                            rows, edit_ids, edit_vals, n_edits,
-                                                            static_cast<unsigned *>(ws));
+    sample_kernel<<<(unsigned)n_rows, threads, 0, stream>>>(
+        ids, logits, n_logit_rows, n_vocab, rows, edit_ids, edit_vals, n_edits, mask, n_mask_words,
+        static_cast<unsigned *>(ws));
     return KERN_CUDA_LAUNCH_CHECK("sample_kernel");
 }
 
@@ -768,8 +782,9 @@ extern "C" size_t kern_cuda_sample_ws_bytes(int n_rows, int n_vocab) {
 extern "C" int kern_cuda_sample(int32_t *ids, const float *logits, int n_logit_rows, int n_vocab,
                                 const kern_cuda_sample_row *rows, int n_rows,
                                 const int32_t *edit_ids, const float *edit_vals, int n_edits,
-                                void *ws, size_t ws_bytes, cudaStream_t stream) {
-    if (n_vocab <= 0 || n_rows < 0 || n_edits < 0)
+                                const uint32_t *mask, int n_mask_words, void *ws, size_t ws_bytes,
+                                cudaStream_t stream) {
+    if (n_vocab <= 0 || n_rows < 0 || n_edits < 0 || n_mask_words < 0)
         return BRISK_EINVAL;
     if (n_rows == 0)
         return BRISK_OK;
@@ -780,6 +795,8 @@ extern "C" int kern_cuda_sample(int32_t *ids, const float *logits, int n_logit_r
         return BRISK_EINVAL;
     if (n_edits > 0 && (!edit_ids || !edit_vals))
         return BRISK_EINVAL;
+    if (n_mask_words > 0 && (!mask || !kern_cuda_aligned(mask, sizeof(uint32_t))))
+        return BRISK_EINVAL;
     return sample_launch(ids, logits, n_logit_rows, n_vocab, rows, n_rows, edit_ids, edit_vals,
-                         n_edits, ws, stream);
+                         n_edits, mask, n_mask_words, ws, stream);
 }

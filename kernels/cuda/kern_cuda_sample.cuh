@@ -6,6 +6,13 @@
  * never modified: the sampler works on a copy in the workspace) with the
  * CPU sampler's semantics and order (models/sampler.h; the bias and penalty
  * edits are the sampler's own list, model_sampler_edits, uploaded as is):
+ *   0. mask (a row with mask_first >= 0): l[id] = -inf for every id whose
+ *      bit is clear in the row's n_mask_row = (n_vocab + 31) / 32 words at
+ *      mask + mask_first (bit i of word i / 32), model_sampler_mask's bits:
+ *      a grammar's allowed tokens less the banned ones. The CPU sampler sets
+ *      the same logits to -inf before its edits, so the row then samples as
+ *      model_sampler_sample would; a row whose mask allows nothing has no
+ *      candidate (id 0, below);
  *   1. logit bias:  l[id] += value for each (id, value) of the row's bias
  *      edits (ids distinct: the host sums duplicates; ids out of range are
  *      ignored);
@@ -37,22 +44,27 @@
  *   edit_ids, edit_vals: the n_edits bias and penalty edits the rows point
  *           into (device; NULL when n_edits is 0); a penalty edit's value is
  *           its count as a float.
+ *   mask:   n_mask_words uint32 words the masked rows point into (device;
+ *           NULL when n_mask_words is 0), one row's mask after another.
  *   ws:     kern_cuda_sample_ws_bytes(n_rows, n_vocab) bytes (device, 4-byte
  *           aligned, not overlapping logits): row r's edited copy and
  *           order-preserving keys live at ws + r * n_vocab * 4.
  * The rows are in device memory, so only the kernel can check them: a row
- * whose logit_row is outside [0, n_logit_rows) or whose edit ranges are
- * negative or run past n_edits gets id -1, and nothing is read through it.
- * (n_logit_rows and n_edits are arguments for that check.) A candidate
- * whose l / temperature is NaN (a NaN temperature, +inf / +inf) is dropped.
+ * whose logit_row is outside [0, n_logit_rows), whose edit ranges are
+ * negative or run past n_edits, or whose mask_first is below -1 or whose
+ * mask runs past n_mask_words gets id -1, and nothing is read through it.
+ * (n_logit_rows, n_edits and n_mask_words are arguments for that check.) A
+ * candidate whose l / temperature is NaN (a NaN temperature, +inf / +inf) is
+ * dropped.
  * Deterministic: the same inputs give the same ids (fixed reduction orders,
  * no float atomics). The double sums of steps 6 and 8 are in the GPU's own
  * fixed order, so they round differently from a sequential sum (~1e-16
  * relative): a top-p cut or a draw can differ from a sequential reference
  * only when top_p or u * sum lands that close to a cumulative boundary.
  * Returns 0; BRISK_EINVAL for n_vocab <= 0, n_rows < 0, n_edits < 0,
- * n_logit_rows < 1 with rows, a NULL pointer, rows not 8-byte aligned, a
- * misaligned or too small ws; or the launch error. Asynchronous on stream. */
+ * n_mask_words < 0, n_logit_rows < 1 with rows, a NULL pointer, rows not
+ * 8-byte aligned, a misaligned or too small ws; or the launch error.
+ * Asynchronous on stream. */
 #ifndef KERN_CUDA_SAMPLE_CUH
 #define KERN_CUDA_SAMPLE_CUH
 
@@ -75,6 +87,7 @@ typedef struct kern_cuda_sample_row {
     float frequency_penalty;
     int32_t bias_first, n_bias; /* edits [bias_first, bias_first + n_bias) */
     int32_t pen_first, n_pen;   /* edits [pen_first, pen_first + n_pen) */
+    int32_t mask_first;         /* the row's mask: words [mask_first, + n_mask_row); -1: none */
     double u;
 } kern_cuda_sample_row;
 
@@ -83,8 +96,8 @@ size_t kern_cuda_sample_ws_bytes(int n_rows, int n_vocab);
 
 int kern_cuda_sample(int32_t *ids, const float *logits, int n_logit_rows, int n_vocab,
                      const kern_cuda_sample_row *rows, int n_rows, const int32_t *edit_ids,
-                     const float *edit_vals, int n_edits, void *ws, size_t ws_bytes,
-                     cudaStream_t stream);
+                     const float *edit_vals, int n_edits, const uint32_t *mask, int n_mask_words,
+                     void *ws, size_t ws_bytes, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

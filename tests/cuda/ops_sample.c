@@ -22,7 +22,16 @@
  *
  * The distribution check draws 20000 times from one row (temperature 1,
  * top_k 50) with different u: every count within 5 sigma of its
- * probability (binomial), besides every id equal to the reference's. */
+ * probability (binomial), besides every id equal to the reference's.
+ *
+ * Masks (a grammar's allowed tokens less the bans, step 0): the words come
+ * from model_sampler_mask, as in the backend, for masks that allow about 1
+ * id in 64, 15 in 16, one id, none, and no grammar with bans alone
+ * (min_tokens); the bans take the best allowed logit and the id a +30 bias
+ * raises. The same exactness: ids equal to the reference (which sets the
+ * masked logits to -inf before the edits, as models/sampler.c), greedy rows
+ * equal to model_sampler_sample with that grammar mask and those bans set,
+ * and no id outside its mask (a row that allows nothing gives id 0). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,10 +68,16 @@ static int samp_close(double a, double b, double rel) {
     return fabs(a - b) <= rel * fmax(fabs(b), 1e-300);
 }
 
-/* Steps 1-2 on a copy: l = the row's logits after its bias and penalty edits. */
+/* Steps 0-2 on a copy: l = the row's logits, -inf outside its mask (masks:
+ * every row's words, read at p->mask_first when that is >= 0), after its
+ * bias and penalty edits. */
 static void samp_edit(float *l, const float *logits, int n_vocab, const kern_cuda_sample_row *p,
-                      const int32_t *edit_ids, const float *edit_vals) {
+                      const int32_t *edit_ids, const float *edit_vals, const uint32_t *masks) {
     memcpy(l, logits, (size_t)n_vocab * sizeof(float));
+    if (p->mask_first >= 0)
+        for (int i = 0; i < n_vocab; i++)
+            if (!(masks[(size_t)p->mask_first + (size_t)(i >> 5)] >> (i & 31) & 1u))
+                l[i] = -INFINITY;
     for (int e = 0; e < p->n_bias; e++) {
         int32_t id = edit_ids[p->bias_first + e];
         if (id >= 0 && id < n_vocab)
@@ -151,9 +166,9 @@ static int32_t samp_draw(const samp_cand *c, int n, double max_l, double u, int 
 /* The contract's id for row p; c: n_vocab scratch candidates, l: n_vocab
  * scratch floats. */
 static int32_t samp_ref(const float *logits, int n_vocab, const kern_cuda_sample_row *p,
-                        const int32_t *edit_ids, const float *edit_vals, float *l, samp_cand *c,
-                        int *near) {
-    samp_edit(l, logits, n_vocab, p, edit_ids, edit_vals);
+                        const int32_t *edit_ids, const float *edit_vals, const uint32_t *masks,
+                        float *l, samp_cand *c, int *near) {
+    samp_edit(l, logits, n_vocab, p, edit_ids, edit_vals, masks);
     if (p->temperature <= 0.0f) {
         int32_t best = 0;
         for (int i = 1; i < n_vocab; i++)
@@ -209,8 +224,14 @@ static void samp_fill_row(float *x, int n, int kind, samp_cand *scratch) {
     }
 }
 
+#define SAMP_HIST 64
+#define SAMP_BANS 6 /* bans of a masked row at most */
+
 /* A batch under construction: rows, the edits they point into, and each
- * row's history (for model_sampler_sample on greedy rows). */
+ * row's history (for model_sampler_sample on greedy rows); for masked rows
+ * the words the kernel reads (model_sampler_mask's) and what they were made
+ * of, for model_sampler_sample: the grammar's allowed words at the same
+ * offsets (has_allow 0: no grammar) and the bans. */
 typedef struct samp_batch {
     kern_cuda_sample_row *rows;
     int n_rows, cap_rows;
@@ -219,9 +240,13 @@ typedef struct samp_batch {
     int n_edits, cap_edits;
     int32_t *hist; /* SAMP_HIST per row */
     int *n_hist;
+    uint32_t *masks, *allow;
+    int n_mask_words, cap_mask_words;
+    uint8_t *has_allow; /* per row */
+    int32_t *bans;      /* SAMP_BANS per row */
+    int *n_ban;
 } samp_batch;
 
-#define SAMP_HIST 64
 /* Presence and frequency count the history from here (model_sampling.pf_from:
  * the prompt is left to the repetition penalty). */
 #define SAMP_PF_FROM 20
@@ -275,6 +300,9 @@ static void samp_add_row(samp_batch *b, const float *logits, int n_vocab, int lo
     p->min_p = min_p;
     p->repetition_penalty = 1.0f;
     p->u = rng_uniform();
+    p->mask_first = -1;
+    b->has_allow[b->n_rows] = 0;
+    b->n_ban[b->n_rows] = 0;
     p->bias_first = b->n_edits;
     int used[6], n_used = 0;
     if (bias) {
@@ -351,6 +379,10 @@ static int32_t samp_cpu_greedy(const samp_batch *b, int r, const float *logits, 
         fprintf(stderr, "test_cuda_ops: model_sampler_create failed\n");
         exit(1);
     }
+    if (p->mask_first >= 0) { /* the grammar's mask and the bans the row's words came from */
+        model_sampler_set_allowed(ms, b->has_allow[r] ? b->allow + p->mask_first : NULL);
+        model_sampler_set_banned(ms, b->bans + (size_t)r * SAMP_BANS, b->n_ban[r]);
+    }
     memcpy(scratch, logits + (size_t)p->logit_row * n_vocab, (size_t)n_vocab * sizeof(float));
     int32_t id = model_sampler_sample(ms, scratch, b->hist + (size_t)r * SAMP_HIST, b->n_hist[r]);
     model_sampler_free(ms);
@@ -366,16 +398,18 @@ static void samp_run(const samp_batch *b, const float *logits, int n_lrows, int 
     int32_t *d_eid =
         b->n_edits ? dev_from(b->edit_ids, (size_t)b->n_edits * sizeof(int32_t)) : NULL;
     float *d_ev = b->n_edits ? dev_from(b->edit_vals, (size_t)b->n_edits * sizeof(float)) : NULL;
+    uint32_t *d_mask =
+        b->n_mask_words ? dev_from(b->masks, (size_t)b->n_mask_words * sizeof(uint32_t)) : NULL;
     int32_t *d_ids = dev_alloc((size_t)b->n_rows * sizeof(int32_t));
     void *d_ws = dev_alloc(ws_bytes);
     must(kern_cuda_memset(d_ids, 0x7f, (size_t)b->n_rows * sizeof(int32_t), g_stream),
          "kern_cuda_memset");
     must(kern_cuda_sample(d_ids, d_l, n_lrows, n_vocab, d_rows, b->n_rows, d_eid, d_ev, b->n_edits,
-                          d_ws, ws_bytes, g_stream),
+                          d_mask, b->n_mask_words, d_ws, ws_bytes, g_stream),
          "kern_cuda_sample");
     to_host(got, d_ids, (size_t)b->n_rows * sizeof(int32_t));
     dev_free(d_l), dev_free(d_rows), dev_free(d_eid), dev_free(d_ev), dev_free(d_ids);
-    dev_free(d_ws);
+    dev_free(d_mask), dev_free(d_ws);
 }
 
 static void samp_batch_init(samp_batch *b, int cap_rows) {
@@ -384,16 +418,156 @@ static void samp_batch_init(samp_batch *b, int cap_rows) {
     b->rows = xmalloc((size_t)cap_rows * sizeof *b->rows);
     b->hist = xmalloc((size_t)cap_rows * SAMP_HIST * sizeof(int32_t));
     b->n_hist = xmalloc((size_t)cap_rows * sizeof(int));
+    b->has_allow = xmalloc((size_t)cap_rows);
+    b->bans = xmalloc((size_t)cap_rows * SAMP_BANS * sizeof(int32_t));
+    b->n_ban = xmalloc((size_t)cap_rows * sizeof(int));
 }
 
 static void samp_batch_free(samp_batch *b) {
     free(b->rows), free(b->hist), free(b->n_hist), free(b->edit_ids), free(b->edit_vals);
+    free(b->masks), free(b->allow), free(b->has_allow), free(b->bans), free(b->n_ban);
+}
+
+enum { MASK_SPARSE, MASK_DENSE, MASK_ONE, MASK_NONE, MASK_BANS_ONLY, MASK_KINDS };
+static const char *const k_mask_names[MASK_KINDS] = {"sparse", "dense", "one", "none", "bans only"};
+
+/* Gives row r (the last added) a mask of this kind: a grammar's mask that
+ * allows about 1 id in 64 and the best logit (SPARSE), about 15 in 16
+ * (DENSE), one random id (ONE), nothing (NONE), or no grammar and bans alone
+ * (BANS_ONLY, min_tokens' case). Bans, except for NONE: the best allowed
+ * logit, the id the row's +30/+10 bias raises (it must stay out), two random
+ * ids, and -1 and n_vocab + 2 (ignored). The words the kernel reads come
+ * from model_sampler_mask, as in the backend. */
+static void samp_mask_row(samp_batch *b, const float *logits, int n_vocab, int kind) {
+    const int r = b->n_rows - 1, words = (n_vocab + 31) / 32;
+    kern_cuda_sample_row *p = &b->rows[r];
+    const float *x = logits + (size_t)p->logit_row * n_vocab;
+    if (b->n_mask_words + words > b->cap_mask_words) {
+        int cap = b->cap_mask_words ? b->cap_mask_words : 4096;
+        while (cap < b->n_mask_words + words)
+            cap *= 2;
+        uint32_t *nm = realloc(b->masks, (size_t)cap * sizeof *nm);
+        uint32_t *na = nm ? realloc(b->allow, (size_t)cap * sizeof *na) : NULL;
+        if (nm)
+            b->masks = nm;
+        if (!nm || !na) {
+            fprintf(stderr, "test_cuda_ops: out of host memory\n");
+            exit(1);
+        }
+        b->allow = na;
+        b->cap_mask_words = cap;
+    }
+    const int off = b->n_mask_words;
+    uint32_t *al = b->allow + off;
+    memset(al, 0, (size_t)words * sizeof *al);
+    int top = samp_top_id(x, n_vocab);
+    for (int i = 0; i < n_vocab; i++) {
+        int on = kind == MASK_SPARSE  ? rng_int(64) == 0 || i == top
+                 : kind == MASK_DENSE ? rng_int(16) != 0
+                                      : 0;
+        al[i >> 5] |= (uint32_t)on << (i & 31);
+    }
+    if (kind == MASK_ONE) {
+        const int one = rng_int(n_vocab);
+        al[one >> 5] |= 1u << (one & 31);
+    }
+    b->has_allow[r] = kind != MASK_BANS_ONLY;
+    int32_t *ban = b->bans + (size_t)r * SAMP_BANS;
+    int n_ban = 0;
+    if (kind != MASK_NONE) {
+        int best = -1; /* the best allowed logit */
+        for (int i = 0; i < n_vocab; i++)
+            if ((kind == MASK_BANS_ONLY || (al[i >> 5] >> (i & 31) & 1u)) && !isnan(x[i]) &&
+                (best < 0 || x[i] > x[best]))
+                best = i;
+        if (best >= 0 && kind != MASK_ONE) /* ONE keeps its one id */
+            ban[n_ban++] = best;
+        if (p->n_bias >= 2)
+            ban[n_ban++] = b->edit_ids[p->bias_first + 1];
+        ban[n_ban++] = rng_int(n_vocab);
+        ban[n_ban++] = rng_int(n_vocab);
+        ban[n_ban++] = -1;
+        ban[n_ban++] = n_vocab + 2;
+    }
+    b->n_ban[r] = n_ban;
+    model_sampling sd = model_sampling_default();
+    model_sampler *ms = model_sampler_create(&sd, n_vocab);
+    if (!ms) {
+        fprintf(stderr, "test_cuda_ops: model_sampler_create failed\n");
+        exit(1);
+    }
+    model_sampler_set_allowed(ms, b->has_allow[r] ? al : NULL);
+    model_sampler_set_banned(ms, ban, n_ban);
+    model_sampler_mask(ms, b->masks + off);
+    model_sampler_free(ms);
+    p->mask_first = off;
+    b->n_mask_words += words;
+}
+
+/* Whether id is one row p may give: allowed by its mask, or 0 when the mask
+ * allows nothing; any id without a mask. */
+static int samp_in_mask(const samp_batch *b, const kern_cuda_sample_row *p, int n_vocab,
+                        int32_t id) {
+    if (p->mask_first < 0)
+        return 1;
+    const uint32_t *m = b->masks + p->mask_first;
+    int any = 0;
+    for (int w = 0; w < (n_vocab + 31) / 32; w++)
+        any |= m[w] != 0;
+    if (!any)
+        return id == 0;
+    return id >= 0 && id < n_vocab && (m[id >> 5] >> (id & 31) & 1u);
 }
 
 static void samp_describe(const kern_cuda_sample_row *p, char *buf, size_t len) {
-    snprintf(buf, len, "lrow=%d T=%g k=%d p=%g minp=%g bias=%d pen=%d u=%.17g", p->logit_row,
-             (double)p->temperature, p->top_k, (double)p->top_p, (double)p->min_p, p->n_bias,
-             p->n_pen, p->u);
+    snprintf(buf, len, "lrow=%d T=%g k=%d p=%g minp=%g bias=%d pen=%d mask=%d u=%.17g",
+             p->logit_row, (double)p->temperature, p->top_k, (double)p->top_p, (double)p->min_p,
+             p->n_bias, p->n_pen, p->mask_first, p->u);
+}
+
+/* Runs batch b on the GPU and reports its ids against the reference, its
+ * greedy rows against model_sampler_sample, and (with masks) ids outside
+ * their row's mask. what: "" or "mask " (the report lines' prefix);
+ * c, l: n_vocab scratch. */
+static void samp_check(const samp_batch *b, const float *logits, int n_lrows, int n_vocab,
+                       const char *what, samp_cand *c, float *l) {
+    int32_t *got = xmalloc((size_t)b->n_rows * sizeof(int32_t));
+    samp_run(b, logits, n_lrows, n_vocab, got);
+    int wrong = 0, wrong_greedy = 0, n_greedy = 0, near = 0, outside = 0;
+    for (int r = 0; r < b->n_rows; r++) {
+        const kern_cuda_sample_row *p = &b->rows[r];
+        int nr = 0;
+        int32_t ref = samp_ref(logits + (size_t)p->logit_row * n_vocab, n_vocab, p, b->edit_ids,
+                               b->edit_vals, b->masks, l, c, &nr);
+        near += nr;
+        char desc[160];
+        if (got[r] != ref) {
+            samp_describe(p, desc, sizeof desc);
+            if (wrong++ < 5)
+                fprintf(stderr, "    row %d (%s): gpu %d, ref %d%s\n", r, desc, got[r], ref,
+                        nr ? " (near a boundary)" : "");
+        }
+        if (nr) {
+            samp_describe(p, desc, sizeof desc);
+            printf("    note: row %d (%s) is within 1e-9 of a boundary\n", r, desc);
+        }
+        if (!samp_in_mask(b, p, n_vocab, got[r]) && outside++ < 5)
+            fprintf(stderr, "    row %d: gpu %d is outside its mask\n", r, got[r]);
+        if (p->temperature <= 0.0f) {
+            n_greedy++;
+            int32_t cpu = samp_cpu_greedy(b, r, logits, n_vocab, l);
+            if (cpu != got[r] && wrong_greedy++ < 5)
+                fprintf(stderr, "    row %d: gpu %d, model_sampler_sample %d\n", r, got[r], cpu);
+        }
+    }
+    report("SAMPLE", wrong, 0.0, "%svocab=%d,rows=%d; %d ids differ from the reference, %d near",
+           what, n_vocab, b->n_rows, wrong, near);
+    report("SAMPLE", wrong_greedy, 0.0, "%svocab=%d,greedy rows=%d; %d differ from the CPU sampler",
+           what, n_vocab, n_greedy, wrong_greedy);
+    if (b->n_mask_words)
+        report("SAMPLE", outside, 0.0, "%svocab=%d,rows=%d; %d ids outside their mask", what,
+               n_vocab, b->n_rows, outside);
+    free(got);
 }
 
 /* Every combination of temperature (greedy, 0.7, 1.5), top_k (off, 1, 40,
@@ -454,39 +628,59 @@ static void samp_vocab_case(int n_vocab) {
     samp_add_row(&b, logits, n_vocab, SAMP_HOLES, 1.0f, 0, 0.0f, 0.0f, 1, 0);
     samp_add_row(&b, logits, n_vocab, SAMP_PLAIN, NAN, 40, 0.9f, 0.0f, 0, 0);
 
-    int32_t *got = xmalloc((size_t)b.n_rows * sizeof(int32_t));
-    samp_run(&b, logits, n_lrows, n_vocab, got);
-    int wrong = 0, wrong_greedy = 0, n_greedy = 0, near = 0;
-    for (int r = 0; r < b.n_rows; r++) {
-        const kern_cuda_sample_row *p = &b.rows[r];
-        int nr = 0;
-        int32_t ref = samp_ref(logits + (size_t)p->logit_row * n_vocab, n_vocab, p, b.edit_ids,
-                               b.edit_vals, l, c, &nr);
-        near += nr;
-        char desc[160];
-        if (got[r] != ref) {
-            samp_describe(p, desc, sizeof desc);
-            if (wrong++ < 5)
-                fprintf(stderr, "    row %d (%s): gpu %d, ref %d%s\n", r, desc, got[r], ref,
-                        nr ? " (near a boundary)" : "");
-        }
-        if (nr) {
-            samp_describe(p, desc, sizeof desc);
-            printf("    note: row %d (%s) is within 1e-9 of a boundary\n", r, desc);
-        }
-        if (p->temperature <= 0.0f) {
-            n_greedy++;
-            int32_t cpu = samp_cpu_greedy(&b, r, logits, n_vocab, l);
-            if (cpu != got[r] && wrong_greedy++ < 5)
-                fprintf(stderr, "    row %d: gpu %d, model_sampler_sample %d\n", r, got[r], cpu);
-        }
-    }
-    report("SAMPLE", wrong, 0.0, "vocab=%d,rows=%d; %d ids differ from the reference, %d near",
-           n_vocab, b.n_rows, wrong, near);
-    report("SAMPLE", wrong_greedy, 0.0, "vocab=%d,greedy rows=%d; %d differ from the CPU sampler",
-           n_vocab, n_greedy, wrong_greedy);
+    samp_check(&b, logits, n_lrows, n_vocab, "", c, l);
     samp_batch_free(&b);
-    free(logits), free(c), free(l), free(got);
+    free(logits), free(c), free(l);
+}
+
+/* Masked rows: each kind of mask (samp_mask_row) with every temperature
+ * (greedy, 0.7, 1.5), top_k (off, 40, n_vocab + 5), top_p (off, 0.9) and
+ * min_p (off, 0.05), the bias and the penalties on alternate rows: 180 rows
+ * over logit rows of every kind; for large vocabularies also dense masks
+ * whose top-k or top-p set outgrows the kernel's 4096-entry head. */
+static void samp_mask_case(int n_vocab) {
+    const int n_lrows = 8;
+    const float temps[] = {0.0f, 0.7f, 1.5f}, top_ps[] = {1.0f, 0.9f}, min_ps[] = {0.0f, 0.05f};
+    const int top_ks[] = {0, 40, n_vocab + 5};
+    float *logits = xmalloc((size_t)n_lrows * n_vocab * sizeof(float));
+    samp_cand *c = xmalloc((size_t)n_vocab * sizeof *c);
+    float *l = xmalloc((size_t)n_vocab * sizeof(float));
+    for (int lr = 0; lr < n_lrows; lr++) /* no all -inf row: the masks make empty rows */
+        samp_fill_row(logits + (size_t)lr * n_vocab, n_vocab, lr % SAMP_ALL_NEG_INF, c);
+    samp_batch b;
+    samp_batch_init(&b, 220);
+    int combo = 0;
+    for (int kind = 0; kind < MASK_KINDS; kind++)
+        for (size_t ti = 0; ti < ARRAY_LEN(temps); ti++)
+            for (size_t ki = 0; ki < ARRAY_LEN(top_ks); ki++)
+                for (size_t pi = 0; pi < ARRAY_LEN(top_ps); pi++)
+                    for (size_t mi = 0; mi < ARRAY_LEN(min_ps); mi++, combo++) {
+                        samp_add_row(&b, logits, n_vocab, combo % n_lrows, temps[ti], top_ks[ki],
+                                     top_ps[pi], min_ps[mi], combo % 2 ? 1 + (combo / 2) % 2 : 0,
+                                     (combo / 3) % 2);
+                        samp_mask_row(&b, logits, n_vocab, kind);
+                    }
+    if (n_vocab >= 20000) {
+        const struct {
+            float t, p, minp;
+            int k;
+        } big[] = {{1.5f, 0.99f, 0.0f, 0},
+                   {1.0f, 1.0f, 0.0f, 0},
+                   {1.5f, 1.0f, 0.05f, 5000},
+                   {1.0f, 0.95f, 0.01f, 20000}};
+        for (size_t q = 0; q < ARRAY_LEN(big); q++)
+            for (int lr = 0; lr < 4; lr++) {
+                samp_add_row(&b, logits, n_vocab, lr, big[q].t, big[q].k, big[q].p, big[q].minp,
+                             (int)(q % 2), lr % 2);
+                samp_mask_row(&b, logits, n_vocab, lr % 2 ? MASK_DENSE : MASK_BANS_ONLY);
+            }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "mask (%s, %s, %s, %s, %s) ", k_mask_names[0], k_mask_names[1],
+             k_mask_names[2], k_mask_names[3], k_mask_names[4]);
+    samp_check(&b, logits, n_lrows, n_vocab, what, c, l);
+    samp_batch_free(&b);
+    free(logits), free(c), free(l);
 }
 
 /* 20000 draws from one row, temperature 1, top_k 50, u random. */
@@ -543,6 +737,8 @@ static void samp_invalid_args(void) {
     float f[8] = {0};
     int32_t ids[8], eid[2] = {0, 1};
     float ev[2] = {1.0f, 1.0f};
+    static uint32_t mask_space[4];
+    const uint32_t *mk = mask_space;
     void *ws = ws_space;
     const size_t need = kern_cuda_sample_ws_bytes(2, 64); /* 512 */
     struct {
@@ -555,29 +751,37 @@ static void samp_invalid_args(void) {
         const int32_t *eid;
         const float *ev;
         int n_edits;
+        const uint32_t *mask;
+        int n_mask;
         void *ws;
         size_t ws_bytes;
         int want;
     } cases[] = {
-        {"ok,n_rows=0", ids, f, 1, 64, rows, 0, NULL, NULL, 0, NULL, 0, BRISK_OK},
-        {"n_vocab=0", ids, f, 1, 0, rows, 2, eid, ev, 2, ws, need, BRISK_EINVAL},
-        {"n_vocab=-1", ids, f, 1, -1, rows, 0, eid, ev, 2, ws, need, BRISK_EINVAL},
-        {"n_rows=-1", ids, f, 1, 64, rows, -1, eid, ev, 2, ws, need, BRISK_EINVAL},
-        {"n_edits=-1", ids, f, 1, 64, rows, 2, eid, ev, -1, ws, need, BRISK_EINVAL},
-        {"n_logit_rows=0", ids, f, 0, 64, rows, 2, eid, ev, 2, ws, need, BRISK_EINVAL},
-        {"ids=NULL", NULL, f, 1, 64, rows, 2, eid, ev, 2, ws, need, BRISK_EINVAL},
-        {"logits=NULL", ids, NULL, 1, 64, rows, 2, eid, ev, 2, ws, need, BRISK_EINVAL},
-        {"rows=NULL", ids, f, 1, 64, NULL, 2, eid, ev, 2, ws, need, BRISK_EINVAL},
-        {"edit_ids=NULL", ids, f, 1, 64, rows, 2, NULL, ev, 2, ws, need, BRISK_EINVAL},
-        {"edit_vals=NULL", ids, f, 1, 64, rows, 2, eid, NULL, 2, ws, need, BRISK_EINVAL},
-        {"ws=NULL", ids, f, 1, 64, rows, 2, eid, ev, 2, NULL, need, BRISK_EINVAL},
-        {"ws small", ids, f, 1, 64, rows, 2, eid, ev, 2, ws, need - 4, BRISK_EINVAL},
-        {"ws misaligned", ids, f, 1, 64, rows, 2, eid, ev, 2, (char *)ws + 2, need, BRISK_EINVAL},
+        {"ok,n_rows=0", ids, f, 1, 64, rows, 0, NULL, NULL, 0, NULL, 0, NULL, 0, BRISK_OK},
+        {"n_vocab=0", ids, f, 1, 0, rows, 2, eid, ev, 2, NULL, 0, ws, need, BRISK_EINVAL},
+        {"n_vocab=-1", ids, f, 1, -1, rows, 0, eid, ev, 2, NULL, 0, ws, need, BRISK_EINVAL},
+        {"n_rows=-1", ids, f, 1, 64, rows, -1, eid, ev, 2, NULL, 0, ws, need, BRISK_EINVAL},
+        {"n_edits=-1", ids, f, 1, 64, rows, 2, eid, ev, -1, NULL, 0, ws, need, BRISK_EINVAL},
+        {"n_logit_rows=0", ids, f, 0, 64, rows, 2, eid, ev, 2, NULL, 0, ws, need, BRISK_EINVAL},
+        {"ids=NULL", NULL, f, 1, 64, rows, 2, eid, ev, 2, NULL, 0, ws, need, BRISK_EINVAL},
+        {"logits=NULL", ids, NULL, 1, 64, rows, 2, eid, ev, 2, NULL, 0, ws, need, BRISK_EINVAL},
+        {"rows=NULL", ids, f, 1, 64, NULL, 2, eid, ev, 2, NULL, 0, ws, need, BRISK_EINVAL},
+        {"edit_ids=NULL", ids, f, 1, 64, rows, 2, NULL, ev, 2, NULL, 0, ws, need, BRISK_EINVAL},
+        {"edit_vals=NULL", ids, f, 1, 64, rows, 2, eid, NULL, 2, NULL, 0, ws, need, BRISK_EINVAL},
+        {"ws=NULL", ids, f, 1, 64, rows, 2, eid, ev, 2, NULL, 0, NULL, need, BRISK_EINVAL},
+        {"ws small", ids, f, 1, 64, rows, 2, eid, ev, 2, NULL, 0, ws, need - 4, BRISK_EINVAL},
+        {"n_mask_words=-1", ids, f, 1, 64, rows, 2, eid, ev, 2, mk, -1, ws, need, BRISK_EINVAL},
+        {"mask=NULL", ids, f, 1, 64, rows, 2, eid, ev, 2, NULL, 2, ws, need, BRISK_EINVAL},
+        {"mask misaligned", ids, f, 1, 64, rows, 2, eid, ev, 2,
+         (const uint32_t *)((const char *)mk + 2), 2, ws, need, BRISK_EINVAL},
+        {"ws misaligned", ids, f, 1, 64, rows, 2, eid, ev, 2, NULL, 0, (char *)ws + 2, need,
+         BRISK_EINVAL},
     };
     for (size_t q = 0; q < ARRAY_LEN(cases); q++) {
         int rc = kern_cuda_sample(cases[q].ids, cases[q].logits, cases[q].n_lrows, cases[q].n_vocab,
                                   cases[q].rows, cases[q].n_rows, cases[q].eid, cases[q].ev,
-                                  cases[q].n_edits, cases[q].ws, cases[q].ws_bytes, g_stream);
+                                  cases[q].n_edits, cases[q].mask, cases[q].n_mask, cases[q].ws,
+                                  cases[q].ws_bytes, g_stream);
         report("SAMPLE", rc != cases[q].want, 0.0, "args:%s -> %d (want %d)", cases[q].what, rc,
                cases[q].want);
     }
@@ -589,7 +793,9 @@ static void samp_invalid_args(void) {
 
 /* Rows the kernel must refuse (id -1, nothing read through them) among
  * valid ones: logit_row -1 and == n_logit_rows, a bias range past n_edits,
- * a negative count, a negative first; the valid rows must still match. */
+ * a negative count, a negative first, a mask_first of -2 and a mask that
+ * runs one word past n_mask_words; the valid rows (two of them masked) must
+ * still match. */
 static void samp_invalid_rows(void) {
     const int n_vocab = 1000, n_lrows = 2;
     float *x = xmalloc((size_t)n_lrows * n_vocab * sizeof(float));
@@ -603,6 +809,12 @@ static void samp_invalid_rows(void) {
     for (int r = 2; r <= 6; r++)                                 /* made invalid below */
         samp_add_row(&b, x, n_vocab, r % 2, r % 2 ? 1.0f : 0.0f, 0, 1.0f, 0.0f, 0, 0);
     samp_add_row(&b, x, n_vocab, 1, 1.5f, 5, 1.0f, 0.05f, 0, 1); /* valid */
+    samp_add_row(&b, x, n_vocab, 0, 0.0f, 0, 1.0f, 0.0f, 1, 0);  /* valid, masked */
+    samp_mask_row(&b, x, n_vocab, MASK_SPARSE);
+    samp_add_row(&b, x, n_vocab, 1, 0.7f, 0, 1.0f, 0.0f, 0, 0); /* valid, masked */
+    samp_mask_row(&b, x, n_vocab, MASK_DENSE);
+    samp_add_row(&b, x, n_vocab, 0, 0.0f, 0, 1.0f, 0.0f, 0, 0); /* made invalid below */
+    samp_add_row(&b, x, n_vocab, 1, 1.0f, 0, 1.0f, 0.0f, 0, 0); /* made invalid below */
     b.rows[2].logit_row = -1;
     b.rows[3].logit_row = n_lrows;
     b.rows[4].bias_first = b.n_edits - 1; /* one edit left, two asked for */
@@ -610,14 +822,17 @@ static void samp_invalid_rows(void) {
     b.rows[5].n_pen = -1;
     b.rows[6].pen_first = -2;
     b.rows[6].n_pen = 1;
+    b.rows[10].mask_first = -2;
+    b.rows[11].mask_first = b.n_mask_words - (n_vocab + 31) / 32 + 1;
     int32_t got[16];
     samp_run(&b, x, n_lrows, n_vocab, got);
     int bad = 0, near = 0;
     for (int r = 0; r < b.n_rows; r++) {
-        int invalid = r >= 2 && r <= 6;
-        int32_t want = invalid ? -1
-                               : samp_ref(x + (size_t)b.rows[r].logit_row * n_vocab, n_vocab,
-                                          &b.rows[r], b.edit_ids, b.edit_vals, l, c, &near);
+        int invalid = (r >= 2 && r <= 6) || r >= 10;
+        int32_t want = invalid
+                           ? -1
+                           : samp_ref(x + (size_t)b.rows[r].logit_row * n_vocab, n_vocab,
+                                      &b.rows[r], b.edit_ids, b.edit_vals, b.masks, l, c, &near);
         if (got[r] != want) {
             bad++;
             fprintf(stderr, "    row %d: gpu %d, want %d\n", r, got[r], want);
@@ -632,6 +847,8 @@ void test_sample(void) {
     const int vocabs[] = {64, 1000, 49152, 151936};
     for (size_t v = 0; v < CASES_LEN(vocabs); v++)
         samp_vocab_case(vocabs[v]);
+    for (size_t v = 0; v < CASES_LEN(vocabs); v++)
+        samp_mask_case(vocabs[v]);
     samp_distribution();
     samp_invalid_args();
     samp_invalid_rows();
@@ -643,38 +860,53 @@ typedef struct samp_perf {
     int32_t *ids;
     float *logits;
     kern_cuda_sample_row *rows;
+    uint32_t *mask;
     void *ws;
     size_t ws_bytes;
-    int n_rows, n_vocab;
+    int n_rows, n_vocab, n_mask_words;
 } samp_perf;
 
 static int samp_perf_call(void *ctx) {
     const samp_perf *s = ctx;
     return kern_cuda_sample(s->ids, s->logits, s->n_rows, s->n_vocab, s->rows, s->n_rows, NULL,
-                            NULL, 0, s->ws, s->ws_bytes, g_stream);
+                            NULL, 0, s->n_mask_words ? s->mask : NULL, s->n_mask_words, s->ws,
+                            s->ws_bytes, g_stream);
 }
 
 /* llama-3-8b's vocabulary, 1, 64 and 256 rows of logits (normal, scale 3),
  * no edits: greedy; temperature 0.8 with top_k 50 and top_p 0.9 (the head
- * path); temperature 0.8 with min_p 0.05 (a draw over the whole row).
- * Bytes: the logits read once, the least any sampler moves. */
+ * path); temperature 0.8 with min_p 0.05 (a draw over the whole row); the
+ * first two again with a mask per row (a grammar's: about 15 ids in 16
+ * allowed, what JSON string content allows), whose cost is the difference.
+ * Bytes: the logits (and masks) read once, the least any sampler moves. */
 void perf_sample(double copy_bw) {
     if (!selected("sample"))
         return;
-    const int n_vocab = 128256, batches[] = {1, 64, 256};
+    const int n_vocab = 128256, batches[] = {1, 64, 256}, words = (n_vocab + 31) / 32;
     const struct {
         const char *name;
         float t, p, minp;
-        int k;
-    } modes[] = {{"greedy", 0.0f, 1.0f, 0.0f, 0},
-                 {"k50,p0.9", 0.8f, 0.9f, 0.0f, 50},
-                 {"minp0.05", 0.8f, 1.0f, 0.05f, 0}};
+        int k, masked;
+    } modes[] = {{"greedy", 0.0f, 1.0f, 0.0f, 0, 0},
+                 {"k50,p0.9", 0.8f, 0.9f, 0.0f, 50, 0},
+                 {"minp0.05", 0.8f, 1.0f, 0.05f, 0, 0},
+                 {"greedy,mask", 0.0f, 1.0f, 0.0f, 0, 1},
+                 {"k50,p0.9,mask", 0.8f, 0.9f, 0.0f, 50, 1}};
     for (size_t bi = 0; bi < ARRAY_LEN(batches); bi++) {
         samp_perf s = {.n_rows = batches[bi], .n_vocab = n_vocab};
         s.logits = dev_random((size_t)s.n_rows * n_vocab, 3.0f);
         s.ids = dev_alloc((size_t)s.n_rows * sizeof(int32_t));
         s.ws_bytes = kern_cuda_sample_ws_bytes(s.n_rows, n_vocab);
         s.ws = dev_alloc(s.ws_bytes);
+        uint32_t *hm = xmalloc((size_t)s.n_rows * words * sizeof *hm);
+        for (size_t w = 0; w < (size_t)s.n_rows * words; w++) {
+            uint32_t v = 0;
+            for (int q = 0; q < 32; q++)
+                v |= (uint32_t)(rng_int(16) != 0) << q;
+            hm[w] = v;
+        }
+        s.mask = dev_from(hm, (size_t)s.n_rows * words * sizeof *hm);
+        free(hm);
         kern_cuda_sample_row *rows = xmalloc((size_t)s.n_rows * sizeof *rows);
         for (size_t m = 0; m < ARRAY_LEN(modes); m++) {
             for (int r = 0; r < s.n_rows; r++) {
@@ -685,16 +917,21 @@ void perf_sample(double copy_bw) {
                 rows[r].top_p = modes[m].p;
                 rows[r].min_p = modes[m].minp;
                 rows[r].repetition_penalty = 1.0f;
+                rows[r].mask_first = modes[m].masked ? r * words : -1;
                 rows[r].u = rng_uniform();
             }
+            s.n_mask_words = modes[m].masked ? s.n_rows * words : 0;
             s.rows = dev_from(rows, (size_t)s.n_rows * sizeof *rows);
             char shape[64];
             snprintf(shape, sizeof shape, "%s,V=%d,rows=%d", modes[m].name, n_vocab, s.n_rows);
             double t = cuda_test_time(samp_perf_call, &s, "kern_cuda_sample");
-            perf_line("sample", shape, (double)s.n_rows * n_vocab * sizeof(float), t, copy_bw);
+            perf_line("sample", shape,
+                      (double)s.n_rows * n_vocab * sizeof(float) +
+                          (double)s.n_mask_words * sizeof(uint32_t),
+                      t, copy_bw);
             dev_free(s.rows);
         }
-        dev_free(s.logits), dev_free(s.ids), dev_free(s.ws);
+        dev_free(s.logits), dev_free(s.ids), dev_free(s.ws), dev_free(s.mask);
         free(rows);
     }
 }
