@@ -192,6 +192,10 @@ static const opt OPTS[] = {
      "the audit log also holds prompts and completions", SO, .to = {SV(audit_content)}},
     {S, O_AUDIT_FLUSH, "--audit-log-flush-ms", NULL, T_INT, 1, 1000, NULL, "N",
      "write the audit log's buffer at least every N ms (1000)", SO, .to = {SV(audit_flush_ms)}},
+    {S, O_STEP_TRACE, "--step-trace", NULL, T_STR, 1, 0, NULL, "FILE",
+     "append one JSON line per engine step to FILE: times, rows, graph use\n"
+     "(docs/OPERATIONS.md; for finding slow steps)",
+     SO, .to = {SV(engine.step_trace)}},
     {S, O_MAX_BODY, "--max-body-bytes", NULL, T_INT, 1, 4294967296.0, NULL, "N",
      "request body (4 MiB)", HL, .to = {SV(http.max_body_bytes)}},
     {S, O_MAX_HEADER_BYTES, "--max-header-bytes", NULL, T_INT, 256, 1 << 24, NULL, "N",

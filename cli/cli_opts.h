@@ -80,6 +80,7 @@ typedef enum {
     O_AUDIT_LOG,
     O_AUDIT_CONTENT,
     O_AUDIT_FLUSH,
+    O_STEP_TRACE,
     /* HTTP limits */
     O_MAX_BODY,
     O_MAX_HEADER_BYTES,

@@ -31,6 +31,15 @@ const char *model_device_name(model_device d) {
     }
 }
 
+const char *model_pass_kind_name(model_pass_kind k) {
+    switch (k) {
+    case MODEL_PASS_WARMUP: return "warmup";
+    case MODEL_PASS_CAPTURE: return "capture";
+    case MODEL_PASS_REPLAY: return "replay";
+    default: return "eager";
+    }
+}
+
 /* AUTO: CUDA when it is there and the weights take at most the memory
  * budget less a margin for scratch and a useful KV pool (1/8 of it). */
 static model_device backend_pick(const model *m, const model_backend_opts *o) {

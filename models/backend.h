@@ -108,11 +108,27 @@ typedef struct model_backend_ops {
     void (*free)(model_backend *be);
 } model_backend_ops;
 
+/* How the last forward ran, for the engine's step trace: the CPU's passes,
+ * and CUDA's prompt and mixed steps, are EAGER (kernel by kernel); a CUDA
+ * decode step is a graph REPLAY, or the step that CAPTUREs its bucket's
+ * graph (then launches it), or a bucket's first step, run eagerly to set
+ * every kernel up (WARMUP). */
+typedef enum {
+    MODEL_PASS_EAGER = 0,
+    MODEL_PASS_WARMUP,
+    MODEL_PASS_CAPTURE,
+    MODEL_PASS_REPLAY,
+} model_pass_kind;
+
+/* "eager", "warmup", "capture", "replay". */
+const char *model_pass_kind_name(model_pass_kind k);
+
 struct model_backend {
     const model_backend_ops *ops;
     const model *m;
-    model_device device; /* CPU or CUDA: what AUTO resolved to */
-    size_t weight_bytes; /* the weights one decode step reads, in the backend's format */
+    model_device device;       /* CPU or CUDA: what AUTO resolved to */
+    size_t weight_bytes;       /* the weights one decode step reads, in the backend's format */
+    model_pass_kind last_pass; /* set by each forward call */
 };
 
 /* Makes the backend o->device asks for (AUTO: CUDA if brisk was built with

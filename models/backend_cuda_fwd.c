@@ -364,6 +364,7 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
     cb->n_out = 0;
     cb->n_hidden = 0;
     cb->h_row_valid = -1;
+    be->last_pass = MODEL_PASS_EAGER;
     if (!cb->k_pool)
         return BRISK_EINVAL; /* kv did not come from kv_create */
     if (cb->kv_error) {
@@ -412,6 +413,7 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
         /* A bucket's first step runs eagerly, so every kernel (and cuBLAS's
          * first GEMM) is loaded and set up outside a capture; the second is
          * captured. */
+        int had_graph = g->exec != NULL;
         if (rc == 0 && !g->exec && g->warm && cuda_capture(cb, g) != 0) {
             BRISK_WARN(
                 "cuda: capturing a decode graph of %d rows failed (%s); running without graphs",
@@ -419,6 +421,10 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
             cb->graphs_off = 1;
             g = NULL;
         }
+        if (g) /* for the step trace */
+            be->last_pass = had_graph ? MODEL_PASS_REPLAY
+                            : g->exec ? MODEL_PASS_CAPTURE
+                                      : MODEL_PASS_WARMUP;
         if (rc == 0 && g && g->exec) {
             cudaError_t le = cudaGraphLaunch(g->exec, cb->stream);
             if (le != cudaSuccess) {

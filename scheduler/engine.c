@@ -15,6 +15,7 @@
 #include "kernels/cpu/kern_pool.h"
 #include "kv/kv_cache.h"
 #include "models/backend.h"
+#include "scheduler/engine_trace.h"
 #include "scheduler/sched_core.h"
 #include "scheduler/sched_setup.h"
 #include "scheduler/seq_text.h"
@@ -102,6 +103,11 @@ struct sched_engine {
     model_sample_job *jobs; /* rows sampled together after a forward */
     seq **job_seq;
     int32_t *job_ids;
+    /* --step-trace: the file (NULL: off), the record step() fills, and when
+     * the last traced step ended. */
+    sched_trace *trace;
+    sched_trace_step tr;
+    double t_step_end;
 };
 
 sched_engine_config sched_engine_config_default(void) {
@@ -458,7 +464,9 @@ static void seq_enter(sched_engine *e, seq *s) {
         if (!e->gvocab)
             e->gvocab = model_grammar_vocab_create(model_get_vocab(e->m));
         s->gm = e->gvocab ? model_grammar_matcher_create(s->p.grammar, e->gvocab, NULL) : NULL;
-        s->mask = brisk_malloc(((size_t)c->n_vocab + 31) / 32 * sizeof *s->mask);
+        /* zeroed: the grammar writes the words of the tokenizer's vocabulary,
+         * which a dummy model's --tokenizer may make smaller than n_vocab */
+        s->mask = brisk_calloc(((size_t)c->n_vocab + 31) / 32, sizeof *s->mask);
         if (!s->gm || !s->mask) {
             uncount_waiting(e, s);
             seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
@@ -635,9 +643,13 @@ static void expire_deadlines(sched_engine *e, double now) {
     }
 }
 
-static void step(sched_engine *e) {
+/* Returns 1 when it ran a forward pass (e->tr holds its record), else 0. */
+static int step(sched_engine *e) {
     sched_plan plan;
-    sched_core_set_now(e->core, brisk_now());
+    sched_trace_step *tr = &e->tr;
+    memset(tr, 0, sizeof *tr);
+    tr->t_start = brisk_now();
+    sched_core_set_now(e->core, tr->t_start);
     sched_core_schedule(e->core, &plan);
     double now = brisk_now();
     for (int i = 0; i < plan.n_starved; i++) /* its context outgrew the whole KV pool */
@@ -649,6 +661,11 @@ static void step(sched_engine *e) {
             uncount_waiting(e, s);
             s->t_admit = now;
         }
+        int pos0 = plan.entries[i].pos, cnt = plan.entries[i].n;
+        if (cnt == 1 && pos0 >= s->p.n_prompt && pos0 == s->n_hist - 1)
+            tr->decode_rows++; /* its last generated token */
+        else
+            tr->prefill_tokens += cnt, tr->prefill_chunks++;
         for (int k = 0; k < plan.entries[i].n; k++) {
             int pos = plan.entries[i].pos + k;
             e->b_tok[n] = s->hist[pos];
@@ -668,12 +685,19 @@ static void step(sched_engine *e) {
         }
     }
     if (n == 0)
-        return;
+        return 0;
     model_batch b = {n, e->b_tok, e->b_pos, e->b_seq, e->b_want, any_hid ? e->b_hid : NULL};
     int n_out = 0;
+    tr->step = e->stats.steps + 1; /* the engine thread alone writes stats */
     double t0 = brisk_now();
     int rc = model_backend_forward(e->be, e->kv, &b, &n_out);
     double t_fwd = brisk_now() - t0;
+    tr->sched_s = t0 - tr->t_start;
+    tr->forward_s = t_fwd;
+    tr->tokens = n;
+    tr->pass = e->be->last_pass;
+    tr->admitted = plan.n_admitted;
+    tr->preempted = plan.n_preempted;
     if (rc < 0) { /* every sequence of the batch is in an unknown state */
         BRISK_ERROR("engine: forward pass failed: %s", brisk_strerror(rc));
         for (int i = 0; i < plan.n_entries; i++) {
@@ -681,7 +705,7 @@ static void step(sched_engine *e) {
             if (s->req.running)
                 seq_finish(e, s, SCHED_FINISH_ERROR, brisk_strerror(rc));
         }
-        return;
+        return 1;
     }
     sched_core_commit(e->core, &plan);
     const model_config *c = model_get_config(e->m);
@@ -723,7 +747,9 @@ static void step(sched_engine *e) {
         if (sample_row < 0)
             continue;
         if (s->gm) { /* the grammar's allowed tokens, the sampler's mask */
+            double tm = brisk_now();
             int allowed = model_grammar_mask(s->gm, s->mask);
+            tr->mask_s += brisk_now() - tm;
             if (allowed <= 0) {
                 seq_finish(e, s, SCHED_FINISH_ERROR,
                            allowed == 0 ? "the grammar allows no token here"
@@ -732,10 +758,14 @@ static void step(sched_engine *e) {
             }
         }
         n_gen++;
+        tr->constrained += model_sampler_constrained(s->sampler);
         if (s->p.logprobs >= 0) { /* alone: its raw row is copied first */
             sched_token tk;
             memset(&tk, 0, sizeof tk);
+            double ts = brisk_now();
             int32_t id = seq_sample_logprobs(e, s, sample_row, &tk);
+            tr->sample_s += brisk_now() - ts;
+            tr->logprob_rows++;
             if (!seq_accept(e, s, id, &tk))
                 seq_emit(e, s, SCHED_FINISH_NONE, NULL);
             continue;
@@ -745,7 +775,9 @@ static void step(sched_engine *e) {
     }
     /* Every other sampled row in one call (on CUDA: one kernel, ids only). */
     if (n_jobs > 0) {
+        double ts = brisk_now();
         rc = model_backend_sample(e->be, e->jobs, n_jobs, e->job_ids);
+        tr->sample_s += brisk_now() - ts;
         if (rc < 0)
             BRISK_ERROR("engine: sampling failed: %s", brisk_strerror(rc));
         for (int j = 0; j < n_jobs; j++)
@@ -763,6 +795,8 @@ static void step(sched_engine *e) {
     e->stats.kv_slots_allocated += ks.slots_allocated;
     e->stats.kv_slots_filled += ks.slots_filled;
     pthread_mutex_unlock(&e->mu);
+    tr->sampled = (int)n_gen;
+    return 1;
 }
 
 /* The step's stats and events, made visible to the loop under one lock. */
@@ -866,6 +900,22 @@ static int engine_load(sched_engine *e) {
     return 0;
 }
 
+/* The traced step's times around it and the state after it, then its line.
+ * t0: when this turn of the loop took its work; t_end: events published. */
+static void trace_step(sched_engine *e, double t0, double t_end) {
+    sched_trace_step *tr = &e->tr;
+    tr->wall_s = t_end - tr->t_start;
+    tr->host_s = tr->t_start - t0;
+    tr->gap_s = e->t_step_end > 0 ? tr->t_start - e->t_step_end : 0.0;
+    tr->running = sched_core_n_running(e->core);
+    tr->waiting = sched_core_n_waiting(e->core);
+    kv_cache_stats ks;
+    kv_cache_get_stats(e->kv, &ks);
+    tr->kv_blocks_used = ks.blocks_used;
+    tr->kv_blocks_total = ks.blocks_total;
+    sched_trace_write(e->trace, tr);
+}
+
 static void *engine_main(void *arg) {
     sched_engine *e = arg;
     int rc = engine_load(e);
@@ -880,6 +930,10 @@ static void *engine_main(void *arg) {
     for (;;) {
         seq *in;
         cancel_msg *cancels;
+        /* About to sleep, maybe: the trace's lines to disk first (not under
+         * mu, so submitters never wait for the file). */
+        if (e->trace && sched_core_n_running(e->core) == 0 && sched_core_n_waiting(e->core) == 0)
+            sched_trace_flush(e->trace);
         pthread_mutex_lock(&e->mu);
         /* Sleep only with nothing to do: no new work, and nothing running or
          * waiting (a waiting sequence is admitted as soon as it fits). */
@@ -916,9 +970,13 @@ static void *engine_main(void *arg) {
             cancels = n;
         }
         expire_deadlines(e, brisk_now());
-        step(e);
+        int ran = step(e);
         engine_publish(e);
-        double busy = brisk_now() - t0;
+        double t_end = brisk_now(), busy = t_end - t0;
+        if (ran && e->trace)
+            trace_step(e, t0, t_end);
+        if (ran)
+            e->t_step_end = t_end;
         pthread_mutex_lock(&e->mu);
         e->stats.busy_s += busy;
         pthread_mutex_unlock(&e->mu);
@@ -941,11 +999,20 @@ int sched_engine_create(const sched_engine_config *cfg, uv_async_t *async, sched
     if (!e)
         return brisk_set_err(err, err_len, BRISK_ENOMEM, "engine: out of memory");
     e->cfg = *cfg;
+    e->cfg.step_trace = NULL; /* the path is borrowed: only the open file is kept */
+    if (cfg->step_trace) {
+        int rc = sched_trace_open(cfg->step_trace, &e->trace, err, err_len);
+        if (rc < 0) {
+            free(e);
+            return rc;
+        }
+    }
     e->model_path = strdup(cfg->model_path);
     e->async = async;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if (!e->model_path || pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        sched_trace_close(e->trace);
         free(e->model_path);
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);
@@ -964,6 +1031,7 @@ void sched_engine_free(sched_engine *e) {
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
+    sched_trace_close(e->trace); /* its last lines to disk */
     if (e->core) {
         for (sched_req *r; (r = sched_core_waiting_head(e->core));) {
             sched_core_remove(e->core, r);

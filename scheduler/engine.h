@@ -62,6 +62,9 @@ typedef struct sched_engine_config {
     int cuda_graphs;               /* CUDA: capture decode steps into CUDA graphs */
     int sched_policy;              /* SCHED_POLICY_FCFS (default) or _PRIORITY (sched_core.h) */
     double priority_aging_s;       /* PRIORITY: seconds of waiting worth one level (10) */
+    /* --step-trace FILE: one JSON line per step appended there
+     * (engine_trace.h; opened by sched_engine_create), NULL: none. */
+    const char *step_trace;
 } sched_engine_config;
 
 sched_engine_config sched_engine_config_default(void);
