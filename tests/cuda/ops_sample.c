@@ -504,16 +504,18 @@ static void samp_mask_row(samp_batch *b, const float *logits, int n_vocab, int k
     b->n_mask_words += words;
 }
 
-/* Whether id is one row p may give: allowed by its mask, or 0 when the mask
- * allows nothing; any id without a mask. */
-static int samp_in_mask(const samp_batch *b, const kern_cuda_sample_row *p, int n_vocab,
-                        int32_t id) {
+/* Whether id is one row p may give: allowed by its mask, or 0 when no
+ * allowed logit is left above -inf (the mask allows nothing, or the edits
+ * and the row's own -inf and NaN leave nothing: no candidate); any id
+ * without a mask. l: the row after the mask and the edits (samp_edit). */
+static int samp_in_mask(const samp_batch *b, const kern_cuda_sample_row *p, int n_vocab, int32_t id,
+                        const float *l) {
     if (p->mask_first < 0)
         return 1;
     const uint32_t *m = b->masks + p->mask_first;
     int any = 0;
-    for (int w = 0; w < (n_vocab + 31) / 32; w++)
-        any |= m[w] != 0;
+    for (int i = 0; i < n_vocab && !any; i++)
+        any = l[i] > -INFINITY; /* outside the mask l is -inf */
     if (!any)
         return id == 0;
     return id >= 0 && id < n_vocab && (m[id >> 5] >> (id & 31) & 1u);
@@ -551,7 +553,7 @@ static void samp_check(const samp_batch *b, const float *logits, int n_lrows, in
             samp_describe(p, desc, sizeof desc);
             printf("    note: row %d (%s) is within 1e-9 of a boundary\n", r, desc);
         }
-        if (!samp_in_mask(b, p, n_vocab, got[r]) && outside++ < 5)
+        if (!samp_in_mask(b, p, n_vocab, got[r], l) && outside++ < 5)
             fprintf(stderr, "    row %d: gpu %d is outside its mask\n", r, got[r]);
         if (p->temperature <= 0.0f) {
             n_greedy++;
