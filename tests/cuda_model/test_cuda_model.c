@@ -11,7 +11,8 @@
  *     CPU backend; the GPU's first 32 free-running greedy tokens are
  *     identical, and fed the CPU's tokens (teacher forcing) the GPU's top-1
  *     agrees at >= 99% of the 256 positions. int8 on the GPU: >= 90%.
- *  3. Sampling: a seeded temperature/top-p run repeats exactly.
+ *  3. Sampling: a seeded temperature/top-p run repeats exactly; grammar
+ *     masks and bans through the backend's sample call (test_constrained).
  * Results go to stdout (and the agreement figures with them).
  *
  * Without a CUDA device it prints "test_cuda_model: SKIP: no CUDA device"
@@ -659,6 +660,125 @@ static void test_smollm2(void) {
     model_free(mq);
 }
 
+/* ---- constrained sampling through the backend --------------------------------- */
+
+/* Grammar masks and bans through the backend's sample call (on CUDA: every
+ * constrained row's mask in one upload, one kernel for all rows), on the
+ * dummy smollm2-135m shape (a 49,152-token vocabulary): 8 rows of one batch
+ * per round, greedy and sampled, with a sparse or dense random mask and
+ * bans, bans alone, none, a mask of one id and a mask of nothing. Greedy
+ * rows must equal model_sampler_sample on the row's downloaded logits with
+ * the same mask and bans; every id must be allowed (0 where nothing is).
+ * The rows are sampled together, so each row's mask is found at its own
+ * offset. cpu_only: the same on the CPU backend (a rehearsal). */
+static void test_constrained(int cpu_only) {
+    model *m = load_dummy("smollm2-135m", MODEL_WEIGHTS_F16);
+    rig r = {0};
+    enum { ROWS = 8, ROUNDS = 6 };
+    if (!m || rig_open(&r, m, cpu_only ? MODEL_DEVICE_CPU : MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16,
+                       ROWS, 16, ROWS, 1) < 0) {
+        CHECK(0, "constrained: rig");
+        rig_close(&r);
+        model_free(m);
+        return;
+    }
+    const int nv = r.n_vocab, words = (nv + 31) / 32;
+    uint32_t *allow = calloc((size_t)ROWS * words, sizeof *allow);
+    uint32_t *bits = calloc((size_t)words, sizeof *bits);
+    float *raw = malloc((size_t)ROWS * nv * sizeof *raw), *tmp = malloc((size_t)nv * sizeof *tmp);
+    int32_t toks[ROWS], pos[ROWS], seqs[ROWS], bans[ROWS][3], ids[ROWS];
+    uint8_t want_all[ROWS];
+    memset(want_all, 1, sizeof want_all); /* every row's logits */
+    int bad_greedy = 0, outside = 0, n_greedy = 0, rc = allow && bits && raw && tmp ? 0 : -1;
+    unsigned rng = 12345u;
+    for (int round = 0; round < ROUNDS && rc == 0; round++) {
+        model_sampler *s[ROWS], *ref[ROWS];
+        model_sample_job jobs[ROWS];
+        for (int i = 0; i < ROWS; i++) {
+            toks[i] = (int32_t)((7919u * (unsigned)(i + 8 * round) + 13u) % (unsigned)nv);
+            pos[i] = round, seqs[i] = i;
+        }
+        model_batch b = {ROWS, toks, pos, seqs, want_all, NULL};
+        int n_out = 0;
+        rc = model_backend_forward(r.be, r.kv, &b, &n_out);
+        for (int i = 0; rc == 0 && i < ROWS; i++) { /* raw rows first: the CPU samples in place */
+            const float *row = NULL;
+            rc = model_backend_logits(r.be, i, &row);
+            if (rc == 0)
+                memcpy(raw + (size_t)i * nv, row, (size_t)nv * sizeof *raw);
+        }
+        for (int i = 0; i < ROWS; i++) {
+            /* kinds: 0 sparse, 1 dense, 2 bans only, 3 none, 4 one id, 5 nothing, 6-7 sparse */
+            int kind = (i + round) % ROWS;
+            model_sampling sp = model_sampling_default();
+            sp.temperature = i % 2 ? 0.0f : 0.8f;
+            sp.top_p = 0.9f;
+            sp.seed = (uint64_t)(100 * round + i);
+            s[i] = model_sampler_create(&sp, nv);
+            ref[i] = model_sampler_create(&sp, nv);
+            uint32_t *al = allow + (size_t)i * words;
+            memset(al, 0, (size_t)words * sizeof *al);
+            for (int t = 0; t < nv; t++) {
+                rng = rng * 1664525u + 1013904223u;
+                int on =
+                    kind == 1 ? (rng >> 28) != 0 : (kind == 0 || kind >= 6) && (rng >> 26) == 0;
+                al[t >> 5] |= (uint32_t)on << (t & 31);
+            }
+            if (kind == 4)
+                al[(nv / 3) >> 5] |= 1u << ((nv / 3) & 31);
+            const float *x = raw + (size_t)i * nv;
+            int top = -1; /* the best allowed logit: banned, it changes greedy's answer */
+            for (int t = 0; t < nv; t++)
+                if ((kind == 2 || (al[t >> 5] >> (t & 31) & 1u)) && (top < 0 || x[t] > x[top]))
+                    top = t;
+            bans[i][0] = top >= 0 && kind != 4 ? top : nv + 1, bans[i][1] = 2, bans[i][2] = -1;
+            for (int k = 0; k < 2; k++) {
+                model_sampler *q = k ? ref[i] : s[i];
+                if (!q)
+                    continue;
+                if (kind != 2 && kind != 3)
+                    model_sampler_set_allowed(q, al);
+                if (kind != 3)
+                    model_sampler_set_banned(q, bans[i], 3);
+            }
+            jobs[i] = (model_sample_job){i, s[i], toks, 1};
+        }
+        if (rc == 0)
+            rc = model_backend_sample(r.be, jobs, ROWS, ids);
+        for (int i = 0; rc == 0 && i < ROWS; i++) {
+            int n_allowed = model_sampler_mask(s[i], bits);
+            int in = n_allowed
+                         ? ids[i] >= 0 && ids[i] < nv && (bits[ids[i] >> 5] >> (ids[i] & 31) & 1u)
+                         : ids[i] == 0;
+            if (!in && outside++ < 5)
+                fprintf(stderr, "    round %d row %d: id %d outside its mask (%d allowed)\n", round,
+                        i, ids[i], n_allowed);
+            if (i % 2) { /* greedy */
+                memcpy(tmp, raw + (size_t)i * nv, (size_t)nv * sizeof *tmp);
+                int32_t want = model_sampler_sample(ref[i], tmp, toks, 1);
+                n_greedy++;
+                if (want != ids[i] && bad_greedy++ < 5)
+                    fprintf(stderr, "    round %d row %d: backend %d, model_sampler_sample %d\n",
+                            round, i, ids[i], want);
+            }
+        }
+        for (int i = 0; i < ROWS; i++)
+            model_sampler_free(s[i]), model_sampler_free(ref[i]);
+    }
+    const char *dev = cpu_only ? "CPU" : "CUDA";
+    CHECK(rc == 0, "constrained (%s): forward and sample (rc %d)", dev, rc);
+    CHECK(bad_greedy == 0, "constrained (%s): %d of %d greedy rows differ from the CPU sampler",
+          dev, bad_greedy, n_greedy);
+    CHECK(outside == 0, "constrained (%s): %d of %d ids outside their mask", dev, outside,
+          ROWS * ROUNDS);
+    printf("constrained sampling (%s, vocab %d): %d rows in %d batches, %d greedy equal to the CPU "
+           "sampler, %d outside their mask\n",
+           dev, nv, ROWS * ROUNDS, ROUNDS, n_greedy - bad_greedy, outside);
+    free(allow), free(bits), free(raw), free(tmp);
+    rig_close(&r);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     int cpu_only = argc > 1 && !strcmp(argv[1], "--cpu");
     if (argc > 1 && !cpu_only) {
@@ -694,5 +814,6 @@ int main(int argc, char **argv) {
     }
     if (!cpu_only)
         test_smollm2();
+    test_constrained(cpu_only);
     return BT_SUMMARY("test_cuda_model");
 }
