@@ -396,6 +396,7 @@ static void run_case(const fam_case *k, const char *path, int cpu_only, int n) {
         snprintf(name, sizeof name, "%s%s%s", k->mini ? "mini " : "", k->shape,
                  k->window > 0 && !k->mini ? " (windows of 64)" : "");
     printf("test_cuda_model: family %s: %s: %s\n", k->family, name, k->reason);
+    int failed_before = bt_failed, validated = -1;
     for (int f = 0; f < 2; f++) {
         fam_model fm, fr = {0};
         if (fam_model_load(&fm, k, path, fmts[f]) < 0) {
@@ -410,6 +411,7 @@ static void run_case(const fam_case *k, const char *path, int cpu_only, int n) {
             continue;
         }
         const model_config *c = model_get_config(fm.m);
+        validated = model_config_cuda_validated(c);
         int win = max_window(fm.m);
         /* Interleaved runs pass a short window. */
         int L = win > 0 && win < 256 ? win + 16 : 24;
@@ -442,7 +444,14 @@ static void run_case(const fam_case *k, const char *path, int cpu_only, int n) {
         fam_model_free(&fm);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("test_cuda_model: family %s: %s: %.1f s\n", k->family, name,
+    /* One line per case for bench/gpu_report.py: the verdict, what
+     * --device auto does with the family today (model_config_cuda_validated,
+     * which a passed GPU run should turn on) and the time. */
+    printf("test_cuda_model: family %s: %s: %s (%d checks failed); --device auto: %s; %.1f s\n",
+           k->family, name, bt_failed == failed_before ? "PASS" : "FAIL", bt_failed - failed_before,
+           validated < 0 ? "unknown"
+           : validated   ? "cuda (validated)"
+                         : "cpu (not validated)",
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
 }
 
