@@ -284,7 +284,8 @@ st_serve() {
     local args=(--chat-template chatml --served-model-name m --gpu-metrics-interval 1)
     if [ "$DEVICE" = cuda ]; then
         args+=(--dummy-weights "$SHAPE" --device cuda --weights "$w" --max-num-seqs "$MAX_SEQS"
-            --max-num-batched-tokens 8192 --ctx 512 --gpu-metrics on)
+            --max-num-batched-tokens 8192 --ctx 512 --gpu-metrics on
+            --max-connections $((MAX_SEQS + 64)))
     else
         args+=(--model "$W/stories260K.gguf" --device cpu --weights "$w" --max-num-seqs 16 --ctx 256)
     fi
