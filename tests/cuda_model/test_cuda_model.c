@@ -339,6 +339,9 @@ static void test_smollm2(void) {
 }
 
 int main(int argc, char **argv) {
+    /* Line by line into the campaign's file: a run its stage's timeout stops
+     * keeps every family's verdict printed so far. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     int cpu_only = argc > 1 && !strcmp(argv[1], "--cpu");
     if (argc > 1 && !cpu_only) {
         fprintf(stderr,
