@@ -54,7 +54,6 @@
 # LEVELS (64,256,512,1024; quick 64,256), IN/OUT_LEN (128/128; quick out 32), ARCH (90).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ROOT=$PWD
 PKG=${PKG:-build-gpu/pkg}
 say() { echo "gpu.sh: $*" >&2; }
 
@@ -356,6 +355,7 @@ run() {
     fi
     BUDGET_S=${BUDGET_S:-$([ $QUICK = 1 ] && echo 200 || echo 360)}
     [ -x "$PKG/bin/brisk" ] || { say "no package at $PKG (bench/gpu.sh package on the build machine)"; return 1; }
+    PKG=$(cd "$PKG" && pwd) # the stages run from other folders too
     local gpu=cpu
     command -v nvidia-smi >/dev/null 2>&1 &&
         gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr -cd 'A-Za-z0-9_.-')
@@ -366,12 +366,12 @@ run() {
     : > "$W/stages.tsv"
     : > "$W/gpu.log"
     : > "$W/servers.pids"
-    export LD_LIBRARY_PATH="$ROOT/$PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH="$PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     local cl
     cl=$(find_cuda_libs)
     [ -n "$cl" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cl"
     SANITIZER=$(find_sanitizer)
-    export BRISK_SHARED_DIR=$ROOT/$PKG/shared
+    export BRISK_SHARED_DIR=$PKG/shared
     export W PKG DEVICE QUICK SHAPE LEVELS IN OUT_LEN SANITIZER MAX_SEQS PAIR_C PAIR_N PAIR_OUT
     export -f st_env st_structured st_serve st_decode srv_start srv_stop bench_run step_trace_supported
     say "run: device $DEVICE, quick $QUICK, budget ${BUDGET_S}s, output $OUTDIR, work $W"

@@ -301,7 +301,7 @@ def main():
     else:
         t["status"] = "not run"
     i34["target2"] = t
-    rows.append(f"34/2 {t['status']}: prefill {(f16 or {}).get('pp')} f16 {fmt(t['pp_f16_tok_s'], 0)} tok/s, int8 "
+    rows.append(f"34/2 {t['status']}: prefill {(f16 or {}).get('pp', 512)} f16 {fmt(t['pp_f16_tok_s'], 0)} tok/s, int8 "
                 f"{fmt(t['pp_int8_tok_s'], 0)} = {t.get('int8_over_f16', '-')}x (target 0.9x)")
     lv16, lv8 = levels(d, "f16"), levels(d, "int8")
     t = {"f16": lv16, "int8": lv8, "step_trace": step_trace(d), "smoke": load(d, "smoke.json"),
