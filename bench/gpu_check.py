@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """gpu_check.py - the server checks of bench/gpu.sh, with the Python standard
-library alone (the GPU machine has no openai package and nothing to install
-from).
+library alone (the GPU machine has no openai or jsonschema package and nothing
+to install from).
 
-    gpu_check.py smoke   --url URL --json OUT   # completions, chat, streaming, n>1
-    gpu_check.py metrics --url URL --json OUT   # /metrics against nvidia-smi
+    gpu_check.py smoke      --url URL --json OUT   # completions, chat, streaming, n>1
+    gpu_check.py metrics    --url URL --json OUT   # /metrics against nvidia-smi
+    gpu_check.py structured --url URL [--ref-url URL] --out OUT.jsonl --json OUT
+                                                   # the JSON Schema corpus
+    gpu_check.py embed      --url URL --ref-url URL --json OUT [--label L]
+                                                   # /v1/embeddings against a CPU server
+    gpu_check.py schema-body                       # the --extra-body of the 64-stream pair
 
 smoke: GET /v1/models; a greedy completion twice (same text, 16 tokens with
 ignore_eos); a chat completion; a streamed chat completion (SSE chunks, role
@@ -17,15 +22,44 @@ power draw and limit, SM clock and max, throttle reasons. Values sampled at
 different instants agree within a tolerance per quantity (below); the
 reasons are compared only where both report them. Exit 1 on a disagreement,
 3 when there is no nvidia-smi (nothing to compare: the CPU rehearsal).
+
+structured: the structured-output corpus of tests/integration/test_structured.py
+(its _schemas(), read from the file's source, so the corpus is the CPU tests'
+own: 53 schemas) against URL, each schema twice as the CPU tests send it:
+/v1/completions with guided_json at temperature 0 and /v1/chat/completions
+with response_format json_schema at temperature 1 (seed = the schema's index,
+300 tokens at most); with --ref-url, the greedy completions again on that
+server (the CPU), to count the outputs the two devices agree on. Every
+output goes to OUT.jsonl (one line each, with its schema), which
+bench/gpu_validate.py validates with jsonschema on a machine that has it.
+Here: an output that ends with "stop" must parse as JSON, no request may
+fail, and at least half of each API's outputs must end with "stop" (the CPU
+tests' rule; the rest end at max_tokens). Exit 1 otherwise.
+
+embed: /v1/embeddings of a few texts from URL and from REF_URL (servers with
+the same model and pooling): per component within 1e-3 and cosine above
+0.9999 (issue 33's bound); a 501 from URL is recorded as unsupported (exit 1).
+
+schema-body: prints the JSON merged into every request of the constrained
+half of gpu.sh's 64-stream pair (brisk-bench --extra-body): response_format
+with bench/structured_bench.py's schema, an array of at least 40 objects,
+which no 128-token output can finish, so the grammar is active at every step.
 """
 import argparse
+import ast
+import concurrent.futures
 import json
+import math
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def call(url, path, body=None, timeout=120):
@@ -196,16 +230,171 @@ def metrics(url):
     return {"rows": rows, "disagreements": bad, "nvidia_smi_stderr": err or rerr}
 
 
+# ---- structured outputs ------------------------------------------------------------
+
+def load_corpus():
+    """The schema corpus of the CPU tests: _schemas() of test_structured.py, compiled
+    from the file's source alone (the test module imports pytest and openai)."""
+    path = os.path.join(HERE, "..", "tests", "integration", "test_structured.py")
+    tree = ast.parse(open(path).read(), path)
+    fn = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_schemas"]
+    if len(fn) != 1:
+        raise RuntimeError(f"{path}: no _schemas() function")
+    ns = {}
+    exec(compile(ast.Module(body=fn, type_ignores=[]), path, "exec"), ns)  # noqa: S102
+    return ns["_schemas"]()
+
+
+def post(url, path, body, timeout=300):
+    """(status, parsed body or the error text) of a POST; HTTP errors are answers."""
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read().decode())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")[:500]
+
+
+def schema_request(url, model, i, schema, api):
+    """One corpus request as the CPU tests send it; returns its record."""
+    rec = {"i": i, "api": api, "temperature": 0 if api == "completions" else 1, "seed": i}
+    if api == "completions":
+        body = {"model": model, "prompt": "Once", "max_tokens": 300, "temperature": 0, "seed": i,
+                "guided_json": schema}
+        status, r = post(url, "/v1/completions", body)
+    else:
+        body = {"model": model, "messages": [{"role": "user", "content": "Answer in JSON."}],
+                "max_tokens": 300, "temperature": 1, "seed": i,
+                "response_format": {"type": "json_schema",
+                                    "json_schema": {"name": f"s{i}", "schema": schema,
+                                                    "strict": True}}}
+        status, r = post(url, "/v1/chat/completions", body)
+    if status != 200 or not isinstance(r, dict):
+        rec.update(error=f"HTTP {status}: {r}", finish_reason=None, text=None)
+        return rec
+    c = r["choices"][0]
+    rec["finish_reason"] = c["finish_reason"]
+    rec["text"] = c["text"] if api == "completions" else c["message"]["content"]
+    return rec
+
+
+def run_corpus(url, schemas, apis, workers=32):
+    """Every (schema, api) request, concurrently (the server batches them)."""
+    model = json.loads(call(url, "/v1/models")[1])["data"][0]["id"]
+    jobs = [(i, s, api) for api in apis for i, s in enumerate(schemas)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(lambda j: schema_request(url, model, *j), jobs))
+
+
+def structured(url, ref_url, out_path):
+    schemas = load_corpus()
+    t0 = time.time()
+    recs = run_corpus(url, schemas, ["completions", "chat"])
+    secs = time.time() - t0
+    ref = {r["i"]: r for r in run_corpus(ref_url, schemas, ["completions"])} if ref_url else {}
+    with open(out_path, "w") as f:
+        for r in recs:
+            if r["i"] in ref and r["api"] == "completions":
+                r["ref_text"], r["ref_finish_reason"] = ref[r["i"]]["text"], ref[r["i"]]["finish_reason"]
+            f.write(json.dumps(dict(r, schema=schemas[r["i"]])) + "\n")
+    res = {"schemas": len(schemas), "seconds": round(secs, 1), "apis": {}}
+    ok = True
+    for api in ("completions", "chat"):
+        rs = [r for r in recs if r["api"] == api]
+        errors = [f"{r['i']}: {r['error']}" for r in rs if r.get("error")]
+        stops = [r for r in rs if r["finish_reason"] == "stop"]
+        unparsed = []
+        for r in stops:
+            try:
+                json.loads(r["text"])
+            except ValueError:
+                unparsed.append(r["i"])
+        odd = [r["i"] for r in rs if not r.get("error") and r["finish_reason"] not in ("stop", "length")]
+        a = {"requests": len(rs), "stop": len(stops),
+             "length": sum(r["finish_reason"] == "length" for r in rs), "errors": errors[:10],
+             "n_errors": len(errors), "stop_not_json": unparsed, "other_finish": odd}
+        a["passed"] = not errors and not unparsed and not odd and 2 * len(stops) >= len(rs)
+        ok &= a["passed"]
+        res["apis"][api] = a
+        print(f"gpu_check: structured {api}: {a['stop']} of {a['requests']} end with stop (all parse "
+              f"as JSON: {not unparsed}), {a['length']} at max_tokens, {len(errors)} failed requests: "
+              f"{'ok' if a['passed'] else 'FAIL'}")
+        for e in errors[:3]:
+            print(f"gpu_check:   {e[:300]}")
+    if ref:
+        same = sum(r["text"] == r.get("ref_text") for r in recs if r["api"] == "completions")
+        res["greedy_same_text_as_ref"] = same
+        print(f"gpu_check: structured: greedy outputs equal to the reference server's: "
+              f"{same} of {len(schemas)} (a figure: f16 against f32 may part at near-ties)")
+    res["passed"] = ok
+    return res
+
+
+# ---- embeddings ----------------------------------------------------------------------
+
+EMBED_INPUTS = ["Once upon a time", "The little dog ran to the park to play.", "a",
+                "Lily and Tom played with a big red ball all day long, and then they went home.",
+                "Hello world", "The end."]
+
+
+def embed(url, ref_url):
+    got = {}
+    for name, u in (("device", url), ("reference", ref_url)):
+        model = json.loads(call(u, "/v1/models")[1])["data"][0]["id"]
+        status, r = post(u, "/v1/embeddings", {"model": model, "input": EMBED_INPUTS})
+        if status != 200 or not isinstance(r, dict):
+            res = {"passed": False, "status": status, "server": name, "answer": str(r)[:300],
+                   "unsupported": status == 501}
+            print(f"gpu_check: embed: the {name} server answered {status}: {str(r)[:200]}")
+            return res
+        got[name] = [d["embedding"] for d in sorted(r["data"], key=lambda d: d["index"])]
+    worst, least_cos = 0.0, 1.0
+    for a, b in zip(got["device"], got["reference"]):
+        worst = max(worst, max(abs(x - y) for x, y in zip(a, b)))
+        dot = sum(x * y for x, y in zip(a, b))
+        na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
+        least_cos = min(least_cos, dot / (na * nb) if na > 0 and nb > 0 else 0.0)
+    res = {"inputs": len(EMBED_INPUTS), "dim": len(got["device"][0]), "max_abs_diff": worst,
+           "min_cosine": least_cos, "bounds": {"abs": 1e-3, "cosine": 0.9999}}
+    res["passed"] = len(got["device"]) == len(got["reference"]) and worst <= 1e-3 and least_cos > 0.9999
+    print(f"gpu_check: embed: {len(EMBED_INPUTS)} inputs of dim {res['dim']}: max |diff| {worst:.2e} "
+          f"(bound 1e-3), min cosine {least_cos:.8f} (bound 0.9999): {'ok' if res['passed'] else 'FAIL'}")
+    return res
+
+
+def schema_body():
+    sys.path.insert(0, HERE)
+    import structured_bench  # the schema of the CPU's structured benchmark
+    return {"response_format": {"type": "json_schema",
+                                "json_schema": {"name": "rows", "schema": structured_bench.SCHEMA}}}
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["smoke", "metrics"])
-    ap.add_argument("--url", required=True)
-    ap.add_argument("--json", required=True)
+    ap.add_argument("what", choices=["smoke", "metrics", "structured", "embed", "schema-body"])
+    ap.add_argument("--url")
+    ap.add_argument("--ref-url")
+    ap.add_argument("--json")
+    ap.add_argument("--out", help="structured: the outputs, one JSON line each")
+    ap.add_argument("--label", default="", help="embed: recorded with the result (e.g. the pooling)")
     a = ap.parse_args()
+    if a.what == "schema-body":
+        print(json.dumps(schema_body()))
+        return 0
+    if not a.url or not a.json or (a.what == "structured" and not a.out) or \
+            (a.what == "embed" and not a.ref_url):
+        ap.error("--url and --json are required (structured: --out; embed: --ref-url)")
     try:
         if a.what == "smoke":
             checks = smoke(a.url)
             res = {"checks": checks, "passed": all(c["ok"] for c in checks)}
+            rc = 0 if res["passed"] else 1
+        elif a.what == "structured":
+            res = structured(a.url, a.ref_url, a.out)
+            rc = 0 if res["passed"] else 1
+        elif a.what == "embed":
+            res = dict(embed(a.url, a.ref_url), label=a.label)
             rc = 0 if res["passed"] else 1
         else:
             res = metrics(a.url)

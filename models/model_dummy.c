@@ -35,43 +35,57 @@ typedef struct dummy_shape {
     int n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, hidden_dim, n_ctx;
     float rope_base, norm_eps;
     int tied;
-    int sliding_window; /* gemma3: its local layers' window (0: none) */
+    /* The window of the local layers (Gemma 2/3, the pattern from the
+     * family's row) or of every layer (a llama: Mistral); 0: none. */
+    int sliding_window;
     /* phi3: LongRoPE's original context (0: no LongRoPE) and attn_factor */
     int rope_orig_ctx;
     float rope_attn_factor;
+    /* gemma2: the attention-score and final-logit soft-caps (0: none) */
+    float attn_softcap, final_softcap;
 } dummy_shape;
 
 /* Shapes from the models' published configurations. */
 static const dummy_shape SHAPES[] = {
     {"llama-3-8b", "llama", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 1e-5f, 0, 0, 0,
-     0.0f},
+     0.0f, 0.0f, 0.0f},
     {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0,
-     0.0f},
+     0.0f, 0.0f, 0.0f},
     {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 32768, 1000000.0f, 1e-6f, 0, 0, 0,
-     0.0f},
+     0.0f, 0.0f, 0.0f},
     {"qwen3-0.6b", "qwen3", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1000000.0f, 1e-6f, 1, 0, 0,
-     0.0f},
+     0.0f, 0.0f, 0.0f},
     {"qwen3-8b", "qwen3", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.0f, 1e-6f, 0, 0, 0,
-     0.0f},
-    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 8192, 100000.0f, 1e-5f, 1, 0, 0,
-     0.0f},
-    {"stories110m", "llama", 32000, 768, 12, 12, 12, 64, 2048, 1024, 10000.0f, 1e-5f, 1, 0, 0,
-     0.0f},
+     0.0f, 0.0f, 0.0f},
+    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 8192, 100000.0f, 1e-5f, 1, 0, 0, 0.0f,
+     0.0f, 0.0f},
+    {"stories110m", "llama", 32000, 768, 12, 12, 12, 64, 2048, 1024, 10000.0f, 1e-5f, 1, 0, 0, 0.0f,
+     0.0f, 0.0f},
     {"gemma3-1b", "gemma3", 262144, 1152, 26, 4, 1, 256, 6912, 32768, 1000000.0f, 1e-6f, 1, 512, 0,
-     0.0f},
+     0.0f, 0.0f, 0.0f},
     /* Phi-3.5-mini's widths (3,072, 32 heads of 96, 8,192 hidden, its 32,064
      * vocabulary and attn_factor) in 4 of its 32 layers, for the CPU/CUDA
      * comparison; LongRoPE factors (made up, rising like the real ones) with
      * an original context of 16, so that the tests' short contexts take the
      * long factors. */
     {"phi3.5-mini-4l", "phi3", 32064, 3072, 4, 32, 32, 96, 8192, 131072, 10000.0f, 1e-5f, 0, 0, 16,
-     1.1902381f},
+     1.1902381f, 0.0f, 0.0f},
+    /* Gemma 2 2B whole: heads of 256, a 4,096-position window on every
+     * other layer (local first, the row's pattern), post-norms, GELU-tanh,
+     * attention logits capped at 50 and final logits at 30. */
+    {"gemma2-2b", "gemma2", 256000, 2304, 26, 8, 4, 256, 9216, 8192, 10000.0f, 1e-6f, 1, 4096, 0,
+     0.0f, 50.0f, 30.0f},
+    /* Mistral 7B v0.1's widths in 4 of its 32 layers: a llama whose every
+     * layer has a 4,096-position window (attention.sliding_window in a llama
+     * file), the CPU/CUDA comparison's windowed llama. */
+    {"mistral-7b-4l", "llama", 32000, 4096, 4, 32, 8, 128, 14336, 32768, 10000.0f, 1e-5f, 0, 4096,
+     0, 0.0f, 0.0f, 0.0f},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
 const char *const model_dummy_configs[] = {
-    "llama-3-8b",   "llama-3.2-1b", "qwen2.5-7b", "qwen3-0.6b",     "qwen3-8b",
-    "smollm2-135m", "stories110m",  "gemma3-1b",  "phi3.5-mini-4l", NULL};
+    "llama-3-8b",  "llama-3.2-1b", "qwen2.5-7b",     "qwen3-0.6b", "qwen3-8b",      "smollm2-135m",
+    "stories110m", "gemma3-1b",    "phi3.5-mini-4l", "gemma2-2b",  "mistral-7b-4l", NULL};
 
 static const dummy_shape *dummy_find(const char *name) {
     for (int i = 0; i < N_SHAPES; i++)
@@ -197,10 +211,14 @@ static int dummy_write_meta(gguf_writer *w, const dummy_shape *s, dummy_vocab *v
                                       (uint32_t)s->rope_orig_ctx);
         rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"), s->rope_attn_factor);
     }
-    if (s->sliding_window > 0) /* gemma3: its defaults give the local layers' base and pattern */
+    if (s->sliding_window > 0) /* the family's row gives the pattern and the local base */
         rc = rc ? rc
                 : gguf_writer_set_u32(w, KEY("attention.sliding_window"),
                                       (uint32_t)s->sliding_window);
+    if (s->attn_softcap > 0.0f) /* read only by a family whose row has soft-caps */
+        rc = rc ? rc : gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->attn_softcap);
+    if (s->final_softcap > 0.0f)
+        rc = rc ? rc : gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap);
 #undef KEY
     if (!v || rc)
         return rc;

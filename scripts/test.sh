@@ -135,11 +135,15 @@ step "build Release" bash scripts/build.sh Release || finish
 step "ctest (Release)" run_ctest build
 step "pytest (Release)" run_pytest build/bin/brisk -m "not exhaustive"
 step "pytest (deploy)" run_pytest_deploy
-# The GPU run's script (bench/gpu.sh), rehearsed on the CPU with the Release
+# The GPU campaign (bench/gpu.sh), rehearsed on the CPU with the Release
 # binaries so it cannot rot between GPU sessions: every stage runs, the CUDA
-# tests report SKIP, the server stages serve stories260K (about 10 s).
-step "GPU script rehearsal (CPU)" env PKG=build/gpu-pkg bash -c \
-    'bench/gpu.sh package --from build && bench/gpu.sh run --device cpu --quick --out build/gpu-rehearsal'
+# tests report SKIP (test_cuda_model rehearses with --cpu), the server stages
+# serve stories260K, and the structured outputs are validated as the GPU run's
+# are afterwards (about 20 s).
+# shellcheck disable=SC2016  # $PY_VENV is the inner shell's
+step "GPU script rehearsal (CPU)" env PKG=build/gpu-pkg PY_VENV="$VENV/bin/python" bash -c \
+    'bench/gpu.sh package --from build && bench/gpu.sh run --device cpu --quick --out build/gpu-rehearsal &&
+     "$PY_VENV" bench/gpu_validate.py build/gpu-rehearsal'
 
 if [ "${BRISK_TEST_QUICK:-0}" = "1" ]; then
     echo

@@ -6,22 +6,21 @@
  *     positions prefilled in one batch and in chunks of 7 give the same
  *     top-1 tokens; three sequences interleaved in one batch agree with each
  *     run alone (top-1, and logits within a relative error bound).
- *  2. SmolLM2-135M-Instruct (when the GGUF is there; $BRISK_MODEL or the
+ *  2. Every family, f16 and int8 weights (families.c): greedy agreement with
+ *     the CPU over 256 positions, batch against chunked prefill, interleaved
+ *     sequences, windows, the layer recipe.
+ *  3. SmolLM2-135M-Instruct (when the GGUF is there; $BRISK_MODEL or the
  *     fetch-model cache), f16 on both backends: 256 greedy tokens from the
  *     CPU backend; the GPU's first 32 free-running greedy tokens are
  *     identical, and fed the CPU's tokens (teacher forcing) the GPU's top-1
  *     agrees at >= 99% of the 256 positions. int8 on the GPU: >= 90%.
- *  3. Sampling: a seeded temperature/top-p run repeats exactly; grammar
+ *  4. Sampling: a seeded temperature/top-p run repeats exactly; grammar
  *     masks and bans through the backend's sample call (test_constrained).
  * Results go to stdout (and the agreement figures with them).
  *
  * Without a CUDA device it prints "test_cuda_model: SKIP: no CUDA device"
- * and exits 0.
- *
- * The rig below builds backends by hand, not through sched_setup: it runs
- * one host model under two backends at once (CPU and CUDA), which
- * sched_setup (one owned model per setup) does not do, and pre-grows every
- * slot to a fixed context as a scheduler would not. */
+ * and exits 0; --cpu rehearses item 2 on the CPU (families.c). The rig and
+ * the comparisons are rig.c's (cuda_model.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,78 +35,35 @@
 #include "models/backend.h"
 #include "models/llama2c.h"
 #include "models/model.h"
-#include "models/model_recipe.h"
 #include "models/sampler.h"
+#include "tests/cuda_model/cuda_model.h"
 
 #include "../unit/stories_golden.h"
 #include "tests/cuda_model/parity.h"
 
-/* A backend with a KV pool of n_seqs slots of ctx positions each. */
-typedef struct rig {
-    model_backend *be;
-    kv_cache *kv;
-    int n_vocab;
-} rig;
-
-static int rig_open_kv(rig *r, const model *m, model_device dev, model_weights_fmt w,
-                       int max_batch_tokens, int ctx, int n_seqs, int graphs, int kv16) {
-    memset(r, 0, sizeof *r);
-    char err[256] = "";
-    model_backend_opts o = {.device = dev,
-                            .max_batch_tokens = max_batch_tokens,
-                            .max_ctx = ctx,
-                            .max_seqs = n_seqs,
-                            .block_size = 16,
-                            .gpu_memory_utilization = 0.5,
-                            .cuda_graphs = graphs,
-                            .weights = w};
-    o.pool = kern_pool_create(0);
-    if (model_backend_create(m, &o, &r->be, err, sizeof err) < 0) {
-        fprintf(stderr, "test_cuda_model: backend %s: %s\n", model_device_name(dev), err);
-        return -1;
-    }
-    const model_config *c = model_get_config(m);
-    int per = (ctx + 15) / 16;
-    kv_cache_config kc = {.n_layers = c->n_layers,
-                          .kv_dim = c->n_kv_heads * c->head_dim,
-                          .block_size = 16,
-                          .n_blocks = per * n_seqs,
-                          .max_seqs = n_seqs,
-                          .max_seq_blocks = per,
-                          .f16 = dev == MODEL_DEVICE_CUDA || kv16};
-    if (model_backend_kv_create(r->be, &kc, &r->kv) < 0)
-        return -1;
-    for (int s = 0; s < n_seqs; s++)
-        if (kv_cache_seq_grow(r->kv, s, ctx) < 0)
-            return -1;
-    r->n_vocab = c->n_vocab;
-    return 0;
+/* Logits of every position of toks[0..n) in slot `slot`, evaluated in
+ * chunks of `chunk` tokens (host copies, n rows; zeros after a failed
+ * forward, which is a failed check). */
+static float *logits_chunked(cm_rig *r, const int32_t *toks, int n, int chunk, int slot) {
+    int n_rows = 0;
+    float *all = cm_logits(r, toks, n, chunk, slot, 0, 1, &n_rows);
+    CHECK(all && n_rows == n, "forward of %d tokens in chunks of %d", n, chunk);
+    if (!all)
+        all = calloc((size_t)n * (size_t)r->n_vocab, sizeof *all);
+    return all;
 }
 
-/* The GPU's cache is always f16; the CPU's f32 unless asked. */
-static int rig_open(rig *r, const model *m, model_device dev, model_weights_fmt w,
-                    int max_batch_tokens, int ctx, int n_seqs, int graphs) {
-    return rig_open_kv(r, m, dev, w, max_batch_tokens, ctx, n_seqs, graphs, 0);
-}
-
-static void rig_close(rig *r) {
-    kv_cache_free(r->kv);
-    model_backend_free(r->be);
-    r->kv = NULL;
-    r->be = NULL;
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
+/* Rows of x whose top-1 differs from ref's where ref's margin is clear of
+ * bound (cuda_model.h's rule); *counted gets the clear rows. */
+static int clear_disagreements(const float *ref, const float *x, int n, int nv, double bound,
+                               int *counted) {
+    double worst;
+    return cm_compare_rows(ref, x, n, nv, bound, &worst, counted);
 }
 
 /* Greedy decoding from prompt[0..n_prompt) for n steps, one token a step
  * after the prompt, sampling on the backend (temperature 0). */
-static int greedy(rig *r, const int32_t *prompt, int n_prompt, int n, int32_t *out) {
+static int greedy(cm_rig *r, const int32_t *prompt, int n_prompt, int n, int32_t *out) {
     model_sampling sp = model_sampling_default();
     sp.temperature = 0.0f;
     model_sampler *s = model_sampler_create(&sp, r->n_vocab);
@@ -136,64 +92,6 @@ static int greedy(rig *r, const int32_t *prompt, int n_prompt, int n, int32_t *o
     return rc < 0 ? rc : done;
 }
 
-/* Logits of every position of toks[0..n) in slot `slot`, evaluated in
- * chunks of `chunk` tokens (host copies, n rows). */
-static float *logits_chunked(rig *r, const int32_t *toks, int n, int chunk, int slot) {
-    float *all = malloc(sizeof(float) * (size_t)n * r->n_vocab);
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk),
-            *seq = malloc(sizeof(int32_t) * (size_t)chunk);
-    uint8_t *want = malloc((size_t)chunk);
-    memset(want, 1, (size_t)chunk);
-    for (int off = 0; off < n; off += chunk) {
-        int k = n - off < chunk ? n - off : chunk;
-        for (int i = 0; i < k; i++)
-            pos[i] = off + i, seq[i] = slot;
-        model_batch b = {k, toks + off, pos, seq, want, NULL};
-        int n_out = 0, rc = model_backend_forward(r->be, r->kv, &b, &n_out);
-        CHECK(rc == 0 && n_out == k, "forward rc %d (%s) n_out %d", rc, kern_cuda_last_error(),
-              n_out);
-        for (int i = 0; rc == 0 && i < n_out; i++) {
-            const float *row;
-            if (model_backend_logits(r->be, i, &row) == 0)
-                memcpy(all + (size_t)(off + i) * r->n_vocab, row,
-                       sizeof(float) * (size_t)r->n_vocab);
-        }
-    }
-    free(pos), free(seq), free(want);
-    return all;
-}
-
-/* A position counts when the reference's top-1/top-2 margin exceeds
- * MARGIN_K x bound x rms(row): at the bound, the two logits' errors differ
- * with an RMS of sqrt(2) x bound x rms, so such a margin is 7 of those and
- * no rounding within the bound flips it. Random weights give near-ties
- * (the margin of the top two of 128k logits is often ~0.1 rms): those
- * positions are not counted, and the count says how many were. */
-#define MARGIN_K 10.0
-
-/* Rows of x whose top-1 differs from ref's where ref's margin is clear (as
- * above, for a row error within bound); *counted gets the clear rows. */
-static int clear_disagreements(const float *ref, const float *x, int n, int nv, double bound,
-                               int *counted) {
-    int bad = 0;
-    *counted = 0;
-    for (int i = 0; i < n; i++) {
-        const float *c = ref + (size_t)i * nv;
-        int c1 = argmax(c, nv), c2 = c1 == 0 ? 1 : 0;
-        double den = 0;
-        for (int j = 0; j < nv; j++) {
-            if (j != c1 && c[j] > c[c2])
-                c2 = j;
-            den += (double)c[j] * c[j];
-        }
-        if (c[c1] - c[c2] > MARGIN_K * bound * sqrt(den / nv)) {
-            ++*counted;
-            bad += argmax(x + (size_t)i * nv, nv) != c1;
-        }
-    }
-    return bad;
-}
-
 /* Top-1 agreement of two n-row logit tables, and the largest relative
  * (L2) row error. */
 static int agree_rows(const float *a, const float *b, int n, int nv, double *worst) {
@@ -201,7 +99,7 @@ static int agree_rows(const float *a, const float *b, int n, int nv, double *wor
     *worst = 0;
     for (int i = 0; i < n; i++) {
         const float *x = a + (size_t)i * nv, *y = b + (size_t)i * nv;
-        agree += argmax(x, nv) == argmax(y, nv);
+        agree += cm_argmax(x, nv) == cm_argmax(y, nv);
         double num = 0, den = 0;
         for (int j = 0; j < nv; j++)
             num += (double)(x[j] - y[j]) * (x[j] - y[j]), den += (double)x[j] * x[j];
@@ -212,26 +110,17 @@ static int agree_rows(const float *a, const float *b, int n, int nv, double *wor
     return agree;
 }
 
-static model *load(const char *path, model_weights_fmt f) {
-    model_load_opts o = {.weights = f};
-    model *m = NULL;
-    char err[256];
-    if (model_load(path, &o, &m, err, sizeof err) < 0)
-        fprintf(stderr, "load %s: %s\n", path, err);
-    return m;
-}
-
 static void test_stories(const char *gguf) {
-    model *m = load(gguf, MODEL_WEIGHTS_F32);
+    model *m = cm_load(gguf, MODEL_WEIGHTS_F32);
     CHECK(m != NULL, "load stories260K");
     if (!m)
         return;
     int32_t bos = 1, out[200];
     for (int graphs = 1; graphs >= 0; graphs--) {
-        rig r;
-        if (rig_open(&r, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 256, 256, 1, graphs) < 0) {
+        cm_rig r;
+        if (cm_rig_open(&r, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 256, 256, 1, graphs, 0) < 0) {
             CHECK(0, "cuda backend");
-            rig_close(&r);
+            cm_rig_close(&r);
             break;
         }
         int got = greedy(&r, &bos, 1, 200, out), match = 0;
@@ -240,12 +129,12 @@ static void test_stories(const char *gguf) {
         printf("test_cuda_model: stories260K f16, graphs %s: golden %d/200\n",
                graphs ? "on" : "off", match);
         CHECK(match == 200, "golden (graphs %d): first %d of 200 match", graphs, match);
-        rig_close(&r);
+        cm_rig_close(&r);
         if (match < 200) { /* does the CPU, with the same f16 weights and cache, part there too? */
-            model *m16 = load(gguf, MODEL_WEIGHTS_F16);
+            model *m16 = cm_load(gguf, MODEL_WEIGHTS_F16);
             int32_t cpu[200];
-            rig c16;
-            if (m16 && rig_open_kv(&c16, m16, MODEL_DEVICE_CPU, MODEL_WEIGHTS_F16, 256, 256, 1, 1,
+            cm_rig c16;
+            if (m16 && cm_rig_open(&c16, m16, MODEL_DEVICE_CPU, MODEL_WEIGHTS_F16, 256, 256, 1, 1,
                                    1) == 0) {
                 int n16 = greedy(&c16, &bos, 1, 200, cpu), m_cpu = 0, m_gpu = 0;
                 while (m_cpu < n16 && cpu[m_cpu] == golden[m_cpu])
@@ -256,7 +145,7 @@ static void test_stories(const char *gguf) {
                        "CUDA and that CPU run agree on the first %d tokens\n",
                        m_cpu, m_gpu);
             }
-            rig_close(&c16);
+            cm_rig_close(&c16);
             model_free(m16);
         }
     }
@@ -264,9 +153,9 @@ static void test_stories(const char *gguf) {
     int32_t toks[200];
     toks[0] = 1;
     memcpy(toks + 1, golden, sizeof(int32_t) * 199);
-    rig g, c;
-    if (rig_open(&g, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 200, 256, 3, 1) == 0 &&
-        rig_open(&c, m, MODEL_DEVICE_CPU, MODEL_WEIGHTS_F32, 200, 256, 1, 1) == 0) {
+    cm_rig g, c;
+    if (cm_rig_open(&g, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 200, 256, 3, 1, 0) == 0 &&
+        cm_rig_open(&c, m, MODEL_DEVICE_CPU, MODEL_WEIGHTS_F32, 200, 256, 1, 1, 0) == 0) {
         float *ref = logits_chunked(&c, toks, 200, 200, 0);
         float *one = logits_chunked(&g, toks, 200, 200, 0);
         float *seven = logits_chunked(&g, toks, 200, 7, 1);
@@ -300,8 +189,8 @@ static void test_stories(const char *gguf) {
         for (int i = 0; i < 60; i++) {
             itok[i] = toks[(i / 3) + 10 * (i % 3)], ipos[i] = i / 3, iseq[i] = i % 3, iwant[i] = 1;
         }
-        rig g2;
-        if (rig_open(&g2, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 60, 256, 3, 1) == 0) {
+        cm_rig g2;
+        if (cm_rig_open(&g2, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 60, 256, 3, 1, 0) == 0) {
             model_batch b = {60, itok, ipos, iseq, iwant, NULL};
             int n_out = 0;
             CHECK(model_backend_forward(g2.be, g2.kv, &b, &n_out) == 0 && n_out == 60,
@@ -309,8 +198,8 @@ static void test_stories(const char *gguf) {
             /* Compare against each sequence run alone in its own rig. */
             int ok = 0;
             for (int s = 0; s < 3; s++) {
-                rig a;
-                if (rig_open(&a, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 20, 256, 1, 1) < 0)
+                cm_rig a;
+                if (cm_rig_open(&a, m, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 20, 256, 1, 1, 0) < 0)
                     break;
                 float *alone = logits_chunked(&a, toks + 10 * s, 20, 20, 0);
                 for (int t = 0; t < 20; t++) {
@@ -321,238 +210,26 @@ static void test_stories(const char *gguf) {
                         double d = row[j] - alone[(size_t)t * g2.n_vocab + j];
                         num += d * d, den += (double)row[j] * row[j];
                     }
-                    ok += argmax(row, g2.n_vocab) ==
-                              argmax(alone + (size_t)t * g2.n_vocab, g2.n_vocab) &&
+                    ok += cm_argmax(row, g2.n_vocab) ==
+                              cm_argmax(alone + (size_t)t * g2.n_vocab, g2.n_vocab) &&
                           sqrt(num / den) < 1e-3;
                 }
                 free(alone);
-                rig_close(&a);
+                cm_rig_close(&a);
             }
             printf("test_cuda_model: 3 sequences interleaved in one batch vs alone: %d/60 rows "
                    "agree\n",
                    ok);
             CHECK(ok == 60, "interleaved == alone (%d/60)", ok);
         }
-        rig_close(&g2);
+        cm_rig_close(&g2);
         free(ref), free(one), free(seven);
     } else {
         CHECK(0, "rigs");
     }
-    rig_close(&g);
-    rig_close(&c);
+    cm_rig_close(&g);
+    cm_rig_close(&c);
     model_free(m);
-}
-
-/* ---- greedy agreement with a reference backend --------------------------------- */
-
-/* One side of an agreement check: a model and how a backend runs it. */
-typedef struct side {
-    const model *m;
-    model_device dev;
-    model_weights_fmt w;
-    int kv16;
-} side;
-
-/* Logit-error bounds of the whole model (relative L2 of a logit row against
- * the reference's), f16 and int8 weights. They are larger than one op's:
- * 16 to 30 layers of f16 activations, f16 weights and an f16 cache on the
- * GPU against f32 arithmetic on the CPU (int8: the CPU also rounds each
- * activation row to int8 blocks, the GPU keeps it f16). */
-#define BOUND_F16 2e-2
-#define BOUND_INT8 6e-2
-
-/* The test side decodes greedily one token a step (the decode path, its
- * sampler, graphs on) from prompt for n positions, keeping each step's
- * logits; the reference evaluates the prompt and those tokens in one pass
- * (teacher forcing) and at every position says what greedy would pick.
- * Checks: the test side's sampled token is the argmax of its own logits
- * (exact), every row is within bound of the reference's, and no counted
- * position disagrees. Prints one line; returns the disagreements. */
-static int agree_greedy(const char *label, const side *t, const side *ref, const int32_t *prompt,
-                        int n_prompt, int n, double bound) {
-    int ctx = (n_prompt + n + 15) / 16 * 16;
-    rig a;
-    if (rig_open_kv(&a, t->m, t->dev, t->w, n_prompt, ctx, 1, 1, t->kv16) < 0) {
-        CHECK(0, "%s: test backend", label);
-        rig_close(&a);
-        return -1;
-    }
-    int nv = a.n_vocab;
-    float *rows = malloc(sizeof(float) * (size_t)n * nv);
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_prompt + n));
-    memcpy(toks, prompt, sizeof(int32_t) * (size_t)n_prompt);
-    model_sampling sp = model_sampling_default();
-    sp.temperature = 0.0f;
-    model_sampler *smp = model_sampler_create(&sp, nv);
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_prompt), *seq = calloc((size_t)n_prompt, 4);
-    for (int i = 0; i < n_prompt; i++)
-        pos[i] = i;
-    model_batch b = {n_prompt, toks, pos, seq, NULL, NULL};
-    int n_out = 0, rc = model_backend_forward(a.be, a.kv, &b, &n_out), made = 0, self = 0;
-    while (rc == 0 && made < n) {
-        const float *row = NULL;
-        if ((rc = model_backend_logits(a.be, n_out - 1, &row)) < 0)
-            break;
-        memcpy(rows + (size_t)made * nv, row, sizeof(float) * (size_t)nv);
-        model_sample_job job = {n_out - 1, smp, toks, n_prompt + made};
-        int32_t id;
-        if ((rc = model_backend_sample(a.be, &job, 1, &id)) < 0)
-            break;
-        self += id == argmax(rows + (size_t)made * nv, nv);
-        toks[n_prompt + made++] = id;
-        int32_t p = n_prompt + made - 1, s0 = 0;
-        model_batch d = {1, &toks[p], &p, &s0, NULL, NULL};
-        if (made < n)
-            rc = model_backend_forward(a.be, a.kv, &d, &n_out);
-    }
-    model_sampler_free(smp);
-    free(pos), free(seq);
-    rig_close(&a);
-    CHECK(rc == 0 && made == n, "%s: decode rc %d (%s), %d of %d", label, rc,
-          kern_cuda_last_error(), made, n);
-    int bad = 0, counted = 0;
-    double worst = 0, sum = 0;
-    rig r;
-    if (made == n &&
-        rig_open_kv(&r, ref->m, ref->dev, ref->w, n_prompt + n, ctx, 1, 1, ref->kv16) == 0) {
-        float *ref_rows = logits_chunked(&r, toks, n_prompt + n - 1, n_prompt + n - 1, 0);
-        int first_bad = -1;
-        for (int i = 0; i < n; i++) {
-            const float *c = ref_rows + (size_t)(n_prompt - 1 + i) * nv, *g = rows + (size_t)i * nv;
-            int c1 = argmax(c, nv), c2 = c1 == 0 ? 1 : 0;
-            double num = 0, den = 0;
-            for (int j = 0; j < nv; j++) {
-                if (j != c1 && c[j] > c[c2])
-                    c2 = j;
-                num += (double)(g[j] - c[j]) * (g[j] - c[j]), den += (double)c[j] * c[j];
-            }
-            double rel = sqrt(num / (den > 0 ? den : 1)), rms = sqrt(den / nv);
-            sum += rel;
-            if (rel > worst || rel != rel)
-                worst = rel;
-            if (c[c1] - c[c2] > MARGIN_K * bound * rms) {
-                counted++;
-                if (toks[n_prompt + i] != c1) {
-                    bad++;
-                    if (first_bad < 0)
-                        first_bad = i;
-                }
-            }
-        }
-        printf(
-            "test_cuda_model: %s: %d positions, sampled == own argmax %d/%d; logits vs reference: "
-            "max rel L2 %.2e, mean %.2e (bound %.0e); greedy disagreements %d of %d positions "
-            "with margin > %.0f x bound x rms (first at %d)\n",
-            label, n, self, n, worst, sum / n, bound, bad, counted, MARGIN_K, first_bad);
-        CHECK(self == n, "%s: the sampler's greedy token is its own logits' argmax (%d/%d)", label,
-              self, n);
-        CHECK(worst <= bound, "%s: logits within %.0e of the reference (%.2e)", label, bound,
-              worst);
-        CHECK(bad == 0, "%s: %d greedy disagreements outside near-ties (first at position %d)",
-              label, bad, first_bad);
-        CHECK(counted > 0, "%s: no position has a clear margin (the check would be empty)", label);
-        free(ref_rows);
-    } else if (made == n) {
-        CHECK(0, "%s: reference backend", label);
-    }
-    rig_close(&r);
-    free(rows), free(toks);
-    return bad;
-}
-
-/* A dummy shape's model in one weight format (seed 0, synthetic vocabulary). */
-static model *load_dummy(const char *shape, model_weights_fmt f) {
-    model_load_opts o = {.weights = f, .dummy = shape};
-    model *m = NULL;
-    char err[256];
-    if (model_load(NULL, &o, &m, err, sizeof err) < 0)
-        fprintf(stderr, "dummy %s: %s\n", shape, err);
-    return m;
-}
-
-/* The backend's pass runs each layer's recipe (model_recipe.h), step by
- * step, for a prompt and a decode step (test_model_arch checks the CPU pass
- * of every architecture row the same way). */
-static void check_recipe(const char *label, const model *m, model_device dev, model_weights_fmt w) {
-    rig r = {0};
-    int n_layers = model_get_config(m)->n_layers;
-    model_recipe *trace = calloc((size_t)n_layers, sizeof *trace);
-    if (!trace || rig_open(&r, m, dev, w, 8, 16, 1, 1) < 0) {
-        CHECK(0, "%s: recipe rig", label);
-        free(trace);
-        rig_close(&r);
-        return;
-    }
-    int32_t tok[3] = {1, 2, 3}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
-    for (int step = 0; step < 2; step++) {
-        memset(trace, 0, (size_t)n_layers * sizeof *trace);
-        model_backend_set_trace(r.be, trace);
-        model_batch b = {step ? 1 : 2, tok + 2 * step, pos + 2 * step, seq, NULL, NULL};
-        int n_out = 0, rc = model_backend_forward(r.be, r.kv, &b, &n_out);
-        char err[256] = "";
-        CHECK(rc == 0 && model_recipe_trace_check(m, trace, err, sizeof err) == 0,
-              "%s: the %s pass follows the recipe (step %d, rc %d): %s", label,
-              model_device_name(dev), step, rc, err);
-    }
-    model_backend_set_trace(r.be, NULL);
-    rig_close(&r);
-    free(trace);
-}
-
-/* CPU and CUDA agree on greedy tokens over n positions, f16 and int8
- * weights, on stories260K (gguf) and the dummy shapes (llama and qwen3). cpu_only: the
- * rehearsal without a GPU - the same code compares CPU f16 weights (f16
- * cache) against CPU f32 on fewer positions. */
-static void test_agreement(const char *stories_gguf, int cpu_only, int n) {
-    /* qwen3-0.6b: Qwen3's per-head q/k RMSNorm on the GPU; gemma3-1b: Gemma 3's
-     * blocks (embedding scale, GELU, post norms, q/k norms, 512-wide windows on
-     * five of six layers with their own RoPE base; a 600-id prompt, so the
-     * windows mask keys in prefill and decode); phi3.5-mini-4l: Phi-3's
-     * LongRoPE (long factors past its original context of 16, the rotated
-     * dims times attn_factor), head size 96. */
-    static const char *shapes[] = {"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma3-1b",
-                                   "phi3.5-mini-4l"};
-    static const model_weights_fmt fmts[2] = {MODEL_WEIGHTS_F16, MODEL_WEIGHTS_INT8};
-    int n_models = cpu_only ? 2 : 6;
-    for (int k = 0; k < n_models; k++) {
-        const char *name = k == 0 ? "stories260K" : shapes[k - 1];
-        if (k == 0 && !stories_gguf)
-            continue;
-        /* gemma3-1b: a prompt of 600 ids, past its 512-position window, so
-         * the windowed prefill and decode kernels mask keys. */
-        int32_t prompt[600];
-        int n_prompt = 1;
-        prompt[0] = 1; /* BOS */
-        for (int f = 0; f < 2; f++) {
-            if (cpu_only && f == 1)
-                continue;
-            model *m = k == 0 ? load(stories_gguf, fmts[f]) : load_dummy(name, fmts[f]);
-            CHECK(m != NULL, "load %s", name);
-            if (!m)
-                continue;
-            if (k > 0) { /* a few fixed ids spread over the vocabulary */
-                int nv = model_get_config(m)->n_vocab;
-                n_prompt = strcmp(name, "gemma3-1b") ? 8 : 600;
-                for (int i = 1; i < n_prompt; i++)
-                    prompt[i] = (int32_t)((7919u * (unsigned)i + 13u) % (unsigned)nv);
-            }
-            model *mref = cpu_only ? (k == 0 ? load(stories_gguf, MODEL_WEIGHTS_F32)
-                                             : load_dummy(name, MODEL_WEIGHTS_F32))
-                                   : m;
-            char label[128];
-            snprintf(label, sizeof label, "%s %s weights, %s vs CPU%s", name, f ? "int8" : "f16",
-                     cpu_only ? "CPU (f16 cache)" : "CUDA",
-                     cpu_only ? " f32" : " (same weights, f16 cache)");
-            if (f == 0)
-                check_recipe(name, m, cpu_only ? MODEL_DEVICE_CPU : MODEL_DEVICE_CUDA, fmts[f]);
-            side t = {m, cpu_only ? MODEL_DEVICE_CPU : MODEL_DEVICE_CUDA, fmts[f], 1};
-            side r = {mref, MODEL_DEVICE_CPU, cpu_only ? MODEL_WEIGHTS_F32 : fmts[f], !cpu_only};
-            agree_greedy(label, &t, &r, prompt, n_prompt, n, f ? BOUND_INT8 : BOUND_F16);
-            if (mref != m)
-                model_free(mref);
-            model_free(m);
-        }
-    }
 }
 
 static const char *smollm2_path(char *buf, size_t len) {
@@ -571,7 +248,7 @@ static void test_smollm2(void) {
         printf("test_cuda_model: SKIP SmolLM2: %s not found\n", path);
         return;
     }
-    model *mf = load(path, MODEL_WEIGHTS_F16), *mq = load(path, MODEL_WEIGHTS_AUTO);
+    model *mf = cm_load(path, MODEL_WEIGHTS_F16), *mq = cm_load(path, MODEL_WEIGHTS_AUTO);
     CHECK(mf && mq, "load SmolLM2");
     if (!mf || !mq)
         return;
@@ -587,33 +264,35 @@ static void test_smollm2(void) {
         return;
     enum { N = 256 };
     int32_t cpu_out[N], gpu_out[N];
-    rig c, g;
-    CHECK(rig_open(&c, mf, MODEL_DEVICE_CPU, MODEL_WEIGHTS_F16, 512, 512, 1, 1) == 0, "cpu rig");
+    cm_rig c, g;
+    CHECK(cm_rig_open(&c, mf, MODEL_DEVICE_CPU, MODEL_WEIGHTS_F16, 512, 512, 1, 1, 0) == 0,
+          "cpu rig");
     int n_cpu = greedy(&c, prompt, n_prompt, N, cpu_out);
     CHECK(n_cpu == N, "cpu greedy (%d)", n_cpu);
-    rig_close(&c);
+    cm_rig_close(&c);
     static const model_weights_fmt fmts[2] = {MODEL_WEIGHTS_F16, MODEL_WEIGHTS_INT8};
     for (int f = 0; f < 2 && n_cpu == N; f++) {
-        if (rig_open(&g, f ? mq : mf, MODEL_DEVICE_CUDA, fmts[f], 512, 512, 1, 1) < 0) {
+        if (cm_rig_open(&g, f ? mq : mf, MODEL_DEVICE_CUDA, fmts[f], 512, 512, 1, 1, 0) < 0) {
             CHECK(0, "cuda rig");
-            rig_close(&g);
+            cm_rig_close(&g);
             continue;
         }
         int n_gpu = greedy(&g, prompt, n_prompt, 32, gpu_out), same = 0;
         while (same < n_gpu && gpu_out[same] == cpu_out[same])
             same++;
-        rig_close(&g);
+        cm_rig_close(&g);
         /* Teacher forcing: the prompt and the CPU's tokens in one pass. */
         int32_t toks[128 + N];
         memcpy(toks, prompt, sizeof(int32_t) * (size_t)n_prompt);
         memcpy(toks + n_prompt, cpu_out, sizeof(int32_t) * N);
-        rig_open(&g, f ? mq : mf, MODEL_DEVICE_CUDA, fmts[f], 512, 512, 1, 1);
+        cm_rig_open(&g, f ? mq : mf, MODEL_DEVICE_CUDA, fmts[f], 512, 512, 1, 1, 0);
         float *lg = logits_chunked(&g, toks, n_prompt + N - 1, 128, 0);
         int agree = 0;
         for (int i = 0; i < N; i++)
-            agree += argmax(lg + (size_t)(n_prompt - 1 + i) * g.n_vocab, g.n_vocab) == cpu_out[i];
+            agree +=
+                cm_argmax(lg + (size_t)(n_prompt - 1 + i) * g.n_vocab, g.n_vocab) == cpu_out[i];
         free(lg);
-        rig_close(&g);
+        cm_rig_close(&g);
         printf("test_cuda_model: SmolLM2 %s on the GPU vs f16 on the CPU: first %d/32 free-running "
                "tokens identical, teacher-forced top-1 %d/%d (%.1f%%)\n",
                f ? "int8" : "f16", same, agree, N, 100.0 * agree / N);
@@ -627,7 +306,7 @@ static void test_smollm2(void) {
     /* A seeded sampled run repeats exactly on the GPU. */
     int32_t a[64], b[64];
     for (int rep = 0; rep < 2; rep++) {
-        if (rig_open(&g, mf, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 512, 512, 1, 1) < 0)
+        if (cm_rig_open(&g, mf, MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16, 512, 512, 1, 1, 0) < 0)
             break;
         model_sampling sp = model_sampling_default();
         sp.temperature = 0.8f, sp.top_p = 0.9f, sp.top_k = 40, sp.seed = 1234;
@@ -653,7 +332,7 @@ static void test_smollm2(void) {
         }
         CHECK(rc == 0, "sampled run %d", rep);
         model_sampler_free(s);
-        rig_close(&g);
+        cm_rig_close(&g);
     }
     CHECK(memcmp(a, b, sizeof a) == 0, "a seeded sampled run repeats exactly");
     model_free(mf);
@@ -672,13 +351,13 @@ static void test_smollm2(void) {
  * The rows are sampled together, so each row's mask is found at its own
  * offset. cpu_only: the same on the CPU backend (a rehearsal). */
 static void test_constrained(int cpu_only) {
-    model *m = load_dummy("smollm2-135m", MODEL_WEIGHTS_F16);
-    rig r = {0};
+    model *m = cm_load_dummy("smollm2-135m", MODEL_WEIGHTS_F16);
+    cm_rig r = {0};
     enum { ROWS = 8, ROUNDS = 6 };
-    if (!m || rig_open(&r, m, cpu_only ? MODEL_DEVICE_CPU : MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16,
-                       ROWS, 16, ROWS, 1) < 0) {
+    if (!m || cm_rig_open(&r, m, cpu_only ? MODEL_DEVICE_CPU : MODEL_DEVICE_CUDA, MODEL_WEIGHTS_F16,
+                          ROWS, 16, ROWS, 1, 0) < 0) {
         CHECK(0, "constrained: rig");
-        rig_close(&r);
+        cm_rig_close(&r);
         model_free(m);
         return;
     }
@@ -775,11 +454,14 @@ static void test_constrained(int cpu_only) {
            "sampler, %d outside their mask\n",
            dev, nv, ROWS * ROUNDS, ROUNDS, n_greedy - bad_greedy, outside);
     free(allow), free(bits), free(raw), free(tmp);
-    rig_close(&r);
+    cm_rig_close(&r);
     model_free(m);
 }
 
 int main(int argc, char **argv) {
+    /* Line by line into the campaign's file: a run its stage's timeout stops
+     * keeps every family's verdict printed so far. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     int cpu_only = argc > 1 && !strcmp(argv[1], "--cpu");
     if (argc > 1 && !cpu_only) {
         fprintf(stderr,
@@ -815,5 +497,8 @@ int main(int argc, char **argv) {
     if (!cpu_only)
         test_smollm2();
     test_constrained(cpu_only);
+    int fam_passed, fam_failed = cm_families_counts(&fam_passed);
+    bt_passed += fam_passed, bt_failed += fam_failed;
+    cm_pool_free();
     return BT_SUMMARY("test_cuda_model");
 }

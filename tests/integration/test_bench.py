@@ -221,6 +221,20 @@ def test_dataset_and_shared_prefix(bench, stories_server, tmp_path):
     assert run["total_input_tokens"] / 4 >= 48
 
 
+def test_extra_body_carries_a_constraint(bench, stories_server, tmp_path):
+    """--extra-body is merged into every request (bench/gpu.sh sends a response_format JSON
+    Schema through it for its constrained-vs-unconstrained throughput pair): a
+    guided_choice there bounds each output to "yes" or "no", which then ends (ignore_eos
+    cannot extend a finished grammar) however many tokens were asked for."""
+    _, rep = bench.json_run(tmp_path, "--base-url", stories_server.url, "--num-prompts", 4,
+                            "--max-concurrency", 2, "--input-len", 8, "--output-len", 24,
+                            "--extra-body", json.dumps({"guided_choice": ["yes", "no"]}))
+    run = rep["runs"][0]
+    assert run["completed"] == 4 and run["failed"] == 0, run["errors"]
+    # "yes" is at most 3 tokens of stories260K's vocabulary; unconstrained, 4 x 24
+    assert 4 <= run["total_output_tokens"] <= 4 * 3, run
+
+
 def test_rate_and_duration(bench, stories_server, tmp_path):
     _, rep = bench.json_run(tmp_path, "--base-url", stories_server.url, "--request-rate", 40,
                             "--burstiness", 2, "--duration", 1, "--input-len", 8,

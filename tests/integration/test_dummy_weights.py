@@ -53,3 +53,22 @@ def test_usage_errors(brisk, args, msg):
     r = brisk.run(*args, check=False)
     assert r.returncode == 2, (r.returncode, r.err)
     assert msg in r.err and len(r.err.strip().splitlines()) >= 1, r.err
+
+
+# Generating 1.1-2.6 billion random weights takes tens of seconds on 2 cores.
+@pytest.mark.slow
+@pytest.mark.parametrize("shape, n_vocab", [("gemma2-2b", 256000), ("mistral-7b-4l", 32000)])
+def test_windowed_shapes_run_on_the_cpu(brisk, tmp_path, shape, n_vocab):
+    """The shapes the GPU check adds (Gemma 2 2B whole; Mistral 7B's widths in 4 layers,
+    a window on every layer) load and run the CPU's forward pass: finite logits of the
+    shape's vocabulary with a spread."""
+    import numpy as np
+    dump = tmp_path / "logits.f32"
+    r = brisk.run("generate", "--dummy-weights", shape, "--weights", "int8", "--prompt",
+                  "hello world", "-n", "2", "--temp", "0", "--ignore-eos",
+                  "--dump-logits", str(dump), timeout=300)
+    assert f"dummy {shape}" in r.err and r.stdout.strip(), (r.stdout, r.err[-2000:])
+    lg = np.fromfile(dump, dtype=np.float32)
+    assert lg.size > 0 and lg.size % n_vocab == 0, lg.size
+    lg = lg.reshape(-1, n_vocab)
+    assert np.isfinite(lg).all() and (lg.std(axis=1) > 0.1).all(), lg.std(axis=1)

@@ -291,6 +291,20 @@ static void test_dummy_shapes(void) {
     CHECK(model_dummy_config("gemma3-1b", &c) == 0 && !strcmp(c.arch->name, "gemma3") &&
               c.n_swa == 512 && c.swa_pattern == 6 && c.rope_base_swa == 10000.0f,
           "gemma3-1b: its window from the row's defaults");
+    /* Gemma 2 2B: local layers first, every other one, on the global base;
+     * both soft-caps from the shape's metadata. */
+    CHECK(model_dummy_config("gemma2-2b", &c) == 0 && !strcmp(c.arch->name, "gemma2") &&
+              c.n_swa == 4096 && c.swa_pattern == 2 && c.rope_base_swa == c.rope_base &&
+              c.attn_softcap == 50.0f && c.final_softcap == 30.0f && c.head_dim == 256 &&
+              c.n_layers == 26 && c.has_post_norms && c.act == MODEL_ACT_GELU_TANH &&
+              c.tied_output && !model_config_cuda_validated(&c),
+          "gemma2-2b: windows, soft-caps, heads of 256");
+    /* Mistral: a llama file with a window windows every layer; no caps. */
+    CHECK(model_dummy_config("mistral-7b-4l", &c) == 0 && !strcmp(c.arch->name, "llama") &&
+              c.n_swa == 4096 && c.swa_pattern == 0 && c.attn_softcap == 0.0f &&
+              c.final_softcap == 0.0f && c.n_layers == 4 && !c.tied_output &&
+              !model_config_cuda_validated(&c),
+          "mistral-7b-4l: a window on every layer");
     CHECK(model_dummy_config("qwen2.5-7b", &c) == 0 && !strcmp(c.arch->name, "qwen2") &&
               c.has_qkv_bias && model_config_cuda_validated(&c),
           "qwen2.5-7b");

@@ -41,6 +41,10 @@ static void test_shapes(void) {
         {"qwen3-8b", 8190735360LL},     /* Qwen3-8B (6.95B without the embeddings) */
         {"gemma3-1b", 999885952LL},     /* gemma-3-1b-pt */
         {"smollm2-135m", 134515008LL},  /* SmolLM2-135M (as its GGUF loads in brisk) */
+        {"gemma2-2b", 2614341888LL},    /* gemma-2-2b */
+        /* Mistral-7B-v0.1's 7,241,732,096 less 28 of its 32 layers of
+         * 218,112,000 (two norms, q/k/v/o, the three MLP matrices). */
+        {"mistral-7b-4l", 7241732096LL - 28LL * 218112000LL},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         model_config c;
@@ -55,7 +59,7 @@ static void test_shapes(void) {
         CHECK(c.dim % c.n_heads == 0 || c.head_dim > 0, "%s", model_dummy_configs[n]);
         CHECK(c.n_heads % c.n_kv_heads == 0, "%s", model_dummy_configs[n]);
     }
-    CHECK(n == 9, "%d configurations", n);
+    CHECK(n == 11, "%d configurations", n);
     model_config c;
     CHECK(model_dummy_config("llama-3-70b", &c) == BRISK_EINVAL, "unknown name");
     CHECK(model_dummy_config(NULL, &c) == BRISK_EINVAL, "NULL name");
