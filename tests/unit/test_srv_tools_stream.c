@@ -12,12 +12,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "brisk_test.h"
 #include "common/brisk_alloc.h"
 #include "common/brisk_buf.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "models/chat_template.h"
+#include "server/api/srv_api.h"
 #include "server/api/srv_tools.h"
 
 /* One family per tool format. */
@@ -514,6 +517,42 @@ static void test_parse_output(void) {
     free(content);
 }
 
+/* A call's pieces as chat chunk deltas, as OpenAI streams calls: the first
+ * with its index, id, type, name and empty arguments, no content; a
+ * fragment with its index and arguments alone. */
+static void test_chunk_deltas(void) {
+    const srv_call_delta d[2] = {{1, "call_x", "f", NULL, 0}, {1, NULL, NULL, "{\"a\"", 4}};
+    for (int i = 0; i < 2; i++) {
+        srv_choice ch = {.index = 0, .deltas = &d[i], .n_deltas = 1};
+        char *s = srv_api_chat_chunk_json("chatcmpl-1", 1, "m", &ch, 0, NULL, 0);
+        cJSON *o = s ? cJSON_Parse(s) : NULL;
+        const cJSON *delta = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0), "delta");
+        const cJSON *t =
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(delta, "tool_calls"), 0);
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        CHECK(cJSON_GetArraySize(delta) == 1 &&
+                  cJSON_GetObjectItemCaseSensitive(t, "index")->valueint == 1 &&
+                  cJSON_IsString(args),
+              "delta %d: %s", i, s ? s : "(null)");
+        if (i == 0)
+            CHECK(
+                cJSON_GetArraySize(t) == 4 &&
+                    !strcmp(cJSON_GetObjectItemCaseSensitive(t, "id")->valuestring, "call_x") &&
+                    !strcmp(cJSON_GetObjectItemCaseSensitive(t, "type")->valuestring, "function") &&
+                    !strcmp(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring, "f") &&
+                    !strcmp(args->valuestring, ""),
+                "first delta: %s", s);
+        else
+            CHECK(cJSON_GetArraySize(t) == 2 && cJSON_GetArraySize(fn) == 1 &&
+                      !strcmp(args->valuestring, "{\"a\""),
+                  "fragment: %s", s);
+        cJSON_Delete(o);
+        free(s);
+    }
+}
+
 /* Every allocation failing in turn: BRISK_ENOMEM or the answer, no leak. */
 static int fault_work(void) {
     int ids = 0, rc = 0;
@@ -565,6 +604,7 @@ int main(void) {
     test_limit();
     test_timing();
     test_parse_output();
+    test_chunk_deltas();
     test_fault_sweep();
     return BT_SUMMARY("test_srv_tools_stream");
 }
