@@ -265,9 +265,8 @@ typedef struct srv_choice {
      * NULL). */
     const srv_tool_call *calls;
     int n_calls;
-    /* chat chunks: tool-call deltas (delta.tool_calls). */
-    const srv_call_delta *deltas;
-    int n_deltas;
+    /* chat chunks: a tool-call delta (delta.tool_calls holds it alone), or NULL. */
+    const srv_call_delta *delta;
 } srv_choice;
 
 /* The finish_reason of a choice its deadline ended: "length", and the

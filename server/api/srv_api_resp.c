@@ -336,27 +336,22 @@ static void w_tool_calls(brisk_buf *w, const srv_choice *c) {
     brisk_buf_str(w, "]");
 }
 
-/* A chunk's "tool_calls":[{"index","id","type","function":{"name","arguments":""}}
- * or {"index","function":{"arguments": fragment}}, ...] */
-static void w_tool_deltas(brisk_buf *w, const srv_choice *c) {
-    brisk_buf_str(w, "\"tool_calls\":[");
-    for (int k = 0; k < c->n_deltas; k++) {
-        const srv_call_delta *d = &c->deltas[k];
-        brisk_buf_str(w, k ? ",{\"index\":" : "{\"index\":");
-        w_int(w, d->index);
-        if (d->id) {
-            brisk_buf_str(w, ",\"id\":");
-            w_cstr(w, d->id);
-            brisk_buf_str(w, ",\"type\":\"function\",\"function\":{\"name\":");
-            w_cstr(w, d->name);
-            brisk_buf_str(w, ",\"arguments\":\"\"}}");
-            continue;
-        }
-        brisk_buf_str(w, ",\"function\":{\"arguments\":");
-        w_str(w, d->args ? d->args : "", d->args ? d->args_len : 0);
-        brisk_buf_str(w, "}}");
+/* A chunk's "tool_calls":[{"index","id","type","function":{"name","arguments":""}}]
+ * (a call's first delta) or [{"index","function":{"arguments": fragment}}]. */
+static void w_tool_delta(brisk_buf *w, const srv_call_delta *d) {
+    brisk_buf_str(w, "\"tool_calls\":[{\"index\":");
+    w_int(w, d->index);
+    if (d->id) {
+        brisk_buf_str(w, ",\"id\":");
+        w_cstr(w, d->id);
+        brisk_buf_str(w, ",\"type\":\"function\",\"function\":{\"name\":");
+        w_cstr(w, d->name);
+        brisk_buf_str(w, ",\"arguments\":\"\"}}]");
+        return;
     }
-    brisk_buf_str(w, "]");
+    brisk_buf_str(w, ",\"function\":{\"arguments\":");
+    w_str(w, d->args ? d->args : "", d->args ? d->args_len : 0);
+    brisk_buf_str(w, "}}]");
 }
 
 char *srv_api_chat_json(const char *id, int64_t created, const char *model,
@@ -423,16 +418,16 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
             brisk_buf_str(&w, "\"reasoning_content\":");
             w_str(&w, c->reasoning, c->reasoning_len);
         }
-        if (c->text || (first && !c->reasoning && c->n_deltas == 0)) {
+        if (c->text || (first && !c->reasoning && !c->delta)) {
             if (first || c->reasoning)
                 brisk_buf_str(&w, ",");
             brisk_buf_str(&w, "\"content\":");
             w_str(&w, c->text ? c->text : "", c->text ? c->text_len : 0);
         }
-        if (c->n_deltas > 0) {
+        if (c->delta) {
             if (first || c->reasoning || c->text)
                 brisk_buf_str(&w, ",");
-            w_tool_deltas(&w, c);
+            w_tool_delta(&w, c->delta);
         }
         brisk_buf_str(&w, "}");
         w_chat_logprobs_field(&w, c, want_logprobs);

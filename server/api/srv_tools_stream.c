@@ -255,19 +255,22 @@ static char *free_args(srv_tools_stream *s) {
     const char *p = s->args.p ? s->args.p : "";
     cJSON *v = cJSON_ParseWithLength(p, s->args.len);
     char *out = NULL;
+    int want = 0;
     if (cJSON_IsObject(v)) {
-        out = brisk_malloc(s->args.len + 1);
-        if (out) {
+        want = 1;
+        if ((out = brisk_malloc(s->args.len + 1))) {
             memcpy(out, p, s->args.len);
             out[s->args.len] = '\0';
         }
     } else if (cJSON_IsString(v)) {
         cJSON *inner = cJSON_Parse(v->valuestring);
-        if (cJSON_IsObject(inner))
+        if ((want = cJSON_IsObject(inner)))
             out = brisk_strdup(v->valuestring);
         cJSON_Delete(inner);
     }
     cJSON_Delete(v);
+    if (want && !out)
+        s->oom = 1; /* a call, lost for want of memory: the feed says so */
     return out;
 }
 
@@ -422,6 +425,8 @@ static void after_call(srv_tools_stream *s) {
 /* ---- JSON ----------------------------------------------------------------------------- */
 
 static int jscan_step(jscan *j, unsigned char b) {
+    if (b == 0) /* never JSON; and a call's arguments are a C string */
+        return J_BAD;
     switch (j->kind) {
     case 0:
         if (is_ws(b))

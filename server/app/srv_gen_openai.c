@@ -71,8 +71,7 @@ static void send_tool_chunks(gen_req *g, gen_choice *c, const gen_piece *p, cons
             ch.text = t->text;
             ch.text_len = t->len;
         } else {
-            ch.deltas = &d;
-            ch.n_deltas = 1;
+            ch.delta = &d;
         }
         if (!sent_r) {
             ch.reasoning = p->reasoning;

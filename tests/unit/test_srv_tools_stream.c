@@ -523,7 +523,7 @@ static void test_parse_output(void) {
 static void test_chunk_deltas(void) {
     const srv_call_delta d[2] = {{1, "call_x", "f", NULL, 0}, {1, NULL, NULL, "{\"a\"", 4}};
     for (int i = 0; i < 2; i++) {
-        srv_choice ch = {.index = 0, .deltas = &d[i], .n_deltas = 1};
+        srv_choice ch = {.index = 0, .delta = &d[i]};
         char *s = srv_api_chat_chunk_json("chatcmpl-1", 1, "m", &ch, 0, NULL, 0);
         cJSON *o = s ? cJSON_Parse(s) : NULL;
         const cJSON *delta = cJSON_GetObjectItemCaseSensitive(
