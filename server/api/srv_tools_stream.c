@@ -167,6 +167,15 @@ static void put_text(srv_tools_stream *s, const char *p, size_t n) {
     }
 }
 
+/* Holds byte b back; -1 when out of memory (the parser stops there: the
+ * feed reports it). */
+static int hold(srv_tools_stream *s, unsigned char b) {
+    brisk_buf_put(&s->pending, (const char *)&b, 1);
+    if (s->pending.oom)
+        s->oom = 1;
+    return s->oom ? -1 : 0;
+}
+
 /* Gives pending away: as text (release) or not at all. */
 static void pending_clear(srv_tools_stream *s, int release) {
     if (release && s->pending.len)
@@ -369,6 +378,8 @@ static void go_target(srv_tools_stream *s, int target) {
  * one may still match ("[TOOL_CALLS] [" against "["); the bytes read after
  * it are read again in the state it leads to. */
 static void match_step(srv_tools_stream *s, unsigned char b) {
+    if (hold(s, b) < 0)
+        return;
     int alive = 0;
     for (int i = 0; i < s->n_alts; i++) {
         alt *a = &s->alts[i];
@@ -377,11 +388,10 @@ static void match_step(srv_tools_stream *s, unsigned char b) {
         alt_step(a, b);
         if (a->pos == -2) {
             s->done_alt = i;
-            s->done_at = s->pending.len + 1;
+            s->done_at = s->pending.len;
         }
         alive += a->pos >= 0;
     }
-    brisk_buf_put(&s->pending, (const char *)&b, 1);
     if (alive)
         return;
     if (s->done_alt < 0) {
@@ -399,7 +409,7 @@ static void match_step(srv_tools_stream *s, unsigned char b) {
     memcpy(again, s->pending.p + s->done_at, n);
     s->pending.len = s->done_at;
     go_target(s, s->alts[s->done_alt].target);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && !s->oom; i++)
         step(s, (unsigned char)again[i]);
 }
 
@@ -508,8 +518,8 @@ static void value_byte(srv_tools_stream *s, unsigned char b) {
 }
 
 static void call_step(srv_tools_stream *s, unsigned char b) {
-    if (!s->forced || !s->has_name)
-        brisk_buf_put(&s->pending, (const char *)&b, 1);
+    if ((!s->forced || !s->has_name) && hold(s, b) < 0)
+        return;
     switch (s->co) {
     case CO_OPEN:
         if (is_ws(b))
@@ -736,7 +746,7 @@ static void step(srv_tools_stream *s, unsigned char b) {
     case S_CALL: call_step(s, b); return;
     case S_SEP_WS:
         if (is_ws(b) || b == ';') {
-            brisk_buf_put(&s->pending, (const char *)&b, 1);
+            hold(s, b);
         } else if (b == '{') {
             call_begin(s);
             call_step(s, b);
