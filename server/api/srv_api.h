@@ -242,6 +242,16 @@ typedef struct srv_token_logprob {
     size_t text_offset;         /* completions: byte offset of the token in the choice text */
 } srv_token_logprob;
 
+/* One entry of a chunk's delta.tool_calls, as OpenAI streams calls: a
+ * call's first (its index, id, type, name and empty arguments), then
+ * fragments of its arguments (index and arguments alone). Borrowed. */
+typedef struct srv_call_delta {
+    int index;             /* the call's place in the answer */
+    const char *id, *name; /* the first delta; NULL in a fragment */
+    const char *args;      /* a fragment: args_len bytes of the arguments text */
+    size_t args_len;
+} srv_call_delta;
+
 typedef struct srv_choice {
     int index;
     const char *text; /* chat chunks: NULL = no "content" in the delta */
@@ -252,12 +262,11 @@ typedef struct srv_choice {
     const char *reasoning; /* chat: "reasoning_content" (before "content") when not NULL */
     size_t reasoning_len;
     /* chat: tool calls (message.tool_calls; "content" is null when text is
-     * NULL). In a chunk (delta.tool_calls, each with its "index"): the id,
-     * type, name and arguments, or with args_only the arguments alone (the
-     * fragment OpenAI's streams send after the name). */
+     * NULL). */
     const srv_tool_call *calls;
     int n_calls;
-    int args_only;
+    /* chat chunks: a tool-call delta (delta.tool_calls holds it alone), or NULL. */
+    const srv_call_delta *delta;
 } srv_choice;
 
 /* The finish_reason of a choice its deadline ended: "length", and the

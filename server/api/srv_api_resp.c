@@ -320,24 +320,12 @@ char *srv_api_completion_json(const char *id, int64_t created, const char *model
     return w_choices_end(&w, usage);
 }
 
-/* "tool_calls":[{"index"?,"id","type":"function","function":{"name","arguments"}}] */
-static void w_tool_calls(brisk_buf *w, const srv_choice *c, int with_index) {
+/* "tool_calls":[{"id","type":"function","function":{"name","arguments"}}] */
+static void w_tool_calls(brisk_buf *w, const srv_choice *c) {
     brisk_buf_str(w, "\"tool_calls\":[");
     for (int k = 0; k < c->n_calls; k++) {
         const srv_tool_call *t = &c->calls[k];
-        brisk_buf_str(w, k ? ",{" : "{");
-        if (with_index) {
-            brisk_buf_str(w, "\"index\":");
-            w_int(w, k);
-            brisk_buf_str(w, ",");
-        }
-        if (with_index && c->args_only) {
-            brisk_buf_str(w, "\"function\":{\"arguments\":");
-            w_cstr(w, t->arguments);
-            brisk_buf_str(w, "}}");
-            continue;
-        }
-        brisk_buf_str(w, "\"id\":");
+        brisk_buf_str(w, k ? ",{\"id\":" : "{\"id\":");
         w_cstr(w, t->id);
         brisk_buf_str(w, ",\"type\":\"function\",\"function\":{\"name\":");
         w_cstr(w, t->name);
@@ -346,6 +334,24 @@ static void w_tool_calls(brisk_buf *w, const srv_choice *c, int with_index) {
         brisk_buf_str(w, "}}");
     }
     brisk_buf_str(w, "]");
+}
+
+/* A chunk's "tool_calls":[{"index","id","type","function":{"name","arguments":""}}]
+ * (a call's first delta) or [{"index","function":{"arguments": fragment}}]. */
+static void w_tool_delta(brisk_buf *w, const srv_call_delta *d) {
+    brisk_buf_str(w, "\"tool_calls\":[{\"index\":");
+    w_int(w, d->index);
+    if (d->id) {
+        brisk_buf_str(w, ",\"id\":");
+        w_cstr(w, d->id);
+        brisk_buf_str(w, ",\"type\":\"function\",\"function\":{\"name\":");
+        w_cstr(w, d->name);
+        brisk_buf_str(w, ",\"arguments\":\"\"}}]");
+        return;
+    }
+    brisk_buf_str(w, ",\"function\":{\"arguments\":");
+    w_str(w, d->args ? d->args : "", d->args ? d->args_len : 0);
+    brisk_buf_str(w, "}}]");
 }
 
 char *srv_api_chat_json(const char *id, int64_t created, const char *model,
@@ -373,7 +379,7 @@ char *srv_api_chat_json(const char *id, int64_t created, const char *model,
             w_str(&w, c->text ? c->text : "", c->text ? c->text_len : 0);
         if (c->n_calls > 0) {
             brisk_buf_str(&w, ",");
-            w_tool_calls(&w, c, 0);
+            w_tool_calls(&w, c);
         }
         brisk_buf_str(&w, "}");
         w_chat_logprobs_field(&w, c, want_logprobs);
@@ -412,16 +418,16 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
             brisk_buf_str(&w, "\"reasoning_content\":");
             w_str(&w, c->reasoning, c->reasoning_len);
         }
-        if (c->text || (first && !c->reasoning && c->n_calls == 0)) {
+        if (c->text || (first && !c->reasoning && !c->delta)) {
             if (first || c->reasoning)
                 brisk_buf_str(&w, ",");
             brisk_buf_str(&w, "\"content\":");
             w_str(&w, c->text ? c->text : "", c->text ? c->text_len : 0);
         }
-        if (c->n_calls > 0) {
+        if (c->delta) {
             if (first || c->reasoning || c->text)
                 brisk_buf_str(&w, ",");
-            w_tool_calls(&w, c, 1);
+            w_tool_delta(&w, c->delta);
         }
         brisk_buf_str(&w, "}");
         w_chat_logprobs_field(&w, c, want_logprobs);

@@ -15,6 +15,9 @@ void srv_resp_req_free(srv_resp_req *rr) {
         return;
     free(rr->echo.p);
     free(rr->text.p);
+    free(rr->call.id);
+    free(rr->call.name);
+    free(rr->call_args.p);
     free(rr);
 }
 
@@ -344,19 +347,72 @@ static void echo_member(brisk_buf *b, const cJSON *root, const char *name, const
     cJSON_free(s);
 }
 
-/* The chat parser's field names back in the Responses API's terms. */
-static void map_param(srv_api_error *err) {
-    static const char *const map[][2] = {{"max_tokens", "max_output_tokens"},
-                                         {"messages", "input"},
-                                         {"response_format", "text.format"},
-                                         {"tools", "tools"}};
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
-        size_t n = strlen(map[i][0]);
-        if (!strncmp(err->param, map[i][0], n)) {
-            snprintf(err->param, sizeof err->param, "%s", map[i][1]);
+/* The chat fields a Responses request is translated into, and their
+ * Responses names: a chat error's param names one, and so does its text.
+ * quoted: only where the name is quoted ('messages[2].content'), since the
+ * word also stands in prose; path: the name's [i] and .field that follow
+ * belong to it (the chat message's place, which has no Responses
+ * counterpart). Longest first. */
+static const struct {
+    const char *chat, *resp;
+    int quoted, path;
+} resp_names[] = {
+    {"response_format.json_schema.schema", "text.format.schema", 0, 0},
+    {"response_format.json_schema", "text.format", 0, 0},
+    {"response_format", "text.format", 0, 0},
+    {"max_tokens", "max_output_tokens", 0, 0},
+    {"messages", "input", 1, 1},
+    {".function.", ".", 0, 0}, /* tools[i].function.name: tools[i].name */
+};
+#define N_RESP_NAMES (sizeof resp_names / sizeof resp_names[0])
+
+static int ident_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* text with every chat field name in it made a Responses one, into out. */
+static void rename_fields(const char *text, char *out, size_t cap) {
+    brisk_buf b = {0};
+    for (const char *p = text; *p;) {
+        size_t k = 0;
+        for (; k < N_RESP_NAMES; k++) {
+            const char *c = resp_names[k].chat;
+            size_t n = strlen(c);
+            int start = p == text || !ident_char(p[-1]) || c[0] == '.';
+            if (strncmp(p, c, n) || !start || (ident_char(c[n - 1]) && ident_char(p[n])) ||
+                (resp_names[k].quoted && (p == text || p[-1] != '\'')))
+                continue;
+            brisk_buf_str(&b, resp_names[k].resp);
+            p += n;
+            while (resp_names[k].path && (*p == '[' || *p == '.')) {
+                p++;
+                while (*p && (ident_char(*p) || *p == ']'))
+                    p++;
+            }
+            break;
+        }
+        if (k == N_RESP_NAMES)
+            brisk_buf_put(&b, p++, 1);
+    }
+    if (!b.oom && b.p)
+        snprintf(out, cap, "%s", b.p);
+    free(b.p);
+}
+
+void srv_responses_map_error(srv_api_error *err) {
+    char m[sizeof err->message];
+    rename_fields(err->message, m, sizeof m);
+    snprintf(err->message, sizeof err->message, "%s", m);
+    /* The param: the field as a whole (a chat message's place is not an
+     * input item's), tools[i] as it is. */
+    static const char *const whole[][2] = {{"max_tokens", "max_output_tokens"},
+                                           {"messages", "input"},
+                                           {"response_format", "text.format"}};
+    for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++)
+        if (!strncmp(err->param, whole[i][0], strlen(whole[i][0]))) {
+            snprintf(err->param, sizeof err->param, "%s", whole[i][1]);
             return;
         }
-    }
 }
 
 int srv_responses_parse(const char *body, size_t len, const srv_api_limits *lim, srv_chat_req *chat,
@@ -440,7 +496,7 @@ int srv_responses_parse(const char *body, size_t len, const srv_api_limits *lim,
     srv_api_limits l2 = *lim;
     l2.max_json_depth = lim->max_json_depth + 2;
     if ((rc = srv_api_parse_chat(text, strlen(text), &l2, chat, err)) < 0) {
-        map_param(err);
+        srv_responses_map_error(err);
         goto done;
     }
     if (!(rr = brisk_calloc(1, sizeof *rr))) {
@@ -545,13 +601,18 @@ static void w_response(brisk_buf *w, const srv_resp_req *rr, const char *id, int
         brisk_buf_str(w, "}]}");
         k++;
     }
-    if (res && (res->text || !res->n_calls)) {
-        brisk_buf_str(w, k++ ? "," : "");
-        w_msg_item(w, rr, "completed", res->text, res->text_len, 1);
-    }
-    for (int i = 0; res && i < res->n_calls; i++) {
-        brisk_buf_str(w, k++ ? "," : "");
-        w_call_item(w, &res->calls[i], "completed", 1);
+    /* Every item shares the response's end: a cut answer's are incomplete. */
+    const char *item_status = res && res->incomplete ? "incomplete" : "completed";
+    int with_msg = res && (res->text || !res->n_calls);
+    for (int i = 0; res && i <= res->n_calls; i++) {
+        if (i == (res->msg_after < res->n_calls ? res->msg_after : res->n_calls) && with_msg) {
+            brisk_buf_str(w, k++ ? "," : "");
+            w_msg_item(w, rr, item_status, res->text, res->text_len, 1);
+        }
+        if (i < res->n_calls) {
+            brisk_buf_str(w, k++ ? "," : "");
+            w_call_item(w, &res->calls[i], item_status, 1);
+        }
     }
     brisk_buf_str(w, "],\"previous_response_id\":null,\"store\":false,\"truncation\":\"disabled\"");
     brisk_buf_put(w, rr->echo.p ? rr->echo.p : "", rr->echo.len);
@@ -603,12 +664,38 @@ char *srv_responses_sse_start(srv_resp_req *rr, const char *id, int64_t created,
     return brisk_buf_take(&w, len);
 }
 
+/* Closes the open call item: its arguments' done event and the item's. */
+static void sse_call_close(brisk_buf *w, srv_resp_req *rr, const char *status) {
+    if (!rr->call_open)
+        return;
+    rr->call_open = 0;
+    const srv_tool_call *c = &rr->call;
+    const char *a = rr->call_args.p ? rr->call_args.p : "";
+    char fc[48];
+    snprintf(fc, sizeof fc, "fc_%.40s", strncmp(c->id, "call_", 5) == 0 ? c->id + 5 : c->id);
+    ev_open(w, rr, "response.function_call_arguments.done");
+    ev_where(w, fc, rr->call_index, 0);
+    brisk_buf_str(w, ",\"name\":");
+    srv_api_put_str(w, c->name, strlen(c->name));
+    brisk_buf_str(w, ",\"arguments\":");
+    srv_api_put_str(w, a, rr->call_args.len);
+    ev_close(w);
+    ev_open(w, rr, "response.output_item.done");
+    brisk_buf_printf(w, ",\"output_index\":%d,\"item\":", rr->call_index);
+    srv_tool_call done = {c->id, c->name, (char *)a};
+    w_call_item(w, &done, status, 1);
+    ev_close(w);
+}
+
+/* Announces the message item (once): it stays open to the end, text
+ * arriving after calls included, so the response holds one message. */
 static void sse_text_open(brisk_buf *w, srv_resp_req *rr) {
     if (rr->text_open)
         return;
     rr->text_open = 1;
+    rr->msg_after = rr->n_calls;
     brisk_buf_str(&rr->text, "");
-    int k = rr->n_items++;
+    int k = rr->msg_index = rr->n_items++;
     ev_open(w, rr, "response.output_item.added");
     brisk_buf_printf(w, ",\"output_index\":%d,\"item\":", k);
     w_msg_item(w, rr, "in_progress", NULL, 0, 0);
@@ -621,11 +708,12 @@ static void sse_text_open(brisk_buf *w, srv_resp_req *rr) {
 }
 
 static void sse_delta(brisk_buf *w, srv_resp_req *rr, const char *text, size_t n) {
+    sse_call_close(w, rr, "completed");
     sse_text_open(w, rr);
     if (!n)
         return;
     ev_open(w, rr, "response.output_text.delta");
-    ev_where(w, rr->msg_id, rr->n_items - 1, 1);
+    ev_where(w, rr->msg_id, rr->msg_index, 1);
     brisk_buf_str(w, ",\"delta\":");
     srv_api_put_str(w, text, n);
     brisk_buf_str(w, ",\"logprobs\":[]");
@@ -642,17 +730,59 @@ char *srv_responses_sse_delta(srv_resp_req *rr, const char *text, size_t n, size
     return brisk_buf_take(&w, len);
 }
 
+char *srv_responses_sse_call(srv_resp_req *rr, const char *id, const char *name, const char *args,
+                             size_t n, size_t *len) {
+    brisk_buf w = {0};
+    brisk_buf_str(&w, "");
+    if (id) {
+        sse_call_close(&w, rr, "completed");
+        free(rr->call.id);
+        free(rr->call.name);
+        rr->call.id = brisk_strdup(id);
+        rr->call.name = brisk_strdup(name ? name : "");
+        rr->call_args.len = 0;
+        brisk_buf_str(&rr->call_args, "");
+        if (!rr->call.id || !rr->call.name) {
+            free(w.p);
+            return NULL;
+        }
+        rr->call_open = 1;
+        rr->call_index = rr->n_items++;
+        rr->n_calls++;
+        ev_open(&w, rr, "response.output_item.added");
+        brisk_buf_printf(&w, ",\"output_index\":%d,\"item\":", rr->call_index);
+        w_call_item(&w, &rr->call, "in_progress", 0);
+        ev_close(&w);
+    }
+    if (n && rr->call_open) {
+        const srv_tool_call *c = &rr->call;
+        char fc[48];
+        snprintf(fc, sizeof fc, "fc_%.40s", strncmp(c->id, "call_", 5) == 0 ? c->id + 5 : c->id);
+        ev_open(&w, rr, "response.function_call_arguments.delta");
+        ev_where(&w, fc, rr->call_index, 0);
+        brisk_buf_str(&w, ",\"delta\":");
+        srv_api_put_str(&w, args, n);
+        ev_close(&w);
+        brisk_buf_put(&rr->call_args, args, n);
+        if (rr->call_args.oom)
+            w.oom = 1;
+    }
+    return brisk_buf_take(&w, len);
+}
+
 char *srv_responses_sse_finish(srv_resp_req *rr, const char *id, int64_t created, const char *model,
                                const srv_resp_result *res, size_t *len) {
     brisk_buf w = {0};
     srv_resp_result r = *res;
+    const char *status = r.incomplete ? "incomplete" : "completed";
     r.reasoning = NULL; /* a stream carries no reasoning item */
     r.reasoning_len = 0;
-    /* Held text (tools offered, no call): sent now, whole. */
-    if (!rr->text_open && !r.n_calls)
+    sse_call_close(&w, rr, status);
+    /* An answer with neither text nor calls still has its message item. */
+    if (!rr->text_open && !rr->n_calls && !r.n_calls)
         sse_delta(&w, rr, r.text ? r.text : "", r.text ? r.text_len : 0);
     if (rr->text_open) {
-        int k = rr->n_items - 1;
+        int k = rr->msg_index;
         const char *t = rr->text.p ? rr->text.p : "";
         ev_open(&w, rr, "response.output_text.done");
         ev_where(&w, rr->msg_id, k, 1);
@@ -667,40 +797,14 @@ char *srv_responses_sse_finish(srv_resp_req *rr, const char *id, int64_t created
         ev_close(&w);
         ev_open(&w, rr, "response.output_item.done");
         brisk_buf_printf(&w, ",\"output_index\":%d,\"item\":", k);
-        w_msg_item(&w, rr, "completed", t, rr->text.len, 1);
+        w_msg_item(&w, rr, status, t, rr->text.len, 1);
         ev_close(&w);
-        r.text = t; /* the final object holds what was streamed */
+        r.text = t; /* the final object holds what was streamed, where it was */
         r.text_len = rr->text.len;
-    }
-    for (int i = 0; i < r.n_calls; i++) {
-        const srv_tool_call *c = &r.calls[i];
-        int k = rr->n_items++;
-        char fc[48];
-        snprintf(fc, sizeof fc, "fc_%.40s", strncmp(c->id, "call_", 5) == 0 ? c->id + 5 : c->id);
-        ev_open(&w, rr, "response.output_item.added");
-        brisk_buf_printf(&w, ",\"output_index\":%d,\"item\":", k);
-        w_call_item(&w, c, "in_progress", 0);
-        ev_close(&w);
-        const char *a = c->arguments ? c->arguments : "";
-        ev_open(&w, rr, "response.function_call_arguments.delta");
-        ev_where(&w, fc, k, 0);
-        brisk_buf_str(&w, ",\"delta\":");
-        srv_api_put_str(&w, a, strlen(a));
-        ev_close(&w);
-        ev_open(&w, rr, "response.function_call_arguments.done");
-        ev_where(&w, fc, k, 0);
-        brisk_buf_str(&w, ",\"name\":");
-        srv_api_put_str(&w, c->name, strlen(c->name));
-        brisk_buf_str(&w, ",\"arguments\":");
-        srv_api_put_str(&w, a, strlen(a));
-        ev_close(&w);
-        ev_open(&w, rr, "response.output_item.done");
-        brisk_buf_printf(&w, ",\"output_index\":%d,\"item\":", k);
-        w_call_item(&w, c, "completed", 1);
-        ev_close(&w);
-    }
-    if (!rr->text_open)
+        r.msg_after = rr->msg_after;
+    } else {
         r.text = NULL;
+    }
     ev_open(&w, rr, r.incomplete ? "response.incomplete" : "response.completed");
     brisk_buf_str(&w, ",\"response\":");
     w_response(&w, rr, id, created, model, &r);

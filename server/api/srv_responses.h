@@ -17,8 +17,9 @@
  * response.output_item.added, response.content_part.added,
  * response.output_text.delta..., response.output_text.done,
  * response.content_part.done, response.output_item.done (a function call:
- * output_item.added, response.function_call_arguments.delta,
- * response.function_call_arguments.done, output_item.done), then
+ * output_item.added, response.function_call_arguments.delta... as the
+ * arguments are written, response.function_call_arguments.done,
+ * output_item.done), then
  * response.completed or response.incomplete; a failure sends an "error"
  * event. No [DONE] line: the stream ends with the connection's last chunk.
  *
@@ -36,13 +37,20 @@
  * the stream's progress. Made by srv_responses_parse, freed with
  * srv_resp_req_free. */
 typedef struct srv_resp_req {
-    brisk_buf echo;  /* ,"instructions":..,"tools":[..],... (JSON members) */
-    char msg_id[48]; /* the message item's id ("msg_..."), set by the caller */
-    char rs_id[48];  /* the reasoning item's id ("rs_...") */
-    int seq;         /* the next event's sequence_number */
-    int text_open;   /* stream: the message item and its part were announced */
-    int n_items;     /* stream: output items announced */
-    brisk_buf text;  /* stream: the text sent so far */
+    brisk_buf echo;      /* ,"instructions":..,"tools":[..],... (JSON members) */
+    char msg_id[48];     /* the message item's id ("msg_..."), set by the caller */
+    char rs_id[48];      /* the reasoning item's id ("rs_...") */
+    int seq;             /* the next event's sequence_number */
+    int text_open;       /* stream: the message item and its part were announced */
+    int msg_index;       /* stream: its output_index */
+    int msg_after;       /* stream: the call items announced before it */
+    int n_items;         /* stream: output items announced */
+    brisk_buf text;      /* stream: the text sent so far */
+    int n_calls;         /* stream: call items announced */
+    int call_open;       /* stream: the last call item is open (its done events not sent) */
+    int call_index;      /* its output_index */
+    srv_tool_call call;  /* its id and name (owned; arguments unused) */
+    brisk_buf call_args; /* its arguments sent so far */
 } srv_resp_req;
 
 void srv_resp_req_free(srv_resp_req *rr);
@@ -53,6 +61,11 @@ void srv_resp_req_free(srv_resp_req *rr);
 int srv_responses_parse(const char *body, size_t len, const srv_api_limits *lim, srv_chat_req *chat,
                         srv_resp_req **out, srv_api_error *err);
 
+/* Puts an error about the chat request a Responses request became in the
+ * Responses API's terms: param and message name text.format,
+ * max_output_tokens, input, tools[i].name where the chat ones stood. */
+void srv_responses_map_error(srv_api_error *err);
+
 /* What a finished generation produced, for the response object. */
 typedef struct srv_resp_result {
     const char *text; /* the answer's text, or NULL */
@@ -61,7 +74,8 @@ typedef struct srv_resp_result {
     size_t reasoning_len;
     const srv_tool_call *calls; /* function calls, or NULL */
     int n_calls;
-    int incomplete; /* stopped by max_output_tokens (or the context) */
+    int msg_after;  /* the message item comes after this many calls (0: first) */
+    int incomplete; /* stopped by max_output_tokens (or the context): every item too */
     srv_usage usage;
 } srv_resp_result;
 
@@ -72,12 +86,17 @@ char *srv_responses_json(const srv_resp_req *rr, const char *id, int64_t created
 /* Streams: each returns malloc'd SSE text (*len bytes), NULL when out of
  * memory. start: response.created and response.in_progress. delta: the
  * message item and its part when not yet announced, then an
- * output_text.delta. finish: the items' closing events (any calls, or the
- * held text when nothing was streamed) and response.completed or
- * response.incomplete. error: an "error" event. */
+ * output_text.delta. call: with id, a call's first piece - the open call
+ * item closed, a function_call item announced (id, name); then a
+ * function_call_arguments.delta for its n bytes of args. finish: the open
+ * items' closing events (an empty message item when there was nothing)
+ * and response.completed or response.incomplete, whose object lists the
+ * items where they were streamed. error: an "error" event. */
 char *srv_responses_sse_start(srv_resp_req *rr, const char *id, int64_t created, const char *model,
                               size_t *len);
 char *srv_responses_sse_delta(srv_resp_req *rr, const char *text, size_t n, size_t *len);
+char *srv_responses_sse_call(srv_resp_req *rr, const char *id, const char *name, const char *args,
+                             size_t n, size_t *len);
 char *srv_responses_sse_finish(srv_resp_req *rr, const char *id, int64_t created, const char *model,
                                const srv_resp_result *res, size_t *len);
 char *srv_responses_sse_error(srv_resp_req *rr, const char *message, size_t *len);

@@ -1,8 +1,9 @@
 /* srv_tools_fmt.c - the tool-call formats (see srv_tools.h): one row,
  * srv_tool_format, per convention a model family was trained on, and the
  * code every row shares that reads it: the messages with the tools, the
- * history's calls and results written in, the answer's grammar, and the
- * calls parsed back out of an answer.
+ * history's calls and results written in, and the answer's grammar. The
+ * calls are found in an answer by srv_tools_stream.c, from the row's
+ * markup.
  *
  * Which row a family uses is named by the family's row in
  * models/chat_template.c (model_chat_tool_format); adding a format is a row
@@ -17,6 +18,7 @@
 #include "common/brisk_grow.h"
 #include "server/api/srv_schema.h"
 #include "server/api/srv_tools.h"
+#include "server/api/srv_tools_int.h"
 
 /* ---- the rows' types ------------------------------------------------------------------ */
 
@@ -38,15 +40,6 @@ typedef struct tools_spot {
     int at;
     tools_merge merge;
 } tools_spot;
-
-/* The calls parsed so far from one answer. */
-typedef struct call_list {
-    srv_tool_call *v;
-    size_t cap;
-    int n;
-    void (*make_id)(void *, char[32]);
-    void *id_ctx;
-} call_list;
 
 typedef struct srv_tool_format {
     const char *name; /* as model_chat_tool_format names it */
@@ -77,16 +70,16 @@ typedef struct srv_tool_format {
     int results_joined;
 
     /* The answer's grammar. auto_free: "auto" needs none (the model writes
-     * text or calls as it was trained to; the calls are parsed after). Else
-     * gbnf_root writes the root over "tcall" (one call object, args_key), more
-     * being "*" or "{0}" (parallel_tool_calls). */
+     * text or calls as it was trained to; the calls are found as it writes).
+     * Else gbnf_root writes the root over "tcall" (one call object,
+     * args_key), more being the repetition of the calls after the first
+     * ("{0,15}", or "{0}" without parallel_tool_calls). */
     int auto_free;
     void (*gbnf_root)(brisk_buf *b, const char *more, srv_tool_choice choice);
 
-    /* The calls in a finished answer into l, the rest of its text into rest;
-     * 0 or BRISK_ENOMEM. A streaming parser, emitting the calls while the
-     * answer is generated, would be a member beside this one. */
-    int (*parse)(const char *text, size_t len, call_list *l, brisk_buf *rest);
+    /* How an answer holds its calls, for the parser that finds them as they
+     * are written (srv_tools_stream.c). */
+    srv_tools_markup markup;
 } srv_tool_format;
 
 static const srv_tool_format *format_of(model_chat_kind kind);
@@ -300,11 +293,15 @@ int srv_tools_render_msgs(const srv_chat_req *r, model_chat_kind kind, srv_tools
 
 /* ---- the grammar --------------------------------------------------------------------- */
 
+int srv_tools_forced(const srv_chat_req *r, model_chat_kind kind) {
+    int offered = r->n_tools > 0 && r->tool_choice != SRV_TOOL_CHOICE_NONE;
+    return offered && !(r->tool_choice == SRV_TOOL_CHOICE_AUTO && format_of(kind)->auto_free);
+}
+
 char *srv_tools_grammar(const srv_chat_req *r, model_chat_kind kind, int *none) {
     const srv_tool_format *f = format_of(kind);
     *none = 0;
-    int offered = r->n_tools > 0 && r->tool_choice != SRV_TOOL_CHOICE_NONE;
-    if (!offered || (r->tool_choice == SRV_TOOL_CHOICE_AUTO && f->auto_free)) {
+    if (!srv_tools_forced(r, kind)) {
         *none = 1;
         return NULL;
     }
@@ -322,7 +319,11 @@ char *srv_tools_grammar(const srv_chat_req *r, model_chat_kind kind, int *none) 
                          r->tools[i].name, f->args_key, r->tools[i].args_expr);
     }
     brisk_buf_str(&b, "\n");
-    f->gbnf_root(&b, r->parallel_tool_calls ? "*" : "{0}", r->tool_choice);
+    /* The calls after the first: bounded, so that a model that keeps
+     * calling cannot fill its budget with calls none of which is returned. */
+    char more[32];
+    snprintf(more, sizeof more, "{0,%d}", r->parallel_tool_calls ? SRV_TOOLS_MAX_CALLS - 1 : 0);
+    f->gbnf_root(&b, more, r->tool_choice);
     for (int i = 0; i < r->n_tools; i++)
         if (r->tools[i].args_rules)
             brisk_buf_str(&b, r->tools[i].args_rules);
@@ -332,141 +333,6 @@ char *srv_tools_grammar(const srv_chat_req *r, model_chat_kind kind, int *none) 
         return NULL;
     }
     return b.p;
-}
-
-/* ---- parsing an answer ----------------------------------------------------------------- */
-
-static const char *find(const char *s, const char *end, const char *needle) {
-    size_t n = strlen(needle);
-    for (const char *p = s; p + n <= end; p++)
-        if (!memcmp(p, needle, n))
-            return p;
-    return NULL;
-}
-
-static const char *skip(const char *p, const char *end, const char *set) {
-    while (p < end && strchr(set, *p))
-        p++;
-    return p;
-}
-
-/* One call object {"name": "...", "arguments": {...} or "<JSON>"} (or
- * Llama 3's "parameters") into *c: 1, 0 when o is no call, BRISK_ENOMEM. */
-static int call_from_json(const cJSON *o, srv_tool_call *c, void (*make_id)(void *, char[32]),
-                          void *ctx) {
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
-    if (!args) /* Llama 3's key */
-        args = cJSON_GetObjectItemCaseSensitive(o, "parameters");
-    if (!cJSON_IsObject(o) || !cJSON_IsString(name) || !srv_tools_valid_name(name->valuestring))
-        return 0;
-    cJSON *parsed = NULL;
-    if (cJSON_IsString(args))
-        args = parsed = cJSON_Parse(args->valuestring);
-    if (!cJSON_IsObject(args)) {
-        cJSON_Delete(parsed);
-        return 0;
-    }
-    char id[32];
-    make_id(ctx, id);
-    c->arguments = cJSON_PrintUnformatted(args);
-    c->name = brisk_strdup(name->valuestring);
-    c->id = brisk_strdup(id);
-    cJSON_Delete(parsed);
-    return c->arguments && c->name && c->id ? 1 : BRISK_ENOMEM;
-}
-
-/* Appends the call o describes: 1, 0 when o is not a call, or BRISK_ENOMEM
- * (nothing half-made is left behind). */
-static int add_call(call_list *l, const cJSON *o) {
-    if (brisk_grow(&l->v, &l->cap, (size_t)l->n + 1, sizeof *l->v, 4, 0) < 0)
-        return BRISK_ENOMEM;
-    srv_tool_call *c = &l->v[l->n];
-    memset(c, 0, sizeof *c);
-    int ok = call_from_json(o, c, l->make_id, l->id_ctx);
-    if (ok < 0) {
-        free(c->id);
-        free(c->name);
-        free(c->arguments);
-        memset(c, 0, sizeof *c);
-    }
-    l->n += ok == 1;
-    return ok;
-}
-
-/* The calls of a JSON array: 1 when every item is one, 0 when one is not
- * (strict: stops there; else passes over it), or BRISK_ENOMEM. */
-static int add_calls(call_list *l, const cJSON *list, int strict) {
-    int all = 1;
-    for (const cJSON *c = list->child; c; c = c->next) {
-        int ok = add_call(l, c);
-        if (ok < 0)
-            return ok;
-        if (ok == 0) {
-            all = 0;
-            if (strict)
-                break;
-        }
-    }
-    return all;
-}
-
-/* Forgets the calls (the answer turned out to be text). */
-static void drop_calls(call_list *l) {
-    srv_tool_calls_free(l->v, l->n);
-    l->v = NULL;
-    l->cap = 0;
-    l->n = 0;
-}
-
-/* For answers that are calls and nothing else: all (1, 0 or BRISK_ENOMEM)
- * tells whether every part of the answer was a call; when one was not, or
- * there was none, the whole answer is text. */
-static int calls_or_text(int all, call_list *l, const char *text, size_t len, brisk_buf *rest) {
-    if (all < 0)
-        return all;
-    if (!all || l->n == 0) {
-        drop_calls(l);
-        brisk_buf_put(rest, text, len);
-    }
-    return 0;
-}
-
-int srv_tools_parse_output(model_chat_kind kind, const char *text, size_t len,
-                           void (*make_id)(void *ctx, char out[32]), void *id_ctx,
-                           srv_tool_call **calls, char **content) {
-    const srv_tool_format *f = format_of(kind);
-    *calls = NULL;
-    *content = NULL;
-    call_list l = {NULL, 0, 0, make_id, id_ctx};
-    brisk_buf rest = {0};
-    int rc = f->parse(text, len, &l, &rest);
-    if (rc == 0 && !rest.oom && rest.len) { /* the rest of the text, trimmed */
-        size_t s = 0, e = rest.len;
-        while (s < e && strchr(" \n\t\r", rest.p[s]))
-            s++;
-        while (e > s && strchr(" \n\t\r", rest.p[e - 1]))
-            e--;
-        if (e > s) {
-            if ((*content = brisk_malloc(e - s + 1))) {
-                memcpy(*content, rest.p + s, e - s);
-                (*content)[e - s] = '\0';
-            } else {
-                rc = BRISK_ENOMEM;
-            }
-        }
-    }
-    free(rest.p);
-    if (rc < 0 || rest.oom) {
-        free(*content);
-        *content = NULL;
-        drop_calls(&l);
-        return BRISK_ENOMEM;
-    }
-    if (l.n == 0)
-        drop_calls(&l);
-    *calls = l.v;
-    return l.n;
 }
 
 /* ---- the formats ------------------------------------------------------------------------ */
@@ -509,70 +375,16 @@ static void hermes_root(brisk_buf *b, const char *more, srv_tool_choice choice) 
                      more);
 }
 
-/* Any text around them is content; a tag whose body is no call stays text. */
-static int hermes_parse(const char *text, size_t len, call_list *l, brisk_buf *rest) {
-    static const char open_tag[] = "<tool_call>", close_tag[] = "</tool_call>";
-    const char *p = text, *end = text + len;
-    for (;;) {
-        const char *open = find(p, end, open_tag);
-        if (!open) {
-            brisk_buf_put(rest, p, (size_t)(end - p));
-            return 0;
-        }
-        brisk_buf_put(rest, p, (size_t)(open - p));
-        const char *body = open + sizeof open_tag - 1;
-        const char *close = find(body, end, close_tag);
-        const char *stop = close ? close : end;
-        cJSON *o = cJSON_ParseWithLength(body, (size_t)(stop - body));
-        int ok = o ? add_call(l, o) : 0;
-        cJSON_Delete(o);
-        if (ok < 0)
-            return ok;
-        if (ok != 1) /* not a call: it stays text */
-            brisk_buf_put(rest, open, (size_t)(stop - open) + (close ? sizeof close_tag - 1 : 0));
-        p = close ? close + sizeof close_tag - 1 : end;
-    }
-}
-
 /* Llama 3.1: JSON objects, a line each. */
 static void llama3_root(brisk_buf *b, const char *more, srv_tool_choice choice) {
     (void)choice;
     brisk_buf_printf(b, "root ::= tcall ( \"\\n\" tcall )%s\n", more);
 }
 
-/* JSON objects one after another (whitespace or ';' between), else text. */
-static int llama3_parse(const char *text, size_t len, call_list *l, brisk_buf *rest) {
-    const char *p = text, *end = text + len;
-    int all = 1;
-    while (all == 1) {
-        p = skip(p, end, " \t\r\n;");
-        if (p >= end)
-            break;
-        const char *stop = NULL;
-        cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, 0);
-        int ok = o ? add_call(l, o) : 0;
-        cJSON_Delete(o);
-        all = ok < 0 ? ok : ok == 1 && stop && stop > p;
-        p = all == 1 ? stop : end;
-    }
-    return calls_or_text(all, l, text, len, rest);
-}
-
 /* Mistral: after the [TOOL_CALLS] the prompt ends with, a JSON list. */
 static void mistral_root(brisk_buf *b, const char *more, srv_tool_choice choice) {
     (void)choice;
     brisk_buf_printf(b, "root ::= \" \"? \"[\" tcall ( \", \" tcall )%s \"]\"\n", more);
-}
-
-/* [TOOL_CALLS] (a control token: no text) then a JSON list, else text. */
-static int mistral_parse(const char *text, size_t len, call_list *l, brisk_buf *rest) {
-    const char *p = skip(text, text + len, " \t\r\n"), *end = text + len;
-    if (end - p >= 12 && !memcmp(p, "[TOOL_CALLS]", 12))
-        p += 12;
-    cJSON *list = cJSON_ParseWithLength(p, (size_t)(end - p));
-    int all = cJSON_IsArray(list) && list->child ? add_calls(l, list, 1) : 0;
-    cJSON_Delete(list);
-    return calls_or_text(all, l, text, len, rest);
 }
 
 /* The generic format: one JSON object, the calls or the answer. */
@@ -583,21 +395,6 @@ static void json_root(brisk_buf *b, const char *more, srv_tool_choice choice) {
         brisk_buf_str(b, "root ::= calls | \"{\\\"response\\\": \" js \"}\"\n");
     else
         brisk_buf_str(b, "root ::= calls\n");
-}
-
-static int json_parse(const char *text, size_t len, call_list *l, brisk_buf *rest) {
-    cJSON *o = cJSON_ParseWithLength(text, len);
-    const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "tool_calls");
-    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(o, "response");
-    int rc = 0;
-    if (cJSON_IsArray(list))
-        rc = add_calls(l, list, 0) < 0 ? BRISK_ENOMEM : 0;
-    else if (cJSON_IsString(resp))
-        brisk_buf_str(rest, resp->valuestring);
-    else
-        brisk_buf_put(rest, text, len);
-    cJSON_Delete(o);
-    return rc;
 }
 
 static const srv_tool_format tool_formats[] = {
@@ -625,7 +422,7 @@ static const srv_tool_format tool_formats[] = {
         .results_joined = 1,
         .auto_free = 1,
         .gbnf_root = hermes_root,
-        .parse = hermes_parse,
+        .markup = {.item_open = "<tool_call>", .item_close = " </tool_call>"},
     },
     /* Llama 3.1's JSON calls, in its template's words. */
     {
@@ -644,7 +441,7 @@ static const srv_tool_format tool_formats[] = {
         .result_role = "ipython",
         .auto_free = 1,
         .gbnf_root = llama3_root,
-        .parse = llama3_parse,
+        .markup = {.list_open = {NULL}},
     },
     /* Mistral's v3 format (its v3 template). */
     {
@@ -661,7 +458,9 @@ static const srv_tool_format tool_formats[] = {
         .result_role = "raw",
         .auto_free = 1,
         .gbnf_root = mistral_root,
-        .parse = mistral_parse,
+        /* [TOOL_CALLS] is a control token, not text; a model may write it
+         * as text all the same. */
+        .markup = {.list_open = {" [TOOL_CALLS] [", " ["}, .sep = " ,", .list_close = " ]"},
     },
     /* Every family without a format of its own, as llama.cpp does for
      * templates without one: the answer is one JSON object, the grammar
@@ -681,7 +480,11 @@ static const srv_tool_format tool_formats[] = {
         .result_role = "user",
         .results_joined = 1,
         .gbnf_root = json_root,
-        .parse = json_parse,
+        .markup = {.list_open = {" { \"tool_calls\" : ["},
+                   .sep = " ,",
+                   .list_close = " ] }",
+                   .text_open = " { \"response\" : \"",
+                   .text_close = " }"},
     },
 };
 #define N_TOOL_FORMATS ((int)(sizeof tool_formats / sizeof tool_formats[0]))
@@ -697,4 +500,8 @@ static const srv_tool_format *format_of(model_chat_kind kind) {
 
 const char *srv_tools_format_name(model_chat_kind kind) {
     return format_of(kind)->name;
+}
+
+const srv_tools_markup *srv_tools_markup_of(model_chat_kind kind) {
+    return &format_of(kind)->markup;
 }

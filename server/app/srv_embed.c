@@ -54,7 +54,6 @@ const srv_gen_shape srv_gen_shape_embeddings = {
     /* No stream: the request has no "stream" field. */
     .stream_begin = NULL,
     .stream_chunk = NULL,
-    .stream_answer = NULL,
     .stream_end = NULL,
     .respond = embed_respond,
     .body = NULL,

@@ -5,6 +5,7 @@
  * client that leaves cancels its sequences at once. /v1/responses
  * (srv_gen_responses.c) and /v1/embeddings (srv_embed.c) run through the
  * same lifecycle. Runs on the loop thread. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ void srv_gen_free(gen_req *g) {
         free(g->choices[i].toks);
         free(g->choices[i].ptoks);
         free(g->choices[i].emb);
+        srv_tools_stream_free(g->choices[i].tools);
     }
     free(g->choices);
     for (int i = 0; i < g->n_prompts; i++) {
@@ -157,25 +159,6 @@ void srv_gen_write(gen_req *g, char *sse, size_t n) {
     free(sse);
 }
 
-/* Choice c's answer, held whole because tools were offered, at its finish:
- * parsed for calls and handed to the shape with the rest of its text (or
- * all of it when it holds none). */
-static void gen_stream_held(gen_req *g, gen_choice *c, const char *fin) {
-    srv_tool_call *calls = NULL;
-    char *content = NULL;
-    int n = srv_gen_parse_calls(g, c->text.p, c->text.len, &calls, &content);
-    if (n < 0) {
-        srv_gen_fail(g, "out of memory");
-        return;
-    }
-    srv_choice a = {.index = c->index, .finish_reason = fin, .calls = calls, .n_calls = n};
-    a.text = n ? content : c->text.p;
-    a.text_len = n ? (content ? strlen(content) : 0) : c->text.len;
-    g->shape->stream_answer(g, c, &a);
-    srv_tool_calls_free(calls, n);
-    free(content);
-}
-
 /* ---- finishing ------------------------------------------------------------------ */
 
 static void gen_observe(gen_req *g) {
@@ -187,9 +170,11 @@ static void gen_observe(gen_req *g) {
         completion += g->choices[i].completion_len;
         if (g->choices[i].finish == SCHED_FINISH_LENGTH)
             f = SCHED_FINISH_LENGTH;
+        /* A choice whose calls' list ended was cancelled by the server: it
+         * stopped, as far as anyone outside is concerned. */
         if ((g->choices[i].finish == SCHED_FINISH_ABORT ||
              g->choices[i].finish == SCHED_FINISH_EXPIRED) &&
-            f != SCHED_FINISH_ERROR)
+            !g->choices[i].tools_stopped && f != SCHED_FINISH_ERROR)
             f = SCHED_FINISH_ABORT;
         if (g->choices[i].finish == SCHED_FINISH_ERROR)
             f = SCHED_FINISH_ERROR;
@@ -256,8 +241,65 @@ static int n_lp_toks(const gen_req *g, const sched_event *ev) {
     return n;
 }
 
-/* A streamed event of choice c: its text to the shape, as it comes, held
- * whole (tools offered), or split by the <think> splitter (reasoning). */
+/* The parser's end for an event: more to come, the model stopped, or it
+ * was cut (its budget or deadline; a cancelled sequence's text is over too). */
+static srv_tools_end tools_end(const sched_event *ev) {
+    return ev->finish == SCHED_FINISH_NONE   ? SRV_TOOLS_MORE
+           : ev->finish == SCHED_FINISH_STOP ? SRV_TOOLS_END_STOP
+                                             : SRV_TOOLS_END_CUT;
+}
+
+/* An event of choice c with tools offered: the answer's part of its text
+ * (after the <think> splitter, with reasoning) into the calls' parser; when
+ * streamed, what the parser released goes to the shape as it comes, and
+ * the finish with every call. */
+static void on_tools_event(gen_req *g, gen_choice *c, const sched_event *ev) {
+    brisk_buf rs = {0}, ct = {0};
+    const char *text = ev->text;
+    size_t len = ev->text_len;
+    int final = ev->finish != SCHED_FINISH_NONE;
+    if (g->reason) {
+        srv_reason_feed(&c->reason, ev->text, ev->text_len, final, &rs, &ct);
+        if (rs.oom || ct.oom)
+            srv_gen_fail(g, "out of memory");
+        text = ct.p ? ct.p : "";
+        len = ct.len;
+    }
+    const srv_tools_piece *tp = NULL;
+    int n_tp = 0;
+    int stopped = c->tools_stopped; /* the list ended before this event */
+    if (!g->failed && srv_gen_tools_feed(g, c, text, len, tools_end(ev), &tp, &n_tp) == 0 &&
+        g->stream && g->http) {
+        /* A stream ends with a finish even when the server cancelled it. */
+        const char *fin =
+            final && (ev->finish == SCHED_FINISH_STOP || ev->finish == SCHED_FINISH_LENGTH ||
+                      ev->deadline || c->tools_stopped)
+                ? srv_gen_choice_finish(g, c, ev->finish, ev->deadline)
+                : NULL;
+        const int send_r = g->include_reasoning && rs.len > 0;
+        const int lp = g->logprobs >= 0 && ev->n_tokens && !stopped;
+        if (n_tp || send_r || fin || lp || !c->started) {
+            int n_calls = 0;
+            const srv_tool_call *calls = fin ? srv_tools_stream_calls(c->tools, &n_calls) : NULL;
+            gen_piece p = {.reasoning = send_r ? rs.p : NULL,
+                           .reasoning_len = send_r ? rs.len : 0,
+                           .tools = tp,
+                           .n_tools = n_tp,
+                           .calls = calls,
+                           .n_calls = n_calls,
+                           .toks = lp ? ev->tokens : NULL,
+                           .n_toks = lp ? n_lp_toks(g, ev) : 0,
+                           .finish = fin};
+            g->shape->stream_chunk(g, c, &p);
+        }
+    }
+    free(rs.p);
+    free(ct.p);
+}
+
+/* A streamed event of choice c: its text to the shape, as it comes, through
+ * the calls' parser (tools offered), or split by the <think> splitter
+ * (reasoning). */
 static void on_stream_event(gen_req *g, gen_choice *c, const sched_event *ev) {
     if (g->audit_keep) {
         brisk_buf_put(&c->atext, ev->text, ev->text_len);
@@ -285,14 +327,7 @@ static void on_stream_event(gen_req *g, gen_choice *c, const sched_event *ev) {
         free(et);
     }
     if (g->tools_on) {
-        /* Tools offered: the answer may be calls, never sent as content
-         * half-parsed - it is held whole and sent at the end (calls as
-         * id + name, then the arguments; or the text). */
-        brisk_buf_put(&c->text, ev->text, ev->text_len);
-        if (c->text.oom)
-            srv_gen_fail(g, "out of memory");
-        if (!g->failed && fin)
-            gen_stream_held(g, c, fin);
+        on_tools_event(g, c, ev);
     } else if (g->reason) {
         /* The delta's text split by the <think> splitter: held bytes wait
          * for the next event (all go out with the final one). */
@@ -332,6 +367,10 @@ static void on_whole_event(gen_req *g, gen_choice *c, const sched_event *ev) {
     brisk_buf_put(&c->text, ev->text, ev->text_len);
     if (c->text.oom)
         srv_gen_fail(g, "out of memory");
+    /* The calls are found as they come, so that a list the parser ends
+     * stops the generation here too. */
+    if (g->tools_on && !g->failed)
+        on_tools_event(g, c, ev);
     if (g->logprobs >= 0 && ev->n_tokens) {
         size_t need = (size_t)c->n_toks + (size_t)ev->n_tokens;
         if (brisk_grow(&c->toks, &c->cap_toks, need, sizeof *c->toks, 16, 0) < 0)
@@ -424,6 +463,23 @@ void srv_gen_respond_error(srv_req *r, const srv_api_error *e) {
                       e->message);
 }
 
+/* Answers r with a 400 about its request (param may be NULL), in the
+ * terms of the shape that answers it (NULL: the chat request's own): a
+ * Responses request is told of max_output_tokens, not max_tokens. */
+__attribute__((format(printf, 5, 6))) static void gen_refuse(srv_req *r, const srv_gen_shape *s,
+                                                             const char *param, const char *code,
+                                                             const char *fmt, ...) {
+    srv_api_error e = {400, "invalid_request_error", "", code, ""};
+    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    if (s && s->map_error)
+        s->map_error(&e);
+    srv_gen_respond_error(r, &e);
+}
+
 /* Common checks before parsing: ready, not draining, a JSON body. */
 static int gen_precheck(srv_app *app, srv_req *r) {
     if (app->draining) {
@@ -486,15 +542,15 @@ static int gen_accept(srv_app *app, srv_req *r, int rc, const srv_api_error *e,
  * 0.7 s (stories260K's tokenizer), only to be refused. A text of len
  * bytes needs at least len / tok_max_token_bytes() tokens, so one that cannot
  * fit the context is refused without tokenizing it (answers and returns 1). */
-static int refuse_surely_too_long(srv_app *app, srv_req *r, size_t len, const char *param) {
+static int refuse_surely_too_long(srv_app *app, srv_req *r, const srv_gen_shape *s, size_t len,
+                                  const char *param) {
     size_t at_least = len / tok_max_token_bytes(app->vocab);
     if (at_least < (size_t)app->max_ctx)
         return 0;
-    srv_respond_error(
-        r, 400, "invalid_request_error", param, "context_length_exceeded",
-        "This model's maximum context length is %d tokens. However, your prompt of %zu "
-        "bytes needs at least %zu tokens. Please reduce the prompt.",
-        app->max_ctx, len, at_least);
+    gen_refuse(r, s, param, "context_length_exceeded",
+               "This model's maximum context length is %d tokens. However, your prompt of %zu "
+               "bytes needs at least %zu tokens. Please reduce the prompt.",
+               app->max_ctx, len, at_least);
     return 1;
 }
 
@@ -661,8 +717,7 @@ void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
                                    : NULL;
         if (!g->grammar) {
             if (rc == BRISK_EINVAL)
-                srv_respond_error(r, 400, "invalid_request_error", p->grammar_param,
-                                  "invalid_grammar", "%s", err);
+                gen_refuse(r, g->shape, p->grammar_param, "invalid_grammar", "%s", err);
             else
                 srv_respond_code(r, BRISK_ENOMEM, NULL);
             srv_gen_free(g);
@@ -682,8 +737,8 @@ void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
         /* In 64 bits: max_tokens may be as large as INT32_MAX. */
         long long want = (long long)np + mt;
         if (want > app->max_ctx || np >= app->max_ctx) {
-            srv_respond_error(
-                r, 400, "invalid_request_error",
+            gen_refuse(
+                r, g->shape,
                 g->embed            ? "input"
                 : p->max_tokens > 0 ? "max_tokens"
                                     : "messages",
@@ -741,6 +796,8 @@ void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
             /* Streamed echo: the prompt's tokens (and log-probs) go first. */
             c->lp_strip = g->echo || !tok_ids_have_text(app->vocab, g->pids[i], g->n_pids[i]);
             c->lp_off = 0;
+            if (g->tools_on && (rc = srv_gen_tools_begin(g, c)) < 0)
+                break;
             if (g->echo && !g->stream) {
                 brisk_buf_put(&c->text, g->ptext[i], g->ptext_len[i]);
                 if (c->text.oom) {
@@ -857,7 +914,7 @@ void srv_gen_completions(srv_req *r) {
     }
     for (int i = 0; i < cr.n_prompts; i++) {
         if (!cr.prompts[i].is_tokens &&
-            refuse_surely_too_long(app, r, cr.prompts[i].text_len, "prompt")) {
+            refuse_surely_too_long(app, r, NULL, cr.prompts[i].text_len, "prompt")) {
             srv_completion_req_free(&cr);
             return;
         }
@@ -908,19 +965,19 @@ void srv_gen_completions(srv_req *r) {
  * into cr->params (when the choice needs one), the messages in the model's
  * template, tokenized. Returns the ids (malloc'd, *n_ids of them), or NULL
  * once r has been answered (cr still owned by the caller). */
-int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_ids) {
+static int32_t *gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, const srv_gen_shape *s,
+                                int *n_ids) {
     if (app->chat.kind == MODEL_CHAT_NONE) {
-        srv_respond_error(
-            r, 400, "invalid_request_error", "messages", "chat_template_missing",
-            "this model has no chat template brisk can apply; use /v1/completions or start "
-            "the server with --chat-template NAME");
+        gen_refuse(r, s, "messages", "chat_template_missing",
+                   "this model has no chat template brisk can apply; use /v1/completions or start "
+                   "the server with --chat-template NAME");
         return NULL;
     }
     /* The rendered text holds every content: refuse before rendering. */
     size_t content_len = 0;
     for (int i = 0; i < cr->n_msgs; i++)
         content_len += cr->msgs[i].content_len;
-    if (refuse_surely_too_long(app, r, content_len, "messages"))
+    if (refuse_surely_too_long(app, r, s, content_len, "messages"))
         return NULL;
     /* Tools offered, or calls and results in the history: the messages in
      * the family's tool format (srv_tools.h); the answer's grammar when
@@ -934,9 +991,9 @@ int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_
             return NULL;
         }
         if (gt && cr->params.grammar) {
-            srv_respond_error(r, 400, "invalid_request_error", cr->params.grammar_param, NULL,
-                              "'%s' and 'tool_choice' both constrain the output; give one",
-                              cr->params.grammar_param);
+            gen_refuse(r, s, cr->params.grammar_param, NULL,
+                       "'%s' and 'tool_choice' both constrain the output; give one",
+                       cr->params.grammar_param);
             free(gt);
             return NULL;
         }
@@ -978,7 +1035,7 @@ int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_
         if (rc == BRISK_ENOMEM)
             srv_respond_code(r, BRISK_ENOMEM, NULL);
         else
-            srv_respond_error(r, 400, "invalid_request_error", "messages", NULL, "%s", err);
+            gen_refuse(r, s, "messages", NULL, "%s", err);
         return NULL;
     }
     int flags = TOK_PARSE_SPECIAL | (has_bos ? 0 : srv_gen_bos_flag(app));
@@ -989,10 +1046,14 @@ int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_
     return ids;
 }
 
+int32_t *srv_gen_chat_prompt(srv_app *app, srv_req *r, srv_chat_req *cr, int *n_ids) {
+    return gen_chat_prompt(app, r, cr, NULL, n_ids);
+}
+
 void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_shape *shape, void *state) {
     srv_app *app = srv_req_app(r);
     int n_ids = 0;
-    int32_t *ids = srv_gen_chat_prompt(app, r, cr, &n_ids);
+    int32_t *ids = gen_chat_prompt(app, r, cr, shape, &n_ids);
     gen_req *g = ids ? srv_gen_new(app, r, shape, &cr->params, 1) : NULL;
     if (!g) {
         if (state)
@@ -1015,6 +1076,7 @@ void srv_gen_chat_run(srv_req *r, srv_chat_req *cr, const srv_gen_shape *shape, 
         (app->chat.flags & MODEL_CHAT_F_THINK) && cr->split_reasoning && cr->enable_thinking != 0;
     g->include_reasoning = cr->include_reasoning;
     g->tools_on = cr->n_tools > 0 && cr->tool_choice != SRV_TOOL_CHOICE_NONE;
+    g->tools_forced = srv_tools_forced(cr, app->chat.kind);
     g->tools_kind = app->chat.kind;
     srv_gen_start(app, r, g, &cr->params, 0);
 }

@@ -134,29 +134,52 @@ static void make_call_id(void *ctx, char out[32]) {
     srv_http_make_id(app->http, "call_", 24, out, 32);
 }
 
-int srv_gen_parse_calls(gen_req *g, const char *text, size_t len, srv_tool_call **calls,
-                        char **content) {
-    return srv_tools_parse_output(g->tools_kind, text ? text : "", text ? len : 0, make_call_id,
-                                  g->app, calls, content);
+int srv_gen_tools_begin(gen_req *g, gen_choice *c) {
+    c->tools = srv_tools_stream_new(g->tools_kind, g->tools_forced, make_call_id, g->app);
+    return c->tools ? 0 : BRISK_ENOMEM;
+}
+
+int srv_gen_tools_feed(gen_req *g, gen_choice *c, const char *text, size_t len, srv_tools_end end,
+                       const srv_tools_piece **pieces, int *n) {
+    *pieces = NULL;
+    *n = 0;
+    if (!c->tools || srv_tools_stream_feed(c->tools, text, len, end, pieces, n) < 0) {
+        srv_gen_fail(g, "out of memory");
+        return BRISK_ENOMEM;
+    }
+    /* The list is over (a repeated call, or the most calls an answer
+     * holds): what the model writes next would be thrown away. */
+    if (srv_tools_stream_ended(c->tools) && !c->tools_stopped && end == SRV_TOOLS_MORE) {
+        c->tools_stopped = 1;
+        sched_engine_cancel(g->app->eng, c);
+    }
+    return 0;
+}
+
+const char *srv_gen_choice_finish(const gen_req *g, const gen_choice *c, sched_finish f,
+                                  int deadline) {
+    int n = 0;
+    if (g->tools_on && c->tools) {
+        srv_tools_stream_calls(c->tools, &n);
+        if (n && srv_tools_stream_complete(c->tools))
+            return "tool_calls";
+    }
+    if (deadline)
+        return srv_finish_deadline;
+    if (f == SCHED_FINISH_LENGTH)
+        return "length";
+    return n ? "tool_calls" : "stop";
 }
 
 /* ---- the whole answer ------------------------------------------------------------- */
 
-/* A choice's finish_reason: a deadline's "length" carries its detail. */
-static const char *choice_finish(const gen_choice *c) {
-    return c->deadline ? srv_finish_deadline : c->finish == SCHED_FINISH_LENGTH ? "length" : "stop";
-}
-
 /* What the choices' answers borrow until the body is made: per choice its
- * log-probs, its text split ([2i] reasoning, [2i+1] answer; with
- * reasoning), its calls and the rest of its text (tools offered). */
+ * log-probs and its text split ([2i] reasoning, [2i+1] answer; with
+ * reasoning). Calls and content (tools offered) are the parsers'. */
 typedef struct gen_answers {
     srv_choice *ch;
     gen_lps *lps;
     brisk_buf *split;
-    srv_tool_call **calls;
-    int *n_calls;
-    char **rest;
 } gen_answers;
 
 static void answers_free(const gen_req *g, gen_answers *a) {
@@ -165,15 +188,6 @@ static void answers_free(const gen_req *g, gen_answers *a) {
     for (int i = 0; a->split && i < 2 * g->n_choices; i++)
         free(a->split[i].p);
     free(a->split);
-    for (int i = 0; g->tools_on && i < g->n_choices; i++) {
-        if (a->calls)
-            srv_tool_calls_free(a->calls[i], a->n_calls ? a->n_calls[i] : 0);
-        if (a->rest)
-            free(a->rest[i]);
-    }
-    free(a->calls);
-    free(a->n_calls);
-    free(a->rest);
     free(a->lps);
     free(a->ch);
 }
@@ -202,19 +216,15 @@ static int answer_choice(gen_req *g, gen_answers *a, int i) {
             ch->reasoning_len = rs->len;
         }
     }
-    ch->finish_reason = choice_finish(c);
-    if (g->tools_on) {
-        int nc = srv_gen_parse_calls(g, ch->text, ch->text_len, &a->calls[i], &a->rest[i]);
-        if (nc < 0)
-            return BRISK_ENOMEM;
-        a->n_calls[i] = nc;
-        if (nc > 0) {
-            ch->calls = a->calls[i];
-            ch->n_calls = nc;
-            ch->text = a->rest[i];
-            ch->text_len = a->rest[i] ? strlen(a->rest[i]) : 0;
-            ch->finish_reason = "tool_calls";
-        }
+    ch->finish_reason = srv_gen_choice_finish(g, c, c->finish, c->deadline);
+    if (g->tools_on && c->tools) {
+        /* The parser read the answer as it came: its calls, and the text
+         * outside them (NULL when none). */
+        int nc = 0;
+        const srv_tool_call *calls = srv_tools_stream_calls(c->tools, &nc);
+        ch->text = srv_tools_stream_content(c->tools, &ch->text_len);
+        ch->calls = nc ? calls : NULL;
+        ch->n_calls = nc;
     }
     if (g->logprobs >= 0) {
         /* echo: prompt tokens (first without a log-prob), then output */
@@ -247,13 +257,7 @@ void srv_gen_respond_choices(gen_req *g, const srv_usage *u) {
     a.lps = brisk_calloc((size_t)n, sizeof *a.lps);
     if (g->reason)
         a.split = brisk_calloc((size_t)n * 2, sizeof *a.split);
-    if (g->tools_on) {
-        a.calls = brisk_calloc((size_t)n, sizeof *a.calls);
-        a.n_calls = brisk_calloc((size_t)n, sizeof *a.n_calls);
-        a.rest = brisk_calloc((size_t)n, sizeof *a.rest);
-    }
-    int ok = a.ch && a.lps && (!g->reason || a.split) &&
-             (!g->tools_on || (a.calls && a.n_calls && a.rest));
+    int ok = a.ch && a.lps && (!g->reason || a.split);
     for (int i = 0; ok && i < n; i++)
         ok = answer_choice(g, &a, i) == 0;
     char *json = ok ? g->shape->body(g, a.ch, u) : NULL;

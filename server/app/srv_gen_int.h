@@ -15,6 +15,7 @@
 #include "models/grammar.h"
 #include "scheduler/engine.h"
 #include "server/api/srv_reason.h"
+#include "server/api/srv_tools.h"
 #include "server/app/srv_app.h"
 #include "server/ops/srv_audit.h"
 
@@ -28,8 +29,7 @@ typedef struct gen_choice {
     int prompt_idx;
     int live; /* submitted, final event not yet seen */
     sched_finish finish;
-    /* The whole output: a response that is not streamed (echo included),
-     * or a streamed answer held whole because tools were offered. */
+    /* The whole output of a response that is not streamed (echo included). */
     brisk_buf text;
     sched_token *toks; /* every output token, for logprobs */
     int n_toks;
@@ -43,9 +43,14 @@ typedef struct gen_choice {
     size_t lp_off;     /* streaming: text bytes of the tokens sent so far */
     int lp_strip;      /* streaming: no text token sent yet, and the text starts afresh */
     double t_last;
-    srv_reason reason; /* streaming with reasoning: the <think> splitter (zeroed = initial) */
-    int deadline;      /* its deadline ended it (finish LENGTH or EXPIRED) */
-    float *emb;        /* embeddings: the pooled vector from the final event (owned), [n_emb] */
+    srv_reason reason; /* the <think> splitter of a stream, or of an answer with tools
+                          (zeroed = initial) */
+    /* Tools offered: the parser finding the answer's calls as it comes (owned),
+     * and whether it ended their list, so that the sequence was cancelled. */
+    srv_tools_stream *tools;
+    int tools_stopped;
+    int deadline; /* its deadline ended it (finish LENGTH or EXPIRED) */
+    float *emb;   /* embeddings: the pooled vector from the final event (owned), [n_emb] */
     int n_emb;
 } gen_choice;
 
@@ -77,6 +82,7 @@ struct gen_req {
     char err[160];
     model_grammar *grammar; /* the request's constraint (a reference), or NULL */
     int tools_on;           /* chat with tools offered: answers are parsed for calls */
+    int tools_forced;       /* ... and a grammar holds them to the format (srv_tools_forced) */
     int embed;              /* /v1/embeddings: SCHED_POOL_LAST or _MEAN (0: a generation) */
     char key_id[72];        /* the API key's id ("" when none): its limits (srv_quota.h) */
     int quota_admitted;     /* holds a concurrency slot of key_id, released at gen_free */
@@ -93,6 +99,13 @@ struct gen_req {
 typedef struct gen_piece {
     const char *text; /* answer text, len bytes (may be partial UTF-8); NULL: none */
     size_t len;
+    /* Tools offered: the answer's text and calls instead of text, in the
+     * order the parser released them (srv_tools.h's pieces); at the finish,
+     * every call of the answer (for a shape's closing summary). */
+    const srv_tools_piece *tools;
+    int n_tools;
+    const srv_tool_call *calls;
+    int n_calls;
     const char *reasoning; /* reasoning split off the answer, reasoning_len bytes, or NULL */
     size_t reasoning_len;
     const sched_token *toks; /* the tokens since the last piece, for their log-probs */
@@ -129,9 +142,6 @@ struct srv_gen_shape {
     void (*stream_begin)(gen_req *g);
     /* One piece of choice c. */
     void (*stream_chunk)(gen_req *g, gen_choice *c, const gen_piece *p);
-    /* The end of choice c when its answer was held whole (tools offered):
-     * a->text (NULL: none), a->calls and a->finish_reason. */
-    void (*stream_answer)(gen_req *g, gen_choice *c, const srv_choice *a);
     /* After every choice's final event: the usage, the error event of a
      * failed or expired request, the stream's terminator; the lifecycle
      * then ends the stream. */
@@ -144,6 +154,9 @@ struct srv_gen_shape {
     /* A failed or expired request's error: an HTTP error response when it
      * does not stream, else the stream's error event. */
     void (*error)(gen_req *g, const srv_api_error *e);
+    /* Puts a 400 about the chat request it was translated into in the API's
+     * own terms (field names in param and message); NULL: none needed. */
+    void (*map_error)(srv_api_error *e);
 };
 
 extern const srv_gen_shape srv_gen_shape_completions; /* srv_gen_openai.c */
@@ -204,10 +217,21 @@ void srv_gen_lps_free(gen_lps *s);
  * by extra[0, n_extra): malloc'd, *n their count; NULL when out of memory. */
 sched_token *srv_gen_echo_tokens(const gen_req *g, const gen_choice *c, const sched_token *extra,
                                  int n_extra, int *n);
-/* An answer's tool calls (tools offered): *calls and the rest as *content
- * (NULL: none), both the caller's to free; returns the count, or BRISK_ENOMEM. */
-int srv_gen_parse_calls(gen_req *g, const char *text, size_t len, srv_tool_call **calls,
-                        char **content);
+/* Tools offered: choice c's parser (c->tools), made when the choice is;
+ * 0 or BRISK_ENOMEM. */
+int srv_gen_tools_begin(gen_req *g, gen_choice *c);
+/* Tools offered: text (len bytes, the answer's part of an event; with end,
+ * its last) into c's parser; *pieces (*n) are what may be sent now
+ * (borrowed until the next feed). When the parser ends the list of calls,
+ * the sequence is cancelled. 0, or BRISK_ENOMEM (the request failed). */
+int srv_gen_tools_feed(gen_req *g, gen_choice *c, const char *text, size_t len, srv_tools_end end,
+                       const srv_tools_piece **pieces, int *n);
+/* A choice's finish_reason once its final event (finish f, its deadline's
+ * or not) is in: with tools offered, "tool_calls" when its calls were
+ * complete, else "length" when its budget cut it (calls or not), else
+ * "tool_calls" or "stop". */
+const char *srv_gen_choice_finish(const gen_req *g, const gen_choice *c, sched_finish f,
+                                  int deadline);
 /* The respond writer of the generation shapes: every choice's whole text
  * split into reasoning and answer, parsed for tool calls, with its
  * log-probs, made into a body by g->shape->body and sent (200, or 500 when

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "server/api/srv_tools.h"
 #include "server/app/srv_app.h"
@@ -48,7 +47,59 @@ static void send_json(gen_req *g, char *json) {
     srv_gen_write(g, ev, n);
 }
 
-/* One chunk for choice c: p's text and the log-probs of its tokens. */
+/* Sends chunk ch of choice c (the role goes with its first). */
+static void send_choice(gen_req *g, gen_choice *c, const srv_choice *ch, int want_lp) {
+    char *json = api_of(g)->chunk(g, ch, !c->started, NULL, want_lp);
+    c->started = 1;
+    send_json(g, json);
+}
+
+/* An answer with tools offered, as the parser released it, as OpenAI
+ * streams calls: text as "content"; each call first as one delta with its
+ * index, id, type, name and empty arguments, then its arguments in
+ * fragments as they were written. A chunk holds one of these; the
+ * reasoning goes with the first, the log-probs and the finish with the
+ * last one that is not a call's (a chunk of their own when needed). */
+static void send_tool_chunks(gen_req *g, gen_choice *c, const gen_piece *p, const gen_lps *lp,
+                             int want_lp) {
+    int sent_r = !p->reasoning, sent_end = 0;
+    for (int i = 0; i < p->n_tools && g->http && !g->failed; i++) {
+        const srv_tools_piece *t = &p->tools[i];
+        srv_choice ch = {.index = c->index};
+        srv_call_delta d = {t->call, t->id, t->name, t->text, t->len};
+        if (t->call < 0) {
+            ch.text = t->text;
+            ch.text_len = t->len;
+        } else {
+            ch.delta = &d;
+        }
+        if (!sent_r) {
+            ch.reasoning = p->reasoning;
+            ch.reasoning_len = p->reasoning_len;
+            sent_r = 1;
+        }
+        if (i == p->n_tools - 1 && t->call < 0) {
+            ch.finish_reason = p->finish;
+            ch.lps = lp->lps;
+            ch.n_lps = want_lp ? p->n_toks : 0;
+            sent_end = 1;
+        }
+        send_choice(g, c, &ch, want_lp && sent_end);
+    }
+    if (!sent_end && g->http && !g->failed &&
+        (!sent_r || p->finish || (want_lp && p->n_toks) || !c->started)) {
+        srv_choice ch = {.index = c->index,
+                         .reasoning = sent_r ? NULL : p->reasoning,
+                         .reasoning_len = sent_r ? 0 : p->reasoning_len,
+                         .finish_reason = p->finish,
+                         .lps = lp->lps,
+                         .n_lps = want_lp ? p->n_toks : 0};
+        send_choice(g, c, &ch, want_lp);
+    }
+}
+
+/* One piece of choice c: its text (or, tools offered, its text and calls)
+ * and the log-probs of its tokens. */
 static void send_chunk(gen_req *g, gen_choice *c, const gen_piece *p) {
     gen_lps lp;
     memset(&lp, 0, sizeof lp);
@@ -60,6 +111,11 @@ static void send_chunk(gen_req *g, gen_choice *c, const gen_piece *p) {
         srv_gen_fail(g, "out of memory");
         return;
     }
+    if (p->tools || g->tools_on) {
+        send_tool_chunks(g, c, p, &lp, want_lp);
+        srv_gen_lps_free(&lp);
+        return;
+    }
     srv_choice ch = {.index = c->index,
                      .text = p->text,
                      .text_len = p->len,
@@ -68,43 +124,8 @@ static void send_chunk(gen_req *g, gen_choice *c, const gen_piece *p) {
                      .n_lps = want_lp ? p->n_toks : 0,
                      .reasoning = p->reasoning,
                      .reasoning_len = p->reasoning_len};
-    char *json = api_of(g)->chunk(g, &ch, !c->started, NULL, want_lp);
-    c->started = 1;
-    send_json(g, json);
+    send_choice(g, c, &ch, want_lp);
     srv_gen_lps_free(&lp);
-}
-
-/* The end of a held answer: its text in one chunk with the finish; or its
- * calls as OpenAI streams them - the text and each call's id and name,
- * then the arguments, then finish_reason "tool_calls". */
-static void send_answer(gen_req *g, gen_choice *c, const srv_choice *a) {
-    if (a->n_calls == 0) {
-        gen_piece p = {
-            .text = a->text ? a->text : "", .len = a->text_len, .finish = a->finish_reason};
-        send_chunk(g, c, &p);
-        return;
-    }
-    srv_tool_call *named = brisk_calloc((size_t)a->n_calls, sizeof *named);
-    if (!named) {
-        srv_gen_fail(g, "out of memory");
-        return;
-    }
-    for (int k = 0; k < a->n_calls; k++)
-        named[k] = (srv_tool_call){a->calls[k].id, a->calls[k].name, ""};
-    srv_choice parts[3] = {
-        {.index = c->index,
-         .text = a->text,
-         .text_len = a->text_len,
-         .calls = named,
-         .n_calls = a->n_calls},
-        {.index = c->index, .calls = a->calls, .n_calls = a->n_calls, .args_only = 1},
-        {.index = c->index, .finish_reason = "tool_calls"}};
-    for (int k = 0; k < 3 && g->http; k++) {
-        char *json = api_of(g)->chunk(g, &parts[k], !c->started, NULL, 0);
-        c->started = 1;
-        send_json(g, json);
-    }
-    free(named);
 }
 
 /* The error of a request: OpenAI's error body, or in a stream its error
@@ -166,7 +187,6 @@ const srv_gen_shape srv_gen_shape_completions = {
     .free_state = NULL,
     .stream_begin = send_begin,
     .stream_chunk = send_chunk,
-    .stream_answer = send_answer,
     .stream_end = send_end,
     .respond = srv_gen_respond_choices,
     .body = whole_body,
@@ -184,7 +204,6 @@ const srv_gen_shape srv_gen_shape_chat = {
     .free_state = NULL,
     .stream_begin = send_begin,
     .stream_chunk = send_chunk,
-    .stream_answer = send_answer,
     .stream_end = send_end,
     .respond = srv_gen_respond_choices,
     .body = whole_body,

@@ -40,31 +40,38 @@ static void resp_begin(gen_req *g) {
               &n);
 }
 
-/* The closing events and the final object, for an answer of text (held
- * whole or streamed) or calls; finish "length" makes it incomplete. */
-static void resp_close(gen_req *g, gen_choice *c, const char *text, size_t len,
-                       const srv_tool_call *calls, int n_calls, const char *finish) {
-    srv_resp_result res = {
-        text, len, NULL, 0, calls, n_calls, !strcmp(finish, "length"), resp_usage(g, c)};
+/* The closing events and the final object; finish "length" (the budget or
+ * the deadline) makes it incomplete. calls: every call of the answer. */
+static void resp_close(gen_req *g, gen_choice *c, const srv_tool_call *calls, int n_calls,
+                       const char *finish) {
+    srv_resp_result res = {.calls = calls,
+                           .n_calls = n_calls,
+                           .incomplete = !strcmp(finish, "length"),
+                           .usage = resp_usage(g, c)};
     size_t n = 0;
     resp_send(
         g, srv_responses_sse_finish(resp_of(g), g->id, g->created, g->app->served_name, &res, &n),
         &n);
 }
 
-/* Text deltas, then the closing events at the finish. */
+/* Text deltas, or (tools offered) text and calls as the parser released
+ * them: a call's first piece opens its item, its fragments are argument
+ * deltas; then the closing events at the finish. */
 static void resp_chunk(gen_req *g, gen_choice *c, const gen_piece *p) {
     size_t n = 0;
-    if (p->len || !p->finish)
+    if (!p->tools && (p->len || !p->finish) && !g->tools_on)
         resp_send(g, srv_responses_sse_delta(resp_of(g), p->text, p->len, &n), &n);
+    for (int i = 0; i < p->n_tools && !g->failed; i++) {
+        const srv_tools_piece *t = &p->tools[i];
+        if (t->call < 0)
+            resp_send(g, srv_responses_sse_delta(resp_of(g), t->text, t->len, &n), &n);
+        else
+            resp_send(g, srv_responses_sse_call(resp_of(g), t->id, t->name, t->text, t->len, &n),
+                      &n);
+    }
     c->started = 1;
     if (p->finish && !g->failed)
-        resp_close(g, c, NULL, 0, NULL, 0, p->finish);
-}
-
-/* A held answer (tools offered): its calls, or its text, and the end. */
-static void resp_answer(gen_req *g, gen_choice *c, const srv_choice *a) {
-    resp_close(g, c, a->text, a->text_len, a->calls, a->n_calls, a->finish_reason);
+        resp_close(g, c, p->calls, p->n_calls, p->finish);
 }
 
 /* Its "error" event, or the object's failure; the stream's end. */
@@ -90,14 +97,15 @@ static void resp_end(gen_req *g, const srv_usage *u) {
 }
 
 static char *resp_body(const gen_req *g, const srv_choice *ch, const srv_usage *u) {
-    srv_resp_result res = {ch[0].calls && !ch[0].text ? NULL : ch[0].text,
-                           ch[0].text_len,
-                           ch[0].reasoning,
-                           ch[0].reasoning_len,
-                           ch[0].calls,
-                           ch[0].n_calls,
-                           g->choices[0].finish == SCHED_FINISH_LENGTH,
-                           *u};
+    /* Incomplete whenever the budget or the deadline ended the answer. */
+    srv_resp_result res = {.text = ch[0].calls && !ch[0].text ? NULL : ch[0].text,
+                           .text_len = ch[0].text_len,
+                           .reasoning = ch[0].reasoning,
+                           .reasoning_len = ch[0].reasoning_len,
+                           .calls = ch[0].calls,
+                           .n_calls = ch[0].n_calls,
+                           .incomplete = !strcmp(ch[0].finish_reason, "length"),
+                           .usage = *u};
     return srv_responses_json(resp_of(g), g->id, g->created, g->app->served_name, &res);
 }
 
@@ -110,11 +118,11 @@ const srv_gen_shape srv_gen_shape_responses = {
     .free_state = resp_free,
     .stream_begin = resp_begin,
     .stream_chunk = resp_chunk,
-    .stream_answer = resp_answer,
     .stream_end = resp_end,
     .respond = srv_gen_respond_choices,
     .body = resp_body,
     .error = resp_error,
+    .map_error = srv_responses_map_error,
 };
 
 void srv_route_responses(srv_req *r) {

@@ -93,14 +93,15 @@ static void fuzz_responses(const char *body, size_t len) {
     /* Text from the body itself: arbitrary bytes, cut anywhere. */
     size_t cut = len / 2;
     srv_tool_call call = {"call_abc", "f\"n", "{\"a\":\"\\u0000\"}"};
-    srv_resp_result res = {body,
-                           cut,
-                           body + cut,
-                           len - cut,
-                           &call,
-                           (int)(len & 1),
-                           (int)((len >> 1) & 1),
-                           {(int)len, 3, 1}};
+    srv_resp_result res = {.text = body,
+                           .text_len = cut,
+                           .reasoning = body + cut,
+                           .reasoning_len = len - cut,
+                           .calls = &call,
+                           .n_calls = (int)(len & 1),
+                           .msg_after = (int)((len >> 3) & 1),
+                           .incomplete = (int)((len >> 1) & 1),
+                           .usage = {(int)len, 3, 1}};
     char *j = srv_responses_json(rr, "resp_x", 1, "m\xff", &res);
     if (j)
         fuzz_check_json_object_line(j, strlen(j));
@@ -114,6 +115,16 @@ static void fuzz_responses(const char *body, size_t len) {
     free(s);
     if (len & 2) {
         s = srv_responses_sse_delta(rr, body, cut, &n);
+        if (s)
+            check_events(s, n, &seq, &type);
+        free(s);
+    }
+    if (len & 8) { /* a call streamed as it is written: its item, then the body's bytes */
+        s = srv_responses_sse_call(rr, "call_abc", "f\"n", NULL, 0, &n);
+        if (s)
+            check_events(s, n, &seq, &type);
+        free(s);
+        s = srv_responses_sse_call(rr, NULL, NULL, body + cut, len - cut, &n);
         if (s)
             check_events(s, n, &seq, &type);
         free(s);

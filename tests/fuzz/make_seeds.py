@@ -380,7 +380,42 @@ def chat_seeds():
                 b"Default system prompt" + SEP + b"<s>" + SEP + b"</s>" + SEP + body)
 
 
+def tools_stream_seeds():
+    """Answers in each tool format (tests/unit/test_srv_tools_stream.c's cases): byte 0
+    the format (bits 0-1), forced (bit 2) and a cut end (bit 3), byte 1 the piece size."""
+    put = writer("fuzz_tools_stream")
+    hermes = ('Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+              '\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
+    answers = [
+        (0, "hermes", hermes),
+        (0, "hermes-text", "  Hello <b> world <tool_ then <tool_call"),
+        (0, "hermes-broken", '<tool_call>\n{"name": "f", "arguments": {"a": 1,,}}\n</tool_call> ok'),
+        (0, "hermes-string-args",
+         '<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}", "id": 7}</tool_call>'),
+        (0, "hermes-repeat", '<tool_call>{"name": "now", "arguments": {}}</tool_call>\n'
+                             '<tool_call>{"name": "now", "arguments": {}}</tool_call>'),
+        (1, "llama3", '{"name": "f", "parameters": {"x": [1, "}"]}}\n;{"name": "g", '
+                      '"parameters": {}} Done.'),
+        (1, "llama3-text", '{"result": 1}'),
+        (2, "mistral", '[TOOL_CALLS] [{"name": "f", "arguments": {"k": 1}, "id": "abc123def"}, '
+                       '{"name": "g", "arguments": {}}] after'),
+        (2, "mistral-text", "[1] is a citation."),
+        (3, "json-calls", '{"tool_calls": [{"name": "f", "arguments": {"n": 1}}, {"name": "f", '
+                          '"arguments": {"n": 2}}]}'),
+        (3, "json-text", '{"response": " Hi \\"there\\"\\n\\u00e9\\ud83d\\ude00 \\ud800x"}'),
+    ]
+    for fmt, name, text in answers:
+        for flags, piece in ((0, 0), (4, 1), (8, 3), (12, 7)):
+            put(f"{name}-{flags}-{piece}", bytes([fmt | flags, piece]) + text.encode())
+    # a NUL inside a forced call's arguments (found by the fuzzer: arguments are C strings)
+    put("hermes-nul", bytes([0 | 4 | 8, 0]) + b'<tool_call>{"name": "now", "arguments": {"a\x00b": '
+        b'1}}</tool_call>')
+    calls = ", ".join('{"name": "f", "arguments": {"n": %d}}' % i for i in range(20))
+    put("json-limit", bytes([3 | 4, 5]) + ('{"tool_calls": [%s]}' % calls).encode())
+
+
 def main():
+    tools_stream_seeds()
     json_seeds()
     http_seeds()
     gguf_seeds()

@@ -339,7 +339,7 @@ def test_responses_stream_events(smol):
     ({"input": "hi", "mirostat": 2}, "mirostat"),
     ({"input": "hi", "n": 2}, "n"),
     ({"input": "hi", "logprobs": True}, "logprobs"),
-    ({"input": "hi", "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"input": "hi", "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools[0]"),
     ({}, "input"),
     ({"input": 7}, "input"),
 ])
@@ -347,6 +347,32 @@ def test_responses_errors(smol, body, param):
     r = smol.post("/v1/responses", body)
     assert r.status == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("body,param,field,chat_field", [
+    ({"input": "hi", "max_output_tokens": -1}, "max_output_tokens", "'max_output_tokens'",
+     "max_tokens"),
+    ({"input": "hi", "max_output_tokens": 100000}, "max_output_tokens", "max_output_tokens",
+     "max_tokens"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": 5}}},
+     "text.format", "'text.format'", "response_format"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": "required",
+      "text": {"format": {"type": "json_object"}}}, "text.format", "'text.format'",
+     "response_format"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": 5}]},
+     "tools[0]", "'tools[0].parameters'", "function"),
+    ({"input": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
+        {"type": "output_text", "text": 5}]}]}, "input[1]", "", "messages"),
+])
+def test_responses_error_messages(smol, body, param, field, chat_field):
+    """Bug 4: a Responses error's message names the Responses field, as its param does,
+    not the chat field the request was translated to (checked before parsing, while
+    parsing, and when the prompt meets the context)."""
+    r = smol.post("/v1/responses", body)
+    assert r.status == 400, r.text
+    e = r.json()["error"]
+    assert e["param"] == param and field in e["message"], e
+    assert chat_field not in e["message"], e
 
 
 @pytest.mark.slow

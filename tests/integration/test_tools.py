@@ -1,8 +1,8 @@
 """Tool calling through `brisk serve` with the official openai client: tools and
 tool_choice (none, auto, required, a named function), parallel_tool_calls, calls and
-results in the history, streamed tool-call deltas, and the errors. SmolLM2's ChatML
-template takes the Hermes/Qwen format (<tool_call> blocks); the generic JSON format of
-other families is tested on a synthetic Gemma 3 in test_synthetic_models.py. The
+results in the history, streamed tool-call deltas, answers their budget cuts or that loop,
+and the errors. SmolLM2's ChatML template takes the Hermes/Qwen format (<tool_call>
+blocks); every format, streamed, is tested on synthetic models in test_tools_stream.py. The
 SmolLM2 generations are marked slow: masks over its 49,152 tokens crawl under the
 sanitizers, so the ASan run leaves them to the Release run."""
 import json
@@ -10,6 +10,8 @@ import json
 import jsonschema
 import openai
 import pytest
+
+from tool_answers import ask_all_ways
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1"
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
@@ -63,6 +65,53 @@ def test_named_and_not_parallel(smol):
     c = r.choices[0]
     assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1
     check_calls(c.message.tool_calls, names={"add"})
+
+
+# A function without properties, as the issue reporting bug 1 had it: any object, and a
+# strict one whose arguments can only be {}.
+NOW = {"type": "function", "function": {"name": "now", "description": "The current time",
+                                        "parameters": {"type": "object", "properties": {}}}}
+NOW_STRICT = {"type": "function", "function": {
+    "name": "now", "description": "The current time",
+    "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
+WHAT_TIME = [{"role": "user", "content": "What time is it?"}]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_tokens", [60, 120])
+def test_required_cut_by_budget(smollm2_server, max_tokens):
+    """Bug 1 as reported: the budget cuts the call SmolLM2 writes; the answer says
+    "length", keeps the call (its arguments truncated, as OpenAI returns them) and never
+    returns the <tool_call> markup as content; streamed, the same."""
+    body = dict(model=SMOLLM2, messages=WHAT_TIME, tools=[NOW], tool_choice="required",
+                max_tokens=max_tokens, temperature=0)
+    w = ask_all_ways(smollm2_server, body)
+    assert w["finish"] == "length" and w["content"] is None, w
+    assert w["calls"] and all(c[1] == "now" for c in w["calls"]), w
+
+
+@pytest.mark.slow
+def test_required_repeat_ends(smollm2_server):
+    """Bug 1: SmolLM2 repeats a call without arguments until its budget runs out; the
+    repeat ends the list: one call, finish "tool_calls", no content."""
+    body = dict(model=SMOLLM2, messages=WHAT_TIME, tools=[NOW_STRICT], tool_choice="required",
+                max_tokens=120, temperature=0)
+    w = ask_all_ways(smollm2_server, body)
+    assert w["finish"] == "tool_calls" and w["content"] is None, w
+    assert [(c[1], json.loads(c[2])) for c in w["calls"]] == [("now", {})], w
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kw", [{"tool_choice": "required"},
+                                {"tool_choice": "auto"},
+                                {"tool_choice": {"type": "function", "function": {"name": "add"}},
+                                 "parallel_tool_calls": False}],
+                         ids=["required", "auto", "named"])
+def test_stream_equals_whole(smollm2_server, kw):
+    """The calls streamed as they are written equal the whole answer's: the same
+    arguments text, ids of the same form, the same content and finish."""
+    ask_all_ways(smollm2_server, dict(model=SMOLLM2, messages=ASK, tools=TOOLS, max_tokens=120,
+                                      temperature=0, **kw))
 
 
 @pytest.mark.slow

@@ -33,8 +33,8 @@ static void check_shape(const srv_gen_shape *s) {
     CHECK(s->respond && s->error, "%s: answers a whole request and an error", name);
     CHECK(s->respond != srv_gen_respond_choices || s->body,
           "%s: srv_gen_respond_choices needs the body writer", name);
-    int n_stream = !!s->stream_begin + !!s->stream_chunk + !!s->stream_answer + !!s->stream_end;
-    CHECK(n_stream == 0 || n_stream == 4, "%s: %d of the 4 stream writers", name, n_stream);
+    int n_stream = !!s->stream_begin + !!s->stream_chunk + !!s->stream_end;
+    CHECK(n_stream == 0 || n_stream == 3, "%s: %d of the 3 stream writers", name, n_stream);
     CHECK(s->chat == 0 || s->chat == 1, "%s: chat is a flag", name);
 }
 

@@ -4,7 +4,8 @@
  * tool format that exists, and that format round-trips calls (written into
  * the history, parsed back out: the same names and arguments); the history
  * of a tool conversation in each format, to the byte; the grammar of a
- * "required" choice compiles in every format; and, in a build with the
+ * "required" choice compiles in every format and holds at most
+ * SRV_TOOLS_MAX_CALLS calls, which the parser reads back; and, in a build with the
  * allocation-failure injector, every allocation of the tool paths failing
  * in turn ends in BRISK_ENOMEM or a result, never a crash or a leak. */
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include "brisk_test.h"
 #include "common/brisk_alloc.h"
+#include "common/brisk_buf.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "models/chat_template.h"
@@ -333,6 +335,67 @@ static int tool_work(const srv_chat_req *r, model_chat_kind k) {
     return rc;
 }
 
+/* An answer of n calls of get_weather (cities c0, c1, ...) in format fmt,
+ * as its grammar writes them. */
+static void calls_answer(const char *fmt, int n, brisk_buf *b) {
+    int hermes = !strcmp(fmt, "hermes"), llama3 = !strcmp(fmt, "llama3");
+    int mistral = !strcmp(fmt, "mistral");
+    brisk_buf_str(b, hermes || llama3 ? "" : mistral ? "[" : "{\"tool_calls\": [");
+    for (int i = 0; i < n; i++) {
+        brisk_buf_str(b, !i ? "" : hermes || llama3 ? "\n" : ", ");
+        brisk_buf_printf(b, "%s{\"name\": \"get_weather\", \"%s\": {\"city\":\"c%d\"}}%s",
+                         hermes ? "<tool_call>\n" : "", llama3 ? "parameters" : "arguments", i,
+                         hermes ? "\n</tool_call>" : "");
+    }
+    brisk_buf_str(b, hermes || llama3 ? "" : mistral ? "]" : "]}");
+}
+
+/* The calls after the first are bounded in every format's grammar: an
+ * answer of SRV_TOOLS_MAX_CALLS calls is whole, one more is refused; the
+ * parser reads the same answer back as those calls (and ends the list). */
+static void test_call_limit(void) {
+    srv_chat_req r;
+    if (parse_conversation("\"required\"", &r) < 0)
+        return;
+    for (int i = 0; i < model_chat_n_families(); i++) {
+        model_chat_kind k = model_chat_family_at(i);
+        const char *fmt = srv_tools_format_name(k);
+        int none = 0;
+        char *g = srv_tools_grammar(&r, k, &none), err[256] = "";
+        model_grammar *gr = NULL;
+        CHECK(g && model_grammar_compile(g, strlen(g), NULL, &gr, err, sizeof err) == 0,
+              "%s: compiles: %s", fmt, err);
+        free(g);
+        for (int n = SRV_TOOLS_MAX_CALLS; gr && n <= SRV_TOOLS_MAX_CALLS + 1; n++) {
+            brisk_buf b = {0};
+            calls_answer(fmt, n, &b);
+            model_grammar_matcher *m = model_grammar_matcher_create(gr, NULL, NULL);
+            int rc = m ? model_grammar_accept_bytes(m, b.p, b.len) : -1;
+            if (n == SRV_TOOLS_MAX_CALLS)
+                CHECK(rc == 0 && model_grammar_complete(m), "%s: %d calls: %d", fmt, n, rc);
+            else
+                CHECK(rc == BRISK_EINVAL, "%s: %d calls refused: %d", fmt, n, rc);
+            model_grammar_matcher_free(m);
+            if (n == SRV_TOOLS_MAX_CALLS) {
+                int ids = 0;
+                srv_tools_stream *s = srv_tools_stream_new(k, 1, make_id, &ids);
+                const srv_tools_piece *p;
+                int np = 0, nc = 0;
+                CHECK(s && srv_tools_stream_feed(s, b.p, b.len, SRV_TOOLS_END_STOP, &p, &np) == 0,
+                      "%s: parsed", fmt);
+                const srv_tool_call *c = s ? srv_tools_stream_calls(s, &nc) : NULL;
+                CHECK(nc == n && srv_tools_stream_ended(s), "%s: %d calls back", fmt, nc);
+                CHECK(nc == n && !strcmp(c[n - 1].arguments, "{\"city\":\"c15\"}"),
+                      "%s: the last call's arguments", fmt);
+                srv_tools_stream_free(s);
+            }
+            free(b.p);
+        }
+        model_grammar_unref(gr);
+    }
+    srv_chat_req_free(&r);
+}
+
 static void test_fault_sweep(void) {
     if (!brisk_fault_compiled())
         return;
@@ -368,6 +431,7 @@ int main(void) {
     test_family_rows();
     test_tool_roundtrip();
     test_format_goldens();
+    test_call_limit();
     test_fault_sweep();
     return BT_SUMMARY("test_srv_tools");
 }
