@@ -440,6 +440,14 @@ const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status) {
     return match;
 }
 
+unsigned srv_http_path_flags(const srv_http *h, const char *path) {
+    unsigned f = 0;
+    for (int i = 0; path && i < h->n_routes; i++)
+        if (route_path_match(h->routes[i].path, path))
+            f |= h->routes[i].flags;
+    return f;
+}
+
 int srv_http_allow_list(const srv_http *h, const char *path, char *out, size_t cap) {
     size_t len = 0;
     out[0] = '\0';

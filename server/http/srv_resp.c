@@ -417,9 +417,11 @@ static void respond_error_msg(srv_req *r, int status, const char *type, const ch
         if (srv_http_allow_list(r->conn->h, srv_req_path(r), allow, sizeof allow) == 0 && allow[0])
             snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
     }
-    /* A route of another API answers in its own error shape. */
+    /* A route of another API answers in its own error shape, even an error
+     * found before the route was matched (by its path then). */
     srv_http *h = r->conn->h;
-    if (r->route && (r->route->flags & SRV_ROUTE_ERROR_BODY) && h->cfg.error_body) {
+    unsigned flags = r->route ? r->route->flags : srv_http_path_flags(h, srv_req_path(r));
+    if ((flags & SRV_ROUTE_ERROR_BODY) && h->cfg.error_body) {
         char *b = h->cfg.error_body(status, type, code, param, msg);
         if (b) {
             srv_respond(r, status, "application/json", b, strlen(b), extra[0] ? extra : NULL);

@@ -920,6 +920,16 @@ static void test_routing_auth(int port) {
               strstr(r.body, "{\"error\":"),
           "unflagged routes keep OpenAI's shape");
     resp_free(&r);
+    /* Errors found before the route is matched go by the path's routes. */
+    CHECK(one_shot(port, "GET /other HTTP/1.1\r\nContent-Length: 999999\r\n\r\n", &r) == 413 &&
+              r.body && strstr(r.body, "{\"shape\":\"other\",\"status\":413,"),
+          "other: a 413 on Content-Length in its shape: %s", r.body);
+    resp_free(&r);
+    CHECK(one_shot(port, "POST /other HTTP/1.1\r\n\r\n", &r) == 405 && r.body &&
+              strstr(r.body, "{\"shape\":\"other\",\"status\":405,") &&
+              resp_hdr_is(&r, "Allow", "GET, HEAD"),
+          "other: a 405 in its shape, with Allow: %s", r.body);
+    resp_free(&r);
 }
 
 /* Sends a hostile request and expects `status`, Connection: close and EOF. */
