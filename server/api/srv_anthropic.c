@@ -539,8 +539,8 @@ static int conv_thinking(anth_conv *c, const cJSON *v, srv_api_error *err) {
          * whole answer: brisk enforces only max_tokens (docs/API.md). Anthropic
          * asks for 1,024 at least, which small local models' contexts may not
          * hold beside the answer: any positive budget below max_tokens goes. */
-        if (!cJSON_IsNumber(b) || b->valuedouble != floor(b->valuedouble) ||
-            b->valuedouble < 1 || b->valuedouble > 1e9)
+        if (!cJSON_IsNumber(b) || b->valuedouble != floor(b->valuedouble) || b->valuedouble < 1 ||
+            b->valuedouble > 1e9)
             return srv_api_fail(err, "invalid_value", "thinking",
                                 "thinking.budget_tokens: a positive integer is required");
         c->budget = (long long)b->valuedouble;
@@ -835,7 +835,10 @@ static void w_tool_id(brisk_buf *w, const char *id) {
  * arguments are the JSON text of an object, as the tool formats parse
  * them; anything else would not be an input, and is shown as {}. */
 static char *call_input(const srv_tool_call *tc) {
+    unsigned long oom0 = brisk_alloc_cjson_failures();
     cJSON *parsed = tc->arguments ? cJSON_Parse(tc->arguments) : NULL;
+    if (!parsed && brisk_alloc_cjson_failures() != oom0)
+        return NULL;
     char *s = cJSON_IsObject(parsed) ? cJSON_PrintUnformatted(parsed) : brisk_strdup("{}");
     cJSON_Delete(parsed);
     return s;
