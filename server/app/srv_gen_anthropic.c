@@ -13,6 +13,7 @@
 
 #include "common/brisk_error.h"
 #include "server/api/srv_anthropic.h"
+#include "server/api/srv_reason.h"
 #include "server/app/srv_app.h"
 
 #include "server/app/srv_gen_int.h"
@@ -57,13 +58,30 @@ static void anth_chunk(gen_req *g, gen_choice *c, const gen_piece *p) {
     c->started = 1;
 }
 
-/* A held answer (tools offered): its text and tool_use blocks, whole. */
+/* A held answer (tools offered): a reasoning model's thoughts as a
+ * thinking block (the text outside the calls still holds them, as the
+ * whole answer's does before its split), then its text and tool_use
+ * blocks, whole. */
 static void anth_answer(gen_req *g, gen_choice *c, const srv_choice *a) {
-    size_t n = 0;
-    anth_send(g,
-              srv_anthropic_sse_blocks(anth_of(g), a->text, a->text ? a->text_len : 0, a->calls,
-                                       a->n_calls, &n),
-              &n);
+    const char *text = a->text;
+    size_t len = a->text ? a->text_len : 0, n = 0;
+    brisk_buf rs = {0}, ct = {0};
+    if (g->reason && text) {
+        srv_reason rz;
+        srv_reason_init(&rz);
+        brisk_buf_str(&ct, "");
+        srv_reason_feed(&rz, text, len, 1, &rs, &ct);
+        if (rs.oom || ct.oom)
+            srv_gen_fail(g, "out of memory");
+        else if (g->include_reasoning && rs.len)
+            anth_send(g, srv_anthropic_sse_delta(anth_of(g), 1, rs.p, rs.len, &n), &n);
+        text = ct.p;
+        len = ct.len;
+    }
+    if (!g->failed)
+        anth_send(g, srv_anthropic_sse_blocks(anth_of(g), text, len, a->calls, a->n_calls, &n), &n);
+    free(rs.p);
+    free(ct.p);
     c->started = 1;
 }
 

@@ -608,6 +608,22 @@ def test_anthropic_thinking(think_server):
     omitted = srv.request("POST", "/v1/messages", {
         **body, "thinking": {"type": "adaptive", "display": "omitted"}}).json()
     assert omitted["content"] == [], omitted
+    # With tools offered the stream holds the answer whole; its thoughts still come first,
+    # as a thinking block, as in the answer that is not streamed.
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    whole = srv.request("POST", "/v1/messages", {**body, "tools": tools,
+                                                 "thinking": {"type": "adaptive"}}).json()
+    assert [b["type"] for b in whole["content"]] == ["thinking"], whole
+    conn, status, headers = srv.stream("/v1/messages", {**body, "stream": True, "tools": tools,
+                                                        "thinking": {"type": "adaptive"}})
+    try:
+        events = [json.loads(e) for e in conn.iter_sse(headers)]
+    finally:
+        conn.close()
+    assert [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"] \
+        == ["thinking"], events
+    assert "".join(e["delta"].get("thinking", "") for e in events
+                   if e["type"] == "content_block_delta") == whole["content"][0]["thinking"]
 
 
 # ---- the KV blocks behind sliding windows --------------------------------------------
