@@ -167,6 +167,20 @@ static const struct {
     {"{\"model\":\"m\",\"max_tokens\":5}", "messages: Field"},
     {"{\"model\":\"m\",\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
      "max_tokens"},
+    /* 1e999 parses as an infinity, which cJSON would print as null */
+    {"{\"model\":\"m\",\"max_tokens\":1e999,\"messages\":[{\"role\":\"user\",\"content\":"
+     "\"x\"}]}",
+     "max_tokens"},
+    {"{\"model\":\"m\",\"max_tokens\":5,\"top_p\":1e999,\"messages\":[{\"role\":\"user\","
+     "\"content\":\"x\"}]}",
+     "top_p: numbers must be finite"},
+    {"{\"model\":\"m\",\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"input_schema\":{"
+     "\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":-1e999}}}}],"
+     "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+     "maxLength: numbers must be finite"},
+    {"{\"model\":\"m\",\"max_tokens\":3000000000,\"messages\":[{\"role\":\"user\","
+     "\"content\":\"x\"}]}",
+     "max_tokens"},
     {"{\"model\":\"m\",\"max_tokens\":1.5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
      "max_tokens"},
     {"{\"model\":7,\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
