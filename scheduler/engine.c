@@ -240,6 +240,8 @@ static int seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *er
     ev->completion_len = s->n_gen;
     ev->cached_tokens = s->req.n_cached;
     ev->deadline = final && s->deadline_hit;
+    ev->stop_index =
+        final && finish == SCHED_FINISH_STOP && s->text.stopped ? s->text.stop_which : -1;
     ev->t_event = brisk_now();
     ev->t_admitted = s->t_admit;
     if (err)

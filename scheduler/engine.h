@@ -152,6 +152,9 @@ typedef struct sched_event {
     double t_event;    /* brisk_now() when emitted */
     double t_admitted; /* when the sequence got a slot (0 if never) */
     int deadline;      /* final event: its deadline ended it (finish LENGTH or EXPIRED) */
+    int stop_index;    /* final event with finish STOP: the index in sched_seq_params.stop of
+                          the stop string that ended it; -1 otherwise (EOS, a stop id, the
+                          grammar's end, or not final) */
     float *embedding;  /* pooling sequences' final event: [n_embedding], owned */
     int n_embedding;
     char err[160];

@@ -14,6 +14,7 @@ int seq_text_init(seq_text *t, const tok_vocab *v, const char *const *stop, int 
     tok_decoder_init(&t->dec, v, continuation ? TOK_CONTINUATION : 0);
     t->stop = stop;
     t->n_stop = n_stop;
+    t->stop_which = -1;
     if (n_stop > 0) {
         t->stop_len = brisk_malloc((size_t)n_stop * sizeof *t->stop_len);
         if (!t->stop_len)
@@ -34,10 +35,10 @@ static int reserve(seq_text *t, size_t extra) {
     return brisk_grow(&t->pend, &t->cap, t->len + extra + 1, 1, 256, 0);
 }
 
-/* First position where a stop string occurs in pend, or -1. Matches cannot
- * start before pend (everything taken earlier was outside any possible
- * match), so the search covers pend alone. */
-static long find_stop(const seq_text *t, size_t *match_len) {
+/* First position where a stop string occurs in pend, or -1; *which gets the
+ * index of that string. Matches cannot start before pend (everything taken
+ * earlier was outside any possible match), so the search covers pend alone. */
+static long find_stop(const seq_text *t, size_t *match_len, int *which) {
     long best = -1;
     for (int i = 0; i < t->n_stop; i++) {
         size_t n = t->stop_len[i];
@@ -49,6 +50,7 @@ static long find_stop(const seq_text *t, size_t *match_len) {
             if (memcmp(t->pend + p, t->stop[i], n) == 0) {
                 best = (long)p;
                 *match_len = n;
+                *which = i;
                 break;
             }
         }
@@ -68,11 +70,13 @@ int seq_text_push(seq_text *t, int32_t id) {
     t->len += (size_t)n;
     t->pend[t->len] = '\0';
     size_t match_len = 0;
-    long at = t->n_stop && !t->stops_off ? find_stop(t, &match_len) : -1;
+    int which = -1;
+    long at = t->n_stop && !t->stops_off ? find_stop(t, &match_len, &which) : -1;
     if (at >= 0) {
         t->len = (size_t)at + (t->keep_stop ? match_len : 0);
         t->pend[t->len] = '\0';
         t->stopped = 1;
+        t->stop_which = which;
         return 1;
     }
     return 0;

@@ -19,7 +19,9 @@ typedef struct seq_text {
     const char *const *stop; /* borrowed */
     size_t *stop_len;
     int n_stop;
-    int stopped;   /* a stop string matched: pend ends before it (or after, keep_stop) */
+    int stopped;    /* a stop string matched: pend ends before it (or after, keep_stop) */
+    int stop_which; /* stopped: the index of the stop string that matched (the earliest in
+                       the text; among those starting there, the first given); else -1 */
     int keep_stop; /* the matched stop string stays in the text (vLLM's include_stop_str_in_output) */
     int stops_off; /* stop strings are not looked for (before vLLM's min_tokens) */
 } seq_text;

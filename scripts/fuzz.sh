@@ -29,7 +29,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 ALL_TARGETS=(fuzz_http fuzz_json_completions fuzz_json_chat fuzz_gguf fuzz_tokenizer
-             fuzz_chat_template fuzz_sse fuzz_audit fuzz_cli_opts fuzz_grammar fuzz_schema)
+             fuzz_chat_template fuzz_sse fuzz_audit fuzz_cli_opts fuzz_grammar fuzz_schema
+             fuzz_anthropic)
 
 usage() {
     echo "usage: $0 TARGET|all SECONDS [JOBS] [--merge]   (targets: ${ALL_TARGETS[*]})" >&2
@@ -61,7 +62,7 @@ max_len() {
     case $1 in
     fuzz_gguf) echo 65536 ;;
     fuzz_http) echo 24576 ;; # past the 16 KiB read buffer, for pipelined floods
-    fuzz_json_* | fuzz_chat_template) echo 4096 ;;
+    fuzz_json_* | fuzz_chat_template | fuzz_anthropic) echo 4096 ;;
     fuzz_sse) echo 2048 ;;
     *) echo 1024 ;;
     esac

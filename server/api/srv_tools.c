@@ -185,9 +185,13 @@ int srv_tools_parse_calls(const cJSON *calls, const char *param, srv_chat_msg *m
                                 "each of '%s' must be {\"id\": ..., \"type\": \"function\", "
                                 "\"function\": {\"name\": ..., \"arguments\": \"<JSON text>\"}}",
                                 p);
-        /* the arguments are JSON text: rendered as the JSON they hold */
+        /* the arguments are JSON text: rendered as the JSON they hold (a
+         * parse that ran out of memory is a 500, not the client's 400) */
+        unsigned long oom0 = brisk_alloc_cjson_failures();
         cJSON *parsed =
             cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : cJSON_CreateObject();
+        if (!parsed && brisk_alloc_cjson_failures() != oom0)
+            return srv_api_oom(err);
         if (!parsed)
             return srv_api_fail(err, "invalid_value", p, "the arguments in '%s' are not valid JSON",
                                 p);

@@ -14,6 +14,7 @@
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
+#include "server/api/srv_anthropic.h"
 #include "server/ops/srv_audit.h"
 #include "server/ops/srv_keys.h"
 #include "server/ops/srv_quota.h"
@@ -405,6 +406,10 @@ int srv_app_run(const srv_app_config *cfg) {
         {"GET", "/v1/models", h_models, SRV_ROUTE_AUTH},
         {"GET", "/v1/models/*", srv_route_model, SRV_ROUTE_AUTH},
         {"POST", "/v1/responses", srv_route_responses, SRV_ROUTE_AUTH},
+        /* Anthropic's Messages API answers its errors in its own shape. */
+        {"POST", "/v1/messages", srv_route_messages, SRV_ROUTE_AUTH | SRV_ROUTE_ERROR_BODY},
+        {"POST", "/v1/messages/count_tokens", srv_route_count_tokens,
+         SRV_ROUTE_AUTH | SRV_ROUTE_ERROR_BODY},
         {"POST", "/v1/embeddings", srv_gen_embeddings, SRV_ROUTE_AUTH},
         {"POST", "/tokenize", srv_route_tokenize, SRV_ROUTE_AUTH},
         {"POST", "/detokenize", srv_route_detokenize, SRV_ROUTE_AUTH},
@@ -425,6 +430,7 @@ int srv_app_run(const srv_app_config *cfg) {
     srv_http_config hc = cfg->http;
     hc.on_finish = on_http_finish;
     hc.on_dispatch = on_http_dispatch;
+    hc.error_body = srv_anthropic_error_json;
     char err[256];
     int rc = 1;
     if (cfg->audit_log) {

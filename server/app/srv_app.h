@@ -119,6 +119,9 @@ void srv_route_tokenize(srv_req *r);   /* POST /tokenize */
 void srv_route_detokenize(srv_req *r); /* POST /detokenize */
 /* srv_gen_responses.c: POST /v1/responses. */
 void srv_route_responses(srv_req *r);
+/* srv_gen_anthropic.c: POST /v1/messages and /v1/messages/count_tokens. */
+void srv_route_messages(srv_req *r);
+void srv_route_count_tokens(srv_req *r);
 void srv_gen_on_events(srv_app *app);
 /* Writes the audit line of a finished request under /v1/ (the srv_http on_finish
  * hook, app->audit set): its generation state when it had one. */

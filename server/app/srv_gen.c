@@ -3,8 +3,8 @@
  * engine sequences (one per prompt x n), engine events go to the request's
  * output shape (srv_gen_int.h), which streams them or answers once, and a
  * client that leaves cancels its sequences at once. /v1/responses
- * (srv_gen_responses.c) and /v1/embeddings (srv_embed.c) run through the
- * same lifecycle. Runs on the loop thread. */
+ * (srv_gen_responses.c), /v1/messages (srv_gen_anthropic.c) and
+ * /v1/embeddings (srv_embed.c) run through the same lifecycle. Runs on the loop thread. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -410,6 +410,7 @@ static void on_event(srv_app *app, sched_event *ev) {
     }
     c->completion_len = ev->completion_len;
     c->cached_tokens = ev->cached_tokens;
+    c->stop_index = ev->stop_index;
     if (ev->embedding) {
         free(c->emb);
         c->emb = ev->embedding;

@@ -2,7 +2,7 @@
  * output shapes that answer it: its choices, what streaming and the audit
  * line (srv_gen_audit.c) read, the pieces of an answer (srv_gen_answer.c),
  * and srv_gen_shape, one struct of writers per API shape
- * (srv_gen_openai.c, srv_gen_responses.c, srv_embed.c).
+ * (srv_gen_openai.c, srv_gen_responses.c, srv_embed.c, srv_gen_anthropic.c).
  * Server-internal; loop thread only. */
 #ifndef SRV_GEN_INT_H
 #define SRV_GEN_INT_H
@@ -50,6 +50,7 @@ typedef struct gen_choice {
     srv_tools_stream *tools;
     int tools_stopped;
     int deadline; /* its deadline ended it (finish LENGTH or EXPIRED) */
+    int stop_index; /* the stop string that ended it (sched_event.stop_index), or -1 */
     float *emb;   /* embeddings: the pooled vector from the final event (owned), [n_emb] */
     int n_emb;
 } gen_choice;
@@ -163,6 +164,7 @@ extern const srv_gen_shape srv_gen_shape_completions; /* srv_gen_openai.c */
 extern const srv_gen_shape srv_gen_shape_chat;        /* srv_gen_openai.c */
 extern const srv_gen_shape srv_gen_shape_responses;   /* srv_gen_responses.c */
 extern const srv_gen_shape srv_gen_shape_embeddings;  /* srv_embed.c */
+extern const srv_gen_shape srv_gen_shape_anthropic;   /* srv_gen_anthropic.c */
 
 /* ---- the lifecycle (srv_gen.c) -------------------------------------------------- */
 

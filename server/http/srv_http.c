@@ -371,9 +371,11 @@ const char *srv_http_date(srv_http *h) {
     return h->date;
 }
 
-/* Matches the presented bearer token against every key (srv_keys_match: its
+/* Matches the presented key against every key (srv_keys_match: its
  * SHA-256 against every key's, in time that does not depend on which key
- * matched or how much of it); sets r->key_id on a match. */
+ * matched or how much of it); sets r->key_id on a match. The key is the
+ * bearer token, or without one the x-api-key header, which Anthropic's
+ * clients send instead: one key set, two ways to present a key. */
 static int auth_ok(const srv_http *h, srv_req *r) {
     size_t n = 0;
     const char *v = srv_req_header(r, "Authorization", &n);
@@ -386,6 +388,12 @@ static int auth_ok(const srv_http *h, srv_req *r) {
             i++;
         tok = v + i;
         tlen = n - i;
+    } else {
+        const char *x = srv_req_header(r, "x-api-key", &n);
+        if (x) {
+            tok = x;
+            tlen = n;
+        }
     }
     int i = srv_keys_match(h->keys, tok, tlen);
     r->key_id = NULL;
@@ -430,6 +438,14 @@ const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status) {
     if ((match->flags & SRV_ROUTE_AUTH) && h->keys && !auth_ok(h, r))
         *status = 401;
     return match;
+}
+
+unsigned srv_http_path_flags(const srv_http *h, const char *path) {
+    unsigned f = 0;
+    for (int i = 0; path && i < h->n_routes; i++)
+        if (route_path_match(h->routes[i].path, path))
+            f |= h->routes[i].flags;
+    return f;
 }
 
 int srv_http_allow_list(const srv_http *h, const char *path, char *out, size_t cap) {

@@ -93,6 +93,16 @@ typedef struct srv_http_config {
      * known path is answered by the layer, before any auth: 204 with the
      * allowed methods and headers, or 403 for an origin not allowed. */
     const char *allowed_origins;
+    /* The body of every error answered on a route flagged
+     * SRV_ROUTE_ERROR_BODY (srv_respond_error, srv_respond_code, the
+     * layer's own 401, 413, ...), for an API whose clients expect another
+     * shape than OpenAI's (Anthropic's Messages API): a malloc'd JSON text
+     * (the layer frees it) made of the status, OpenAI's type and code
+     * (NULL: the status's default type; none), the param (NULL: none) and
+     * the message; NULL when out of memory (OpenAI's shape goes out). NULL:
+     * every route answers in OpenAI's shape. */
+    char *(*error_body)(int status, const char *type, const char *code, const char *param,
+                        const char *message);
 } srv_http_config;
 
 srv_http_config srv_http_config_default(void);
@@ -102,7 +112,11 @@ srv_http_config srv_http_config_default(void);
 typedef void (*srv_handler_fn)(srv_req *r);
 
 enum {
-    SRV_ROUTE_AUTH = 1u << 0, /* requires `Authorization: Bearer <api_key>` when a key is set */
+    /* requires an API key when keys are set: `Authorization: Bearer <key>`, or
+     * `x-api-key: <key>` (Anthropic's header) when no bearer token is given */
+    SRV_ROUTE_AUTH = 1u << 0,
+    /* errors answered on the route are in srv_http_config.error_body's shape */
+    SRV_ROUTE_ERROR_BODY = 1u << 1,
 };
 
 /* One row of the route table: exact match of `path` (without the query

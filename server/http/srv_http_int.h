@@ -200,6 +200,10 @@ void srv_http_assert_loop(const srv_http *h);
 void srv_http_handle_closed(srv_http *h);
 const srv_route *srv_http_route_for(srv_http *h, srv_req *r, int *status);
 int srv_http_allow_list(const srv_http *h, const char *path, char *out, size_t cap);
+/* The flags of every route whose path takes path, or-ed (0: none): what an
+ * error answered before its route was matched (a 413 on Content-Length, a
+ * 405) goes by. */
+unsigned srv_http_path_flags(const srv_http *h, const char *path);
 /* CORS: the Access-Control-Allow-Origin value for a request's Origin
  * (origin[0, len)): h's copy of the matching entry, "*", or NULL when CORS
  * is off or the origin is not allowed. */

@@ -417,6 +417,18 @@ static void respond_error_msg(srv_req *r, int status, const char *type, const ch
         if (srv_http_allow_list(r->conn->h, srv_req_path(r), allow, sizeof allow) == 0 && allow[0])
             snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
     }
+    /* A route of another API answers in its own error shape, even an error
+     * found before the route was matched (by its path then). */
+    srv_http *h = r->conn->h;
+    unsigned flags = r->route ? r->route->flags : srv_http_path_flags(h, srv_req_path(r));
+    if ((flags & SRV_ROUTE_ERROR_BODY) && h->cfg.error_body) {
+        char *b = h->cfg.error_body(status, type, code, param, msg);
+        if (b) {
+            srv_respond(r, status, "application/json", b, strlen(b), extra[0] ? extra : NULL);
+            free(b);
+            return;
+        }
+    }
     char *s = NULL;
     cJSON *root = cJSON_CreateObject();
     cJSON *e = root ? cJSON_AddObjectToObject(root, "error") : NULL;
@@ -529,7 +541,8 @@ void srv_respond_layer_error(srv_req *r, const char *detail) {
                  detail ? detail : "", detail ? ")" : "");
         break;
     case 401:
-        snprintf(msg, sizeof msg, "Missing or invalid API key (Authorization: Bearer <key>)");
+        snprintf(msg, sizeof msg,
+                 "Missing or invalid API key (Authorization: Bearer <key>, or x-api-key: <key>)");
         break;
     case 404: snprintf(msg, sizeof msg, "Unknown path: %.200s", path); break;
     case 405:

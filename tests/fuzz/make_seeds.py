@@ -130,6 +130,74 @@ def json_seeds():
     put("bad-raw-utf8", b'{"messages": [{"role": "user", "content": "\xc3\x28"}]}')
 
 
+# ---- Anthropic's Messages API ----------------------------------------------------
+
+_U = {"role": "user", "content": "What is the weather in Paris?"}
+_TOOL = {"name": "get_weather", "description": "Weather in a city",
+         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]}}
+VALID_ANTHROPIC = [
+    {"model": "m", "max_tokens": 16, "messages": [_U]},
+    {"model": "m", "max_tokens": 16, "stream": True, "temperature": 0, "top_p": 0.9,
+     "top_k": 5, "stop_sequences": ["\n\n", "END"], "metadata": {"user_id": "u"},
+     "system": "Be terse.", "messages": [_U]},
+    {"model": "m", "max_tokens": 64, "tools": [_TOOL],
+     "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+     "system": [{"type": "text", "text": "Use tools.", "cache_control": {"type": "ephemeral"}}],
+     "messages": [_U]},
+    {"model": "m", "max_tokens": 64, "tools": [_TOOL], "tool_choice": {"type": "any"},
+     "messages": [_U, {"role": "assistant", "content": [
+         {"type": "thinking", "thinking": "hm", "signature": "sig"},
+         {"type": "text", "text": "Looking."},
+         {"type": "tool_use", "id": "toolu_01", "name": "get_weather",
+          "input": {"city": "Paris"}}]},
+         {"role": "user", "content": [
+             {"type": "tool_result", "tool_use_id": "toolu_01", "content": "Sunny"},
+             {"type": "tool_result", "tool_use_id": "toolu_01", "is_error": True,
+              "content": [{"type": "text", "text": "timeout"}]},
+             {"type": "text", "text": "And tomorrow?"}]}]},
+    {"model": "m", "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 1024},
+     "messages": [{"role": "user", "content": [{"type": "text", "text": "caf\u00e9 \U0001F600"}]}]},
+    {"model": "m", "max_tokens": 8, "thinking": {"type": "adaptive", "display": "omitted"},
+     "output_config": {"format": {"type": "json_schema", "schema": {
+         "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}},
+     "service_tier": "auto", "cache_control": {"type": "ephemeral"}, "seed": 3,
+     "messages": [_U]},
+    {"model": "m", "max_tokens": 8, "tool_choice": {"type": "none"}, "tools": [_TOOL],
+     "thinking": {"type": "disabled"}, "messages": [_U]},
+]
+BAD_ANTHROPIC = [
+    {"model": "m", "messages": [_U]}, {"max_tokens": 5, "messages": [_U]},
+    {"model": "m", "max_tokens": 5, "messages": []},
+    {"model": "m", "max_tokens": 5, "messages": [_U, {"role": "assistant", "content": "Pre"}]},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]},
+    {"model": "m", "max_tokens": 5, "temperature": 1.5, "messages": [_U]},
+    {"model": "m", "max_tokens": 5, "frobnicate": True, "messages": [_U]},
+    {"model": "m", "max_tokens": 5, "tools": [{"type": "web_search_20250305", "name": "s"}],
+     "messages": [_U]},
+    {"model": "m", "max_tokens": 5, "tools": [_TOOL], "tool_choice": {"type": "tool"},
+     "messages": [_U]},
+    {"model": "m", "max_tokens": 2000, "thinking": {"type": "enabled", "budget_tokens": 4000},
+     "messages": [_U]},
+    {"model": "m", "max_tokens": 5, "output_config": {"effort": "high"}, "messages": [_U]},
+]
+
+
+def anthropic_seeds():
+    """fuzz_anthropic: a selector byte (bit 0: count_tokens), then the body."""
+    put = writer("fuzz_anthropic")
+    for i, b in enumerate(VALID_ANTHROPIC):
+        put(f"valid-{i}", b"\x00" + json.dumps(b).encode())
+    body = dict(VALID_ANTHROPIC[3])
+    del body["max_tokens"]
+    put("count-tokens", b"\x01" + json.dumps(body).encode())
+    for i, b in enumerate(BAD_ANTHROPIC):
+        put(f"bad-{i}", b"\x00" + json.dumps(b).encode())
+    put("bad-raw-utf8", b'\x00{"model":"m","max_tokens":5,"messages":[{"role":"user",'
+                        b'"content":"\xc3\x28"}]}')
+
+
 # ---- HTTP ------------------------------------------------------------------------
 
 KEY = "sk-fuzz-key"
@@ -417,6 +485,7 @@ def tools_stream_seeds():
 def main():
     tools_stream_seeds()
     json_seeds()
+    anthropic_seeds()
     http_seeds()
     gguf_seeds()
     tok_seeds()

@@ -574,6 +574,58 @@ def test_enable_thinking_false(brisk, think_server):
     assert r.status == 400 and r.json()["error"]["param"] == "chat_template_kwargs", r.body
 
 
+def test_anthropic_thinking(think_server):
+    """Anthropic's thinking on a reasoning model: enabled, the thoughts come as a thinking
+    block, streamed as thinking_delta, the same text both ways; left out, the prompt ends with
+    the empty think block (thinking is off unless asked, as Anthropic's models answer) and
+    the output is text; display "omitted" drops the block."""
+    srv, n = think_server, 6
+    body = {"model": srv.model.stem, "max_tokens": n,
+            "messages": [{"role": "user", "content": "hi"}], "temperature": 0,
+            "logit_bias": {str(srv.think_id): 100}, "ignore_eos": True}
+    r = srv.request("POST", "/v1/messages",
+                    {**body, "thinking": {"type": "enabled", "budget_tokens": n - 1}})
+    msg = r.json()
+    assert r.status == 200 and msg["content"] == [
+        {"type": "thinking", "thinking": "<think>" * (n - 1), "signature": ""}], msg
+    assert msg["stop_reason"] == "max_tokens"
+    conn, status, headers = srv.stream("/v1/messages", {**body, "stream": True,
+                                                        "thinking": {"type": "adaptive"}})
+    try:
+        assert status == 200
+        events = [json.loads(e) for e in conn.iter_sse(headers)]
+    finally:
+        conn.close()
+    starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+    assert starts == ["thinking"], events
+    assert "".join(e["delta"]["thinking"] for e in events
+                   if e["type"] == "content_block_delta") == "<think>" * (n - 1)
+    off = srv.request("POST", "/v1/messages", {**body, "max_tokens": 2}).json()
+    base = srv.request("POST", "/v1/chat/completions", _think_chat(srv, 2)).json()
+    assert off["content"] == [{"type": "text", "text": "<think>" * 2}], off
+    assert off["usage"]["input_tokens"] + off["usage"]["cache_read_input_tokens"] > \
+        base["usage"]["prompt_tokens"]
+    omitted = srv.request("POST", "/v1/messages", {
+        **body, "thinking": {"type": "adaptive", "display": "omitted"}}).json()
+    assert omitted["content"] == [], omitted
+    # With tools offered the stream holds the answer whole; its thoughts still come first,
+    # as a thinking block, as in the answer that is not streamed.
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    whole = srv.request("POST", "/v1/messages", {**body, "tools": tools,
+                                                 "thinking": {"type": "adaptive"}}).json()
+    assert [b["type"] for b in whole["content"]] == ["thinking"], whole
+    conn, status, headers = srv.stream("/v1/messages", {**body, "stream": True, "tools": tools,
+                                                        "thinking": {"type": "adaptive"}})
+    try:
+        events = [json.loads(e) for e in conn.iter_sse(headers)]
+    finally:
+        conn.close()
+    assert [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"] \
+        == ["thinking"], events
+    assert "".join(e["delta"].get("thinking", "") for e in events
+                   if e["type"] == "content_block_delta") == whole["content"][0]["thinking"]
+
+
 # ---- the KV blocks behind sliding windows --------------------------------------------
 
 def _window_requests(srv, prompts, n_gen):

@@ -34,6 +34,7 @@ typedef struct result {
     int lp_ok;
     float *emb; /* a pooling sequence's embedding */
     int n_emb;
+    int stop_index; /* the final event's: the stop string that ended it, or -1 */
 } result;
 
 static uv_loop_t loop;
@@ -74,6 +75,7 @@ static void on_async(uv_async_t *a) {
             r->done = 1;
             r->finish = ev->finish;
             r->completion_len = ev->completion_len;
+            r->stop_index = ev->stop_index;
         }
         sched_event_free(ev);
     }
@@ -391,6 +393,9 @@ int main(void) {
                       "Once upon a time, there was a little girl named Lily. She loved to play "
                       "outside in the "),
           "stop 2: '%s'", res[1].text);
+    /* The final event names the string that matched (the second of stop 2's). */
+    CHECK(res[0].stop_index == 0 && res[1].stop_index == 1, "stop_index %d, %d", res[0].stop_index,
+          res[1].stop_index);
 
     /* 4. Cancellation: one running, one waiting; each gets one ABORT. */
     reset(6);
@@ -404,6 +409,7 @@ int main(void) {
     CHECK(res[0].finish == SCHED_FINISH_ABORT && res[5].finish == SCHED_FINISH_ABORT,
           "aborts %d %d", res[0].finish, res[5].finish);
     CHECK(res[1].finish == SCHED_FINISH_LENGTH && res[1].n_tokens == 250, "others run on");
+    CHECK(res[1].stop_index == -1, "no stop string ended a LENGTH sequence: %d", res[1].stop_index);
 
     /* 4b. A stale cancel: the server cancels a choice whose final event is
      * already on its way (the client went away meanwhile), frees the request

@@ -31,6 +31,7 @@
 #include "common/brisk_log.h"
 #include "common/brisk_utf8.h"
 #include "models/chat_template.h"
+#include "server/api/srv_anthropic.h"
 #include "server/api/srv_api.h"
 #include "server/http/srv_http.h"
 
@@ -209,6 +210,52 @@ static void test_parse_chat(const char *body, int idx, const srv_api_limits *lim
     }
 }
 
+/* A Messages request with every kind of block: its translation allocates a
+ * chat request's JSON, which the chat parser then reads. */
+static const char *anthropic_body =
+    "{\"model\":\"m\",\"max_tokens\":16,\"stop_sequences\":[\"END\"],\"system\":[{\"type\":"
+    "\"text\",\"text\":\"Be brief.\"}],\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":"
+    "\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}}],\"tool_choice\":{\"type\":"
+    "\"any\"},\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+    "\"content\":[{\"type\":\"text\",\"text\":\"ok\"},{\"type\":\"tool_use\",\"id\":\"t1\","
+    "\"name\":\"f\",\"input\":{\"a\":\"x\"}}]},{\"role\":\"user\",\"content\":[{\"type\":"
+    "\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"done\",\"is_error\":true},{\"type\":"
+    "\"text\",\"text\":\"thanks\"}]}]}";
+
+/* Every allocation of the translation failed in turn: a clean 500 with
+ * both outputs empty, never a half-translated request. */
+static void test_parse_anthropic(const srv_api_limits *lim) {
+    const char *body = anthropic_body;
+    srv_chat_req r;
+    srv_anth_req *ar = NULL;
+    srv_api_error e;
+    int ref_rc = srv_anthropic_parse(body, strlen(body), lim, 0, &r, &ar, &e);
+    CHECK(ref_rc == 0, "anthropic body: %s", e.message);
+    static dump ref, got;
+    dump_chat(&ref, &r);
+    srv_chat_req_free(&r);
+    srv_anth_req_free(ar);
+    FAULT_RUN("count", srv_anthropic_parse(body, strlen(body), lim, 0, &r, &ar, &e));
+    srv_chat_req_free(&r);
+    srv_anth_req_free(ar);
+    unsigned long total = brisk_fault_seen();
+    CHECK(total > 0, "anthropic: no allocation counted");
+    for (unsigned long n = 1; n <= total; n++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "nth:%lu", n);
+        int rc = 0;
+        ar = (srv_anth_req *)&r; /* must come back NULL on failure */
+        FAULT_RUN(spec, rc = srv_anthropic_parse(body, strlen(body), lim, 0, &r, &ar, &e));
+        CHECK(brisk_fault_injected() == 1, "anthropic %s: nothing injected", spec);
+        dump_chat(&got, &r);
+        check_parse_run(rc, &e, got.s, ref_rc, ref.s, &r, sizeof r, "anthropic", n);
+        CHECK(rc == BRISK_ENOMEM && ar == NULL, "anthropic %s: rc %d", spec, rc);
+        if (rc == 0)
+            srv_anth_req_free(ar);
+        srv_chat_req_free(&r);
+    }
+}
+
 static void test_parsers(void) {
     srv_api_limits lim = srv_api_limits_default(NV);
     int n_c = (int)(sizeof completion_bodies / sizeof completion_bodies[0]);
@@ -217,6 +264,7 @@ static void test_parsers(void) {
     int n_chat = (int)(sizeof chat_bodies / sizeof chat_bodies[0]);
     for (int i = 0; i < n_chat; i++)
         test_parse_chat(chat_bodies[i], i, &lim);
+    test_parse_anthropic(&lim);
 }
 
 /* ---- response builders ---- */
@@ -260,10 +308,22 @@ static char *build(int which) {
             return NULL;
         return out;
     }
+    case 11:
+    case 12: {
+        /* Anthropic's message object (a call's input re-printed through
+         * cJSON), and a call's tool_use block as it streams. */
+        static const srv_tool_call calls[] = {{"call_1", "f", "{\"a\":[1,\"x\"]}"}};
+        srv_anth_result res = {"Hi\xff", 3, "hm", 2, calls, 1, "tool_use", NULL, usage};
+        srv_anth_req ar = {0};
+        return which == 11
+                   ? srv_anthropic_json("msg_1", "m", &res)
+                   : srv_anthropic_sse_call(&ar, calls[0].id, calls[0].name, calls[0].arguments,
+                                            strlen(calls[0].arguments), &n);
+    }
     default: return NULL;
     }
 }
-#define N_BUILDERS 11
+#define N_BUILDERS 13
 
 static void test_builders(void) {
     for (int b = 0; b < N_BUILDERS; b++) {

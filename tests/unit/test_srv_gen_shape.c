@@ -14,10 +14,8 @@
 #include "server/app/srv_gen_int.h"
 
 static const srv_gen_shape *const shapes[] = {
-    &srv_gen_shape_completions,
-    &srv_gen_shape_chat,
-    &srv_gen_shape_responses,
-    &srv_gen_shape_embeddings,
+    &srv_gen_shape_completions, &srv_gen_shape_chat,      &srv_gen_shape_responses,
+    &srv_gen_shape_embeddings,  &srv_gen_shape_anthropic,
 };
 #define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
 

@@ -96,6 +96,23 @@ static void h_secret(srv_req *r) {
     srv_respond(r, 200, "text/plain", "secret", 6, NULL);
 }
 
+/* A route of another API: its errors go out in the config's error_body shape. */
+static void h_other(srv_req *r) {
+    srv_respond_error(r, 400, NULL, "field", NULL, "bad %s", "field");
+}
+
+static char *other_error_body(int status, const char *type, const char *code, const char *param,
+                              const char *message) {
+    (void)code;
+    char *b = malloc(512);
+    if (b)
+        snprintf(b, 512,
+                 "{\"shape\":\"other\",\"status\":%d,\"type\":\"%s\",\"param\":\"%s\","
+                 "\"message\":\"%.200s\"}",
+                 status, type ? type : "-", param ? param : "-", message);
+    return b;
+}
+
 static void h_drop(srv_req *r) {
     srv_req_release(r);
 }
@@ -208,6 +225,7 @@ static const srv_route routes[] = {
     {"GET", "/stream", h_stream, 0},
     {"GET", "/secret", h_secret, SRV_ROUTE_AUTH},
     {"POST", "/secret", h_secret, SRV_ROUTE_AUTH},
+    {"GET", "/other", h_other, SRV_ROUTE_AUTH | SRV_ROUTE_ERROR_BODY},
     {"GET", "/drop", h_drop, 0},
     {"GET", "/items/*", h_headers, 0},
 };
@@ -874,6 +892,44 @@ static void test_routing_auth(int port) {
           "401 with body");
     /* Routes without the flag need no key. */
     CHECK(one_shot(port, "GET /hello HTTP/1.1\r\n\r\n", NULL) == 200, "public route");
+    /* The key as x-api-key (Anthropic's header) when no bearer token is given. */
+    CHECK(one_shot(port, "GET /secret HTTP/1.1\r\nx-api-key: " API_KEY "\r\n\r\n", NULL) == 200,
+          "x-api-key");
+    CHECK(one_shot(port, "GET /secret HTTP/1.1\r\nX-Api-Key: sk-test-124\r\n\r\n", NULL) == 401,
+          "a wrong x-api-key");
+    CHECK(
+        one_shot(port,
+                 "GET /secret HTTP/1.1\r\nAuthorization: Bearer sk-test-124\r\nx-api-key: " API_KEY
+                 "\r\n\r\n",
+                 NULL) == 401,
+        "a bearer token is the key presented, even beside x-api-key");
+    /* A route flagged SRV_ROUTE_ERROR_BODY answers every error in the
+     * config's shape, the layer's 401 included; the others keep OpenAI's. */
+    CHECK(one_shot(port, "GET /other HTTP/1.1\r\n\r\n", &r) == 401, "other: 401");
+    CHECK(r.body && strstr(r.body, "{\"shape\":\"other\",\"status\":401,") &&
+              !strstr(r.body, "\"error\":"),
+          "other: the 401 in its shape: %s", r.body);
+    resp_free(&r);
+    CHECK(one_shot(port, "GET /other HTTP/1.1\r\nx-api-key: " API_KEY "\r\n\r\n", &r) == 400,
+          "other: the handler's 400");
+    CHECK(r.body && strstr(r.body, "\"status\":400,\"type\":\"-\",\"param\":\"field\","
+                                   "\"message\":\"bad field\"}"),
+          "other: the handler's error in its shape: %s", r.body);
+    resp_free(&r);
+    CHECK(one_shot(port, "GET /secret HTTP/1.1\r\n\r\n", &r) == 401 && r.body &&
+              strstr(r.body, "{\"error\":"),
+          "unflagged routes keep OpenAI's shape");
+    resp_free(&r);
+    /* Errors found before the route is matched go by the path's routes. */
+    CHECK(one_shot(port, "GET /other HTTP/1.1\r\nContent-Length: 999999\r\n\r\n", &r) == 413 &&
+              r.body && strstr(r.body, "{\"shape\":\"other\",\"status\":413,"),
+          "other: a 413 on Content-Length in its shape: %s", r.body);
+    resp_free(&r);
+    CHECK(one_shot(port, "POST /other HTTP/1.1\r\n\r\n", &r) == 405 && r.body &&
+              strstr(r.body, "{\"shape\":\"other\",\"status\":405,") &&
+              resp_hdr_is(&r, "Allow", "GET, HEAD"),
+          "other: a 405 in its shape, with Allow: %s", r.body);
+    resp_free(&r);
 }
 
 /* Sends a hostile request and expects `status`, Connection: close and EOF. */
@@ -1418,6 +1474,7 @@ int main(void) {
 
     srv_http_config cfg = srv_http_config_default();
     cfg.api_key = API_KEY;
+    cfg.error_body = other_error_body;
     cfg.max_body_bytes = 64 * 1024;
     cfg.max_write_queue_bytes = 256 * 1024;
     tsrv a;
