@@ -613,26 +613,6 @@ static const char *const anth_extensions[] = {
     "logit_bias", "ignore_eos", "min_tokens",       "priority",          "timeout",
 };
 
-/* Refuses a number that is not finite anywhere in v (1e999 parses as an
- * infinity): the translation prints the chat request with cJSON, which
- * writes such a number as null - "not given" - and would let a required
- * max_tokens or a checked range slip through. The nesting is bounded by the
- * guarded parse's depth limit. */
-static int check_finite(const cJSON *v, srv_api_error *err) {
-    if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) {
-        char q[API_SNIP_BYTES + 1];
-        const char *k = v->string ? srv_api_snip(v->string, q) : "a value";
-        return srv_api_fail(err, "invalid_value", v->string ? q : NULL,
-                            "%s: numbers must be finite", k);
-    }
-    for (const cJSON *c = v->child; c; c = c->next) {
-        int rc = check_finite(c, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
 /* One top-level member of the request. */
 static int conv_member(anth_conv *c, const cJSON *v, srv_api_error *err) {
     const char *k = v->string;
@@ -747,7 +727,7 @@ int srv_anthropic_parse(const char *body, size_t len, const srv_api_limits *lim,
     int rc = srv_api_parse_json(body, len, lim, &root, err);
     if (rc < 0)
         return rc;
-    if ((rc = check_finite(root, err)) < 0)
+    if ((rc = srv_api_check_finite(root, err)) < 0)
         goto done;
     if (!(c.chat = cJSON_CreateObject()) || !(c.msgs = cJSON_CreateArray())) {
         rc = srv_api_oom(err);

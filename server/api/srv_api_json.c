@@ -11,6 +11,7 @@
  *   2. cJSON builds the tree; nothing but whitespace may follow the value;
  *      no object at any depth may repeat a key (cJSON keeps both);
  *   3. (the callers) each known field is read with its type and range checked. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,5 +302,20 @@ int srv_api_parse_json(const char *body, size_t len, const srv_api_limits *lim, 
         return rc;
     }
     *root = j;
+    return 0;
+}
+
+int srv_api_check_finite(const cJSON *v, srv_api_error *err) {
+    if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) {
+        char q[API_SNIP_BYTES + 1];
+        const char *k = v->string ? srv_api_snip(v->string, q) : "a value";
+        return srv_api_fail(err, "invalid_value", v->string ? q : NULL,
+                            "%s: numbers must be finite", k);
+    }
+    for (const cJSON *c = v->child; c; c = c->next) {
+        int rc = srv_api_check_finite(c, err);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }

@@ -28,6 +28,14 @@ int srv_api_oom(srv_api_error *err);
 int srv_api_parse_json(const char *body, size_t len, const srv_api_limits *lim, cJSON **root,
                        srv_api_error *err);
 
+/* Refuses a number that is not finite anywhere in v (1e999 parses as an
+ * infinity): 0, or a 400 naming the member holding it. The endpoints that
+ * translate their body into a chat request (Responses, Anthropic's
+ * Messages) need it: cJSON prints an infinity as null - "not given" - so a
+ * required max_tokens or a checked range would slip through. The nesting is
+ * bounded by srv_api_parse_json's depth limit. */
+int srv_api_check_finite(const cJSON *v, srv_api_error *err);
+
 /* JSON writers (srv_api_resp.c): a string of the bytes s[0, n) with
  * ill-formed UTF-8 as U+FFFD (s NULL: null), and an integer. */
 void srv_api_put_str(brisk_buf *w, const char *s, size_t n);

@@ -426,7 +426,7 @@ int srv_responses_parse(const char *body, size_t len, const srv_api_limits *lim,
     int rc = srv_api_parse_json(body, len, lim, &root, err);
     if (rc < 0)
         return rc;
-    if ((rc = resp_refused(root, err)) < 0)
+    if ((rc = resp_refused(root, err)) < 0 || (rc = srv_api_check_finite(root, err)) < 0)
         goto done;
     /* Everything but the Responses API's own fields goes to the chat parser
      * as it is, which validates sampling fields or refuses them by name. */

@@ -349,6 +349,16 @@ def test_responses_errors(smol, body, param):
     assert r.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize("field", ["temperature", "top_p", "max_output_tokens"])
+def test_responses_non_finite_number(smol, field):
+    """1e999 parses as an infinity, which the translation into a chat request printed as
+    null ("not given"): it must be refused, naming the field."""
+    body = f'{{"input": "hi", "{field}": 1e999}}'.encode()
+    r = smol.post("/v1/responses", body, headers={"Content-Type": "application/json"})
+    assert r.status == 400, r.text
+    assert r.json()["error"]["param"] == field
+
+
 @pytest.mark.parametrize("body,param,field,chat_field", [
     ({"input": "hi", "max_output_tokens": -1}, "max_output_tokens", "'max_output_tokens'",
      "max_tokens"),
