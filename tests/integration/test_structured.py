@@ -300,8 +300,12 @@ def test_schema_corpus_smollm2(smol, temperature, report):
 
 
 @pytest.mark.slow
-def test_openai_parse_pydantic(smol):
-    """The official client's parse helper with a Pydantic model: a parsed object."""
+@pytest.mark.parametrize("temperature,seed", [(0, 0), (1.2, 1), (1.2, 2)])
+def test_openai_parse_pydantic(smol, temperature, seed):
+    """The official client's parse helper with a Pydantic model: a parsed object, and the
+    answer ends with its closing brace (issue 36, bug 2: a newline, or at a high
+    temperature tabs up to the budget, followed it, and parse() raised
+    LengthFinishReasonError when they reached max_tokens)."""
     from typing import List, Literal, Optional
 
     from pydantic import BaseModel, Field
@@ -318,9 +322,10 @@ def test_openai_parse_pydantic(smol):
 
     parse = getattr(smol.chat.completions, "parse", None) or smol.beta.chat.completions.parse
     r = parse(model=SMOLLM2, messages=[{"role": "user", "content": "A person with pets."}],
-              response_format=Person, max_tokens=300, temperature=0)
+              response_format=Person, max_tokens=300, temperature=temperature, seed=seed)
     c = r.choices[0]
     assert c.finish_reason == "stop" and isinstance(c.message.parsed, Person), c
+    assert c.message.content.endswith("}"), repr(c.message.content)
 
 
 @pytest.mark.parametrize("schema,needle", [
