@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -582,6 +583,48 @@ static void test_tool_without_parameters(void) {
     srv_chat_req_free(&r);
 }
 
+/* What the new keywords cost: a schema with every format, ranges and a
+ * pattern converts and compiles in milliseconds, within the grammar's
+ * limits (printed for the record). */
+static void test_cost(void) {
+    static const char schema[] =
+        "{\"type\": \"object\", \"properties\": {"
+        "\"v4\": {\"type\": \"string\", \"format\": \"ipv4\"},"
+        "\"v6\": {\"type\": \"string\", \"format\": \"ipv6\"},"
+        "\"host\": {\"type\": \"string\", \"format\": \"hostname\"},"
+        "\"mail\": {\"type\": \"string\", \"format\": \"email\"},"
+        "\"site\": {\"type\": \"string\", \"format\": \"uri\", \"maxLength\": 2083},"
+        "\"link\": {\"type\": \"string\", \"format\": \"uri\"},"
+        "\"age\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 120},"
+        "\"big\": {\"type\": \"integer\", \"minimum\": -123456789012, \"maximum\": 98765432109876},"
+        "\"p\": {\"type\": \"number\", \"exclusiveMinimum\": 0, \"exclusiveMaximum\": 1},"
+        "\"t\": {\"type\": \"number\", \"minimum\": -40.5, \"maximum\": 50.25},"
+        "\"n\": {\"type\": \"integer\", \"multipleOf\": 7},"
+        "\"code\": {\"type\": \"string\", \"pattern\": \"^[A-Z]{3}-\\\\d{3}$\"},"
+        "\"d\": {\"type\": \"object\", \"additionalProperties\": {\"type\": \"integer\"}, "
+        "\"maxProperties\": 20}}}";
+    cJSON *j = cJSON_Parse(schema);
+    char *text = NULL, err[256] = "";
+    struct timespec t0, t1, t2;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = j ? srv_schema_to_gbnf(j, &text, err, sizeof err) : -1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    model_grammar *g = NULL;
+    if (rc == 0)
+        rc = model_grammar_compile(text, strlen(text), NULL, &g, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t2);
+    CHECK(rc == 0 && g, "the kitchen-sink schema compiles: %s", err);
+    if (g)
+        printf("cost: kitchen-sink schema: %zu bytes of GBNF, %d rules, converted in %.3f ms, "
+               "compiled in %.3f ms\n",
+               strlen(text), model_grammar_n_rules(g),
+               (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
+               (t2.tv_sec - t1.tv_sec) * 1e3 + (t2.tv_nsec - t1.tv_nsec) / 1e6);
+    model_grammar_unref(g);
+    free(text);
+    cJSON_Delete(j);
+}
+
 int main(void) {
     test_ends_at_value();
     test_integer_ranges();
@@ -596,5 +639,6 @@ int main(void) {
     test_discriminator();
     test_refused();
     test_tool_without_parameters();
+    test_cost();
     return BT_SUMMARY("test_srv_schema");
 }
