@@ -374,6 +374,11 @@ static int gen_discriminated(sctx *c, const cJSON *list, const char *key, const 
         return sch_fail(c, "'discriminator.mapping' must be an object");
     if (!cJSON_IsArray(list) || !list->child)
         return sch_fail(c, "'%s' must be a non-empty array", key);
+    /* each branch looks through the mapping: both bounded, so the work is */
+    if (cJSON_GetArraySize(list) > SCH_MAX_BRANCHES ||
+        (map && cJSON_GetArraySize(map) > SCH_MAX_BRANCHES))
+        return sch_fail(c, "a discriminated '%s' or its mapping of more than %d entries", key,
+                        SCH_MAX_BRANCHES);
     int rc = sch_str(out, "( "), k = 0, alts = 0;
     for (const cJSON *a = list->child; a && rc == 0; a = a->next, k++) {
         char idx[16];

@@ -21,6 +21,7 @@
 #define SCH_MAX_DEPTH 64
 #define SCH_MAX_REPEAT 1000 /* the grammar's largest {m,n} */
 #define SCH_MAX_TEXT (60 * 1024)
+#define SCH_MAX_BRANCHES 256 /* a discriminated union's branches, and its mapping */
 
 typedef struct sref {
     const cJSON *node;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_grow.h"
 #include "common/brisk_utf8.h"
@@ -122,7 +123,8 @@ static int kt_rule(sctx *c, const ktrie *t, int v) {
         }
     }
     letters[nl] = '\0';
-    rc = rc ? rc : sch_fmt(&b, "%s( %s", alts ? " | " : "", cls.p);
+    rc = rc ? rc : sch_str(&b, alts ? " | ( " : "( ");
+    rc = rc ? rc : sch_str(&b, cls.p);
     if (rc == 0 && nl)
         rc = sch_fmt(&b, " | \"\\\\\" [%s]", letters);
     if (rc == 0 && nkids == 0) /* no child for an escape to spell */
@@ -344,7 +346,7 @@ static int gen_object_in(sctx *c, const cJSON *s, brisk_buf *out) {
         free(xm);
         return sch_fail(c, "'maxProperties' over %d properties makes too large a grammar", p.n);
     }
-    p.req_after = calloc((size_t)p.n + 1, sizeof *p.req_after);
+    p.req_after = brisk_calloc((size_t)p.n + 1, sizeof *p.req_after);
     if (!p.req_after) {
         free(xm);
         return BRISK_ENOMEM;
@@ -443,11 +445,9 @@ static int gen_object_in(sctx *c, const cJSON *s, brisk_buf *out) {
 /* ---- arrays ------------------------------------------------------------------------ */
 
 /* The values of a schema with a small finite set of them, deduplicated (as
- * JSON compares: 1 and 1.0 are one value), into vals (at most max; owned by
- * holder). 1 when finite, 0 when not (or too many). */
-static int finite_values(sctx *c, const cJSON *s, cJSON *holder, const cJSON **vals, int *n,
-                         int max, int depth);
-
+ * JSON compares: 1 and 1.0 are one value), into vals (at most max; the ones
+ * made here are owned by holder). 1 when finite, 0 when not (or too many),
+ * BRISK_ENOMEM. */
 static int add_value(const cJSON *v, const cJSON **vals, int *n, int max) {
     for (int i = 0; i < *n; i++)
         if (cJSON_Compare(vals[i], v, 1))
@@ -458,23 +458,27 @@ static int add_value(const cJSON *v, const cJSON **vals, int *n, int max) {
     return 1;
 }
 
+/* A value made here (true, false, null): into holder, then the set. */
+static int add_made(cJSON *v, cJSON *holder, const cJSON **vals, int *n, int max) {
+    if (!v)
+        return BRISK_ENOMEM;
+    cJSON_AddItemToArray(holder, v);
+    return add_value(v, vals, n, max);
+}
+
 static int finite_values(sctx *c, const cJSON *s, cJSON *holder, const cJSON **vals, int *n,
                          int max, int depth) {
     if (!cJSON_IsObject(s) || depth > 8)
         return 0;
     const cJSON *v;
+    int rc;
     if ((v = cJSON_GetObjectItemCaseSensitive(s, "$ref"))) {
         const cJSON *t = cJSON_IsString(v) ? sch_resolve(c->root, v->valuestring) : NULL;
-        return t && finite_values(c, t, holder, vals, n, max, depth + 1);
+        return t ? finite_values(c, t, holder, vals, n, max, depth + 1) : 0;
     }
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "nullable"))) {
-        cJSON *z = cJSON_CreateNull();
-        if (!z)
-            return 0;
-        cJSON_AddItemToArray(holder, z);
-        if (!add_value(z, vals, n, max))
-            return 0;
-    }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "nullable")) &&
+        (rc = add_made(cJSON_CreateNull(), holder, vals, n, max)) <= 0)
+        return rc;
     if ((v = cJSON_GetObjectItemCaseSensitive(s, "const")))
         return add_value(v, vals, n, max);
     if ((v = cJSON_GetObjectItemCaseSensitive(s, "enum"))) {
@@ -486,8 +490,8 @@ static int finite_values(sctx *c, const cJSON *s, cJSON *holder, const cJSON **v
     if ((v = cJSON_GetObjectItemCaseSensitive(s, "anyOf")) ||
         (v = cJSON_GetObjectItemCaseSensitive(s, "oneOf"))) {
         for (const cJSON *e = cJSON_IsArray(v) ? v->child : NULL; e; e = e->next)
-            if (!finite_values(c, e, holder, vals, n, max, depth + 1))
-                return 0;
+            if ((rc = finite_values(c, e, holder, vals, n, max, depth + 1)) <= 0)
+                return rc;
         return cJSON_IsArray(v) && v->child;
     }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type");
@@ -496,21 +500,16 @@ static int finite_values(sctx *c, const cJSON *s, cJSON *holder, const cJSON **v
          e = cJSON_IsArray(t) ? e->next : NULL) {
         if (!cJSON_IsString(e))
             return 0;
-        cJSON *x[2] = {NULL, NULL};
         if (!strcmp(e->valuestring, "boolean")) {
-            x[0] = cJSON_CreateFalse();
-            x[1] = cJSON_CreateTrue();
+            if ((rc = add_made(cJSON_CreateFalse(), holder, vals, n, max)) <= 0 ||
+                (rc = add_made(cJSON_CreateTrue(), holder, vals, n, max)) <= 0)
+                return rc;
         } else if (!strcmp(e->valuestring, "null")) {
-            x[0] = cJSON_CreateNull();
+            if ((rc = add_made(cJSON_CreateNull(), holder, vals, n, max)) <= 0)
+                return rc;
         } else {
             return 0;
         }
-        for (int i = 0; i < 2; i++)
-            if (x[i]) {
-                cJSON_AddItemToArray(holder, x[i]);
-                if (!add_value(x[i], vals, n, max))
-                    return 0;
-            }
         ok = 1;
     }
     return ok;
@@ -579,12 +578,13 @@ static int gen_array_in(sctx *c, const cJSON *s, brisk_buf *out) {
         if (!holder)
             return BRISK_ENOMEM;
         int finite =
-            !prefix && items && finite_values(c, items, holder, vals, &nv, SO_MAX_UNIQUE, 0);
-        rc = finite ? gen_unique(c, vals, nv, lo, hi, out)
-                    : sch_fail(c,
-                               "'uniqueItems' is supported over items of at most %d values "
-                               "(an enum, const, boolean or null), without prefixItems",
-                               SO_MAX_UNIQUE);
+            !prefix && items ? finite_values(c, items, holder, vals, &nv, SO_MAX_UNIQUE, 0) : 0;
+        rc = finite < 0 ? finite
+             : finite   ? gen_unique(c, vals, nv, lo, hi, out)
+                        : sch_fail(c,
+                                   "'uniqueItems' is supported over items of at most %d values "
+                                     "(an enum, const, boolean or null), without prefixItems",
+                                   SO_MAX_UNIQUE);
         cJSON_Delete(holder);
         return rc;
     }

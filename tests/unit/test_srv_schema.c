@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "brisk_test.h"
+#include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "models/grammar.h"
 #include "server/api/srv_api.h"
@@ -499,6 +500,19 @@ static void test_properties_count(void) {
     check_schema("{\"properties\": {\"q\\\"\": {\"type\": \"integer\"}}, "
                  "\"additionalProperties\": true}",
                  q_good, q_bad);
+    /* many names differing at one character: a long class of characters
+     * leaving the trie */
+    char many[2048] = "{\"properties\": {";
+    const char *chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    for (const char *ch = chars; *ch; ch++) {
+        size_t at = strlen(many);
+        snprintf(many + at, sizeof many - at, "%s\"%c\": {\"type\": \"integer\"}",
+                 ch == chars ? "" : ", ", *ch);
+    }
+    strcat(many, "}, \"additionalProperties\": {\"type\": \"boolean\"}}");
+    const char *m_good[] = {"{\"a\": 1, \"!\": true}", "{\"Z\": 2, \"ab\": false}", NULL};
+    const char *m_bad[] = {"{\"a\": 1, \"Z\": true}", "{\"9\": true}", NULL};
+    check_schema(many, m_good, m_bad);
     check_refused("{\"type\": \"object\", \"additionalProperties\": true, \"minProperties\": 2}",
                   "'minProperties'");
     check_refused("{\"type\": \"object\", \"properties\": {\"a\": {}}, \"minProperties\": 2}",
@@ -625,6 +639,60 @@ static void test_cost(void) {
     cJSON_Delete(j);
 }
 
+/* Allocation failure at each allocation of a conversion using every part
+ * of the converter: 0 or BRISK_ENOMEM, never anything else, and no leak
+ * (LeakSanitizer in the ASan build, which has the injector). */
+static void test_fault_sweep(void) {
+    if (!brisk_fault_compiled())
+        return;
+    static const char schema[] =
+        "{\"$defs\": {\"C\": {\"type\": \"object\", \"properties\": {\"t\": {\"const\": "
+        "\"c\"}, \"n\": {\"type\": \"integer\", \"multipleOf\": 7}}},"
+        "\"D\": {\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"string\"}}}},"
+        "\"type\": \"object\", \"properties\": {"
+        "\"u\": {\"type\": \"array\", \"items\": {\"anyOf\": [{\"enum\": [1, \"a\"]}, {\"type\": "
+        "[\"boolean\", \"null\"]}]}, \"uniqueItems\": true},"
+        "\"v\": {\"oneOf\": [{\"$ref\": \"#/$defs/C\"}, {\"$ref\": \"#/$defs/D\"}], "
+        "\"discriminator\": {\"propertyName\": \"t\", \"mapping\": {\"c\": \"#/$defs/C\", "
+        "\"d\": \"#/$defs/D\"}}},"
+        "\"w\": {\"prefixItems\": [{\"type\": \"number\", \"minimum\": -1.5, "
+        "\"exclusiveMaximum\": 2}, {\"format\": \"uri\", \"maxLength\": 2083}], \"items\": false},"
+        "\"x\": {\"type\": \"string\", \"pattern\": \"^[a-z\\\"]+$\", \"maxLength\": 5},"
+        "\"y\": {\"type\": \"integer\", \"minimum\": -100, \"maximum\": 12345},"
+        "\"z\": {\"format\": \"email\"}},"
+        "\"additionalProperties\": {\"type\": \"boolean\"}, \"maxProperties\": 5}";
+    char err[256];
+    CHECK(brisk_alloc_init(err, sizeof err) == 0, "alloc init: %s", err);
+    cJSON *j = cJSON_Parse(schema);
+    CHECK(j != NULL, "the sweep's schema parses");
+    if (!j)
+        return;
+    char *text = NULL;
+    CHECK(brisk_fault_configure("count", err, sizeof err) == 0, "count: %s", err);
+    brisk_fault_arm(1);
+    int rc = srv_schema_to_gbnf(j, &text, err, sizeof err);
+    brisk_fault_arm(0);
+    unsigned long total = brisk_fault_seen();
+    free(text);
+    CHECK(rc == 0 && total > 0, "the sweep's schema converts: %d, %s", rc, err);
+    int bad = 0;
+    for (unsigned long nth = 1; nth <= total; nth++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "nth:%lu", nth);
+        CHECK(brisk_fault_configure(spec, err, sizeof err) == 0, "%s: %s", spec, err);
+        text = NULL;
+        brisk_fault_arm(1);
+        rc = srv_schema_to_gbnf(j, &text, err, sizeof err);
+        brisk_fault_arm(0);
+        if (!((rc == 0 && text) || (rc == BRISK_ENOMEM && !text)) && !bad++)
+            CHECK(0, "%s: %d, %s", spec, rc, err);
+        free(text);
+    }
+    CHECK(bad == 0, "%d of %lu failed allocations misreported", bad, total);
+    printf("fault sweep: %lu allocations, each failed once\n", total);
+    cJSON_Delete(j);
+}
+
 int main(void) {
     test_ends_at_value();
     test_integer_ranges();
@@ -640,5 +708,6 @@ int main(void) {
     test_refused();
     test_tool_without_parameters();
     test_cost();
+    test_fault_sweep();
     return BT_SUMMARY("test_srv_schema");
 }
