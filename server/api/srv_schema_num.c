@@ -28,7 +28,10 @@
 #include "common/brisk_error.h"
 #include "server/api/srv_schema_internal.h"
 
-#define SN_INT_DIGITS 16              /* integer digits where no bound asks more: as ji and jn */
+#define SN_INT_DIGITS 16 /* integer digits where no bound asks more: as ji and jn */
+/* Multiples stay below 2^53 (15 digits): a validator given a multipleOf of
+ * 5.0 divides the value as a double, exact only there. */
+#define SN_MULT_DIGITS 15
 #define SN_MAX_DIGITS 40              /* the most integer digits a bound may ask */
 #define SN_FRAC 16                    /* fraction digits at most, as jn */
 #define SN_MAX_LIST 256               /* multiples written out one by one */
@@ -644,7 +647,7 @@ static int g_multiple_of(sctx *c, const cJSON *s, brisk_buf *o) {
     if (strlen(lo.ip) > 17 || strlen(hi.ip) > 17)
         return sch_fail(c, "'multipleOf' with a bound beyond 17 digits is not supported");
     long long l = atoll(lo.ip) * (lo.neg ? -1 : 1), h = atoll(hi.ip) * (hi.neg ? -1 : 1);
-    long long widest = 9999999999999999LL; /* SN_INT_DIGITS nines: no bound given */
+    long long widest = 999999999999999LL; /* SN_MULT_DIGITS nines: no bound within */
     /* the first and last multiples of the range */
     long long fm = l >= 0 ? (l + m - 1) / m * m : -((-l) / m * m);
     long long lm = h >= 0 ? h / m * m : -((-h + m - 1) / m * m);
@@ -683,13 +686,13 @@ static int g_multiple_of(sctx *c, const cJSON *s, brisk_buf *o) {
         for (long long v = m; v < k && rc == 0; v += m, first = 0)
             rc = sch_fmt(&p, first ? " \"%lld\"" : " | \"%lld\"", v);
         rc = rc ? rc : sch_str(&p, first ? " [1-9]" : " | [1-9]");
-        rc = rc ? rc : put_upto(c, &p, SN_INT_DIGITS - 1 - digits);
+        rc = rc ? rc : put_upto(c, &p, SN_MULT_DIGITS - 1 - digits);
         rc = rc ? rc : sch_str(&p, " (");
         for (long long v = 0; v < k && rc == 0; v += m)
             rc = sch_fmt(&p, v ? " | \"%0*lld\"" : " \"%0*lld\"", digits, v);
         rc = rc ? rc : sch_str(&p, " ) )");
     } else {
-        rc = g_multiples_dfa(c, &p, (long)m, SN_INT_DIGITS);
+        rc = g_multiples_dfa(c, &p, (long)m, SN_MULT_DIGITS);
     }
     int first = 1;
     rc = rc ? rc : sch_str(o, " (");
