@@ -75,6 +75,10 @@ int sch_fail(sctx *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* a client's text quoted in it (a type, a format) stays on one line */
+    for (char *q = msg; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     brisk_set_err(c->err, c->err_len, BRISK_EINVAL, "%s (at '%s')", msg, c->path);
     return BRISK_EINVAL;
 }
