@@ -189,6 +189,17 @@ static int hex_digits(builder *b, int n, uint32_t *out) {
 }
 
 /* A character of a literal or class, escapes decoded. */
+/* A byte of the grammar text for an error message: itself when printable
+ * ASCII, else <0xHH> (a message is one line of valid UTF-8). */
+static const char *show_byte(char c, char buf[8]) {
+    unsigned char u = (unsigned char)c;
+    if (u >= 0x20 && u < 0x7f)
+        snprintf(buf, 8, "%c", c);
+    else
+        snprintf(buf, 8, "<0x%02X>", u);
+    return buf;
+}
+
 static int parse_char(builder *b, uint32_t *cp) {
     *cp = 0;
     if (b->s < b->end && *b->s == '\\') {
@@ -209,7 +220,10 @@ static int parse_char(builder *b, uint32_t *cp) {
         case ']':
         case '-':
         case '^': *cp = (uint32_t)e; return 0;
-        default: return ERR(BRISK_EINVAL, "grammar: unknown escape '\\%c'", e);
+        default: {
+            char shown[8];
+            return ERR(BRISK_EINVAL, "grammar: unknown escape '\\%s'", show_byte(e, shown));
+        }
         }
     }
     return next_cp(b, cp);
@@ -477,9 +491,11 @@ static int parse_rules(builder *b) {
         if ((rc = parse_alternatives(b, r, 0)) < 0)
             return rc;
         skip_space(b, 0);
-        if (b->s < b->end && *b->s != '\n' && *b->s != '\r')
-            return ERR(BRISK_EINVAL, "grammar: unexpected '%c' in rule '%.*s'", *b->s,
-                       (int)(len > 40 ? 40 : len), w);
+        if (b->s < b->end && *b->s != '\n' && *b->s != '\r') {
+            char shown[8];
+            return ERR(BRISK_EINVAL, "grammar: unexpected '%s' in rule '%.*s'",
+                       show_byte(*b->s, shown), (int)(len > 40 ? 40 : len), w);
+        }
     }
 }
 

@@ -60,6 +60,27 @@ char *model_grammar_choice_text(const char *const *choices, const size_t *lens, 
  * reason in err. */
 int model_grammar_regex_text(const char *re, size_t len, char **out, char *err, size_t err_len);
 
+/* How model_grammar_regex_expr writes a regular expression. */
+typedef struct model_regex_opts {
+    /* Each matched character as it appears between the quotes of a JSON
+     * string ('"', '\' and controls as escapes), for JSON Schema's pattern;
+     * and since other engines check those patterns, '.' also excludes \r,
+     * U+2028 and U+2029 (ECMA-262's line terminators) and \D \W \S keep to
+     * ASCII (where ECMA-262, Python and Rust agree): a subset of what each
+     * engine takes. */
+    int json_string;
+    /* > 0: an unbounded repetition x{m,} becomes x{m,max(m,cap)}, a subset
+     * of the language (to meet a length bound). */
+    int cap_unbounded;
+} model_regex_opts;
+
+/* The regular expression as one GBNF expression (no rule of its own), in
+ * *out (malloc'd); *min_len and *max_len (either may be NULL) get the
+ * lengths in characters of the strings it matches (max -1: no bound).
+ * o NULL: the defaults of model_grammar_regex_text. Errors as there. */
+int model_grammar_regex_expr(const char *re, size_t len, const model_regex_opts *o, char **out,
+                             long *min_len, long *max_len, char *err, size_t err_len);
+
 /* The vocabulary as a trie of token bytes, for masks: built once per model
  * (immutable, any thread may read it). */
 typedef struct model_grammar_vocab model_grammar_vocab;

@@ -1,14 +1,15 @@
-/* srv_schema.c - JSON Schema into GBNF (see srv_schema.h).
+/* srv_schema.c - JSON Schema into GBNF (see srv_schema.h): the walk over a
+ * schema, $ref, the alternatives (anyOf, oneOf, allOf of one, a
+ * discriminator's mapping), the keywords refused, and the entry points. The
+ * values by type are in srv_schema_num.c (integer, number), srv_schema_str.c
+ * (string) and srv_schema_obj.c (object, array).
  *
  * Every subschema becomes one rule "sN ::= ..." (a $ref target one rule
  * however often it is used, so recursive schemas are recursive rules); the
  * JSON primitives are shared rules (j*: any value, object, array, string,
- * string character, number, integer, boolean, null, the formats; ws: the
- * bounded whitespace between tokens). An object's properties come in the
- * schema's order, each optional one present or not:
- *   start_i ::= p_i tail_(i+1) | start_(i+1)      (the "|..." only if optional)
- *   tail_i  ::= "," ws p_i tail_(i+1) | tail_(i+1)
- * so commas only ever separate members that are there. */
+ * string character, number, integer, boolean, null, the date and time
+ * pieces; ws: the bounded whitespace between tokens). The root value is the
+ * whole answer: nothing may follow its last character. */
 #include "server/api/srv_schema.h"
 
 #include <stdarg.h>
@@ -22,13 +23,13 @@
 #include "common/brisk_error.h"
 #include "common/brisk_grow.h"
 #include "common/brisk_utf8.h"
-
-#define SCH_MAX_DEPTH 64
-#define SCH_MAX_REPEAT 1000 /* the grammar's largest {m,n} */
-#define SCH_MAX_TEXT (60 * 1024)
+#include "server/api/srv_schema_internal.h"
 
 static const char SCH_BASE[] =
-    "ws ::= [ \\t]{0,8} ( \"\\n\" [ \\t]{0,40} )?\n"
+    /* At most 8 spaces or tabs, a newline and 16 more: enough for a value
+     * laid out over lines 8 levels deep, and as json_object's, so a model
+     * cannot spend its budget on whitespace. */
+    "ws ::= [ \\t]{0,8} ( \"\\n\" [ \\t]{0,16} )?\n"
     "jv ::= jo | ja | js | jn | \"true\" | \"false\" | \"null\"\n"
     "jo ::= \"{\" ws ( js ws \":\" ws jv ws ( \",\" ws js ws \":\" ws jv ws )* )? \"}\"\n"
     "ja ::= \"[\" ws ( jv ws ( \",\" ws jv ws )* )? \"]\"\n"
@@ -39,34 +40,21 @@ static const char SCH_BASE[] =
     "ji ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
     "jb ::= \"true\" | \"false\"\n"
     "jz ::= \"null\"\n"
-    "jday ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | "
-    "\"3\" "
-    "[01] )\n"
+    /* a day that exists (February stops at 28: leap years are left out), in
+     * years 1000-9999 (Python's date takes no year 0) */
+    "jday ::= [1-9] [0-9]{3} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] "
+    "[0-9] | \"3\" [01] ) | ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | "
+    "\"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) )\n"
     "jclock ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" "
-    "[0-9]{1,6} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
-    "jdate ::= \"\\\"\" jday \"\\\"\"\n"
-    "jtime ::= \"\\\"\" jclock \"\\\"\"\n"
-    "jdatetime ::= \"\\\"\" jday \"T\" jclock \"\\\"\"\n"
-    "juuid ::= \"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
-    "[0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12} \"\\\"\"\n";
+    "[0-9]{1,6} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n";
 
 /* Validation keywords brisk cannot honour: refused, never ignored. */
 static const char *const SCH_REFUSED[] = {
-    "pattern",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
     "patternProperties",
     "propertyNames",
-    "minProperties",
-    "maxProperties",
-    "prefixItems",
     "contains",
     "minContains",
     "maxContains",
-    "uniqueItems",
     "not",
     "if",
     "then",
@@ -81,36 +69,16 @@ static const char *const SCH_REFUSED[] = {
     "contentMediaType",
 };
 
-typedef struct sref {
-    const cJSON *node;
-    int id;
-} sref;
-
-typedef struct sctx {
-    const cJSON *root;
-    brisk_buf rules;
-    int next_id;
-    int n_nodes, depth;
-    sref *refs;
-    size_t n_refs, cap_refs;
-    char path[512];
-    const char *prefix; /* of every rule name ("" for a whole grammar) */
-    /* $ref targets entered since the last "{" or "[": one met again before
-     * any value would be a rule reaching itself (left recursion) */
-    const cJSON *chain[SCH_MAX_DEPTH];
-    int n_chain;
-    char *err;
-    size_t err_len;
-} sctx;
-
-static int sch_fail(sctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int sch_fail(sctx *c, const char *fmt, ...) {
+int sch_fail(sctx *c, const char *fmt, ...) {
     char msg[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* a client's text quoted in it (a type, a format) stays on one line */
+    for (char *q = msg; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     brisk_set_err(c->err, c->err_len, BRISK_EINVAL, "%s (at '%s')", msg, c->path);
     return BRISK_EINVAL;
 }
@@ -118,45 +86,42 @@ static int sch_fail(sctx *c, const char *fmt, ...) {
 /* The grammar's text goes into brisk_bufs (common/brisk_buf.h) through
  * these, which keep every text under SCH_MAX_TEXT and report at each
  * append: 0, BRISK_ERANGE (too big) or BRISK_ENOMEM. */
-static int sb_add(brisk_buf *b, const char *s, size_t n) {
+int sch_add(brisk_buf *b, const char *s, size_t n) {
     if (b->len + n + 1 > SCH_MAX_TEXT)
         return BRISK_ERANGE;
     brisk_buf_put(b, s, n);
     return b->oom ? BRISK_ENOMEM : 0;
 }
 
-static int sb_str(brisk_buf *b, const char *s) {
-    return sb_add(b, s, strlen(s));
+int sch_str(brisk_buf *b, const char *s) {
+    return sch_add(b, s, strlen(s));
 }
 
-static int sb_fmt(brisk_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* A piece of at most 255 bytes (longer counts as too big, BRISK_ERANGE). */
-static int sb_fmt(brisk_buf *b, const char *fmt, ...) {
+int sch_fmt(brisk_buf *b, const char *fmt, ...) {
     char tmp[256];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    return n < 0 || (size_t)n >= sizeof tmp ? BRISK_ERANGE : sb_add(b, tmp, (size_t)n);
+    return n < 0 || (size_t)n >= sizeof tmp ? BRISK_ERANGE : sch_add(b, tmp, (size_t)n);
 }
 
 /* A GBNF literal of bytes s: quotes, backslashes and control bytes as \xHH;
  * the rest (valid UTF-8, as the request parser checked) as is. */
-static int sb_literal(brisk_buf *b, const char *s) {
-    int rc = sb_str(b, "\"");
+int sch_literal(brisk_buf *b, const char *s) {
+    int rc = sch_str(b, "\"");
     for (; *s && rc == 0; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\' || ch < 0x20 || ch == 0x7f)
-            rc = sb_fmt(b, "\\x%02X", ch);
+            rc = sch_fmt(b, "\\x%02X", ch);
         else
-            rc = sb_add(b, s, 1);
+            rc = sch_add(b, s, 1);
     }
-    return rc ? rc : sb_str(b, "\"");
+    return rc ? rc : sch_str(b, "\"");
 }
 
-/* The literal of a JSON value written compactly (a key, an enum member). */
-static int sb_json_literal(sctx *c, brisk_buf *b, const cJSON *v) {
+int sch_json_literal(sctx *c, brisk_buf *b, const cJSON *v) {
     char *t = cJSON_PrintUnformatted(v);
     if (!t)
         return BRISK_ENOMEM;
@@ -166,23 +131,22 @@ static int sb_json_literal(sctx *c, brisk_buf *b, const cJSON *v) {
         cJSON_free(t);
         return sch_fail(c, "a string is not valid UTF-8");
     }
-    int rc = sb_literal(b, t);
+    int rc = sch_literal(b, t);
     cJSON_free(t);
     return rc;
 }
 
-/* Appends "sN ::= body\n" as a new rule; *id gets N. */
-static int add_rule(sctx *c, int id, const brisk_buf *body) {
-    int rc = sb_fmt(&c->rules, "%ss%d ::= ", c->prefix, id);
-    return rc                                                            ? rc
-           : (rc = sb_add(&c->rules, body->p ? body->p : "", body->len)) ? rc
-                                                                         : sb_str(&c->rules, "\n");
+int sch_add_rule(sctx *c, int id, const brisk_buf *body) {
+    int rc = sch_fmt(&c->rules, "%ss%d ::= ", c->prefix, id);
+    return rc ? rc
+           : (rc = sch_add(&c->rules, body->p ? body->p : "", body->len))
+               ? rc
+               : sch_str(&c->rules, "\n");
 }
 
-/* Appends prefix then name to the error path; returns where to cut it back.
- * Control characters of a client's property name become '?': the path goes
+/* Control characters of a client's property name become '?': the path goes
  * into one-line error messages. */
-static size_t path_push(sctx *c, const char *prefix, const char *name) {
+size_t sch_path_push(sctx *c, const char *prefix, const char *name) {
     size_t at = strlen(c->path);
     snprintf(c->path + at, sizeof c->path - at, "%s%s", prefix, name);
     for (char *q = c->path + at; *q; q++)
@@ -191,17 +155,14 @@ static size_t path_push(sctx *c, const char *prefix, const char *name) {
     return at;
 }
 
-static int gen(sctx *c, const cJSON *s, brisk_buf *out);
-
-/* A new rule for subschema s; its name goes into out. */
-static int gen_rule(sctx *c, const cJSON *s, brisk_buf *out) {
+int sch_gen_rule(sctx *c, const cJSON *s, brisk_buf *out) {
     brisk_buf body = {0};
     int id = c->next_id++;
-    int rc = gen(c, s, &body);
+    int rc = sch_gen(c, s, &body);
     if (rc == 0)
-        rc = add_rule(c, id, &body);
+        rc = sch_add_rule(c, id, &body);
     free(body.p);
-    return rc ? rc : sb_fmt(out, "%ss%d", c->prefix, id);
+    return rc ? rc : sch_fmt(out, "%ss%d", c->prefix, id);
 }
 
 static int is_annotation(const char *k) {
@@ -214,222 +175,93 @@ static int is_annotation(const char *k) {
     return 0;
 }
 
-static int get_count(sctx *c, const cJSON *s, const char *key, long *out) {
+int sch_get_count(sctx *c, const cJSON *s, const char *key, long *out) {
+    return sch_get_count_max(c, s, key, SCH_MAX_REPEAT, out);
+}
+
+int sch_get_count_max(sctx *c, const cJSON *s, const char *key, long max, long *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key);
     if (!v)
         return 0;
     double d = v->valuedouble;
     if (!cJSON_IsNumber(v) || !(d >= 0)) /* NaN too */
         return sch_fail(c, "'%s' must be a non-negative integer", key);
-    if (d > SCH_MAX_REPEAT) /* before converting: a huge double has no long */
-        return sch_fail(c, "'%s' above %d is not supported", key, SCH_MAX_REPEAT);
+    if (d > (double)max) /* before converting: a huge double has no long */
+        return sch_fail(c, "'%s' above %ld is not supported", key, max);
     if (d != (double)(long)d)
         return sch_fail(c, "'%s' must be a non-negative integer", key);
     *out = (long)d;
     return 1;
 }
 
+/* One rule per k, shared by every use in this schema: a repetition {0,k}
+ * costs k rules when the grammar is compiled. */
+int sch_digits_upto(sctx *c, brisk_buf *out, int k, int zeros) {
+    uint64_t *have = zeros ? &c->zeros_upto : &c->digits_upto;
+    const char *name = zeros ? "z" : "d";
+    if (k < 1 || k > 63)
+        return BRISK_ERANGE;
+    if (!(*have & (1ull << k))) {
+        *have |= 1ull << k;
+        int rc = sch_fmt(&c->rules, "%s%s%d ::= %s{0,%d}\n", c->prefix, name, k,
+                         zeros ? "\"0\"" : "[0-9]", k);
+        if (rc)
+            return rc;
+    }
+    return sch_fmt(out, "%s%s%d", c->prefix, name, k);
+}
+
 /* ---- the types ------------------------------------------------------------------- */
-
-static int gen_string(sctx *c, const cJSON *s, brisk_buf *out) {
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
-    if (fmt) {
-        static const char *const names[][2] = {
-            {"date", "jdate"}, {"time", "jtime"}, {"date-time", "jdatetime"}, {"uuid", "juuid"}};
-        for (size_t i = 0; cJSON_IsString(fmt) && i < sizeof names / sizeof *names; i++)
-            if (!strcmp(fmt->valuestring, names[i][0]))
-                return sb_str(out, names[i][1]);
-        return sch_fail(c, "format '%.40s' is not supported (date, time, date-time, uuid are)",
-                        cJSON_IsString(fmt) ? fmt->valuestring : "?");
-    }
-    long lo = 0, hi = -1;
-    int rc;
-    if ((rc = get_count(c, s, "minLength", &lo)) < 0 ||
-        (rc = get_count(c, s, "maxLength", &hi)) < 0)
-        return rc;
-    if (hi >= 0 && hi < lo)
-        return sch_fail(c, "maxLength is below minLength");
-    if (lo == 0 && hi < 0)
-        return sb_str(out, "js");
-    return hi < 0 ? sb_fmt(out, "\"\\\"\" jc{%ld,} \"\\\"\"", lo)
-                  : sb_fmt(out, "\"\\\"\" jc{%ld,%ld} \"\\\"\"", lo, hi);
-}
-
-static int gen_object_in(sctx *c, const cJSON *s, brisk_buf *out);
-static int gen_array_in(sctx *c, const cJSON *s, brisk_buf *out);
-
-/* An object or array opens with "{" or "[": the $ref chain starts over inside. */
-static int gen_array(sctx *c, const cJSON *s, brisk_buf *out) {
-    int saved = c->n_chain;
-    c->n_chain = 0;
-    int rc = gen_array_in(c, s, out);
-    c->n_chain = saved;
-    return rc;
-}
-
-static int gen_object(sctx *c, const cJSON *s, brisk_buf *out) {
-    int saved = c->n_chain;
-    c->n_chain = 0;
-    int rc = gen_object_in(c, s, out);
-    c->n_chain = saved;
-    return rc;
-}
-
-static int gen_array_in(sctx *c, const cJSON *s, brisk_buf *out) {
-    long lo = 0, hi = -1;
-    int rc;
-    if ((rc = get_count(c, s, "minItems", &lo)) < 0 || (rc = get_count(c, s, "maxItems", &hi)) < 0)
-        return rc;
-    if (hi >= 0 && hi < lo)
-        return sch_fail(c, "maxItems is below minItems");
-    const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
-    brisk_buf item = {0};
-    size_t at = path_push(c, "/items", "");
-    rc = items ? gen_rule(c, items, &item) : sb_str(&item, "jv");
-    c->path[at] = '\0';
-    if (rc == 0) {
-        if (hi == 0)
-            rc = sb_str(out, "\"[\" ws \"]\"");
-        else if (lo == 0)
-            rc = hi < 0
-                     ? sb_fmt(out, "\"[\" ws ( %s ws ( \",\" ws %s ws )* )? \"]\"", item.p, item.p)
-                     : sb_fmt(out, "\"[\" ws ( %s ws ( \",\" ws %s ws ){0,%ld} )? \"]\"", item.p,
-                              item.p, hi - 1);
-        else
-            rc = hi < 0 ? sb_fmt(out, "\"[\" ws %s ws ( \",\" ws %s ws ){%ld,} \"]\"", item.p,
-                                 item.p, lo - 1)
-                        : sb_fmt(out, "\"[\" ws %s ws ( \",\" ws %s ws ){%ld,%ld} \"]\"", item.p,
-                                 item.p, lo - 1, hi - 1);
-    }
-    free(item.p);
-    return rc;
-}
-
-static int is_required(const cJSON *req, const char *name) {
-    for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
-        if (cJSON_IsString(r) && !strcmp(r->valuestring, name))
-            return 1;
-    return 0;
-}
-
-static int gen_object_in(sctx *c, const cJSON *s, brisk_buf *out) {
-    const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
-    const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
-    const cJSON *ap = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
-    if (props && !cJSON_IsObject(props))
-        return sch_fail(c, "'properties' must be an object");
-    if (req && !cJSON_IsArray(req))
-        return sch_fail(c, "'required' must be an array");
-    for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
-        if (!cJSON_IsString(r) || !cJSON_GetObjectItemCaseSensitive(props, r->valuestring))
-            return sch_fail(c, "required property '%.40s' is not in 'properties'",
-                            cJSON_IsString(r) ? r->valuestring : "?");
-    int n = 0;
-    for (const cJSON *p = props ? props->child : NULL; p; p = p->next)
-        n++;
-    /* Extra members: additionalProperties true or a schema. Absent counts as
-     * false where properties are listed (the output then still validates),
-     * and as any object where none are. */
-    brisk_buf extra = {0};
-    int rc = 0;
-    if (ap && !cJSON_IsBool(ap) && !cJSON_IsObject(ap))
-        return sch_fail(c, "'additionalProperties' must be a boolean or a schema");
-    if (cJSON_IsObject(ap)) {
-        size_t at = path_push(c, "/additionalProperties", "");
-        rc = gen_rule(c, ap, &extra);
-        c->path[at] = '\0';
-    } else if (cJSON_IsTrue(ap) || (!ap && n == 0)) {
-        rc = sb_str(&extra, "jv");
-    }
-    if (rc < 0) {
-        free(extra.p);
-        return rc;
-    }
-    if (n == 0) {
-        rc =
-            extra.len
-                ? sb_fmt(
-                      out,
-                      "\"{\" ws ( js ws \":\" ws %s ws ( \",\" ws js ws \":\" ws %s ws )* )? \"}\"",
-                      extra.p, extra.p)
-                : sb_str(out, "\"{\" ws \"}\"");
-        free(extra.p);
-        return rc;
-    }
-    /* start_i and tail_i for i = 0..n; their ids are base + i and base + n + 1 + i. */
-    int base = c->next_id;
-    c->next_id += 2 * (n + 1);
-    int i = 0;
-    for (const cJSON *p = props->child; p && rc == 0; p = p->next, i++) {
-        brisk_buf member = {0}, val = {0}, start = {0}, tail = {0};
-        size_t at = path_push(c, "/properties/", p->string);
-        rc = gen_rule(c, p, &val);
-        c->path[at] = '\0';
-        cJSON *key = rc == 0 ? cJSON_CreateString(p->string) : NULL;
-        if (rc == 0 && !key)
-            rc = BRISK_ENOMEM;
-        if (rc == 0)
-            rc = sb_json_literal(c, &member, key);
-        cJSON_Delete(key);
-        if (rc == 0)
-            rc = sb_fmt(&member, " ws \":\" ws %s ws", val.p);
-        int opt = !is_required(req, p->string);
-        if (rc == 0)
-            rc = sb_fmt(&start, "%s %ss%d", member.p, c->prefix, base + n + 1 + i + 1);
-        if (rc == 0 && opt)
-            rc = sb_fmt(&start, " | %ss%d", c->prefix, base + i + 1);
-        if (rc == 0)
-            rc = add_rule(c, base + i, &start);
-        if (rc == 0)
-            rc = sb_fmt(&tail, "\",\" ws %s %ss%d", member.p, c->prefix, base + n + 1 + i + 1);
-        if (rc == 0 && opt)
-            rc = sb_fmt(&tail, " | %ss%d", c->prefix, base + n + 1 + i + 1);
-        if (rc == 0)
-            rc = add_rule(c, base + n + 1 + i, &tail);
-        free(member.p);
-        free(val.p);
-        free(start.p);
-        free(tail.p);
-    }
-    /* start_n, tail_n: the extra members, or nothing */
-    brisk_buf start = {0}, tail = {0};
-    if (rc == 0 && extra.len)
-        rc = sb_fmt(&start, "( js ws \":\" ws %s ws ( \",\" ws js ws \":\" ws %s ws )* )?", extra.p,
-                    extra.p);
-    if (rc == 0)
-        rc = add_rule(c, base + n, &start);
-    if (rc == 0 && extra.len)
-        rc = sb_fmt(&tail, "( \",\" ws js ws \":\" ws %s ws )*", extra.p);
-    if (rc == 0)
-        rc = add_rule(c, base + 2 * n + 1, &tail);
-    free(start.p);
-    free(tail.p);
-    free(extra.p);
-    return rc ? rc : sb_fmt(out, "\"{\" ws %ss%d \"}\"", c->prefix, base);
-}
 
 static int gen_type(sctx *c, const cJSON *s, const char *t, brisk_buf *out) {
     if (!strcmp(t, "string"))
-        return gen_string(c, s, out);
+        return sch_gen_string(c, s, out);
     if (!strcmp(t, "number"))
-        return sb_str(out, "jn");
+        return sch_gen_number(c, s, out);
     if (!strcmp(t, "integer"))
-        return sb_str(out, "ji");
+        return sch_gen_integer(c, s, out);
     if (!strcmp(t, "boolean"))
-        return sb_str(out, "jb");
+        return sch_str(out, "jb");
     if (!strcmp(t, "null"))
-        return sb_str(out, "jz");
+        return sch_str(out, "jz");
     if (!strcmp(t, "object"))
-        return gen_object(c, s, out);
+        return sch_gen_object(c, s, out);
     if (!strcmp(t, "array"))
-        return gen_array(c, s, out);
+        return sch_gen_array(c, s, out);
     return sch_fail(c, "type '%.40s' is unknown", t);
+}
+
+/* A schema without "type": the types its keywords speak of (a string's
+ * minLength, a number's minimum, ...), as "any of" them; any value when
+ * there are none. Values of the other types would validate too: leaving
+ * them out keeps to a subset. */
+static int gen_implied(sctx *c, const cJSON *s, brisk_buf *out) {
+    static const struct {
+        const char *type, *keys[6];
+    } fam[] = {
+        {"object", {"properties", "additionalProperties", "minProperties", "maxProperties"}},
+        {"array", {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"}},
+        {"string", {"minLength", "maxLength", "pattern", "format"}},
+        {"number", {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}},
+    };
+    int n = 0, rc = 0;
+    for (size_t f = 0; f < sizeof fam / sizeof *fam && rc == 0; f++) {
+        int has = 0;
+        for (int k = 0; k < 6 && fam[f].keys[k]; k++)
+            has |= cJSON_GetObjectItemCaseSensitive(s, fam[f].keys[k]) != NULL;
+        if (!has)
+            continue;
+        rc = sch_str(out, n++ ? " | " : "( ");
+        rc = rc ? rc : gen_type(c, s, fam[f].type, out);
+    }
+    if (rc == 0)
+        rc = n ? sch_str(out, " )") : sch_str(out, "jv"); /* no constraint: any JSON value */
+    return rc;
 }
 
 /* ---- $ref ------------------------------------------------------------------------ */
 
-/* The node a local JSON pointer ("#/$defs/A", "~0" "~1" escapes) names. */
-static const cJSON *resolve(const cJSON *root, const char *ref) {
+const cJSON *sch_resolve(const cJSON *root, const char *ref) {
     if (ref[0] != '#')
         return NULL;
     const cJSON *at = root;
@@ -456,21 +288,26 @@ static const cJSON *resolve(const cJSON *root, const char *ref) {
     return *p ? NULL : at;
 }
 
+/* A discriminator's branch (c->disc_prop set) is written afresh: its tag
+ * differs from the shared rule of the same target. */
 static int gen_ref(sctx *c, const cJSON *ref, brisk_buf *out) {
-    const cJSON *target = cJSON_IsString(ref) ? resolve(c->root, ref->valuestring) : NULL;
+    const cJSON *target = cJSON_IsString(ref) ? sch_resolve(c->root, ref->valuestring) : NULL;
     if (!target)
         return sch_fail(c, "$ref '%.60s' is not a local reference brisk can resolve",
                         cJSON_IsString(ref) ? ref->valuestring : "?");
     for (int i = 0; i < c->n_chain; i++)
         if (c->chain[i] == target)
             return sch_fail(c, "$ref '%.60s' reaches itself before any value", ref->valuestring);
-    for (size_t i = 0; i < c->n_refs; i++)
+    int shared = c->disc_prop == NULL;
+    for (size_t i = 0; shared && i < c->n_refs; i++)
         if (c->refs[i].node == target)
-            return sb_fmt(out, "%ss%d", c->prefix, c->refs[i].id);
-    if (brisk_grow(&c->refs, &c->cap_refs, c->n_refs + 1, sizeof *c->refs, 8, 0) < 0)
-        return BRISK_ENOMEM;
+            return sch_fmt(out, "%ss%d", c->prefix, c->refs[i].id);
     int id = c->next_id++;
-    c->refs[c->n_refs++] = (sref){target, id}; /* before the body: recursion finds it */
+    if (shared) {
+        if (brisk_grow(&c->refs, &c->cap_refs, c->n_refs + 1, sizeof *c->refs, 8, 0) < 0)
+            return BRISK_ENOMEM;
+        c->refs[c->n_refs++] = (sref){target, id}; /* before the body: recursion finds it */
+    }
     brisk_buf body = {0};
     char saved[sizeof c->path];
     memcpy(saved, c->path, sizeof saved);
@@ -478,42 +315,107 @@ static int gen_ref(sctx *c, const cJSON *ref, brisk_buf *out) {
     if (c->n_chain >= SCH_MAX_DEPTH)
         return sch_fail(c, "$refs nest deeper than %d", SCH_MAX_DEPTH);
     c->chain[c->n_chain++] = target;
-    int rc = gen(c, target, &body);
+    int rc = sch_gen(c, target, &body);
     c->n_chain--;
     memcpy(c->path, saved, sizeof saved);
     if (rc == 0)
-        rc = add_rule(c, id, &body);
+        rc = sch_add_rule(c, id, &body);
     free(body.p);
-    return rc ? rc : sb_fmt(out, "%ss%d", c->prefix, id);
+    return rc ? rc : sch_fmt(out, "%ss%d", c->prefix, id);
 }
 
-/* ---- a schema ------------------------------------------------------------------- */
+/* ---- alternatives ------------------------------------------------------------------- */
 
 static int gen_alternatives(sctx *c, const cJSON *list, const char *key, brisk_buf *out) {
     if (!cJSON_IsArray(list) || !list->child)
         return sch_fail(c, "'%s' must be a non-empty array", key);
-    int rc = sb_str(out, "( "), k = 0;
+    if (c->disc_prop && list->child->next)
+        return sch_fail(c, "a discriminator's branch is '%s' of several schemas", key);
+    int rc = sch_str(out, "( "), k = 0;
     for (const cJSON *a = list->child; a && rc == 0; a = a->next, k++) {
         char idx[16];
         snprintf(idx, sizeof idx, "%d", k);
-        size_t at = path_push(c, "/", key);
-        path_push(c, "/", idx);
+        size_t at = sch_path_push(c, "/", key);
+        sch_path_push(c, "/", idx);
         if (k)
-            rc = sb_str(out, " | ");
+            rc = sch_str(out, " | ");
         if (rc == 0)
-            rc = gen_rule(c, a, out);
+            rc = sch_gen_rule(c, a, out);
         c->path[at] = '\0';
     }
-    return rc ? rc : sb_str(out, " )");
+    return rc ? rc : sch_str(out, " )");
 }
 
-static int gen(sctx *c, const cJSON *s, brisk_buf *out) {
+/* One branch of a discriminated union with its tag fixed to tag. */
+static int gen_tagged(sctx *c, const cJSON *branch, const char *prop, const char *tag,
+                      brisk_buf *out) {
+    cJSON *v = cJSON_CreateString(tag);
+    if (!v)
+        return BRISK_ENOMEM;
+    c->disc_prop = prop;
+    c->disc_value = v;
+    int rc = sch_gen_rule(c, branch, out);
+    if (rc == 0 && c->disc_prop) /* nothing took the tag */
+        rc = sch_fail(c, "a discriminator's branch is not an object with properties");
+    c->disc_prop = NULL;
+    c->disc_value = NULL;
+    cJSON_Delete(v);
+    return rc;
+}
+
+/* oneOf/anyOf with an OpenAPI discriminator (as pydantic writes a union
+ * discriminated by a Literal field): each branch once per value that the
+ * mapping gives its $ref, with the tag property required and holding that
+ * value, so the value picks the branch. A branch the mapping does not name
+ * is written as it is (its own schema of the tag decides). */
+static int gen_discriminated(sctx *c, const cJSON *list, const char *key, const cJSON *d,
+                             brisk_buf *out) {
+    const cJSON *prop = cJSON_GetObjectItemCaseSensitive(d, "propertyName");
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(d, "mapping");
+    if (!cJSON_IsObject(d) || !cJSON_IsString(prop))
+        return sch_fail(c, "'discriminator' must be an object with a 'propertyName' string");
+    if (map && !cJSON_IsObject(map))
+        return sch_fail(c, "'discriminator.mapping' must be an object");
+    if (!cJSON_IsArray(list) || !list->child)
+        return sch_fail(c, "'%s' must be a non-empty array", key);
+    /* each branch looks through the mapping: both bounded, so the work is */
+    if (cJSON_GetArraySize(list) > SCH_MAX_BRANCHES ||
+        (map && cJSON_GetArraySize(map) > SCH_MAX_BRANCHES))
+        return sch_fail(c, "a discriminated '%s' or its mapping of more than %d entries", key,
+                        SCH_MAX_BRANCHES);
+    int rc = sch_str(out, "( "), k = 0, alts = 0;
+    for (const cJSON *a = list->child; a && rc == 0; a = a->next, k++) {
+        char idx[16];
+        snprintf(idx, sizeof idx, "%d", k);
+        size_t at = sch_path_push(c, "/", key);
+        sch_path_push(c, "/", idx);
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(a, "$ref");
+        int tagged = 0;
+        for (const cJSON *m = map ? map->child : NULL; m && rc == 0 && cJSON_IsString(ref);
+             m = m->next)
+            if (cJSON_IsString(m) && !strcmp(m->valuestring, ref->valuestring)) {
+                rc = sch_str(out, alts++ ? " | " : "");
+                rc = rc ? rc : gen_tagged(c, a, prop->valuestring, m->string, out);
+                tagged = 1;
+            }
+        if (rc == 0 && !tagged) {
+            rc = sch_str(out, alts++ ? " | " : "");
+            rc = rc ? rc : sch_gen_rule(c, a, out);
+        }
+        c->path[at] = '\0';
+    }
+    return rc ? rc : sch_str(out, " )");
+}
+
+/* ---- a schema ------------------------------------------------------------------- */
+
+int sch_gen(sctx *c, const cJSON *s, brisk_buf *out) {
     if (++c->n_nodes > SRV_SCHEMA_MAX_NODES)
         return sch_fail(c, "more than %d subschemas", SRV_SCHEMA_MAX_NODES);
     if (c->depth >= SCH_MAX_DEPTH)
         return sch_fail(c, "schemas nest deeper than %d", SCH_MAX_DEPTH);
     if (cJSON_IsTrue(s))
-        return sb_str(out, "jv");
+        return sch_str(out, "jv");
     if (cJSON_IsFalse(s))
         return sch_fail(c, "the schema false admits no value");
     if (!cJSON_IsObject(s))
@@ -525,8 +427,9 @@ static int gen(sctx *c, const cJSON *s, brisk_buf *out) {
     c->depth++;
     int rc;
     const cJSON *v, *nullable = cJSON_GetObjectItemCaseSensitive(s, "nullable");
+    const cJSON *disc = cJSON_GetObjectItemCaseSensitive(s, "discriminator");
     int or_null = cJSON_IsTrue(nullable);
-    if (or_null && (rc = sb_str(out, "( jz | ")) < 0)
+    if (or_null && (rc = sch_str(out, "( jz | ")) < 0)
         goto done;
     if ((v = cJSON_GetObjectItemCaseSensitive(s, "$ref"))) {
         for (const cJSON *k = s->child; k; k = k->next)
@@ -537,21 +440,22 @@ static int gen(sctx *c, const cJSON *s, brisk_buf *out) {
             }
         rc = gen_ref(c, v, out);
     } else if ((v = cJSON_GetObjectItemCaseSensitive(s, "const"))) {
-        rc = sb_json_literal(c, out, v);
+        rc = sch_json_literal(c, out, v);
     } else if ((v = cJSON_GetObjectItemCaseSensitive(s, "enum"))) {
         if (!cJSON_IsArray(v) || !v->child) {
             rc = sch_fail(c, "'enum' must be a non-empty array");
             goto done;
         }
-        rc = sb_str(out, "( ");
+        rc = sch_str(out, "( ");
         for (const cJSON *e = v->child; e && rc == 0; e = e->next)
-            if ((rc = e != v->child ? sb_str(out, " | ") : 0) == 0)
-                rc = sb_json_literal(c, out, e);
+            if ((rc = e != v->child ? sch_str(out, " | ") : 0) == 0)
+                rc = sch_json_literal(c, out, e);
         if (rc == 0)
-            rc = sb_str(out, " )");
+            rc = sch_str(out, " )");
     } else if ((v = cJSON_GetObjectItemCaseSensitive(s, "anyOf")) ||
                (v = cJSON_GetObjectItemCaseSensitive(s, "oneOf"))) {
-        rc = gen_alternatives(c, v, v->string, out);
+        rc = disc && !c->disc_prop ? gen_discriminated(c, v, v->string, disc, out)
+                                   : gen_alternatives(c, v, v->string, out);
     } else if ((v = cJSON_GetObjectItemCaseSensitive(s, "allOf"))) {
         if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 1) {
             rc = sch_fail(c, "'allOf' of several schemas is not supported");
@@ -562,30 +466,25 @@ static int gen(sctx *c, const cJSON *s, brisk_buf *out) {
         if (cJSON_IsString(v)) {
             rc = gen_type(c, s, v->valuestring, out);
         } else if (cJSON_IsArray(v) && v->child) {
-            rc = sb_str(out, "( ");
+            rc = sch_str(out, "( ");
             for (const cJSON *t = v->child; t && rc == 0; t = t->next) {
                 if (!cJSON_IsString(t)) {
                     rc = sch_fail(c, "'type' must hold strings");
                     break;
                 }
-                if ((rc = t != v->child ? sb_str(out, " | ") : 0) == 0)
+                if ((rc = t != v->child ? sch_str(out, " | ") : 0) == 0)
                     rc = gen_type(c, s, t->valuestring, out);
             }
             if (rc == 0)
-                rc = sb_str(out, " )");
+                rc = sch_str(out, " )");
         } else {
             rc = sch_fail(c, "'type' must be a string or a non-empty array");
         }
-    } else if (cJSON_GetObjectItemCaseSensitive(s, "properties") ||
-               cJSON_GetObjectItemCaseSensitive(s, "additionalProperties")) {
-        rc = gen_object(c, s, out);
-    } else if (cJSON_GetObjectItemCaseSensitive(s, "items")) {
-        rc = gen_array(c, s, out);
     } else {
-        rc = sb_str(out, "jv"); /* no constraint: any JSON value */
+        rc = gen_implied(c, s, out);
     }
     if (rc == 0 && or_null)
-        rc = sb_str(out, " )");
+        rc = sch_str(out, " )");
 done:
     c->depth--;
     return rc;
@@ -596,7 +495,7 @@ int srv_schema_rules(const cJSON *schema, const char *prefix, char **rules, char
     sctx c = {.root = schema, .err = err, .err_len = err_len, .path = "#", .prefix = prefix};
     *rules = *expr = NULL;
     brisk_buf top = {0};
-    int rc = gen(&c, schema, &top);
+    int rc = sch_gen(&c, schema, &top);
     free(c.refs);
     size_t n;
     char *r = rc == 0 ? brisk_buf_take(&c.rules, &n) : NULL; /* "" when there is no rule */
@@ -631,8 +530,11 @@ int srv_schema_to_gbnf(const cJSON *schema, char **out, char *err, size_t err_le
         return rc;
     size_t n = strlen(rules) + strlen(expr) + sizeof SCH_BASE + 32;
     char *t = brisk_malloc(n);
+    /* Whitespace may come before the value but nothing after it: the answer
+     * ends at the value's last character (a closing brace), where the
+     * grammar is finished and generation stops. */
     if (t)
-        snprintf(t, n, "%sroot ::= ws %s ws\n%s", rules, expr, SCH_BASE);
+        snprintf(t, n, "%sroot ::= ws %s\n%s", rules, expr, SCH_BASE);
     free(rules);
     free(expr);
     if (!t) {

@@ -1,25 +1,36 @@
 /* srv_schema.h - a JSON Schema from a request into GBNF text for the grammar
  * engine (models/grammar.h): structured outputs (response_format
  * json_schema, vLLM's guided_json and structured_outputs.json, llama.cpp's
- * json_schema).
+ * json_schema) and tools' parameters.
  *
- * Supported: type (one or a list), properties (in the schema's order; the
- * output keeps that order), required, additionalProperties (false, true or a
- * schema; absent = true as JSON Schema says), items, minItems, maxItems,
- * enum, const, anyOf and oneOf (both as "any of"), allOf of one schema,
- * $ref to "#/$defs/..." or "#/definitions/..." (recursion allowed), string
- * minLength and maxLength, format date, time, date-time and uuid, nullable
- * (OpenAPI), and the annotations (title, description, default, examples,
- * $schema, $id, $comment, deprecated, readOnly, writeOnly), which change
- * nothing. Refused with an error naming the keyword and where it is: pattern,
- * minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf,
- * patternProperties, propertyNames, minProperties, maxProperties,
- * prefixItems, contains, minContains, maxContains, uniqueItems, not, if,
- * then, else, dependentRequired, dependentSchemas, unevaluatedProperties,
- * unevaluatedItems, other formats, remote $refs, and allOf of several
- * schemas, a $ref that reaches itself before any value (a rule that would
- * be left-recursive), and strings that are not valid UTF-8. Other unknown
- * keywords are ignored, as JSON Schema asks.
+ * Supported: type (one or a list; without one, the types its keywords
+ * speak of), properties (in the schema's order; the output keeps that
+ * order), required, additionalProperties (false, true or a schema; absent =
+ * false where properties are listed; additional keys never repeat a
+ * declared name), minProperties, maxProperties, items, prefixItems,
+ * minItems, maxItems, uniqueItems (over at most 8 enum/const/boolean/null
+ * values), enum, const, anyOf and oneOf (both as "any of"), a discriminator
+ * (OpenAPI: its mapping fixes each branch's tag), allOf of one schema, $ref
+ * to "#/$defs/..." or "#/definitions/..." (recursion allowed), minimum,
+ * maximum, exclusiveMinimum, exclusiveMaximum (integers exactly, numbers as
+ * decimals of up to 16 places), multipleOf (integers), string minLength,
+ * maxLength, pattern and format (date, time, date-time, uuid, email, uri,
+ * ipv4, ipv6, hostname), nullable (OpenAPI), and the annotations (title,
+ * description, default, examples, $schema, $id, $comment, deprecated,
+ * readOnly, writeOnly), which change nothing. Where a grammar can only
+ * approximate a keyword it writes a subset of the valid values, never an
+ * invalid one (srv_schema_num.c and srv_schema_str.c say where). Refused
+ * with an error naming the keyword and where it is: patternProperties,
+ * propertyNames, contains, minContains, maxContains, not, if, then, else,
+ * dependentRequired, dependentSchemas, dependencies, unevaluatedProperties,
+ * unevaluatedItems, additionalItems, contentEncoding, contentMediaType, other
+ * formats, remote $refs, allOf of several schemas, a $ref that reaches
+ * itself before any value (a rule that would be left-recursive), strings
+ * that are not valid UTF-8, and the combinations no grammar can keep
+ * exactly (multipleOf other than a positive integer, uniqueItems over other
+ * items, minProperties above the declared properties plus one beside
+ * additional ones, a format or pattern with lengths it does not meet, ...).
+ * Other unknown keywords are ignored, as JSON Schema asks.
  *
  * The input is hostile: sizes are bounded (SRV_SCHEMA_MAX_NODES schemas,
  * the grammar's own limits on its text), recursion is bounded by the JSON
@@ -33,8 +44,9 @@
 
 #define SRV_SCHEMA_MAX_NODES 4096 /* subschemas visited, $ref targets included */
 
-/* Writes *out (malloc'd GBNF, NUL-terminated; its "root" rule is the
- * schema's value surrounded by optional whitespace) and returns 0; or
+/* Writes *out (malloc'd GBNF, NUL-terminated; its "root" rule is optional
+ * whitespace then the schema's value, which ends the text: nothing may
+ * follow its last character) and returns 0; or
  * returns BRISK_EINVAL with a one-line reason in err (the keyword and its
  * JSON pointer), or BRISK_ENOMEM. */
 int srv_schema_to_gbnf(const cJSON *schema, char **out, char *err, size_t err_len);

@@ -86,7 +86,9 @@ static int parse_tool(const cJSON *it, int i, srv_tool *t, srv_api_error *err) {
         if (rc < 0)
             return srv_api_fail(err, "invalid_schema", param, "'%s.function.parameters': %s", param,
                                 why);
-    } else if (!(t->args_expr = t_dup("jo"))) {
+    } else if (!(t->args_expr = t_dup("\"{\" ws \"}\""))) {
+        /* OpenAI reads a function without parameters as one that takes
+         * none: its arguments are {} */
         return srv_api_oom(err);
     }
     return 0;

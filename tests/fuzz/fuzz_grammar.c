@@ -4,8 +4,9 @@
  *
  * Input: byte 0 picks the vocabulary (fuzz_vocab.h), byte 1 the chunk size
  * of the byte stream (1 + b % 8) and, with its high bit, that the text is a
- * regular expression (models/grammar_regex.c) to convert first; then the
- * grammar text up to 0x1E; then the bytes to feed.
+ * regular expression (models/grammar_regex.c) to convert first, in JSON-
+ * string mode between quotes (JSON Schema's pattern) when bit 0x40 is set
+ * too; then the grammar text up to 0x1E; then the bytes to feed.
  *
  * Properties: compiling returns 0, or BRISK_EINVAL / BRISK_ENOMEM with a
  * one-line reason; a matcher takes each chunk or refuses it with
@@ -14,6 +15,7 @@
  * spread of others) equals whether the token's bytes could be taken, and
  * taking an allowed token succeeds. Limits are small so a hostile grammar
  * costs milliseconds. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,7 +70,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *text = (const char *)fuzz_field(&in, FUZZ_GRAMMAR_SEP, &len);
     char *from_regex = NULL, err[256] = "";
     if (mode & 0x80) {
-        int rrc = model_grammar_regex_text(text, len, &from_regex, err, sizeof err);
+        int rrc;
+        if (mode & 0x40) { /* a JSON string whose text matches the regex */
+            model_regex_opts o = {.json_string = 1, .cap_unbounded = 0};
+            char *expr = NULL;
+            long lo = 0, hi = 0;
+            rrc = model_grammar_regex_expr(text, len, &o, &expr, &lo, &hi, err, sizeof err);
+            FUZZ_CHECK(rrc < 0 || (lo >= 0 && (hi < 0 || hi >= lo)));
+            if (rrc == 0) {
+                size_t n = strlen(expr) + 32;
+                from_regex = malloc(n);
+                FUZZ_CHECK(from_regex != NULL);
+                snprintf(from_regex, n, "root ::= \"\\\"\" %s \"\\\"\"\n", expr);
+            }
+            free(expr);
+        } else {
+            rrc = model_grammar_regex_text(text, len, &from_regex, err, sizeof err);
+        }
         if (rrc < 0) {
             FUZZ_CHECK(rrc == BRISK_EINVAL || rrc == BRISK_ENOMEM);
             FUZZ_CHECK(!from_regex && err[0] && !strchr(err, '\n'));

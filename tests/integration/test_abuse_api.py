@@ -274,11 +274,11 @@ BAD_COMPLETIONS = [
     (cmpl(n_predict=5, max_tokens=4), "n_predict"),
     # Fields that change the output elsewhere and are not implemented here:
     # refused by name, never silently ignored (their neutral values pass).
-    (cmpl(guided_json={"type": "object", "minProperties": 1}), "guided_json"),
+    (cmpl(guided_json={"type": "object", "propertyNames": {"maxLength": 1}}), "guided_json"),
     (cmpl(guided_regex="(a)\\1"), "guided_regex"),
     (cmpl(structured_outputs={"regex": "(a"}), "structured_outputs"),
     (cmpl(grammar="root ::= foo"), "grammar"),
-    (cmpl(json_schema={"type": "string", "pattern": "a"}), "json_schema"),
+    (cmpl(json_schema={"type": "string", "not": {"const": "a"}}), "json_schema"),
     (cmpl(response_format={"type": "json_schema"}), "response_format"),
     (cmpl(bad_words=["x"]), "bad_words"),
     (cmpl(allowed_token_ids=[1, 2]), "allowed_token_ids"),
@@ -342,7 +342,7 @@ BAD_CHAT = [
     (chat(tools="f"), "tools"),
     (chat(functions=[{"name": "f"}]), "functions"),
     (chat(response_format={"type": "json_schema",
-                           "json_schema": {"schema": {"type": "string", "pattern": "a"}}}),
+                           "json_schema": {"schema": {"type": "string", "not": {"const": "a"}}}}),
      "response_format"),
     (chat(response_format="text"), "response_format"),
     (chat(response_format={}), "response_format"),

@@ -178,7 +178,7 @@ def test_auto_and_none(smol):
     ({"tools": [{"type": "function"}]}, "tools[0]"),
     ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0]"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string", "pattern": "a"}}}}}]},
+        "type": "object", "properties": {"x": {"type": "string", "not": {"const": "a"}}}}}}]},
      "tools[0]"),
     ({"tools": TOOLS + [TOOLS[0]]}, "tools"),
     ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),

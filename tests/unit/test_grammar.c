@@ -42,6 +42,8 @@ static void test_errors(void) {
         {"root ::= [a-", "unterminated character class"},
         {"root ::= [z-a]", "backwards"},
         {"root ::= \"\\q\"", "unknown escape"},
+        {"root ::= \"\\\n\"", "unknown escape '\\<0x0A>'"}, /* one line, whatever the byte */
+        {"root ::= \"a\" \x01", "unexpected '<0x01>'"},
         {"root ::= \"\\uD800\"", "not a character"},
         {"root ::= (\"a\"", "expected ')'"},
         {"root ::= \"a\"{3,2}", "max below min"},
