@@ -725,7 +725,9 @@ static const char JSON_GBNF[] =
     "ws ::= [ \\t]{0,8} ( \"\\n\" [ \\t]{0,16} )?\n";
 
 char *model_grammar_json_text(int object_only) {
-    const char *root = object_only ? "root ::= ws object ws\n" : "root ::= ws value ws\n";
+    /* Nothing after the value: the answer ends at its last character (a
+     * model given trailing whitespace pads it until max_tokens). */
+    const char *root = object_only ? "root ::= ws object\n" : "root ::= ws value\n";
     size_t a = strlen(root), n = sizeof JSON_GBNF - 1;
     char *t = brisk_malloc(a + n + 1);
     if (t) {

@@ -123,7 +123,8 @@ static void test_strings(void) {
                                      "-0.5",
                                      "{\n  \"k\": \"v\",\n  \"n\": 12\n}"};
         static const char *badj[] = {"{",   "[1,]",       "{\"a\" 1}", "01", "\"\x01\"",
-                                     "tru", "{\"a\":1}}", "\"\\x\"",   "1.", "\"\xc3\""};
+                                     "tru", "{\"a\":1}}", "\"\\x\"",   "1.", "\"\xc3\"",
+                                     "{} ", "[1]\n"};
         for (size_t i = 0; i < sizeof good / sizeof *good; i++)
             CHECK(takes(g, good[i]), "json takes %s", good[i]);
         for (size_t i = 0; i < sizeof badj / sizeof *badj; i++)
@@ -134,7 +135,7 @@ static void test_strings(void) {
                   model_grammar_accept_bytes(m, "\x82", 1) == 0 &&
                   model_grammar_accept_bytes(m, "A", 1) == BRISK_EINVAL &&
                   model_grammar_accept_bytes(m, "\xac\"", 2) == 0 && model_grammar_complete(m) &&
-                  !model_grammar_finished(m), /* trailing whitespace may follow */
+                  model_grammar_finished(m), /* the value ends the answer: nothing may follow */
               "split UTF-8");
         model_grammar_matcher_free(m);
         model_grammar_unref(g);
