@@ -16,6 +16,7 @@
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_kquant.h"
+#include "models/hf_folder.h"
 #include "models/model_internal.h"
 
 #define ERR(code, ...) brisk_set_err(err, err_len, code, __VA_ARGS__)
@@ -834,13 +835,17 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
     return 0;
 }
 
-/* Opens the file (path) or the buffer (buf, len) and loads from it. */
-static int model_load_from(const char *path, const void *buf, size_t len,
+/* Opens the file (path) or the buffer (buf, len) and loads from it; image,
+ * when not NULL, is buf and passes to the model, which frees it. */
+static int model_load_from(const char *path, const void *buf, size_t len, uint8_t *image,
                            const model_load_opts *opts, model **out, char *err, size_t err_len) {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
-    if (!m)
+    if (!m) {
+        free(image);
         return ERR(BRISK_ENOMEM, "model: out of memory");
+    }
+    m->image = image;
     m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
     m->x8 = model_want_x8(opts);
     m->keep_stored = opts && opts->keep_stored;
@@ -848,7 +853,11 @@ static int model_load_from(const char *path, const void *buf, size_t len,
     int rc = path ? gguf_open(path, &m->gf, err, err_len)
                   : gguf_open_memory(buf, len, &m->gf, err, err_len);
     if (rc == 0)
-        rc = model_load_gguf(m, path ? path : "(memory)", pool, err, err_len);
+        rc = model_load_gguf(m,
+                             path    ? path
+                             : image ? "(Hugging Face folder)"
+                                     : "(memory)",
+                             pool, err, err_len);
     if (rc < 0) {
         model_free(m);
         return rc;
@@ -865,12 +874,24 @@ int model_load(const char *path, const model_load_opts *opts, model **out, char 
         *out = NULL;
         return ERR(BRISK_EINVAL, "model: no path");
     }
-    return model_load_from(path, NULL, 0, opts, out, err, err_len);
+    /* A Hugging Face folder (or its config.json) becomes the GGUF image the
+     * converter would write (hf_folder.h), loaded by the same path. */
+    if (model_hf_is_folder(path)) {
+        uint8_t *image;
+        size_t len;
+        int rc = model_hf_build_gguf(path, 0, &image, &len, err, err_len);
+        if (rc < 0) {
+            *out = NULL;
+            return rc;
+        }
+        return model_load_from(NULL, image, len, image, opts, out, err, err_len);
+    }
+    return model_load_from(path, NULL, 0, NULL, opts, out, err, err_len);
 }
 
 int model_load_memory(const void *buf, size_t len, const model_load_opts *opts, model **out,
                       char *err, size_t err_len) {
-    return model_load_from(NULL, buf, len, opts, out, err, err_len);
+    return model_load_from(NULL, buf, len, NULL, opts, out, err, err_len);
 }
 
 void model_free(model *m) {
@@ -883,6 +904,7 @@ void model_free(model *m) {
     tok_vocab_free(m->vocab);
     gguf_close(m->gf);
     gguf_close(m->tok_gf);
+    free(m->image); /* after the gguf_file that points into it */
     free(m->name);
     free(m->chat_template);
     free(m);

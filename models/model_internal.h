@@ -13,6 +13,7 @@ struct model {
     tok_vocab *vocab;
     gguf_file *gf;     /* owns the mmap that unconverted weights point into */
     gguf_file *tok_gf; /* dummy models: the file the vocabulary came from, or NULL */
+    uint8_t *image;    /* a Hugging Face folder's GGUF image (hf_folder.h) gf reads, or NULL */
     void **owned;      /* buffers of converted tensors, freed with the model */
     int n_owned;
     size_t cap_owned;

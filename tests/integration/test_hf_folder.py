@@ -1,0 +1,251 @@
+"""brisk on Hugging Face folders (--model DIR): tiny random folders of every
+architecture brisk reads (tests/integration/synth_hf.py: numpy +
+safetensors, F32 and BF16, a tokenizers-built tokenizer.json), against the
+float64 reference run on the GGUF of the same values, written the way
+llama.cpp's converter writes it.
+
+  - logits: --weights f32 and auto within the f32 bound (BF16 folders hold
+    values F16 represents exactly: auto's BF16 -> F16 is lossless), f16 within
+    the f16 bound; and the folder's logits equal, bit for bit, those of the
+    GGUF the converter would make of it (the same numbers by two paths);
+  - greedy text equal to the reference's;
+  - tokenizer.json: brisk's ids equal the `tokenizers` package's on mixed
+    text, with merges in the pair form and in the string form;
+  - refusals: an unknown architecture (naming the supported ones), an
+    unknown pre-tokenizer regex (named), an unknown tensor, a broken
+    safetensors header, a missing tokenizer.json, each one line;
+  - --model DIR/config.json is the same model;
+  - the server chats on a folder with the openai client, using the
+    folder's chat template.
+torch and transformers are not needed (bench/hf_folder_check.py compares
+transformers-written folders with transformers' own forward).
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("safetensors", reason="needs safetensors (pip install -r tests/requirements.txt)")
+pytest.importorskip("tokenizers", reason="needs tokenizers (pip install -r tests/requirements.txt)")
+
+from synth_gguf import N_VOCAB, VOCAB, Spec, make_tensors, write_model  # noqa: E402
+from synth_hf import write_folder, write_tokenizer  # noqa: E402
+
+pytestmark = pytest.mark.reference
+
+# One model per Hugging Face architecture; Mistral is a llama folder with a window.
+MODELS = {
+    "llama": (Spec(n_head_kv=2, seed=61), None),
+    "mistral": (Spec(n_head_kv=2, sliding_window=6, seed=62), "MistralForCausalLM"),
+    "qwen2": (Spec(arch="qwen2", n_head=4, n_head_kv=2, rope_base=1e6, output_type="F32",
+                   seed=63), None),
+    "qwen3": (Spec(arch="qwen3", n_head=4, n_head_kv=2, head_dim=64, rope_base=1e6,
+                   output_type="F32", seed=64), None),
+    "gemma2": (Spec(arch="gemma2", n_head=4, n_head_kv=2, head_dim=32, sliding_window=8,
+                    attn_softcap=1.5, final_softcap=5.0, seed=65), None),
+    "gemma3": (Spec(arch="gemma3", n_head=4, n_head_kv=1, head_dim=64, rope_base=1e6,
+                    sliding_window=8, swa_pattern=2, seed=66), None),
+    "phi3": (Spec(arch="phi3", n_head_kv=4, seed=67), None),
+    "llama-rope-linear": (Spec(n_head_kv=2, rope_linear=4.0, seed=68), None),
+}
+DTYPES = ("F32", "BF16")
+PROMPT_IDS = [int(t) for t in np.random.default_rng(2025).integers(0, N_VOCAB, 24)]
+N_GEN = 16
+# As test_synthetic_models.py: float32 rounding over two layers (measured
+# ~1e-6); f16 re-rounds every weight (2^-11 relative).
+BOUND = {"f32": 1e-4, "auto": 1e-4, "f16": 1e-2}
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+class Folders:
+    def __init__(self, root, reference):
+        self.root, self.ref = root, reference
+        self._made, self._logits = {}, {}
+
+    def get(self, name, dtype):
+        """(folder, reference gguf) of the model, written once."""
+        key = (name, dtype)
+        if key not in self._made:
+            spec, hf_arch = MODELS[name]
+            folder = self.root / f"{name}-{dtype}"
+            vals = write_folder(folder, spec, make_tensors(spec), dtype=dtype, hf_arch=hf_arch,
+                                chat_template=CHATML)
+            gg = write_model(self.root / f"{name}-{dtype}.gguf", spec, tensors=vals)
+            self._made[key] = (folder, gg)
+        return self._made[key]
+
+    def logits(self, name, dtype):
+        key = (name, dtype)
+        if key not in self._logits:
+            m = self.ref.Model(str(self.get(name, dtype)[1]))
+            self._logits[key] = (m, self.ref.forward(m, PROMPT_IDS))
+        return self._logits[key]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, reference):
+    return Folders(tmp_path_factory.mktemp("hf"), reference)
+
+
+def brisk_logits(brisk, path, weights, dump):
+    brisk.run("generate", "--model", path, "--prompt-ids", " ".join(map(str, PROMPT_IDS)),
+              "-n", "0", "--temp", "0", "--weights", weights, "--dump-logits", dump)
+    got = np.fromfile(dump, dtype="<f4")
+    assert got.size == len(PROMPT_IDS) * N_VOCAB
+    return got.reshape(len(PROMPT_IDS), N_VOCAB)
+
+
+@pytest.mark.parametrize("weights", ["f32", "auto", "f16"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_folder_logits_match_reference(brisk, folders, name, dtype, weights, tmp_path, report):
+    _, ref = folders.logits(name, dtype)
+    folder, _ = folders.get(name, dtype)
+    got = brisk_logits(brisk, folder, weights, tmp_path / "l.f32").astype(np.float64)
+    rel = np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    line = f"hf folder {name:>18} {dtype:>4} {weights:>4}: max rel L2 {rel.max():.2e}"
+    report(line)
+    assert rel.max() <= BOUND[weights], line
+    if weights != "f16":
+        assert (got.argmax(axis=1) == ref.argmax(axis=1)).all(), line
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_folder_equals_converted_gguf(brisk, folders, name, dtype, tmp_path):
+    """The folder and the GGUF llama.cpp's converter would write from it are
+    one model: the same logits, bit for bit, with --weights f32 and auto."""
+    folder, gg = folders.get(name, dtype)
+    for weights in ("f32", "auto"):
+        a = brisk_logits(brisk, folder, weights, tmp_path / "a.f32")
+        b = brisk_logits(brisk, gg, weights if dtype == "F32" else "f32", tmp_path / "b.f32")
+        if weights == "f32" or dtype == "F32":
+            assert np.array_equal(a, b), (name, dtype, weights, float(np.abs(a - b).max()))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_folder_greedy_matches_reference(brisk, folders, name):
+    m, _ = folders.logits(name, "BF16")
+    folder, _ = folders.get(name, "BF16")
+    ids = folders.ref.greedy(m, PROMPT_IDS, N_GEN)[len(PROMPT_IDS):]
+    r = brisk.run("generate", "--model", folder, "--prompt-ids", " ".join(map(str, PROMPT_IDS)),
+                  "-n", N_GEN, "--temp", "0", "--ignore-eos", "--weights", "f32")
+    want = VOCAB.decode(ids).decode("utf-8", errors="replace")
+    assert r.out.decode("utf-8", errors="strict") == want, f"reference ids {ids}"
+
+
+def test_config_json_path_is_the_folder(brisk, folders, tmp_path):
+    folder, _ = folders.get("qwen2", "F32")
+    a = brisk_logits(brisk, folder, "f32", tmp_path / "a.f32")
+    b = brisk_logits(brisk, folder / "config.json", "f32", tmp_path / "b.f32")
+    assert np.array_equal(a, b)
+
+
+TEXTS = ["the cat and in", "Hello, world! 123 4567", "  two  spaces\n\nnewlines\ttab",
+         "héllo wörld — ünïcode 日本語 😀", "x<|im_start|>y<|endoftext|>",
+         "def f(x):\n    return x + 1\n", ""]
+
+
+@pytest.mark.parametrize("strings", [False, True], ids=["merges-pairs", "merges-strings"])
+def test_tokenizer_json_equals_tokenizers(brisk, folders, tmp_path, strings):
+    from tokenizers import Tokenizer
+
+    folder, _ = folders.get("llama", "F32")
+    if strings:
+        folder2 = tmp_path / "strings"
+        shutil.copytree(folder, folder2)
+        write_tokenizer(folder2, merges_as_strings=True)
+        assert isinstance(json.loads((folder2 / "tokenizer.json").read_text())["model"]["merges"][0], str)
+        folder = folder2
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    for text in TEXTS:
+        want = tok.encode(text, add_special_tokens=False).ids
+        got = brisk.tokenize(folder, text, "--special", "--no-bos") if text else []
+        assert got == want, (text, got, want)
+
+
+def _refused(brisk, path, needle):
+    r = brisk.run("generate", "--model", path, "--prompt-ids", "1 2 3", "-n", "1", check=False)
+    lines = r.err_lines()
+    assert r.returncode == 1, f"exit {r.returncode}; stderr {lines!r}"
+    assert len(lines) == 1 and lines[0].startswith("brisk: error: "), lines
+    assert needle in lines[0], lines
+    return lines[0]
+
+
+def test_refusals(brisk, folders, tmp_path):
+    src, _ = folders.get("llama", "F32")
+
+    def copy(name):
+        d = tmp_path / name
+        shutil.copytree(src, d)
+        return d
+
+    d = copy("arch")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["architectures"] = ["MambaForCausalLM"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    line = _refused(brisk, d, "unsupported architecture 'MambaForCausalLM'")
+    for a in ("LlamaForCausalLM", "Qwen3ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM"):
+        assert a in line
+
+    d = copy("regex")
+    tj = json.loads((d / "tokenizer.json").read_text())
+    tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "[a-z]+|\\s+"}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+         "use_regex": False}]}
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    _refused(brisk, d, "pre-tokenizer regex '[a-z]+|\\s+'")
+
+    d = copy("wordpiece")
+    tj["model"]["type"] = "WordPiece"
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    _refused(brisk, d, "model type 'WordPiece' is not supported")
+
+    d = copy("notok")
+    (d / "tokenizer.json").unlink()
+    _refused(brisk, d, "tokenizer.json")
+
+    d = copy("header")
+    raw = bytearray((d / "model.safetensors").read_bytes())
+    raw[0:8] = (len(raw)).to_bytes(8, "little")
+    (d / "model.safetensors").write_bytes(bytes(raw))
+    _refused(brisk, d, "safetensors: header of")
+
+    d = copy("tensor")
+    (d / "model.safetensors").unlink()
+    from synth_hf import write_safetensors
+    write_safetensors(d / "model.safetensors",
+                      {"model.layers.0.self_attn.rotary_pos.weight": np.zeros(4, np.float32)},
+                      "F32")
+    _refused(brisk, d, "is not one brisk reads for LlamaForCausalLM")
+
+
+def test_server_chats_on_a_folder(start_server, folders):
+    folder, _ = folders.get("qwen3", "BF16")
+    srv = start_server(folder)
+    try:
+        c = srv.client(api_key="x")
+        served = c.models.list().data[0].id
+        assert served == folder.name  # the folder's name, as general.name
+        r = c.chat.completions.create(model=served, messages=[{"role": "user", "content": "hi"}],
+                                      max_tokens=4, temperature=0)
+        assert r.choices[0].finish_reason in ("length", "stop")
+        # The folder's ChatML template: 'hi' in it is 9 tokens of this vocabulary.
+        rendered = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        assert r.usage.prompt_tokens == len(srv_tokens(folder, rendered))
+    finally:
+        srv.stop()
+
+
+def srv_tokens(folder, text):
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(str(folder / "tokenizer.json")).encode(
+        text, add_special_tokens=False).ids
