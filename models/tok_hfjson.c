@@ -44,6 +44,7 @@ typedef struct hfj {
     int n;
     int spm;             /* SentencePiece style (Metaspace / Replace), else byte level */
     int add_space;       /* SPM: a "▁" before the text */
+    int metaspace;       /* SPM: Metaspace adds it only where the text has no space first */
     const char *pre;     /* byte level: tokenizer.ggml.pre */
     const char **merges; /* [n_merges] "a b", owned strings */
     int n_merges;
@@ -150,6 +151,7 @@ static int read_spm_style(hfj *h, const cJSON *norm, const cJSON *pt, char *err,
             return ERR(BRISK_EUNSUPPORTED, "tokenizer.json: Metaspace replacement is not U+2581");
         const cJSON *sch = get(pt, "prepend_scheme");
         const cJSON *aps = get(pt, "add_prefix_space");
+        h->metaspace = 1;
         h->add_space = cJSON_IsString(sch) ? strcmp(sch->valuestring, "never") != 0
                        : aps               ? cJSON_IsTrue(aps)
                                            : 1;
@@ -385,6 +387,8 @@ static int write_keys(hfj *h, const cJSON *root, const cJSON *cfg, const char *j
                 : gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, h->score,
                                       (uint64_t)h->n);
         rc = rc ? rc : gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", h->add_space);
+        if (h->metaspace)
+            rc = rc ? rc : gguf_writer_set_bool(w, "brisk.tokenizer.prefix_unless_space", 1);
     } else {
         uint64_t *ml = malloc(((size_t)h->n_merges + 1) * sizeof *ml);
         if (!ml)

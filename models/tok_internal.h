@@ -90,6 +90,9 @@ struct tok_vocab {
     int32_t bos, eos, eot, unk, pad; /* -1 = none */
     int add_bos;
     int add_space_prefix; /* SPM */
+    /* SPM: no prefix when the text already starts with a space, as a
+     * tokenizer.json Metaspace pre-tokenizer does (tok_hfjson.c) */
+    int prefix_unless_space;
 
     /* Tokens matched in the text under TOK_PARSE_SPECIAL (control and
      * user-defined), grouped by first byte and longest first within a group:

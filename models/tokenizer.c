@@ -622,6 +622,8 @@ int tok_vocab_create_from_gguf(const gguf_file *gf, tok_vocab **out, char *err, 
     v->add_space_prefix = type == TOK_TYPE_SPM;
     if ((rc = read_bool(gf, "tokenizer.ggml.add_bos_token", &v->add_bos, err, err_len)) < 0 ||
         (rc = read_bool(gf, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err,
+                        err_len)) < 0 ||
+        (rc = read_bool(gf, "brisk.tokenizer.prefix_unless_space", &v->prefix_unless_space, err,
                         err_len)) < 0)
         goto fail;
     if (type == TOK_TYPE_BPE && (rc = pre_from_name(v, gf, err, err_len)) < 0)
@@ -702,7 +704,9 @@ static int encode_plain(const tok_vocab *v, const char *s, size_t n, int after_s
     if (n == 0)
         return 0;
     if (v->type == TOK_TYPE_SPM)
-        return tok_spm_encode(v, s, n, v->add_space_prefix && after_special, ids);
+        return tok_spm_encode(
+            v, s, n,
+            v->add_space_prefix && after_special && !(v->prefix_unless_space && s[0] == ' '), ids);
     return tok_bpe_encode(v, s, n, ids);
 }
 

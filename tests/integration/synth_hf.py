@@ -209,3 +209,48 @@ def write_folder(folder, spec, gguf_tensors, dtype="F32", hf_arch=None, chat_tem
             v = (v + np.float32(1)).astype(np.float32)
         out[name] = (v, "F32")
     return out
+
+
+SPM_CORPUS = ["the cat sat on the mat", "hello world, hello there",
+              "a quick brown fox jumps over the lazy dog",
+              "tokenizers are fun; sentencepiece too", "def main(): return 0"] * 20
+
+
+def spm_tokenizer_json(style):
+    """A SentencePiece-style BPE tokenizer.json (byte fallback, <unk> <s>
+    </s>, the 256 <0xXX> byte tokens, merges learnt by the `tokenizers`
+    trainer within words) in one of the layouts of real files:
+      "llama2": normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer
+      "metaspace": Metaspace pre-tokenizer, prepend_scheme "first" (Mistral)
+      "gemma": normalizer Replace(" ", "▁") alone (no space prefix)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    t = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    t.normalizer = normalizers.Replace(" ", "▁")
+    t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    t.train_from_iterator(SPM_CORPUS, trainers.BpeTrainer(
+        vocab_size=200, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
+    j = json.loads(t.to_str())
+    old = j["model"]["vocab"]
+    specials = ["<unk>", "<s>", "</s>"]
+    order = specials + [f"<0x{b:02X}>" for b in range(256)] + \
+        [k for k, _ in sorted(old.items(), key=lambda kv: kv[1]) if k not in specials]
+    j["model"]["vocab"] = {k: i for i, k in enumerate(order)}
+    j["added_tokens"] = [dict(a, id=order.index(a["content"])) for a in j["added_tokens"]]
+    j["model"]["byte_fallback"] = True
+    if style == "llama2":
+        j["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "▁"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
+        j["pre_tokenizer"] = None
+    elif style == "metaspace":
+        j["normalizer"] = None
+        j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
+                              "split": False}
+    else:
+        j["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
+        j["pre_tokenizer"] = None
+    j["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"}]}
+    return json.dumps(j, ensure_ascii=False)

@@ -249,3 +249,28 @@ def srv_tokens(folder, text):
     from tokenizers import Tokenizer
     return Tokenizer.from_file(str(folder / "tokenizer.json")).encode(
         text, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize("style", ["llama2", "metaspace", "gemma"])
+def test_spm_style_tokenizer_json_equals_tokenizers(brisk, folders, tmp_path, style):
+    """SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Gemma
+    layouts): brisk's ids equal the `tokenizers` package's, unknown
+    characters as <0xXX> bytes."""
+    from tokenizers import Tokenizer
+
+    from synth_hf import spm_tokenizer_json
+
+    src, _ = folders.get("llama", "F32")
+    d = tmp_path / style
+    d.mkdir()
+    shutil.copy(src / "config.json", d / "config.json")
+    (d / "tokenizer.json").write_text(spm_tokenizer_json(style))
+    (d / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True}))
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    for text in TEXTS[:-1] + ["the cat sat on the mat", " leading space", "hello  world"]:
+        want = tok.encode(text, add_special_tokens=False).ids
+        got = brisk.tokenize(d, text, "--no-bos")
+        assert got == want, (style, text, got, want)
+    # add_bos_token: BOS first by default.
+    assert brisk.tokenize(d, "the cat")[0] == 1
