@@ -578,6 +578,89 @@ static const hf_arch *find_arch(const cJSON *cfg, char *err, size_t err_len, int
     return NULL;
 }
 
+/* generation_config.json (optional): the sampling fields vLLM's
+ * --generation-config auto takes, and the eos ids, as brisk.generation.*
+ * keys (model.h's model_generation; read_extra_eog in tokenizer.c). */
+static int read_generation(const char *dir, hf_build *b, char *err, size_t err_len) {
+    size_t pl = strlen(dir) + 32;
+    char *path = malloc(pl);
+    if (!path)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    snprintf(path, pl, "%s/generation_config.json", dir);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        free(path);
+        return 0;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int rc = brisk_file_read(path, HF_MAX_CONFIG_BYTES, "generation_config.json", &text, &len, err,
+                             err_len);
+    free(path);
+    if (rc < 0)
+        return rc;
+    cJSON *g = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(g)) {
+        cJSON_Delete(g);
+        return ERR(BRISK_EFORMAT, "generation_config.json: not a JSON object");
+    }
+    static const struct {
+        const char *key;
+        float lo, hi;
+        int lo_open;
+    } fields[] = {
+        {"temperature", 0.0f, 100.0f, 0},
+        {"top_p", 0.0f, 1.0f, 1},
+        {"min_p", 0.0f, 1.0f, 0},
+        {"repetition_penalty", 0.0f, 10.0f, 1},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0] && rc == 0; i++) {
+        float v = 0.0f;
+        int r = cfg_float(g, fields[i].key, &v, err, err_len);
+        if (r == BRISK_ENOTFOUND)
+            continue;
+        if (r < 0 || !(v >= fields[i].lo && v <= fields[i].hi) ||
+            (fields[i].lo_open && v == fields[i].lo)) {
+            rc = ERR(BRISK_EFORMAT, "generation_config.json: '%s' is not a number in %s%g, %g]",
+                     fields[i].key, fields[i].lo_open ? "(" : "[", (double)fields[i].lo,
+                     (double)fields[i].hi);
+            break;
+        }
+        char key[64];
+        snprintf(key, sizeof key, "brisk.generation.%s", fields[i].key);
+        if (gguf_writer_set_f32(b->w, key, v) < 0)
+            rc = ERR(BRISK_ENOMEM, "hf: out of memory");
+    }
+    int k = 0;
+    if (rc == 0 && cfg_get(g, "top_k")) {
+        if ((rc = cfg_int(g, "top_k", &k, err, err_len)) == 0 &&
+            gguf_writer_set_u32(b->w, "brisk.generation.top_k", (uint32_t)k) < 0)
+            rc = ERR(BRISK_ENOMEM, "hf: out of memory");
+    }
+    /* eos_token_id: one id or a list. */
+    const cJSON *eos = cfg_get(g, "eos_token_id");
+    if (rc == 0 && eos) {
+        int32_t ids[64];
+        int n = 0;
+        const cJSON *one = cJSON_IsArray(eos) ? eos->child : eos;
+        for (; one && rc == 0; one = cJSON_IsArray(eos) ? one->next : NULL) {
+            double d = cJSON_IsNumber(one) ? one->valuedouble : -1.0;
+            if (!(d >= 0.0 && d < 2147483648.0) || d != floor(d) || n == 64)
+                rc = ERR(BRISK_EFORMAT,
+                         "generation_config.json: 'eos_token_id' is not up to 64 token ids");
+            else
+                ids[n++] = (int32_t)d;
+        }
+        if (rc == 0 && n > 0 &&
+            gguf_writer_set_arr(b->w, "brisk.generation.eos_token_ids", GGUF_TYPE_INT32, ids,
+                                (uint64_t)n) < 0)
+            rc = ERR(BRISK_ENOMEM, "hf: out of memory");
+    }
+    cJSON_Delete(g);
+    return rc;
+}
+
 static int build(const char *dir, hf_build *b, char *err, size_t err_len) {
     size_t pl = strlen(dir) + 32;
     char *path = malloc(pl);
@@ -611,7 +694,7 @@ static int build(const char *dir, hf_build *b, char *err, size_t err_len) {
         return rc;
     if ((rc = tok_hfjson_to_gguf(dir, b->w, err, err_len)) < 0)
         return rc;
-    return 0;
+    return read_generation(dir, b, err, err_len);
 }
 
 int model_hf_build_gguf(const char *path, int vocab_only, uint8_t **image, size_t *len, char *err,

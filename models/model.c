@@ -797,6 +797,53 @@ const char *model_get_file_type(const model *m) {
     return m->file_type[0] ? m->file_type : NULL;
 }
 
+/* The brisk.generation.* keys (model.h), each checked against its range. */
+static int model_read_generation(model *m, char *err, size_t err_len) {
+    static const struct {
+        const char *key;
+        unsigned bit;
+        float lo, hi;
+        int lo_open;
+    } keys[] = {
+        {"brisk.generation.temperature", MODEL_GEN_TEMPERATURE, 0.0f, 100.0f, 0},
+        {"brisk.generation.top_p", MODEL_GEN_TOP_P, 0.0f, 1.0f, 1},
+        {"brisk.generation.min_p", MODEL_GEN_MIN_P, 0.0f, 1.0f, 0},
+        {"brisk.generation.repetition_penalty", MODEL_GEN_REPETITION_PENALTY, 0.0f, 10.0f, 1},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        float v;
+        int rc = gguf_get_f32(m->gf, keys[i].key, &v);
+        if (rc == BRISK_ENOTFOUND)
+            continue;
+        if (rc < 0 || !(v >= keys[i].lo && v <= keys[i].hi) || (keys[i].lo_open && v == keys[i].lo))
+            return ERR(BRISK_EFORMAT, "model: metadata key '%s' is not a number in %s%g, %g]",
+                       keys[i].key, keys[i].lo_open ? "(" : "[", (double)keys[i].lo,
+                       (double)keys[i].hi);
+        m->gen.has |= keys[i].bit;
+        if (keys[i].bit == MODEL_GEN_TEMPERATURE)
+            m->gen.temperature = v;
+        else if (keys[i].bit == MODEL_GEN_TOP_P)
+            m->gen.top_p = v;
+        else if (keys[i].bit == MODEL_GEN_MIN_P)
+            m->gen.min_p = v;
+        else
+            m->gen.repetition_penalty = v;
+    }
+    uint32_t k;
+    int rc = gguf_get_u32(m->gf, "brisk.generation.top_k", &k);
+    if (rc < 0 && rc != BRISK_ENOTFOUND)
+        return ERR(BRISK_EFORMAT, "model: metadata key 'brisk.generation.top_k' is not a u32");
+    if (rc == 0) {
+        m->gen.has |= MODEL_GEN_TOP_K;
+        m->gen.top_k = k > (1u << 24) ? 1 << 24 : (int)k;
+    }
+    return 0;
+}
+
+const model_generation *model_get_generation(const model *m) {
+    return &m->gen;
+}
+
 /* Everything after the file is open: metadata, vocabulary, tensors. m->gf is
  * set; on failure the caller frees m. */
 static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *err, size_t err_len) {
@@ -806,6 +853,8 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
     if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0)
         return rc;
     if ((rc = model_load_tensors(m, pool, err, err_len)) < 0)
+        return rc;
+    if ((rc = model_read_generation(m, err, err_len)) < 0)
         return rc;
     if (tok_n_vocab(m->vocab) > m->cfg.n_vocab)
         return ERR(BRISK_EFORMAT, "model: tokenizer has %d tokens but the embedding has %d rows",

@@ -23,6 +23,7 @@ struct model {
     size_t arena_used, arena_cap;
     char *name;
     char *chat_template;
+    model_generation gen; /* brisk.generation.* keys */
     int64_t n_params;
     size_t weight_bytes;
 };

@@ -49,9 +49,9 @@ static void h_readyz(srv_req *r) {
 
 static void h_models(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    char *json =
-        srv_api_models_json(app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0,
-                            app->ready ? model_get_file_type(app->m) : NULL);
+    char *json = srv_api_models_json(
+        app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0,
+        app->ready ? model_get_file_type(app->m) : NULL, app->ready ? &app->gen_defaults : NULL);
     if (!json) {
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
@@ -127,6 +127,8 @@ static void on_engine(uv_async_t *a) {
             app->m = sched_engine_model(app->eng);
             app->vocab = model_get_vocab(app->m);
             app->max_ctx = sched_engine_max_ctx(app->eng);
+            if (app->cfg.generation_config == 0)
+                app->gen_defaults = *model_get_generation(app->m);
             int mp = model_get_config(app->m)->pooling;
             app->pooling = app->cfg.pooling ? app->cfg.pooling
                            : mp == 1        ? SCHED_POOL_MEAN

@@ -274,3 +274,48 @@ def test_spm_style_tokenizer_json_equals_tokenizers(brisk, folders, tmp_path, st
         assert got == want, (style, text, got, want)
     # add_bos_token: BOS first by default.
     assert brisk.tokenize(d, "the cat")[0] == 1
+
+
+def test_generation_config_defaults(brisk, start_server, folders, tmp_path):
+    """generation_config.json's sampling fields fill what a request leaves
+    out (--generation-config auto, the default), /v1/models says which
+    defaults are in force, and its eos ids end a generation; vllm keeps
+    brisk's neutral defaults."""
+    src, _ = folders.get("qwen3", "BF16")
+    m, _ = folders.logits("qwen3", "BF16")
+    greedy = folders.ref.greedy(m, PROMPT_IDS, 8)[len(PROMPT_IDS):]
+    d = tmp_path / "gen"
+    shutil.copytree(src, d)
+    # temperature 0: greedy unless a request asks otherwise; a token of the
+    # greedy continuation (the first after the start not seen before) is an eos id.
+    cut = next(i for i in range(1, len(greedy)) if greedy[i] not in greedy[:i])
+    stop_id = greedy[cut]
+    (d / "generation_config.json").write_text(json.dumps(
+        {"do_sample": False, "temperature": 0.0, "top_k": 7, "top_p": 0.5,
+         "repetition_penalty": 1.0, "eos_token_id": [VOCAB.eos, stop_id]}))
+    srv = start_server(d)
+    try:
+        r = srv.request("GET", "/v1/models")
+        gd = r.json()["data"][0]["generation_defaults"]
+        assert gd == {"source": "generation_config", "temperature": 0, "top_p": 0.5,
+                      "top_k": 7, "min_p": 0, "repetition_penalty": 1}, gd
+        body = {"prompt": PROMPT_IDS, "max_tokens": 8}
+        outs = set()
+        for _ in range(3):
+            r = srv.request("POST", "/v1/completions", body)
+            assert r.status == 200, r.body
+            c = r.json()["choices"][0]
+            outs.add(c["text"])
+            assert c["finish_reason"] == "stop"
+        assert outs == {VOCAB.decode(greedy[:cut]).decode("utf-8", errors="replace")}
+    finally:
+        srv.stop()
+    srv = start_server(d, "--generation-config", "vllm")
+    try:
+        gd = srv.request("GET", "/v1/models").json()["data"][0]["generation_defaults"]
+        assert gd["source"] == "brisk" and gd["temperature"] == 1 and gd["top_k"] == -1, gd
+    finally:
+        srv.stop()
+    # A value out of range is refused, naming the file.
+    (d / "generation_config.json").write_text(json.dumps({"top_p": 1.5}))
+    _refused(brisk, d, "generation_config.json: 'top_p'")
