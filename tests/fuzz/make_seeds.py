@@ -535,11 +535,46 @@ def safetensors_seeds():
     put("index-empty", b"\x01" + b'{"weight_map":{}}')
 
 
+def hfjson_seeds():
+    """fuzz_hfjson: tokenizer.json, then 0x1E and tokenizer_config.json."""
+    put = writer("fuzz_hfjson")
+    sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+    try:
+        from synth_hf import spm_tokenizer_json, write_tokenizer
+    except ImportError as e:
+        sys.exit(f"make_seeds.py: needs the test venv (numpy, gguf, tokenizers): {e}")
+    cfg = json.dumps({"bos_token": "<|endoftext|>", "eos_token": {"content": "<|endoftext|>"},
+                      "add_bos_token": False, "chat_template": "{{ messages }}"})
+    with tempfile.TemporaryDirectory() as td:
+        import pathlib
+        for strings in (False, True):
+            p = write_tokenizer(pathlib.Path(td), merges_as_strings=strings)
+            text = p.read_text()
+            put(f"gpt2-{'strings' if strings else 'pairs'}", text.encode() + b"\x1e" + cfg.encode())
+            j = json.loads(text)
+            j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+                 "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}
+            if not strings:
+                put("llama3-split", json.dumps(j).encode())
+    for style in ("llama2", "metaspace", "gemma"):
+        put(f"spm-{style}", spm_tokenizer_json(style).encode() + b"\x1e" + json.dumps(
+            {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True}).encode())
+    put("wordpiece", b'{"model":{"type":"WordPiece","vocab":{"a":0}}}')
+    put("tiny-bpe", b'{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":[["a","b"]]},'
+        b'"pre_tokenizer":{"type":"ByteLevel","use_regex":true}}')
+
+
 def main():
     if sys.argv[1:] == ["safetensors"]:  # one target alone: no test venv needed
         safetensors_seeds()
         return
+    if sys.argv[1:] == ["hfjson"]:
+        hfjson_seeds()
+        return
     safetensors_seeds()
+    hfjson_seeds()
     tools_stream_seeds()
     json_seeds()
     anthropic_seeds()
