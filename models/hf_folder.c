@@ -634,8 +634,9 @@ static int read_generation(const char *dir, hf_build *b, char *err, size_t err_l
     }
     int k = 0;
     if (rc == 0 && cfg_get(g, "top_k")) {
-        if ((rc = cfg_int(g, "top_k", &k, err, err_len)) == 0 &&
-            gguf_writer_set_u32(b->w, "brisk.generation.top_k", (uint32_t)k) < 0)
+        if (cfg_int(g, "top_k", &k, err, err_len) < 0)
+            rc = ERR(BRISK_EFORMAT, "generation_config.json: 'top_k' is not an integer >= 0");
+        else if (gguf_writer_set_u32(b->w, "brisk.generation.top_k", (uint32_t)k) < 0)
             rc = ERR(BRISK_ENOMEM, "hf: out of memory");
     }
     /* eos_token_id: one id or a list. */
