@@ -319,3 +319,43 @@ def test_generation_config_defaults(brisk, start_server, folders, tmp_path):
     # A value out of range is refused, naming the file.
     (d / "generation_config.json").write_text(json.dumps({"top_p": 1.5}))
     _refused(brisk, d, "generation_config.json: 'top_p'")
+
+
+LLAMA3_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+             "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+QWEN2_RE = LLAMA3_RE.replace("\\p{N}{1,3}", "\\p{N}")
+
+
+@pytest.mark.parametrize("pre", ["llama3", "qwen2", "smollm"])
+def test_byte_level_pre_tokenizers_equal_tokenizers(brisk, folders, tmp_path, pre):
+    """The Split expressions brisk recognises (Llama 3's, with ignore_merges
+    as its files set it; Qwen 2's) and SmolLM's Digits + ByteLevel: brisk's
+    hand-written pre-tokenizers give the `tokenizers` package's ids."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    from synth_gguf import CONTROL
+
+    src, _ = folders.get("llama", "F32")
+    d = tmp_path / pre
+    d.mkdir()
+    shutil.copy(src / "config.json", d / "config.json")
+    vocab = {t: i for i, t in enumerate(VOCAB.tokens)}
+    merges = [tuple(m.split(" ")) for m in VOCAB.merges]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=pre == "llama3"))
+    bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pre == "smollm")
+    if pre == "smollm":
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), bl])
+    else:
+        split = pre_tokenizers.Split(Regex(LLAMA3_RE if pre == "llama3" else QWEN2_RE),
+                                     behavior="isolated", invert=False)
+        tok.pre_tokenizer = pre_tokenizers.Sequence([split, bl])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(c, special=True, normalized=False) for c in CONTROL])
+    tok.save(str(d / "tokenizer.json"))
+    texts = TEXTS[:-1] + ["I'M here, you'LL see 12345678 it's", "a\r\n\r\n  b   \n c",
+                          "x=1;y+=22 // 333!!!"]
+    for text in texts:
+        want = tok.encode(text, add_special_tokens=False).ids
+        got = brisk.tokenize(d, text, "--special", "--no-bos")
+        assert got == want, (pre, text, got, want)
