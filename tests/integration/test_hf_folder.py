@@ -230,11 +230,11 @@ def test_refusals(brisk, folders, tmp_path):
 
 def test_server_chats_on_a_folder(start_server, folders):
     folder, _ = folders.get("qwen3", "BF16")
-    srv = start_server(folder)
+    srv = start_server(str(folder) + "/config.json")
     try:
         c = srv.client(api_key="x")
         served = c.models.list().data[0].id
-        assert served == folder.name  # the folder's name, as general.name
+        assert served == folder.name  # the folder's name, given as DIR/config.json
         r = c.chat.completions.create(model=served, messages=[{"role": "user", "content": "hi"}],
                                       max_tokens=4, temperature=0)
         assert r.choices[0].finish_reason in ("length", "stop")
