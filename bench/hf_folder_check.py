@@ -308,10 +308,12 @@ def main():
     ap.add_argument("--brisk", default=str(ROOT / "build" / "bin" / "brisk"))
     ap.add_argument("--work", default=None, help="where to write folders (default: a temp dir)")
     ap.add_argument("--out", default=None, help="JSON report file")
+    ap.add_argument("--keep", action="store_true", help="keep the folders and files written")
     a = ap.parse_args()
     report = []
     with tempfile.TemporaryDirectory(dir=a.work) as td:
-        root = Path(td)
+        root = Path(tempfile.mkdtemp(dir=a.work) if a.keep else td)
+        print(f"writing under {root}", file=sys.stderr)
         if a.gguf:
             compare(a.brisk, a.gguf, gguf_to_folder(a.gguf, root / "numpy"), "numpy", report)
             if a.transformers:
