@@ -155,6 +155,10 @@ static const opt OPTS[] = {
     {S, O_POOLING, "--pooling", NULL, T_CHOICE, 0, 0, "mean|last", "mean|last",
      "embedding pooling (the GGUF's pooling_type, else last)", ME,
      VALS(SCHED_POOL_MEAN, SCHED_POOL_LAST), .to = {SV(pooling)}},
+    {S, O_GENERATION_CONFIG, "--generation-config", NULL, T_CHOICE, 0, 0, "auto|vllm", "auto|vllm",
+     "sampling defaults for fields a request leaves out (auto: the model's\n"
+     "generation_config.json; vllm: brisk's neutral ones)",
+     ME, VALS(0, 1), .to = {SV(generation_config)}},
     {S, O_HOST, "--host", NULL, T_STR, 1, 0, NULL, "ADDR", "address to listen on (127.0.0.1)", ME,
      .to = {SV(host)}},
     {S, O_PORT, "--port", NULL, T_INT, 0, 65535, NULL, "N",

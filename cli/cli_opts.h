@@ -64,6 +64,7 @@ typedef enum {
     O_CHAT_TEMPLATE,
     O_EMBEDDINGS,
     O_POOLING,
+    O_GENERATION_CONFIG,
     O_SERVED_NAME,
     O_HOST,
     O_PORT,

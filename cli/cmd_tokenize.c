@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
 #include "models/gguf.h"
+#include "models/hf_folder.h"
 #include "models/tokenizer.h"
 
 int cmd_tokenize(int argc, char **argv) {
@@ -27,8 +28,13 @@ int cmd_tokenize(int argc, char **argv) {
     gguf_file *gf = NULL;
     tok_vocab *vocab = NULL;
     int32_t *ids = NULL;
+    uint8_t *image = NULL; /* a Hugging Face folder's metadata as GGUF */
+    size_t image_len = 0;
     int status = 1;
-    if (gguf_open(model_path, &gf, err, sizeof err) < 0 ||
+    int hf = model_hf_is_folder(model_path);
+    if ((hf && model_hf_build_gguf(model_path, 1, &image, &image_len, err, sizeof err) < 0) ||
+        (hf ? gguf_open_memory(image, image_len, &gf, err, sizeof err)
+            : gguf_open(model_path, &gf, err, sizeof err)) < 0 ||
         tok_vocab_create_from_gguf(gf, &vocab, err, sizeof err) < 0) {
         cli_error("%s", err);
         goto out;
@@ -53,5 +59,6 @@ out:
     free(ids);
     tok_vocab_free(vocab);
     gguf_close(gf);
+    free(image);
     return status;
 }

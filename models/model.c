@@ -16,6 +16,7 @@
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_kquant.h"
+#include "models/hf_folder.h"
 #include "models/model_internal.h"
 
 #define ERR(code, ...) brisk_set_err(err, err_len, code, __VA_ARGS__)
@@ -796,6 +797,53 @@ const char *model_get_file_type(const model *m) {
     return m->file_type[0] ? m->file_type : NULL;
 }
 
+/* The brisk.generation.* keys (model.h), each checked against its range. */
+static int model_read_generation(model *m, char *err, size_t err_len) {
+    static const struct {
+        const char *key;
+        unsigned bit;
+        float lo, hi;
+        int lo_open;
+    } keys[] = {
+        {"brisk.generation.temperature", MODEL_GEN_TEMPERATURE, 0.0f, 100.0f, 0},
+        {"brisk.generation.top_p", MODEL_GEN_TOP_P, 0.0f, 1.0f, 1},
+        {"brisk.generation.min_p", MODEL_GEN_MIN_P, 0.0f, 1.0f, 0},
+        {"brisk.generation.repetition_penalty", MODEL_GEN_REPETITION_PENALTY, 0.0f, 10.0f, 1},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        float v;
+        int rc = gguf_get_f32(m->gf, keys[i].key, &v);
+        if (rc == BRISK_ENOTFOUND)
+            continue;
+        if (rc < 0 || !(v >= keys[i].lo && v <= keys[i].hi) || (keys[i].lo_open && v == keys[i].lo))
+            return ERR(BRISK_EFORMAT, "model: metadata key '%s' is not a number in %s%g, %g]",
+                       keys[i].key, keys[i].lo_open ? "(" : "[", (double)keys[i].lo,
+                       (double)keys[i].hi);
+        m->gen.has |= keys[i].bit;
+        if (keys[i].bit == MODEL_GEN_TEMPERATURE)
+            m->gen.temperature = v;
+        else if (keys[i].bit == MODEL_GEN_TOP_P)
+            m->gen.top_p = v;
+        else if (keys[i].bit == MODEL_GEN_MIN_P)
+            m->gen.min_p = v;
+        else
+            m->gen.repetition_penalty = v;
+    }
+    uint32_t k;
+    int rc = gguf_get_u32(m->gf, "brisk.generation.top_k", &k);
+    if (rc < 0 && rc != BRISK_ENOTFOUND)
+        return ERR(BRISK_EFORMAT, "model: metadata key 'brisk.generation.top_k' is not a u32");
+    if (rc == 0) {
+        m->gen.has |= MODEL_GEN_TOP_K;
+        m->gen.top_k = k > (1u << 24) ? 1 << 24 : (int)k;
+    }
+    return 0;
+}
+
+const model_generation *model_get_generation(const model *m) {
+    return &m->gen;
+}
+
 /* Everything after the file is open: metadata, vocabulary, tensors. m->gf is
  * set; on failure the caller frees m. */
 static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *err, size_t err_len) {
@@ -805,6 +853,8 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
     if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0)
         return rc;
     if ((rc = model_load_tensors(m, pool, err, err_len)) < 0)
+        return rc;
+    if ((rc = model_read_generation(m, err, err_len)) < 0)
         return rc;
     if (tok_n_vocab(m->vocab) > m->cfg.n_vocab)
         return ERR(BRISK_EFORMAT, "model: tokenizer has %d tokens but the embedding has %d rows",
@@ -834,13 +884,17 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
     return 0;
 }
 
-/* Opens the file (path) or the buffer (buf, len) and loads from it. */
-static int model_load_from(const char *path, const void *buf, size_t len,
+/* Opens the file (path) or the buffer (buf, len) and loads from it; image,
+ * when not NULL, is buf and passes to the model, which frees it. */
+static int model_load_from(const char *path, const void *buf, size_t len, uint8_t *image,
                            const model_load_opts *opts, model **out, char *err, size_t err_len) {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
-    if (!m)
+    if (!m) {
+        free(image);
         return ERR(BRISK_ENOMEM, "model: out of memory");
+    }
+    m->image = image;
     m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
     m->x8 = model_want_x8(opts);
     m->keep_stored = opts && opts->keep_stored;
@@ -848,7 +902,11 @@ static int model_load_from(const char *path, const void *buf, size_t len,
     int rc = path ? gguf_open(path, &m->gf, err, err_len)
                   : gguf_open_memory(buf, len, &m->gf, err, err_len);
     if (rc == 0)
-        rc = model_load_gguf(m, path ? path : "(memory)", pool, err, err_len);
+        rc = model_load_gguf(m,
+                             path    ? path
+                             : image ? "(Hugging Face folder)"
+                                     : "(memory)",
+                             pool, err, err_len);
     if (rc < 0) {
         model_free(m);
         return rc;
@@ -865,12 +923,24 @@ int model_load(const char *path, const model_load_opts *opts, model **out, char 
         *out = NULL;
         return ERR(BRISK_EINVAL, "model: no path");
     }
-    return model_load_from(path, NULL, 0, opts, out, err, err_len);
+    /* A Hugging Face folder (or its config.json) becomes the GGUF image the
+     * converter would write (hf_folder.h), loaded by the same path. */
+    if (model_hf_is_folder(path)) {
+        uint8_t *image;
+        size_t len;
+        int rc = model_hf_build_gguf(path, 0, &image, &len, err, err_len);
+        if (rc < 0) {
+            *out = NULL;
+            return rc;
+        }
+        return model_load_from(NULL, image, len, image, opts, out, err, err_len);
+    }
+    return model_load_from(path, NULL, 0, NULL, opts, out, err, err_len);
 }
 
 int model_load_memory(const void *buf, size_t len, const model_load_opts *opts, model **out,
                       char *err, size_t err_len) {
-    return model_load_from(NULL, buf, len, opts, out, err, err_len);
+    return model_load_from(NULL, buf, len, NULL, opts, out, err, err_len);
 }
 
 void model_free(model *m) {
@@ -883,6 +953,7 @@ void model_free(model *m) {
     tok_vocab_free(m->vocab);
     gguf_close(m->gf);
     gguf_close(m->tok_gf);
+    free(m->image); /* after the gguf_file that points into it */
     free(m->name);
     free(m->chat_template);
     free(m);

@@ -20,6 +20,7 @@
 #include "kv/kv_cache.h"
 #include "models/gguf.h"
 #include "models/model_arch.h"
+#include "models/model_gen.h"
 #include "models/tokenizer.h"
 
 /* Compute format of the matrix weights, chosen at load (--weights). */
@@ -183,6 +184,11 @@ const char *model_get_file_type(const model *m);
  * unless the output is tied, when the whole table is read as the output). */
 int64_t model_n_params(const model *m);
 size_t model_weight_bytes(const model *m);
+
+/* The model's own sampling defaults: models/model_gen.h. */
+
+/* Owned by the model; has == 0 when it gives none. */
+const model_generation *model_get_generation(const model *m);
 
 /* ---- forward ----------------------------------------------------------- */
 

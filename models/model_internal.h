@@ -13,6 +13,7 @@ struct model {
     tok_vocab *vocab;
     gguf_file *gf;     /* owns the mmap that unconverted weights point into */
     gguf_file *tok_gf; /* dummy models: the file the vocabulary came from, or NULL */
+    uint8_t *image;    /* a Hugging Face folder's GGUF image (hf_folder.h) gf reads, or NULL */
     void **owned;      /* buffers of converted tensors, freed with the model */
     int n_owned;
     size_t cap_owned;
@@ -22,6 +23,7 @@ struct model {
     size_t arena_used, arena_cap;
     char *name;
     char *chat_template;
+    model_generation gen; /* brisk.generation.* keys */
     int64_t n_params;
     size_t weight_bytes;
 };

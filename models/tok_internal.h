@@ -88,8 +88,13 @@ struct tok_vocab {
     int ignore_merges; /* BPE: a word that is a whole token skips merging (Llama-3) */
 
     int32_t bos, eos, eot, unk, pad; /* -1 = none */
+    int32_t *extra_eog;              /* more ids that end a generation (read_extra_eog) */
+    int n_extra_eog;
     int add_bos;
     int add_space_prefix; /* SPM */
+    /* SPM: no prefix when the text already starts with a space, as a
+     * tokenizer.json Metaspace pre-tokenizer does (tok_hfjson.c) */
+    int prefix_unless_space;
 
     /* Tokens matched in the text under TOK_PARSE_SPECIAL (control and
      * user-defined), grouped by first byte and longest first within a group:

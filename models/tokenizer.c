@@ -36,6 +36,7 @@ void tok_vocab_free(tok_vocab *v) {
     free(v->score);
     free(v->ttype);
     free(v->is_eog);
+    free(v->extra_eog);
     free(v->by_text.slot);
     free(v->merges.key);
     free(v->merges.rank);
@@ -396,11 +397,41 @@ static void mark_eog(tok_vocab *v) {
         v->is_eog[v->eos] = 1;
     if (v->eot >= 0)
         v->is_eog[v->eot] = 1;
+    for (int i = 0; i < v->n_extra_eog; i++)
+        v->is_eog[v->extra_eog[i]] = 1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         int32_t id = tok_lookup(v, names[i], strlen(names[i]));
         if (id >= 0 && v->ttype[id] == TOK_T_CONTROL)
             v->is_eog[id] = 1;
     }
+}
+
+/* brisk.generation.eos_token_ids (a Hugging Face folder's
+ * generation_config.json eos_token_id list): more ids that end a
+ * generation, each inside the vocabulary. */
+static int read_extra_eog(tok_vocab *v, const gguf_file *gf, char *err, size_t err_len) {
+    gguf_type et;
+    uint64_t n;
+    const void *data;
+    int rc = gguf_get_arr(gf, "brisk.generation.eos_token_ids", &et, &n, &data);
+    if (rc == BRISK_ENOTFOUND)
+        return 0;
+    if (rc < 0 || et != GGUF_TYPE_INT32)
+        return brisk_set_err(err, err_len, BRISK_EFORMAT,
+                             "tokenizer: brisk.generation.eos_token_ids is not an int32 array");
+    v->extra_eog = calloc(n ? n : 1, sizeof *v->extra_eog);
+    if (!v->extra_eog)
+        return brisk_set_err(err, err_len, BRISK_ENOMEM, "tokenizer: out of memory");
+    for (uint64_t i = 0; i < n; i++) {
+        int32_t id;
+        memcpy(&id, (const uint8_t *)data + 4 * i, 4);
+        if (id < 0 || id >= v->n)
+            return brisk_set_err(err, err_len, BRISK_EFORMAT,
+                                 "tokenizer: eos token id %d is outside the vocabulary of %d", id,
+                                 v->n);
+        v->extra_eog[v->n_extra_eog++] = id;
+    }
+    return 0;
 }
 
 static int pre_from_name(tok_vocab *v, const gguf_file *gf, char *err, size_t err_len) {
@@ -622,9 +653,13 @@ int tok_vocab_create_from_gguf(const gguf_file *gf, tok_vocab **out, char *err, 
     v->add_space_prefix = type == TOK_TYPE_SPM;
     if ((rc = read_bool(gf, "tokenizer.ggml.add_bos_token", &v->add_bos, err, err_len)) < 0 ||
         (rc = read_bool(gf, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err,
+                        err_len)) < 0 ||
+        (rc = read_bool(gf, "brisk.tokenizer.prefix_unless_space", &v->prefix_unless_space, err,
                         err_len)) < 0)
         goto fail;
     if (type == TOK_TYPE_BPE && (rc = pre_from_name(v, gf, err, err_len)) < 0)
+        goto fail;
+    if ((rc = read_extra_eog(v, gf, err, err_len)) < 0)
         goto fail;
 
     if ((rc = build_text_map(v)) < 0) {
@@ -702,7 +737,9 @@ static int encode_plain(const tok_vocab *v, const char *s, size_t n, int after_s
     if (n == 0)
         return 0;
     if (v->type == TOK_TYPE_SPM)
-        return tok_spm_encode(v, s, n, v->add_space_prefix && after_special, ids);
+        return tok_spm_encode(
+            v, s, n,
+            v->add_space_prefix && after_special && !(v->prefix_unless_space && s[0] == ' '), ids);
     return tok_bpe_encode(v, s, n, ids);
 }
 

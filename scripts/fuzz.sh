@@ -30,7 +30,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 ALL_TARGETS=(fuzz_http fuzz_json_completions fuzz_json_chat fuzz_gguf fuzz_tokenizer
              fuzz_chat_template fuzz_sse fuzz_audit fuzz_cli_opts fuzz_grammar fuzz_schema
-             fuzz_anthropic)
+             fuzz_anthropic fuzz_safetensors fuzz_hfjson)
 
 usage() {
     echo "usage: $0 TARGET|all SECONDS [JOBS] [--merge]   (targets: ${ALL_TARGETS[*]})" >&2
@@ -64,6 +64,7 @@ max_len() {
     fuzz_http) echo 24576 ;; # past the 16 KiB read buffer, for pipelined floods
     fuzz_json_* | fuzz_chat_template | fuzz_anthropic) echo 4096 ;;
     fuzz_sse) echo 2048 ;;
+    fuzz_safetensors | fuzz_hfjson) echo 16384 ;; # the seeds: headers and tokenizer.json up to 8 KB
     *) echo 1024 ;;
     esac
 }

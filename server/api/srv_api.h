@@ -95,6 +95,9 @@ typedef struct srv_gen_params {
     int has_priority;     /* priority was given */
     float timeout_s;      /* brisk's deadline from arrival, seconds (0, 86400]; 0: none given */
     int n_unknown_fields; /* top-level fields not understood, ignored */
+    /* MODEL_GEN_* bits (models/model.h) of the sampling fields the request
+     * gave: the others take the model's defaults (--generation-config auto) */
+    unsigned given;
 } srv_gen_params;
 
 /* One completions prompt: text, or token ids (is_tokens). */
@@ -306,13 +309,19 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
                               int want_logprobs);
 
 /* /v1/models: {"object":"list","data":[{"id","object":"model","created",
- * "owned_by","max_model_len","file_type"}]}; max_model_len <= 0 and
- * file_type NULL (dummy weights, still loading) leave them out. */
+ * "owned_by","max_model_len","file_type","generation_defaults"}]};
+ * max_model_len <= 0 and file_type NULL (dummy weights, still loading) leave
+ * them out. gen (NULL: left out, still loading) gives the sampling defaults
+ * in force: {"source": "generation_config" with the model's fields, or
+ * "brisk" when it gives none or --generation-config vllm}. */
+struct model_generation;
 char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,
-                          int max_model_len, const char *file_type);
+                          int max_model_len, const char *file_type,
+                          const struct model_generation *gen);
 /* /v1/models/{id}: the one model object of the list above. */
 char *srv_api_model_json(const char *model_id, int64_t created, const char *owned_by,
-                         int max_model_len, const char *file_type);
+                         int max_model_len, const char *file_type,
+                         const struct model_generation *gen);
 
 /* /tokenize: {"count","max_model_len","tokens"[,"token_strs"]}; strs NULL
  * leaves token_strs out, else strs[i] holds str_lens[i] bytes. */

@@ -19,6 +19,7 @@
 #include "common/brisk_error.h"
 #include "common/brisk_utf8.h"
 #include "models/grammar.h"
+#include "models/model_gen.h"
 #include "server/api/srv_api.h"
 #include "server/api/srv_api_json.h"
 #include "server/api/srv_schema.h"
@@ -745,14 +746,18 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
     if ((rc = get_float(f[F_TEMPERATURE], "temperature", 0, API_TEMPERATURE_MAX, 0, &p->temperature,
                         err)) < 0)
         return rc;
+    p->given |= rc == 1 ? MODEL_GEN_TEMPERATURE : 0;
     if ((rc = get_float(f[F_TOP_P], "top_p", 0, 1, 1, &p->top_p, err)) < 0)
         return rc;
+    p->given |= rc == 1 ? MODEL_GEN_TOP_P : 0;
     if ((rc = get_int32(f[F_TOP_K], "top_k", -1, INT32_MAX, &p->top_k, err)) < 0)
         return rc;
+    p->given |= rc == 1 ? MODEL_GEN_TOP_K : 0;
     if (p->top_k == 0)
         p->top_k = -1;
     if ((rc = get_float(f[F_MIN_P], "min_p", 0, 1, 0, &p->min_p, err)) < 0)
         return rc;
+    p->given |= rc == 1 ? MODEL_GEN_MIN_P : 0;
     if ((rc = get_int32(f[F_N], "n", 1, lim->max_n, &p->n, err)) < 0)
         return rc;
     if ((rc = parse_stop(f[F_STOP], lim, p, err)) < 0)
@@ -779,6 +784,7 @@ static int parse_params(const cJSON *f[F_COUNT], unsigned kind, const srv_api_li
     if ((rc = get_float(f[F_REPETITION_PENALTY], "repetition_penalty", 0, API_REPETITION_MAX, 1,
                         &p->repetition_penalty, err)) < 0)
         return rc;
+    p->given |= rc == 1 ? MODEL_GEN_REPETITION_PENALTY : 0;
     if ((rc = parse_logit_bias(f[F_LOGIT_BIAS], lim, p, err)) < 0)
         return rc;
     if (kind == K_CMPL) {

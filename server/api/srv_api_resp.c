@@ -17,6 +17,7 @@
 #include "common/brisk_alloc.h"
 #include "common/brisk_buf.h"
 #include "common/brisk_utf8.h"
+#include "models/model_gen.h"
 #include "server/api/srv_api.h"
 #include "server/api/srv_api_json.h"
 
@@ -29,6 +30,11 @@ static void w_int(brisk_buf *w, long long v) {
     char b[32];
     int n = snprintf(b, sizeof b, "%lld", v);
     brisk_buf_put(w, b, (size_t)n);
+}
+
+/* A finite float, shortest form that reads back to the same float. */
+static void w_float(brisk_buf *w, float v) {
+    brisk_buf_printf(w, "%.9g", isfinite(v) ? (double)v : 0.0);
 }
 
 /* A JSON string of the bytes s[0..n): ill-formed UTF-8 becomes U+FFFD, '"',
@@ -437,8 +443,31 @@ char *srv_api_chat_chunk_json(const char *id, int64_t created, const char *model
     return w_choices_end(&w, usage);
 }
 
+/* The sampling defaults a request's missing fields take; brisk's own are
+ * those of the OpenAI API (temperature 1, top_p 1, no top_k, min_p or
+ * repetition penalty). */
+static void w_gen_defaults(brisk_buf *w, const model_generation *g) {
+    const model_generation none = {0};
+    if (!g)
+        g = &none;
+    brisk_buf_str(w, ",\"generation_defaults\":{\"source\":");
+    w_cstr(w, g->has ? "generation_config" : "brisk");
+    brisk_buf_str(w, ",\"temperature\":");
+    w_float(w, g->has & MODEL_GEN_TEMPERATURE ? g->temperature : 1.0f);
+    brisk_buf_str(w, ",\"top_p\":");
+    w_float(w, g->has & MODEL_GEN_TOP_P ? g->top_p : 1.0f);
+    brisk_buf_str(w, ",\"top_k\":");
+    w_int(w, g->has & MODEL_GEN_TOP_K && g->top_k > 0 ? g->top_k : -1);
+    brisk_buf_str(w, ",\"min_p\":");
+    w_float(w, g->has & MODEL_GEN_MIN_P ? g->min_p : 0.0f);
+    brisk_buf_str(w, ",\"repetition_penalty\":");
+    w_float(w, g->has & MODEL_GEN_REPETITION_PENALTY ? g->repetition_penalty : 1.0f);
+    brisk_buf_str(w, "}");
+}
+
 static void w_model(brisk_buf *w, const char *model_id, int64_t created, const char *owned_by,
-                    int max_model_len, const char *file_type) {
+                    int max_model_len, const char *file_type, const model_generation *gen,
+                    int with_gen) {
     brisk_buf_str(w, "{\"id\":");
     w_cstr(w, model_id);
     brisk_buf_str(w, ",\"object\":\"model\",\"created\":");
@@ -453,22 +482,24 @@ static void w_model(brisk_buf *w, const char *model_id, int64_t created, const c
         brisk_buf_str(w, ",\"file_type\":");
         w_cstr(w, file_type);
     }
+    if (with_gen)
+        w_gen_defaults(w, gen);
     brisk_buf_str(w, "}");
 }
 
 char *srv_api_models_json(const char *model_id, int64_t created, const char *owned_by,
-                          int max_model_len, const char *file_type) {
+                          int max_model_len, const char *file_type, const model_generation *gen) {
     brisk_buf w = {0};
     brisk_buf_str(&w, "{\"object\":\"list\",\"data\":[");
-    w_model(&w, model_id, created, owned_by, max_model_len, file_type);
+    w_model(&w, model_id, created, owned_by, max_model_len, file_type, gen, gen != NULL);
     brisk_buf_str(&w, "]}");
     return brisk_buf_take(&w, NULL);
 }
 
 char *srv_api_model_json(const char *model_id, int64_t created, const char *owned_by,
-                         int max_model_len, const char *file_type) {
+                         int max_model_len, const char *file_type, const model_generation *gen) {
     brisk_buf w = {0};
-    w_model(&w, model_id, created, owned_by, max_model_len, file_type);
+    w_model(&w, model_id, created, owned_by, max_model_len, file_type, gen, gen != NULL);
     return brisk_buf_take(&w, NULL);
 }
 

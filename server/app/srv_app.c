@@ -49,9 +49,9 @@ static void h_readyz(srv_req *r) {
 
 static void h_models(srv_req *r) {
     srv_app *app = srv_req_app(r);
-    char *json =
-        srv_api_models_json(app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0,
-                            app->ready ? model_get_file_type(app->m) : NULL);
+    char *json = srv_api_models_json(
+        app->served_name, app->created, "brisk", app->ready ? app->max_ctx : 0,
+        app->ready ? model_get_file_type(app->m) : NULL, app->ready ? &app->gen_defaults : NULL);
     if (!json) {
         srv_respond_code(r, BRISK_ENOMEM, NULL);
         return;
@@ -127,6 +127,8 @@ static void on_engine(uv_async_t *a) {
             app->m = sched_engine_model(app->eng);
             app->vocab = model_get_vocab(app->m);
             app->max_ctx = sched_engine_max_ctx(app->eng);
+            if (app->cfg.generation_config == 0)
+                app->gen_defaults = *model_get_generation(app->m);
             int mp = model_get_config(app->m)->pooling;
             app->pooling = app->cfg.pooling ? app->cfg.pooling
                            : mp == 1        ? SCHED_POOL_MEAN
@@ -364,11 +366,24 @@ static void on_http_finish(void *user, const srv_req *r, int status) {
 
 /* ---- run ------------------------------------------------------------------- */
 
+/* The served name from --model: a GGUF's file name without .gguf, or a
+ * Hugging Face folder's name (given as DIR, DIR/ or DIR/config.json). */
 static const char *base_name(const char *path, char *out, size_t cap) {
-    const char *b = strrchr(path, '/');
-    b = b ? b + 1 : path;
-    snprintf(out, cap, "%s", b);
-    size_t n = strlen(out);
+    char p[1024];
+    snprintf(p, sizeof p, "%s", path);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = '\0';
+    if (n >= 11 && strcmp(p + n - 11, "config.json") == 0 && (n == 11 || p[n - 12] == '/')) {
+        n = n > 11 ? n - 12 : 0;
+        p[n] = '\0';
+        while (n > 1 && p[n - 1] == '/')
+            p[--n] = '\0';
+    }
+    const char *b = strrchr(p, '/');
+    b = b && b[1] ? b + 1 : p;
+    snprintf(out, cap, "%s", b[0] && strcmp(b, ".") ? b : "model");
+    n = strlen(out);
     if (n > 5 && strcmp(out + n - 5, ".gguf") == 0)
         out[n - 5] = '\0';
     return out;

@@ -40,6 +40,10 @@ typedef struct srv_app_config {
     double request_timeout_s; /* --request-timeout: default deadline (0: none) */
     int embeddings;           /* --embeddings: serve /v1/embeddings */
     int pooling;              /* --pooling: SCHED_POOL_*; 0: the model's, else last */
+    /* --generation-config: 0 auto (the model's own sampling defaults, a
+     * folder's generation_config.json, fill what a request leaves out, as
+     * vLLM's auto), 1 vllm (brisk's neutral defaults) */
+    int generation_config;
     sched_engine_config engine;
     srv_http_config http;
 } srv_app_config;
@@ -79,7 +83,10 @@ typedef struct srv_app {
     int max_ctx;
     model_chat_format chat;
     srv_api_limits limits;
-    int pooling;   /* /v1/embeddings' SCHED_POOL_* (cfg, else the model's, else last) */
+    int pooling; /* /v1/embeddings' SCHED_POOL_* (cfg, else the model's, else last) */
+    /* the sampling defaults in force (--generation-config auto: the model's;
+     * vllm: none, has == 0) */
+    model_generation gen_defaults;
     gen_req *live; /* generation requests waiting for engine events */
     int n_live;
 } srv_app;

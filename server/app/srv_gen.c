@@ -605,6 +605,20 @@ static int make_params(srv_app *app, gen_req *g, const srv_gen_params *p, int pr
     s.top_p = p->top_p;
     s.min_p = p->min_p;
     s.repetition_penalty = p->repetition_penalty;
+    /* The model's own defaults (--generation-config auto) for what the
+     * request left out. */
+    const model_generation *d = &app->gen_defaults;
+    unsigned take = d->has & ~p->given;
+    if (take & MODEL_GEN_TEMPERATURE)
+        s.temperature = d->temperature;
+    if (take & MODEL_GEN_TOP_K)
+        s.top_k = d->top_k;
+    if (take & MODEL_GEN_TOP_P)
+        s.top_p = d->top_p;
+    if (take & MODEL_GEN_MIN_P)
+        s.min_p = d->min_p;
+    if (take & MODEL_GEN_REPETITION_PENALTY)
+        s.repetition_penalty = d->repetition_penalty;
     s.presence_penalty = p->presence_penalty;
     s.frequency_penalty = p->frequency_penalty;
     s.penalty_last_n = 0;

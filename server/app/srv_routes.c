@@ -61,7 +61,8 @@ void srv_route_model(srv_req *r) {
     }
     reply_json(r, srv_api_model_json(app->served_name, app->created, "brisk",
                                      app->ready ? app->max_ctx : 0,
-                                     app->ready ? model_get_file_type(app->m) : NULL));
+                                     app->ready ? model_get_file_type(app->m) : NULL,
+                                     app->ready ? &app->gen_defaults : NULL));
 }
 
 void srv_route_version(srv_req *r) {

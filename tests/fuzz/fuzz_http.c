@@ -111,7 +111,7 @@ static void h_text(srv_req *r) {
 
 static void h_models(srv_req *r) {
     check_request(r);
-    char *j = srv_api_models_json("fuzz-model", 1700000000, "brisk", 2048, "Q4_K_M");
+    char *j = srv_api_models_json("fuzz-model", 1700000000, "brisk", 2048, "Q4_K_M", NULL);
     if (!j) {
         srv_respond_error(r, 500, NULL, NULL, NULL, "out of memory");
         return;

@@ -482,7 +482,99 @@ def tools_stream_seeds():
     put("json-limit", bytes([3 | 4, 5]) + ('{"tool_calls": [%s]}' % calls).encode())
 
 
+# ---- safetensors ---------------------------------------------------------------
+
+def st_file(tensors, metadata=None, pad=8):
+    """A safetensors file by hand (no package needed): tensors is a list of
+    (name, dtype, shape, raw bytes), written in order."""
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((-len(h)) % pad)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def safetensors_seeds():
+    """fuzz_safetensors: byte 0 even + a safetensors file, or odd + an index."""
+    put = writer("fuzz_safetensors")
+    f32 = lambda *v: struct.pack(f"<{len(v)}f", *v)
+    f16 = lambda *v: struct.pack(f"<{len(v)}e", *v)
+    bf16 = lambda *v: b"".join(struct.pack("<f", x)[2:] for x in v)
+    good = st_file([("a.weight", "F32", [2, 2], f32(1, -2, 0.5, 3)),
+                    ("b", "F16", [2], f16(1.5, -0.25)),
+                    ("c", "BF16", [1, 2], bf16(2, -8)),
+                    ("empty", "F32", [0, 5], b""),
+                    ("s", "F32", [], f32(7))], metadata={"format": "pt"})
+    put("mixed", b"\x00" + good)
+    layers = []
+    for l in range(2):
+        for w, shape in (("self_attn.q_proj", [8, 8]), ("self_attn.k_proj", [4, 8]),
+                         ("mlp.up_proj", [16, 8]), ("input_layernorm", [8])):
+            n = 1
+            for d in shape:
+                n *= d
+            layers.append((f"model.layers.{l}.{w}.weight", "BF16", shape,
+                           bf16(*[(i % 7) / 7.0 for i in range(n)])))
+    put("llama-like-bf16", b"\x00" + st_file(layers, metadata={"format": "pt"}))
+    put("f16-unaligned", b"\x00" + st_file([("x", "F16", [3], f16(1, 2, 3)),
+                                             ("y", "F32", [1], f32(4))], pad=1))
+    put("ints", b"\x00" + st_file([("i", "I64", [2], struct.pack("<2q", 1, -1)),
+                                   ("m", "BOOL", [3], b"\x01\x00\x01"),
+                                   ("q", "F8_E4M3", [2], b"\x10\x20")]))
+    put("empty-header", b"\x00" + st_file([]))
+    put("cut", b"\x00" + good[:40])
+    put("index", b"\x01" + json.dumps({"metadata": {"total_size": 20}, "weight_map": {
+        "x": "model-00001-of-00002.safetensors",
+        "y": "model-00002-of-00002.safetensors"}}).encode())
+    put("index-dotdot", b"\x01" + b'{"weight_map":{"x":"../model.safetensors"}}')
+    put("index-empty", b"\x01" + b'{"weight_map":{}}')
+
+
+def hfjson_seeds():
+    """fuzz_hfjson: tokenizer.json, then 0x1E and tokenizer_config.json."""
+    put = writer("fuzz_hfjson")
+    sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+    try:
+        from synth_hf import spm_tokenizer_json, write_tokenizer
+    except ImportError as e:
+        sys.exit(f"make_seeds.py: needs the test venv (numpy, gguf, tokenizers): {e}")
+    cfg = json.dumps({"bos_token": "<|endoftext|>", "eos_token": {"content": "<|endoftext|>"},
+                      "add_bos_token": False, "chat_template": "{{ messages }}"})
+    with tempfile.TemporaryDirectory() as td:
+        import pathlib
+        for strings in (False, True):
+            p = write_tokenizer(pathlib.Path(td), merges_as_strings=strings)
+            text = p.read_text()
+            put(f"gpt2-{'strings' if strings else 'pairs'}", text.encode() + b"\x1e" + cfg.encode())
+            j = json.loads(text)
+            j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+                 "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}
+            if not strings:
+                put("llama3-split", json.dumps(j).encode())
+    for style in ("llama2", "metaspace", "gemma"):
+        put(f"spm-{style}", spm_tokenizer_json(style).encode() + b"\x1e" + json.dumps(
+            {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True}).encode())
+    put("wordpiece", b'{"model":{"type":"WordPiece","vocab":{"a":0}}}')
+    put("tiny-bpe", b'{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":[["a","b"]]},'
+        b'"pre_tokenizer":{"type":"ByteLevel","use_regex":true}}')
+
+
 def main():
+    if sys.argv[1:] == ["safetensors"]:  # one target alone: no test venv needed
+        safetensors_seeds()
+        return
+    if sys.argv[1:] == ["hfjson"]:
+        hfjson_seeds()
+        return
+    safetensors_seeds()
+    hfjson_seeds()
     tools_stream_seeds()
     json_seeds()
     anthropic_seeds()

@@ -284,8 +284,9 @@ def make_tensors(s):
     return t
 
 
-def write_model(path, s, vocab=VOCAB, chat_template=None):
-    """Writes the model of spec s to path; returns path."""
+def write_model(path, s, vocab=VOCAB, chat_template=None, tensors=None):
+    """Writes the model of spec s to path (its tensors: make_tensors(s), or
+    the given name -> (values, type) dict); returns path."""
     a = s.arch
     w = gguf.GGUFWriter(str(path), a)
     w.add_name(f"synthetic-{a}")
@@ -329,7 +330,7 @@ def write_model(path, s, vocab=VOCAB, chat_template=None):
         w.add_chat_template(chat_template)
 
     blocks_rng = np.random.default_rng(s.seed + 7919)  # random blocks, in file order
-    for name, (vals, qt) in make_tensors(s).items():
+    for name, (vals, qt) in (tensors if tensors is not None else make_tensors(s)).items():
         _store(w, name, qt, vals, blocks_rng)
     w.write_header_to_file()
     w.write_kv_data_to_file()

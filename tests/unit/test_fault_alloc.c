@@ -290,7 +290,7 @@ static char *build(int which) {
     case 2: return srv_api_completion_chunk_json("cmpl-1", 1, "m", &ch[0], NULL, 1);
     case 3: return srv_api_chat_chunk_json("chatcmpl-1", 1, "m", &ch[0], 1, NULL, 1);
     case 4: return srv_api_chat_chunk_json("chatcmpl-1", 1, "m", NULL, 0, &usage, 0);
-    case 5: return srv_api_models_json("m", 1700000000, "brisk", 512, "Q4_K_M");
+    case 5: return srv_api_models_json("m", 1700000000, "brisk", 512, "Q4_K_M", NULL);
     case 6: return srv_api_error_json(&e);
     case 7: return srv_sse_event("{\"a\":1}", &n);
     case 8: return srv_sse_error(&e, &n);

@@ -459,7 +459,7 @@ static void test_chunks(void) {
 }
 
 static void test_models_sse(void) {
-    cJSON *o = parse_out(srv_api_models_json("smol", 123, "brisk", 2048, "Q4_1"), "models");
+    cJSON *o = parse_out(srv_api_models_json("smol", 123, "brisk", 2048, "Q4_1", NULL), "models");
     const cJSON *d0 = cJSON_GetArrayItem(get(o, "data"), 0);
     CHECK(is_str(o, "object", "list") && is_str(d0, "id", "smol") &&
               is_str(d0, "object", "model") && is_num(d0, "created", 123) &&
@@ -467,7 +467,7 @@ static void test_models_sse(void) {
               is_str(d0, "file_type", "Q4_1"),
           "models");
     cJSON_Delete(o);
-    o = parse_out(srv_api_models_json("smol", 123, "brisk", 0, NULL), "models, no len");
+    o = parse_out(srv_api_models_json("smol", 123, "brisk", 0, NULL, NULL), "models, no len");
     CHECK(!get(cJSON_GetArrayItem(get(o, "data"), 0), "max_model_len"), "max_model_len omitted");
     CHECK(!get(cJSON_GetArrayItem(get(o, "data"), 0), "file_type"), "file_type omitted");
     cJSON_Delete(o);

@@ -1,0 +1,742 @@
+/* hf_folder.c - a Hugging Face folder as a GGUF image (hf_folder.h): the
+ * architecture, config-key and tensor-name tables, and the conversions
+ * llama.cpp's converter applies on the way. */
+#include "models/hf_folder.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/brisk_error.h"
+#include "common/brisk_file.h"
+#include "models/gguf_write.h"
+#include "models/model_arch.h"
+#include "models/safetensors.h"
+#include "models/tok_hfjson.h"
+
+/* config.json of the largest models is a few KB; 16 MiB bounds a hostile one. */
+#define HF_MAX_CONFIG_BYTES (16u << 20)
+#define ERR(code, ...) brisk_set_err(err, err_len, code, __VA_ARGS__)
+
+/* One Hugging Face architecture: the row of model_arch.c it fills and what
+ * the converter changes for it. */
+typedef struct hf_arch {
+    const char *hf;   /* config.json "architectures"[0] */
+    const char *arch; /* the model_arch.c row */
+    /* q/k rows reordered from rotate-half to adjacent pairs (the llama row
+     * rotates adjacent pairs, as llama.cpp's converter leaves its files) */
+    int permute_qk;
+    int norm_plus_one; /* Gemma: the folder stores w, brisk (as GGUF) w + 1 */
+    /* Gemma 2/3: post_attention_layernorm is the attention's post-norm and
+     * pre_feedforward_layernorm the MLP's input norm */
+    int gemma_norms;
+    const char *act; /* the activation config.json must name */
+} hf_arch;
+
+static const hf_arch HF_ARCHS[] = {
+    {"LlamaForCausalLM", "llama", 1, 0, 0, "silu"},
+    {"MistralForCausalLM", "llama", 1, 0, 0, "silu"},
+    {"Qwen2ForCausalLM", "qwen2", 0, 0, 0, "silu"},
+    {"Qwen3ForCausalLM", "qwen3", 0, 0, 0, "silu"},
+    {"GemmaForCausalLM", "gemma", 0, 1, 0, "gelu_pytorch_tanh"},
+    {"Gemma2ForCausalLM", "gemma2", 0, 1, 1, "gelu_pytorch_tanh"},
+    {"Gemma3ForCausalLM", "gemma3", 0, 1, 1, "gelu_pytorch_tanh"},
+    {"Phi3ForCausalLM", "phi3", 0, 0, 0, "silu"},
+};
+#define N_HF_ARCHS ((int)(sizeof HF_ARCHS / sizeof HF_ARCHS[0]))
+
+const char *model_hf_arch_list(char *buf, size_t len) {
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    size_t at = 0;
+    for (int i = 0; i < N_HF_ARCHS && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", HF_ARCHS[i].hf);
+    return buf;
+}
+
+/* config.json keys onto "<arch>.<suffix>" metadata; 'u' an integer, 'f' a
+ * float. A null value is the same as an absent one. */
+typedef struct hf_key {
+    const char *hf;
+    const char *gguf;
+    char kind;
+    int required;
+} hf_key;
+
+static const hf_key HF_KEYS[] = {
+    {"num_hidden_layers", "block_count", 'u', 1},
+    {"hidden_size", "embedding_length", 'u', 1},
+    {"intermediate_size", "feed_forward_length", 'u', 1},
+    {"num_attention_heads", "attention.head_count", 'u', 1},
+    {"num_key_value_heads", "attention.head_count_kv", 'u', 0},
+    {"max_position_embeddings", "context_length", 'u', 0},
+    {"head_dim", "attention.key_length", 'u', 0},
+    {"head_dim", "attention.value_length", 'u', 0},
+    {"rope_theta", "rope.freq_base", 'f', 0},
+    {"rms_norm_eps", "attention.layer_norm_rms_epsilon", 'f', 0},
+    {"rope_local_base_freq", "rope.local.freq_base", 'f', 0},
+    {"attn_logit_softcapping", "attn_logit_softcapping", 'f', 0},
+    {"final_logit_softcapping", "final_logit_softcapping", 'f', 0},
+};
+
+/* Per-layer tensor names, "model.layers.N." + hf -> "blk.N." + gguf; gguf
+ * NULL: a tensor the converter drops. */
+typedef struct hf_tensor_name {
+    const char *hf;
+    const char *gguf;
+} hf_tensor_name;
+
+static const hf_tensor_name HF_LAYER_TENSORS[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"mlp.gate_up_proj.weight", "ffn_up.weight"}, /* Phi-3: gate and up, gate first */
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    {"self_attn.rotary_emb.inv_freq", NULL}, /* older checkpoints: computed, not read */
+};
+
+int model_hf_is_folder(const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return 1;
+    const char *slash = strrchr(path, '/');
+    return !strcmp(slash ? slash + 1 : path, "config.json");
+}
+
+/* ---- config.json ----------------------------------------------------------- */
+
+typedef struct hf_build {
+    const hf_arch *a;
+    gguf_writer *w;
+    int n_layers, n_heads, n_kv_heads, head_dim, dim;
+    int tied;
+    void **bufs; /* converted tensors, alive until the image is written */
+    int n_bufs;
+    size_t cap_bufs;
+} hf_build;
+
+static const cJSON *cfg_get(const cJSON *cfg, const char *key) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    return cJSON_IsNull(j) ? NULL : j;
+}
+
+/* An integer in [0, 2^31) or BRISK_EFORMAT; BRISK_ENOTFOUND when absent. */
+static int cfg_int(const cJSON *cfg, const char *key, int *out, char *err, size_t err_len) {
+    const cJSON *j = cfg_get(cfg, key);
+    if (!j)
+        return BRISK_ENOTFOUND;
+    double d = cJSON_IsNumber(j) ? j->valuedouble : -1.0;
+    if (!(d >= 0.0 && d < 2147483648.0) || d != floor(d))
+        return ERR(BRISK_EFORMAT, "config.json: '%s' is not an integer in [0, 2^31)", key);
+    *out = (int)d;
+    return 0;
+}
+
+static int cfg_float(const cJSON *cfg, const char *key, float *out, char *err, size_t err_len) {
+    const cJSON *j = cfg_get(cfg, key);
+    if (!j)
+        return BRISK_ENOTFOUND;
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || !isfinite((float)j->valuedouble))
+        return ERR(BRISK_EFORMAT, "config.json: '%s' is not a finite number", key);
+    *out = (float)j->valuedouble;
+    return 0;
+}
+
+static int set_arch_u32(hf_build *b, const char *suffix, uint32_t v) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", b->a->arch, suffix);
+    return gguf_writer_set_u32(b->w, key, v);
+}
+
+static int set_arch_f32(hf_build *b, const char *suffix, float v) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", b->a->arch, suffix);
+    return gguf_writer_set_f32(b->w, key, v);
+}
+
+static void *keep_buf(hf_build *b, size_t bytes) {
+    if ((size_t)b->n_bufs == b->cap_bufs) {
+        size_t cap = b->cap_bufs ? 2 * b->cap_bufs : 64;
+        void **nb = realloc(b->bufs, cap * sizeof *nb);
+        if (!nb)
+            return NULL;
+        b->bufs = nb;
+        b->cap_bufs = cap;
+    }
+    void *p = malloc(bytes ? bytes : 1);
+    if (p)
+        b->bufs[b->n_bufs++] = p;
+    return p;
+}
+
+/* Gemma's local/global pattern from layer_types, where given: layer l is
+ * local iff l % p < p - 1. A family without windows must have every layer
+ * global. */
+static int read_layer_types(hf_build *b, const cJSON *cfg, int has_swa, char *err, size_t err_len) {
+    const cJSON *lt = cfg_get(cfg, "layer_types");
+    if (!lt)
+        return 0;
+    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != b->n_layers)
+        return ERR(BRISK_EFORMAT, "config.json: 'layer_types' is not an array of %d names",
+                   b->n_layers);
+    int p = 0, l = 0;
+    for (const cJSON *x = lt->child; x; x = x->next, l++) {
+        if (!cJSON_IsString(x) || (strcmp(x->valuestring, "full_attention") &&
+                                   strcmp(x->valuestring, "sliding_attention")))
+            return ERR(BRISK_EUNSUPPORTED,
+                       "config.json: layer_types[%d] is not 'full_attention' or "
+                       "'sliding_attention'",
+                       l);
+        if (!p && !strcmp(x->valuestring, "full_attention"))
+            p = l + 1;
+    }
+    if (!has_swa) {
+        if (p != 1 || b->n_layers > 1)
+            for (const cJSON *x = lt->child; x; x = x->next)
+                if (strcmp(x->valuestring, "full_attention"))
+                    return ERR(BRISK_EUNSUPPORTED,
+                               "config.json: sliding-window layers are not supported for %s",
+                               b->a->hf);
+        return 0;
+    }
+    if (!p)
+        return ERR(BRISK_EUNSUPPORTED, "config.json: layer_types has no full_attention layer");
+    l = 0;
+    for (const cJSON *x = lt->child; x; x = x->next, l++)
+        if ((l % p < p - 1) != !strcmp(x->valuestring, "sliding_attention"))
+            return ERR(BRISK_EUNSUPPORTED,
+                       "config.json: layer_types is not a repeating local/global pattern "
+                       "(layer %d)",
+                       l);
+    return set_arch_u32(b, "attention.sliding_window_pattern", (uint32_t)p) < 0
+               ? ERR(BRISK_ENOMEM, "hf: out of memory")
+               : 0;
+}
+
+/* Llama 3.1's frequency divisors (rope_type "llama3"), as the converter
+ * computes its rope_freqs tensor: long wavelengths are divided by factor,
+ * short ones kept, the band between blended. */
+static int rope_llama3(hf_build *b, const cJSON *rs, float base, int n_rot, char *err,
+                       size_t err_len) {
+    float factor = 8.0f, lo = 1.0f, hi = 4.0f;
+    int orig = 8192, rc;
+    if ((rc = cfg_float(rs, "factor", &factor, err, err_len)) < 0 && rc != BRISK_ENOTFOUND)
+        return rc;
+    if ((rc = cfg_float(rs, "low_freq_factor", &lo, err, err_len)) < 0 && rc != BRISK_ENOTFOUND)
+        return rc;
+    if ((rc = cfg_float(rs, "high_freq_factor", &hi, err, err_len)) < 0 && rc != BRISK_ENOTFOUND)
+        return rc;
+    if ((rc = cfg_int(rs, "original_max_position_embeddings", &orig, err, err_len)) < 0 &&
+        rc != BRISK_ENOTFOUND)
+        return rc;
+    if (!(factor > 0.0f) || !(lo > 0.0f) || !(hi > lo) || orig <= 0 || n_rot < 2 || n_rot > 65536)
+        return ERR(BRISK_EFORMAT, "config.json: rope_scaling (llama3) has values out of range");
+    float *f = keep_buf(b, (size_t)(n_rot / 2) * sizeof *f);
+    if (!f)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    double lo_wl = orig / (double)lo, hi_wl = orig / (double)hi;
+    for (int i = 0; i < n_rot / 2; i++) {
+        double freq = 1.0 / pow((double)base, 2.0 * i / n_rot);
+        double wl = 2.0 * M_PI / freq;
+        if (wl < hi_wl)
+            f[i] = 1.0f;
+        else if (wl > lo_wl)
+            f[i] = factor;
+        else {
+            double smooth = (orig / wl - lo) / (hi - lo);
+            f[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+    }
+    int64_t ne[1] = {n_rot / 2};
+    return gguf_writer_add_tensor(b->w, "rope_freqs.weight", KERN_TYPE_F32, 1, ne, f) < 0
+               ? ERR(BRISK_ENOMEM, "hf: out of memory")
+               : 0;
+}
+
+static int read_rope_scaling(hf_build *b, const cJSON *cfg, float base, int n_rot, char *err,
+                             size_t err_len) {
+    const cJSON *rs = cfg_get(cfg, "rope_scaling");
+    if (!rs)
+        return 0;
+    if (!cJSON_IsObject(rs))
+        return ERR(BRISK_EFORMAT, "config.json: 'rope_scaling' is not an object");
+    const cJSON *t = cfg_get(rs, "rope_type");
+    if (!t)
+        t = cfg_get(rs, "type");
+    const char *type = cJSON_IsString(t) ? t->valuestring : NULL;
+    if (!type)
+        return ERR(BRISK_EFORMAT, "config.json: rope_scaling has no rope_type");
+    if (!strcmp(type, "default"))
+        return 0;
+    if (!strcmp(type, "linear")) {
+        float factor = 0.0f;
+        int rc = cfg_float(rs, "factor", &factor, err, err_len);
+        if (rc < 0)
+            return rc == BRISK_ENOTFOUND
+                       ? ERR(BRISK_EFORMAT, "config.json: linear rope_scaling without a factor")
+                       : rc;
+        if (!(factor > 0.0f))
+            return ERR(BRISK_EFORMAT, "config.json: rope_scaling factor %g", (double)factor);
+        char key[128];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", b->a->arch);
+        if (gguf_writer_set_str(b->w, key, "linear") < 0 ||
+            set_arch_f32(b, "rope.scaling.factor", factor) < 0)
+            return ERR(BRISK_ENOMEM, "hf: out of memory");
+        return 0;
+    }
+    if (!strcmp(type, "llama3") && !strcmp(b->a->arch, "llama"))
+        return rope_llama3(b, rs, base, n_rot, err, err_len);
+    char t32[40];
+    snprintf(t32, sizeof t32, "%.32s", type);
+    return ERR(BRISK_EUNSUPPORTED,
+               "config.json: rope_scaling type '%s' is not supported for %s (supported: "
+               "default, linear%s)",
+               t32, b->a->hf, !strcmp(b->a->arch, "llama") ? ", llama3" : "");
+}
+
+static int read_config(hf_build *b, const cJSON *cfg, char *err, size_t err_len) {
+    int rc;
+    for (size_t i = 0; i < sizeof HF_KEYS / sizeof HF_KEYS[0]; i++) {
+        const hf_key *k = &HF_KEYS[i];
+        if (k->kind == 'u') {
+            int v = 0;
+            rc = cfg_int(cfg, k->hf, &v, err, err_len);
+            if (rc == BRISK_ENOTFOUND && k->required)
+                return ERR(BRISK_EFORMAT, "config.json: missing '%s'", k->hf);
+            if (rc == BRISK_ENOTFOUND)
+                continue;
+            if (rc < 0)
+                return rc;
+            if (set_arch_u32(b, k->gguf, (uint32_t)v) < 0)
+                return ERR(BRISK_ENOMEM, "hf: out of memory");
+        } else {
+            float v = 0.0f;
+            rc = cfg_float(cfg, k->hf, &v, err, err_len);
+            if (rc == BRISK_ENOTFOUND)
+                continue;
+            if (rc < 0)
+                return rc;
+            if (set_arch_f32(b, k->gguf, v) < 0)
+                return ERR(BRISK_ENOMEM, "hf: out of memory");
+        }
+    }
+    cfg_int(cfg, "num_hidden_layers", &b->n_layers, err, err_len);
+    cfg_int(cfg, "hidden_size", &b->dim, err, err_len);
+    cfg_int(cfg, "num_attention_heads", &b->n_heads, err, err_len);
+    b->n_kv_heads = b->n_heads;
+    cfg_int(cfg, "num_key_value_heads", &b->n_kv_heads, err, err_len);
+    if (b->n_heads <= 0 || b->n_kv_heads <= 0 || b->n_layers <= 0 || b->dim <= 0)
+        return ERR(BRISK_EFORMAT, "config.json: a zero layer, width or head count");
+    b->head_dim = b->dim / b->n_heads;
+    cfg_int(cfg, "head_dim", &b->head_dim, err, err_len);
+
+    /* The activation: Gemma names it hidden_activation, others hidden_act. */
+    const cJSON *act = cfg_get(cfg, "hidden_activation");
+    if (!act)
+        act = cfg_get(cfg, "hidden_act");
+    if (act && (!cJSON_IsString(act) ||
+                (strcmp(act->valuestring, b->a->act) &&
+                 !(!strcmp(b->a->act, "silu") && !strcmp(act->valuestring, "swish")))))
+        return ERR(BRISK_EUNSUPPORTED,
+                   "config.json: activation '%.32s' is not supported for %s "
+                   "(it runs '%s')",
+                   cJSON_IsString(act) ? act->valuestring : "?", b->a->hf, b->a->act);
+    static const char *const refused_true[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++)
+        if (cJSON_IsTrue(cfg_get(cfg, refused_true[i])) && strcmp(b->a->arch, "qwen2"))
+            return ERR(BRISK_EUNSUPPORTED, "config.json: '%s': true is not supported for %s",
+                       refused_true[i], b->a->hf);
+    if (cfg_get(cfg, "quantization_config"))
+        return ERR(BRISK_EUNSUPPORTED,
+                   "config.json: quantized checkpoints (quantization_config) are not supported; "
+                   "brisk reads F32, F16 and BF16 safetensors");
+    int has_swa = !strcmp(b->a->arch, "gemma2") || !strcmp(b->a->arch, "gemma3");
+    int window = 0;
+    if ((rc = cfg_int(cfg, "sliding_window", &window, err, err_len)) < 0 && rc != BRISK_ENOTFOUND)
+        return rc;
+    if (!strcmp(b->a->arch, "qwen2") || !strcmp(b->a->arch, "qwen3")) {
+        if (cJSON_IsTrue(cfg_get(cfg, "use_sliding_window")))
+            return ERR(BRISK_EUNSUPPORTED,
+                       "config.json: use_sliding_window is not supported for %s", b->a->hf);
+    } else if (window > 0 && set_arch_u32(b, "attention.sliding_window", (uint32_t)window) < 0) {
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    }
+    int pattern = 0;
+    if (has_swa && cfg_int(cfg, "sliding_window_pattern", &pattern, err, err_len) == 0 &&
+        set_arch_u32(b, "attention.sliding_window_pattern", (uint32_t)pattern) < 0)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    if (!cfg_get(cfg, "sliding_window_pattern") &&
+        (rc = read_layer_types(b, cfg, has_swa, err, err_len)) < 0)
+        return rc;
+    float qpas = 0.0f;
+    if (cfg_float(cfg, "query_pre_attn_scalar", &qpas, err, err_len) == 0 &&
+        qpas != (float)b->head_dim)
+        return ERR(BRISK_EUNSUPPORTED,
+                   "config.json: query_pre_attn_scalar %g differs from head_dim %d, which brisk "
+                   "scales queries by",
+                   (double)qpas, b->head_dim);
+    int n_rot = b->head_dim;
+    float prf = 0.0f;
+    if (cfg_float(cfg, "partial_rotary_factor", &prf, err, err_len) == 0) {
+        if (!(prf > 0.0f && prf <= 1.0f))
+            return ERR(BRISK_EFORMAT, "config.json: partial_rotary_factor %g", (double)prf);
+        n_rot = (int)((float)b->head_dim * prf);
+        if (set_arch_u32(b, "rope.dimension_count", (uint32_t)n_rot) < 0)
+            return ERR(BRISK_ENOMEM, "hf: out of memory");
+    }
+    float base = 10000.0f;
+    cfg_float(cfg, "rope_theta", &base, err, err_len);
+    if ((rc = read_rope_scaling(b, cfg, base, n_rot, err, err_len)) < 0)
+        return rc;
+    /* Gemma ties its output to the embeddings unless told otherwise;
+     * transformers' default is the same for every class. */
+    const cJSON *tie = cfg_get(cfg, "tie_word_embeddings");
+    if (tie && !cJSON_IsBool(tie))
+        return ERR(BRISK_EFORMAT, "config.json: 'tie_word_embeddings' is not a boolean");
+    b->tied = tie ? cJSON_IsTrue(tie) : 1;
+    return 0;
+}
+
+/* ---- tensors ----------------------------------------------------------------- */
+
+/* The GGUF name of a folder tensor into out; 0, 1 for a tensor to drop, or
+ * a refusal. */
+static int map_name(const hf_build *b, const char *name, char *out, size_t cap, char *err,
+                    size_t err_len) {
+    if (!strcmp(name, "model.embed_tokens.weight")) {
+        snprintf(out, cap, "token_embd.weight");
+        return 0;
+    }
+    if (!strcmp(name, "model.norm.weight")) {
+        snprintf(out, cap, "output_norm.weight");
+        return 0;
+    }
+    if (!strcmp(name, "lm_head.weight")) {
+        snprintf(out, cap, "output.weight");
+        return b->tied ? 1 : 0; /* a tied head, written anyway: the embeddings serve */
+    }
+    static const char prefix[] = "model.layers.";
+    if (!strncmp(name, prefix, sizeof prefix - 1)) {
+        const char *p = name + sizeof prefix - 1;
+        long l = 0;
+        int digits = 0;
+        while (*p >= '0' && *p <= '9' && digits < 7) {
+            l = l * 10 + (*p++ - '0');
+            digits++;
+        }
+        if (digits > 0 && *p == '.' && l < b->n_layers && !(digits > 1 && p[-digits] == '0')) {
+            p++;
+            if (b->a->gemma_norms && !strcmp(p, "post_attention_layernorm.weight")) {
+                snprintf(out, cap, "blk.%ld.post_attention_norm.weight", l);
+                return 0;
+            }
+            if (!b->a->gemma_norms && !strcmp(p, "post_attention_layernorm.weight")) {
+                snprintf(out, cap, "blk.%ld.ffn_norm.weight", l);
+                return 0;
+            }
+            for (size_t i = 0; i < sizeof HF_LAYER_TENSORS / sizeof HF_LAYER_TENSORS[0]; i++)
+                if (!strcmp(p, HF_LAYER_TENSORS[i].hf)) {
+                    if (!HF_LAYER_TENSORS[i].gguf)
+                        return 1;
+                    snprintf(out, cap, "blk.%ld.%s", l, HF_LAYER_TENSORS[i].gguf);
+                    return 0;
+                }
+        }
+    }
+    char nm[100];
+    snprintf(nm, sizeof nm, "%.80s", name);
+    for (char *q = nm; *q; q++)
+        if ((unsigned char)*q < 0x20)
+            *q = '?';
+    return ERR(BRISK_EUNSUPPORTED, "hf: tensor '%s' is not one brisk reads for %s", nm, b->a->hf);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Rows of a q or k matrix from rotate-half order (per head: the first
+ * halves of the pairs, then the second halves) to adjacent pairs, as the
+ * converter's permute: new row h*hd + 2i + j = old row h*hd + j*hd/2 + i. */
+static void permute_rows(uint8_t *dst, const uint8_t *src, int n_rows, int n_head,
+                         size_t row_bytes) {
+    int hd = n_rows / n_head;
+    for (int h = 0; h < n_head; h++)
+        for (int i = 0; i < hd / 2; i++)
+            for (int j = 0; j < 2; j++)
+                memcpy(dst + ((size_t)h * hd + 2 * i + j) * row_bytes,
+                       src + ((size_t)h * hd + (size_t)j * (hd / 2) + i) * row_bytes, row_bytes);
+}
+
+static int add_tensor(hf_build *b, const safetensors_tensor *t, const char *gname, char *err,
+                      size_t err_len) {
+    char nm[100];
+    snprintf(nm, sizeof nm, "%.80s", t->name);
+    if (!safetensors_dtype_is_float(t->dtype))
+        return ERR(BRISK_EUNSUPPORTED, "hf: tensor '%s' is %s (brisk reads F32, F16, BF16)", nm,
+                   safetensors_dtype_name(t->dtype));
+    if (t->n_dims < 1 || t->n_dims > 2 || t->n_elems == 0)
+        return ERR(BRISK_EFORMAT,
+                   "hf: tensor '%s' has %d dims and %lld values (1 or 2 dims, "
+                   "not empty)",
+                   nm, t->n_dims, (long long)t->n_elems);
+    if (t->n_dims == 1) {
+        /* Norms and biases: F32, Gemma's norms as w + 1. */
+        float *f = keep_buf(b, (size_t)t->n_elems * sizeof *f);
+        if (!f)
+            return ERR(BRISK_ENOMEM, "hf: out of memory");
+        safetensors_read_f32(t, 0, t->n_elems, f);
+        if (b->a->norm_plus_one && ends_with(t->name, "norm.weight"))
+            for (int64_t i = 0; i < t->n_elems; i++)
+                f[i] += 1.0f;
+        int64_t ne[1] = {t->n_elems};
+        return gguf_writer_add_tensor(b->w, gname, KERN_TYPE_F32, 1, ne, f) < 0
+                   ? ERR(BRISK_EFORMAT, "hf: tensor '%s' cannot be stored", nm)
+                   : 0;
+    }
+    kern_type kt = t->dtype == SAFETENSORS_F32   ? KERN_TYPE_F32
+                   : t->dtype == SAFETENSORS_F16 ? KERN_TYPE_F16
+                                                 : KERN_TYPE_BF16;
+    int64_t ne[2] = {t->shape[1], t->shape[0]};
+    const void *data = t->data;
+    int is_q = ends_with(t->name, "self_attn.q_proj.weight");
+    int is_k = ends_with(t->name, "self_attn.k_proj.weight");
+    if (b->a->permute_qk && (is_q || is_k)) {
+        int heads = is_q ? b->n_heads : b->n_kv_heads;
+        if (t->shape[0] % heads != 0 || (t->shape[0] / heads) % 2 != 0 || t->shape[0] > INT32_MAX)
+            return ERR(BRISK_EFORMAT, "hf: tensor '%s' has %lld rows, not %d heads of an even size",
+                       nm, (long long)t->shape[0], heads);
+        uint8_t *p = keep_buf(b, t->nbytes);
+        if (!p)
+            return ERR(BRISK_ENOMEM, "hf: out of memory");
+        permute_rows(p, t->data, (int)t->shape[0], heads, t->nbytes / (size_t)t->shape[0]);
+        data = p;
+    }
+    return gguf_writer_add_tensor(b->w, gname, kt, 2, ne, data) < 0
+               ? ERR(BRISK_EFORMAT, "hf: tensor '%s' cannot be stored", nm)
+               : 0;
+}
+
+static int add_tensors(hf_build *b, const safetensors_set *s, char *err, size_t err_len) {
+    for (int fi = 0; fi < safetensors_set_n_files(s); fi++) {
+        const safetensors_file *f = safetensors_set_file(s, fi);
+        for (int64_t i = 0; i < safetensors_n_tensors(f); i++) {
+            const safetensors_tensor *t = safetensors_tensor_at(f, i);
+            char gname[160];
+            int rc = map_name(b, t->name, gname, sizeof gname, err, err_len);
+            if (rc < 0)
+                return rc;
+            if (rc == 1)
+                continue;
+            if ((rc = add_tensor(b, t, gname, err, err_len)) < 0)
+                return rc;
+        }
+    }
+    if (!b->tied && !safetensors_set_find(s, "lm_head.weight"))
+        return ERR(BRISK_EFORMAT, "hf: tie_word_embeddings is false but there is no "
+                                  "lm_head.weight");
+    return 0;
+}
+
+/* ---- the folder -------------------------------------------------------------- */
+
+static const hf_arch *find_arch(const cJSON *cfg, char *err, size_t err_len, int *rc) {
+    const cJSON *archs = cfg_get(cfg, "architectures");
+    const cJSON *first = cJSON_IsArray(archs) ? archs->child : NULL;
+    if (!cJSON_IsString(first)) {
+        *rc = ERR(BRISK_EFORMAT, "config.json: no 'architectures' list of names");
+        return NULL;
+    }
+    for (int i = 0; i < N_HF_ARCHS; i++)
+        if (!strcmp(first->valuestring, HF_ARCHS[i].hf))
+            return &HF_ARCHS[i];
+    char list[400], nm[72];
+    snprintf(nm, sizeof nm, "%.64s", first->valuestring);
+    for (char *q = nm; *q; q++)
+        if ((unsigned char)*q < 0x20)
+            *q = '?';
+    *rc = ERR(BRISK_EUNSUPPORTED, "config.json: unsupported architecture '%s' (supported: %s)", nm,
+              model_hf_arch_list(list, sizeof list));
+    return NULL;
+}
+
+/* generation_config.json (optional): the sampling fields vLLM's
+ * --generation-config auto takes, and the eos ids, as brisk.generation.*
+ * keys (model.h's model_generation; read_extra_eog in tokenizer.c). */
+static int read_generation(const char *dir, hf_build *b, char *err, size_t err_len) {
+    size_t pl = strlen(dir) + 32;
+    char *path = malloc(pl);
+    if (!path)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    snprintf(path, pl, "%s/generation_config.json", dir);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        free(path);
+        return 0;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int rc = brisk_file_read(path, HF_MAX_CONFIG_BYTES, "generation_config.json", &text, &len, err,
+                             err_len);
+    free(path);
+    if (rc < 0)
+        return rc;
+    cJSON *g = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(g)) {
+        cJSON_Delete(g);
+        return ERR(BRISK_EFORMAT, "generation_config.json: not a JSON object");
+    }
+    static const struct {
+        const char *key;
+        float lo, hi;
+        int lo_open;
+    } fields[] = {
+        {"temperature", 0.0f, 100.0f, 0},
+        {"top_p", 0.0f, 1.0f, 1},
+        {"min_p", 0.0f, 1.0f, 0},
+        {"repetition_penalty", 0.0f, 10.0f, 1},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0] && rc == 0; i++) {
+        float v = 0.0f;
+        int r = cfg_float(g, fields[i].key, &v, err, err_len);
+        if (r == BRISK_ENOTFOUND)
+            continue;
+        if (r < 0 || !(v >= fields[i].lo && v <= fields[i].hi) ||
+            (fields[i].lo_open && v == fields[i].lo)) {
+            rc = ERR(BRISK_EFORMAT, "generation_config.json: '%s' is not a number in %s%g, %g]",
+                     fields[i].key, fields[i].lo_open ? "(" : "[", (double)fields[i].lo,
+                     (double)fields[i].hi);
+            break;
+        }
+        char key[64];
+        snprintf(key, sizeof key, "brisk.generation.%s", fields[i].key);
+        if (gguf_writer_set_f32(b->w, key, v) < 0)
+            rc = ERR(BRISK_ENOMEM, "hf: out of memory");
+    }
+    int k = 0;
+    if (rc == 0 && cfg_get(g, "top_k")) {
+        if (cfg_int(g, "top_k", &k, err, err_len) < 0)
+            rc = ERR(BRISK_EFORMAT, "generation_config.json: 'top_k' is not an integer >= 0");
+        else if (gguf_writer_set_u32(b->w, "brisk.generation.top_k", (uint32_t)k) < 0)
+            rc = ERR(BRISK_ENOMEM, "hf: out of memory");
+    }
+    /* eos_token_id: one id or a list. */
+    const cJSON *eos = cfg_get(g, "eos_token_id");
+    if (rc == 0 && eos) {
+        int32_t ids[64];
+        int n = 0;
+        const cJSON *one = cJSON_IsArray(eos) ? eos->child : eos;
+        for (; one && rc == 0; one = cJSON_IsArray(eos) ? one->next : NULL) {
+            double d = cJSON_IsNumber(one) ? one->valuedouble : -1.0;
+            if (!(d >= 0.0 && d < 2147483648.0) || d != floor(d) || n == 64)
+                rc = ERR(BRISK_EFORMAT,
+                         "generation_config.json: 'eos_token_id' is not up to 64 token ids");
+            else
+                ids[n++] = (int32_t)d;
+        }
+        if (rc == 0 && n > 0 &&
+            gguf_writer_set_arr(b->w, "brisk.generation.eos_token_ids", GGUF_TYPE_INT32, ids,
+                                (uint64_t)n) < 0)
+            rc = ERR(BRISK_ENOMEM, "hf: out of memory");
+    }
+    cJSON_Delete(g);
+    return rc;
+}
+
+static int build(const char *dir, hf_build *b, char *err, size_t err_len) {
+    size_t pl = strlen(dir) + 32;
+    char *path = malloc(pl);
+    if (!path)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    snprintf(path, pl, "%s/config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = brisk_file_read(path, HF_MAX_CONFIG_BYTES, "config.json", &text, &len, err, err_len);
+    free(path);
+    if (rc < 0)
+        return rc;
+    cJSON *cfg = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return ERR(BRISK_EFORMAT, "config.json: not a JSON object");
+    }
+    b->a = find_arch(cfg, err, err_len, &rc);
+    if (b->a) {
+        /* The folder's name is the model's (general.name). */
+        const char *base = strrchr(dir, '/');
+        base = base && base[1] ? base + 1 : dir;
+        rc = gguf_writer_set_str(b->w, "general.architecture", b->a->arch) < 0 ||
+                     gguf_writer_set_str(b->w, "general.name", base) < 0
+                 ? ERR(BRISK_ENOMEM, "hf: out of memory")
+                 : read_config(b, cfg, err, err_len);
+    }
+    cJSON_Delete(cfg);
+    if (rc < 0)
+        return rc;
+    if ((rc = tok_hfjson_to_gguf(dir, b->w, err, err_len)) < 0)
+        return rc;
+    return read_generation(dir, b, err, err_len);
+}
+
+int model_hf_build_gguf(const char *path, int vocab_only, uint8_t **image, size_t *len, char *err,
+                        size_t err_len) {
+    *image = NULL;
+    *len = 0;
+    /* The folder: path itself, or the folder of its config.json. */
+    struct stat st;
+    char *dir;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        dir = strdup(path);
+    } else {
+        const char *slash = strrchr(path, '/');
+        dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+        if (dir && !dir[0]) {
+            free(dir);
+            dir = strdup("/");
+        }
+    }
+    if (!dir)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        dir[--n] = '\0';
+    hf_build b = {0};
+    b.w = gguf_writer_create();
+    safetensors_set *s = NULL;
+    int rc = b.w ? 0 : ERR(BRISK_ENOMEM, "hf: out of memory");
+    if (rc == 0)
+        rc = build(dir, &b, err, err_len);
+    if (rc == 0 && !vocab_only)
+        rc = safetensors_set_open_dir(dir, &s, err, err_len);
+    if (rc == 0 && !vocab_only)
+        rc = add_tensors(&b, s, err, err_len);
+    if (rc == 0 && gguf_writer_to_buffer(b.w, image, len) < 0)
+        rc = ERR(BRISK_ENOMEM, "hf: out of memory for the model's image");
+    safetensors_set_free(s);
+    gguf_writer_free(b.w);
+    for (int i = 0; i < b.n_bufs; i++)
+        free(b.bufs[i]);
+    free(b.bufs);
+    free(dir);
+    return rc;
+}
