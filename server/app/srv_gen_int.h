@@ -49,9 +49,9 @@ typedef struct gen_choice {
      * and whether it ended their list, so that the sequence was cancelled. */
     srv_tools_stream *tools;
     int tools_stopped;
-    int deadline; /* its deadline ended it (finish LENGTH or EXPIRED) */
+    int deadline;   /* its deadline ended it (finish LENGTH or EXPIRED) */
     int stop_index; /* the stop string that ended it (sched_event.stop_index), or -1 */
-    float *emb;   /* embeddings: the pooled vector from the final event (owned), [n_emb] */
+    float *emb;     /* embeddings: the pooled vector from the final event (owned), [n_emb] */
     int n_emb;
 } gen_choice;
 

@@ -122,9 +122,9 @@ static void test_strings(void) {
                                      "0",
                                      "-0.5",
                                      "{\n  \"k\": \"v\",\n  \"n\": 12\n}"};
-        static const char *badj[] = {"{",   "[1,]",       "{\"a\" 1}", "01", "\"\x01\"",
-                                     "tru", "{\"a\":1}}", "\"\\x\"",   "1.", "\"\xc3\"",
-                                     "{} ", "[1]\n"};
+        static const char *badj[] = {"{",        "[1,]",     "{\"a\" 1}",  "01",
+                                     "\"\x01\"", "tru",      "{\"a\":1}}", "\"\\x\"",
+                                     "1.",       "\"\xc3\"", "{} ",        "[1]\n"};
         for (size_t i = 0; i < sizeof good / sizeof *good; i++)
             CHECK(takes(g, good[i]), "json takes %s", good[i]);
         for (size_t i = 0; i < sizeof badj / sizeof *badj; i++)
