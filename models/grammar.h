@@ -46,7 +46,7 @@ typedef struct model_grammar_limits {
 
 /* The default per-token work limit: legitimate grammars stay far below it
  * (docs/API.md has the figures). */
-#define MODEL_GRAMMAR_MAX_WORK (1LL << 24)
+#define MODEL_GRAMMAR_MAX_WORK (1LL << 23)
 
 model_grammar_limits model_grammar_limits_default(void);
 
