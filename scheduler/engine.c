@@ -529,10 +529,13 @@ static int seq_mask_ready(sched_engine *e, seq *s, int *rc) {
  * code. */
 static void seq_finish_grammar(sched_engine *e, seq *s, int rc) {
     if (rc == BRISK_ERANGE && s->final_ev) {
+        model_grammar_limits lim = model_grammar_limits_default();
+        char why[160];
+        snprintf(why, sizeof why,
+                 "a token needed more than %lld units of matcher work or %d parse stacks",
+                 lim.max_work, lim.max_stacks);
         s->final_ev->grammar_cost = 1;
-        seq_finish(e, s, SCHED_FINISH_ERROR,
-                   "the grammar is too costly: one token needed more than its limit of matcher "
-                   "work or parse stacks");
+        seq_finish(e, s, SCHED_FINISH_ERROR, why);
         return;
     }
     seq_finish(e, s, SCHED_FINISH_ERROR,
