@@ -64,17 +64,25 @@ void gdfa_free(struct gdfa *d);
 /* ---- the matcher's insides, shared by grammar_match.c (state, advancing,
  * accepting) and grammar_walk.c (masks) ---------------------------------- */
 
+/* A trie node: the byte leading into it, one past the last node of its
+ * subtree, and where its tokens start in toks[] (they end where the next
+ * node's start: node n_nodes is a sentinel). One array of these, not four,
+ * so a walk that visits most of the trie reads one cache line for several
+ * nodes. */
+typedef struct gtnode {
+    int32_t end, tok_off;
+    uint32_t byte;
+} gtnode;
+
 /* The vocabulary as a trie of token bytes (see grammar.h), its nodes in
  * depth-first order: node 0 is the root; node i's children are i + 1 (when
- * i + 1 < end[i]), then each next one at the previous one's end. */
+ * i + 1 < end), then each next one at the previous one's end. */
 struct model_grammar_vocab {
     int n_vocab;
     int32_t n_nodes;
-    uint8_t *byte;    /* [n_nodes]: the byte leading into the node */
-    int32_t *end;     /* [n_nodes]: one past the last node of its subtree */
-    int32_t *tok_off; /* [n_nodes + 1]: the tokens ending at node i are */
-    int32_t *toks;    /* toks[tok_off[i], tok_off[i + 1]) */
-    int32_t *eog;     /* end-of-generation ids */
+    gtnode *node;  /* [n_nodes + 1] */
+    int32_t *toks; /* token ids, grouped by the node they end at */
+    int32_t *eog;  /* end-of-generation ids */
     int n_eog;
     uint32_t *piece_off; /* [n_vocab + 1]: token id's bytes are pieces[off[id], off[id + 1]) */
     char *pieces;
@@ -91,13 +99,16 @@ typedef struct gutf8 {
     int len;       /* the character's length in bytes */
 } gutf8;
 
-typedef struct gframe { /* one level of the trie walk (grammar_walk.c) */
-    int32_t tnode, next_child;
-    int32_t state; /* the automaton's state here */
-    int mat;       /* 1: the stacks below are in the arena: sets[set_off, + set_n) */
-    size_t set_off, set_n;
-    gutf8 u;
-    size_t node_mark, set_mark;
+struct gdfa_state;
+
+typedef struct gframe {         /* one level of the trie walk (grammar_walk.c) */
+    int32_t next_child, end;    /* the node's next child to visit; one past its last */
+    int32_t state;              /* the automaton's state here */
+    int mat;                    /* 1: its stacks are in the arena: sets[set_off, + set_n) */
+    struct gdfa_state *st;      /* the state itself */
+    size_t set_off, set_n;      /* (mat only, as the three below) */
+    gutf8 u;                    /* the pending UTF-8 bytes */
+    size_t node_mark, set_mark; /* the arena before its stacks were put there */
 } gframe;
 
 typedef struct gkey_stack { /* sorting a state's stacks into its key */

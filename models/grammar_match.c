@@ -29,9 +29,7 @@
 void model_grammar_vocab_free(model_grammar_vocab *gv) {
     if (!gv)
         return;
-    free(gv->byte);
-    free(gv->end);
-    free(gv->tok_off);
+    free(gv->node);
     free(gv->toks);
     free(gv->eog);
     free(gv->piece_off);
@@ -56,13 +54,9 @@ static int vocab_layout(model_grammar_vocab *gv, const vtrie *t, int n_toks) {
     int32_t *stack = brisk_malloc(((size_t)gv->max_depth + 2) * sizeof *stack);
     int32_t *iter = brisk_malloc(((size_t)gv->max_depth + 2) * sizeof *iter);
     int32_t *newid = brisk_malloc((size_t)n * sizeof *newid);
-    gv->byte = brisk_malloc((size_t)n);
-    gv->end = brisk_malloc((size_t)n * sizeof *gv->end);
-    gv->tok_off = brisk_malloc(((size_t)n + 1) * sizeof *gv->tok_off);
+    gv->node = brisk_malloc(((size_t)n + 1) * sizeof *gv->node);
     gv->toks = brisk_malloc(((size_t)n_toks + 1) * sizeof *gv->toks);
-    int rc = order && stack && iter && newid && gv->byte && gv->end && gv->tok_off && gv->toks
-                 ? 0
-                 : BRISK_ENOMEM;
+    int rc = order && stack && iter && newid && gv->node && gv->toks ? 0 : BRISK_ENOMEM;
     if (rc == 0) {
         int32_t k = 0, d = 0;
         stack[0] = 0;
@@ -72,7 +66,7 @@ static int vocab_layout(model_grammar_vocab *gv, const vtrie *t, int n_toks) {
         while (d >= 0) {
             int32_t c = iter[d];
             if (c < 0) {
-                gv->end[newid[stack[d]]] = k;
+                gv->node[newid[stack[d]]].end = k;
                 d--;
                 continue;
             }
@@ -84,12 +78,12 @@ static int vocab_layout(model_grammar_vocab *gv, const vtrie *t, int n_toks) {
         }
         int32_t at = 0;
         for (int32_t i = 0; i < n; i++) {
-            gv->byte[i] = t->byte[order[i]];
-            gv->tok_off[i] = at;
+            gv->node[i].byte = t->byte[order[i]];
+            gv->node[i].tok_off = at;
             for (int32_t id = t->tok_first[order[i]]; id >= 0; id = t->tok_next[id])
                 gv->toks[at++] = id;
         }
-        gv->tok_off[n] = at;
+        gv->node[n] = (gtnode){n, at, 0};
         gv->n_nodes = n;
     }
     free(order);

@@ -233,9 +233,11 @@ static int32_t gdfa_intern_set(model_grammar_matcher *m, struct gdfa *d, size_t 
 /* Rebuilds frame fr's state in the arena from its key: fresh nodes for each
  * stack (bottom up), their tops appended to sets[]. 0 or BRISK_ENOMEM. */
 static int gdfa_materialize(model_grammar_matcher *m, const struct gdfa *d, gframe *fr) {
-    const gdfa_state *s = d->st[fr->state];
+    const gdfa_state *s = fr->st;
     const int32_t *k = d->keys + s->key_off;
     size_t len = s->key_len, off = m->n_sets;
+    fr->node_mark = m->n_nodes;
+    fr->set_mark = m->n_sets;
     fr->u = (gutf8){(uint32_t)k[0], k[1], k[2]};
     for (size_t i = 3; i < len;) {
         size_t j = i;
@@ -260,10 +262,18 @@ static int gdfa_materialize(model_grammar_matcher *m, const struct gdfa *d, gfra
 /* Every token whose bytes the matcher's state can take, into mask (cleared
  * first); returns the count, or a negative code (BRISK_ERANGE past limit
  * units). *work: the units counted (see the top of the file). The caller
- * holds dfa_mu. */
+ * holds dfa_mu.
+ *
+ * The loop's common case is a transition that exists: a few loads, the
+ * tokens' bits, maybe a frame to push. Only a missing transition touches the
+ * stacks: its frame's state is rebuilt in the arena if it is not there, the
+ * byte is advanced, the result interned; a frame drops what it put in the
+ * arena when it is popped. */
 static int mask_walk(model_grammar_matcher *m, struct gdfa *d, uint32_t *mask, long long limit,
                      long long *work) {
     const model_grammar_vocab *gv = m->gv;
+    const gtnode *node = gv->node;
+    const int32_t *toks = gv->toks;
     memset(mask, 0, (((size_t)gv->n_vocab + 31) / 32) * sizeof *mask);
     int count = 0;
     long long w = 0;
@@ -278,28 +288,34 @@ static int mask_walk(model_grammar_matcher *m, struct gdfa *d, uint32_t *mask, l
         }
         d->walk = 1;
     }
+    const uint8_t walk = d->walk;
     int32_t root = gdfa_intern_set(m, d, 0, m->n_cur, m->u);
     if (root < 0)
         return root;
-    d->st[root]->seen = d->walk;
+    d->st[root]->seen = walk;
     w += GDFA_STATE_WORK;
     gframe *f = m->frames;
     int depth = 0, rc = 0;
-    f[0] = (gframe){0, 1, root, 1, 0, m->n_cur, m->u, m->n_nodes, m->n_sets};
+    const int max_depth = gv->max_depth;
+    const size_t nodes0 = m->n_nodes;
+    f[0] = (gframe){1, node[0].end, root, 1, d->st[root], 0, m->n_cur, m->u, m->n_nodes, m->n_sets};
     while (depth >= 0) {
         gframe *fr = &f[depth];
         int32_t c = fr->next_child;
-        if (c >= gv->end[fr->tnode]) { /* done with this node: drop what it and its children made */
-            m->n_nodes = fr->node_mark;
-            m->n_sets = fr->set_mark;
+        if (c >= fr->end) { /* done with this node: drop what it put in the arena */
+            if (fr->mat) {
+                m->n_nodes = fr->node_mark;
+                m->n_sets = fr->set_mark;
+            }
             depth--;
             continue;
         }
-        fr->next_child = gv->end[c];
-        uint8_t b = gv->byte[c];
-        gdfa_state *st = d->st[fr->state];
+        const gtnode *tn = &node[c];
+        fr->next_child = tn->end;
+        uint8_t b = (uint8_t)tn->byte;
+        gdfa_state *st = fr->st;
         int32_t nx = st->next[b];
-        size_t node_mark = m->n_nodes, set_mark = m->n_sets, off = 0, n = 0;
+        size_t node_mark = 0, set_mark = 0, off = 0, n = 0;
         gutf8 u = {0, 0, 0};
         int child_mat = 0;
         w++;
@@ -319,42 +335,60 @@ static int mask_walk(model_grammar_matcher *m, struct gdfa *d, uint32_t *mask, l
                 rc = nx; /* out of memory */
                 break;
             }
-            st = d->st[fr->state];
             st->next[b] = nx;
             st->cost[b] = cost > 0xffffffffLL ? 0xffffffffu : (uint32_t)cost;
-            st->charged[b] = d->walk;
+            st->charged[b] = walk;
             w += cost;
             child_mat = nx >= 0;
-        } else if (st->charged[b] != d->walk) {
-            st->charged[b] = d->walk;
+            if (!child_mat) { /* nothing below: the advance's scratch goes */
+                m->n_nodes = node_mark;
+                m->n_sets = set_mark;
+            }
+        } else if (st->charged[b] != walk) {
+            st->charged[b] = walk;
             w += st->cost[b];
         }
-        if (nx >= 0 && d->st[nx]->seen != d->walk) {
-            d->st[nx]->seen = d->walk;
+        if (nx == GDFA_DEAD) {
+            if (w > limit) {
+                rc = BRISK_ERANGE;
+                break;
+            }
+            continue;
+        }
+        gdfa_state *ns = d->st[nx];
+        if (ns->seen != walk) {
+            ns->seen = walk;
             w += GDFA_STATE_WORK;
-            if (d->st[nx]->n_stacks > m->max_stacks) /* computed under a larger limit */
+            if (ns->n_stacks > m->max_stacks) /* computed under a larger limit */
                 w = limit + 1;
         }
         if (w > limit) {
             rc = BRISK_ERANGE;
             break;
         }
-        if (nx == GDFA_DEAD) {
-            m->n_nodes = node_mark;
-            m->n_sets = set_mark;
-            continue;
-        }
-        for (int32_t i = gv->tok_off[c]; i < gv->tok_off[c + 1]; i++, count++)
-            mask[gv->toks[i] >> 5] |= 1u << (gv->toks[i] & 31);
+        for (int32_t i = tn->tok_off; i < tn[1].tok_off; i++, count++)
+            mask[toks[i] >> 5] |= 1u << (toks[i] & 31);
         /* Deeper only if some stack can take more bytes. */
-        if (d->st[nx]->more && c + 1 < gv->end[c] && depth + 1 <= gv->max_depth) {
-            f[++depth] = (gframe){c, c + 1, nx, child_mat, off, n, u, node_mark, set_mark};
-        } else {
+        if (ns->more && c + 1 < tn->end && depth + 1 <= max_depth) {
+            gframe *cf = &f[++depth];
+            cf->next_child = c + 1;
+            cf->end = tn->end;
+            cf->state = nx;
+            cf->st = ns;
+            cf->mat = child_mat;
+            if (child_mat) {
+                cf->set_off = off;
+                cf->set_n = n;
+                cf->u = u;
+                cf->node_mark = node_mark;
+                cf->set_mark = set_mark;
+            }
+        } else if (child_mat) {
             m->n_nodes = node_mark;
             m->n_sets = set_mark;
         }
     }
-    m->n_nodes = f[0].node_mark;
+    m->n_nodes = nodes0;
     m->n_sets = m->n_cur;
     *work = w;
     return rc < 0 ? rc : count;
