@@ -682,6 +682,7 @@ void model_grammar_unref(model_grammar *g) {
         return;
     gmask_cache_free(g->cache);
     gdfa_free(g->dfa);
+    gci_cache_free(g->ci);
     pthread_mutex_destroy(&g->mu);
     pthread_mutex_destroy(&g->dfa_mu);
     free(g->elems);

@@ -33,6 +33,13 @@ typedef struct gset {
 } gset;
 
 struct gdfa;
+struct gci_cache;
+
+/* A stack cut off below its top nodes (grammar_walk.c's context-free walks)
+ * ends in GNODE_CTX where a whole one ends in -1: expanding down to it means
+ * the parse goes on in a context the walk does not see. In a set of stacks,
+ * GNODE_CTX alone is such a stack popped to its cut. */
+#define GNODE_CTX (-3)
 
 struct model_grammar {
     atomic_int refs;
@@ -55,11 +62,14 @@ struct model_grammar {
      * under dfa_mu, which a walk holds from its start to its end. */
     pthread_mutex_t dfa_mu;
     struct gdfa *dfa;
+    struct gci_cache *ci; /* the walks of cut-off states, under dfa_mu too */
 };
 
-/* Frees the mask cache and the automaton (grammar_walk.c). */
+/* Frees the mask cache, the automaton and the cut-off states' walks
+ * (grammar_walk.c). */
 void gmask_cache_free(struct gmask_cache *c);
 void gdfa_free(struct gdfa *d);
+void gci_cache_free(struct gci_cache *c);
 
 /* ---- the matcher's insides, shared by grammar_match.c (state, advancing,
  * accepting) and grammar_walk.c (masks) ---------------------------------- */
@@ -109,6 +119,7 @@ typedef struct gframe {         /* one level of the trie walk (grammar_walk.c) *
     size_t set_off, set_n;      /* (mat only, as the three below) */
     gutf8 u;                    /* the pending UTF-8 bytes */
     size_t node_mark, set_mark; /* the arena before its stacks were put there */
+    int in_esc;                 /* a walk of escapes: inside one's subtree */
 } gframe;
 
 typedef struct gkey_stack { /* sorting a state's stacks into its key */
@@ -142,6 +153,12 @@ struct model_grammar_matcher {
     size_t cap_key;
     gkey_stack *sort;
     size_t cap_sort;
+    int32_t *tkey; /* a cut-off key's stacks before sorting (grammar_walk.c) */
+    size_t cap_tkey;
+    int32_t *toff; /* and where each starts */
+    size_t cap_toff;
+    int32_t *esc; /* the escapes a walk of a cut-off state records */
+    size_t cap_esc, n_esc;
 };
 
 /* One byte from the state (set [in, in + n), u): the new set's offset and

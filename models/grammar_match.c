@@ -252,8 +252,8 @@ static int expand(model_grammar_matcher *m, size_t off, int32_t s) {
         m->steps++;
         s = m->work[--n_work];
         int rc;
-        if (s < 0) {
-            if ((rc = set_add(m, off, -1)) < 0)
+        if (s < 0) { /* the bottom: complete (-1), or a cut-off stack's context */
+            if ((rc = set_add(m, off, s)) < 0)
                 return rc;
             continue;
         }
@@ -420,6 +420,9 @@ void model_grammar_matcher_free(model_grammar_matcher *m) {
     free(m->remap);
     free(m->key);
     free(m->sort);
+    free(m->tkey);
+    free(m->toff);
+    free(m->esc);
     free(m);
 }
 
