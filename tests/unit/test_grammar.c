@@ -477,11 +477,28 @@ static void test_masks(void) {
             test_parallel(v, gv, vocabs[vi]);
         }
         char *json = model_grammar_json_text(1);
-        const char *texts[3] = {json,
-                                "root ::= \"<\" [a-z\\u00e0-\\u00ff]{1,6} (\", \" [0-9]+)* \">\"",
-                                "root ::= (\"caf\\u00e9\" | \"\\u20ac\" | \"na\\u00efve\")+"};
-        const char *names[3] = {"json object", "list", "utf-8 words"};
-        for (int gi = 0; gi < 3 && gv; gi++) {
+        /* Beside JSON, grammars whose stacks run deep (nesting, rules
+         * continued after a rule ends), so masks lean on the cut states'
+         * escapes, with multi-byte characters where a cut stack reaches its
+         * context; and a converted regular expression. */
+        char *re = NULL;
+        CHECK(model_grammar_regex_text("(?:[a-z]{1,3}\\.){2,4}(?:\u00e9|\u00fc|x)+[0-9]{2}",
+                                       strlen("(?:[a-z]{1,3}\\.){2,4}(?:\u00e9|\u00fc|x)+"
+                                              "[0-9]{2}"),
+                                       &re, err, sizeof err) == 0,
+              "regex: %s", err);
+        const char *texts[6] = {
+            json,
+            "root ::= \"<\" [a-z\\u00e0-\\u00ff]{1,6} (\", \" [0-9]+)* \">\"",
+            "root ::= (\"caf\\u00e9\" | \"\\u20ac\" | \"na\\u00efve\")+",
+            "root ::= v\nv ::= \"[\" ( v ( \",\" v ){0,3} )? \"]\" | \"{\\\"\" [a-z\\u00e9]{0,5} "
+            "\"\\\":\" v \"}\" | \"\\\"\" [^\"\\\\]{0,8} \"\\\"\"",
+            "root ::= x \"!\"\nx ::= y \"?\" | \"\\u00e9\" x\ny ::= z \".\" | z z \".\"\n"
+            "z ::= ( \"a\" | \"\\u00e9\" | \"\\u20ac\" | \"\\u00e9\\u20ac\" )+",
+            re ? re : "root ::= \"a\""};
+        const char *names[6] = {"json object", "list",           "utf-8 words",
+                                "nested",      "rules in rules", "regex"};
+        for (int gi = 0; gi < 6 && gv; gi++) {
             model_grammar *g = compile(texts[gi], err, sizeof err);
             CHECK(g != NULL, "%s: %s", names[gi], err);
             char what[128];
@@ -493,6 +510,7 @@ static void test_masks(void) {
             model_grammar_unref(g);
         }
         free(json);
+        free(re);
         model_grammar_vocab_free(gv);
         tok_vocab_free(v);
         gguf_close(gf);
