@@ -12,10 +12,10 @@
  * optional "name" and "text" (the walk then takes the tokens of that text, in
  * order, as long as the grammar allows them; without one it takes a seeded
  * random allowed token each step). Prints one JSON object: per case the
- * conversion and compile times (median of R), the first mask's time from a
- * cold grammar, every mask's time along the walk (total, p50, p99, max), the
- * steps walked and the mask cache's hits. Times are wall milliseconds on one
- * thread. */
+ * conversion and compile times and the first mask's time from a cold
+ * grammar (medians of R), every mask's time along a walk (total, p50, p99, max), the
+ * steps walked, the mask cache's hits and the masks' work units (p50, max;
+ * models/grammar.h's max_work). Times are wall milliseconds on one thread. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -89,6 +89,9 @@ static cJSON *run_case(const cJSON *c, const tok_vocab *v, const model_grammar_v
         cJSON_AddStringToObject(r, "name", name->valuestring);
     char err[256] = "";
     double *conv = malloc((size_t)reps * sizeof *conv), *comp = malloc((size_t)reps * sizeof *comp);
+    double *firsts = calloc((size_t)reps, sizeof *firsts);
+    int nv = tok_n_vocab(v);
+    uint32_t *mask = calloc(((size_t)nv + 31) / 32, sizeof *mask);
     char *text = NULL;
     model_grammar *g = NULL;
     for (int i = 0; i < reps; i++) {
@@ -105,9 +108,24 @@ static cJSON *run_case(const cJSON *c, const tok_vocab *v, const model_grammar_v
         comp[i] = t2 - t1;
         if (!g)
             break;
+        /* The first mask of each repetition's grammar (cold: its own caches
+         * are empty), on a grammar compiled apart so the walk below starts
+         * cold too. */
+        model_grammar *g1 = NULL;
+        if (mask && model_grammar_compile(text, strlen(text), NULL, &g1, err, sizeof err) == 0) {
+            model_grammar_matcher *m1 = model_grammar_matcher_create(g1, gv, NULL);
+            double t3 = now_ms();
+            if (m1)
+                model_grammar_mask(m1, mask);
+            firsts[i] = now_ms() - t3;
+            model_grammar_matcher_free(m1);
+        }
+        model_grammar_unref(g1);
     }
     if (!g) {
         cJSON_AddStringToObject(r, "error", err);
+        free(mask);
+        free(firsts);
         free(conv);
         free(comp);
         free(text);
@@ -118,10 +136,9 @@ static cJSON *run_case(const cJSON *c, const tok_vocab *v, const model_grammar_v
     cJSON_AddNumberToObject(r, "convert_ms", quantile(conv, reps, 0.5));
     cJSON_AddNumberToObject(r, "compile_ms", quantile(comp, reps, 0.5));
     /* The walk: from the last compiled grammar, whose cache is empty. */
-    int nv = tok_n_vocab(v);
-    uint32_t *mask = calloc(((size_t)nv + 31) / 32, sizeof *mask);
     model_grammar_matcher *m = model_grammar_matcher_create(g, gv, NULL);
     double *ms = malloc(((size_t)steps + 1) * sizeof *ms);
+    double *units = malloc(((size_t)steps + 1) * sizeof *units);
     int32_t *want = NULL;
     int n_want = -1;
     const cJSON *walk_text = cJSON_GetObjectItemCaseSensitive(c, "text");
@@ -131,11 +148,13 @@ static cJSON *run_case(const cJSON *c, const tok_vocab *v, const model_grammar_v
         n_want = want ? tok_encode(v, walk_text->valuestring, len, 0, want, (int)len + 1) : -1;
     }
     int n = 0, rc = 0, allowed_sum = 0;
+    double acc_ms = 0, acc_max = 0;
     double first = 0;
-    while (m && mask && ms && n < steps) {
+    while (m && mask && ms && units && n < steps) {
         double t0 = now_ms();
         rc = model_grammar_mask(m, mask);
         ms[n] = now_ms() - t0;
+        units[n] = (double)model_grammar_last_work(m);
         if (g_trace)
             fprintf(stderr, "step %d: %.3f ms, %d allowed, %lld units\n", n, ms[n], rc,
                     model_grammar_last_work(m));
@@ -164,8 +183,13 @@ static cJSON *run_case(const cJSON *c, const tok_vocab *v, const model_grammar_v
                     id = -1;
             }
         }
-        if (id < 0 || tok_is_eog(v, id) || model_grammar_accept(m, id) < 0 ||
-            model_grammar_finished(m))
+        if (id < 0 || tok_is_eog(v, id))
+            break;
+        double ta = now_ms();
+        int arc = model_grammar_accept(m, id);
+        acc_ms += now_ms() - ta;
+        acc_max = now_ms() - ta > acc_max ? now_ms() - ta : acc_max;
+        if (arc < 0 || model_grammar_finished(m))
             break;
     }
     long long lookups = 0, hits = 0;
@@ -173,13 +197,18 @@ static cJSON *run_case(const cJSON *c, const tok_vocab *v, const model_grammar_v
     double total = 0;
     for (int i = 0; i < n; i++)
         total += ms[i];
-    cJSON_AddNumberToObject(r, "first_mask_ms", first);
+    cJSON_AddNumberToObject(r, "first_mask_ms", quantile(firsts, reps, 0.5));
+    cJSON_AddNumberToObject(r, "walk_first_mask_ms", first);
     cJSON_AddNumberToObject(r, "masks", n);
     cJSON_AddNumberToObject(r, "mask_ms_total", total);
     cJSON_AddNumberToObject(r, "mask_ms_p50", quantile(ms, n, 0.5));
     cJSON_AddNumberToObject(r, "mask_ms_p99", quantile(ms, n, 0.99));
     cJSON_AddNumberToObject(r, "mask_ms_max", n ? ms[n - 1] : 0);
     cJSON_AddNumberToObject(r, "mask_cache_hits", (double)hits);
+    cJSON_AddNumberToObject(r, "accept_ms_mean", n ? acc_ms / n : 0);
+    cJSON_AddNumberToObject(r, "accept_ms_max", acc_max);
+    cJSON_AddNumberToObject(r, "work_units_p50", quantile(units, n, 0.5));
+    cJSON_AddNumberToObject(r, "work_units_max", n ? units[n - 1] : 0);
     cJSON_AddNumberToObject(r, "allowed_mean", n ? (double)allowed_sum / n : 0);
     if (rc < 0)
         cJSON_AddNumberToObject(r, "mask_error", rc);
@@ -187,9 +216,11 @@ static cJSON *run_case(const cJSON *c, const tok_vocab *v, const model_grammar_v
     model_grammar_unref(g);
     free(mask);
     free(ms);
+    free(units);
     free(want);
     free(conv);
     free(comp);
+    free(firsts);
     free(text);
     return r;
 }
