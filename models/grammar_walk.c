@@ -568,7 +568,8 @@ static gci_entry *gci_store(struct gci_cache *c, int32_t *key, size_t len, uint6
         return NULL;
     }
     memcpy(mcopy, mask, words * sizeof *mcopy);
-    memcpy(ecopy, esc, (size_t)n_esc * sizeof *ecopy);
+    if (n_esc > 0) /* (esc may be NULL then) */
+        memcpy(ecopy, esc, (size_t)n_esc * sizeof *ecopy);
     int slot = c->n;
     if (c->n == GCI_ENTRIES) { /* the least recently used goes */
         slot = 0;
