@@ -29,7 +29,8 @@ model_grammar_limits model_grammar_limits_default(void) {
                               .max_elements = 1 << 18,
                               .max_nesting = 64,
                               .max_repeat = 1000,
-                              .max_stacks = 4096};
+                              .max_stacks = 4096,
+                              .max_work = MODEL_GRAMMAR_MAX_WORK};
     return l;
 }
 
@@ -671,11 +672,13 @@ int model_grammar_compile(const char *text, size_t len, const model_grammar_limi
     if (rc == 0 && (rc = flatten(b, g)) == 0) {
         atomic_init(&g->refs, 1);
         pthread_mutex_init(&g->mu, NULL);
+        pthread_mutex_init(&g->dfa_mu, NULL);
         g->root = root;
         *out = g;
     } else if (g) {
         atomic_init(&g->refs, 1);
         pthread_mutex_init(&g->mu, NULL);
+        pthread_mutex_init(&g->dfa_mu, NULL);
         model_grammar_unref(g);
     }
     if (rc == BRISK_ENOMEM)
@@ -694,7 +697,10 @@ void model_grammar_unref(model_grammar *g) {
     if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
         return;
     gmask_cache_free(g->cache);
+    gdfa_free(g->dfa);
+    gci_cache_free(g->ci);
     pthread_mutex_destroy(&g->mu);
+    pthread_mutex_destroy(&g->dfa_mu);
     free(g->elems);
     free(g->alt_start);
     free(g->rule_alt);

@@ -37,7 +37,16 @@ typedef struct model_grammar_limits {
     int max_nesting;  /* parenthesis depth (64) */
     int max_repeat;   /* the largest m or n of {m,n} (1000) */
     int max_stacks;   /* parse stacks a matcher may hold at once (4096) */
+    /* Work one mask, or one accepted token, may take: counted in matcher
+     * steps (a stack looked at for one byte, one step of expanding a stack),
+     * the same on every machine and under any load, and the same whether
+     * the masks it needs were already cached or not (MODEL_GRAMMAR_MAX_WORK). */
+    long long max_work;
 } model_grammar_limits;
+
+/* The default per-token work limit: legitimate grammars stay far below it
+ * (docs/API.md has the figures). */
+#define MODEL_GRAMMAR_MAX_WORK (1LL << 23)
 
 model_grammar_limits model_grammar_limits_default(void);
 
@@ -99,13 +108,26 @@ void model_grammar_matcher_free(model_grammar_matcher *m);
  * generation tokens when the grammar is complete. Tokens without bytes
  * (control tokens) are never allowed otherwise. Returns the count allowed,
  * or a negative code (BRISK_ENOMEM; BRISK_ERANGE when the state grew past
- * max_stacks). */
+ * max_stacks or the mask took more than max_work: the grammar is too
+ * costly). Any thread may call it, one at a time per matcher; matchers of
+ * one grammar share its caches (grammar_walk.c). */
 int model_grammar_mask(model_grammar_matcher *m, uint32_t *mask);
+/* model_grammar_mask within a budget, for a caller that must not wait (the
+ * engine thread): the same result when the state's mask is cached or its
+ * walk takes at most budget units (budget 0: a cache lookup only); else
+ * BRISK_ENOSPC with no mask: also when another walk of this grammar is in
+ * progress, or the state has more than 64 stacks, whose key alone costs
+ * more. What an abandoned walk learned stays in the grammar's automaton, so
+ * model_grammar_mask, which then computes the mask, starts further on. */
+int model_grammar_mask_try(model_grammar_matcher *m, uint32_t *mask, long long budget);
+/* The work units the last model_grammar_mask or accept call counted. */
+long long model_grammar_last_work(const model_grammar_matcher *m);
 /* Masks computed so far for this grammar's matchers, and those found in
  * its shared cache of masks by state (one state, one mask). */
 void model_grammar_cache_counts(model_grammar *g, long long *lookups, long long *hits);
 /* Advances over token id's bytes. Returns 0, BRISK_EINVAL if the grammar
- * cannot take them (the matcher is unchanged), or another negative code.
+ * cannot take them (the matcher is unchanged), or another negative code
+ * (BRISK_ERANGE: past max_stacks or max_work).
  * An end-of-generation token is taken only when complete, and changes
  * nothing. */
 int model_grammar_accept(model_grammar_matcher *m, int32_t id);

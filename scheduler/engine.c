@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
@@ -15,6 +17,7 @@
 #include "kernels/cpu/kern_pool.h"
 #include "kv/kv_cache.h"
 #include "models/backend.h"
+#include "scheduler/engine_mask.h"
 #include "scheduler/engine_trace.h"
 #include "scheduler/sched_core.h"
 #include "scheduler/sched_setup.h"
@@ -31,10 +34,16 @@ typedef struct seq {
     model_sampler *sampler;
     int32_t *ban; /* while n_gen < min_tokens: EOS and stop ids, the sampler's ban */
     int n_ban;
-    model_grammar_matcher *gm; /* the constraint's state, or NULL */
-    uint32_t *mask;            /* its allowed tokens this step (the sampler's mask) */
-    seq_text text;             /* detokenizer + stop strings + UTF-8 hold-back */
-    sched_token *toks;         /* tokens since the last event */
+    /* The constraint: its matcher and the mask of its next token (the
+     * sampler's), computed by a mask worker (engine_mask.h); or NULL. */
+    sched_mask_job *mj;
+    /* Sitting out: its last forward's logits row, kept until its mask is
+     * ready, then sampled (sample_parked). */
+    int parked;
+    float *park_row;   /* [n_vocab], made on the first park */
+    int mask_costly;   /* tokens left before the engine waits for its masks again */
+    seq_text text;     /* detokenizer + stop strings + UTF-8 hold-back */
+    sched_token *toks; /* tokens since the last event */
     int n_toks;
     size_t cap_toks;
     sched_token *ptoks; /* prompt log-probs, sent with the first event */
@@ -99,8 +108,14 @@ struct sched_engine {
     int32_t *eog_ids; /* every end-of-generation id of the vocabulary (min_tokens bans them) */
     int n_eog;
     model_grammar_vocab
-        *gvocab;            /* the vocabulary as a trie, for grammar masks (made on first use) */
-    model_sample_job *jobs; /* rows sampled together after a forward */
+        *gvocab;             /* the vocabulary as a trie, for grammar masks (made on first use) */
+    sched_mask_pool *masks;  /* the grammar mask workers */
+    int n_parked;            /* running sequences sitting out for their masks */
+    long long masks_done;    /* under mu: jobs the workers finished (wakes the engine) */
+    long long masks_seen;    /* masks_done when the engine last waited for masks */
+    long long mask_units;    /* this step's allowance of inline mask work (seq_mask_ready) */
+    double mask_grace_until; /* and until when it may wait for workers' masks */
+    model_sample_job *jobs;  /* rows sampled together after a forward */
     seq **job_seq;
     int32_t *job_ids;
     /* --step-trace: the file (NULL: off), the record step() fills, and when
@@ -130,6 +145,7 @@ sched_engine_config sched_engine_config_default(void) {
      * (16 streams, 128 in / 128 out: 340-343 tok/s against 323 with f32 in
      * paired runs; the decode step reads the cache as often as the weights). */
     c.kv_f16 = 1;
+    c.mask_workers = -1;
     return c;
 }
 
@@ -168,15 +184,15 @@ void sched_event_free(sched_event *ev) {
     free(ev);
 }
 
-static void seq_free(seq *s) {
+static void seq_free(sched_engine *e, seq *s) {
     if (!s)
         return;
     sched_seq_params_free(&s->p);
     free(s->hist);
     model_sampler_free(s->sampler);
     free(s->ban);
-    model_grammar_matcher_free(s->gm);
-    free(s->mask);
+    sched_mask_job_release(e->masks, s->mj); /* a worker computing it frees it */
+    free(s->park_row);
     seq_text_free(&s->text);
     free(s->toks);
     free(s->ptoks);
@@ -349,8 +365,10 @@ static void seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err)
         sched_core_remove(e->core, &s->req);
     if (s->has_deadline)
         e->n_deadlines--;
+    if (s->parked)
+        e->n_parked--;
     seq_emit(e, s, f, err);
-    seq_free(s);
+    seq_free(e, s);
 }
 
 static int push_token(seq *s, const sched_token *t) {
@@ -431,6 +449,132 @@ static int prompt_has_text(const sched_engine *e, const seq *s) {
     return tok_ids_have_text(model_get_vocab(e->m), s->p.prompt, s->p.n_prompt);
 }
 
+/* ---- grammar masks ------------------------------------------------------ */
+
+/* What the engine may spend of its own time on masks rather than let a row
+ * sit out a step (the choice changes when a token is sampled, never which):
+ * per step, walks of at most MASK_INLINE_UNITS each and MASK_STEP_UNITS in
+ * all (a JSON state's walk over a 49,152-token vocabulary is ~30,000 units
+ * inside a value and ~270,000 inside a string, ~8 ns a unit), and waiting
+ * for masks a worker is finishing, at most a tenth of the last forward and
+ * at most 1 ms. A sequence whose mask missed both sits out, and is not
+ * waited for again for MASK_COSTLY_TOKENS tokens. */
+#define MASK_INLINE_UNITS (64 * 1024)
+#define MASK_STEP_UNITS (256 * 1024)
+#define MASK_GRACE_MAX_S 1e-3
+#define MASK_COSTLY_TOKENS 16
+
+/* Asks for the mask of s's grammar state (after its last token): cached
+ * ones are ready at once, the others computed by a worker while the next
+ * forward runs. */
+static void seq_mask_submit(sched_engine *e, seq *s) {
+    s->mj->delay = e->cfg.mask_delay_steps;
+    if (s->mask_costly > 0)
+        s->mask_costly--;
+    sched_mask_submit(e->masks, s->mj);
+}
+
+/* Waits until a worker finishes some mask or `until` (brisk_now) passes. */
+static void engine_wait_mask_done(sched_engine *e, double until) {
+    double now = brisk_now();
+    if (now >= until)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)((until - now) * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_mutex_lock(&e->mu);
+    long long seen = e->masks_done;
+    while (!e->quit && e->masks_done == seen)
+        if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Whether s's mask is there to sample with (*rc: model_grammar_mask's
+ * result). Without workers the engine computes it here; with them, within
+ * the step's allowance above. */
+static int seq_mask_ready(sched_engine *e, seq *s, int *rc) {
+    long long work = 0;
+    sched_mask_state st = sched_mask_poll(e->masks, s->mj, rc, &work);
+    if (st == SCHED_MASK_QUEUED && sched_mask_pool_workers(e->masks) == 0 &&
+        sched_mask_run_here(e->masks, s->mj, -1))
+        st = sched_mask_poll(e->masks, s->mj, rc, &work);
+    if (st == SCHED_MASK_QUEUED && s->mask_costly == 0 && e->mask_units > 0) {
+        long long budget = e->mask_units < MASK_INLINE_UNITS ? e->mask_units : MASK_INLINE_UNITS;
+        if (sched_mask_run_here(e->masks, s->mj, budget)) {
+            st = sched_mask_poll(e->masks, s->mj, rc, &work);
+            e->mask_units -= work;
+        } else {
+            e->mask_units -= budget;
+        }
+    }
+    double until = e->mask_grace_until;
+    while (st == SCHED_MASK_RUNNING && s->mask_costly == 0 && brisk_now() < until) {
+        engine_wait_mask_done(e, until);
+        st = sched_mask_poll(e->masks, s->mj, rc, &work);
+    }
+    if (st != SCHED_MASK_READY) {
+        s->mask_costly = MASK_COSTLY_TOKENS;
+        return 0;
+    }
+    if (s->mj->delay > 0) { /* tests: held back one more step */
+        s->mj->delay--;
+        return 0;
+    }
+    return 1;
+}
+
+/* Ends s whose grammar gave no mask: rc 0 (no token allowed), BRISK_ERANGE
+ * (too costly: the client's grammar, so the server answers 4xx) or another
+ * code. */
+static void seq_finish_grammar(sched_engine *e, seq *s, int rc) {
+    if (rc == BRISK_ERANGE && s->final_ev) {
+        model_grammar_limits lim = model_grammar_limits_default();
+        char why[160];
+        snprintf(why, sizeof why,
+                 "a token needed more than %lld units of matcher work or %d parse stacks",
+                 lim.max_work, lim.max_stacks);
+        s->final_ev->grammar_cost = 1;
+        seq_finish(e, s, SCHED_FINISH_ERROR, why);
+        return;
+    }
+    seq_finish(e, s, SCHED_FINISH_ERROR,
+               rc == 0 ? "the grammar allows no token here" : brisk_strerror(rc));
+}
+
+/* s sits out this step: its logits row is kept until its mask is ready. */
+static int seq_park(sched_engine *e, seq *s, int row) {
+    size_t nv = (size_t)model_get_config(e->m)->n_vocab;
+    const float *r = NULL;
+    int rc = model_backend_logits(e->be, row, &r);
+    if (rc < 0)
+        return rc;
+    if (!s->park_row && !(s->park_row = brisk_malloc(nv * sizeof *s->park_row)))
+        return BRISK_ENOMEM;
+    memcpy(s->park_row, r, nv * sizeof *r);
+    if (!s->parked)
+        e->n_parked++;
+    s->parked = 1;
+    return 0;
+}
+
+static void seq_unpark(sched_engine *e, seq *s) {
+    if (s->parked)
+        e->n_parked--;
+    s->parked = 0;
+}
+
+/* A worker finished a mask: wake the engine if it waits for one. */
+static void engine_mask_done(void *ctx) {
+    sched_engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    e->masks_done++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* Sets up a sequence arriving from the inbox and queues it; on failure it
  * ends at once with an error event. */
 static void seq_enter(sched_engine *e, seq *s) {
@@ -465,16 +609,19 @@ static void seq_enter(sched_engine *e, seq *s) {
     if (s->p.grammar) {
         if (!e->gvocab)
             e->gvocab = model_grammar_vocab_create(model_get_vocab(e->m));
-        s->gm = e->gvocab ? model_grammar_matcher_create(s->p.grammar, e->gvocab, NULL) : NULL;
+        model_grammar_matcher *gm =
+            e->gvocab ? model_grammar_matcher_create(s->p.grammar, e->gvocab, NULL) : NULL;
         /* zeroed: the grammar writes the words of the tokenizer's vocabulary,
          * which a dummy model's --tokenizer may make smaller than n_vocab */
-        s->mask = brisk_calloc(((size_t)c->n_vocab + 31) / 32, sizeof *s->mask);
-        if (!s->gm || !s->mask) {
+        uint32_t *mask = brisk_calloc(((size_t)c->n_vocab + 31) / 32, sizeof *mask);
+        s->mj = sched_mask_job_create(gm, mask); /* takes both */
+        if (!s->mj) {
             uncount_waiting(e, s);
             seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
             return;
         }
-        model_sampler_set_allowed(s->sampler, s->mask);
+        model_sampler_set_allowed(s->sampler, s->mj->mask);
+        seq_mask_submit(e, s); /* the first mask, computed while the prompt is */
     }
     if (s->p.min_tokens > 0) {
         int n_eog = s->p.ignore_eos ? 0 : e->n_eog;
@@ -557,8 +704,15 @@ static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
         seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
     }
-    if (s->gm && model_grammar_accept(s->gm, id) < 0) { /* the mask allowed it: never */
-        seq_finish(e, s, SCHED_FINISH_ERROR, "the sampled token is outside the grammar");
+    int grc = s->mj ? model_grammar_accept(s->mj->gm, id) : 0;
+    if (grc == BRISK_ERANGE) { /* its state outgrew the grammar's limits */
+        seq_finish_grammar(e, s, grc);
+        return 1;
+    }
+    if (grc < 0) { /* the mask allowed it: never, short of memory */
+        seq_finish(e, s, SCHED_FINISH_ERROR,
+                   grc == BRISK_EINVAL ? "the sampled token is outside the grammar"
+                                       : brisk_strerror(grc));
         return 1;
     }
     if (s->n_ban > 0 && s->n_gen >= s->p.min_tokens) { /* min_tokens reached */
@@ -574,7 +728,7 @@ static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
     int stop_id = 0;
     for (int i = 0; i < s->p.n_stop_ids && !stop_id; i++)
         stop_id = s->p.stop_ids[i] == id;
-    if (hit || stop_id || (s->gm && model_grammar_finished(s->gm))) {
+    if (hit || stop_id || (s->mj && model_grammar_finished(s->mj->gm))) {
         seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
     }
@@ -583,7 +737,79 @@ static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
         seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
         return 1;
     }
+    if (s->mj) /* the next token's mask, while the next forward runs */
+        seq_mask_submit(e, s);
     return 0;
+}
+
+/* Rows sitting out whose masks are now ready: sampled from their kept
+ * logits, exactly as they would have been at once (the same row, the same
+ * sampler state). Runs before the schedule, so each decodes its new token
+ * in this very step; the step's trace counts them as sampled (unparked). */
+static void sample_parked(sched_engine *e) {
+    if (e->n_parked == 0)
+        return;
+    int nv = model_get_config(e->m)->n_vocab;
+    long long n_gen = 0;
+    sched_req *const *run = sched_core_running(e->core);
+    for (int i = sched_core_n_running(e->core) - 1; i >= 0; i--) {
+        seq *s = (seq *)run[i];
+        int allowed = 0;
+        if (!s->parked || !seq_mask_ready(e, s, &allowed))
+            continue;
+        seq_unpark(e, s);
+        if (allowed <= 0) {
+            seq_finish_grammar(e, s, allowed);
+            continue;
+        }
+        sched_token tk;
+        memset(&tk, 0, sizeof tk);
+        if (s->p.logprobs >= 0) /* the raw row, before the sampler edits it */
+            memcpy(e->lp_row, s->park_row, (size_t)nv * sizeof *e->lp_row);
+        int32_t id = model_sampler_sample(s->sampler, s->park_row, s->hist, s->n_hist);
+        if (id >= 0 && s->p.logprobs >= 0)
+            fill_logprobs(e->lp_row, nv, id, s->p.logprobs, &tk);
+        n_gen++;
+        e->tr.unparked++;
+        e->tr.constrained++;
+        e->tr.logprob_rows += s->p.logprobs >= 0;
+        if (!seq_accept(e, s, id, s->p.logprobs >= 0 ? &tk : NULL))
+            seq_emit(e, s, SCHED_FINISH_NONE, NULL);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.generation_tokens += n_gen;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Every running sequence sits out for its mask and nothing else can run:
+ * the engine computes one of those masks itself if no worker has started it
+ * (it would only wait otherwise); else it sleeps until a worker finishes
+ * one, new work or a cancel arrives, or 10 ms pass (deadlines). */
+static void engine_wait_masks(sched_engine *e) {
+    sched_req *const *run = sched_core_running(e->core);
+    for (int i = 0; i < sched_core_n_running(e->core); i++) {
+        seq *s = (seq *)run[i];
+        int rc;
+        long long work;
+        if (!s->parked)
+            continue;
+        if (sched_mask_run_here(e->masks, s->mj, -1) ||
+            sched_mask_poll(e->masks, s->mj, &rc, &work) == SCHED_MASK_READY)
+            return; /* ready now (or held back a step by mask_delay_steps) */
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 10 * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&e->mu);
+    while (!e->quit && !e->inbox_head && !e->cancels && e->masks_done == e->masks_seen)
+        if (pthread_cond_timedwait(&e->cv, &e->mu, &until) != 0)
+            break;
+    e->masks_seen = e->masks_done;
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* One engine step: schedule, one forward pass, sample, emit. */
@@ -650,7 +876,9 @@ static int step(sched_engine *e) {
     sched_plan plan;
     sched_trace_step *tr = &e->tr;
     memset(tr, 0, sizeof *tr);
+    sample_parked(e); /* before the step: the trace counts its time as host work */
     tr->t_start = brisk_now();
+    e->mask_units = MASK_STEP_UNITS;
     sched_core_set_now(e->core, tr->t_start);
     sched_core_schedule(e->core, &plan);
     double now = brisk_now();
@@ -686,14 +914,24 @@ static int step(sched_engine *e) {
             n++;
         }
     }
-    if (n == 0)
+    if (n == 0 && tr->unparked == 0)
         return 0;
+    if (n == 0) { /* only rows sampled from their kept logits: a step without a forward */
+        pthread_mutex_lock(&e->mu);
+        tr->step = ++e->stats.steps;
+        pthread_mutex_unlock(&e->mu);
+        tr->sched_s = brisk_now() - tr->t_start;
+        tr->sampled = tr->unparked;
+        return 1;
+    }
     model_batch b = {n, e->b_tok, e->b_pos, e->b_seq, e->b_want, any_hid ? e->b_hid : NULL};
     int n_out = 0;
     tr->step = e->stats.steps + 1; /* the engine thread alone writes stats */
     double t0 = brisk_now();
     int rc = model_backend_forward(e->be, e->kv, &b, &n_out);
     double t_fwd = brisk_now() - t0;
+    double grace = 0.1 * t_fwd < MASK_GRACE_MAX_S ? 0.1 * t_fwd : MASK_GRACE_MAX_S;
+    e->mask_grace_until = brisk_now() + grace;
     tr->sched_s = t0 - tr->t_start;
     tr->forward_s = t_fwd;
     tr->tokens = n;
@@ -748,17 +986,24 @@ static int step(sched_engine *e) {
         }
         if (sample_row < 0)
             continue;
-        if (s->gm) { /* the grammar's allowed tokens, the sampler's mask */
+        if (s->mj) { /* the grammar's allowed tokens, the sampler's mask */
             double tm = brisk_now();
-            int allowed = model_grammar_mask(s->gm, s->mask);
+            int allowed = 0, ready = seq_mask_ready(e, s, &allowed);
             tr->mask_s += brisk_now() - tm;
+            if (!ready) { /* not there yet: it sits out, the other rows go on */
+                int prc = seq_park(e, s, sample_row);
+                if (prc < 0)
+                    seq_finish(e, s, SCHED_FINISH_ERROR, brisk_strerror(prc));
+                else
+                    tr->parked++;
+                continue;
+            }
             if (allowed <= 0) {
-                seq_finish(e, s, SCHED_FINISH_ERROR,
-                           allowed == 0 ? "the grammar allows no token here"
-                                        : "the grammar's state grew past its limit");
+                seq_finish_grammar(e, s, allowed);
                 continue;
             }
         }
+        seq_unpark(e, s); /* recomputed after a preemption: this row replaces the kept one */
         n_gen++;
         tr->constrained += model_sampler_constrained(s->sampler);
         if (s->p.logprobs >= 0) { /* alone: its raw row is copied first */
@@ -797,7 +1042,7 @@ static int step(sched_engine *e) {
     e->stats.kv_slots_allocated += ks.slots_allocated;
     e->stats.kv_slots_filled += ks.slots_filled;
     pthread_mutex_unlock(&e->mu);
-    tr->sampled = (int)n_gen;
+    tr->sampled = (int)n_gen + tr->unparked;
     return 1;
 }
 
@@ -870,11 +1115,19 @@ static int engine_load(sched_engine *e) {
     for (int id = 0; e->eog_ids && id < c->n_vocab; id++)
         if (tok_is_eog(model_get_vocab(e->m), id))
             e->eog_ids[e->n_eog++] = id;
+    /* Mask workers: one per four cores, 1 to 4 (a grammar's walks take turns,
+     * so more help only with several grammars at once). */
+    int n_mask = e->cfg.mask_workers;
+    if (n_mask < 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        n_mask = ncpu >= 16 ? 4 : ncpu >= 4 ? (int)(ncpu / 4) : 1;
+    }
+    e->masks = sched_mask_pool_create(n_mask, engine_mask_done, e);
     e->jobs = malloc((size_t)e->cfg.max_seqs * sizeof *e->jobs);
     e->job_seq = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_seq);
     e->job_ids = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_ids);
-    if (!e->jobs || !e->job_seq || !e->job_ids || !e->core || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_want || !e->b_hid || !e->lp_row || !e->eog_ids) {
+    if (!e->masks || !e->jobs || !e->job_seq || !e->job_ids || !e->core || !e->b_tok || !e->b_pos ||
+        !e->b_seq || !e->b_want || !e->b_hid || !e->lp_row || !e->eog_ids) {
         snprintf(e->load_err, sizeof e->load_err,
                  "out of memory for the scheduler's scratch (%ld KV blocks)", n_blocks);
         return BRISK_ENOMEM;
@@ -948,7 +1201,7 @@ static void *engine_main(void *arg) {
         if (quit) {
             while (in) {
                 seq *n = in->next;
-                seq_free(in);
+                seq_free(e, in);
                 in = n;
             }
             while (cancels) {
@@ -974,6 +1227,8 @@ static void *engine_main(void *arg) {
         expire_deadlines(e, brisk_now());
         int ran = step(e);
         engine_publish(e);
+        if (!ran && e->n_parked > 0)
+            engine_wait_masks(e);
         double t_end = brisk_now(), busy = t_end - t0;
         if (ran && e->trace)
             trace_step(e, t0, t_end);
@@ -1037,12 +1292,12 @@ void sched_engine_free(sched_engine *e) {
     if (e->core) {
         for (sched_req *r; (r = sched_core_waiting_head(e->core));) {
             sched_core_remove(e->core, r);
-            seq_free((seq *)r);
+            seq_free(e, (seq *)r);
         }
         while (sched_core_n_running(e->core) > 0) {
             sched_req *r = sched_core_running(e->core)[0];
             sched_core_remove(e->core, r);
-            seq_free((seq *)r);
+            seq_free(e, (seq *)r);
         }
     }
     for (sched_event *ev = e->out_head, *n; ev; ev = n) {
@@ -1060,6 +1315,7 @@ void sched_engine_free(sched_engine *e) {
     free(e->b_hid);
     free(e->lp_row);
     free(e->eog_ids);
+    sched_mask_pool_free(e->masks); /* after the sequences: it frees the orphaned jobs */
     model_grammar_vocab_free(e->gvocab);
     free(e->jobs);
     free(e->job_seq);

@@ -65,6 +65,14 @@ typedef struct sched_engine_config {
     /* --step-trace FILE: one JSON line per step appended there
      * (engine_trace.h; opened by sched_engine_create), NULL: none. */
     const char *step_trace;
+    /* Grammar masks (engine_mask.h): worker threads that compute them beside
+     * the forward pass; -1: the default (one per four cores, 1 to 4); 0: no
+     * workers, the engine computes a row's mask itself when it samples it. */
+    int mask_workers;
+    /* Tests: each mask is held back this many steps after it is ready (its
+     * row sits out meanwhile), to show outputs do not depend on when masks
+     * are ready. 0: off. */
+    int mask_delay_steps;
 } sched_engine_config;
 
 sched_engine_config sched_engine_config_default(void);
@@ -157,6 +165,10 @@ typedef struct sched_event {
                           grammar's end, or not final) */
     float *embedding;  /* pooling sequences' final event: [n_embedding], owned */
     int n_embedding;
+    /* finish ERROR because the sequence's grammar was too costly (its state
+     * or a token's mask past the grammar's limits, models/grammar.h): the
+     * client's constraint, not a server failure. */
+    int grammar_cost;
     char err[160];
 } sched_event;
 

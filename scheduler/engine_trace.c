@@ -61,14 +61,15 @@ void sched_trace_write(sched_trace *t, const sched_trace_step *s) {
         "{\"step\":%lld,\"t\":%.6f,\"wall_ms\":%.3f,\"sched_ms\":%.3f,\"forward_ms\":%.3f,"
         "\"mask_ms\":%.3f,\"sample_ms\":%.3f,\"host_ms\":%.3f,\"gap_ms\":%.3f,\"tokens\":%d,"
         "\"decode_rows\":%d,\"prefill_tokens\":%d,\"prefill_chunks\":%d,\"sampled\":%d,"
-        "\"constrained\":%d,\"logprob_rows\":%d,\"admitted\":%d,\"preempted\":%d,"
+        "\"constrained\":%d,\"logprob_rows\":%d,\"parked\":%d,\"unparked\":%d,"
+        "\"admitted\":%d,\"preempted\":%d,"
         "\"running\":%d,\"waiting\":%d,\"kv_blocks_used\":%d,\"kv_blocks_total\":%d,"
         "\"pass\":\"%s\"}\n",
         s->step, s->t_start - t->t0, s->wall_s * ms, s->sched_s * ms, s->forward_s * ms,
         s->mask_s * ms, s->sample_s * ms, s->host_s * ms, s->gap_s * ms, s->tokens, s->decode_rows,
         s->prefill_tokens, s->prefill_chunks, s->sampled, s->constrained, s->logprob_rows,
-        s->admitted, s->preempted, s->running, s->waiting, s->kv_blocks_used, s->kv_blocks_total,
-        model_pass_kind_name(s->pass));
+        s->parked, s->unparked, s->admitted, s->preempted, s->running, s->waiting,
+        s->kv_blocks_used, s->kv_blocks_total, model_pass_kind_name(s->pass));
     if (n < 0)
         trace_failed(t);
     t->dirty = 1;

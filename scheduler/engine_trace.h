@@ -24,7 +24,7 @@ typedef struct sched_trace_step {
     double wall_s;           /* the step: scheduling to its events published */
     double sched_s;          /* scheduling and building the batch */
     double forward_s;        /* the backend's forward call */
-    double mask_s;           /* grammar masks (model_grammar_mask) */
+    double mask_s;           /* the engine's time on grammar masks (waiting for none) */
     double sample_s;         /* the backend's sample calls (log-prob rows' copies included) */
     double host_s;           /* the engine's work before the step: arrivals, cancels, deadlines */
     double gap_s;            /* from the previous step's end to this one's start (idle included) */
@@ -32,9 +32,12 @@ typedef struct sched_trace_step {
     int decode_rows;         /* of them, one generated token of a running sequence each */
     int prefill_tokens;      /* the others: prompt (or recomputed) tokens */
     int prefill_chunks;      /* the sequences those came from */
-    int sampled;             /* rows that picked a token */
+    int sampled;             /* rows that picked a token (unparked ones included) */
     int constrained;         /* of them, with a grammar or banned tokens */
     int logprob_rows;        /* of them, with log-probs (sampled one by one) */
+    int parked;              /* rows computed but not sampled: their grammar mask was late */
+    int unparked;            /* of the sampled, rows that sat out before: sampled from
+                              * their kept logits at the step's start (host time) */
     int admitted, preempted; /* sequences admitted and preempted by this step's schedule */
     int running, waiting;    /* after the step */
     int kv_blocks_used, kv_blocks_total;

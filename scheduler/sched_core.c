@@ -332,6 +332,14 @@ static int schedule_prefills(sched_core *c, sched_plan *plan, int budget) {
     return budget;
 }
 
+/* Whether a running request has every known token computed. */
+static int any_sampling(const sched_core *c) {
+    for (int i = 0; i < c->n_run; i++)
+        if (c->run[i]->n_computed == c->run[i]->n_tokens)
+            return 1;
+    return 0;
+}
+
 int sched_core_schedule(sched_core *c, sched_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->entries = c->entries;
@@ -341,8 +349,11 @@ int sched_core_schedule(sched_core *c, sched_plan *plan) {
         budget = schedule_decodes(c, plan, budget);
         budget = schedule_prefills(c, plan, budget);
         /* Prefills that all lack blocks, with no decode to finish and free
-         * some, would wait for ever: the newest gives its blocks back. */
-        if (plan->n_entries > 0 || c->n_run == 0)
+         * some, would wait for ever: the newest gives its blocks back. A
+         * request with nothing to compute (all its tokens computed: the
+         * engine has yet to sample it, e.g. while its grammar mask is
+         * computed) is not stuck: it will decode again, so nothing is. */
+        if (plan->n_entries > 0 || c->n_run == 0 || any_sampling(c))
             break;
         sched_req *victim = c->run[victim_index(c)];
         if (c->n_run == 1) {

@@ -121,6 +121,16 @@ void srv_gen_fail(gen_req *g, const char *why) {
 }
 
 const srv_api_error *srv_gen_failure(const gen_req *g, srv_api_error *e) {
+    if (g->failed_grammar) { /* the client's constraint, not a server failure */
+        *e = (srv_api_error){400, "invalid_request_error", "", "grammar_too_costly", ""};
+        const char *param = g->grammar_param ? g->grammar_param : "grammar";
+        snprintf(e->param, sizeof e->param, "%s", param);
+        snprintf(e->message, sizeof e->message,
+                 "the grammar of '%s' is too costly to follow: %s (docs/API.md, structured "
+                 "output)",
+                 param, g->err);
+        return e;
+    }
     *e = (srv_api_error){500, "server_error", "", NULL, ""};
     snprintf(e->message, sizeof e->message, "generation failed: %s",
              g->err[0] ? g->err : "internal error");
@@ -419,6 +429,8 @@ static void on_event(srv_app *app, sched_event *ev) {
     }
     if (ev->deadline)
         c->deadline = 1;
+    if (ev->finish == SCHED_FINISH_ERROR && ev->grammar_cost && !g->failed)
+        g->failed_grammar = 1;
     if (ev->finish == SCHED_FINISH_ERROR)
         srv_gen_fail(g, ev->err);
     if (g->failed) {
@@ -730,6 +742,7 @@ void srv_gen_start(srv_app *app, srv_req *r, gen_req *g, srv_gen_params *p,
         g->grammar = app->grammars ? srv_grammar_get(app->grammars, p->grammar, p->grammar_len, &rc,
                                                      err, sizeof err)
                                    : NULL;
+        g->grammar_param = p->grammar_param;
         if (!g->grammar) {
             if (rc == BRISK_EINVAL)
                 gen_refuse(r, g->shape, p->grammar_param, "invalid_grammar", "%s", err);

@@ -80,15 +80,17 @@ struct gen_req {
     int prompt_tokens;
     double t_start, t_first, t_admit;
     int failed;
+    int failed_grammar; /* failed because its grammar was too costly: the client's fault */
     char err[160];
-    model_grammar *grammar; /* the request's constraint (a reference), or NULL */
-    int tools_on;           /* chat with tools offered: answers are parsed for calls */
-    int tools_forced;       /* ... and a grammar holds them to the format (srv_tools_forced) */
-    int embed;              /* /v1/embeddings: SCHED_POOL_LAST or _MEAN (0: a generation) */
-    char key_id[72];        /* the API key's id ("" when none): its limits (srv_quota.h) */
-    int quota_admitted;     /* holds a concurrency slot of key_id, released at gen_free */
-    int priority;           /* the engine priority (request, else the key's default; floored) */
-    double deadline;        /* brisk_now() time its sequences end (0: none) */
+    model_grammar *grammar;    /* the request's constraint (a reference), or NULL */
+    const char *grammar_param; /* the field that gave it (static), for errors */
+    int tools_on;              /* chat with tools offered: answers are parsed for calls */
+    int tools_forced;          /* ... and a grammar holds them to the format (srv_tools_forced) */
+    int embed;                 /* /v1/embeddings: SCHED_POOL_LAST or _MEAN (0: a generation) */
+    char key_id[72];           /* the API key's id ("" when none): its limits (srv_quota.h) */
+    int quota_admitted;        /* holds a concurrency slot of key_id, released at gen_free */
+    int priority;              /* the engine priority (request, else the key's default; floored) */
+    double deadline;           /* brisk_now() time its sequences end (0: none) */
     int emb_base64, emb_normalize;
     model_chat_kind tools_kind;
 };
@@ -188,7 +190,9 @@ void srv_gen_write(gen_req *g, char *sse, size_t n);
 /* Every choice expired before it ran (the deadline passed while waiting). */
 int srv_gen_all_expired(const gen_req *g);
 /* Fill *e with the error of a failed request (500, "generation failed:
- * <why>") or of one whose every choice expired (504); return e. */
+ * <why>"; 400 invalid_request_error, code grammar_too_costly, param the
+ * constraint's field, when its grammar was too costly) or of one whose every
+ * choice expired (504); return e. */
 const srv_api_error *srv_gen_failure(const gen_req *g, srv_api_error *e);
 const srv_api_error *srv_gen_expiry(srv_api_error *e);
 /* The error hook of a shape whose errors are OpenAI's error body

@@ -16,7 +16,8 @@ FIELDS = {
     "step": int, "t": float, "wall_ms": float, "sched_ms": float, "forward_ms": float,
     "mask_ms": float, "sample_ms": float, "host_ms": float, "gap_ms": float, "tokens": int,
     "decode_rows": int, "prefill_tokens": int, "prefill_chunks": int, "sampled": int,
-    "constrained": int, "logprob_rows": int, "admitted": int, "preempted": int,
+    "constrained": int, "logprob_rows": int, "parked": int, "unparked": int,
+    "admitted": int, "preempted": int,
     "running": int, "waiting": int, "kv_blocks_used": int, "kv_blocks_total": int,
     "pass": str,
 }
@@ -72,6 +73,8 @@ def test_step_trace_adds_up(start_server, stories260k_gguf, tmp_path):
         assert (ln["prefill_chunks"] > 0) == (ln["prefill_tokens"] > 0)
         assert ln["prefill_chunks"] <= ln["prefill_tokens"]
         assert ln["constrained"] <= ln["sampled"] and ln["logprob_rows"] <= ln["sampled"]
+        assert ln["unparked"] <= ln["constrained"]
+        assert ln["parked"] <= ln["decode_rows"] + ln["prefill_chunks"]
         assert ln["pass"] == "eager"  # the CPU backend
         assert 0 <= ln["kv_blocks_used"] <= ln["kv_blocks_total"]
         assert ln["wall_ms"] >= ln["forward_ms"] >= 0 and ln["wall_ms"] >= ln["sched_ms"] >= 0
@@ -84,6 +87,7 @@ def test_step_trace_adds_up(start_server, stories260k_gguf, tmp_path):
     assert sum(ln["sampled"] for ln in lines) == completion
     assert sum(ln["constrained"] for ln in lines) == usage[2]["completion_tokens"] + 5
     assert sum(ln["logprob_rows"] for ln in lines) == usage[3]["completion_tokens"]
+    assert sum(ln["parked"] for ln in lines) == sum(ln["unparked"] for ln in lines)
     assert sum(ln["admitted"] for ln in lines) == len(reqs)
     # The long prompt took several chunks.
     assert usage[0]["prompt_tokens"] > 2 * BATCH

@@ -3,6 +3,7 @@
  * (JSON, repetitions, classes, UTF-8 split across calls), and token masks
  * against a brute force over two real vocabularies (byte-level GPT-2 and
  * SentencePiece with byte fallback) along seeded random walks. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,6 +289,177 @@ static void walk(const tok_vocab *v, const model_grammar_vocab *gv, model_gramma
     free(mask);
 }
 
+/* (The grammar takes a leading space: SentencePiece's tokens bring one.)
+ * The work a mask counts is the state's own: the same whether the grammar's
+ * automaton and mask cache were cold or filled by other matchers first, on a
+ * cache hit too; one unit less than a state needs refuses it with
+ * BRISK_ERANGE (cold, warm, or cached), exactly that many takes it; and
+ * model_grammar_mask_try gives up on a budget below it without caching. */
+static void test_work(const tok_vocab *v, const model_grammar_vocab *gv, const char *what) {
+    static const char *text =
+        "root ::= \" \"? \"{\" ( \"\\\"\" [a-z ]{0,30} \"\\\": \" [0-9]{1,6} \", \" )* \"}\"";
+    static const char *walk = "{\"ab cd\": 123, \"x\": 9, }";
+    static const char *other = "{\"zzzz zz zzzz\": 98765, \"qq\": 1, \"ab\": 4, }";
+    char err[256];
+    int nv = tok_n_vocab(v);
+    size_t words = ((size_t)nv + 31) / 32;
+    uint32_t *mask = calloc(words, sizeof *mask), *mask2 = calloc(words, sizeof *mask2);
+    int32_t ids[64];
+    int n = tok_encode(v, walk, strlen(walk), 0, ids, 64);
+    CHECK(n > 4, "%s: the walk's tokens", what);
+    long long cold[64] = {0};
+    int counts[64] = {0};
+    /* Cold: a fresh grammar, one matcher. */
+    model_grammar *g = compile(text, err, sizeof err);
+    model_grammar_matcher *m = model_grammar_matcher_create(g, gv, NULL);
+    for (int i = 0; i < n && m; i++) {
+        counts[i] = model_grammar_mask(m, mask);
+        cold[i] = model_grammar_last_work(m);
+        CHECK(counts[i] > 0 && cold[i] > 0, "%s: cold mask %d: %d allowed, %lld units", what, i,
+              counts[i], cold[i]);
+        CHECK(model_grammar_accept(m, ids[i]) == 0, "%s: token %d taken", what, i);
+    }
+    /* The same states again on that grammar: cache hits, the same units. */
+    model_grammar_matcher *m2 = model_grammar_matcher_create(g, gv, NULL);
+    int same = 1;
+    for (int i = 0; i < n && m2; i++) {
+        same &= model_grammar_mask(m2, mask) == counts[i] && model_grammar_last_work(m2) == cold[i];
+        model_grammar_accept(m2, ids[i]);
+    }
+    CHECK(same, "%s: cached masks count the units they cost", what);
+    model_grammar_matcher_free(m2);
+    model_grammar_matcher_free(m);
+    model_grammar_unref(g);
+    /* Warm: a fresh grammar whose automaton another walk filled first. */
+    g = compile(text, err, sizeof err);
+    m = model_grammar_matcher_create(g, gv, NULL);
+    int32_t oids[64];
+    int on = tok_encode(v, other, strlen(other), 0, oids, 64);
+    for (int i = 0; i < on && m; i++) {
+        model_grammar_mask(m, mask);
+        model_grammar_accept(m, oids[i]);
+    }
+    model_grammar_matcher_free(m);
+    m = model_grammar_matcher_create(g, gv, NULL);
+    same = 1;
+    for (int i = 0; i < n && m; i++) {
+        same &= model_grammar_mask(m, mask) == counts[i] && model_grammar_last_work(m) == cold[i];
+        model_grammar_accept(m, ids[i]);
+    }
+    CHECK(same, "%s: the units do not depend on what the automaton already held", what);
+    model_grammar_matcher_free(m);
+    model_grammar_unref(g);
+    /* The limit, at the costliest state: cold, then warm, then cached. */
+    int worst = 0;
+    for (int i = 1; i < n; i++)
+        if (cold[i] > cold[worst])
+            worst = i;
+    model_grammar_limits lim = model_grammar_limits_default();
+    g = compile(text, err, sizeof err);
+    for (int pass = 0; pass < 3; pass++) {
+        for (int over = 0; over <= 1; over++) {
+            lim.max_work = cold[worst] - 1 + over;
+            m = model_grammar_matcher_create(g, gv, &lim);
+            for (int i = 0; i < worst && m; i++)
+                model_grammar_accept(m, ids[i]);
+            int rc = m ? model_grammar_mask(m, mask) : BRISK_ENOMEM;
+            CHECK(over ? rc == counts[worst] : rc == BRISK_ERANGE,
+                  "%s: pass %d, limit %lld for a %lld-unit mask: %d", what, pass, lim.max_work,
+                  cold[worst], rc);
+            model_grammar_matcher_free(m);
+        }
+    }
+    model_grammar_unref(g);
+    /* mask_try: a budget below the walk gives up (nothing cached), a lookup
+     * finds nothing until the mask is computed, then the same mask. */
+    g = compile(text, err, sizeof err);
+    m = model_grammar_matcher_create(g, gv, NULL);
+    for (int i = 0; i < worst && m; i++)
+        model_grammar_accept(m, ids[i]);
+    CHECK(model_grammar_mask_try(m, mask, 0) == BRISK_ENOSPC, "%s: a lookup misses", what);
+    CHECK(model_grammar_mask_try(m, mask, cold[worst] / 4) == BRISK_ENOSPC,
+          "%s: a quarter of the units is not enough", what);
+    CHECK(model_grammar_mask_try(m, mask, 0) == BRISK_ENOSPC, "%s: nothing was cached", what);
+    CHECK(model_grammar_mask(m, mask2) == counts[worst] &&
+              model_grammar_last_work(m) == cold[worst],
+          "%s: computed after an abandoned walk: the same units", what);
+    CHECK(model_grammar_mask_try(m, mask, 0) == counts[worst] && !memcmp(mask, mask2, words * 4),
+          "%s: then a lookup finds it", what);
+    model_grammar_matcher_free(m);
+    model_grammar_unref(g);
+    free(mask);
+    free(mask2);
+}
+
+/* Matchers of one grammar on four threads at once (the engine's mask
+ * workers and the engine itself share its caches and its automaton, and
+ * model_grammar_mask_try backs off from a walk in progress): every mask equals
+ * the one a lone matcher of a fresh grammar computes. */
+typedef struct par_job {
+    model_grammar *g;
+    const model_grammar_vocab *gv;
+    const int32_t *ids;
+    int n, tries;
+    const uint32_t *want; /* [n][words] */
+    size_t words;
+    int ok;
+} par_job;
+
+static void *par_walk(void *arg) {
+    par_job *j = arg;
+    uint32_t *mask = calloc(j->words, sizeof *mask);
+    model_grammar_matcher *m = model_grammar_matcher_create(j->g, j->gv, NULL);
+    j->ok = m && mask;
+    for (int i = 0; i < j->n && j->ok; i++) {
+        int rc = BRISK_ENOSPC;
+        if (j->tries) /* as the engine does: a small budget first */
+            rc = model_grammar_mask_try(m, mask, 2000);
+        if (rc == BRISK_ENOSPC)
+            rc = model_grammar_mask(m, mask);
+        j->ok = rc > 0 && !memcmp(mask, j->want + (size_t)i * j->words, j->words * sizeof *mask) &&
+                model_grammar_accept(m, j->ids[i]) == 0;
+    }
+    model_grammar_matcher_free(m);
+    free(mask);
+    return NULL;
+}
+
+static void test_parallel(const tok_vocab *v, const model_grammar_vocab *gv, const char *what) {
+    char *json = model_grammar_json_text(1), err[256];
+    static const char *text = "{\"name\": \"Ada Lovelace\", \"tags\": [\"math\", \"engines\"], "
+                              "\"born\": 1815, \"note\": {\"a\": true, \"b\": null}}";
+    int32_t ids[128];
+    int n = tok_encode(v, text, strlen(text), 0, ids, 128);
+    size_t words = ((size_t)tok_n_vocab(v) + 31) / 32;
+    uint32_t *want = calloc((size_t)(n > 0 ? n : 1) * words, sizeof *want);
+    model_grammar *g = compile(json, err, sizeof err);
+    model_grammar_matcher *m = g ? model_grammar_matcher_create(g, gv, NULL) : NULL;
+    int ok = n > 10 && m && want;
+    for (int i = 0; i < n && ok; i++)
+        ok = model_grammar_mask(m, want + (size_t)i * words) > 0 &&
+             model_grammar_accept(m, ids[i]) == 0;
+    CHECK(ok, "%s: the reference walk", what);
+    model_grammar_matcher_free(m);
+    model_grammar_unref(g);
+    for (int round = 0; round < 2 && ok; round++) {
+        g = compile(json, err, sizeof err);
+        par_job jobs[4];
+        pthread_t th[4];
+        for (int t = 0; t < 4; t++) {
+            jobs[t] = (par_job){g, gv, ids, n, (t + round) % 2, want, words, 0};
+            pthread_create(&th[t], NULL, par_walk, &jobs[t]);
+        }
+        for (int t = 0; t < 4; t++) {
+            pthread_join(th[t], NULL);
+            CHECK(jobs[t].ok, "%s: round %d, thread %d: every mask as the lone matcher's", what,
+                  round, t);
+        }
+        model_grammar_unref(g);
+    }
+    free(want);
+    free(json);
+}
+
 static void test_masks(void) {
     static const char *vocabs[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"};
     for (int vi = 0; vi < 2; vi++) {
@@ -303,12 +475,33 @@ static void test_masks(void) {
         }
         model_grammar_vocab *gv = model_grammar_vocab_create(v);
         CHECK(gv != NULL, "trie");
+        if (gv) {
+            test_work(v, gv, vocabs[vi]);
+            test_parallel(v, gv, vocabs[vi]);
+        }
         char *json = model_grammar_json_text(1);
-        const char *texts[3] = {json,
-                                "root ::= \"<\" [a-z\\u00e0-\\u00ff]{1,6} (\", \" [0-9]+)* \">\"",
-                                "root ::= (\"caf\\u00e9\" | \"\\u20ac\" | \"na\\u00efve\")+"};
-        const char *names[3] = {"json object", "list", "utf-8 words"};
-        for (int gi = 0; gi < 3 && gv; gi++) {
+        /* Beside JSON, grammars whose stacks run deep (nesting, rules
+         * continued after a rule ends), so masks lean on the cut states'
+         * escapes, with multi-byte characters where a cut stack reaches its
+         * context; and a converted regular expression. */
+        char *re = NULL;
+        CHECK(model_grammar_regex_text("(?:[a-z]{1,3}\\.){2,4}(?:\u00e9|\u00fc|x)+[0-9]{2}",
+                                       strlen("(?:[a-z]{1,3}\\.){2,4}(?:\u00e9|\u00fc|x)+"
+                                              "[0-9]{2}"),
+                                       &re, err, sizeof err) == 0,
+              "regex: %s", err);
+        const char *texts[6] = {
+            json,
+            "root ::= \"<\" [a-z\\u00e0-\\u00ff]{1,6} (\", \" [0-9]+)* \">\"",
+            "root ::= (\"caf\\u00e9\" | \"\\u20ac\" | \"na\\u00efve\")+",
+            "root ::= v\nv ::= \"[\" ( v ( \",\" v ){0,3} )? \"]\" | \"{\\\"\" [a-z\\u00e9]{0,5} "
+            "\"\\\":\" v \"}\" | \"\\\"\" [^\"\\\\]{0,8} \"\\\"\"",
+            "root ::= x \"!\"\nx ::= y \"?\" | \"\\u00e9\" x\ny ::= z \".\" | z z \".\"\n"
+            "z ::= ( \"a\" | \"\\u00e9\" | \"\\u20ac\" | \"\\u00e9\\u20ac\" )+",
+            re ? re : "root ::= \"a\""};
+        const char *names[6] = {"json object", "list",           "utf-8 words",
+                                "nested",      "rules in rules", "regex"};
+        for (int gi = 0; gi < 6 && gv; gi++) {
             model_grammar *g = compile(texts[gi], err, sizeof err);
             CHECK(g != NULL, "%s: %s", names[gi], err);
             char what[128];
@@ -320,6 +513,7 @@ static void test_masks(void) {
             model_grammar_unref(g);
         }
         free(json);
+        free(re);
         model_grammar_vocab_free(gv);
         tok_vocab_free(v);
         gguf_close(gf);
