@@ -36,6 +36,7 @@
 #include "models/model.h"
 #include "models/sampler.h"
 #include "scheduler/sched_core.h"
+#include "scheduler/spec.h"
 
 #define SCHED_MAX_TOP_LOGPROBS 20
 
@@ -65,6 +66,9 @@ typedef struct sched_engine_config {
     /* --step-trace FILE: one JSON line per step appended there
      * (engine_trace.h; opened by sched_engine_create), NULL: none. */
     const char *step_trace;
+    /* Speculative decoding (spec.h; method NONE: off). The draft model's
+     * path is borrowed until sched_engine_create returns. */
+    sched_spec_config spec;
 } sched_engine_config;
 
 sched_engine_config sched_engine_config_default(void);
@@ -200,6 +204,7 @@ typedef struct sched_engine_stats {
      * events) and, of it, inside model_forward. */
     double busy_s, forward_s;
     long long batch_tokens; /* summed over steps */
+    sched_spec_stats spec;  /* speculative decoding's counters (spec.enabled 0: off) */
 } sched_engine_stats;
 void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out);
 

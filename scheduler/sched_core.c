@@ -154,6 +154,7 @@ void sched_core_remove(sched_core *c, sched_req *r) {
 static void preempt(sched_core *c, sched_req *r) {
     run_remove(c, r);
     r->n_computed = 0;
+    r->n_spec = 0; /* its proposals were not scheduled */
     r->n_preempted++;
     c->n_preemptions++;
     wait_push_head(c, r);
@@ -238,8 +239,27 @@ static int grow_fit(sched_core *c, sched_req *r, int n) {
 }
 
 static void plan_add(sched_plan *plan, sched_req *r, int n) {
-    plan->entries[plan->n_entries++] = (sched_entry){r, r->n_computed, n};
+    plan->entries[plan->n_entries++] = (sched_entry){r, r->n_computed, n, 0};
     plan->n_tokens += n;
+}
+
+/* r's decode token with up to its n_spec proposals, when the budget (>= 1
+ * already checked) and the free blocks allow at least one proposal: never
+ * by preempting. Returns the proposals scheduled (0: none, nothing grown). */
+static int plan_spec(sched_core *c, sched_plan *plan, sched_req *r, int budget) {
+    int k = r->n_spec < budget - 1 ? r->n_spec : budget - 1;
+    if (k <= 0)
+        return 0;
+    int n = grow_fit(c, r, 1 + k);
+    if (n == 0)
+        return 0;
+    if (n == 1) { /* the decode token alone: grown, no proposal */
+        plan_add(plan, r, 1);
+        return -1;
+    }
+    plan_add(plan, r, n);
+    plan->entries[plan->n_entries - 1].n_spec = n - 1;
+    return n - 1;
 }
 
 void sched_core_set_now(sched_core *c, double now) {
@@ -285,6 +305,11 @@ static int schedule_decodes(sched_core *c, sched_plan *plan, int budget) {
         sched_req *r = c->run[i];
         if (r->n_tokens - r->n_computed != 1)
             continue;
+        int spec = r->n_spec > 0 ? plan_spec(c, plan, r, budget) : 0;
+        if (spec != 0) {
+            budget -= spec > 0 ? 1 + spec : 1;
+            continue;
+        }
         for (;;) {
             int rc = kv_cache_seq_grow(c->kv, r->slot, 1);
             if (rc == 0) {
@@ -368,9 +393,24 @@ void sched_core_commit(sched_core *c, const sched_plan *plan) {
         sched_req *r = plan->entries[i].req;
         if (!r->running)
             continue;
-        r->n_computed = plan->entries[i].pos + plan->entries[i].n;
+        /* Proposals count once verification keeps them (sched_core_advance). */
+        r->n_computed = plan->entries[i].pos + plan->entries[i].n - plan->entries[i].n_spec;
         kv_cache_seq_set_pos(c->kv, r->slot, r->n_computed);
         if (c->cfg.prefix_caching)
             kv_cache_seq_commit(c->kv, r->slot, r->tokens, r->n_computed);
     }
+}
+
+void sched_core_advance(sched_core *c, sched_req *r, int n) {
+    if (!r->running || n <= 0)
+        return;
+    r->n_computed += n;
+    kv_cache_seq_set_pos(c->kv, r->slot, r->n_computed);
+    if (c->cfg.prefix_caching)
+        kv_cache_seq_commit(c->kv, r->slot, r->tokens, r->n_computed);
+}
+
+void sched_core_trim(sched_core *c, sched_req *r) {
+    if (r->running)
+        kv_cache_seq_shrink(c->kv, r->slot);
 }
