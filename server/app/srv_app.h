@@ -40,6 +40,12 @@ typedef struct srv_app_config {
     double request_timeout_s; /* --request-timeout: default deadline (0: none) */
     int embeddings;           /* --embeddings: serve /v1/embeddings */
     int pooling;              /* --pooling: SCHED_POOL_*; 0: the model's, else last */
+    /* Speculative decoding as given, which cmd_serve turns into engine.spec
+     * (cli/cli_spec.c): vLLM's --speculative-config JSON, or llama.cpp's
+     * --model-draft, --draft-max and --draft-min (-1: not given). */
+    const char *spec_json;
+    const char *draft_model;
+    int draft_max, draft_min;
     sched_engine_config engine;
     srv_http_config http;
 } srv_app_config;
