@@ -1061,6 +1061,7 @@ static void engine_publish(sched_engine *e) {
 static int engine_load_draft(sched_engine *e, sched_setup_opts *so) {
     const model_config *c = model_get_config(e->setup.m);
     spec_draft_opts dopt = {.path = e->cfg.spec.draft_model,
+                            .tokenizer = e->cfg.tokenizer,
                             .weights = e->cfg.weights,
                             .device = e->setup.be->device,
                             .pool = e->pool,

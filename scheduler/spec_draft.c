@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
@@ -72,7 +73,16 @@ int spec_draft_load(const spec_draft_opts *o, const model *target, spec_draft **
     spec_draft *d = calloc(1, sizeof *d);
     if (!d)
         return brisk_set_err(err, err_len, BRISK_ENOMEM, "draft model: out of memory");
+    /* A --dummy-weights shape name that is not a file: that shape's seeded
+     * weights (the same as a dummy target's: the GPU campaign's draft =
+     * target check). */
+    const char *dummy = NULL;
+    for (const char *const *n = model_dummy_configs; *n && access(o->path, R_OK) != 0; n++)
+        if (!strcmp(*n, o->path))
+            dummy = o->path;
     d->so = (sched_setup_opts){.model_path = o->path,
+                               .dummy = dummy,
+                               .tokenizer = dummy ? o->tokenizer : NULL,
                                .weights = o->weights,
                                .device = o->device,
                                .pool = o->pool,

@@ -36,7 +36,8 @@
 typedef struct spec_draft spec_draft;
 
 typedef struct spec_draft_opts {
-    const char *path; /* the draft's GGUF file */
+    const char *path;      /* the draft's GGUF file, or a --dummy-weights shape name */
+    const char *tokenizer; /* a dummy draft's vocabulary (the target's --tokenizer) */
     model_weights_fmt weights;
     model_device device; /* the target backend's device (CPU or CUDA, resolved) */
     kern_pool *pool;     /* borrowed */
