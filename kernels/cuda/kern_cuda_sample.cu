@@ -697,8 +697,8 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
             for (int j = q0; j < q1; j++) {
                 double w = exp((double)sample_val((unsigned)head[j]) - max_l);
                 if (resid)
-                    w = fmax(0.0, w / total -
-                                      (double)qrow[0x7fffffffu - (unsigned)(head[j] >> 32)]);
+                    w = fmax(0.0,
+                             w / total - (double)qrow[0x7fffffffu - (unsigned)(head[j] >> 32)]);
                 if (w > 0.0)
                     last_w = j;
                 run += w;
