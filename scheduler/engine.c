@@ -1026,7 +1026,6 @@ static int step(sched_engine *e) {
     e->stats.batch_tokens += n;
     e->stats.kv_slots_allocated += ks.slots_allocated;
     e->stats.kv_slots_filled += ks.slots_filled;
-    sched_spec_get_stats(e->spec, &e->stats.spec);
     pthread_mutex_unlock(&e->mu);
     tr->sampled = (int)n_gen;
     return 1;
@@ -1051,6 +1050,7 @@ static void engine_publish(sched_engine *e) {
     e->stats.kv = ks;
     e->stats.kv_block_size = kv_cache_block_size(e->kv);
     e->stats.preemptions = sched_core_n_preemptions(e->core);
+    sched_spec_get_stats(e->spec, &e->stats.spec); /* enabled from the start */
     pthread_mutex_unlock(&e->mu);
 }
 
