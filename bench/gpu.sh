@@ -341,7 +341,8 @@ st_decode() {
 # compared (the CUDA agreement rule). The CPU rehearsal: stories260K.
 st_spec() {
     local rc=0 mode c url pid draft common
-    common=(--chat-template chatml --served-model-name m --max-num-seqs 32 --ctx 512)
+    common=(--chat-template chatml --served-model-name m --max-num-seqs 32 --ctx 512
+        --spec-fixed-length)
     if [ "$DEVICE" = cuda ]; then
         common+=(--dummy-weights llama-3.2-1b --device cuda --weights f16)
         draft=llama-3.2-1b

@@ -174,6 +174,10 @@ static const opt OPTS[] = {
      "propose only while a step runs at most N tokens (the backend's\n"
      "measured default: CPU 12, CUDA 128)",
      ME, .to = {SV(engine.spec.max_batch_tokens)}},
+    {S, O_SPEC_FIXED, "--spec-fixed-length", NULL, T_FLAG, 0, 0, NULL, NULL,
+     "propose num_speculative_tokens every step (vLLM's way) instead of the\n"
+     "length each sequence's acceptance pays for",
+     ME, .to = {SV(engine.spec.fixed_len)}},
     {S, O_HOST, "--host", NULL, T_STR, 1, 0, NULL, "ADDR", "address to listen on (127.0.0.1)", ME,
      .to = {SV(host)}},
     {S, O_PORT, "--port", NULL, T_INT, 0, 65535, NULL, "N",

@@ -70,6 +70,7 @@ typedef enum {
     O_DRAFT_MIN,
     O_SPEC_SUFFIX_BYTES,
     O_SPEC_MAX_BATCH,
+    O_SPEC_FIXED,
     O_SERVED_NAME,
     O_HOST,
     O_PORT,

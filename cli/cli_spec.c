@@ -182,7 +182,7 @@ int cli_spec_resolve(const char *json, const char *draft_model, int draft_max, i
         return -1;
     }
     long long suffix_bytes = out->suffix_bytes;
-    int threshold = out->max_batch_tokens;
+    int threshold = out->max_batch_tokens, fixed = out->fixed_len;
     if (json) {
         if (cli_spec_parse_json(json, out, model_buf, err, err_len) < 0)
             return -1;
@@ -204,5 +204,6 @@ int cli_spec_resolve(const char *json, const char *draft_model, int draft_max, i
     }
     out->suffix_bytes = suffix_bytes;
     out->max_batch_tokens = threshold;
+    out->fixed_len = fixed;
     return 0;
 }

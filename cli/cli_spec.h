@@ -27,8 +27,8 @@
 int cli_spec_parse_json(const char *json, sched_spec_config *out, char **model_buf, char *err,
                         size_t err_len);
 
-/* The two forms into *out (its other fields kept: --spec-suffix-bytes and
- * --spec-max-batch-tokens fill them directly). json NULL: from the llama.cpp
+/* The two forms into *out (its other fields kept: --spec-suffix-bytes,
+ * --spec-max-batch-tokens and --spec-fixed-length fill them directly). json NULL: from the llama.cpp
  * options (draft_model NULL: no speculation unless json; draft_max and
  * draft_min < 0: not given). Both forms at once, or --draft-max/--draft-min
  * without --model-draft, is an error. 0 or -1 with a reason in err. */

@@ -27,6 +27,7 @@ struct sched_spec {
     int threshold;
     double cost;
     int n_vocab, max_seqs;
+    size_t target_bytes; /* the weights a target decode step reads */
     spec_suffix *suffix;
     spec_suffix_opts sopts;
     spec_draft *draft;
@@ -116,6 +117,7 @@ int sched_spec_create(const sched_spec_config *cfg, const sched_spec_env *env, s
                                               : SCHED_SPEC_THRESHOLD_CPU;
     sp->cost = cuda ? SCHED_SPEC_COST_CUDA : SCHED_SPEC_COST_CPU;
     sp->n_vocab = model_get_config(env->target)->n_vocab;
+    sp->target_bytes = env->be->weight_bytes;
     sp->max_seqs = env->max_seqs;
     sp->stats.enabled = 1;
     sp->stats.num_tokens = cfg->num_tokens;
@@ -145,6 +147,12 @@ int sched_spec_create(const sched_spec_config *cfg, const sched_spec_env *env, s
 void sched_spec_set_draft(sched_spec *sp, spec_draft *d) {
     spec_draft_free(sp->draft);
     sp->draft = d;
+    /* A proposal also costs a draft step: decode reads the weights, so one
+     * draft step is about the draft's bytes over the target's of a target
+     * step (SmolLM2 Q4_0 for F16: 0.29). */
+    size_t db = d ? spec_draft_weight_bytes(d) : 0;
+    if (db && sp->target_bytes)
+        sp->cost += (double)db / (double)sp->target_bytes;
 }
 
 void sched_spec_free(sched_spec *sp) {
@@ -228,7 +236,8 @@ void sched_spec_propose(sched_spec *sp, sched_spec_cand *cands, int n, int base_
             c->ss->q = NULL;
         if (!c->ss || budget <= 0 || c->room <= 0)
             continue;
-        int k = spec_policy_len(&c->ss->pol, sp->cfg.num_tokens, sp->cost);
+        int k = sp->cfg.fixed_len ? sp->cfg.num_tokens
+                                  : spec_policy_len(&c->ss->pol, sp->cfg.num_tokens, sp->cost);
         k = k < c->room ? k : c->room;
         k = k < budget ? k : budget;
         if (k <= 0)

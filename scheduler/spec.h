@@ -69,6 +69,10 @@ typedef struct sched_spec_config {
      * (decode rows, prefill chunks, proposals) stay at or below it; 0: the
      * backend's measured default (SCHED_SPEC_THRESHOLD_*). */
     int max_batch_tokens;
+    /* 1: every sequence proposes num_tokens each step (vLLM's behaviour;
+     * tests and the GPU campaign's draft = target check), instead of the
+     * length its acceptance pays for (spec_policy.h). */
+    int fixed_len;
 } sched_spec_config;
 
 /* Defaults: method none; num_tokens 0 (must be given); lookup 5, 5 (vLLM's);

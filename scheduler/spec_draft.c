@@ -148,6 +148,10 @@ int spec_draft_kv_create(spec_draft *d, long long kv_bytes, char *err, size_t er
     return rc;
 }
 
+size_t spec_draft_weight_bytes(const spec_draft *d) {
+    return d->setup.be->weight_bytes;
+}
+
 void spec_draft_describe(const spec_draft *d, char *buf, size_t len) {
     snprintf(buf, len, "%s (%.1f MB of weights), KV cache %.1f MB = %ld blocks",
              model_name(d->setup.m), d->setup.be->weight_bytes / 1e6,

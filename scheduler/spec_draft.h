@@ -60,6 +60,8 @@ int spec_draft_load(const spec_draft_opts *o, const model *target, spec_draft **
 size_t spec_draft_kv_bytes_per_pos(const spec_draft *d);
 /* Makes the draft's KV cache of kv_bytes (at least one context). */
 int spec_draft_kv_create(spec_draft *d, long long kv_bytes, char *err, size_t err_len);
+/* The weights one draft step reads (its backend's weight_bytes). */
+size_t spec_draft_weight_bytes(const spec_draft *d);
 /* One line for the start-up log. */
 void spec_draft_describe(const spec_draft *d, char *buf, size_t len);
 void spec_draft_free(spec_draft *d);

@@ -6,7 +6,9 @@
  * whose proposal was kept, a moving average: each run weighs 1/4) gives
  * the expected tokens a run of k proposals emits, E(k) = (1 - a^(k+1)) /
  * (1 - a), against the step's cost, 1 + c k, where c is what one proposal
- * adds to a one-token step on this backend (spec.h's SCHED_SPEC_COST_*).
+ * adds to a one-token step on this backend (spec.h's SCHED_SPEC_COST_*),
+ * plus, with a draft model, a draft step: the draft's weight bytes over the
+ * target's (decode reads the weights).
  * The length is the k in 0..k_max with the best E(k) / (1 + c k); 0 when
  * no length pays. A sequence at 0 still proposes one token every
  * SPEC_POLICY_PROBE steps, so that a change of text (a quote begins) is

@@ -19,8 +19,9 @@ SPEC = {
     "suffix": '{"method":"suffix","num_speculative_tokens":6}',
 }
 NAMED = ["--served-model-name", "m", "--chat-template", "chatml"]
-# Speculate whatever the batch (the tests are about exactness, not the policy).
-ALWAYS = ["--spec-max-batch-tokens", "256"]
+# Speculate whatever the batch and the acceptance (the tests are about
+# exactness, not the policy).
+ALWAYS = ["--spec-max-batch-tokens", "256", "--spec-fixed-length"]
 
 CODE = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
         "def mul(a, b):\n    return a * b\n\n\n")

@@ -267,6 +267,7 @@ int main(void) {
         sc.lookup_min = 2;
         sc.lookup_max = 4;
         sc.max_batch_tokens = 64; /* speculate whatever the batch: the test is exactness */
+        sc.fixed_len = 1;
         if (sc.method == SCHED_SPEC_DRAFT)
             sc.draft_model = path; /* the target as its own draft: a perfect proposer */
         long long acc = 0;
@@ -286,6 +287,7 @@ int main(void) {
     sc.method = SCHED_SPEC_DRAFT;
     sc.num_tokens = 4;
     sc.max_batch_tokens = 64;
+    sc.fixed_len = 1;
     sc.draft_model = path;
     /* One request at a time: the proposal lengths (and so the draws) then
      * depend on the request alone (spec_verify.h). */
