@@ -16,8 +16,9 @@
 #include "scheduler/spec.h"
 
 struct spec_draft_seq {
-    int slot;   /* the draft cache's slot, or -1 */
-    int n_done; /* the sequence's first n_done tokens have K/V there */
+    int slot;       /* the draft cache's slot, or -1 */
+    int n_done;     /* the sequence's first n_done tokens have K/V there */
+    long long step; /* the last step it proposed in */
     model_sampler *sampler;
 };
 
@@ -26,6 +27,8 @@ struct spec_draft {
     sched_setup_opts so;
     int n_vocab, max_batch_tokens;
     int *free_slots, n_free;
+    spec_draft_seq **owner; /* per slot: the sequence holding it, or NULL */
+    long long step;         /* spec_draft_propose calls so far */
     /* one forward's batch */
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
@@ -117,12 +120,13 @@ int spec_draft_load(const spec_draft_opts *o, const model *target, spec_draft **
     d->b_want = malloc(T);
     d->b_job = malloc(2 * T * sizeof *d->b_job);
     d->stop = malloc(S * sizeof *d->stop);
+    d->owner = calloc(S, sizeof *d->owner);
     d->max_seqs = o->max_seqs;
     d->sjobs = calloc(S, sizeof *d->sjobs);
     d->sids = malloc(S * sizeof *d->sids);
     d->row = malloc((size_t)d->n_vocab * sizeof *d->row);
     if (!d->free_slots || !d->b_tok || !d->b_pos || !d->b_seq || !d->b_want || !d->b_job ||
-        !d->stop || !d->sjobs || !d->sids || !d->row) {
+        !d->stop || !d->owner || !d->sjobs || !d->sids || !d->row) {
         spec_draft_free(d);
         return brisk_set_err(err, err_len, BRISK_ENOMEM, "draft model: out of memory");
     }
@@ -169,6 +173,7 @@ void spec_draft_free(spec_draft *d) {
     free(d->b_want);
     free(d->b_job);
     free(d->stop);
+    free(d->owner);
     free(d->sjobs);
     free(d->sids);
     free(d->row);
@@ -196,6 +201,7 @@ void spec_draft_seq_release(spec_draft *d, spec_draft_seq *ds) {
     if (!d || !ds || ds->slot < 0)
         return;
     kv_cache_seq_release(d->setup.kv, ds->slot);
+    d->owner[ds->slot] = NULL;
     d->free_slots[d->n_free++] = ds->slot;
     ds->slot = -1;
     ds->n_done = 0;
@@ -267,8 +273,26 @@ static int draft_forward(spec_draft *d, int n) {
     return model_backend_forward(d->setup.be, d->setup.kv, &b, &n_out);
 }
 
+/* Frees the slots of sequences that are not proposing this step (waiting,
+ * preempted, still in their prompt): the pool holds as many positions as
+ * the target's, so the running ones fit once the others are out. They
+ * start over when they propose again. Returns how many were freed. */
+static int draft_evict_idle(spec_draft *d) {
+    int n = 0;
+    for (int s = 0; s < d->max_seqs; s++)
+        if (d->owner[s] && d->owner[s]->step != d->step) {
+            spec_draft_seq_release(d, d->owner[s]);
+            n++;
+        }
+    return n;
+}
+
 void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
     kv_cache *kv = d->setup.kv;
+    d->step++;
+    for (int i = 0; i < n; i++)
+        if (jobs[i].ds && jobs[i].want > 0)
+            jobs[i].ds->step = d->step;
     int *stop = d->stop; /* per job: no more proposals this step */
     if (n > d->max_seqs)
         n = d->max_seqs; /* the engine's candidates are running sequences: never more */
@@ -283,9 +307,10 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
         if (!ds || j->want <= 0 || budget <= 0)
             continue;
         if (ds->slot < 0) {
-            if (d->n_free == 0)
+            if (d->n_free == 0 && draft_evict_idle(d) == 0)
                 continue;
             ds->slot = d->free_slots[--d->n_free];
+            d->owner[ds->slot] = ds;
             ds->n_done = 0;
         }
         if (ds->n_done >= j->n_tokens) /* never expected: the last token is always new */
@@ -294,7 +319,8 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
         int feed = need < budget ? need : budget;
         /* Room for the catch-up and the proposals fed back later. */
         int grow = feed == need ? need + j->want - 1 : feed;
-        if (kv_cache_seq_grow(kv, ds->slot, grow) < 0) {
+        if (kv_cache_seq_grow(kv, ds->slot, grow) < 0 &&
+            (draft_evict_idle(d) == 0 || kv_cache_seq_grow(kv, ds->slot, grow) < 0)) {
             spec_draft_seq_release(d, ds); /* the pool is full: start over later */
             continue;
         }
