@@ -172,7 +172,7 @@ static const opt OPTS[] = {
      .to = {SV(engine.spec.suffix_bytes)}},
     {S, O_SPEC_MAX_BATCH, "--spec-max-batch-tokens", NULL, T_INT, 1, 1 << 20, NULL, "N",
      "propose only while a step runs at most N tokens (the backend's\n"
-     "measured default: CPU 12, CUDA 128)",
+     "measured default: CPU 8, CUDA 128)",
      ME, .to = {SV(engine.spec.max_batch_tokens)}},
     {S, O_SPEC_FIXED, "--spec-fixed-length", NULL, T_FLAG, 0, 0, NULL, NULL,
      "propose num_speculative_tokens every step (vLLM's way) instead of the\n"

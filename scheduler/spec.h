@@ -84,18 +84,22 @@ sched_spec_config sched_spec_config_default(void);
 #define SCHED_SPEC_SUFFIX_DEPTH 24           /* tokens a suffix match and its continuation span */
 
 /* The compute-bound thresholds, in tokens per step (docs/SPECULATIVE.md has
- * the measurement). CPU: the batch size past which a step's time grows
- * almost in proportion to its tokens on the 2-core Zen 4 machine with
- * SmolLM2-135M (an extra token costs more than half a one-token step), so
- * a proposal rejected there costs nearly what an accepted one saves. CUDA: a
- * GPU decode step stays memory-bound to far larger batches; 128 until the
- * next GPU campaign measures it (bench/gpu.sh's spec stage). */
-#define SCHED_SPEC_THRESHOLD_CPU 12
+ * the measurement: bench/spec_bench.py --measure-threshold). CPU, SmolLM2-135M
+ * on 2 Zen 4 cores: every token a step adds costs 0.23-0.33 of a one-token
+ * step from the second token on (no knee: a small model on two cores is
+ * near the balance of memory and compute), so a proposal pays at batch B
+ * only when its acceptance is above c B / (1 + c (B - 1)): 0.3 alone, 0.6 at
+ * 4 rows, 0.75 at 8, 0.86 at 16. Proposals fill a step up to 8 tokens: a
+ * lone sequence proposes up to 7, four up to one each, eight or more none.
+ * CUDA: a GPU decode step stays memory-bound to far larger batches; 128
+ * until the next GPU campaign measures it (bench/gpu.sh's spec stage). */
+#define SCHED_SPEC_THRESHOLD_CPU 8
 #define SCHED_SPEC_THRESHOLD_CUDA 128
 /* What one proposal adds to a step, as a fraction of a one-token decode step
- * (the policy's cost model, spec_policy.h). CPU: measured as above; CUDA:
- * the campaign's to measure. */
-#define SCHED_SPEC_COST_CPU 0.22
+ * (the policy's cost model, spec_policy.h): CPU 0.27 measured as above, plus
+ * ~0.05 for the proposal's logits row and its sampling; CUDA: the
+ * campaign's to measure. */
+#define SCHED_SPEC_COST_CPU 0.3
 #define SCHED_SPEC_COST_CUDA 0.05
 
 /* Checks a configuration; 0, or BRISK_EINVAL with a one-line reason. */
