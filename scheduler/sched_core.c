@@ -243,25 +243,6 @@ static void plan_add(sched_plan *plan, sched_req *r, int n) {
     plan->n_tokens += n;
 }
 
-/* r's decode token with up to its n_spec proposals, when the budget (>= 1
- * already checked) and the free blocks allow at least one proposal: never
- * by preempting. Returns the proposals scheduled (0: none, nothing grown). */
-static int plan_spec(sched_core *c, sched_plan *plan, sched_req *r, int budget) {
-    int k = r->n_spec < budget - 1 ? r->n_spec : budget - 1;
-    if (k <= 0)
-        return 0;
-    int n = grow_fit(c, r, 1 + k);
-    if (n == 0)
-        return 0;
-    if (n == 1) { /* the decode token alone: grown, no proposal */
-        plan_add(plan, r, 1);
-        return -1;
-    }
-    plan_add(plan, r, n);
-    plan->entries[plan->n_entries - 1].n_spec = n - 1;
-    return n - 1;
-}
-
 void sched_core_set_now(sched_core *c, double now) {
     c->now = now;
 }
@@ -305,11 +286,6 @@ static int schedule_decodes(sched_core *c, sched_plan *plan, int budget) {
         sched_req *r = c->run[i];
         if (r->n_tokens - r->n_computed != 1)
             continue;
-        int spec = r->n_spec > 0 ? plan_spec(c, plan, r, budget) : 0;
-        if (spec != 0) {
-            budget -= spec > 0 ? 1 + spec : 1;
-            continue;
-        }
         for (;;) {
             int rc = kv_cache_seq_grow(c->kv, r->slot, 1);
             if (rc == 0) {
@@ -339,6 +315,29 @@ static int schedule_decodes(sched_core *c, sched_plan *plan, int budget) {
     return budget;
 }
 
+/* Pass 1b: the proposals of the decodes just planned, oldest first, in
+ * the budget and the blocks the decodes left: never preempting, and never
+ * taking a block a later request's decode token needed (pass 1 has grown
+ * them all). grow makes [n_pos, n_pos + n) writable whatever the slot
+ * already holds, so the decode token's room is grown again with them. */
+static int schedule_spec(sched_core *c, sched_plan *plan, int budget) {
+    for (int i = 0; i < plan->n_entries && budget > 0; i++) {
+        sched_entry *en = &plan->entries[i];
+        sched_req *r = en->req;
+        if (r->n_spec <= 0 || en->n != 1 || !r->running)
+            continue;
+        int k = r->n_spec < budget ? r->n_spec : budget;
+        int n = grow_fit(c, r, 1 + k);
+        if (n <= 1)
+            continue;
+        en->n = n;
+        en->n_spec = n - 1;
+        plan->n_tokens += n - 1;
+        budget -= n - 1;
+    }
+    return budget;
+}
+
 /* Pass 2: prefill chunks (prompts, and recomputation after preemption),
  * oldest first, in the budget the decodes left; a chunk shrinks to the
  * blocks available rather than preempting. */
@@ -364,6 +363,7 @@ int sched_core_schedule(sched_core *c, sched_plan *plan) {
     int budget = c->cfg.max_batch_tokens;
     for (;;) {
         budget = schedule_decodes(c, plan, budget);
+        budget = schedule_spec(c, plan, budget);
         budget = schedule_prefills(c, plan, budget);
         /* Prefills that all lack blocks, with no decode to finish and free
          * some, would wait for ever: the newest gives its blocks back. */

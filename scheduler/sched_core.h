@@ -31,10 +31,10 @@
  *
  * Speculative tokens: a decoding request may carry n_spec proposed tokens
  * past its known ones (tokens[n_tokens .. n_tokens + n_spec), engine.c and
- * spec.h). Pass 1 then schedules its decode token and as many of them as
- * the budget and the free blocks allow (they never preempt anything: the
- * decode token alone is grown as before when they do not fit), so the step
- * computes K/V and logits at each. sched_core_commit counts only the known
+ * spec.h). After pass 1 has planned every decode token, its decode entry
+ * grows by as many of them as the budget and the free blocks allow (they
+ * never preempt anything, nor take a block a decode token needed), so the
+ * step computes K/V and logits at each. sched_core_commit counts only the known
  * tokens as computed; each proposal that verification keeps is added with
  * sched_core_advance (which registers a block it fills), and
  * sched_core_trim then gives back the blocks grown for the rejected ones.

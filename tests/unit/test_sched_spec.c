@@ -141,6 +141,37 @@ static void test_no_preemption(void) {
     kv_cache_free(kv);
 }
 
+/* Proposals of an older request never take the block a newer one's decode
+ * token needs: two requests at a block boundary, two free blocks. */
+static void test_no_starving_decodes(void) {
+    kv_cache *kv = make_kv(6, 2);
+    sched_core_config cfg = {.max_seqs = 2, .max_batch_tokens = 32, .prefix_caching = 0};
+    sched_core *c = sched_core_create(kv, &cfg);
+    sched_req a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.tokens = b.tokens = toks;
+    a.n_tokens = a.n_prompt = 8; /* 2 full blocks each: 4 of 6 */
+    b.n_tokens = b.n_prompt = 8;
+    sched_core_add(c, &a);
+    sched_core_add(c, &b);
+    sched_plan p;
+    sched_core_schedule(c, &p);
+    sched_core_commit(c, &p);
+    a.n_tokens = b.n_tokens = 9; /* each decode token needs a new block */
+    a.n_spec = 8;                /* would want two more blocks */
+    sched_core_schedule(c, &p);
+    CHECK(p.n_preempted == 0 && p.n_entries == 2, "proposals preempted a decode: %d preempted",
+          p.n_preempted);
+    const sched_entry *ea = p.entries[0].req == &a ? &p.entries[0] : &p.entries[1];
+    CHECK(ea->n_spec == 3, "a's proposals fill its new block only: %d", ea->n_spec);
+    sched_core_commit(c, &p);
+    sched_core_trim(c, &a);
+    CHECK_COND(kv_cache_check(kv) == 0);
+    sched_core_free(c);
+    kv_cache_free(kv);
+}
+
 /* The budget: a decode token and its proposals stay within max_batch_tokens. */
 static void test_budget(void) {
     kv_cache *kv = make_kv(32, 1);
@@ -172,6 +203,7 @@ int main(void) {
             for (int kept = 0; kept <= k; kept++)
                 one_case(L, k, kept);
     test_no_preemption();
+    test_no_starving_decodes();
     test_budget();
     return BT_SUMMARY("test_sched_spec");
 }
