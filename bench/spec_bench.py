@@ -248,8 +248,12 @@ def measure(srv, workload, streams):
     dt = d.get("vllm:spec_decode_num_draft_tokens_total", 0.0)
     acc = d.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
     steps = d.get("brisk_engine_steps_total", 0.0)
+    cpu = d.get("process_cpu_seconds_total", 0.0)
     return {"tokens": sum(toks), "wall_s": wall, "tok_s": sum(toks) / wall,
             "decode_tok_s": sum(d[0] / d[1] for d in dec if d[1] > 0),
+            # the server's CPU time per output token: less sensitive than the wall
+            # clock to what else the shared machine runs
+            "tok_per_cpu_s": sum(toks) / cpu if cpu > 0 else None,
             "acceptance": acc / dt if dt else None,
             "mean_accepted_len": 1 + acc / drafts if drafts else None,
             "tokens_per_step": d.get("vllm:generation_tokens_total", 0.0) / steps if steps else None}
@@ -264,7 +268,7 @@ def compare(servers, workloads, streams_list, rounds, log):
             best = {}
             # Several streams take long on 2 cores: one round (their runs are
             # long, their ratios the least noisy).
-            for r in range(rounds if streams == 1 else 1):
+            for r in range(rounds):
                 order = names[r % len(names):] + names[:r % len(names)]  # rotate the order
                 for cfg in order:
                     res = measure(servers[cfg], wl, streams)
@@ -273,7 +277,10 @@ def compare(servers, workloads, streams_list, rounds, log):
             base, dbase = best[names[0]]["tok_s"], best[names[0]]["decode_tok_s"]
             cell = {"kind": kind, "workload": wname, "streams": streams,
                     "configs": {c: dict(best[c], ratio=best[c]["tok_s"] / base,
-                                        decode_ratio=best[c]["decode_tok_s"] / dbase if dbase else None)
+                                        decode_ratio=best[c]["decode_tok_s"] / dbase if dbase else None,
+                                        cpu_ratio=(best[c]["tok_per_cpu_s"] / best[names[0]]["tok_per_cpu_s"]
+                                                   if best[c]["tok_per_cpu_s"] and best[names[0]]["tok_per_cpu_s"]
+                                                   else None))
                                 for c in names}}
             cells.append(cell)
             log(cell)
@@ -285,7 +292,8 @@ def fmt_cell(cell):
     for c, v in cell["configs"].items():
         a = f" acc {v['acceptance']:.2f}" if v["acceptance"] is not None else ""
         parts.append(f"{c} {v['tok_s']:6.1f} tok/s {v['ratio']:.2f}x, decode {v['decode_tok_s']:6.1f} "
-                     f"{v['decode_ratio'] or 0:.2f}x ({v['tokens_per_step'] or 0:.2f}/step{a})")
+                     f"{v['decode_ratio'] or 0:.2f}x, cpu {v['cpu_ratio'] or 0:.2f}x "
+                     f"({v['tokens_per_step'] or 0:.2f}/step{a})")
     return " | ".join(parts)
 
 
@@ -373,9 +381,13 @@ def main():
             if not path.exists():
                 continue
             print(f"== draft pair: SmolLM2 Q4_0 proposing for {tgt}", flush=True)
+            dargs = common + ["--model-draft", str(draft), "--draft-max", "8"]
+            # "draft": the policy's choice (it proposes when the measured cost
+            # pays); "fixed": 8 proposals every step, the acceptance and the
+            # cost of drafting whatever it pays.
             servers = {"none": Server(a.brisk, path, common, f"{tgt}-none"),
-                       "draft": Server(a.brisk, path, common + ["--model-draft", str(draft), "--draft-max", "8"],
-                                       f"{tgt}-draft")}
+                       "draft": Server(a.brisk, path, dargs, f"{tgt}-draft"),
+                       "fixed": Server(a.brisk, path, dargs + ["--spec-fixed-length"], f"{tgt}-fixed")}
             try:
                 cells = compare(servers, [WORKLOADS[0], WORKLOADS[3]], [1], rounds, log)
             finally:

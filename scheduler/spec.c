@@ -28,6 +28,8 @@ struct sched_spec {
     double cost;
     int n_vocab, max_seqs;
     size_t target_bytes; /* the weights a target decode step reads */
+    double base_cost;    /* the backend's c (SCHED_SPEC_COST_*) */
+    double t1_s;         /* the target's one-token step, a moving average (draft models) */
     spec_suffix *suffix;
     spec_suffix_opts sopts;
     spec_draft *draft;
@@ -115,7 +117,7 @@ int sched_spec_create(const sched_spec_config *cfg, const sched_spec_env *env, s
     sp->threshold = cfg->max_batch_tokens > 0 ? cfg->max_batch_tokens
                     : cuda                    ? SCHED_SPEC_THRESHOLD_CUDA
                                               : SCHED_SPEC_THRESHOLD_CPU;
-    sp->cost = cuda ? SCHED_SPEC_COST_CUDA : SCHED_SPEC_COST_CPU;
+    sp->cost = sp->base_cost = cuda ? SCHED_SPEC_COST_CUDA : SCHED_SPEC_COST_CPU;
     sp->n_vocab = model_get_config(env->target)->n_vocab;
     sp->target_bytes = env->be->weight_bytes;
     sp->max_seqs = env->max_seqs;
@@ -169,6 +171,20 @@ void sched_spec_free(sched_spec *sp) {
 
 int sched_spec_threshold(const sched_spec *sp) {
     return sp->threshold;
+}
+
+double sched_spec_cost(const sched_spec *sp) {
+    return sp->cost;
+}
+
+void sched_spec_step_time(sched_spec *sp, int tokens, double forward_s) {
+    if (!sp || !sp->draft || tokens < 1 || tokens > sp->threshold || !(forward_s > 0))
+        return;
+    double t1 = forward_s / (1.0 + sp->base_cost * (tokens - 1));
+    sp->t1_s = sp->t1_s > 0 ? sp->t1_s + (t1 - sp->t1_s) / 8.0 : t1;
+    double ds = spec_draft_step_s(sp->draft);
+    if (ds > 0)
+        sp->cost = sp->base_cost + ds / sp->t1_s;
 }
 
 sched_spec_seq *sched_spec_seq_create(sched_spec *sp, const model_sampling *p) {
@@ -236,8 +252,9 @@ void sched_spec_propose(sched_spec *sp, sched_spec_cand *cands, int n, int base_
             c->ss->q = NULL;
         if (!c->ss || budget <= 0 || c->room <= 0)
             continue;
-        int k = sp->cfg.fixed_len ? sp->cfg.num_tokens
-                                  : spec_policy_len(&c->ss->pol, sp->cfg.num_tokens, sp->cost);
+        int k = sp->cfg.fixed_len
+                    ? sp->cfg.num_tokens
+                    : spec_policy_len(&c->ss->pol, sp->cfg.num_tokens, sp->cost, !sp->draft);
         k = k < c->room ? k : c->room;
         k = k < budget ? k : budget;
         if (k <= 0)

@@ -178,5 +178,12 @@ void sched_spec_get_stats(const sched_spec *sp, sched_spec_stats *out);
 
 /* The threshold and cost the policy uses on this backend (after defaults). */
 int sched_spec_threshold(const sched_spec *sp);
+double sched_spec_cost(const sched_spec *sp);
+
+/* Each target forward pass (tokens, seconds): with a draft model the
+ * policy's cost of a proposal is measured, not assumed: the draft's step
+ * (spec_draft_step_s) over the target's one-token step, estimated from the
+ * small steps' times (forward_s / (1 + c (tokens - 1))). */
+void sched_spec_step_time(sched_spec *sp, int tokens, double forward_s);
 
 #endif

@@ -29,6 +29,7 @@ struct spec_draft {
     int *free_slots, n_free;
     spec_draft_seq **owner; /* per slot: the sequence holding it, or NULL */
     long long step;         /* spec_draft_propose calls so far */
+    double step_s;          /* spec_draft_step_s */
     /* one forward's batch */
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
@@ -154,6 +155,10 @@ int spec_draft_kv_create(spec_draft *d, long long kv_bytes, char *err, size_t er
 
 size_t spec_draft_weight_bytes(const spec_draft *d) {
     return d->setup.be->weight_bytes;
+}
+
+double spec_draft_step_s(const spec_draft *d) {
+    return d->step_s;
 }
 
 void spec_draft_describe(const spec_draft *d, char *buf, size_t len) {
@@ -365,6 +370,7 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
         }
         if (nb == 0)
             break;
+        double t0 = brisk_now();
         if (draft_forward(d, nb) < 0) {
             BRISK_WARN("draft model: forward pass failed; proposals cut short");
             for (int r = 0; r < nb; r++) {
@@ -379,5 +385,9 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
             kv_cache_seq_set_pos(kv, ds->slot, ds->n_done);
         }
         draft_sample(d, jobs, nb, stop);
+        /* What one more proposal costs (the policy's, spec.h): a step of one
+         * token per sequence, averaged (each step weighs 1/8). */
+        double dt = brisk_now() - t0;
+        d->step_s = d->step_s > 0 ? d->step_s + (dt - d->step_s) / 8.0 : dt;
     }
 }

@@ -62,6 +62,9 @@ size_t spec_draft_kv_bytes_per_pos(const spec_draft *d);
 int spec_draft_kv_create(spec_draft *d, long long kv_bytes, char *err, size_t err_len);
 /* The weights one draft step reads (its backend's weight_bytes). */
 size_t spec_draft_weight_bytes(const spec_draft *d);
+/* Seconds a draft step of one token per sequence takes (forward and
+ * sampling), a moving average of the steps run so far; 0 before the first. */
+double spec_draft_step_s(const spec_draft *d);
 /* One line for the start-up log. */
 void spec_draft_describe(const spec_draft *d, char *buf, size_t len);
 void spec_draft_free(spec_draft *d);

@@ -7,7 +7,7 @@ void spec_policy_init(spec_policy_seq *ps) {
     ps->idle_steps = 0;
 }
 
-int spec_policy_len(spec_policy_seq *ps, int k_max, double cost) {
+int spec_policy_len(spec_policy_seq *ps, int k_max, double cost, int probe) {
     double a = ps->accept, best = 1.0, pw = a, e = 1.0;
     int best_k = 0;
     /* E(k) = 1 + a + ... + a^k, built term by term. */
@@ -24,7 +24,7 @@ int spec_policy_len(spec_policy_seq *ps, int k_max, double cost) {
         ps->idle_steps = 0;
         return best_k;
     }
-    if (k_max > 0 && ++ps->idle_steps >= SPEC_POLICY_PROBE) {
+    if (probe && k_max > 0 && ++ps->idle_steps >= SPEC_POLICY_PROBE) {
         ps->idle_steps = 0;
         return 1;
     }

@@ -7,8 +7,9 @@
  * the expected tokens a run of k proposals emits, E(k) = (1 - a^(k+1)) /
  * (1 - a), against the step's cost, 1 + c k, where c is what one proposal
  * adds to a one-token step on this backend (spec.h's SCHED_SPEC_COST_*),
- * plus, with a draft model, a draft step: the draft's weight bytes over the
- * target's (decode reads the weights).
+ * plus, with a draft model, a draft step: measured, the draft's one-token
+ * step over the target's (sched_spec_step_time; before the first, their
+ * weight bytes' ratio).
  * The length is the k in 0..k_max with the best E(k) / (1 + c k); 0 when
  * no length pays. A sequence at 0 still proposes one token every
  * SPEC_POLICY_PROBE steps, so that a change of text (a quote begins) is
@@ -34,8 +35,10 @@ typedef struct spec_policy_seq {
 
 void spec_policy_init(spec_policy_seq *ps);
 /* The proposal length for this step (0..k_max), cost = c above. Counts an
- * idle step when it returns 0 (and returns 1 when a probe is due). */
-int spec_policy_len(spec_policy_seq *ps, int k_max, double cost);
+ * idle step when it returns 0 and returns 1 when a probe is due (probe 1;
+ * 0: no probes: a draft model's probe would first compute the whole
+ * prompt in the draft, and its acceptance changes little). */
+int spec_policy_len(spec_policy_seq *ps, int k_max, double cost, int probe);
 /* A verified run: `proposed` proposals, the first `accepted` kept. */
 void spec_policy_observe(spec_policy_seq *ps, int proposed, int accepted);
 /* Proposals the step may add: threshold - base_tokens, or 0. */

@@ -126,23 +126,27 @@ static void test_suffix(void) {
 static void test_policy(void) {
     spec_policy_seq ps;
     spec_policy_init(&ps);
-    int k0 = spec_policy_len(&ps, 8, 0.2);
+    int k0 = spec_policy_len(&ps, 8, 0.2, 1);
     CHECK(k0 >= 1 && k0 <= 3, "prior 0.5: %d", k0);
     for (int i = 0; i < 20; i++)
         spec_policy_observe(&ps, 8, 8);
-    int k_hi = spec_policy_len(&ps, 8, 0.2);
+    int k_hi = spec_policy_len(&ps, 8, 0.2, 1);
     CHECK(k_hi == 8, "always kept: %d (rate %.2f)", k_hi, ps.accept);
     for (int i = 0; i < 30; i++)
         spec_policy_observe(&ps, 4, 0);
-    CHECK(spec_policy_len(&ps, 8, 0.2) == 0, "never kept: rate %.3f", ps.accept);
+    CHECK(spec_policy_len(&ps, 8, 0.2, 1) == 0, "never kept: rate %.3f", ps.accept);
     /* At 0 a probe of one token comes every SPEC_POLICY_PROBE steps. */
     int probes = 0;
     for (int i = 0; i < 4 * SPEC_POLICY_PROBE; i++)
-        probes += spec_policy_len(&ps, 8, 0.2);
+        probes += spec_policy_len(&ps, 8, 0.2, 1);
     CHECK(probes == 4, "probes %d", probes);
+    int none = 0; /* a draft model: no probes */
+    for (int i = 0; i < 4 * SPEC_POLICY_PROBE; i++)
+        none += spec_policy_len(&ps, 8, 0.2, 0);
+    CHECK(none == 0, "probes without probing %d", none);
     /* A cheaper proposal pays at a lower rate. */
     ps.accept = 0.3f;
-    CHECK_COND(spec_policy_len(&ps, 8, 0.05) > spec_policy_len(&ps, 8, 0.5));
+    CHECK_COND(spec_policy_len(&ps, 8, 0.05, 1) > spec_policy_len(&ps, 8, 0.5, 1));
     CHECK_COND(spec_policy_budget(12, 4) == 8 && spec_policy_budget(12, 12) == 0 &&
                spec_policy_budget(12, 40) == 0);
 }
