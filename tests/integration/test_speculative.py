@@ -277,3 +277,27 @@ def test_gemma3_270m(start_server, report):
         proposed, accepted = spec_counters(srv)
         report(f"spec Gemma 3 270M {method}: {accepted:.0f} of {proposed:.0f} kept, outputs unchanged")
         srv.stop()
+
+
+def test_step_trace_counts_proposals(start_server, stories260k_gguf, tmp_path):
+    """--step-trace with speculation: each line's tokens are its decode rows,
+    prefill and proposals; over the run, sampled adds up to the completion
+    tokens and decode_rows to them less one per request and less the kept
+    proposals."""
+    trace = tmp_path / "steps.jsonl"
+    srv = start_server(stories260k_gguf, *NAMED, "--speculative-config", SPEC["suffix"], *ALWAYS,
+                       "--step-trace", str(trace))
+    done = 0
+    for p in ["Once upon a time", QUOTE]:
+        r = srv.post("/v1/completions", {"model": "m", "prompt": p, "max_tokens": 60, "temperature": 0,
+                                         "ignore_eos": True})
+        done += r.json()["usage"]["completion_tokens"]
+    srv.stop()
+    lines = [json.loads(x) for x in trace.read_text().splitlines()]
+    for ln in lines:
+        assert ln["tokens"] == ln["decode_rows"] + ln["prefill_tokens"] + ln["spec_proposed"], ln
+        assert 0 <= ln["spec_accepted"] <= ln["spec_proposed"]
+    acc = sum(ln["spec_accepted"] for ln in lines)
+    assert sum(ln["spec_proposed"] for ln in lines) > 0 and acc > 0
+    assert sum(ln["sampled"] for ln in lines) == done
+    assert sum(ln["decode_rows"] for ln in lines) == done - 2 - acc
