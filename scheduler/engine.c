@@ -918,7 +918,7 @@ static int step(sched_engine *e) {
     double t0 = brisk_now();
     int rc = model_backend_forward(e->be, e->kv, &b, &n_out);
     double t_fwd = brisk_now() - t0;
-    sched_spec_step_time(e->spec, n, t_fwd); /* a draft's proposal cost is measured */
+    sched_spec_step_time(e->spec, n, t_fwd); /* the policy measures a proposal's cost */
     tr->sched_s = t0 - tr->t_start;
     tr->forward_s = t_fwd;
     tr->tokens = n;

@@ -28,8 +28,12 @@ struct sched_spec {
     double cost;
     int n_vocab, max_seqs;
     size_t target_bytes; /* the weights a target decode step reads */
-    double base_cost;    /* the backend's c (SCHED_SPEC_COST_*) */
-    double t1_s;         /* the target's one-token step, a moving average (draft models) */
+    double base_cost;    /* c: SCHED_SPEC_COST_* until measured (sched_spec_step_time) */
+    /* The fit of the small steps' forward time against their tokens,
+     * t = t1 (1 + c (tokens - 1)): sums of x = tokens - 1 and y = seconds,
+     * each step weighing SPEC_FIT_KEEP times the one after it. */
+    double fw, fx, fy, fxx, fxy;
+    double t1_s; /* the fitted one-token step (0: not yet) */
     spec_suffix *suffix;
     spec_suffix_opts sopts;
     spec_draft *draft;
@@ -177,14 +181,39 @@ double sched_spec_cost(const sched_spec *sp) {
     return sp->cost;
 }
 
+/* Weight of a step in the fit relative to the next (~100 steps remembered),
+ * the fit's minimum weight and spread of x before it replaces the prior,
+ * and the range of c it may give. */
+#define SPEC_FIT_KEEP 0.99
+#define SPEC_FIT_MIN_W 20.0
+#define SPEC_FIT_MIN_VAR 0.25
+#define SPEC_FIT_C_MIN 0.02
+#define SPEC_FIT_C_MAX 2.0
+
 void sched_spec_step_time(sched_spec *sp, int tokens, double forward_s) {
-    if (!sp || !sp->draft || tokens < 1 || tokens > sp->threshold || !(forward_s > 0))
+    if (!sp || tokens < 1 || tokens > sp->threshold || !(forward_s > 0) || forward_s > 10.0)
         return;
-    double t1 = forward_s / (1.0 + sp->base_cost * (tokens - 1));
-    sp->t1_s = sp->t1_s > 0 ? sp->t1_s + (t1 - sp->t1_s) / 8.0 : t1;
-    double ds = spec_draft_step_s(sp->draft);
-    if (ds > 0)
-        sp->cost = sp->base_cost + ds / sp->t1_s;
+    double x = tokens - 1;
+    sp->fw = sp->fw * SPEC_FIT_KEEP + 1.0;
+    sp->fx = sp->fx * SPEC_FIT_KEEP + x;
+    sp->fy = sp->fy * SPEC_FIT_KEEP + forward_s;
+    sp->fxx = sp->fxx * SPEC_FIT_KEEP + x * x;
+    sp->fxy = sp->fxy * SPEC_FIT_KEEP + x * forward_s;
+    double mx = sp->fx / sp->fw, my = sp->fy / sp->fw, var = sp->fxx / sp->fw - mx * mx;
+    if (sp->fw < SPEC_FIT_MIN_W || var < SPEC_FIT_MIN_VAR)
+        return; /* steps of one size only (nothing proposed yet): the prior stands */
+    double slope = (sp->fxy / sp->fw - mx * my) / var, t1 = my - slope * mx;
+    if (!(t1 > 0))
+        return;
+    double c = slope / t1;
+    sp->base_cost = c < SPEC_FIT_C_MIN ? SPEC_FIT_C_MIN : c > SPEC_FIT_C_MAX ? SPEC_FIT_C_MAX : c;
+    sp->t1_s = t1;
+    sp->cost = sp->base_cost;
+    double ds = sp->draft ? spec_draft_step_s(sp->draft) : 0;
+    if (ds > 0) /* a proposal's draft step, in target steps */
+        sp->cost += ds / t1;
+    else if (sp->draft && sp->target_bytes)
+        sp->cost += (double)spec_draft_weight_bytes(sp->draft) / (double)sp->target_bytes;
 }
 
 sched_spec_seq *sched_spec_seq_create(sched_spec *sp, const model_sampling *p) {

@@ -180,10 +180,12 @@ void sched_spec_get_stats(const sched_spec *sp, sched_spec_stats *out);
 int sched_spec_threshold(const sched_spec *sp);
 double sched_spec_cost(const sched_spec *sp);
 
-/* Each target forward pass (tokens, seconds): with a draft model the
- * policy's cost of a proposal is measured, not assumed: the draft's step
- * (spec_draft_step_s) over the target's one-token step, estimated from the
- * small steps' times (forward_s / (1 + c (tokens - 1))). */
+/* Each target forward pass (tokens, seconds). The policy's cost of a
+ * proposal is measured as the server runs, not only assumed: a fit of the
+ * steps at or below the threshold, t = t1 (1 + c (tokens - 1)), weighting
+ * the last ~100, gives c (once the steps vary in size; the backend's prior
+ * SCHED_SPEC_COST_* until then) and t1; with a draft model the draft's
+ * step (spec_draft_step_s) over t1 is added. */
 void sched_spec_step_time(sched_spec *sp, int tokens, double forward_s);
 
 #endif

@@ -6,7 +6,8 @@
  * whose proposal was kept, a moving average: each run weighs 1/4) gives
  * the expected tokens a run of k proposals emits, E(k) = (1 - a^(k+1)) /
  * (1 - a), against the step's cost, 1 + c k, where c is what one proposal
- * adds to a one-token step on this backend (spec.h's SCHED_SPEC_COST_*),
+ * adds to a one-token step on this backend (measured as the server runs,
+ * sched_spec_step_time; spec.h's SCHED_SPEC_COST_* before),
  * plus, with a draft model, a draft step: measured, the draft's one-token
  * step over the target's (sched_spec_step_time; before the first, their
  * weight bytes' ratio).
