@@ -44,6 +44,9 @@
 #   34/1,2 decode    75    brisk bench llama-3-8b f16 and int8: pp512, tg128, rooflines
 #   34/3  serve_int8 120   the same levels with int8 weights
 #   34/4  hf         60    transformers generate, same shape, batches 1, 64, 256
+#   37    spec       60    speculative decoding: llama-3.2-1b dummy, the draft = target
+#                          pair, ngram and none at 1 and 16 streams (overhead, gain,
+#                          vllm:spec_decode_*), greedy tokens with and without compared
 #   later issues' stages follow these (see "later issues" in run below).
 # --device cpu: the rehearsal on a machine without a GPU (scripts/test.sh runs
 # `--device cpu --quick`): stories260K instead of the 8B shape, small levels;
@@ -330,6 +333,44 @@ st_decode() {
     return $rc
 }
 
+# Speculative decoding on the device (issue 37): the draft = target pair on a
+# dummy shape (the same seeded weights, so a greedy stream keeps every
+# proposal), ngram, and no speculation, each served at 1 and 16 streams
+# (temperature 0, 64 tokens out): the verification's overhead and gain, the
+# vllm:spec_decode_* counters, and greedy tokens with and without speculation
+# compared (the CUDA agreement rule). The CPU rehearsal: stories260K.
+st_spec() {
+    local rc=0 mode c url pid draft common
+    common=(--chat-template chatml --served-model-name m --max-num-seqs 32 --ctx 512
+        --spec-fixed-length)
+    if [ "$DEVICE" = cuda ]; then
+        common+=(--dummy-weights llama-3.2-1b --device cuda --weights f16)
+        draft=llama-3.2-1b
+    else
+        common+=(--model "$W/stories260K.gguf" --device cpu)
+        draft=$W/stories260K.gguf
+    fi
+    for mode in none draft ngram; do
+        local spec=()
+        [ $mode = draft ] && spec=(--speculative-config
+            "{\"method\":\"draft_model\",\"model\":\"$draft\",\"num_speculative_tokens\":4}")
+        [ $mode = ngram ] && spec=(--speculative-config
+            '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":4}')
+        srv_start "spec_$mode" "${common[@]}" "${spec[@]}" || { rc=1; continue; }
+        url=$SRV_URL pid=$SRV_PID
+        python3 bench/spec_gpu_check.py greedy --url "$url" --json "$W/spec_${mode}_greedy.json" || rc=1
+        for c in 1 16; do
+            bench_run "spec_${mode}_c$c" "$url" "$c" "$((2 * c))" 64 '{"temperature":0}' || rc=1
+        done
+        srv_stop "$pid" || rc=1
+    done
+    for mode in draft ngram; do
+        echo "spec $mode vs none: $(python3 bench/spec_gpu_check.py compare "$W/spec_none_greedy.json" \
+            "$W/spec_${mode}_greedy.json")" | tee -a "$W/spec_compare.txt"
+    done
+    return $rc
+}
+
 run() {
     while [ $# -gt 0 ]; do
         case "$1" in
@@ -373,7 +414,8 @@ run() {
     SANITIZER=$(find_sanitizer)
     export BRISK_SHARED_DIR=$PKG/shared
     export W PKG DEVICE QUICK SHAPE LEVELS IN OUT_LEN SANITIZER MAX_SEQS PAIR_C PAIR_N PAIR_OUT
-    export -f st_env st_structured st_serve st_decode srv_start srv_stop bench_run step_trace_supported
+    export -f st_env st_structured st_serve st_decode st_spec srv_start srv_stop bench_run \
+        step_trace_supported
     say "run: device $DEVICE, quick $QUICK, budget ${BUDGET_S}s, output $OUTDIR, work $W"
     # stories260K as GGUF (the structured stage, and the CPU rehearsal's servers).
     "$PKG/bin/brisk" convert-llama2c --model "$BRISK_SHARED_DIR/models/stories260K.bin" \
@@ -436,6 +478,10 @@ run() {
     # status and time (summary.json's "later"); give it a reader there when the
     # stage has figures. Keep the whole run inside BUDGET_S (the grant allows a
     # 6-minute run and a 3-minute rerun): trim a figure before adding minutes.
+    # 37: speculative decoding (test_cuda_ops' draft rows ran in the ops stage).
+    if [ "$QUICK" = 0 ]; then
+        stage spec 60 bash -c st_spec
+    fi
 
     python3 bench/gpu_report.py "$W" "$OUTDIR/summary.json" \
         --commit "${GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}" --device "$DEVICE" \

@@ -159,6 +159,29 @@ static const opt OPTS[] = {
      "sampling defaults for fields a request leaves out (auto: the model's\n"
      "generation_config.json; vllm: brisk's neutral ones)",
      ME, VALS(0, 1), .to = {SV(generation_config)}},
+    {S, O_SPEC_CONFIG, "--speculative-config", NULL, T_STR, 2, 4096, NULL, "JSON",
+     "speculative decoding, vLLM's form: {\"method\": \"ngram\"|\"suffix\"|\"draft_model\",\n"
+     "\"num_speculative_tokens\": N, \"prompt_lookup_min\"/\"_max\": N, \"model\": PATH}\n"
+     "(docs/SPECULATIVE.md; off by default)",
+     ME, .to = {SV(spec_json)}},
+    {S, O_MODEL_DRAFT, "--model-draft", "-md", T_STR, 1, 4000, NULL, "PATH",
+     "speculative decoding with this draft model (llama.cpp's form; same vocabulary)", ME,
+     .to = {SV(draft_model)}},
+    {S, O_DRAFT_MAX, "--draft-max", "--draft --draft-n", T_INT, 1, SCHED_SPEC_MAX_TOKENS, NULL, "N",
+     "most tokens the draft proposes a step (16)", ME, .to = {SV(draft_max)}},
+    {S, O_DRAFT_MIN, "--draft-min", "--draft-n-min", T_INT, 0, SCHED_SPEC_MAX_TOKENS, NULL, "N",
+     "fewer proposals than this are not verified (0)", ME, .to = {SV(draft_min)}},
+    {S, O_SPEC_SUFFIX_BYTES, "--spec-suffix-bytes", NULL, T_BYTES, 1 << 20, 1LL << 40, NULL,
+     "N[K|M|G]", "method suffix: memory of the index of recent outputs (64M)", ME,
+     .to = {SV(engine.spec.suffix_bytes)}},
+    {S, O_SPEC_MAX_BATCH, "--spec-max-batch-tokens", NULL, T_INT, 1, 1 << 20, NULL, "N",
+     "propose only while a step runs at most N tokens (the backend's\n"
+     "measured default: CPU 8, CUDA 128)",
+     ME, .to = {SV(engine.spec.max_batch_tokens)}},
+    {S, O_SPEC_FIXED, "--spec-fixed-length", NULL, T_FLAG, 0, 0, NULL, NULL,
+     "propose num_speculative_tokens every step (vLLM's way) instead of the\n"
+     "length each sequence's acceptance pays for",
+     ME, .to = {SV(engine.spec.fixed_len)}},
     {S, O_HOST, "--host", NULL, T_STR, 1, 0, NULL, "ADDR", "address to listen on (127.0.0.1)", ME,
      .to = {SV(host)}},
     {S, O_PORT, "--port", NULL, T_INT, 0, 65535, NULL, "N",

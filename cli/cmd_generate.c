@@ -256,7 +256,7 @@ int cmd_generate(int argc, char **argv) {
     double t1 = brisk_now();
     const int32_t seq0 = 0;
     for (long i = 0; i < o.n_predict; i++) {
-        model_sample_job job = {row, smp, ids, n_hist};
+        model_sample_job job = {.row = row, .sampler = smp, .hist = ids, .n_hist = n_hist};
         int32_t tok;
         if ((rc = model_backend_sample(be, &job, 1, &tok)) < 0) {
             cli_error("sampling failed: %s", brisk_strerror(rc));

@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
+#include "cli/cli_spec.h"
 #include "common/brisk_log.h"
 #include "server/app/srv_app.h"
 #include "server/ops/srv_keys.h"
@@ -37,6 +38,8 @@ int cmd_serve(int argc, char **argv) {
     c.audit_flush_ms = 1000;
     c.engine = sched_engine_config_default();
     c.http = srv_http_config_default();
+    c.draft_max = c.draft_min = -1;
+    char *spec_model = NULL; /* the draft's path out of --speculative-config */
     cli_vals v;
     int prc = cli_opts_parse(CLI_SERVE, argc, argv, &v);
     if (prc != CLI_OK)
@@ -67,6 +70,13 @@ int cmd_serve(int argc, char **argv) {
                   c.engine.max_batch_tokens, c.engine.max_seqs);
         goto done;
     }
+    char serr[300];
+    if (cli_spec_resolve(c.spec_json, c.draft_model, c.draft_max, c.draft_min, &c.engine.spec,
+                         &spec_model, serr, sizeof serr) < 0 ||
+        sched_spec_config_check(&c.engine.spec, serr, sizeof serr) < 0) {
+        cli_error("%s", serr);
+        goto done;
+    }
     if (c.audit_content && !c.audit_log) {
         cli_error("--audit-log-content needs --audit-log FILE");
         goto done;
@@ -74,6 +84,7 @@ int cmd_serve(int argc, char **argv) {
     c.http.api_keys = srv_keys_count(keys) > 0 ? keys : NULL;
     rc = srv_app_run(&c);
 done:
+    free(spec_model);
     srv_keys_free(keys);
     return rc;
 }

@@ -380,8 +380,16 @@ int main(int argc, char **argv) {
             fprintf(stderr, "brisk-bench: level %d/%d: %s %g\n", i + 1, n_levels,
                     o.sweep == BENCH_SWEEP_RATE ? "request rate" : "concurrency",
                     o.sweep_levels[i]);
+        /* The server's speculative decoding counters around the level. */
+        double ts = o.timeout_s > 0 && o.timeout_s < 10 ? o.timeout_s : 10;
+        bench_spec s0, s1;
+        bench_fetch_spec(&loop, cl, ts, &s0);
         bench_runner_level(r, &lv, &res[i]);
         n_res++;
+        bench_fetch_spec(&loop, cl, ts, &s1);
+        if (s0.found && s1.found)
+            res[i].spec = (bench_spec){1, s1.drafts - s0.drafts, s1.draft_tokens - s0.draft_tokens,
+                                       s1.accepted - s0.accepted};
         if (bench_level_result_compute(&res[i], &o.slo, o.price_per_hour) < 0) {
             fprintf(stderr, "brisk-bench: error: out of memory computing metrics\n");
             rc = 1;

@@ -136,6 +136,12 @@ void bench_report_table(FILE *f, const bench_opts *o, const bench_level_result *
     }
     if (m->duration_s > 0)
         fprintf(f, ROW "%.1f\n", "Client CPU (% of one core):", 100.0 * res->cpu_s / m->duration_s);
+    if (res->spec.found && res->spec.drafts > 0) { /* the server speculates (vLLM's figures) */
+        fprintf(f, ROW "%.1f\n", "Spec decode acceptance rate (%):",
+                100.0 * res->spec.accepted / res->spec.draft_tokens);
+        fprintf(f, ROW "%.2f\n",
+                "Spec decode mean accepted length:", 1.0 + res->spec.accepted / res->spec.drafts);
+    }
     fprintf(f, "---------------------------------------------------------------\n");
     fprintf(f, "%-6s %9s %9s %9s %9s %9s %9s %9s %9s\n", "ms", "mean", "std", "median", "p90",
             "p95", "p99", "min", "max");
@@ -343,6 +349,20 @@ static cJSON *level_json(const bench_opts *o, const bench_level_result *res) {
     cJSON_AddNumberToObject(r, "expected_output_tokens", (double)m->expected_output);
     cJSON_AddNumberToObject(r, "output_len_mismatches", (double)m->out_mismatch);
     cJSON_AddNumberToObject(r, "usage_missing", (double)m->usage_missing);
+    if (res->spec.found && res->spec.drafts > 0) {
+        cJSON *sd = cJSON_AddObjectToObject(r, "spec_decode");
+        if (sd) {
+            cJSON_AddNumberToObject(sd, "drafts", res->spec.drafts);
+            cJSON_AddNumberToObject(sd, "draft_tokens", res->spec.draft_tokens);
+            cJSON_AddNumberToObject(sd, "accepted_tokens", res->spec.accepted);
+            cJSON_AddNumberToObject(sd, "acceptance_rate",
+                                    res->spec.accepted / res->spec.draft_tokens);
+            cJSON_AddNumberToObject(sd, "mean_accepted_length",
+                                    1.0 + res->spec.accepted / res->spec.drafts);
+        }
+    } else {
+        cJSON_AddNullToObject(r, "spec_decode");
+    }
     cJSON_AddNumberToObject(r, "request_throughput", m->request_throughput);
     cJSON_AddNumberToObject(r, "output_throughput", m->output_throughput);
     cJSON_AddNumberToObject(r, "total_token_throughput", m->total_token_throughput);

@@ -560,6 +560,25 @@ static void on_fetch_done(bench_call *c) {
     uv_stop(f->loop);
 }
 
+void bench_fetch_spec(uv_loop_t *loop, bench_client *cl, double timeout_s, bench_spec *out) {
+    memset(out, 0, sizeof *out);
+    fetch_ctx f = {loop, 0};
+    bench_call c;
+    memset(&c, 0, sizeof c);
+    c.method = "GET";
+    c.path = "/metrics";
+    c.timeout_s = timeout_s;
+    c.on_done = on_fetch_done;
+    c.user = &f;
+    if (bench_call_start(cl, &c) < 0)
+        return;
+    while (!f.done)
+        uv_run(loop, UV_RUN_DEFAULT);
+    if (c.err == BENCH_OK && c.resp)
+        bench_spec_parse(c.resp, c.resp_len, out);
+    bench_call_clear(&c);
+}
+
 int bench_fetch_model(uv_loop_t *loop, bench_client *cl, const char *prefix, double timeout_s,
                       char *out, size_t out_len, char *err, size_t err_len) {
     char path[600];

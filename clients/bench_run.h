@@ -61,6 +61,9 @@ typedef struct bench_level_result {
     char first_error[200]; /* the first failure's message; "" if none */
     bench_metrics m;       /* filled by bench_level_result_compute() */
     bench_samples samples;
+    /* The server's speculative decoding over the level (bench_spec: the
+     * difference of /metrics before and after; found 0: not exported). */
+    bench_spec spec;
     bench_interval *intervals; /* [n_intervals] in time order, with cfg.interval_s > 0 */
     size_t n_intervals, cap_intervals;
     int intervals_truncated;
@@ -71,6 +74,11 @@ void bench_level_result_free(bench_level_result *res);
 /* Computes res->m and res->samples. 0 or BRISK_ENOMEM. */
 int bench_level_result_compute(bench_level_result *res, const bench_slo *slo,
                                double price_per_hour);
+
+/* GET /metrics at the server's root: its speculative decoding counters into
+ * *out (found 0 when the server has none or the scrape fails: not an
+ * error). */
+void bench_fetch_spec(uv_loop_t *loop, bench_client *cl, double timeout_s, bench_spec *out);
 
 typedef struct bench_runner bench_runner;
 

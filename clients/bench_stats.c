@@ -256,3 +256,39 @@ int bench_metrics_compute(const bench_rec *recs, size_t n, const double *itl_s, 
     }
     return 0;
 }
+
+void bench_spec_parse(const char *text, size_t len, bench_spec *out) {
+    static const char *const names[3] = {"vllm:spec_decode_num_drafts_total",
+                                         "vllm:spec_decode_num_draft_tokens_total",
+                                         "vllm:spec_decode_num_accepted_tokens_total"};
+    memset(out, 0, sizeof *out);
+    double *dst[3] = {&out->drafts, &out->draft_tokens, &out->accepted};
+    for (size_t at = 0; at < len;) {
+        const char *line = text + at;
+        const char *nl = memchr(line, '\n', len - at);
+        size_t n = nl ? (size_t)(nl - line) : len - at;
+        at += n + 1;
+        for (int k = 0; k < 3; k++) {
+            size_t nk = strlen(names[k]);
+            if (n <= nk || memcmp(line, names[k], nk) != 0 || (line[nk] != '{' && line[nk] != ' '))
+                continue;
+            /* the value: after the line's last space */
+            size_t sp = n;
+            while (sp > nk && line[sp - 1] != ' ')
+                sp--;
+            char num[64];
+            size_t m = n - sp;
+            if (sp == nk || m == 0 || m >= sizeof num)
+                break;
+            memcpy(num, line + sp, m);
+            num[m] = '\0';
+            char *end;
+            double v = strtod(num, &end);
+            if (*end == '\0' && isfinite(v) && v >= 0) {
+                *dst[k] += v;
+                out->found = 1;
+            }
+            break;
+        }
+    }
+}

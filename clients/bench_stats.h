@@ -121,6 +121,21 @@ typedef struct bench_metrics {
     int64_t status_other; /* statuses beyond the first BENCH_MAX_STATUSES distinct ones */
 } bench_metrics;
 
+/* A server's speculative decoding counters, as vLLM names them on /metrics
+ * (vllm:spec_decode_num_drafts_total, _num_draft_tokens_total,
+ * _num_accepted_tokens_total; every series of a family summed). found: at
+ * least one of them was there. Over a level: the difference of two scrapes,
+ * acceptance rate = accepted / draft_tokens, mean accepted length = 1 +
+ * accepted / drafts (vLLM's figures). */
+typedef struct bench_spec {
+    int found;
+    double drafts, draft_tokens, accepted;
+} bench_spec;
+
+/* Reads the counters out of Prometheus text (text[0, len), any bytes:
+ * lines that do not parse are skipped). Pure. */
+void bench_spec_parse(const char *text, size_t len, bench_spec *out);
+
 /* The sorted samples (milliseconds) behind the distributions, for CDF charts.
  * Owned by the caller: bench_samples_free(). */
 typedef struct bench_samples {

@@ -173,6 +173,14 @@ void kv_cache_seq_set_pos(kv_cache *kv, int seq, int n_pos);
  * tokens at positions [0, n) (n <= n_pos; only blocks fully inside n count).
  * Safe to call every step: already-registered blocks are skipped in O(1). */
 void kv_cache_seq_commit(kv_cache *kv, int seq, const int32_t *tokens, int n);
+/* Releases the slot's blocks that lie wholly past n_pos: blocks a grow made
+ * writable for positions that were then not kept (a speculative step's
+ * proposals that verification rejected). commit registers only blocks
+ * inside n_pos, so none of them is registered, and the slot held each alone
+ * (grow copies a shared one first): they go back free. The rows past n_pos
+ * in the block that holds n_pos stay as they are (nothing reads a row past
+ * n_pos before the slot writes it again). Returns the blocks released. */
+int kv_cache_seq_shrink(kv_cache *kv, int seq);
 /* Drops every block of the slot (reference counts fall; full registered
  * blocks become cached, the last block first in eviction order) and empties it. */
 void kv_cache_seq_release(kv_cache *kv, int seq);

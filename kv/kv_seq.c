@@ -256,6 +256,25 @@ void kv_cache_seq_commit(kv_cache *kv, int seq, const int32_t *tokens, int n) {
 
 /* ---- release and fork ----------------------------------------------------- */
 
+int kv_cache_seq_shrink(kv_cache *kv, int seq) {
+    if (kv_bad_seq(kv, seq))
+        return 0;
+    kv_slot *s = &kv->seqs.slots[seq];
+    int bs = kv->cfg.block_size, keep = (s->n_pos + bs - 1) / bs, n = 0;
+    /* Last block first, as release does. A block past n_pos is never behind
+     * a window (the trim stops below n_pos), so no entry is the zero block. */
+    while (s->n_blocks > keep) {
+        s->n_blocks--;
+        for (int g = kv->n_groups - 1; g >= 0; g--) {
+            int32_t id = kv_table(kv, s, g)[s->n_blocks];
+            if (id != kv->pool.hole)
+                kv_pool_unref(kv, id);
+        }
+        n++;
+    }
+    return n;
+}
+
 void kv_cache_seq_release(kv_cache *kv, int seq) {
     if (kv_bad_seq(kv, seq))
         return;

@@ -38,8 +38,11 @@ typedef struct model_backend_opts {
     int max_batch_tokens; /* tokens per forward call */
     int max_ctx;          /* positions per sequence */
     int max_seqs;         /* sequences (KV slots, rows sampled per step) */
-    int block_size;       /* KV positions per block (the pool kv_create will be asked for) */
-    kern_pool *pool;      /* CPU: borrowed thread pool */
+    /* Rows one sample call may take: speculative verification samples each
+     * proposal's row as well (up to max_seqs x (proposals + 1)); 0: max_seqs. */
+    int max_sample_rows;
+    int block_size;  /* KV positions per block (the pool kv_create will be asked for) */
+    kern_pool *pool; /* CPU: borrowed thread pool */
     /* CUDA: the fraction of the GPU's memory brisk may hold (weights,
      * scratch and the KV pool together), as vLLM's --gpu-memory-utilization. */
     double gpu_memory_utilization;
@@ -57,6 +60,16 @@ typedef struct model_sample_job {
     model_sampler *sampler;
     const int32_t *hist;
     int n_hist;
+    /* Draft-model verification (speculative decoding), or draft_q NULL for
+     * plain sampling: draft_q is the draft's distribution at this row
+     * (n_vocab floats, host memory, borrowed for the call) and draft_id its
+     * proposal; the backend writes p(draft_id), the row's probability of
+     * it after every edit and filter, into *p_draft, and the id it returns
+     * is drawn from the residual max(0, p - q) normalised, with the one draw
+     * plain sampling makes (model_sampler_sample_spec's contract). */
+    const float *draft_q;
+    int32_t draft_id;
+    float *p_draft;
 } model_sample_job;
 
 typedef struct model_backend model_backend;
@@ -74,7 +87,9 @@ typedef struct model_backend_ops {
      * valid until the next forward or sample call. */
     int (*logits)(model_backend *be, int row, const float **out);
     /* ids[i] = the token chosen for jobs[i]. Each job's sampler advances
-     * its generator as model_sampler_sample does. */
+     * its generator as model_sampler_sample does; jobs of one sampler draw
+     * in job order. A job with draft_q set samples the residual and reports
+     * p(draft_id) (model_sample_job). At most max_sample_rows jobs. */
     int (*sample)(model_backend *be, const model_sample_job *jobs, int n, int32_t *ids);
     /* The hidden states of the last forward's want_hidden rows
      * (model_state_hidden's contract), host memory valid until the next

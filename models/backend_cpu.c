@@ -43,8 +43,10 @@ static int cpu_sample(model_backend *be, const model_sample_job *jobs, int n, in
     for (int i = 0; i < n; i++) {
         if (jobs[i].row < 0 || jobs[i].row >= c->n_out)
             return BRISK_ERANGE;
-        ids[i] = model_sampler_sample(jobs[i].sampler, c->logits + (size_t)jobs[i].row * nv,
-                                      jobs[i].hist, jobs[i].n_hist);
+        const model_sample_job *j = &jobs[i];
+        ids[i] = model_sampler_sample_spec(j->sampler, c->logits + (size_t)j->row * nv, j->hist,
+                                           j->n_hist, j->draft_q, j->draft_id,
+                                           j->draft_q ? j->p_draft : NULL, NULL);
         if (ids[i] < 0)
             return ids[i];
     }

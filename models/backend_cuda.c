@@ -396,7 +396,10 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
         TRY(kern_cuda_matmul_ctx_dequant_ws(cb->mm, KERN_CUDA_MM_DEQUANT_WS_BYTES));
         used += KERN_CUDA_MM_DEQUANT_WS_BYTES;
     }
-    cb->samp_ws_bytes = kern_cuda_sample_ws_bytes((int)S, c->n_vocab);
+    /* Sampling takes a row per proposal too (speculative verification). */
+    cb->sample_rows = cb->o.max_sample_rows > 0 ? cb->o.max_sample_rows : cb->o.max_seqs;
+    const size_t SR = (size_t)cb->sample_rows;
+    cb->samp_ws_bytes = kern_cuda_sample_ws_bytes((int)SR, c->n_vocab);
     TRY(model_cuda_dev_alloc(&cb->samp_ws, cb->samp_ws_bytes, &used));
     /* per-step arrays: a run per token at most */
     size_t bt = T * (size_t)cb->max_blocks * sizeof(int32_t);
@@ -407,8 +410,8 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
     TRY(model_cuda_dev_alloc((void **)&cb->d_runs, T * 12, &used));
     TRY(model_cuda_dev_alloc((void **)&cb->d_slots, T * 8, &used));
     TRY(model_cuda_dev_alloc((void **)&cb->d_bt, bt, &used));
-    TRY(model_cuda_dev_alloc((void **)&cb->d_rows, S * sizeof(kern_cuda_sample_row), &used));
-    TRY(model_cuda_dev_alloc((void **)&cb->d_ids, S * 4, &used));
+    TRY(model_cuda_dev_alloc((void **)&cb->d_rows, SR * sizeof(kern_cuda_sample_row), &used));
+    TRY(model_cuda_dev_alloc((void **)&cb->d_ids, SR * 4, &used));
     TRY(model_cuda_pinned_alloc((void **)&cb->h_tok, T * 4));
     TRY(model_cuda_pinned_alloc((void **)&cb->h_pos, T * 4));
     TRY(model_cuda_pinned_alloc((void **)&cb->h_out_idx, T * 4));
@@ -416,8 +419,8 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
     TRY(model_cuda_pinned_alloc((void **)&cb->h_runs, T * 12));
     TRY(model_cuda_pinned_alloc((void **)&cb->h_slots, T * 8));
     TRY(model_cuda_pinned_alloc((void **)&cb->h_bt, bt));
-    TRY(model_cuda_pinned_alloc((void **)&cb->h_rows, S * sizeof(kern_cuda_sample_row)));
-    TRY(model_cuda_pinned_alloc((void **)&cb->h_ids, S * 4));
+    TRY(model_cuda_pinned_alloc((void **)&cb->h_rows, SR * sizeof(kern_cuda_sample_row)));
+    TRY(model_cuda_pinned_alloc((void **)&cb->h_ids, SR * 4));
     TRY(model_cuda_pinned_alloc((void **)&cb->h_row, (size_t)c->n_vocab * f));
     cb->out_map = malloc(T * sizeof *cb->out_map);
     if (!cb->out_map)

@@ -92,6 +92,13 @@ typedef struct cuda_backend {
     int edit_cap;
     uint32_t *d_mask, *h_mask; /* constrained rows' masks, one pinned upload a step; grown */
     size_t mask_cap;           /* words (backend_cuda_sample.c frees them) */
+    /* Draft-model verification (speculative decoding): the draft's
+     * distributions of a step's draft rows (q_cap rows of n_vocab floats)
+     * and each row's p(draft_id); made on the first such row, freed with
+     * the masks. */
+    float *d_q, *h_q, *d_pout, *h_pout;
+    int q_cap;
+    int sample_rows; /* rows one sample call takes: o.max_sample_rows, else max_seqs */
     void *samp_ws;
     size_t samp_ws_bytes;
     float *h_row;    /* one downloaded logits row */

@@ -58,6 +58,14 @@ static void cuda_job_edits(cuda_backend *cb, const model_sample_edits *e, kern_c
     *n_edits += n;
 }
 
+/* The mask buffers only (cuda_masks_reserve grows them). */
+static void cuda_masks_free(cuda_backend *cb) {
+    kern_cuda_free(cb->d_mask);
+    model_cuda_pinned_free(cb->h_mask);
+    cb->d_mask = NULL, cb->h_mask = NULL;
+    cb->mask_cap = 0;
+}
+
 /* Room for `need` mask words (pinned and on the device), made on the first
  * constrained row: a server without constraints never holds them. The
  * buffers keep their contents only when not grown. */
@@ -67,7 +75,7 @@ static int cuda_masks_reserve(cuda_backend *cb, size_t need) {
     size_t cap = cb->mask_cap ? cb->mask_cap : need;
     while (cap < need)
         cap *= 2;
-    model_cuda_sample_free(cb);
+    cuda_masks_free(cb);
     int rc = kern_cuda_malloc((void **)&cb->d_mask, cap * sizeof(uint32_t));
     if (!rc)
         rc = model_cuda_pinned_alloc((void **)&cb->h_mask, cap * sizeof(uint32_t));
@@ -76,11 +84,41 @@ static int cuda_masks_reserve(cuda_backend *cb, size_t need) {
     return rc;
 }
 
+/* Room for `rows` draft distributions and every row's p(x), made on the
+ * first draft row (a server without a sampling draft model never holds
+ * them). */
+static int cuda_q_reserve(cuda_backend *cb, int rows) {
+    if (rows <= cb->q_cap)
+        return 0;
+    int cap = cb->sample_rows; /* at most one draft row per sampled row */
+    kern_cuda_free(cb->d_q);
+    kern_cuda_free(cb->d_pout);
+    model_cuda_pinned_free(cb->h_q);
+    model_cuda_pinned_free(cb->h_pout);
+    cb->d_q = cb->d_pout = cb->h_q = cb->h_pout = NULL;
+    cb->q_cap = 0;
+    size_t qb = (size_t)cap * (size_t)cb->c.n_vocab * sizeof(float);
+    int rc = kern_cuda_malloc((void **)&cb->d_q, qb);
+    if (!rc)
+        rc = kern_cuda_malloc((void **)&cb->d_pout, (size_t)cap * sizeof(float));
+    if (!rc)
+        rc = model_cuda_pinned_alloc((void **)&cb->h_q, qb);
+    if (!rc)
+        rc = model_cuda_pinned_alloc((void **)&cb->h_pout, (size_t)cap * sizeof(float));
+    if (rc)
+        return rc;
+    cb->q_cap = cap;
+    return rows <= cap ? 0 : BRISK_ERANGE;
+}
+
 void model_cuda_sample_free(cuda_backend *cb) {
-    kern_cuda_free(cb->d_mask);
-    model_cuda_pinned_free(cb->h_mask);
-    cb->d_mask = NULL, cb->h_mask = NULL;
-    cb->mask_cap = 0;
+    cuda_masks_free(cb);
+    kern_cuda_free(cb->d_q);
+    kern_cuda_free(cb->d_pout);
+    model_cuda_pinned_free(cb->h_q);
+    model_cuda_pinned_free(cb->h_pout);
+    cb->d_q = cb->d_pout = cb->h_q = cb->h_pout = NULL;
+    cb->q_cap = 0;
 }
 
 /* Every row in one kernel, constrained ones too: a row whose sampler holds a
@@ -92,7 +130,7 @@ int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, in
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0)
         return 0;
-    if (n > cb->o.max_seqs)
+    if (n > cb->sample_rows)
         return BRISK_ERANGE;
     /* Every job's edit list first (each sampler holds its own), then room
      * for all of them: growing the upload arrays drops their contents. */
@@ -102,7 +140,7 @@ int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, in
     const size_t words = ((size_t)cb->c.n_vocab + 31) / 32;
     long need = 0;
     size_t n_masked = 0;
-    int rc = 0;
+    int rc = 0, n_draft = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         if (jobs[i].row < 0 || jobs[i].row >= cb->n_out)
             rc = BRISK_ERANGE;
@@ -110,6 +148,10 @@ int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, in
             rc = model_sampler_edits(jobs[i].sampler, jobs[i].hist, jobs[i].n_hist, &edits[i]);
         need += rc == 0 ? edits[i].n_bias + edits[i].n_pen : 0;
         n_masked += (size_t)model_sampler_constrained(jobs[i].sampler);
+        if (jobs[i].draft_q &&
+            (jobs[i].draft_id < 0 || jobs[i].draft_id >= cb->c.n_vocab || !jobs[i].p_draft))
+            rc = BRISK_EINVAL;
+        n_draft += jobs[i].draft_q != NULL;
     }
     /* The kernel's offsets are int32: 4096 rows of a 152K vocabulary use
      * 19M words, far below. */
@@ -119,11 +161,13 @@ int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, in
         rc = cuda_edits_reserve(cb, (int)need);
     if (rc == 0 && n_masked > 0)
         rc = cuda_masks_reserve(cb, n_masked * words);
+    if (rc == 0 && n_draft > 0)
+        rc = cuda_q_reserve(cb, n_draft);
     if (rc < 0) {
         free(edits);
         return rc;
     }
-    int n_edits = 0;
+    int n_edits = 0, n_q = 0;
     size_t n_mask_words = 0;
     for (int i = 0; i < n; i++) {
         const model_sample_job *j = &jobs[i];
@@ -147,6 +191,13 @@ int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, in
             model_sampler_mask(j->sampler, cb->h_mask + n_mask_words);
             n_mask_words += words;
         }
+        r->q_row = -1;
+        if (j->draft_q) { /* the draft's distribution rides along (step 9) */
+            memcpy(cb->h_q + (size_t)n_q * (size_t)cb->c.n_vocab, j->draft_q,
+                   (size_t)cb->c.n_vocab * sizeof(float));
+            r->q_row = n_q++;
+            r->draft_id = j->draft_id;
+        }
     }
     free(edits);
     cudaStream_t s = cb->stream;
@@ -159,13 +210,19 @@ int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, in
     }
     if (!rc && n_mask_words > 0)
         rc = kern_cuda_upload(cb->d_mask, cb->h_mask, n_mask_words * sizeof(uint32_t), s);
+    if (!rc && n_q > 0)
+        rc = kern_cuda_upload(cb->d_q, cb->h_q, (size_t)n_q * (size_t)cb->c.n_vocab * sizeof(float),
+                              s);
     if (!rc)
         rc = kern_cuda_sample(
             cb->d_ids, cb->logits, cb->o.max_batch_tokens, cb->c.n_vocab, cb->d_rows, n,
             n_edits ? cb->d_edit_ids : NULL, n_edits ? cb->d_edit_vals : NULL, n_edits,
-            n_mask_words ? cb->d_mask : NULL, (int)n_mask_words, cb->samp_ws, cb->samp_ws_bytes, s);
+            n_mask_words ? cb->d_mask : NULL, (int)n_mask_words, n_q ? cb->d_q : NULL, n_q,
+            n_q ? cb->d_pout : NULL, cb->samp_ws, cb->samp_ws_bytes, s);
     if (!rc)
         rc = kern_cuda_download(cb->h_ids, cb->d_ids, (size_t)n * sizeof(int32_t), s);
+    if (!rc && n_q > 0)
+        rc = kern_cuda_download(cb->h_pout, cb->d_pout, (size_t)n * sizeof(float), s);
     if (!rc)
         rc = kern_cuda_sync(s);
     if (rc < 0) {
@@ -176,6 +233,9 @@ int model_cuda_sample(model_backend *be, const model_sample_job *jobs, int n, in
         return rc;
     }
     memcpy(ids, cb->h_ids, (size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n && n_q > 0; i++)
+        if (jobs[i].draft_q)
+            *jobs[i].p_draft = cb->h_pout[i];
     return 0;
 }
 

@@ -263,9 +263,9 @@ static int32_t sampler_draw(model_sampler *s, const cand *c, int n, double max_l
     return c[n - 1].id; /* rounding left r >= 0: the last candidate */
 }
 
-int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history,
-                             int n_history) {
-    const model_sampling *p = &s->p;
+/* Bans, the grammar's mask and the edits, in place: every step before the
+ * choice (sampler.h's order). 0, or BRISK_ENOMEM. */
+static int sampler_edit(model_sampler *s, float *logits, const int32_t *history, int n_history) {
     int nv = s->n_vocab;
     if (s->allowed)
         for (int i = 0; i < nv; i++)
@@ -278,19 +278,29 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
     int rc = model_sampler_edits(s, history, n_history, &e);
     if (rc < 0)
         return rc;
-    model_sample_edits_apply(p, &e, logits);
+    model_sample_edits_apply(&s->p, &e, logits);
+    return 0;
+}
 
-    if (p->temperature <= 0.0f) {
-        /* Greedy: the first maximum wins, so ties resolve to the lowest id. */
-        int32_t best = 0;
-        for (int i = 1; i < nv; i++)
-            if (logits[i] > logits[best])
-                best = i;
-        return best;
-    }
+/* Greedy: the first maximum wins, so ties resolve to the lowest id. */
+static int32_t sampler_argmax(const float *logits, int nv) {
+    int32_t best = 0;
+    for (int i = 1; i < nv; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
 
+/* The candidates a draw chooses among (temperature > 0): s->cands[0, *n)
+ * at logit / temperature after top-k, top-p and min-p, and in *max_l the
+ * largest of them (the draw's weights are exp(l - max_l)). *n = 0: none. */
+static void sampler_filter(model_sampler *s, const float *logits, int *n_out, double *max_out) {
+    const model_sampling *p = &s->p;
+    int nv = s->n_vocab;
     cand *c = s->cands;
     int n = 0;
+    *n_out = 0;
+    *max_out = 0;
     for (int i = 0; i < nv; i++) {
         /* -inf (e.g. a logit_bias of -100 and below) removes the token. */
         if (!(logits[i] > -INFINITY))
@@ -300,7 +310,7 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
         n++;
     }
     if (n == 0)
-        return 0;
+        return;
     if (p->top_k > 0 && p->top_k < n) {
         sampler_select_top(c, n, p->top_k);
         n = p->top_k;
@@ -311,7 +321,9 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
         for (int i = 1; i < n; i++)
             if (c[i].logit > max_l)
                 max_l = c[i].logit;
-        return sampler_draw(s, c, n, max_l);
+        *n_out = n;
+        *max_out = max_l;
+        return;
     }
     /* top-p and min-p need candidates in descending order, but sorting all
      * 50k costs more than a small model's forward pass: sort a prefix that
@@ -355,5 +367,86 @@ int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *his
             keep++;
         n = keep;
     }
-    return sampler_draw(s, c, n, max_l);
+    *n_out = n;
+    *max_out = max_l;
+}
+
+int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history,
+                             int n_history) {
+    return model_sampler_sample_spec(s, logits, history, n_history, NULL, -1, NULL, NULL);
+}
+
+int32_t model_sampler_sample_spec(model_sampler *s, float *logits, const int32_t *history,
+                                  int n_history, const float *q, int32_t x, float *p_x,
+                                  float *probs) {
+    int nv = s->n_vocab;
+    int rc = sampler_edit(s, logits, history, n_history);
+    if (rc < 0)
+        return rc;
+    if (p_x)
+        *p_x = 0.0f;
+    if (probs)
+        memset(probs, 0, (size_t)nv * sizeof *probs);
+    if (s->p.temperature <= 0.0f) {
+        int32_t best = sampler_argmax(logits, nv);
+        if (probs)
+            probs[best] = 1.0f;
+        if (p_x && q)
+            *p_x = best == x ? 1.0f : 0.0f;
+        return best;
+    }
+    int n;
+    double max_l;
+    sampler_filter(s, logits, &n, &max_l);
+    if (n == 0) {
+        /* No candidate: id 0, after the one draw every sample makes, so the
+         * generator advances alike on every path (a speculative step puts it
+         * back by counting samples). */
+        (void)sampler_uniform(s->rng);
+        return 0;
+    }
+    const cand *c = s->cands;
+    if (!q && !probs)
+        return sampler_draw(s, c, n, max_l);
+    double total = 0.0;
+    for (int i = 0; i < n; i++)
+        total += exp((double)c[i].logit - max_l);
+    if (probs)
+        for (int i = 0; i < n; i++)
+            probs[c[i].id] = (float)(exp((double)c[i].logit - max_l) / total);
+    if (!q)
+        return sampler_draw(s, c, n, max_l);
+    /* The residual max(0, p - q) over the candidates (p is 0 elsewhere, so is
+     * the residual), drawn with this sample's one draw. */
+    double res = 0.0;
+    for (int i = 0; i < n; i++) {
+        double pi = exp((double)c[i].logit - max_l) / total;
+        if (p_x && c[i].id == x)
+            *p_x = (float)pi;
+        double r = pi - (double)q[c[i].id];
+        res += r > 0.0 ? r : 0.0;
+    }
+    if (!(res > 0.0)) /* p <= q everywhere: p itself (only reached when p == q) */
+        return sampler_draw(s, c, n, max_l);
+    double r = sampler_uniform(s->rng) * res;
+    for (int i = 0; i < n; i++) {
+        double d = exp((double)c[i].logit - max_l) / total - (double)q[c[i].id];
+        if (d > 0.0 && (r -= d) < 0.0)
+            return c[i].id;
+    }
+    for (int i = n - 1; i >= 0; i--) /* rounding left r >= 0: the last with residual */
+        if (exp((double)c[i].logit - max_l) / total - (double)q[c[i].id] > 0.0)
+            return c[i].id;
+    return c[n - 1].id;
+}
+
+void model_sampler_rng_save(const model_sampler *s, model_sampler_rng *out) {
+    memcpy(out->s, s->rng, sizeof out->s);
+}
+
+void model_sampler_rng_restore(model_sampler *s, const model_sampler_rng *saved, int n_samples) {
+    memcpy(s->rng, saved->s, sizeof s->rng);
+    if (s->p.temperature > 0.0f)
+        for (int i = 0; i < n_samples; i++)
+            (void)sampler_uniform(s->rng);
 }

@@ -47,6 +47,37 @@ void model_sampler_free(model_sampler *s);
 int32_t model_sampler_sample(model_sampler *s, float *logits, const int32_t *history,
                              int n_history);
 
+/* Speculative decoding with a draft model: samples as model_sampler_sample
+ * does (the same edits, filters and one draw when temperature > 0), and
+ *   probs (n_vocab floats, or NULL) gets the distribution the token is drawn
+ *     from: each token's probability after the mask, bans, edits,
+ *     temperature, top-k, top-p and min-p, 0 for the tokens they remove
+ *     (greedy: 1 at the argmax). It is the draft's q when the draft samples.
+ *   q (n_vocab floats, or NULL) is the draft's distribution at this position
+ *     and x the token it proposed: *p_x (when p_x is not NULL) gets p(x),
+ *     this row's probability of x, and the token returned is drawn from the
+ *     residual max(0, p - q) normalised (from p itself when that is zero
+ *     everywhere): what speculative rejection sampling emits when it
+ *     rejects x (accepting x with probability min(1, p(x) / q(x)) is the
+ *     caller's). Greedy: the argmax, and *p_x is 1 if x is it, else 0.
+ * With q and probs NULL this is model_sampler_sample. */
+int32_t model_sampler_sample_spec(model_sampler *s, float *logits, const int32_t *history,
+                                  int n_history, const float *q, int32_t x, float *p_x,
+                                  float *probs);
+
+/* The generator's state. Every sample with temperature > 0 makes exactly one
+ * draw from it (on every path: a row with no candidate too; a GPU sampler
+ * draws through model_sampler_next_uniform, once per row), a greedy one
+ * none. So a speculative step that samples several positions of one
+ * sequence at once, of which only the first n are kept, saves the state
+ * before and restores it advanced by n samples: the state plain decoding of
+ * those n tokens leaves, and the seed keeps reproducing the output. */
+typedef struct model_sampler_rng {
+    uint64_t s[4];
+} model_sampler_rng;
+void model_sampler_rng_save(const model_sampler *s, model_sampler_rng *out);
+void model_sampler_rng_restore(model_sampler *s, const model_sampler_rng *saved, int n_samples);
+
 /* Tokens the next samples may not take: their logits become -inf before
  * anything else (vLLM's min_tokens bars EOS and stop_token_ids so). ids
  * is borrowed until the next call; n = 0 (or ids NULL) clears the ban. */

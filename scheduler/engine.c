@@ -22,6 +22,9 @@
 #include "scheduler/sched_core.h"
 #include "scheduler/sched_setup.h"
 #include "scheduler/seq_text.h"
+#include "scheduler/spec.h"
+#include "scheduler/spec_draft.h"
+#include "scheduler/spec_verify.h"
 
 typedef struct seq {
     sched_req req;      /* the scheduler's view: tokens = hist (first: casts) */
@@ -53,10 +56,11 @@ typedef struct seq {
     int ready;             /* hist, sampler and text set up (on entering the engine) */
     int left_waiting;      /* no longer counted against the submit-side waiting caps */
     double t_submit, t_admit;
-    int deadline_hit; /* its deadline ended it */
-    int has_deadline; /* counted in sched_engine.n_deadlines while it is in the engine */
-    double *emb_sum;  /* pooling: the sum (MEAN) or last row (LAST) of hidden states */
-    int emb_upto;     /* positions already added (a preempted MEAN recomputes the rest) */
+    int deadline_hit;     /* its deadline ended it */
+    int has_deadline;     /* counted in sched_engine.n_deadlines while it is in the engine */
+    double *emb_sum;      /* pooling: the sum (MEAN) or last row (LAST) of hidden states */
+    int emb_upto;         /* positions already added (a preempted MEAN recomputes the rest) */
+    sched_spec_seq *spec; /* speculative decoding's state, or NULL (spec.h) */
 } seq;
 
 typedef struct cancel_msg {
@@ -72,6 +76,7 @@ typedef struct cancel_msg {
 struct sched_engine {
     sched_engine_config cfg;
     char *model_path;
+    char *draft_path; /* cfg.spec.draft_model, owned (the load runs after create returns) */
     uv_async_t *async;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -115,9 +120,17 @@ struct sched_engine {
     long long masks_seen;    /* masks_done when the engine last waited for masks */
     long long mask_units;    /* this step's allowance of inline mask work (seq_mask_ready) */
     double mask_grace_until; /* and until when it may wait for workers' masks */
-    model_sample_job *jobs;  /* rows sampled together after a forward */
+    model_sample_job *jobs;  /* rows sampled together after a forward (max_batch_tokens) */
     seq **job_seq;
     int32_t *job_ids;
+    float *job_p; /* p(draft_id) of draft-model verification rows */
+    /* Speculative decoding (spec.h), or NULL: the proposer, this step's
+     * candidates and their sequences, and the runs verified from the one
+     * sample call (engine_verify_batched). */
+    sched_spec *spec;
+    sched_spec_cand *cands;
+    seq **cand_seq;
+    struct spec_run *runs;
     /* --step-trace: the file (NULL: off), the record step() fills, and when
      * the last traced step ended. */
     sched_trace *trace;
@@ -141,6 +154,7 @@ sched_engine_config sched_engine_config_default(void) {
     c.gpu_memory_utilization = 0.9;
     c.cuda_graphs = 1;
     c.priority_aging_s = 10.0;
+    c.spec = sched_spec_config_default();
     /* f16 K/V: half the memory per position, and no slower on the CPU
      * (16 streams, 128 in / 128 out: 340-343 tok/s against 323 with f32 in
      * paired runs; the decode step reads the cache as often as the weights). */
@@ -187,6 +201,7 @@ void sched_event_free(sched_event *ev) {
 static void seq_free(sched_engine *e, seq *s) {
     if (!s)
         return;
+    sched_spec_seq_free(s->spec); /* before the params: its sampler borrows their bias arrays */
     sched_seq_params_free(&s->p);
     free(s->hist);
     model_sampler_free(s->sampler);
@@ -363,6 +378,8 @@ void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out) {
 static void seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err) {
     if (s->ready)
         sched_core_remove(e->core, &s->req);
+    if (s->spec) /* its draft slot back; (suffix) its output into the index */
+        sched_spec_seq_end(e->spec, s->spec, s->hist + s->p.n_prompt, s->n_gen);
     if (s->has_deadline)
         e->n_deadlines--;
     if (s->parked)
@@ -638,6 +655,9 @@ static void seq_enter(sched_engine *e, seq *s) {
         model_sampler_set_banned(s->sampler, s->ban, s->n_ban);
         s->text.stops_off = 1;
     }
+    /* Without its state a sequence just never speculates. */
+    if (e->spec && !s->p.pooling)
+        s->spec = sched_spec_seq_create(e->spec, &s->p.sampling);
     memcpy(s->hist, s->p.prompt, (size_t)s->p.n_prompt * sizeof *s->hist);
     s->n_hist = s->p.n_prompt;
     s->req.tokens = s->hist;
@@ -670,7 +690,8 @@ static int32_t seq_sample_logprobs(sched_engine *e, seq *s, int row, sched_token
     if (rc < 0)
         return rc;
     memcpy(e->lp_row, raw, (size_t)c->n_vocab * sizeof(float));
-    model_sample_job job = {row, s->sampler, s->hist, s->n_hist};
+    model_sample_job job = {
+        .row = row, .sampler = s->sampler, .hist = s->hist, .n_hist = s->n_hist};
     int32_t id = -1;
     rc = model_backend_sample(e->be, &job, 1, &id);
     if (rc < 0)
@@ -812,6 +833,220 @@ static void engine_wait_masks(sched_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* ---- speculative decoding (spec.h, spec_verify.h) --------------------------- */
+
+/* A sequence whose proposals are verified from the step's one sample call. */
+typedef struct spec_run {
+    seq *s;
+    int job0, k;           /* its jobs: job0 .. job0 + k, one per row */
+    model_sampler_rng rng; /* its generator before them */
+} spec_run;
+
+/* Proposals for the decoding sequences (into hist past n_hist, and
+ * req.n_spec), before the schedule grows KV for them. */
+static void engine_propose(sched_engine *e) {
+    sched_req *const *run = sched_core_running(e->core);
+    int n_run = sched_core_n_running(e->core), nc = 0;
+    long base = 0;
+    for (int i = 0; i < n_run; i++) {
+        seq *s = (seq *)run[i];
+        s->req.n_spec = 0;
+        int need = s->req.n_tokens - s->req.n_computed;
+        base += need;
+        if (need != 1 || !s->spec)
+            continue;
+        /* The output and context left, less the token the step emits anyway. */
+        int room = s->p.max_tokens - s->n_gen;
+        room = e->max_ctx - s->n_hist < room ? e->max_ctx - s->n_hist : room;
+        e->cands[nc] = (sched_spec_cand){s->spec, s->hist, s->n_hist, room - 1, 0};
+        e->cand_seq[nc++] = s;
+    }
+    /* A prompt that may be admitted makes it a prefill step. */
+    if (sched_core_n_waiting(e->core) > 0 && n_run < e->cfg.max_seqs)
+        base += sched_core_waiting_head(e->core)->n_tokens;
+    if (nc == 0)
+        return;
+    sched_spec_propose(e->spec, e->cands, nc,
+                       base < e->cfg.max_batch_tokens ? (int)base : e->cfg.max_batch_tokens);
+    for (int i = 0; i < nc; i++)
+        e->cand_seq[i]->req.n_spec = e->cands[i].n_prop;
+}
+
+/* The grammar's mask for s's next position (the sampler reads it); 0, or
+ * s ended (-1). */
+static int seq_spec_mask(sched_engine *e, seq *s) {
+    double tm = brisk_now();
+    int allowed = 0;
+    long long work;
+    /* Verification samples position after position: each mask is needed
+     * now, so the engine computes it (or waits for the worker that is). */
+    for (;;) {
+        sched_mask_state st = sched_mask_poll(e->masks, s->mj, &allowed, &work);
+        if (st == SCHED_MASK_READY)
+            break;
+        if (st == SCHED_MASK_IDLE)
+            sched_mask_submit(e->masks, s->mj);
+        else if (st == SCHED_MASK_QUEUED && sched_mask_run_here(e->masks, s->mj, -1))
+            continue;
+        engine_wait_mask_done(e, brisk_now() + 0.01);
+    }
+    s->mj->delay = 0;
+    e->tr.mask_s += brisk_now() - tm;
+    if (allowed > 0)
+        return 0;
+    seq_finish_grammar(e, s, allowed);
+    return -1;
+}
+
+/* Samples row `row` for s alone: with a draft's q (and its proposal x) the
+ * residual and *p_x; the raw row into lp_row first when log-probs are asked.
+ * Returns the id or a negative code. */
+static int32_t seq_spec_sample(sched_engine *e, seq *s, int row, const float *q, int32_t x,
+                               float *p_x) {
+    double ts = brisk_now();
+    if (s->p.logprobs >= 0) {
+        const float *raw = NULL;
+        int rc = model_backend_logits(e->be, row, &raw);
+        if (rc < 0)
+            return rc;
+        memcpy(e->lp_row, raw, (size_t)model_get_config(e->m)->n_vocab * sizeof(float));
+    }
+    model_sample_job job = {.row = row,
+                            .sampler = s->sampler,
+                            .hist = s->hist,
+                            .n_hist = s->n_hist,
+                            .draft_q = q,
+                            .draft_id = x,
+                            .p_draft = p_x};
+    int32_t id = -1;
+    int rc = model_backend_sample(e->be, &job, 1, &id);
+    e->tr.sample_s += brisk_now() - ts;
+    return rc < 0 ? rc : id;
+}
+
+/* Verifies s's run of k proposals from its rows row0 .. row0 + k
+ * (spec_verify.h): sampled here position by position (ids NULL: a grammar's
+ * mask, banned tokens or log-probs change between positions), or taken
+ * from the step's one sample call (ids, pd: its results from the run's
+ * first job; rng: the generator before it). Emits the tokens and returns
+ * how many; *finished when s ended (and was freed). */
+static int seq_verify(sched_engine *e, seq *s, int row0, int k, const int32_t *ids, const float *pd,
+                      const model_sampler_rng *rng, int *finished) {
+    const size_t nv = (size_t)model_get_config(e->m)->n_vocab;
+    int32_t prop[SCHED_SPEC_MAX_TOKENS];
+    memcpy(prop, s->hist + s->n_hist, (size_t)k * sizeof *prop);
+    const float *q = sched_spec_seq_q(s->spec);
+    uint64_t *arng = sched_spec_seq_rng(s->spec);
+    int n_hist0 = s->n_hist, a = 0, emitted = 0;
+    *finished = 0;
+    e->tr.spec_proposed += k;
+    e->tr.spec_seqs++;
+    if (ids) { /* every position sampled already: the decisions first */
+        while (a < k && (q ? ids[a] >= 0 && spec_verify_keep(pd[a], q[a * nv + prop[a]], arng)
+                           : ids[a] == prop[a]))
+            a++;
+        sched_spec_observe(e->spec, s->spec, k, a, n_hist0 + a);
+    }
+    for (int j = 0; j <= k; j++) {
+        sched_token tk, *tkp = NULL;
+        int32_t id;
+        int keep;
+        if (ids) {
+            keep = j < a;
+            id = keep ? prop[j] : ids[j];
+        } else {
+            if (s->mj && seq_spec_mask(e, s) < 0) {
+                sched_spec_observe(e->spec, NULL, k, a, 0);
+                *finished = 1;
+                return emitted;
+            }
+            float p_x = 0.0f;
+            int draft = q && j < k;
+            id = seq_spec_sample(e, s, row0 + j, draft ? q + j * nv : NULL, j < k ? prop[j] : -1,
+                                 &p_x);
+            keep = j < k && id >= 0 &&
+                   (draft ? spec_verify_keep(p_x, q[j * nv + prop[j]], arng) : id == prop[j]);
+            if (keep)
+                id = prop[j];
+            if (s->p.logprobs >= 0 && id >= 0) {
+                memset(&tk, 0, sizeof tk);
+                fill_logprobs(e->lp_row, (int)nv, id, s->p.logprobs, &tk);
+                tkp = &tk;
+                e->tr.logprob_rows++;
+            }
+            a += keep;
+        }
+        e->tr.constrained += model_sampler_constrained(s->sampler);
+        emitted++;
+        if (keep) /* its K/V, computed this step, is the token's */
+            sched_core_advance(e->core, &s->req, 1);
+        if (seq_accept(e, s, id, tkp)) {
+            if (!ids)
+                sched_spec_observe(e->spec, NULL, k, a, 0);
+            e->tr.spec_accepted += a;
+            *finished = 1;
+            return emitted;
+        }
+        if (!keep)
+            break;
+    }
+    if (!ids)
+        sched_spec_observe(e->spec, s->spec, k, a, n_hist0 + a);
+    e->tr.spec_accepted += a;
+    s->req.n_spec = 0;
+    sched_core_trim(e->core, &s->req); /* the rejected proposals' blocks */
+    if (rng)                           /* where plain decoding of the emitted tokens leaves it */
+        model_sampler_rng_restore(s->sampler, rng, emitted);
+    return emitted;
+}
+
+/* s's run of k proposals at rows row0 .. row0 + k: verified now (returns
+ * the tokens emitted), or its rows join the step's one sample call
+ * (returns 0; engine_verify_batched finishes it). */
+static int engine_verify(sched_engine *e, seq *s, int row0, int k, int *n_jobs, int *n_runs) {
+    if (s->mj || s->n_ban > 0 || s->p.logprobs >= 0) {
+        int fin, n = seq_verify(e, s, row0, k, NULL, NULL, NULL, &fin);
+        if (!fin)
+            seq_emit(e, s, SCHED_FINISH_NONE, NULL);
+        return n;
+    }
+    const float *q = sched_spec_seq_q(s->spec);
+    size_t nv = (size_t)model_get_config(e->m)->n_vocab;
+    spec_run *r = &e->runs[(*n_runs)++];
+    *r = (spec_run){s, *n_jobs, k, {{0}}};
+    model_sampler_rng_save(s->sampler, &r->rng);
+    for (int j = 0; j <= k; j++, (*n_jobs)++) {
+        model_sample_job *jb = &e->jobs[*n_jobs];
+        *jb = (model_sample_job){
+            .row = row0 + j, .sampler = s->sampler, .hist = s->hist, .n_hist = s->n_hist + j};
+        if (q && j < k) {
+            jb->draft_q = q + j * nv;
+            jb->draft_id = s->hist[s->n_hist + j];
+            jb->p_draft = &e->job_p[*n_jobs];
+        }
+        e->job_seq[*n_jobs] = NULL; /* not a plain row */
+    }
+    return 0;
+}
+
+/* The runs whose rows the step's sample call took (rc < 0: it failed). */
+static long long engine_verify_batched(sched_engine *e, int n_runs, int rc) {
+    long long n_gen = 0;
+    for (int i = 0; i < n_runs; i++) {
+        spec_run *r = &e->runs[i];
+        if (rc < 0) {
+            seq_finish(e, r->s, SCHED_FINISH_ERROR, "sampling failed");
+            continue;
+        }
+        int fin;
+        n_gen +=
+            seq_verify(e, r->s, -1, r->k, e->job_ids + r->job0, e->job_p + r->job0, &r->rng, &fin);
+        if (!fin)
+            seq_emit(e, r->s, SCHED_FINISH_NONE, NULL);
+    }
+    return n_gen;
+}
+
 /* One engine step: schedule, one forward pass, sample, emit. */
 /* Pooling: the hidden state of position pos into s's sum (MEAN) or as its
  * last row (LAST); positions already added (before a preemption) are not
@@ -880,6 +1115,8 @@ static int step(sched_engine *e) {
     tr->t_start = brisk_now();
     e->mask_units = MASK_STEP_UNITS;
     sched_core_set_now(e->core, tr->t_start);
+    if (e->spec)
+        engine_propose(e);
     sched_core_schedule(e->core, &plan);
     double now = brisk_now();
     for (int i = 0; i < plan.n_starved; i++) /* its context outgrew the whole KV pool */
@@ -891,7 +1128,7 @@ static int step(sched_engine *e) {
             uncount_waiting(e, s);
             s->t_admit = now;
         }
-        int pos0 = plan.entries[i].pos, cnt = plan.entries[i].n;
+        int pos0 = plan.entries[i].pos, cnt = plan.entries[i].n - plan.entries[i].n_spec;
         if (cnt == 1 && pos0 >= s->p.n_prompt && pos0 == s->n_hist - 1)
             tr->decode_rows++; /* its last generated token */
         else
@@ -907,8 +1144,9 @@ static int step(sched_engine *e) {
                     s->p.pooling == SCHED_POOL_MEAN ? pos >= s->emb_upto : pos == s->p.n_prompt - 1;
                 any_hid |= e->b_hid[n];
             } else {
+                /* the last known token and each proposal past it */
                 e->b_want[n] =
-                    pos == s->n_hist - 1 || (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt);
+                    pos >= s->n_hist - 1 || (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt);
                 e->b_hid[n] = 0;
             }
             n++;
@@ -932,6 +1170,7 @@ static int step(sched_engine *e) {
     double t_fwd = brisk_now() - t0;
     double grace = 0.1 * t_fwd < MASK_GRACE_MAX_S ? 0.1 * t_fwd : MASK_GRACE_MAX_S;
     e->mask_grace_until = brisk_now() + grace;
+    sched_spec_step_time(e->spec, n, t_fwd); /* the policy measures a proposal's cost */
     tr->sched_s = t0 - tr->t_start;
     tr->forward_s = t_fwd;
     tr->tokens = n;
@@ -950,7 +1189,7 @@ static int step(sched_engine *e) {
     sched_core_commit(e->core, &plan);
     const model_config *c = model_get_config(e->m);
     long long n_prompt = 0, n_gen = 0;
-    int row = 0, t = 0, n_jobs = 0;
+    int row = 0, t = 0, n_jobs = 0, n_runs = 0;
     const float *hid = NULL;
     int n_hid = 0, hrow = 0;
     if (any_hid && model_backend_hidden(e->be, &hid, &n_hid) < 0)
@@ -986,6 +1225,10 @@ static int step(sched_engine *e) {
         }
         if (sample_row < 0)
             continue;
+        if (plan.entries[i].n_spec > 0) { /* a speculative run: rows sample_row .. + n_spec */
+            n_gen += engine_verify(e, s, sample_row, plan.entries[i].n_spec, &n_jobs, &n_runs);
+            continue;
+        }
         if (s->mj) { /* the grammar's allowed tokens, the sampler's mask */
             double tm = brisk_now();
             int allowed = 0, ready = seq_mask_ready(e, s, &allowed);
@@ -1017,7 +1260,8 @@ static int step(sched_engine *e) {
                 seq_emit(e, s, SCHED_FINISH_NONE, NULL);
             continue;
         }
-        e->jobs[n_jobs] = (model_sample_job){sample_row, s->sampler, s->hist, s->n_hist};
+        e->jobs[n_jobs] = (model_sample_job){
+            .row = sample_row, .sampler = s->sampler, .hist = s->hist, .n_hist = s->n_hist};
         e->job_seq[n_jobs++] = s;
     }
     /* Every other sampled row in one call (on CUDA: one kernel, ids only). */
@@ -1028,8 +1272,9 @@ static int step(sched_engine *e) {
         if (rc < 0)
             BRISK_ERROR("engine: sampling failed: %s", brisk_strerror(rc));
         for (int j = 0; j < n_jobs; j++)
-            if (!seq_accept(e, e->job_seq[j], rc < 0 ? -1 : e->job_ids[j], NULL))
+            if (e->job_seq[j] && !seq_accept(e, e->job_seq[j], rc < 0 ? -1 : e->job_ids[j], NULL))
                 seq_emit(e, e->job_seq[j], SCHED_FINISH_NONE, NULL);
+        n_gen += engine_verify_batched(e, n_runs, rc);
     }
     kv_cache_stats ks;
     kv_cache_get_stats(e->kv, &ks);
@@ -1065,7 +1310,55 @@ static void engine_publish(sched_engine *e) {
     e->stats.kv = ks;
     e->stats.kv_block_size = kv_cache_block_size(e->kv);
     e->stats.preemptions = sched_core_n_preemptions(e->core);
+    sched_spec_get_stats(e->spec, &e->stats.spec); /* enabled from the start */
     pthread_mutex_unlock(&e->mu);
+}
+
+/* The draft model (spec_draft.h) after the target's model and backend, then
+ * both KV caches: of the pool the rules give the target (sched_setup.h),
+ * the draft takes the share its bytes per position make of both models'
+ * (so both hold the same number of positions), the target the rest. */
+static int engine_load_draft(sched_engine *e, sched_setup_opts *so) {
+    const model_config *c = model_get_config(e->setup.m);
+    spec_draft_opts dopt = {.path = e->cfg.spec.draft_model,
+                            .tokenizer = e->cfg.tokenizer,
+                            .weights = e->cfg.weights,
+                            .device = e->setup.be->device,
+                            .pool = e->pool,
+                            .max_seqs = e->cfg.max_seqs,
+                            .max_batch_tokens = e->cfg.max_batch_tokens,
+                            .max_ctx = e->setup.max_ctx,
+                            .gpu_memory_utilization = e->cfg.gpu_memory_utilization,
+                            .cuda_graphs = e->cfg.cuda_graphs,
+                            .kv_f16 = e->cfg.kv_f16};
+    spec_draft *d = NULL;
+    int rc = spec_draft_load(&dopt, e->setup.m, &d, e->load_err, sizeof e->load_err);
+    if (rc < 0)
+        return rc;
+    int f16 = e->cfg.kv_f16 || e->setup.be->device == MODEL_DEVICE_CUDA;
+    double t_pos = 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * (f16 ? 2 : 4);
+    double d_pos = (double)spec_draft_kv_bytes_per_pos(d);
+    double share = d_pos / (t_pos + d_pos);
+    so->kv_share = 1.0 - share;
+    rc = sched_setup_kv(so, &e->setup, e->load_err, sizeof e->load_err);
+    if (rc == 0)
+        rc = spec_draft_kv_create(
+            d, (long long)((double)kv_cache_bytes(e->setup.kv) * share / (1.0 - share)),
+            e->load_err, sizeof e->load_err);
+    sched_spec_env env = {
+        e->setup.m,      e->setup.be, e->pool, e->cfg.max_seqs, e->cfg.max_batch_tokens,
+        e->setup.max_ctx};
+    if (rc == 0)
+        rc = sched_spec_create(&e->cfg.spec, &env, &e->spec, e->load_err, sizeof e->load_err);
+    if (rc < 0) {
+        spec_draft_free(d);
+        return rc;
+    }
+    char desc[256];
+    spec_draft_describe(d, desc, sizeof desc);
+    BRISK_INFO("engine: draft model %s (%.0f%% of the KV pool)", desc, share * 100.0);
+    sched_spec_set_draft(e->spec, d);
+    return 0;
 }
 
 /* The thread pool, then the model, backend and KV cache (sched_setup.h has
@@ -1093,7 +1386,16 @@ static int engine_load(sched_engine *e) {
                            .prefix_caching = e->cfg.prefix_caching,
                            .no_window_release = e->cfg.no_window_release,
                            .kv_cache_bytes = e->cfg.kv_cache_bytes};
+    int spec_on = e->cfg.spec.method != SCHED_SPEC_NONE;
+    if (spec_on) { /* every proposal's row is sampled too, up to the threshold's worth */
+        int th = e->cfg.spec.max_batch_tokens > 0 ? e->cfg.spec.max_batch_tokens
+                                                  : SCHED_SPEC_THRESHOLD_CUDA;
+        so.max_sample_rows = e->cfg.max_seqs + th < mbt ? e->cfg.max_seqs + th : mbt;
+    }
+    so.defer_kv = e->cfg.spec.method == SCHED_SPEC_DRAFT; /* its share once both are loaded */
     int rc = sched_setup_create(&so, &e->setup, e->load_err, sizeof e->load_err);
+    if (rc == 0 && so.defer_kv)
+        rc = engine_load_draft(e, &so);
     if (rc < 0)
         return rc;
     e->m = e->setup.m;
@@ -1123,15 +1425,34 @@ static int engine_load(sched_engine *e) {
         n_mask = ncpu >= 16 ? 4 : ncpu >= 4 ? (int)(ncpu / 4) : 1;
     }
     e->masks = sched_mask_pool_create(n_mask, engine_mask_done, e);
-    e->jobs = malloc((size_t)e->cfg.max_seqs * sizeof *e->jobs);
-    e->job_seq = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_seq);
-    e->job_ids = malloc((size_t)e->cfg.max_seqs * sizeof *e->job_ids);
-    if (!e->masks || !e->jobs || !e->job_seq || !e->job_ids || !e->core || !e->b_tok || !e->b_pos ||
-        !e->b_seq || !e->b_want || !e->b_hid || !e->lp_row || !e->eog_ids) {
+    /* A row per sampled token: a sequence's proposals are sampled too. */
+    e->jobs = malloc((size_t)mbt * sizeof *e->jobs);
+    e->job_seq = malloc((size_t)mbt * sizeof *e->job_seq);
+    e->job_ids = malloc((size_t)mbt * sizeof *e->job_ids);
+    e->job_p = malloc((size_t)mbt * sizeof *e->job_p);
+    if (spec_on) {
+        e->cands = malloc((size_t)e->cfg.max_seqs * sizeof *e->cands);
+        e->cand_seq = malloc((size_t)e->cfg.max_seqs * sizeof *e->cand_seq);
+        e->runs = malloc((size_t)e->cfg.max_seqs * sizeof *e->runs);
+    }
+    if (!e->masks || !e->jobs || !e->job_seq || !e->job_ids || !e->job_p || !e->core || !e->b_tok ||
+        !e->b_pos || !e->b_seq || !e->b_want || !e->b_hid || !e->lp_row || !e->eog_ids ||
+        (spec_on && (!e->cands || !e->cand_seq || !e->runs))) {
         snprintf(e->load_err, sizeof e->load_err,
                  "out of memory for the scheduler's scratch (%ld KV blocks)", n_blocks);
         return BRISK_ENOMEM;
     }
+    if (spec_on && !e->spec) { /* ngram, suffix (a draft model's was made with it) */
+        sched_spec_env env = {e->m, e->be, e->pool, e->cfg.max_seqs, mbt, ctx};
+        rc = sched_spec_create(&e->cfg.spec, &env, &e->spec, e->load_err, sizeof e->load_err);
+        if (rc < 0)
+            return rc;
+    }
+    if (e->spec)
+        BRISK_INFO("engine: speculative decoding: %s, up to %d tokens a sequence, while a step "
+                   "runs at most %d tokens",
+                   sched_spec_method_name(e->cfg.spec.method), e->cfg.spec.num_tokens,
+                   sched_spec_threshold(e->spec));
     char dev[160];
     e->be->ops->describe(e->be, dev, sizeof dev);
     BRISK_INFO("engine: device %s", dev);
@@ -1252,6 +1573,8 @@ int sched_engine_create(const sched_engine_config *cfg, uv_async_t *async, sched
             err, err_len, BRISK_EINVAL,
             "engine: bad configuration (max batch tokens must be >= max sequences; "
             "block size 1..1024)");
+    if (sched_spec_config_check(&cfg->spec, err, err_len) < 0)
+        return BRISK_EINVAL;
     sched_engine *e = calloc(1, sizeof *e);
     if (!e)
         return brisk_set_err(err, err_len, BRISK_ENOMEM, "engine: out of memory");
@@ -1265,12 +1588,18 @@ int sched_engine_create(const sched_engine_config *cfg, uv_async_t *async, sched
         }
     }
     e->model_path = strdup(cfg->model_path);
+    if (cfg->spec.draft_model) {
+        e->draft_path = strdup(cfg->spec.draft_model);
+        e->cfg.spec.draft_model = e->draft_path;
+    }
     e->async = async;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    if (!e->model_path || pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+    if (!e->model_path || (cfg->spec.draft_model && !e->draft_path) ||
+        pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         sched_trace_close(e->trace);
         free(e->model_path);
+        free(e->draft_path);
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);
         free(e);
@@ -1320,10 +1649,16 @@ void sched_engine_free(sched_engine *e) {
     free(e->jobs);
     free(e->job_seq);
     free(e->job_ids);
+    free(e->job_p);
+    free(e->cands);
+    free(e->cand_seq);
+    free(e->runs);
     sched_core_free(e->core);
+    sched_spec_free(e->spec);    /* the draft model with it */
     sched_setup_free(&e->setup); /* the cache, the backend, the model */
     kern_pool_free(e->pool);
     free(e->model_path);
+    free(e->draft_path);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);

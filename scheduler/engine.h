@@ -36,6 +36,7 @@
 #include "models/model.h"
 #include "models/sampler.h"
 #include "scheduler/sched_core.h"
+#include "scheduler/spec.h"
 
 #define SCHED_MAX_TOP_LOGPROBS 20
 
@@ -73,6 +74,9 @@ typedef struct sched_engine_config {
      * row sits out meanwhile), to show outputs do not depend on when masks
      * are ready. 0: off. */
     int mask_delay_steps;
+    /* Speculative decoding (spec.h; method NONE: off). The draft model's
+     * path is borrowed until sched_engine_create returns. */
+    sched_spec_config spec;
 } sched_engine_config;
 
 sched_engine_config sched_engine_config_default(void);
@@ -215,6 +219,7 @@ typedef struct sched_engine_stats {
      * events) and, of it, inside model_forward. */
     double busy_s, forward_s;
     long long batch_tokens; /* summed over steps */
+    sched_spec_stats spec;  /* speculative decoding's counters (spec.enabled 0: off) */
 } sched_engine_stats;
 void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out);
 

@@ -64,12 +64,13 @@ void sched_trace_write(sched_trace *t, const sched_trace_step *s) {
         "\"constrained\":%d,\"logprob_rows\":%d,\"parked\":%d,\"unparked\":%d,"
         "\"admitted\":%d,\"preempted\":%d,"
         "\"running\":%d,\"waiting\":%d,\"kv_blocks_used\":%d,\"kv_blocks_total\":%d,"
-        "\"pass\":\"%s\"}\n",
+        "\"pass\":\"%s\",\"spec_proposed\":%d,\"spec_accepted\":%d,\"spec_seqs\":%d}\n",
         s->step, s->t_start - t->t0, s->wall_s * ms, s->sched_s * ms, s->forward_s * ms,
         s->mask_s * ms, s->sample_s * ms, s->host_s * ms, s->gap_s * ms, s->tokens, s->decode_rows,
         s->prefill_tokens, s->prefill_chunks, s->sampled, s->constrained, s->logprob_rows,
         s->parked, s->unparked, s->admitted, s->preempted, s->running, s->waiting,
-        s->kv_blocks_used, s->kv_blocks_total, model_pass_kind_name(s->pass));
+        s->kv_blocks_used, s->kv_blocks_total, model_pass_kind_name(s->pass), s->spec_proposed,
+        s->spec_accepted, s->spec_seqs);
     if (n < 0)
         trace_failed(t);
     t->dirty = 1;

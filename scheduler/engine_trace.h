@@ -42,6 +42,9 @@ typedef struct sched_trace_step {
     int running, waiting;    /* after the step */
     int kv_blocks_used, kv_blocks_total;
     model_pass_kind pass; /* how the forward ran (CUDA decode graphs) */
+    /* Speculative decoding: proposals verified by this step, those kept,
+     * and the sequences that proposed (spec.h; 0 without it). */
+    int spec_proposed, spec_accepted, spec_seqs;
 } sched_trace_step;
 
 typedef struct sched_trace sched_trace;

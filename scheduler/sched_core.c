@@ -154,6 +154,7 @@ void sched_core_remove(sched_core *c, sched_req *r) {
 static void preempt(sched_core *c, sched_req *r) {
     run_remove(c, r);
     r->n_computed = 0;
+    r->n_spec = 0; /* its proposals were not scheduled */
     r->n_preempted++;
     c->n_preemptions++;
     wait_push_head(c, r);
@@ -238,7 +239,7 @@ static int grow_fit(sched_core *c, sched_req *r, int n) {
 }
 
 static void plan_add(sched_plan *plan, sched_req *r, int n) {
-    plan->entries[plan->n_entries++] = (sched_entry){r, r->n_computed, n};
+    plan->entries[plan->n_entries++] = (sched_entry){r, r->n_computed, n, 0};
     plan->n_tokens += n;
 }
 
@@ -314,6 +315,29 @@ static int schedule_decodes(sched_core *c, sched_plan *plan, int budget) {
     return budget;
 }
 
+/* Pass 1b: the proposals of the decodes just planned, oldest first, in
+ * the budget and the blocks the decodes left: never preempting, and never
+ * taking a block a later request's decode token needed (pass 1 has grown
+ * them all). grow makes [n_pos, n_pos + n) writable whatever the slot
+ * already holds, so the decode token's room is grown again with them. */
+static int schedule_spec(sched_core *c, sched_plan *plan, int budget) {
+    for (int i = 0; i < plan->n_entries && budget > 0; i++) {
+        sched_entry *en = &plan->entries[i];
+        sched_req *r = en->req;
+        if (r->n_spec <= 0 || en->n != 1 || !r->running)
+            continue;
+        int k = r->n_spec < budget ? r->n_spec : budget;
+        int n = grow_fit(c, r, 1 + k);
+        if (n <= 1)
+            continue;
+        en->n = n;
+        en->n_spec = n - 1;
+        plan->n_tokens += n - 1;
+        budget -= n - 1;
+    }
+    return budget;
+}
+
 /* Pass 2: prefill chunks (prompts, and recomputation after preemption),
  * oldest first, in the budget the decodes left; a chunk shrinks to the
  * blocks available rather than preempting. */
@@ -347,6 +371,7 @@ int sched_core_schedule(sched_core *c, sched_plan *plan) {
     int budget = c->cfg.max_batch_tokens;
     for (;;) {
         budget = schedule_decodes(c, plan, budget);
+        budget = schedule_spec(c, plan, budget);
         budget = schedule_prefills(c, plan, budget);
         /* Prefills that all lack blocks, with no decode to finish and free
          * some, would wait for ever: the newest gives its blocks back. A
@@ -379,9 +404,24 @@ void sched_core_commit(sched_core *c, const sched_plan *plan) {
         sched_req *r = plan->entries[i].req;
         if (!r->running)
             continue;
-        r->n_computed = plan->entries[i].pos + plan->entries[i].n;
+        /* Proposals count once verification keeps them (sched_core_advance). */
+        r->n_computed = plan->entries[i].pos + plan->entries[i].n - plan->entries[i].n_spec;
         kv_cache_seq_set_pos(c->kv, r->slot, r->n_computed);
         if (c->cfg.prefix_caching)
             kv_cache_seq_commit(c->kv, r->slot, r->tokens, r->n_computed);
     }
+}
+
+void sched_core_advance(sched_core *c, sched_req *r, int n) {
+    if (!r->running || n <= 0)
+        return;
+    r->n_computed += n;
+    kv_cache_seq_set_pos(c->kv, r->slot, r->n_computed);
+    if (c->cfg.prefix_caching)
+        kv_cache_seq_commit(c->kv, r->slot, r->tokens, r->n_computed);
+}
+
+void sched_core_trim(sched_core *c, sched_req *r) {
+    if (r->running)
+        kv_cache_seq_shrink(c->kv, r->slot);
 }

@@ -29,6 +29,17 @@
  * After the forward pass, sched_core_commit records what was computed and
  * registers newly filled blocks in the prefix cache.
  *
+ * Speculative tokens: a decoding request may carry n_spec proposed tokens
+ * past its known ones (tokens[n_tokens .. n_tokens + n_spec), engine.c and
+ * spec.h). After pass 1 has planned every decode token, its decode entry
+ * grows by as many of them as the budget and the free blocks allow (they
+ * never preempt anything, nor take a block a decode token needed), so the
+ * step computes K/V and logits at each. sched_core_commit counts only the known
+ * tokens as computed; each proposal that verification keeps is added with
+ * sched_core_advance (which registers a block it fills), and
+ * sched_core_trim then gives back the blocks grown for the rejected ones.
+ * A block holding a rejected token is therefore never registered.
+ *
  * Forks: a request with fork_of set (n > 1 choices of one prompt) waits
  * while that request is running but has not yet computed its prompt up to
  * its last token; then it shares those blocks (the partly filled last one
@@ -49,6 +60,10 @@ typedef struct sched_req {
     int n_prompt;
     struct sched_req *fork_of; /* or NULL; cleared by sched_core_remove of that request */
     int no_prefix_match;       /* 1: compute every position (never reuse cached blocks) */
+    /* Proposed tokens at tokens[n_tokens .. n_tokens + n_spec) the next
+     * schedule may verify with the decode token (0: none); the caller sets
+     * it before each schedule. */
+    int n_spec;
     /* the scheduler's */
     int n_computed; /* positions whose K/V are in the cache */
     int slot;       /* KV slot while running, else -1 */
@@ -83,8 +98,9 @@ typedef struct sched_core_config {
 
 typedef struct sched_entry {
     sched_req *req;
-    int pos; /* first position computed: req->n_computed at schedule time */
-    int n;   /* tokens req->tokens[pos .. pos+n) */
+    int pos;    /* first position computed: req->n_computed at schedule time */
+    int n;      /* tokens req->tokens[pos .. pos+n) */
+    int n_spec; /* of them, the last n_spec are proposals (speculative; 0: none) */
 } sched_entry;
 
 typedef struct sched_plan {
@@ -118,6 +134,14 @@ void sched_core_set_now(sched_core *c, double now);
 /* After the forward pass of plan: n_computed advances, KV positions are
  * recorded, new full blocks registered. */
 void sched_core_commit(sched_core *c, const sched_plan *plan);
+
+/* Verification kept n more positions of r past n_computed (proposals of
+ * the last step equal to the tokens now at those positions of r->tokens):
+ * n_computed and the KV positions advance, a block they fill is registered. */
+void sched_core_advance(sched_core *c, sched_req *r, int n);
+/* After verification: the blocks grown for r's rejected proposals (past
+ * n_computed) go back to the pool. */
+void sched_core_trim(sched_core *c, sched_req *r);
 
 int sched_core_n_running(const sched_core *c);
 int sched_core_n_waiting(const sched_core *c);

@@ -15,13 +15,14 @@ static long setup_pool_blocks(const sched_setup_opts *o, long seq_blocks, size_t
                               long long budget) {
     if (o->kv_exact) /* at least 2: a pool of one block cannot copy on write */
         return seq_blocks * o->max_seqs < 2 ? 2 : seq_blocks * o->max_seqs;
+    double share = o->kv_share > 0 && o->kv_share < 1 ? o->kv_share : 1.0;
     if (o->kv_cache_bytes > 0)
-        return (long)(o->kv_cache_bytes / (long long)per_block);
+        return (long)((double)o->kv_cache_bytes * share / (double)per_block);
     if (budget > 0)
-        return (long)(budget / (long long)per_block); /* the GPU's */
+        return (long)((double)budget * share / (double)per_block); /* the GPU's */
     long full = seq_blocks * o->max_seqs;
     long cap = (long)(((size_t)1 << 30) / per_block);
-    long want = full < cap ? full : cap;
+    long want = (long)((double)(full < cap ? full : cap) * share);
     return want < seq_blocks ? seq_blocks : want;
 }
 
@@ -86,6 +87,7 @@ int sched_setup_finish(const sched_setup_opts *o, sched_setup *out, char *err, s
                              .max_batch_tokens = o->max_batch_tokens,
                              .max_ctx = ctx,
                              .max_seqs = o->max_seqs,
+                             .max_sample_rows = o->max_sample_rows,
                              .block_size = bs,
                              .pool = o->pool,
                              .gpu_memory_utilization = gmu,
@@ -96,6 +98,19 @@ int sched_setup_finish(const sched_setup_opts *o, sched_setup *out, char *err, s
         sched_setup_free(out);
         return rc;
     }
+    out->max_ctx = ctx;
+    out->block_size = bs;
+    return o->defer_kv ? 0 : sched_setup_kv(o, out, err, err_len);
+}
+
+int sched_setup_kv(const sched_setup_opts *o, sched_setup *out, char *err, size_t err_len) {
+    if (!out->m || !out->be || out->kv) {
+        snprintf(err, err_len, "setup: the KV cache needs a model and a backend, and only once");
+        sched_setup_free(out);
+        return BRISK_EINVAL;
+    }
+    const model_config *c = model_get_config(out->m);
+    int ctx = out->max_ctx, bs = out->block_size;
     int kv_f16 = o->kv_f16 || out->be->device == MODEL_DEVICE_CUDA;
     int kv_dim = c->n_kv_heads * c->head_dim;
     /* Sliding-window layers release the blocks behind their window (the
@@ -150,7 +165,6 @@ int sched_setup_finish(const sched_setup_opts *o, sched_setup *out, char *err, s
         return BRISK_ENOMEM;
     }
     out->max_ctx = ctx;
-    out->block_size = bs;
     out->n_blocks = n_blocks;
     out->kv_f16 = kv_f16;
     return 0;

@@ -46,6 +46,7 @@ typedef struct sched_setup_opts {
     int max_batch_tokens;          /* tokens per forward call (>= 1) */
     int max_ctx;                   /* positions per sequence; 0: min(training context, 4096) */
     int max_seqs;                  /* sequence slots (>= 1) */
+    int max_sample_rows;           /* rows one sample call takes (0: max_seqs; backend.h) */
     int block_size;                /* 0: SCHED_BLOCK_SIZE_DEFAULT */
     double gpu_memory_utilization; /* 0: SCHED_GPU_MEMORY_UTILIZATION_DEFAULT */
     int cuda_graphs;               /* 1: replay decode steps from CUDA graphs */
@@ -54,6 +55,13 @@ typedef struct sched_setup_opts {
     long long kv_cache_bytes;      /* > 0: the pool's size in bytes */
     int kv_exact;                  /* 1: a pool of exactly max_seqs full contexts */
     int no_window_release;         /* 1: keep the blocks behind sliding windows */
+    /* The part of the pool the rules above give that this cache takes, in
+     * (0, 1]; 0: all of it. A speculative draft model takes the rest
+     * (docs/SPECULATIVE.md). Not with kv_exact. */
+    double kv_share;
+    /* 1: sched_setup_finish makes the backend only; sched_setup_kv makes
+     * the cache later (when another model must be loaded in between). */
+    int defer_kv;
 } sched_setup_opts;
 
 typedef struct sched_setup {
@@ -78,6 +86,10 @@ int sched_setup_create(const sched_setup_opts *o, sched_setup *out, char *err, s
  * fields it no longer reads). Failure of either frees all of *out. */
 int sched_setup_load(const sched_setup_opts *o, sched_setup *out, char *err, size_t err_len);
 int sched_setup_finish(const sched_setup_opts *o, sched_setup *out, char *err, size_t err_len);
+
+/* The KV cache of a setup whose finish deferred it (o as given to finish).
+ * Failure frees all of *out, as finish's does. */
+int sched_setup_kv(const sched_setup_opts *o, sched_setup *out, char *err, size_t err_len);
 
 /* Frees the cache, then the backend that holds its memory, then the model.
  * A zeroed or partly filled setup is fine. */

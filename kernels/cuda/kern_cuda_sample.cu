@@ -389,7 +389,8 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
     int32_t *__restrict__ ids, const float *__restrict__ logits, int n_logit_rows, int n_vocab,
     const kern_cuda_sample_row *__restrict__ rows, const int32_t *__restrict__ edit_ids,
     const float *__restrict__ edit_vals, int n_edits, const uint32_t *__restrict__ mask,
-    int n_mask_words, unsigned *__restrict__ ws) {
+    int n_mask_words, const float *__restrict__ q, int n_q_rows, float *__restrict__ p_out,
+    unsigned *__restrict__ ws) {
     __shared__ sample_shared sh;
     const int row = blockIdx.x;
     const kern_cuda_sample_row p = rows[row];
@@ -400,11 +401,16 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
     if (p.logit_row < 0 || p.logit_row >= n_logit_rows || p.n_bias < 0 || p.bias_first < 0 ||
         (long long)p.bias_first + p.n_bias > n_edits || p.n_pen < 0 || p.pen_first < 0 ||
         (long long)p.pen_first + p.n_pen > n_edits || p.mask_first < -1 ||
-        (p.mask_first >= 0 && (long long)p.mask_first + n_mask_row > n_mask_words)) {
+        (p.mask_first >= 0 && (long long)p.mask_first + n_mask_row > n_mask_words) ||
+        p.q_row < -1 || p.q_row >= n_q_rows ||
+        (p.q_row >= 0 && (p.draft_id < 0 || p.draft_id >= n_vocab || !p_out))) {
         if (threadIdx.x == 0)
             ids[row] = -1;
         return;
     }
+    // Draft verification (kern_cuda_sample.cuh): the draft's distribution.
+    const bool draft = p.q_row >= 0;
+    const float *qrow = draft ? q + (size_t)p.q_row * (size_t)n_vocab : nullptr;
 
     sample_ctx c;
     c.lane = threadIdx.x % KERN_CUDA_WARP;
@@ -495,7 +501,10 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
                     bi = sh.i[w];
                 }
             }
-            ids[row] = (bi == INT_MAX || isnan(logit(0))) ? 0 : bi;
+            const int id = (bi == INT_MAX || isnan(logit(0))) ? 0 : bi;
+            ids[row] = id;
+            if (draft) // greedy: p is the argmax alone
+                p_out[row] = id == p.draft_id ? 1.0f : 0.0f;
         }
         return;
     }
@@ -554,8 +563,11 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
         }
     cnt = sample_block_sum(cnt, sh, c);
     if (cnt == 0) { // every logit -inf or NaN: id 0, as on the CPU
-        if (threadIdx.x == 0)
+        if (threadIdx.x == 0) {
             ids[row] = 0;
+            if (draft)
+                p_out[row] = 0.0f;
+        }
         return;
     }
     const int top = bi;
@@ -656,18 +668,50 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
                 l2 += exp((double)sample_val((unsigned)head[j]) - max_l);
             double total;
             double run = sample_block_scan(l2, sh.d, &total);
-            const double r = p.u * total;
-            int hit = INT_MAX;
+            // A draft row: p(x), then the draw over the residual
+            // max(0, p - q) when it has any mass (else over p itself).
+            double wsum = total;
+            bool resid = false;
+            if (draft) {
+                if (threadIdx.x == 0)
+                    p_out[row] = 0.0f; // x is not a survivor
+                __syncthreads();
+                double l3 = 0.0;
+                for (int j = q0; j < q1; j++) {
+                    const int id = (int)(0x7fffffffu - (unsigned)(head[j] >> 32));
+                    const double pj = exp((double)sample_val((unsigned)head[j]) - max_l) / total;
+                    if (id == p.draft_id)
+                        p_out[row] = (float)pj;
+                    l3 += fmax(0.0, pj - (double)qrow[id]);
+                }
+                double rtot;
+                const double run3 = sample_block_scan(l3, sh.d, &rtot);
+                if (rtot > 0.0) {
+                    resid = true;
+                    run = run3;
+                    wsum = rtot;
+                }
+            }
+            const double r = p.u * wsum;
+            int hit = INT_MAX, last_w = -1;
             for (int j = q0; j < q1; j++) {
-                run += exp((double)sample_val((unsigned)head[j]) - max_l);
+                double w = exp((double)sample_val((unsigned)head[j]) - max_l);
+                if (resid)
+                    w = fmax(0.0,
+                             w / total - (double)qrow[0x7fffffffu - (unsigned)(head[j] >> 32)]);
+                if (w > 0.0)
+                    last_w = j;
+                run += w;
                 if (r < run) {
                     hit = j;
                     break;
                 }
             }
             hit = sample_block_min(hit, sh, c);
-            if (hit == INT_MAX) // rounding left r >= 0: the last survivor
-                hit = n_s - 1;
+            if (hit == INT_MAX) { // rounding left r >= 0: the last survivor (of the residual)
+                const int m = sample_block_min(last_w >= 0 ? -last_w : INT_MAX, sh, c);
+                hit = resid && m != INT_MAX ? -m : n_s - 1;
+            }
             if (threadIdx.x == 0)
                 ids[row] = (int)(0x7fffffffu - (unsigned)(head[hit] >> 32));
             return;
@@ -691,11 +735,48 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
         e = exp(x);
         return true;
     };
+    // A draft row: p(x) and the residual's mass first; the draw then walks
+    // the residual's weights (when it has any mass) instead of p's.
+    double p_total = 0.0;
+    bool resid = false;
+    if (draft) {
+        double s0 = 0.0;
+        for (int i = c.lo + c.lane; i < c.hi; i += KERN_CUDA_WARP) {
+            double e;
+            if (survive(c.keys[i], i, e))
+                s0 += e;
+        }
+        double b0, t0;
+        p_total = sample_warp_prefix(sample_warp_sum(s0), sh, c, &b0, &t0);
+        double ex = 0.0;
+        if (threadIdx.x == 0)
+            p_out[row] = survive(c.keys[p.draft_id], p.draft_id, ex) ? (float)(ex / p_total) : 0.0f;
+        double s1 = 0.0;
+        for (int i = c.lo + c.lane; i < c.hi; i += KERN_CUDA_WARP) {
+            double e;
+            if (survive(c.keys[i], i, e))
+                s1 += fmax(0.0, e / p_total - (double)qrow[i]);
+        }
+        double b1, t1;
+        resid = sample_warp_prefix(sample_warp_sum(s1), sh, c, &b1, &t1) > 0.0;
+    }
+    // The draw's weight of id i: p's (exp(l - max)) or the residual's.
+    auto weigh = [&](int i, double &w) {
+        double e;
+        if (!survive(c.keys[i], i, e))
+            return false;
+        if (!resid) {
+            w = e;
+            return true;
+        }
+        w = e / p_total - (double)qrow[i];
+        return w > 0.0;
+    };
     double s = 0.0;
     int last = -1;
     for (int i = c.lo + c.lane; i < c.hi; i += KERN_CUDA_WARP) {
         double e;
-        if (survive(c.keys[i], i, e)) {
+        if (weigh(i, e)) {
             s += e;
             last = i;
         }
@@ -719,7 +800,7 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
         for (int i0 = c.lo; i0 < c.hi; i0 += KERN_CUDA_WARP) {
             const int i = i0 + c.lane;
             double e = 0.0;
-            const bool in = i < c.hi && survive(c.keys[i], i, e);
+            const bool in = i < c.hi && weigh(i, e);
             double x = in ? e : 0.0;
             for (int o = 1; o < KERN_CUDA_WARP; o <<= 1) {
                 const double y = __shfl_up_sync(SAMPLE_FULL, x, o);
@@ -745,7 +826,7 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
             for (int i0 = c.lo; i0 < c.hi; i0 += KERN_CUDA_WARP) {
                 const int i = i0 + c.lane;
                 double e;
-                const unsigned b = __ballot_sync(SAMPLE_FULL, i < c.hi && survive(c.keys[i], i, e));
+                const unsigned b = __ballot_sync(SAMPLE_FULL, i < c.hi && weigh(i, e));
                 if (b) {
                     hit = i0 + __ffs(b) - 1;
                     break;
@@ -761,12 +842,13 @@ static __global__ __launch_bounds__(SAMPLE_MAX_THREADS) void sample_kernel(
 static int sample_launch(int32_t *ids, const float *logits, int n_logit_rows, int n_vocab,
                          const kern_cuda_sample_row *rows, int n_rows, const int32_t *edit_ids,
                          const float *edit_vals, int n_edits, const uint32_t *mask,
-                         int n_mask_words, void *ws, cudaStream_t stream) {
+                         int n_mask_words, const float *q, int n_q_rows, float *p_out, void *ws,
+                         cudaStream_t stream) {
     // About 16 ids a thread up to 1024 threads (a 152K vocabulary: 149).
     const int threads = kern_cuda_row_threads(n_vocab, 16, SAMPLE_MAX_THREADS);
     sample_kernel<<<(unsigned)n_rows, threads, 0, stream>>>(
         ids, logits, n_logit_rows, n_vocab, rows, edit_ids, edit_vals, n_edits, mask, n_mask_words,
-        static_cast<unsigned *>(ws));
+        q, n_q_rows, p_out, static_cast<unsigned *>(ws));
     return KERN_CUDA_LAUNCH_CHECK("sample_kernel");
 }
 
@@ -782,9 +864,12 @@ extern "C" size_t kern_cuda_sample_ws_bytes(int n_rows, int n_vocab) {
 extern "C" int kern_cuda_sample(int32_t *ids, const float *logits, int n_logit_rows, int n_vocab,
                                 const kern_cuda_sample_row *rows, int n_rows,
                                 const int32_t *edit_ids, const float *edit_vals, int n_edits,
-                                const uint32_t *mask, int n_mask_words, void *ws, size_t ws_bytes,
+                                const uint32_t *mask, int n_mask_words, const float *q,
+                                int n_q_rows, float *p_out, void *ws, size_t ws_bytes,
                                 cudaStream_t stream) {
-    if (n_vocab <= 0 || n_rows < 0 || n_edits < 0 || n_mask_words < 0)
+    if (n_vocab <= 0 || n_rows < 0 || n_edits < 0 || n_mask_words < 0 || n_q_rows < 0)
+        return BRISK_EINVAL;
+    if (n_q_rows > 0 && (!q || !p_out || !kern_cuda_aligned(q, sizeof(float))))
         return BRISK_EINVAL;
     if (n_rows == 0)
         return BRISK_OK;
@@ -798,5 +883,5 @@ extern "C" int kern_cuda_sample(int32_t *ids, const float *logits, int n_logit_r
     if (n_mask_words > 0 && (!mask || !kern_cuda_aligned(mask, sizeof(uint32_t))))
         return BRISK_EINVAL;
     return sample_launch(ids, logits, n_logit_rows, n_vocab, rows, n_rows, edit_ids, edit_vals,
-                         n_edits, mask, n_mask_words, ws, stream);
+                         n_edits, mask, n_mask_words, q, n_q_rows, p_out, ws, stream);
 }

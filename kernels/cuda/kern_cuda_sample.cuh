@@ -34,6 +34,15 @@
  *      survivors in increasing id order subtracting exp(l - max) from
  *      u * sum(exp(l - max)) and take the first that makes it negative (the
  *      last survivor if rounding leaves it non-negative).
+ *   9. draft verification (a row with q_row >= 0, speculative decoding):
+ *      q + q_row * n_vocab holds the draft's distribution q (n_vocab floats)
+ *      and draft_id its proposal x. The row's distribution p is the
+ *      survivors' weights exp(l - max) over their sum (0 elsewhere); the
+ *      kernel writes p(x) to p_out[row] and draws, with the same u and the
+ *      same walk, over the weights max(0, p - q) instead, when they have any
+ *      mass (else over p). Greedy: the argmax, and p_out[row] 1 if it is x,
+ *      else 0; no candidate: id 0 and p_out 0. (models/sampler.h's
+ *      model_sampler_sample_spec, in the GPU's own walk order.)
  * No candidate (every logit -inf or NaN): id 0, as on the CPU.
  * The walk order (ids ascending) is the GPU's own: a seed gives the same
  * tokens run after run on the GPU, not the CPU sampler's tokens, though both
@@ -46,14 +55,19 @@
  *           its count as a float.
  *   mask:   n_mask_words uint32 words the masked rows point into (device;
  *           NULL when n_mask_words is 0), one row's mask after another.
+ *   q:      n_q_rows rows of n_vocab floats the draft rows point into
+ *           (device; NULL when n_q_rows is 0); p_out: n_rows floats out
+ *           (device; written for the draft rows only; NULL when n_q_rows is 0).
  *   ws:     kern_cuda_sample_ws_bytes(n_rows, n_vocab) bytes (device, 4-byte
  *           aligned, not overlapping logits): row r's edited copy and
  *           order-preserving keys live at ws + r * n_vocab * 4.
  * The rows are in device memory, so only the kernel can check them: a row
  * whose logit_row is outside [0, n_logit_rows), whose edit ranges are
  * negative or run past n_edits, or whose mask_first is below -1 or whose
- * mask runs past n_mask_words gets id -1, and nothing is read through it.
- * (n_logit_rows, n_edits and n_mask_words are arguments for that check.) A
+ * mask runs past n_mask_words, or whose q_row is below -1 or not below
+ * n_q_rows, or a draft row whose draft_id is outside the vocabulary, gets
+ * id -1, and nothing is read through it. (n_logit_rows, n_edits,
+ * n_mask_words and n_q_rows are arguments for that check.) A
  * candidate whose l / temperature is NaN (a NaN temperature, +inf / +inf) is
  * dropped.
  * Deterministic: the same inputs give the same ids (fixed reduction orders,
@@ -88,6 +102,8 @@ typedef struct kern_cuda_sample_row {
     int32_t bias_first, n_bias; /* edits [bias_first, bias_first + n_bias) */
     int32_t pen_first, n_pen;   /* edits [pen_first, pen_first + n_pen) */
     int32_t mask_first;         /* the row's mask: words [mask_first, + n_mask_row); -1: none */
+    int32_t q_row;              /* draft verification: its row of q; -1: a plain row */
+    int32_t draft_id;           /* the draft's proposal (q_row >= 0) */
     double u;
 } kern_cuda_sample_row;
 
@@ -97,7 +113,8 @@ size_t kern_cuda_sample_ws_bytes(int n_rows, int n_vocab);
 int kern_cuda_sample(int32_t *ids, const float *logits, int n_logit_rows, int n_vocab,
                      const kern_cuda_sample_row *rows, int n_rows, const int32_t *edit_ids,
                      const float *edit_vals, int n_edits, const uint32_t *mask, int n_mask_words,
-                     void *ws, size_t ws_bytes, cudaStream_t stream);
+                     const float *q, int n_q_rows, float *p_out, void *ws, size_t ws_bytes,
+                     cudaStream_t stream);
 
 #ifdef __cplusplus
 }

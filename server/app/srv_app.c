@@ -78,6 +78,14 @@ static void h_metrics(srv_req *r) {
         g.engine_forward_s = st.forward_s;
         g.engine_steps = st.steps;
         g.engine_batch_tokens = st.batch_tokens;
+        g.spec = st.spec.enabled;
+        g.spec_positions = st.spec.num_tokens;
+        g.spec_drafts = st.spec.drafts;
+        g.spec_draft_tokens = st.spec.draft_tokens;
+        g.spec_accepted_tokens = st.spec.accepted_tokens;
+        _Static_assert(SRV_METRICS_SPEC_MAX_POS == SCHED_SPEC_MAX_TOKENS,
+                       "one position series per proposal position");
+        memcpy(g.spec_accepted_per_pos, st.spec.per_pos, sizeof g.spec_accepted_per_pos);
     }
     if (app->audit) {
         srv_audit_stats as;

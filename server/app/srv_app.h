@@ -44,6 +44,12 @@ typedef struct srv_app_config {
      * folder's generation_config.json, fill what a request leaves out, as
      * vLLM's auto), 1 vllm (brisk's neutral defaults) */
     int generation_config;
+    /* Speculative decoding as given, which cmd_serve turns into engine.spec
+     * (cli/cli_spec.c): vLLM's --speculative-config JSON, or llama.cpp's
+     * --model-draft, --draft-max and --draft-min (-1: not given). */
+    const char *spec_json;
+    const char *draft_model;
+    int draft_max, draft_min;
     sched_engine_config engine;
     srv_http_config http;
 } srv_app_config;

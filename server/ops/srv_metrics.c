@@ -680,6 +680,24 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
                            "Tokens computed by forward passes, summed over steps.",
                            (double)g->engine_batch_tokens);
     }
+    if (g->spec) { /* vLLM's speculative decoding counters */
+        metrics_put_scalar(&b, m, "vllm:spec_decode_num_drafts_total", "counter",
+                           "Number of spec decoding drafts.", (double)g->spec_drafts);
+        metrics_put_scalar(&b, m, "vllm:spec_decode_num_draft_tokens_total", "counter",
+                           "Number of draft tokens.", (double)g->spec_draft_tokens);
+        metrics_put_scalar(&b, m, "vllm:spec_decode_num_accepted_tokens_total", "counter",
+                           "Number of accepted tokens.", (double)g->spec_accepted_tokens);
+        metrics_put_family(&b, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                           "Accepted tokens per draft position.");
+        int n_pos = g->spec_positions < SRV_METRICS_SPEC_MAX_POS ? g->spec_positions
+                                                                 : SRV_METRICS_SPEC_MAX_POS;
+        for (int i = 0; i < n_pos; i++) {
+            char label[32];
+            snprintf(label, sizeof label, "position=\"%d\"", i);
+            metrics_put_sample(&b, m, "vllm:spec_decode_num_accepted_tokens_per_pos_total", label,
+                               (double)g->spec_accepted_per_pos[i]);
+        }
+    }
     if (g->audit_log) {
         metrics_put_scalar(&b, m, "brisk_audit_log_lines_total", "counter",
                            "Audit log lines written.", (double)g->audit_lines);

@@ -21,6 +21,10 @@
  *   vllm:inter_token_latency_seconds  histogram  srv_metrics_observe_itl
  *   vllm:e2e_request_latency_seconds  histogram  srv_metrics_observe_request
  *   vllm:request_queue_time_seconds   histogram  srv_metrics_observe_request
+ *   vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total,
+ *   vllm:spec_decode_num_accepted_tokens_total  counters from the snapshot (speculative
+ *                                                decoding on)
+ *   vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0".."k-1"}  counter
  * Histogram buckets are cumulative, `le` is inclusive (a value equal to a bound
  * counts in that bucket), and the le strings are written as prometheus_client
  * writes them ("0.5", "1.0", "2560.0", "+Inf") so label matchers such as
@@ -75,6 +79,10 @@
 #include "server/ops/srv_proc.h"
 
 #include <stddef.h>
+
+/* The most proposal positions the per-position family shows (speculative
+ * decoding's longest run: scheduler/spec.h's SCHED_SPEC_MAX_TOKENS). */
+#define SRV_METRICS_SPEC_MAX_POS 32
 
 /* The Content-Type of the rendered text. */
 #define SRV_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
@@ -183,6 +191,13 @@ typedef struct srv_metrics_gauges {
     long long kv_slots_allocated, kv_slots_filled; /* summed over engine steps */
     double engine_busy_s, engine_forward_s;        /* cumulative engine-thread seconds */
     long long engine_steps, engine_batch_tokens;
+    /* vllm:spec_decode_* families (rendered only when spec is 1: the server
+     * speculates): drafts verified, tokens proposed, tokens accepted, and
+     * per proposal position (0 .. spec_positions - 1) the drafts whose token
+     * there was accepted. Cumulative. */
+    int spec, spec_positions;
+    long long spec_drafts, spec_draft_tokens, spec_accepted_tokens;
+    long long spec_accepted_per_pos[SRV_METRICS_SPEC_MAX_POS];
     /* brisk_audit_log_* families (rendered only when audit_log is 1) */
     int audit_log;
     long long audit_lines, audit_errors, audit_dropped;

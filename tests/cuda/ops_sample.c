@@ -301,6 +301,7 @@ static void samp_add_row(samp_batch *b, const float *logits, int n_vocab, int lo
     p->repetition_penalty = 1.0f;
     p->u = rng_uniform();
     p->mask_first = -1;
+    p->q_row = -1;
     b->has_allow[b->n_rows] = 0;
     b->n_ban[b->n_rows] = 0;
     p->bias_first = b->n_edits;
@@ -405,7 +406,7 @@ static void samp_run(const samp_batch *b, const float *logits, int n_lrows, int 
     must(kern_cuda_memset(d_ids, 0x7f, (size_t)b->n_rows * sizeof(int32_t), g_stream),
          "kern_cuda_memset");
     must(kern_cuda_sample(d_ids, d_l, n_lrows, n_vocab, d_rows, b->n_rows, d_eid, d_ev, b->n_edits,
-                          d_mask, b->n_mask_words, d_ws, ws_bytes, g_stream),
+                          d_mask, b->n_mask_words, NULL, 0, NULL, d_ws, ws_bytes, g_stream),
          "kern_cuda_sample");
     to_host(got, d_ids, (size_t)b->n_rows * sizeof(int32_t));
     dev_free(d_l), dev_free(d_rows), dev_free(d_eid), dev_free(d_ev), dev_free(d_ids);
@@ -782,8 +783,8 @@ static void samp_invalid_args(void) {
     for (size_t q = 0; q < ARRAY_LEN(cases); q++) {
         int rc = kern_cuda_sample(cases[q].ids, cases[q].logits, cases[q].n_lrows, cases[q].n_vocab,
                                   cases[q].rows, cases[q].n_rows, cases[q].eid, cases[q].ev,
-                                  cases[q].n_edits, cases[q].mask, cases[q].n_mask, cases[q].ws,
-                                  cases[q].ws_bytes, g_stream);
+                                  cases[q].n_edits, cases[q].mask, cases[q].n_mask, NULL, 0, NULL,
+                                  cases[q].ws, cases[q].ws_bytes, g_stream);
         report("SAMPLE", rc != cases[q].want, 0.0, "args:%s -> %d (want %d)", cases[q].what, rc,
                cases[q].want);
     }
@@ -845,6 +846,161 @@ static void samp_invalid_rows(void) {
     free(x), free(c), free(l);
 }
 
+/* Draft-model verification rows (step 9: speculative decoding): against the
+ * reference's survivors, p(x) within 1e-6 (relative, the sums' order) and
+ * the id drawn from max(0, p - q) with the same u and the same walk (ids
+ * ascending) equal; greedy rows give the argmax and p(x) 1 or 0; a row
+ * whose q is at least p (the residual has no mass) draws from p; x outside the
+ * survivors has p(x) 0; a q_row out of range and a draft_id out of the
+ * vocabulary give -1. The rows cover the head path (top-k/top-p), the
+ * whole-row path (min-p, none) and greedy, plain rows mixed in. */
+static void samp_draft_case(int n_vocab) {
+    const int n_lrows = 8;
+    float *x = xmalloc((size_t)n_lrows * n_vocab * sizeof(float));
+    float *q = xmalloc((size_t)n_lrows * n_vocab * sizeof(float));
+    samp_cand *c = xmalloc((size_t)n_vocab * sizeof *c);
+    float *l = xmalloc((size_t)n_vocab * sizeof(float));
+    fill(x, (size_t)n_lrows * n_vocab, 3.0f);
+    samp_batch b;
+    samp_batch_init(&b, 16);
+    const struct {
+        float t, p, minp;
+        int k;
+    } modes[] = {{1.0f, 1.0f, 0.0f, 0}, {0.8f, 0.9f, 0.0f, 50}, {0.7f, 1.0f, 0.05f, 0},
+                 {0.0f, 1.0f, 0.0f, 0}, {1.2f, 0.95f, 0.0f, 0}, {0.9f, 1.0f, 0.0f, 20},
+                 {1.0f, 1.0f, 0.0f, 0}, {0.8f, 0.9f, 0.0f, 50}};
+    for (int r = 0; r < n_lrows; r++) {
+        samp_add_row(&b, x, n_vocab, r, modes[r].t, modes[r].k, modes[r].p, modes[r].minp, r % 3,
+                     r % 2);
+        kern_cuda_sample_row *p = &b.rows[r];
+        /* q: the reference's own p for row 6 (no residual mass), else a
+         * softmax of the row's logits shaken (a related draft). */
+        float *qr = q + (size_t)r * n_vocab;
+        double mx = -INFINITY, sum = 0.0;
+        for (int i = 0; i < n_vocab; i++) {
+            qr[i] = x[(size_t)r * n_vocab + i] + (float)(rng_uniform() * 2.0 - 1.0);
+            if (!(qr[i] > -INFINITY) || isnan(qr[i]))
+                qr[i] = -INFINITY;
+            mx = qr[i] > mx ? qr[i] : mx;
+        }
+        for (int i = 0; i < n_vocab; i++)
+            sum += qr[i] > -INFINITY ? exp((double)qr[i] - mx) : 0.0;
+        for (int i = 0; i < n_vocab; i++)
+            qr[i] = qr[i] > -INFINITY ? (float)(exp((double)qr[i] - mx) / sum) : 0.0f;
+        p->q_row = r;
+        p->draft_id = r == 5 ? n_vocab - 1 : rng_int(n_vocab);
+    }
+    int near = 0;
+    { /* row 6: q = 2p (q need not be normalised), so the residual is empty */
+        samp_edit(l, x + 6 * (size_t)n_vocab, n_vocab, &b.rows[6], b.edit_ids, b.edit_vals,
+                  b.masks);
+        double mxl;
+        int n = samp_survivors(c, l, n_vocab, &b.rows[6], &mxl, &near);
+        double tot = 0.0;
+        for (int j = 0; j < n; j++)
+            tot += exp((double)c[j].v - mxl);
+        memset(q + 6 * (size_t)n_vocab, 0, (size_t)n_vocab * sizeof(float));
+        for (int j = 0; j < n; j++)
+            q[6 * (size_t)n_vocab + c[j].id] = (float)(2.0 * exp((double)c[j].v - mxl) / tot);
+        b.rows[6].draft_id = n > 0 ? c[0].id : 0;
+    }
+    /* plain rows among them, and two the kernel must refuse */
+    samp_add_row(&b, x, n_vocab, 0, 0.9f, 0, 1.0f, 0.0f, 0, 0);
+    samp_add_row(&b, x, n_vocab, 1, 0.9f, 0, 1.0f, 0.0f, 0, 0);
+    b.rows[9].q_row = n_lrows; /* out of range */
+    b.rows[9].draft_id = 0;
+    samp_add_row(&b, x, n_vocab, 2, 0.9f, 0, 1.0f, 0.0f, 0, 0);
+    b.rows[10].q_row = 0;
+    b.rows[10].draft_id = n_vocab; /* outside the vocabulary */
+
+    size_t ws_bytes = kern_cuda_sample_ws_bytes(b.n_rows, n_vocab);
+    float *d_l = dev_from(x, (size_t)n_lrows * n_vocab * sizeof(float));
+    float *d_q = dev_from(q, (size_t)n_lrows * n_vocab * sizeof(float));
+    kern_cuda_sample_row *d_rows = dev_from(b.rows, (size_t)b.n_rows * sizeof *b.rows);
+    int32_t *d_eid = b.n_edits ? dev_from(b.edit_ids, (size_t)b.n_edits * sizeof(int32_t)) : NULL;
+    float *d_ev = b.n_edits ? dev_from(b.edit_vals, (size_t)b.n_edits * sizeof(float)) : NULL;
+    int32_t *d_ids = dev_alloc((size_t)b.n_rows * sizeof(int32_t));
+    float *d_pout = dev_alloc((size_t)b.n_rows * sizeof(float));
+    void *d_ws = dev_alloc(ws_bytes);
+    must(kern_cuda_sample(d_ids, d_l, n_lrows, n_vocab, d_rows, b.n_rows, d_eid, d_ev, b.n_edits,
+                          NULL, 0, d_q, n_lrows, d_pout, d_ws, ws_bytes, g_stream),
+         "kern_cuda_sample");
+    int32_t got[16];
+    float pout[16];
+    to_host(got, d_ids, (size_t)b.n_rows * sizeof(int32_t));
+    to_host(pout, d_pout, (size_t)b.n_rows * sizeof(float));
+    int bad = 0;
+    double perr = 0.0;
+    for (int r = 0; r < b.n_rows; r++) {
+        const kern_cuda_sample_row *p = &b.rows[r];
+        if (r >= 9) { /* refused */
+            bad += got[r] != -1;
+            continue;
+        }
+        samp_edit(l, x + (size_t)p->logit_row * n_vocab, n_vocab, p, b.edit_ids, b.edit_vals,
+                  b.masks);
+        if (r == 8) { /* a plain row */
+            int32_t want = samp_ref(x + (size_t)p->logit_row * n_vocab, n_vocab, p, b.edit_ids,
+                                    b.edit_vals, b.masks, l, c, &near);
+            bad += got[r] != want;
+            continue;
+        }
+        const float *qr = q + (size_t)p->q_row * n_vocab;
+        int32_t want;
+        double px = 0.0;
+        if (p->temperature <= 0.0f) {
+            want = 0;
+            for (int i = 1; i < n_vocab; i++)
+                want = l[i] > l[want] ? i : want;
+            px = want == p->draft_id ? 1.0 : 0.0;
+        } else {
+            double mxl = 0.0;
+            int n = samp_survivors(c, l, n_vocab, p, &mxl, &near);
+            double tot = 0.0, res = 0.0;
+            for (int j = 0; j < n; j++)
+                tot += exp((double)c[j].v - mxl);
+            for (int j = 0; j < n; j++) {
+                double pj = exp((double)c[j].v - mxl) / tot;
+                if (c[j].id == p->draft_id)
+                    px = pj;
+                res += fmax(0.0, pj - (double)qr[c[j].id]);
+            }
+            want = n == 0 ? 0 : c[n - 1].id;
+            if (n > 0 && !(res > 0.0)) {
+                want = samp_draw(c, n, mxl, p->u, &near);
+            } else if (n > 0) {
+                double rr = p->u * res;
+                for (int j = 0; j < n; j++) {
+                    double w = fmax(0.0, exp((double)c[j].v - mxl) / tot - (double)qr[c[j].id]);
+                    if (w <= 0.0)
+                        continue;
+                    rr -= w;
+                    want = c[j].id;
+                    if (fabs(rr) <= 1e-9 * res)
+                        near = 1;
+                    if (rr < 0.0)
+                        break;
+                }
+            }
+        }
+        if (got[r] != want) {
+            bad++;
+            fprintf(stderr, "    draft row %d (V=%d): gpu %d, want %d\n", r, n_vocab, got[r], want);
+        }
+        double e = fabs((double)pout[r] - px) / fmax(px, 1e-30);
+        perr = e > perr && px > 0 ? e : perr;
+        if (px == 0.0 && pout[r] != 0.0f)
+            perr = 1.0;
+    }
+    report("SAMPLE", bad, 0.0, "draft rows: residual ids, V=%d (%d rows)%s", n_vocab, b.n_rows,
+           near ? " (a comparison came within 1e-9)" : "");
+    report("SAMPLE", perr, 1e-6, "draft rows: p(x), V=%d", n_vocab);
+    dev_free(d_l), dev_free(d_q), dev_free(d_rows), dev_free(d_eid), dev_free(d_ev);
+    dev_free(d_ids), dev_free(d_pout), dev_free(d_ws);
+    samp_batch_free(&b);
+    free(x), free(q), free(c), free(l);
+}
+
 void test_sample(void) {
     const int vocabs[] = {64, 1000, 49152, 151936};
     for (size_t v = 0; v < CASES_LEN(vocabs); v++)
@@ -854,6 +1010,8 @@ void test_sample(void) {
     samp_distribution();
     samp_invalid_args();
     samp_invalid_rows();
+    for (size_t v = 0; v < CASES_LEN(vocabs); v++)
+        samp_draft_case(vocabs[v]);
 }
 
 /* ---- perf ------------------------------------------------------------------ */
@@ -871,8 +1029,8 @@ typedef struct samp_perf {
 static int samp_perf_call(void *ctx) {
     const samp_perf *s = ctx;
     return kern_cuda_sample(s->ids, s->logits, s->n_rows, s->n_vocab, s->rows, s->n_rows, NULL,
-                            NULL, 0, s->n_mask_words ? s->mask : NULL, s->n_mask_words, s->ws,
-                            s->ws_bytes, g_stream);
+                            NULL, 0, s->n_mask_words ? s->mask : NULL, s->n_mask_words, NULL, 0,
+                            NULL, s->ws, s->ws_bytes, g_stream);
 }
 
 /* llama-3-8b's vocabulary, 1, 64 and 256 rows of logits (normal, scale 3),
@@ -920,6 +1078,7 @@ void perf_sample(double copy_bw) {
                 rows[r].min_p = modes[m].minp;
                 rows[r].repetition_penalty = 1.0f;
                 rows[r].mask_first = modes[m].masked ? r * words : -1;
+                rows[r].q_row = -1;
                 rows[r].u = rng_uniform();
             }
             s.n_mask_words = modes[m].masked ? s.n_rows * words : 0;

@@ -174,7 +174,8 @@ static void agree_greedy(const char *label, cm_rig *g, const side *ref, const in
         if ((rc = model_backend_logits(g->be, n_out - 1, &row)) < 0)
             break;
         memcpy(rows + (size_t)made * nv, row, sizeof(float) * (size_t)nv);
-        model_sample_job job = {n_out - 1, smp, toks, n_prompt + made};
+        model_sample_job job = {
+            .row = n_out - 1, .sampler = smp, .hist = toks, .n_hist = n_prompt + made};
         int32_t id;
         if ((rc = model_backend_sample(g->be, &job, 1, &id)) < 0)
             break;

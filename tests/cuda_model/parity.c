@@ -292,7 +292,8 @@ static int win_generate(sched_setup *st, const win_case *w, int32_t *toks, kv_ca
                 break;
             kv_cache_seq_set_pos(st->kv, s, p0 + k);
         }
-        model_sample_job job = {n_out - 1, smp[s], hist[s], n_hist[s]};
+        model_sample_job job = {
+            .row = n_out - 1, .sampler = smp[s], .hist = hist[s], .n_hist = n_hist[s]};
         int32_t id = 0;
         if (rc == 0 && (rc = model_backend_sample(st->be, &job, 1, &id)) == 0) {
             toks[s * w->n_gen] = id;
@@ -316,7 +317,8 @@ static int win_generate(sched_setup *st, const win_case *w, int32_t *toks, kv_ca
         int32_t ids[2];
         for (int s = 0; rc == 0 && s < 2; s++) {
             kv_cache_seq_set_pos(st->kv, s, n_hist[s]);
-            jobs[s] = (model_sample_job){s, smp[s], hist[s], n_hist[s]};
+            jobs[s] = (model_sample_job){
+                .row = s, .sampler = smp[s], .hist = hist[s], .n_hist = n_hist[s]};
         }
         if (rc == 0)
             rc = model_backend_sample(st->be, jobs, 2, ids);

@@ -76,7 +76,7 @@ static int greedy(cm_rig *r, const int32_t *prompt, int n_prompt, int n, int32_t
     int n_out = 0, rc = model_backend_forward(r->be, r->kv, &b, &n_out);
     int n_hist = n_prompt, done = 0;
     while (rc == 0 && done < n) {
-        model_sample_job job = {n_out - 1, s, hist, n_hist};
+        model_sample_job job = {.row = n_out - 1, .sampler = s, .hist = hist, .n_hist = n_hist};
         int32_t id;
         if ((rc = model_backend_sample(r->be, &job, 1, &id)) < 0)
             break;
@@ -320,7 +320,7 @@ static void test_smollm2(void) {
         int n_out, n_hist = n_prompt;
         int rc = model_backend_forward(g.be, g.kv, &bt, &n_out);
         for (int t = 0; rc == 0 && t < 64; t++) {
-            model_sample_job job = {n_out - 1, s, hist, n_hist};
+            model_sample_job job = {.row = n_out - 1, .sampler = s, .hist = hist, .n_hist = n_hist};
             int32_t id;
             rc = model_backend_sample(g.be, &job, 1, &id);
             (rep ? b : a)[t] = id;
@@ -420,7 +420,7 @@ static void test_constrained(int cpu_only) {
                 if (kind != 3)
                     model_sampler_set_banned(q, bans[i], 3);
             }
-            jobs[i] = (model_sample_job){i, s[i], toks, 1};
+            jobs[i] = (model_sample_job){.row = i, .sampler = s[i], .hist = toks, .n_hist = 1};
         }
         if (rc == 0)
             rc = model_backend_sample(r.be, jobs, ROWS, ids);

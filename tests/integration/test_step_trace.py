@@ -19,7 +19,7 @@ FIELDS = {
     "constrained": int, "logprob_rows": int, "parked": int, "unparked": int,
     "admitted": int, "preempted": int,
     "running": int, "waiting": int, "kv_blocks_used": int, "kv_blocks_total": int,
-    "pass": str,
+    "pass": str, "spec_proposed": int, "spec_accepted": int, "spec_seqs": int,
 }
 BATCH = 24
 LONG = "Once upon a time there was a little girl who liked to play in the park. " * 3

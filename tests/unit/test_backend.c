@@ -109,7 +109,7 @@ static void test_cpu_equivalence(const model *m, kern_pool *pool) {
             same_logits = 0;
         memcpy(row_copy, ref, sizeof(float) * (size_t)c->n_vocab);
         int32_t want = model_sampler_sample(s1, row_copy, hist, n_hist);
-        model_sample_job job = {0, s2, hist, n_hist};
+        model_sample_job job = {.row = 0, .sampler = s2, .hist = hist, .n_hist = n_hist};
         int32_t got = -1;
         CHECK(model_backend_sample(be, &job, 1, &got) == 0, "sample");
         if (got != want)
@@ -121,7 +121,7 @@ static void test_cpu_equivalence(const model *m, kern_pool *pool) {
     }
     CHECK(same_logits, "backend logits == model_forward's, bit for bit");
     CHECK(same_ids, "backend sampling == model_sampler_sample, same seed");
-    model_sample_job bad = {3, s2, hist, n_hist};
+    model_sample_job bad = {.row = 3, .sampler = s2, .hist = hist, .n_hist = n_hist};
     int32_t id;
     CHECK(model_backend_sample(be, &bad, 1, &id) == BRISK_ERANGE, "a job past n_out is refused");
     free(row_copy);

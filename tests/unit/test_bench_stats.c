@@ -196,7 +196,34 @@ static void test_edges(void) {
           "names");
 }
 
+/* The speculative decoding counters out of /metrics text: vLLM's names, any
+ * labels, series summed, other families and broken lines ignored. */
+static void test_spec_parse(void) {
+    const char *t = "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.\n"
+                    "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+                    "vllm:spec_decode_num_drafts_total{model_name=\"m\"} 10.0\n"
+                    "vllm:spec_decode_num_drafts_total_other{model_name=\"m\"} 99.0\n"
+                    "vllm:spec_decode_num_draft_tokens_total{model_name=\"m\"} 40.0\n"
+                    "vllm:spec_decode_num_draft_tokens_total{model_name=\"x\"} 2\n"
+                    "vllm:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 25\n"
+                    "vllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 9\n"
+                    "vllm:spec_decode_num_accepted_tokens_total{model_name=\"m\"} junk\n"
+                    "vllm:num_requests_running{model_name=\"m\"} 3";
+    bench_spec sp;
+    bench_spec_parse(t, strlen(t), &sp);
+    CHECK(sp.found && sp.drafts == 10 && sp.draft_tokens == 42 && sp.accepted == 25,
+          "spec parse: %d %g %g %g", sp.found, sp.drafts, sp.draft_tokens, sp.accepted);
+    const char *none = "vllm:num_requests_running{model_name=\"m\"} 3\n";
+    bench_spec_parse(none, strlen(none), &sp);
+    CHECK_COND(!sp.found && sp.drafts == 0);
+    /* a line cut at the buffer's end, and no NUL after it */
+    char cut[] = {'v', 'l', 'l', 'm', ':', 's'};
+    bench_spec_parse(cut, sizeof cut, &sp);
+    CHECK_COND(!sp.found);
+}
+
 int main(void) {
+    test_spec_parse();
     test_percentile();
     test_timeline();
     test_goodput();

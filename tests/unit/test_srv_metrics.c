@@ -589,7 +589,13 @@ static void test_promtool(void) {
                             .engine_batch_tokens = 999,
                             .audit_log = 1,
                             .audit_lines = 12,
-                            .audit_errors = 1};
+                            .audit_errors = 1,
+                            .spec = 1,
+                            .spec_positions = 3,
+                            .spec_drafts = 10,
+                            .spec_draft_tokens = 30,
+                            .spec_accepted_tokens = 12,
+                            .spec_accepted_per_pos = {7, 4, 1}};
     /* The process families from this test process's own /proc. */
     CHECK(srv_proc_sample(&g.proc) == 0, "srv_proc_sample");
     g.process = 1;
@@ -629,6 +635,37 @@ static void test_promtool(void) {
     srv_metrics_free(m);
 }
 
+/* Speculative decoding's counters: vLLM's names and position label, only
+ * when the server speculates. */
+static void test_spec_decode(void) {
+    srv_metrics *m = make("m", 60, 0, 0);
+    if (!m)
+        return;
+    srv_metrics_gauges g = {.spec = 1,
+                            .spec_positions = 4,
+                            .spec_drafts = 100,
+                            .spec_draft_tokens = 400,
+                            .spec_accepted_tokens = 220,
+                            .spec_accepted_per_pos = {90, 70, 40, 20, 999}};
+    char *t = render(m, &g, 1.0);
+    CHECK(val(t, "vllm:spec_decode_num_drafts_total", NULL) == 100 &&
+              val(t, "vllm:spec_decode_num_draft_tokens_total", NULL) == 400 &&
+              val(t, "vllm:spec_decode_num_accepted_tokens_total", NULL) == 220,
+          "spec counters:\n%s", t);
+    CHECK(val(t, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position=\"0\"") == 90 &&
+              val(t, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position=\"3\"") == 20,
+          "per position");
+    CHECK(isnan(val(t, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position=\"4\"")),
+          "only the configured positions");
+    CHECK_COND(strstr(t, "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter"));
+    free(t);
+    g.spec = 0;
+    t = render(m, &g, 2.0);
+    CHECK(!strstr(t, "spec_decode"), "no spec families without speculation");
+    free(t);
+    srv_metrics_free(m);
+}
+
 /* brisk_build_info carries the configured strings, escaped. */
 static void test_build_info(void) {
     srv_metrics_config c = srv_metrics_config_default();
@@ -658,5 +695,6 @@ int main(void) {
     test_token_rate();
     test_help_type();
     test_promtool();
+    test_spec_decode();
     return BT_SUMMARY("test_srv_metrics");
 }
