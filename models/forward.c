@@ -210,18 +210,11 @@ static void forward_rope_token(const rope_job *j, int t, float *q, float *k) {
 
 static void forward_kv_store_token(const rope_job *j, int t, const float *k, const float *v) {
     const model_config *c = &j->m->cfg;
-    int kv_dim = c->n_kv_heads * c->head_dim, pos = j->b->pos[t];
     kern_kv_view view;
     kv_cache_view(j->kv, j->layer, j->b->seq[t], &view); /* indices validated up front */
-    size_t row = (size_t)view.block_table[pos / view.block_size] * view.block_stride +
-                 (size_t)(pos % view.block_size) * view.row_stride;
-    if (view.k16) { /* an f16 cache: round to nearest even, as F16C does */
-        kern_fp32_to_fp16_row(view.k16 + row, k, kv_dim);
-        kern_fp32_to_fp16_row(view.v16 + row, v, kv_dim);
-    } else {
-        memcpy(view.k + row, k, (size_t)kv_dim * sizeof(float));
-        memcpy(view.v + row, v, (size_t)kv_dim * sizeof(float));
-    }
+    /* Copied, rounded to f16, or quantized (one position's codes and scales:
+     * nothing another position wrote changes, so batch invariance holds). */
+    kern_kv_store(&view, j->b->pos[t], k, v, c->n_kv_heads * c->head_dim, c->head_dim);
 }
 
 /* Token t's run of per-token steps, in the recipe's order. */

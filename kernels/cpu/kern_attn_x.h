@@ -4,6 +4,8 @@
  *   AV, AW            the float vector type and its lanes (__m256, 8 / __m512, 16)
  *   AV_LOADU, AV_STOREU, AV_LOADPH (AW f16 -> f32), AV_MUL, AV_ADD, AV_FMA,
  *   AV_SET1, AV_ZERO, AV_FOLD (to __m256: identity / low + high half),
+ *   AV_LOADQ8(p)      AW int8 codes -> f32
+ *   AV_LOADQ4(p, hi)  AW q4_0 nibbles (low, or high when hi) of AW bytes -> f32 nibble - 8
  *   AV_CV1, AV_CV3    output vectors per phase-3 chunk for 1 and 2-3 heads
  *   ATT_FN            the name of the function defined
  * (kern_ops_avx2.c: kern_attention_rows_avx2; kern_attn_avx512.c:
@@ -12,6 +14,7 @@
  * heads at that level. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels/cpu/kern_internal.h"
 
@@ -34,18 +37,50 @@
 #define ATTN_HEADS 4 /* query heads per K row load */
 #define ATTN_PB 8    /* positions whose scores are reduced together */
 
-/* Element offset of position p, KV head kv_head, in the view's K or V. */
-static inline size_t attn_off(const kern_kv_view *kv, int kv_head, int head_dim, int p) {
-    return (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
-           (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
+/* The storage a view holds (the compile-time parameter `kind` below). */
+enum { ATTN_F32 = 0, ATTN_F16 = 1, ATTN_Q8 = 2, ATTN_Q4 = 3 };
+
+/* Where values of position p, KV head kv_head lie: for the float storages
+ * e is their element offset in the view and b is 0; for the quantized ones
+ * (kern_ops.h) b is the byte offset of the layer-block and e the index of
+ * the first value in it, so the next values of the row are e + 1, ... either
+ * way (attn_add). */
+typedef struct attn_at {
+    size_t b, e;
+} attn_at;
+
+static inline attn_at attn_off(const kern_kv_view *kv, int kv_head, int head_dim, int p,
+                               const int kind) {
+    size_t blk = (size_t)kv->block_table[p / kv->block_size] * kv->block_stride;
+    size_t in = (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
+    attn_at a = {kind >= ATTN_Q8 ? blk : 0, kind >= ATTN_Q8 ? in : blk + in};
+    return a;
 }
 
-/* AW elements of K (is_v = 0) or V from element offset off, as f32; an
- * f16 cache (f16 = 1) converts with F16C, exactly as kern_fp16_to_fp32. */
-AI AV kv_loadv(const kern_kv_view *kv, int is_v, size_t off, const int f16) {
-    if (f16)
-        return AV_LOADPH((is_v ? kv->v16 : kv->k16) + off);
-    return AV_LOADU((is_v ? kv->v : kv->k) + off);
+static inline attn_at attn_add(attn_at a, size_t n) {
+    a.e += n;
+    return a;
+}
+
+/* AW values of K (is_v = 0) or V from a, as f32: an f16 cache converts with
+ * F16C, exactly as kern_fp16_to_fp32; a quantized one multiplies the codes
+ * by their group's fp16 scale (exact in f32, as kern_kv_dequantize). The AW
+ * values never straddle a 32-value group (a group is 32-aligned in the row,
+ * AW divides 16). */
+AI AV kv_loadv(const kern_kv_view *kv, int is_v, attn_at a, const int kind) {
+    if (kind == ATTN_F16)
+        return AV_LOADPH((is_v ? kv->v16 : kv->k16) + a.e);
+    if (kind == ATTN_F32)
+        return AV_LOADU((is_v ? kv->v : kv->k) + a.e);
+    const uint8_t *blk = (is_v ? kv->vq : kv->kq) + a.b;
+    uint16_t sc;
+    memcpy(&sc, blk + kv->scale_off + 2 * (a.e / KERN_KV_QK), sizeof sc);
+    const AV d = AV_SET1(_cvtsh_ss(sc));
+    if (kind == ATTN_Q8)
+        return AV_MUL(AV_LOADQ8(blk + a.e), d);
+    const size_t g = a.e / KERN_KV_QK, w = a.e % KERN_KV_QK;
+    return AV_MUL(AV_LOADQ4(blk + g * (KERN_KV_QK / 2) + w % (KERN_KV_QK / 2), w >= KERN_KV_QK / 2),
+                  d);
 }
 
 /* Software prefetch of the K/V rows ATTN_PF positions ahead: a head's slice
@@ -61,13 +96,34 @@ AI AV kv_loadv(const kern_kv_view *kv, int is_v, size_t off, const int f16) {
 #endif
 _Static_assert(ATTN_PF % ATTN_PB == 0, "attn_scores: a prefetched chunk starts a chunk");
 
-/* Prefetches n elements of K or V from element offset off. */
-AI void attn_prefetch(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16) {
-    const char *p = f16 ? (const char *)((is_v ? kv->v16 : kv->k16) + off)
-                        : (const char *)((is_v ? kv->v : kv->k) + off);
-    size_t bytes = (size_t)n * (f16 ? 2 : 4);
+/* The bytes of n values of K or V from a (n and a.e multiples of 32 for the
+ * quantized kinds), and for those the line of their first scale. */
+AI const char *attn_bytes(const kern_kv_view *kv, int is_v, attn_at a, int n, const int kind,
+                          size_t *bytes, const char **scale) {
+    *scale = NULL;
+    if (kind == ATTN_F16) {
+        *bytes = (size_t)n * 2;
+        return (const char *)((is_v ? kv->v16 : kv->k16) + a.e);
+    }
+    if (kind == ATTN_F32) {
+        *bytes = (size_t)n * 4;
+        return (const char *)((is_v ? kv->v : kv->k) + a.e);
+    }
+    const char *blk = (const char *)(is_v ? kv->vq : kv->kq) + a.b;
+    const size_t bits = kind == ATTN_Q8 ? 8 : 4;
+    *bytes = (size_t)n * bits / 8;
+    *scale = blk + kv->scale_off + 2 * (a.e / KERN_KV_QK);
+    return blk + a.e * bits / 8;
+}
+
+/* Prefetches n values of K or V from a. */
+AI void attn_prefetch(const kern_kv_view *kv, int is_v, attn_at a, int n, const int kind) {
+    size_t bytes;
+    const char *s, *p = attn_bytes(kv, is_v, a, n, kind, &bytes, &s);
     for (size_t i = 0; i < bytes; i += 64)
         _mm_prefetch(p + i, ATTN_HINT);
+    if (s)
+        _mm_prefetch(s, ATTN_HINT);
 }
 
 /* The same into L2 only (prefetcht1): the far prefetch of whole rows, which
@@ -77,12 +133,13 @@ AI void attn_prefetch(const kern_kv_view *kv, int is_v, size_t off, int n, const
 #ifndef ATTN_ROW_PF
 #define ATTN_ROW_PF 8
 #endif
-AI void attn_prefetch_l2(const kern_kv_view *kv, int is_v, size_t off, int n, const int f16) {
-    const char *p = f16 ? (const char *)((is_v ? kv->v16 : kv->k16) + off)
-                        : (const char *)((is_v ? kv->v : kv->k) + off);
-    size_t bytes = (size_t)n * (f16 ? 2 : 4);
+AI void attn_prefetch_l2(const kern_kv_view *kv, int is_v, attn_at a, int n, const int kind) {
+    size_t bytes;
+    const char *s, *p = attn_bytes(kv, is_v, a, n, kind, &bytes, &s);
     for (size_t i = 0; i < bytes; i += 64)
         _mm_prefetch(p + i, _MM_HINT_T1);
+    if (s)
+        _mm_prefetch(s, _MM_HINT_T1);
 }
 
 /* q . k over nv vectors with two accumulators (even and odd vectors), so the
@@ -132,7 +189,7 @@ AI __m256 att_hsum8x8(const __m256 *v) {
  * block ends at or before the tile's last position) and are never read. */
 AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const kern_kv_view *kv,
                     int kv_head, int head_dim, float scale, float *scratch, int h0, int nh, int r0,
-                    int nt, const int nv, const int f16, int row_pf) {
+                    int nt, const int nv, const int kind, int row_pf) {
     /* row_pf > 0: also bring the whole cache rows (row_pf elements from KV
      * head 0, K and V) into L2, ATTN_ROW_PF positions ahead, for the later
      * groups and phase 3 (first tile only). */
@@ -151,24 +208,26 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
     for (; p + ATTN_PB <= last + 1; p += ATTN_PB) {
         /* Rows before rfirst end before this block. */
         int rfirst = p - pos0 > r0 ? p - pos0 : r0;
-        size_t ko0 = chunked ? attn_off(kv, kv_head, head_dim, p) : 0;
-        size_t pf0 =
-            chunked && p + ATTN_PF <= last ? attn_off(kv, kv_head, head_dim, p + ATTN_PF) : 0;
+        const attn_at none = {0, 0};
+        const attn_at ko0 = chunked ? attn_off(kv, kv_head, head_dim, p, kind) : none;
+        const attn_at pf0 = chunked && p + ATTN_PF <= last
+                                ? attn_off(kv, kv_head, head_dim, p + ATTN_PF, kind)
+                                : none;
         for (int i = 0; i < ATTN_PB; i++) {
             if (row_pf && p + i + ATTN_ROW_PF <= last) {
-                const size_t ro = attn_off(kv, 0, head_dim, p + i + ATTN_ROW_PF);
-                attn_prefetch_l2(kv, 0, ro, row_pf, f16);
-                attn_prefetch_l2(kv, 1, ro, row_pf, f16);
+                const attn_at ro = attn_off(kv, 0, head_dim, p + i + ATTN_ROW_PF, kind);
+                attn_prefetch_l2(kv, 0, ro, row_pf, kind);
+                attn_prefetch_l2(kv, 1, ro, row_pf, kind);
             }
             if (p + i + ATTN_PF <= last)
                 attn_prefetch(kv, 0,
-                              chunked ? pf0 + (size_t)i * kv->row_stride
-                                      : attn_off(kv, kv_head, head_dim, p + i + ATTN_PF),
-                              head_dim, f16);
-            size_t ko =
-                chunked ? ko0 + (size_t)i * kv->row_stride : attn_off(kv, kv_head, head_dim, p + i);
+                              chunked ? attn_add(pf0, (size_t)i * kv->row_stride)
+                                      : attn_off(kv, kv_head, head_dim, p + i + ATTN_PF, kind),
+                              head_dim, kind);
+            const attn_at ko = chunked ? attn_add(ko0, (size_t)i * kv->row_stride)
+                                       : attn_off(kv, kv_head, head_dim, p + i, kind);
             for (int d = 0; d < nv; d++)
-                k[d] = kv_loadv(kv, 0, ko + AW * (size_t)d, f16);
+                k[d] = kv_loadv(kv, 0, attn_add(ko, AW * (size_t)d), kind);
             int j = 0;
             for (int r = rfirst; r < r0 + nt; r++)
                 for (int h = h0; h < h0 + nh; h++)
@@ -187,9 +246,9 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
             }
     }
     for (; p <= last; p++) {
-        size_t ko = attn_off(kv, kv_head, head_dim, p);
+        const attn_at ko = attn_off(kv, kv_head, head_dim, p, kind);
         for (int d = 0; d < nv; d++)
-            k[d] = kv_loadv(kv, 0, ko + AW * (size_t)d, f16);
+            k[d] = kv_loadv(kv, 0, attn_add(ko, AW * (size_t)d), kind);
         int rfirst = p - pos0 > r0 ? p - pos0 : r0;
         for (int r = rfirst; r < r0 + nt; r++)
             for (int h = h0; h < h0 + nh; h++)
@@ -207,31 +266,34 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
  * and splitting head_dim into chunks changes no lane's sequence. Positions
  * are walked block by block of the paged view, without a division each. */
 AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const kern_kv_view *kv,
-                    int kv_head, int head_dim, int c0, const int hg, const int cv, const int f16) {
+                    int kv_head, int head_dim, int c0, const int hg, const int cv, const int kind) {
     AV acc[3][AV_CV1];
     for (int h = 0; h < hg; h++)
         for (int i = 0; i < cv; i++)
             acc[h][i] = AV_ZERO();
     for (int b0 = 0, n; b0 < n_ctx; b0 += n) {
         n = n_ctx - b0 < kv->block_size ? n_ctx - b0 : kv->block_size;
-        size_t vb = attn_off(kv, kv_head, head_dim, b0) + AW * (size_t)c0;
+        const attn_at vb = attn_add(attn_off(kv, kv_head, head_dim, b0, kind), AW * (size_t)c0);
         /* the rows ATTN_PF ahead may lie in the next block */
-        int has_next = b0 + n < n_ctx;
-        size_t vnext = has_next ? attn_off(kv, kv_head, head_dim, b0 + n) + AW * (size_t)c0 : 0;
+        const int has_next = b0 + n < n_ctx;
+        const attn_at none = {0, 0};
+        const attn_at vnext =
+            has_next ? attn_add(attn_off(kv, kv_head, head_dim, b0 + n, kind), AW * (size_t)c0)
+                     : none;
         const float *wb = w + b0;
         for (int p = 0; p < n; p++) {
-            size_t vp = vb + (size_t)p * kv->row_stride;
+            const attn_at vp = attn_add(vb, (size_t)p * kv->row_stride);
             if (p + ATTN_PF < n)
-                attn_prefetch(kv, 1, vp + (size_t)ATTN_PF * kv->row_stride, AW * cv, f16);
+                attn_prefetch(kv, 1, attn_add(vp, (size_t)ATTN_PF * kv->row_stride), AW * cv, kind);
             else if (has_next && p + ATTN_PF - n < n_ctx - b0 - n &&
                      p + ATTN_PF - n < kv->block_size)
-                attn_prefetch(kv, 1, vnext + (size_t)(p + ATTN_PF - n) * kv->row_stride, AW * cv,
-                              f16);
+                attn_prefetch(kv, 1, attn_add(vnext, (size_t)(p + ATTN_PF - n) * kv->row_stride),
+                              AW * cv, kind);
             AV wp[3];
             for (int h = 0; h < hg; h++)
                 wp[h] = AV_SET1(wb[(size_t)h * w_stride + p]);
             for (int i = 0; i < cv; i++) {
-                AV v = kv_loadv(kv, 1, vp + AW * (size_t)i, f16);
+                AV v = kv_loadv(kv, 1, attn_add(vp, AW * (size_t)i), kind);
                 for (int h = 0; h < hg; h++)
                     acc[h][i] = AV_FMA(wp[h], v, acc[h][i]);
             }
@@ -247,18 +309,18 @@ AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const 
  * 8 or 4; 32 zmm: 16 or 8). */
 AI void attn_values_heads(float *o, const float *w, size_t w_stride, int n_ctx,
                           const kern_kv_view *kv, int kv_head, int head_dim, const int hg,
-                          const int nv, const int f16) {
+                          const int nv, const int kind) {
     const int cv = hg == 1 ? AV_CV1 : AV_CV3;
     int c0 = 0;
     for (; c0 + cv <= nv; c0 += cv)
-        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, cv, f16);
+        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, cv, kind);
     if (c0 < nv)
-        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, nv - c0, f16);
+        attn_values(o, w, w_stride, n_ctx, kv, kv_head, head_dim, c0, hg, nv - c0, kind);
 }
 
 AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows,
                      int n_heads, int pos0, const kern_kv_view *kv, int kv_head, int head_dim,
-                     float scale, float *scratch, const int nv, const int f16, int row_pf) {
+                     float scale, float *scratch, const int nv, const int kind, int row_pf) {
     size_t n_ctx_max = (size_t)(pos0 + n_rows);
     size_t w_stride = (size_t)n_rows * n_ctx_max; /* floats between heads in scratch */
     /* Phase 1: scores, a tile of heads x rows at a time. */
@@ -267,7 +329,7 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
         for (int r0 = 0; r0 < n_rows; r0 += ATTN_TILE) {
             int nt = n_rows - r0 < ATTN_TILE ? n_rows - r0 : ATTN_TILE;
             attn_scores(q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, h0, nh,
-                        r0, nt, nv, f16, row_pf);
+                        r0, nt, nv, kind, row_pf);
         }
     }
     /* Phases 2 and 3, row by row. */
@@ -296,11 +358,11 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
             float *oh = o + (size_t)h * head_dim;
             const float *wh = w + (size_t)h * w_stride;
             if (hg == 3)
-                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 3, nv, f16);
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 3, nv, kind);
             else if (hg == 2)
-                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 2, nv, f16);
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 2, nv, kind);
             else
-                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 1, nv, f16);
+                attn_values_heads(oh, wh, w_stride, n_ctx, kv, kv_head, head_dim, 1, nv, kind);
         }
     }
 }
@@ -309,23 +371,23 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
  * registers for the common ones. */
 AI void attn_rows_dispatch(float *out, size_t out_stride, const float *q, size_t q_stride,
                            int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
-                           int head_dim, float scale, float *scratch, const int f16, int row_pf) {
+                           int head_dim, float scale, float *scratch, const int kind, int row_pf) {
     switch (head_dim) {
     case 64:
         attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
-                     scale, scratch, 64 / AW, f16, row_pf);
+                     scale, scratch, 64 / AW, kind, row_pf);
         break;
     case 128:
         attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
-                     scale, scratch, 128 / AW, f16, row_pf);
+                     scale, scratch, 128 / AW, kind, row_pf);
         break;
     case 256:
         attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
-                     scale, scratch, 256 / AW, f16, row_pf);
+                     scale, scratch, 256 / AW, kind, row_pf);
         break;
     default:
         attn_rows_nv(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim,
-                     scale, scratch, head_dim / AW, f16, row_pf);
+                     scale, scratch, head_dim / AW, kind, row_pf);
         break;
     }
 }
@@ -333,10 +395,17 @@ AI void attn_rows_dispatch(float *out, size_t out_stride, const float *q, size_t
 void ATT_FN(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int n_heads,
             int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
             float *scratch, int row_pf) {
-    if (kv->k16)
+    /* kern_ops.c's attn_pick sends only the dtypes below. */
+    if (kv->kq && kv->dtype == KERN_KV_Q8_0)
         attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
-                           head_dim, scale, scratch, 1, row_pf);
+                           head_dim, scale, scratch, ATTN_Q8, row_pf);
+    else if (kv->kq)
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
+                           head_dim, scale, scratch, ATTN_Q4, row_pf);
+    else if (kv->k16)
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
+                           head_dim, scale, scratch, ATTN_F16, row_pf);
     else
         attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
-                           head_dim, scale, scratch, 0, row_pf);
+                           head_dim, scale, scratch, ATTN_F32, row_pf);
 }

@@ -77,6 +77,9 @@ static void h_metrics(srv_req *r) {
         g.engine_forward_s = st.forward_s;
         g.engine_steps = st.steps;
         g.engine_batch_tokens = st.batch_tokens;
+        g.kv_dtype = st.kv_dtype;
+        g.kv_block_size = st.kv_block_size;
+        g.prefix_caching = app->cfg.engine.prefix_caching;
     }
     if (app->audit) {
         srv_audit_stats as;

@@ -21,6 +21,10 @@
  *   vllm:inter_token_latency_seconds  histogram  srv_metrics_observe_itl
  *   vllm:e2e_request_latency_seconds  histogram  srv_metrics_observe_request
  *   vllm:request_queue_time_seconds   histogram  srv_metrics_observe_request
+ *   vllm:cache_config_info            gauge 1    labels block_size, cache_dtype (the KV
+ *                                                dtype: f16, q8_0, fp8, ...),
+ *                                                enable_prefix_caching, num_gpu_blocks
+ *                                                (the pool's blocks); when the engine runs
  * Histogram buckets are cumulative, `le` is inclusive (a value equal to a bound
  * counts in that bucket), and the le strings are written as prometheus_client
  * writes them ("0.5", "1.0", "2560.0", "+Inf") so label matchers such as
@@ -183,6 +187,11 @@ typedef struct srv_metrics_gauges {
     long long kv_slots_allocated, kv_slots_filled; /* summed over engine steps */
     double engine_busy_s, engine_forward_s;        /* cumulative engine-thread seconds */
     long long engine_steps, engine_batch_tokens;
+    /* vllm:cache_config_info (rendered only when kv_dtype is set): the KV
+     * cache's dtype name (static), block size, prefix caching on. */
+    const char *kv_dtype;
+    int kv_block_size;
+    int prefix_caching;
     /* brisk_audit_log_* families (rendered only when audit_log is 1) */
     int audit_log;
     long long audit_lines, audit_errors, audit_dropped;

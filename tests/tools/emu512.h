@@ -186,6 +186,25 @@ EMU emu_m512i e_cvtepu16_epi32(__m256i h) {
     EMU_LOOP(16) r.v.d[i] = u[i];
     return r;
 }
+EMU emu_m512i e_cvtepi8_epi32(__m128i h) {
+    emu_m512i r;
+    int8_t s[16];
+    memcpy(s, &h, 16);
+    EMU_LOOP(16) r.v.d[i] = s[i];
+    return r;
+}
+EMU emu_m512i e_cvtepu8_epi32(__m128i h) {
+    emu_m512i r;
+    uint8_t u[16];
+    memcpy(u, &h, 16);
+    EMU_LOOP(16) r.v.d[i] = u[i];
+    return r;
+}
+EMU emu_m512i e_srli_epi32(emu_m512i a, unsigned n) {
+    emu_m512i r;
+    EMU_LOOP(16) r.v.d[i] = n > 31 ? 0 : (int32_t)((uint32_t)a.v.d[i] >> n);
+    return r;
+}
 EMU emu_m512i e_cvtepi8_epi16(__m256i h) {
     emu_m512i r;
     int8_t s[32];
@@ -435,6 +454,9 @@ EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 #define _mm512_cvtph_ps e_cvtph_ps
 #define _mm512_cvtepu16_epi32 e_cvtepu16_epi32
 #define _mm512_cvtepi8_epi16 e_cvtepi8_epi16
+#define _mm512_cvtepi8_epi32 e_cvtepi8_epi32
+#define _mm512_cvtepu8_epi32 e_cvtepu8_epi32
+#define _mm512_srli_epi32 e_srli_epi32
 #define _mm512_cvtepu8_epi16 e_cvtepu8_epi16
 #define _mm512_cvtepi32_ps e_cvtepi32_ps
 #define _mm512_add_epi32 e_add_epi32
