@@ -67,20 +67,45 @@ static inline attn_at attn_add(attn_at a, size_t n) {
  * by their group's fp16 scale (exact in f32, as kern_kv_dequantize). The AW
  * values never straddle a 32-value group (a group is 32-aligned in the row,
  * AW divides 16). */
+/* The scale of the 32-value group holding value a.e, broadcast. */
+AI AV kv_scalev(const kern_kv_view *kv, int is_v, attn_at a) {
+    uint16_t sc;
+    memcpy(&sc, (is_v ? kv->vq : kv->kq) + a.b + kv->scale_off + 2 * (a.e / KERN_KV_QK), sizeof sc);
+    return AV_SET1(_cvtsh_ss(sc));
+}
+
+/* AW codes from a.e as f32 integers (q4_0: nibble - 8), unscaled. */
+AI AV kv_codesv(const kern_kv_view *kv, int is_v, attn_at a, const int kind) {
+    const uint8_t *blk = (is_v ? kv->vq : kv->kq) + a.b;
+    if (kind == ATTN_Q8)
+        return AV_LOADQ8(blk + a.e);
+    const size_t g = a.e / KERN_KV_QK, w = a.e % KERN_KV_QK;
+    return AV_LOADQ4(blk + g * (KERN_KV_QK / 2) + w % (KERN_KV_QK / 2), w >= KERN_KV_QK / 2);
+}
+
 AI AV kv_loadv(const kern_kv_view *kv, int is_v, attn_at a, const int kind) {
     if (kind == ATTN_F16)
         return AV_LOADPH((is_v ? kv->v16 : kv->k16) + a.e);
     if (kind == ATTN_F32)
         return AV_LOADU((is_v ? kv->v : kv->k) + a.e);
-    const uint8_t *blk = (is_v ? kv->vq : kv->kq) + a.b;
-    uint16_t sc;
-    memcpy(&sc, blk + kv->scale_off + 2 * (a.e / KERN_KV_QK), sizeof sc);
-    const AV d = AV_SET1(_cvtsh_ss(sc));
-    if (kind == ATTN_Q8)
-        return AV_MUL(AV_LOADQ8(blk + a.e), d);
-    const size_t g = a.e / KERN_KV_QK, w = a.e % KERN_KV_QK;
-    return AV_MUL(AV_LOADQ4(blk + g * (KERN_KV_QK / 2) + w % (KERN_KV_QK / 2), w >= KERN_KV_QK / 2),
-                  d);
+    return AV_MUL(kv_codesv(kv, is_v, a, kind), kv_scalev(kv, is_v, a));
+}
+
+/* n vectors of K or V from a, into out: for the quantized kinds each
+ * 32-value group's scale is loaded once for its 32 / AW vectors (a starts a
+ * group: a row, head or chunk start; n * AW whole groups). The same floats
+ * as n kv_loadv. */
+AI void kv_loadn(const kern_kv_view *kv, int is_v, attn_at a, int n, const int kind, AV *out) {
+    if (kind < ATTN_Q8) {
+        for (int i = 0; i < n; i++)
+            out[i] = kv_loadv(kv, is_v, attn_add(a, AW * (size_t)i), kind);
+        return;
+    }
+    for (int i = 0; i < n; i += KERN_KV_QK / AW) {
+        const AV d = kv_scalev(kv, is_v, attn_add(a, AW * (size_t)i));
+        for (int j = i; j < i + KERN_KV_QK / AW && j < n; j++)
+            out[j] = AV_MUL(kv_codesv(kv, is_v, attn_add(a, AW * (size_t)j), kind), d);
+    }
 }
 
 /* Software prefetch of the K/V rows ATTN_PF positions ahead: a head's slice
@@ -226,8 +251,7 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
                               head_dim, kind);
             const attn_at ko = chunked ? attn_add(ko0, (size_t)i * kv->row_stride)
                                        : attn_off(kv, kv_head, head_dim, p + i, kind);
-            for (int d = 0; d < nv; d++)
-                k[d] = kv_loadv(kv, 0, attn_add(ko, AW * (size_t)d), kind);
+            kv_loadn(kv, 0, ko, nv, kind, k);
             int j = 0;
             for (int r = rfirst; r < r0 + nt; r++)
                 for (int h = h0; h < h0 + nh; h++)
@@ -247,8 +271,7 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
     }
     for (; p <= last; p++) {
         const attn_at ko = attn_off(kv, kv_head, head_dim, p, kind);
-        for (int d = 0; d < nv; d++)
-            k[d] = kv_loadv(kv, 0, attn_add(ko, AW * (size_t)d), kind);
+        kv_loadn(kv, 0, ko, nv, kind, k);
         int rfirst = p - pos0 > r0 ? p - pos0 : r0;
         for (int r = rfirst; r < r0 + nt; r++)
             for (int h = h0; h < h0 + nh; h++)
@@ -292,8 +315,18 @@ AI void attn_values(float *o, const float *w, size_t w_stride, int n_ctx, const 
             AV wp[3];
             for (int h = 0; h < hg; h++)
                 wp[h] = AV_SET1(wb[(size_t)h * w_stride + p]);
+            AV d = AV_ZERO();
             for (int i = 0; i < cv; i++) {
-                AV v = kv_loadv(kv, 1, attn_add(vp, AW * (size_t)i), kind);
+                /* A quantized group's scale once for its vectors (a chunk
+                 * starts a group: c0 * AW is a multiple of 32). */
+                AV v;
+                if (kind >= ATTN_Q8) {
+                    if (i % (KERN_KV_QK / AW) == 0)
+                        d = kv_scalev(kv, 1, attn_add(vp, AW * (size_t)i));
+                    v = AV_MUL(kv_codesv(kv, 1, attn_add(vp, AW * (size_t)i), kind), d);
+                } else {
+                    v = kv_loadv(kv, 1, attn_add(vp, AW * (size_t)i), kind);
+                }
                 for (int h = 0; h < hg; h++)
                     acc[h][i] = AV_FMA(wp[h], v, acc[h][i]);
             }
