@@ -282,6 +282,165 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
     }
 }
 
+#ifdef ATT_VNNI
+/* ---- integer scores (AVX-512 VNNI, q8_0 and q4_0 K) --------------------------
+ * Each (row, head) query of the tile is quantized once to int8 in groups of
+ * 32 (kern_kv.h's q8_0 rule, its f32 d kept), so a score is, per 32-value
+ * group j, dk_j * dq_j * (an exact integer dot), summed in f32:
+ *   vpdpbusd multiplies 4 unsigned K bytes by 4 signed q bytes into each
+ *   int32 lane; K's codes are made unsigned (q8_0: k + 128 by xor 0x80;
+ *   q4_0: the nibble, value + 8) and each lane starts at -offset times its 4 q
+ *   bytes' sum, so a lane ends with the exact integer of its 4 products.
+ *   A 64-value chunk is one zmm: q8_0's bytes in value order (lanes 0-7
+ *   group A, 8-15 group B); q4_0's 32 bytes as [low nibbles | high nibbles]
+ *   (A 0-15, B 0-15, A 16-31, B 16-31), with q stored in that order.
+ * The lanes, times dk * dq of their group, then go through the float path's
+ * fold and sums (AV_FOLD, att_hsum8x8) in the same order for every split of
+ * rows, heads and positions (batch invariance). The quantized q costs
+ * accuracy: test_kern_kv states the bound. Heads a multiple of 64. */
+typedef struct attn_qi {
+    __m512i q[KERN_ATTN_MAX_HEAD_DIM / 64];    /* the codes of each chunk, in K's order */
+    __m512i init[KERN_ATTN_MAX_HEAD_DIM / 64]; /* -offset * each lane's 4-byte sum */
+    __m512 dq[KERN_ATTN_MAX_HEAD_DIM / 64];    /* each lane's group scale */
+} attn_qi;
+
+/* The lanes' groups of a chunk: q8_0 8 A then 8 B; q4_0 4 A, 4 B, 4 A, 4 B. */
+static const int32_t attn_qi_grp[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+                                           {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1}};
+
+static void attn_qi_make(attn_qi *o, const float *x, int head_dim, const int kind) {
+    const int q4 = kind == ATTN_Q4, off = q4 ? 8 : 128;
+    for (int c = 0; c < head_dim / 64; c++) {
+        int8_t v[64], lay[64];
+        float d[2];
+        for (int g = 0; g < 2; g++) {
+            const float *xg = x + c * 64 + g * 32;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++)
+                amax = fmaxf(amax, fabsf(xg[i]));
+            d[g] = amax / 127.0f;
+            const float id = d[g] != 0.0f ? 1.0f / d[g] : 0.0f;
+            for (int i = 0; i < 32; i++) {
+                const float r = roundf(xg[i] * id);
+                v[g * 32 + i] = (int8_t)(r != r        ? 0.0f
+                                         : r > 127.0f  ? 127.0f
+                                         : r < -127.0f ? -127.0f
+                                                       : r);
+            }
+        }
+        for (int b = 0; b < 64; b++) /* q4_0: [A 0-15 | B 0-15 | A 16-31 | B 16-31] */
+            lay[b] = q4 ? v[(b / 16) % 2 * 32 + (b / 32) * 16 + b % 16] : v[b];
+        int32_t init[16];
+        float dl[16];
+        for (int l = 0; l < 16; l++) {
+            init[l] = -off * (lay[4 * l] + lay[4 * l + 1] + lay[4 * l + 2] + lay[4 * l + 3]);
+            dl[l] = d[attn_qi_grp[q4][l]];
+        }
+        o->q[c] = _mm512_loadu_si512((const void *)lay);
+        o->init[c] = _mm512_loadu_si512((const void *)init);
+        o->dq[c] = _mm512_loadu_ps(dl);
+    }
+}
+
+/* The unsigned codes of K's chunk c at a (see above) and its lanes' dk. */
+AI __m512i attn_qi_codes(const kern_kv_view *kv, attn_at a, int c, const int kind, __m512 *dk) {
+    const uint8_t *blk = kv->kq + a.b;
+    const size_t e = a.e + 64 * (size_t)c;
+    uint32_t s2;
+    memcpy(&s2, blk + kv->scale_off + 2 * (e / KERN_KV_QK), sizeof s2);
+    const __m128 d2 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)s2));
+    *dk = _mm512_permutexvar_ps(_mm512_loadu_si512((const void *)attn_qi_grp[kind == ATTN_Q4]),
+                                _mm512_castps128_ps512(d2));
+    if (kind == ATTN_Q8)
+        return _mm512_xor_si512(_mm512_loadu_si512((const void *)(blk + e)),
+                                _mm512_set1_epi8((char)0x80));
+    const __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(blk + e / 2));
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(y, m)),
+                              _mm256_and_si256(_mm256_srli_epi16(y, 4), m), 1);
+}
+
+/* One score's lanes: sum over the chunks of dk * dq * (exact integer lanes). */
+AI __m512 attn_qi_dot(const attn_qi *qi, const __m512i *kc, const __m512 *dk, const int nc) {
+    __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(qi->init[0], kc[0], qi->q[0])),
+                             _mm512_mul_ps(dk[0], qi->dq[0]));
+    for (int c = 1; c < nc; c++)
+        s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(qi->init[c], kc[c], qi->q[c])),
+                            _mm512_mul_ps(dk[c], qi->dq[c]), s);
+    return s;
+}
+
+/* Phase 1 with integer scores: attn_scores' walk (chunks of ATTN_PB
+ * positions, prefetches, rows that end inside a chunk), each K chunk loaded
+ * once for the tile's queries. */
+AI void attn_scores_qi(const float *q, size_t q_stride, int n_rows, int pos0,
+                       const kern_kv_view *kv, int kv_head, int head_dim, float scale,
+                       float *scratch, int h0, int nh, int r0, int nt, const int kind, int row_pf) {
+    if (h0 || r0)
+        row_pf = 0;
+    const int nc = head_dim / 64;
+    size_t n_ctx_max = (size_t)(pos0 + n_rows);
+    int last = pos0 + r0 + nt - 1;
+    attn_qi qi[ATTN_TILE * ATTN_HEADS];
+    for (int r = r0, j = 0; r < r0 + nt; r++)
+        for (int h = h0; h < h0 + nh; h++)
+            attn_qi_make(&qi[j++], q + (size_t)r * q_stride + (size_t)h * head_dim, head_dim, kind);
+    __m512i kc[KERN_ATTN_MAX_HEAD_DIM / 64];
+    __m512 dk[KERN_ATTN_MAX_HEAD_DIM / 64];
+    __m512 part[ATTN_TILE * ATTN_HEADS][ATTN_PB];
+    __m256 vscale = _mm256_set1_ps(scale);
+    int p = 0;
+    const int chunked = kv->block_size % ATTN_PB == 0;
+    for (; p + ATTN_PB <= last + 1; p += ATTN_PB) {
+        int rfirst = p - pos0 > r0 ? p - pos0 : r0;
+        const attn_at none = {0, 0};
+        const attn_at ko0 = chunked ? attn_off(kv, kv_head, head_dim, p, kind) : none;
+        const attn_at pf0 = chunked && p + ATTN_PF <= last
+                                ? attn_off(kv, kv_head, head_dim, p + ATTN_PF, kind)
+                                : none;
+        for (int i = 0; i < ATTN_PB; i++) {
+            if (row_pf && p + i + ATTN_ROW_PF <= last) {
+                const attn_at ro = attn_off(kv, 0, head_dim, p + i + ATTN_ROW_PF, kind);
+                attn_prefetch_l2(kv, 0, ro, row_pf, kind);
+                attn_prefetch_l2(kv, 1, ro, row_pf, kind);
+            }
+            if (p + i + ATTN_PF <= last)
+                attn_prefetch(kv, 0,
+                              chunked ? attn_add(pf0, (size_t)i * kv->row_stride)
+                                      : attn_off(kv, kv_head, head_dim, p + i + ATTN_PF, kind),
+                              head_dim, kind);
+            const attn_at ko = chunked ? attn_add(ko0, (size_t)i * kv->row_stride)
+                                       : attn_off(kv, kv_head, head_dim, p + i, kind);
+            for (int c = 0; c < nc; c++)
+                kc[c] = attn_qi_codes(kv, ko, c, kind, &dk[c]);
+            /* Rows before rfirst end before this chunk: their lanes are
+             * skipped, as in attn_scores. */
+            for (int r = rfirst, j = (rfirst - r0) * nh; r < r0 + nt; r++)
+                for (int h = 0; h < nh; h++, j++)
+                    part[j][i] = attn_qi_dot(&qi[j], kc, dk, nc);
+        }
+        for (int r = rfirst, j = (rfirst - r0) * nh; r < r0 + nt; r++)
+            for (int h = h0; h < h0 + nh; h++, j++) {
+                __m256 f[ATTN_PB];
+                for (int i = 0; i < ATTN_PB; i++)
+                    f[i] = AV_FOLD(part[j][i]);
+                _mm256_storeu_ps(scratch + ((size_t)h * n_rows + r) * n_ctx_max + p,
+                                 _mm256_mul_ps(att_hsum8x8(f), vscale));
+            }
+    }
+    for (; p <= last; p++) {
+        const attn_at ko = attn_off(kv, kv_head, head_dim, p, kind);
+        for (int c = 0; c < nc; c++)
+            kc[c] = attn_qi_codes(kv, ko, c, kind, &dk[c]);
+        int rfirst = p - pos0 > r0 ? p - pos0 : r0;
+        for (int r = rfirst, j = (rfirst - r0) * nh; r < r0 + nt; r++)
+            for (int h = h0; h < h0 + nh; h++, j++)
+                scratch[((size_t)h * n_rows + r) * n_ctx_max + p] =
+                    att_hsum8(AV_FOLD(attn_qi_dot(&qi[j], kc, dk, nc))) * scale;
+    }
+}
+#endif
+
 /* Phase 3 for hg (<= 3) heads of one row, output vectors [c0, c0 + cv) of
  * each: head h's weights are w[h * w_stride + p], its output starts at
  * o + h * head_dim. Each lane is acc = fma(weight_p, v_p, acc) over p in
@@ -361,6 +520,13 @@ AI void attn_rows_nv(float *out, size_t out_stride, const float *q, size_t q_str
         int nh = n_heads - h0 < ATTN_HEADS ? n_heads - h0 : ATTN_HEADS;
         for (int r0 = 0; r0 < n_rows; r0 += ATTN_TILE) {
             int nt = n_rows - r0 < ATTN_TILE ? n_rows - r0 : ATTN_TILE;
+#ifdef ATT_VNNI
+            if (kind >= ATTN_Q8) { /* kern_ops.c's attn_pick: heads a multiple of 64 */
+                attn_scores_qi(q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, h0,
+                               nh, r0, nt, kind, row_pf);
+                continue;
+            }
+#endif
             attn_scores(q, q_stride, n_rows, pos0, kv, kv_head, head_dim, scale, scratch, h0, nh,
                         r0, nt, nv, kind, row_pf);
         }
@@ -428,7 +594,16 @@ AI void attn_rows_dispatch(float *out, size_t out_stride, const float *q, size_t
 void ATT_FN(float *out, size_t out_stride, const float *q, size_t q_stride, int n_rows, int n_heads,
             int pos0, const kern_kv_view *kv, int kv_head, int head_dim, float scale,
             float *scratch, int row_pf) {
-    /* kern_ops.c's attn_pick sends only the dtypes below. */
+    /* kern_ops.c's attn_pick sends only the dtypes below (the VNNI file
+     * only q8_0 and q4_0, whose scores it computes in integers). */
+#ifdef ATT_VNNI
+    if (kv->dtype == KERN_KV_Q8_0)
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
+                           head_dim, scale, scratch, ATTN_Q8, row_pf);
+    else
+        attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
+                           head_dim, scale, scratch, ATTN_Q4, row_pf);
+#else
     if (kv->kq && kv->dtype == KERN_KV_Q8_0)
         attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
                            head_dim, scale, scratch, ATTN_Q8, row_pf);
@@ -441,4 +616,5 @@ void ATT_FN(float *out, size_t out_stride, const float *q, size_t q_stride, int 
     else
         attn_rows_dispatch(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head,
                            head_dim, scale, scratch, ATTN_F32, row_pf);
+#endif
 }

@@ -333,6 +333,9 @@ static attn_rows_fn attn_pick_kv(int head_dim, const kern_kv_view *kv) {
         ((kv->dtype != KERN_KV_Q8_0 && kv->dtype != KERN_KV_Q4_0) || head_dim % KERN_KV_QK != 0))
         return NULL;
     const kern_level lv = kern_cpu_level();
+    /* q8_0 and q4_0 with integer scores where VNNI has vpdpbusd. */
+    if (kv && kv->kq && lv >= KERN_LEVEL_AVX512VNNI && head_dim % 64 == 0)
+        return kern_attention_rows_avx512vnni;
     if (lv >= KERN_LEVEL_AVX512 && head_dim % 16 == 0)
         return kern_attention_rows_avx512;
     return lv >= KERN_LEVEL_AVX2 ? kern_attention_rows_avx2 : NULL;
@@ -355,7 +358,10 @@ const char *kern_attention_level_name_kv(int head_dim, kern_kv_dtype dtype) {
     v.kq = kern_kv_is_quant(dtype) ? &one : NULL;
     v.dtype = dtype;
     const attn_rows_fn f = attn_pick_kv(head_dim, &v);
-    return f == kern_attention_rows_avx512 ? "avx512" : f ? "avx2" : "scalar";
+    return f == kern_attention_rows_avx512vnni ? "avx512vnni"
+           : f == kern_attention_rows_avx512   ? "avx512"
+           : f                                 ? "avx2"
+                                               : "scalar";
 }
 
 void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride,
