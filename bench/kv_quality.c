@@ -18,7 +18,18 @@
  * error, top-1 agreement over all positions and over the clear ones, and the
  * same past position 512 (Gemma 3's window), with the model and machine.
  * Exit 1 when q8_0's agreement at clear margins is below 99% (the issue's
- * target), 2 on a usage or load error. */
+ * target), 2 on a usage or load error.
+ *
+ *   build/bin/kv_quality --model M.gguf --text FILE --decode 512,4000,6000
+ *                        [--dtypes f16,q8_0,q4_0] [--steps 16] [--rounds 8]
+ *
+ * --decode times one stream's decode instead, at each depth (positions of
+ * the text already in the cache): every dtype's backend and cache is filled
+ * to the depth, then the dtypes take turns, round by round, at the same
+ * --steps decode steps (positions depth .. depth + steps - 1, rewritten
+ * alike each round), so a shared machine's drift hits them alike; the best
+ * round of each is its tokens per second. One JSON object per depth and
+ * dtype, with the ratio to f16 (the first dtype) and the load average. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,9 +136,71 @@ static int kq_open(kq_run *r, const model *m, kern_pool *pool, model_device dev,
     return 0;
 }
 
+/* Positions [from, to) of ids into r's cache, in chunks (no logits kept). */
+static int kq_fill(kq_run *r, const int32_t *ids, int from, int to, int chunk) {
+    int32_t pos[512], seq[512] = {0};
+    uint8_t want[512] = {0};
+    for (int off = from; off < to; off += chunk) {
+        int k = to - off < chunk ? to - off : chunk, n_out;
+        for (int i = 0; i < k; i++)
+            pos[i] = off + i;
+        want[k - 1] = 1;
+        model_batch b = {k, ids + off, pos, seq, want, NULL};
+        int rc = model_backend_forward(r->be, r->kv, &b, &n_out);
+        want[k - 1] = 0;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* --decode: tokens per second of one stream at each depth, dtypes in turn. */
+static int kq_decode(kq_run *runs, int n_runs, const int32_t *ids, const int *depths, int n_depths,
+                     int steps, int rounds, const char *mname, const char *cpu, int threads) {
+    for (int di = 0, filled = 0; di < n_depths; di++) {
+        int d = depths[di];
+        for (int ri = 0; ri < n_runs; ri++)
+            if (kq_fill(&runs[ri], ids, filled, d, 256) < 0)
+                return -1;
+        filled = d;
+        double best[KQ_MAX_DT + 1];
+        for (int ri = 0; ri < n_runs; ri++)
+            best[ri] = 1e30;
+        for (int round = 0; round < rounds; round++)
+            for (int ri = 0; ri < n_runs; ri++) {
+                double t0 = brisk_now();
+                for (int s = 0; s < steps; s++) {
+                    int32_t pos = d + s, seq = 0;
+                    model_batch b = {1, ids + d + s, &pos, &seq, NULL, NULL};
+                    int n_out;
+                    if (model_backend_forward(runs[ri].be, runs[ri].kv, &b, &n_out) < 0)
+                        return -1;
+                }
+                double t = brisk_now() - t0;
+                best[ri] = t < best[ri] ? t : best[ri];
+            }
+        double la[3] = {0, 0, 0};
+        FILE *f = fopen("/proc/loadavg", "r");
+        if (f) {
+            if (fscanf(f, "%lf %lf %lf", &la[0], &la[1], &la[2]) != 3)
+                la[0] = la[1] = la[2] = 0;
+            fclose(f);
+        }
+        for (int ri = 0; ri < n_runs; ri++)
+            printf("{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"depth\": %d, "
+                   "\"dtype\": \"%s\", \"steps\": %d, \"rounds\": %d, \"tg_tok_s\": %.2f, "
+                   "\"vs_%s\": %.3f, \"loadavg\": [%.2f, %.2f, %.2f]}\n",
+                   mname, cpu, threads, d, kern_kv_dtype_name(runs[ri].dt), steps, rounds,
+                   steps / best[ri], kern_kv_dtype_name(runs[0].dt), best[0] / best[ri], la[0],
+                   la[1], la[2]);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *model_path = NULL, *text_path = NULL, *dtypes = "q8_0,q4_0";
-    int n_pos = 1000, chunk = 64;
+    const char *model_path = NULL, *text_path = NULL, *dtypes = "q8_0,q4_0", *decode = NULL;
+    int n_pos = 1000, chunk = 64, steps = 16, rounds = 8;
     model_device dev = MODEL_DEVICE_CPU;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
@@ -140,6 +213,12 @@ int main(int argc, char **argv) {
             dtypes = argv[i + 1];
         else if (!strcmp(argv[i], "--chunk"))
             chunk = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--decode"))
+            decode = argv[i + 1];
+        else if (!strcmp(argv[i], "--steps"))
+            steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--rounds"))
+            rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--device") && model_device_parse(argv[i + 1], &dev) == 0)
             continue;
         else {
@@ -152,6 +231,17 @@ int main(int argc, char **argv) {
                         "[--dtypes q8_0,q4_0] [--device cpu|cuda] [--chunk 64]\n");
         return 2;
     }
+    int depths[8], n_depths = 0;
+    if (decode) { /* the cache must hold the deepest depth and its steps */
+        char dl[128];
+        snprintf(dl, sizeof dl, "%s", decode);
+        for (char *t = strtok(dl, ","); t && n_depths < 8; t = strtok(NULL, ","))
+            depths[n_depths++] = atoi(t);
+        n_pos = 0;
+        for (int i = 0; i < n_depths; i++)
+            n_pos = depths[i] + steps > n_pos ? depths[i] + steps : n_pos;
+        chunk = 256;
+    }
     kq_run runs[KQ_MAX_DT + 1];
     memset(runs, 0, sizeof runs);
     int n_runs = 1;
@@ -159,6 +249,8 @@ int main(int argc, char **argv) {
     char list[256];
     snprintf(list, sizeof list, "%s", dtypes);
     for (char *s = strtok(list, ","); s && n_runs <= KQ_MAX_DT; s = strtok(NULL, ",")) {
+        if (!strcmp(s, "f16"))
+            continue; /* always the first */
         if (kern_kv_dtype_parse(s, &runs[n_runs].dt) < 0) {
             fprintf(stderr, "kv_quality: unknown dtype '%s'\n", s);
             return 2;
@@ -193,6 +285,20 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_runs; i++)
         if (kq_open(&runs[i], m, pool, dev, n_pos, chunk) < 0)
             return 2;
+    if (decode) {
+        char cpu[256];
+        kern_cpu_describe(cpu, sizeof cpu);
+        int rc = kq_decode(runs, n_runs, ids, depths, n_depths, steps, rounds, model_name(m), cpu,
+                           kern_pool_size(pool));
+        for (int ri = 0; ri < n_runs; ri++) {
+            kv_cache_free(runs[ri].kv);
+            model_backend_free(runs[ri].be);
+        }
+        free(ids), free(text);
+        model_free(m);
+        kern_pool_free(pool);
+        return rc < 0 ? 2 : 0;
+    }
     int nv = c->n_vocab;
     float *ref = malloc(sizeof(float) * (size_t)chunk * nv);
     int32_t *pos = malloc(sizeof *pos * (size_t)chunk), *seq = calloc((size_t)chunk, sizeof *seq);

@@ -14,15 +14,17 @@
                               window layers count a window's worth, not 4,000
   positions in 256 MiB        with windows: positions of every layer the pool holds for
                               one sequence's worth of tables (blocks x 16 / tables)
-  decode tok/s at depth D     brisk bench -p 0 -n 32 --depth D (one stream, every thread),
-                              the dtypes interleaved round by round, best of the rounds
+  decode tok/s at depth D     one stream, every thread: build/bin/kv_quality --decode, every
+                              dtype's cache filled with the text to D in one process, then
+                              the dtypes take turns at the same 16 decode steps, 8 rounds,
+                              the best round each (a shared machine's drift hits them alike)
   logit quality               build/bin/kv_quality against the f16 cache over the first
                               1,000 and 4,000 tokens of --text (the repository's docs by
                               default): max and mean relative logit error, top-1
                               agreement, and at clear margins (the GPU tests' rule)
 
     bench/kv_quant.py [--smollm2 M] [--gemma3 M] [--dtypes f16,q8_0,q4_0]
-        [--depths 512,4000] [--smollm2-depths 512,4000,6000] [--rounds 2]
+        [--depths 512,4000] [--smollm2-depths 512,4000,6000] [--rounds 8]
         [--quality-positions 1000,4000] [--skip quality,admit,decode] [--label NAME]
 
 Prints a table and writes bench/results/<date>-<machine>-kv-quant[-LABEL].json with
@@ -110,13 +112,24 @@ def admit(args, model, dtype):
             "admitted_4000": int(n_blocks) // int(ctx_blocks)}
 
 
-def bench(args, model, dtype, depth):
-    r = subprocess.run([args.brisk, "bench", "--model", model, "-p", "0", "-n", str(args.n_gen), "--depth",
-                        str(depth), "--reps", "3", "--kv-cache-dtype", dtype],
-                       capture_output=True, text=True, timeout=3600)
+def decode(args, model, depths):
+    """Decode tok/s per dtype at each depth: kv_quality --decode, every dtype's cache in
+    one process, the dtypes taking turns round by round (best round each)."""
+    r = subprocess.run([args.kv_quality, "--model", model, "--text", args.text, "--decode",
+                        ",".join(map(str, depths)), "--dtypes", args.dtypes, "--steps", str(args.n_gen),
+                        "--rounds", str(args.rounds)], capture_output=True, text=True, timeout=7200)
+    if r.returncode != 0:
+        raise SystemExit(f"kv_quality --decode failed: {r.stderr[-1500:]}")
+    return [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+
+
+def bytes_per_pos(args, model, dtype):
+    """K and V bytes of one cached position, every layer (brisk bench's figure)."""
+    r = subprocess.run([args.brisk, "bench", "--model", model, "-p", "0", "-n", "1", "--reps", "1",
+                        "--kv-cache-dtype", dtype], capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise SystemExit(f"brisk bench failed: {r.stderr[-1500:]}")
-    return json.loads(r.stdout)
+    return json.loads(r.stdout)["kv_bytes_per_pos"]
 
 
 def quality(args, model, positions):
@@ -137,8 +150,8 @@ def main():
     ap.add_argument("--dtypes", default="f16,q8_0,q4_0")
     ap.add_argument("--depths", default="512,4000")
     ap.add_argument("--smollm2-depths", default="512,4000,6000")
-    ap.add_argument("--n-gen", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--n-gen", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--quality-positions", default="1000,4000")
     ap.add_argument("--text", default="")
     ap.add_argument("--skip", default="")
@@ -163,24 +176,15 @@ def main():
             for d in dtypes:
                 res["dtypes"][d]["pool"] = admit(args, model, d)
                 print(f"{key} {d}: {res['dtypes'][d]['pool']}", flush=True)
+        for d in dtypes:
+            res["dtypes"][d]["kv_bytes_per_pos"] = bytes_per_pos(args, model, d)
         if "decode" not in skip:
-            for depth in depths:
-                best = {}
-                for _ in range(args.rounds):
-                    for d in dtypes:  # interleaved: a drift of the machine hits every dtype alike
-                        j = bench(args, model, d, depth)
-                        if d not in best or j["tg_tok_s"] > best[d]["tg_tok_s"]:
-                            best[d] = j
-                for d in dtypes:
-                    j = best[d]
-                    res["dtypes"][d][f"decode_{depth}"] = {
-                        "tg_tok_s": j["tg_tok_s"], "vs_f16": round(j["tg_tok_s"] / best["f16"]["tg_tok_s"], 3)
-                        if "f16" in best else None, "kv_bytes_per_pos": j["kv_bytes_per_pos"],
-                        "tg_roofline_kv_tok_s": j["tg_roofline_kv_tok_s"], "read_bw_gb_s": j["read_bw_gb_s"],
-                        "weight_bytes": j["weight_bytes"], "threads": j["threads"], "kernels": j["kernels"]}
-                    res["dtypes"][d]["kv_bytes_per_pos"] = j["kv_bytes_per_pos"]
-                print(f"{key} depth {depth}: " + ", ".join(
-                    f"{d} {res['dtypes'][d][f'decode_{depth}']['tg_tok_s']:.1f} tok/s" for d in dtypes), flush=True)
+            for j in decode(args, model, depths):
+                res["dtypes"][j["dtype"]][f"decode_{j['depth']}"] = {
+                    "tg_tok_s": j["tg_tok_s"], "vs_f16": j["vs_f16"], "steps": j["steps"],
+                    "rounds": j["rounds"], "threads": j["threads"], "loadavg": j["loadavg"]}
+                print(f"{key} depth {j['depth']} {j['dtype']}: {j['tg_tok_s']:.1f} tok/s ({j['vs_f16']}x f16), "
+                      f"load {j['loadavg']}", flush=True)
         if "quality" not in skip:
             for n in [int(x) for x in args.quality_positions.split(",")]:
                 for q in quality(args, model, n):

@@ -68,6 +68,10 @@ def run8(srv):
     return [c.text for c in sorted(r.choices, key=lambda c: c.index)]
 
 
+# slow: SmolLM2 servers with 8 concurrent prompts; the Release suite runs them, and the
+# quantized cache's code is under ASan in test_kern_kv, test_kv_cache, test_model and
+# test_engine (unit tests), and in the synthetic models' window-release test.
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
 def test_quantized_cache_in_the_server(start_server, smollm2_path, dtype, report):
     """SmolLM2 (heads of 64) with a quantized cache: named in the start-up line, /version
@@ -123,6 +127,7 @@ def test_quantized_cache_in_the_server(start_server, smollm2_path, dtype, report
         tight.stop()
 
 
+@pytest.mark.slow
 def test_generate_with_a_quantized_cache(brisk, smollm2_path):
     """brisk generate takes the dtype too: greedy text of q8_0 starts as f16's on a
     plain prompt (its logits move by ~1e-2), and a chunked prompt gives the same as one
@@ -133,6 +138,7 @@ def test_generate_with_a_quantized_cache(brisk, smollm2_path):
     assert q8[:20] == f16[:20], (q8, f16)
 
 
+@pytest.mark.slow
 def test_bench_depth(brisk, smollm2_path):
     """brisk bench --depth: decode after a filled context, the dtype and the KV bytes per
     position in its JSON (bench/kv_quant.py reads them)."""
@@ -144,6 +150,7 @@ def test_bench_depth(brisk, smollm2_path):
     assert 0 < j["tg_roofline_kv_tok_s"] < j["tg_roofline_tok_s"]
 
 
+@pytest.mark.slow
 def test_threads_agree(start_server, smollm2_path):
     """Concurrent clients on a q8_0 cache get what they get alone (the engine mixes
     their steps; the bits do not depend on it)."""
