@@ -371,6 +371,35 @@ st_spec() {
     return $rc
 }
 
+# st_kv_quant: issue 38's serving figure for a quantized KV cache. The f16
+# stage's server again with --kv-cache-dtype $KVQ_DTYPE (fp8 on the GPU; the CPU
+# rehearsal: f32, the one other dtype stories260K's heads of 8 take), the same
+# level as serve_f16's 256 (the rehearsal: 4), and its /metrics: the pool's
+# blocks in the same memory budget (vllm:cache_config_info) against the f16
+# server's metrics.txt, the positions-per-byte figure. The quality rule ran in
+# the model stage (test_cuda_model's kv-dtype lines).
+st_kv_quant() {
+    local rc=0 url pid c n args=(--chat-template chatml --served-model-name m)
+    if [ "$DEVICE" = cuda ]; then
+        args+=(--dummy-weights "$SHAPE" --device cuda --weights f16 --max-num-seqs "$MAX_SEQS"
+            --max-num-batched-tokens 8192 --ctx 512 --max-connections $((MAX_SEQS + 64)))
+        c=256
+    else
+        args+=(--model "$W/stories260K.gguf" --device cpu --weights f16 --max-num-seqs 16 --ctx 256)
+        c=4
+    fi
+    n=$c
+    [ "$QUICK" = 0 ] && n=$((2 * c))
+    srv_start "serve_kvq_$KVQ_DTYPE" "${args[@]}" --kv-cache-dtype "$KVQ_DTYPE" || return 1
+    url=$SRV_URL pid=$SRV_PID
+    bench_run "kvq_${KVQ_DTYPE}_c$c" "$url" "$c" "$n" "$OUT_LEN" || rc=1
+    python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(sys.argv[1] + '/metrics').read().decode())" \
+        "$url" > "$W/metrics_kvq.txt" || rc=1
+    srv_stop "$pid" || rc=1
+    grep -h "cache_config_info{" "$W/metrics.txt" "$W/metrics_kvq.txt" 2>/dev/null
+    return $rc
+}
+
 run() {
     while [ $# -gt 0 ]; do
         case "$1" in
@@ -413,8 +442,9 @@ run() {
     [ -n "$cl" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cl"
     SANITIZER=$(find_sanitizer)
     export BRISK_SHARED_DIR=$PKG/shared
-    export W PKG DEVICE QUICK SHAPE LEVELS IN OUT_LEN SANITIZER MAX_SEQS PAIR_C PAIR_N PAIR_OUT
-    export -f st_env st_structured st_serve st_decode st_spec srv_start srv_stop bench_run \
+    KVQ_DTYPE=$([ "$DEVICE" = cuda ] && echo fp8 || echo f32)
+    export W PKG DEVICE QUICK SHAPE LEVELS IN OUT_LEN SANITIZER MAX_SEQS PAIR_C PAIR_N PAIR_OUT KVQ_DTYPE
+    export -f st_env st_structured st_serve st_decode st_spec st_kv_quant srv_start srv_stop bench_run \
         step_trace_supported
     say "run: device $DEVICE, quick $QUICK, budget ${BUDGET_S}s, output $OUTDIR, work $W"
     # stories260K as GGUF (the structured stage, and the CPU rehearsal's servers).
@@ -481,6 +511,12 @@ run() {
     # 37: speculative decoding (test_cuda_ops' draft rows ran in the ops stage).
     if [ "$QUICK" = 0 ]; then
         stage spec 60 bash -c st_spec
+    fi
+    # Issue 38 (KV-cache dtypes): its quality rule is in the model stage
+    # (test_cuda_model's kv-dtype lines, int8 and fp8 against the f16 cache on
+    # four dummy shapes); here the serving figure, fp8 against serve_f16's.
+    if [ "$QUICK" = 0 ]; then
+        stage kv_quant 120 bash -c st_kv_quant
     fi
 
     python3 bench/gpu_report.py "$W" "$OUTDIR/summary.json" \

@@ -20,6 +20,11 @@ object with every item of the two GPU issues:
                         read_bw_gb_s when it also reports copy_bw_gb_s, else
                         test_cuda_ops perf's read-only line; an older brisk
                         bench's read_bw_gb_s was the copy figure);
+  issue38               the KV-cache dtypes on the GPU: "quality" (test_cuda_model's
+                        kv-dtype lines: int8 and fp8 against the f16 cache, top-1 at
+                        clear margins, >= 99% to pass), "pool" (vllm:cache_config_info's
+                        blocks of the fp8 server against the f16 one's, target >= 1.9x),
+                        "serving" (fp8 against f16 at serve_f16's 256 level: a figure);
   later                 stages this report does not know (later issues'), with
                         their exit status and time.
 Prints a short table. Exit 0 when issue 33's items 1-3 pass or wait only for
@@ -36,7 +41,7 @@ import statistics
 import sys
 
 KNOWN_STAGES = {"env", "ops", "model", "backend", "structured", "memcheck", "racecheck",
-                "serve_f16", "opsperf", "decode", "serve_int8", "hf"}
+                "serve_f16", "opsperf", "decode", "serve_int8", "hf", "kv_quant"}
 # Stages whose absence of a tool is not a failure of the rehearsal (exit 3: no
 # compute-sanitizer, no torch).
 TOOL_STAGES = {"memcheck", "racecheck", "hf"}
@@ -120,6 +125,58 @@ def step_trace(d):
     res["slowest"] = [{k: s.get(k) for k in keep}
                       for s in sorted(steps, key=lambda s: -s.get("wall_ms", 0))[:12]]
     return res
+
+
+def cache_info(text):
+    """vllm:cache_config_info's labels from a /metrics text, or None."""
+    m = re.search(r"^vllm:cache_config_info\{([^}]*)\}", text or "", re.M)
+    return dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) if m else None
+
+
+def issue38(d, cuda, model, rows, fmt):
+    """Issue 38 (KV-cache dtypes): the quality rule from the model stage, the
+    pool's blocks and the serving figure of the kv_quant stage."""
+    out = {"quality": [], "pool": None, "serving": None}
+    for m in re.finditer(r"^test_cuda_model: kv-dtype (\S+) on (.+?) \((\w+), heads of (\d+)\) vs the f16 "
+                         r"cache: prefill (\d+) positions: top-1 (\d+)/(\d+) at clear margins, relative logit "
+                         r"error mean (\S+) max (\S+); decode (\d+): top-1 (\d+)/(\d+), mean (\S+) max (\S+); "
+                         r"need (\d+)%: (PASS|FAIL)$", model, re.M):
+        g = m.groups()
+        out["quality"].append({"dtype": g[0], "case": g[1], "device": g[2], "head_dim": int(g[3]),
+                               "prefill_positions": int(g[4]), "prefill_top1": f"{g[5]}/{g[6]}",
+                               "prefill_mean_rel_err": float(g[7]), "prefill_max_rel_err": float(g[8]),
+                               "decode_positions": int(g[9]), "decode_top1": f"{g[10]}/{g[11]}",
+                               "decode_mean_rel_err": float(g[12]), "decode_max_rel_err": float(g[13]),
+                               "need_pct": int(g[14]), "verdict": g[15]})
+    base, kvq = cache_info(read(d, "metrics.txt")), cache_info(read(d, "metrics_kvq.txt"))
+    if base and kvq:
+        b, q = int(base.get("num_gpu_blocks", 0)), int(kvq.get("num_gpu_blocks", 0))
+        out["pool"] = {"f16_blocks": b, "dtype": kvq.get("cache_dtype"), "blocks": q,
+                       "ratio": round(q / b, 3) if b else None}
+    for p in glob.glob(os.path.join(d, "kvq_*_c*.json")):
+        mm = re.search(r"kvq_(\w+)_c(\d+)\.json$", p)
+        lv, ref = bench_run(d, f"kvq_{mm.group(1)}_c{mm.group(2)}"), bench_run(d, f"f16_c{mm.group(2)}")
+        if lv:
+            out["serving"] = {"dtype": mm.group(1), "concurrency": int(mm.group(2)), "run": lv,
+                              "f16_output_tok_s": (ref or {}).get("output_tok_s"),
+                              "ratio": round(lv["output_tok_s"] / ref["output_tok_s"], 3)
+                              if ref and ref.get("output_tok_s") and lv.get("output_tok_s") else None}
+    q_ok = [x["verdict"] == "PASS" for x in out["quality"] if x["dtype"] in ("int8", "fp8")]
+    out["parts"] = {"quality": all(q_ok) if q_ok else None,
+                    "pool_at_least_1_9x": (out["pool"]["ratio"] >= 1.9) if cuda and out["pool"] and
+                    out["pool"]["ratio"] else None}
+    out["status"] = item_status(out["parts"]) if cuda else "figure"
+    rows.append(f"38   {out['status']}: KV dtypes: quality " + (", ".join(
+        f"{x['dtype']} {x['case']} prefill {x['prefill_top1']} decode {x['decode_top1']} {x['verdict']}"
+        for x in out["quality"]) or "not run"))
+    if out["pool"]:
+        rows.append(f"     pool: {out['pool']['dtype']} {out['pool']['blocks']} blocks vs f16 "
+                    f"{out['pool']['f16_blocks']} = {fmt(out['pool']['ratio'], 3)}x (target 1.9x on the GPU)")
+    if out["serving"]:
+        sv = out["serving"]
+        rows.append(f"     serving c={sv['concurrency']}: {sv['dtype']} {fmt(sv['run']['output_tok_s'])} "
+                    f"output tok/s vs f16 {fmt(sv['f16_output_tok_s'])} = {sv['ratio']}x")
+    return out
 
 
 def main():
@@ -335,6 +392,7 @@ def main():
         rows.append("34/4 figure: transformers generate " + ", ".join(
             f"batch {b['batch']} {b.get('output_tok_s', b.get('error'))}" for b in hf.get("batches", [])))
     s["issue34"] = i34
+    s["issue38"] = issue38(d, cuda, model, rows, fmt)
     s["later"] = {n: st for n, st in stages.items() if n not in KNOWN_STAGES}
 
     s["issue33_items_1_3"] = all(i33[k]["status"] in ("pass", "pending validation") for k in ("item1", "item2", "item3"))

@@ -4,7 +4,7 @@
  * GOP/s on the SmolLM2-135M shapes, decode attention over a paged cache,
  * pool dispatch cost. Built by CMake with the rest (build/bin/kern_bench).
  * Usage: kern_bench [threads [section]]   (BRISK_CPU_LEVEL caps the SIMD level;
- * section: gemv, step, attn or gemm runs that one alone; "levels" times every
+ * section: gemv, step, attn, kvq or gemm runs that one alone; "levels" times every
  * SIMD level's own kernels side by side per weight type and batch size, the
  * evidence for the kernel table: not part of the default run). */
 #include <stdint.h>
@@ -105,6 +105,109 @@ static double bench_attention(int n_seq, int ctx, int reps, int per_head, int f1
     free(out);
     free(scratch);
     return best * 1e3;
+}
+
+/* The "kvq" section: one sequence's decode attention over a cache of each
+ * dtype (kern_kv.h) for SmolLM2-135M's shape (30 layers, 9 query heads over
+ * 3 KV heads of 64) at ctx positions, split into pool tasks as the forward
+ * pass splits a one-sequence step: hpt query heads a task (1: nine tasks, a
+ * KV head's rows read by three of them; 3: a task per KV head, each row read
+ * once). Every (layer) has its own shuffled 16-position blocks on 2 MiB
+ * pages, written by the store op from random rows; best of reps, ms per
+ * token (all layers), and the KV bytes read once per token (the roofline's
+ * share of the cache). */
+typedef struct kvq_job {
+    const kern_kv_view *views; /* [n_layers] */
+    const float *q;
+    float *out, *scratch;
+    int layer, hpt, ctx;
+} kvq_job;
+
+static void kvq_task(void *ctx, int task, int thread) {
+    const kvq_job *j = ctx;
+    const int group = 3, hd = 64, q_dim = 9 * 64, h = task * j->hpt;
+    kern_attention_rows_gqa(j->out + (size_t)h * hd, q_dim, j->q + (size_t)h * hd, q_dim, 1, j->hpt,
+                            j->ctx - 1, &j->views[j->layer], h / group, hd, 0.125f,
+                            j->scratch + (size_t)thread * group * j->ctx);
+}
+
+typedef struct kvq_cache {
+    kern_kv_dtype dt;
+    uint8_t *k, *v;
+    int32_t *table;
+    kern_kv_view *views; /* [30] */
+    double kv_bytes;     /* read once per token */
+} kvq_cache;
+
+static void kvq_free(kvq_cache *c) {
+    free(c->k), free(c->v), free(c->table), free(c->views);
+}
+
+/* A cache of dtype dt holding ctx positions of every layer. 0 or -1. */
+static int kvq_make(kvq_cache *c, kern_kv_dtype dt, int ctx) {
+    const int n_layers = 30, n_kv = 3, hd = 64, kd = n_kv * hd, bs = 16;
+    const int nblk = (ctx + bs - 1) / bs, total = n_layers * nblk;
+    const size_t lb = kern_kv_layer_block_bytes(dt, kd, hd, bs);
+    const size_t huge = (size_t)2 << 20, bytes = (lb * (size_t)total + huge - 1) & ~(huge - 1);
+    memset(c, 0, sizeof *c);
+    c->dt = dt;
+    c->k = aligned_alloc(huge, bytes), c->v = aligned_alloc(huge, bytes);
+    c->table = malloc((size_t)total * sizeof(int32_t));
+    c->views = calloc((size_t)n_layers, sizeof *c->views);
+    c->kv_bytes = (double)lb / bs * ctx * n_layers * 2;
+    if (!c->k || !c->v || !c->table || !c->views)
+        return -1;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(c->k, bytes, MADV_HUGEPAGE);
+    (void)madvise(c->v, bytes, MADV_HUGEPAGE);
+#endif
+    uint64_t x = 0x9E3779B97F4A7C15ULL;
+    for (int i = 0; i < total; i++)
+        c->table[i] = i;
+    for (int i = total - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1)), t = c->table[i];
+        c->table[i] = c->table[j], c->table[j] = t;
+    }
+    size_t unit = kern_kv_unit_bytes(dt);
+    float row_k[192], row_v[192];
+    for (int l = 0; l < n_layers; l++) {
+        kern_kv_view *w = &c->views[l];
+        w->block_table = c->table + (size_t)l * nblk;
+        w->block_size = bs;
+        w->block_stride = lb / unit;
+        w->row_stride = (size_t)kd;
+        w->dtype = dt;
+        w->scale_off = kern_kv_scale_off(dt, kd, bs);
+        if (dt == KERN_KV_F16)
+            w->k16 = (uint16_t *)(void *)c->k, w->v16 = (uint16_t *)(void *)c->v;
+        else if (dt == KERN_KV_F32)
+            w->k = (float *)(void *)c->k, w->v = (float *)(void *)c->v;
+        else
+            w->kq = c->k, w->vq = c->v;
+        for (int p = 0; p < ctx; p++) {
+            for (int i = 0; i < kd; i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                row_k[i] = (float)((int)(x >> 40 & 0xffff) - 32768) / 32768.0f;
+                row_v[i] = (float)((int)(x >> 24 & 0xffff) - 32768) / 32768.0f;
+            }
+            kern_kv_store(w, p, row_k, row_v, kd, hd);
+        }
+    }
+    return 0;
+}
+
+/* One token's attention over every layer of c, ms. */
+static double kvq_time(kern_pool *pool, const kvq_cache *c, int ctx, int hpt, float *scratch) {
+    float q[9 * 64], out[9 * 64];
+    for (int i = 0; i < 9 * 64; i++)
+        q[i] = (float)(i % 17) / 17.0f - 0.5f;
+    double t = now_s();
+    for (int l = 0; l < 30; l++) {
+        kvq_job j = {c->views, q, out, scratch, l, hpt, ctx};
+        kern_pool_run(pool, kvq_task, &j, 9 / hpt);
+    }
+    return (now_s() - t) * 1e3;
 }
 
 /* The "levels" section: one matrix (weights replicated to >= 256 MiB on
@@ -267,6 +370,37 @@ int main(int argc, char **argv) {
                    "%.2f ms per KV head; cache-resident (1 seq, x16): %.2f ms\n",
                    ctx, f16 ? "f16" : "f32", bench_attention(16, ctx, 5, 0, f16),
                    bench_attention(16, ctx, 5, 1, f16), 16 * bench_attention(1, ctx, 20, 0, f16));
+    }
+    /* One sequence's decode attention per KV dtype, as the forward pass
+     * splits it; the dtypes interleaved round by round (a drift of a shared
+     * machine hits them alike), best of the rounds. */
+    const kern_kv_dtype kvq[] = {KERN_KV_F16, KERN_KV_Q8_0, KERN_KV_Q4_0};
+    const int kvq_ctx[] = {512, 4000, 6000};
+    for (int ci = 0; ci < 3 && run("kvq"); ci++) {
+        int ctx = kvq_ctx[ci], nt = kern_pool_size(pool);
+        kvq_cache caches[3];
+        float *scratch = malloc(sizeof(float) * (size_t)nt * 3 * (size_t)ctx);
+        int ok = scratch != NULL;
+        for (int d = 0; d < 3; d++)
+            ok &= kvq_make(&caches[d], kvq[d], ctx) == 0;
+        for (int hpt = 1; ok && hpt <= 3; hpt += 2) {
+            double best[3] = {1e30, 1e30, 1e30};
+            for (int r = 0; r < 15; r++)
+                for (int d = 0; d < 3; d++) {
+                    double ms = kvq_time(pool, &caches[d], ctx, hpt, scratch);
+                    best[d] = ms < best[d] ? ms : best[d];
+                }
+            for (int d = 0; d < 3; d++)
+                printf("attention decode, 1 seq x ctx %d, SmolLM2 shape, %-4s KV, %d heads a task "
+                       "(%d tasks): %7.3f ms/token (%.2fx f16), KV %6.1f MB/token, %5.1f GB/s "
+                       "[%s]\n",
+                       ctx, kern_kv_dtype_name(kvq[d]), hpt, 9 / hpt, best[d], best[0] / best[d],
+                       caches[d].kv_bytes / 1e6, caches[d].kv_bytes / best[d] / 1e6,
+                       kern_attention_level_name_kv(64, kvq[d]));
+        }
+        for (int d = 0; d < 3; d++)
+            kvq_free(&caches[d]);
+        free(scratch);
     }
     /* Prefill: n_tok = 512. */
     const int gemm[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};

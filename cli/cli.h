@@ -21,7 +21,8 @@ typedef struct cli_generate_opts {
     model_weights_fmt weights;
     model_sampling sampling;
     model_device device;
-    int cuda_graphs; /* 0: --no-cuda-graphs */
+    int cuda_graphs;        /* 0: --no-cuda-graphs */
+    kern_kv_dtype kv_dtype; /* --kv-cache-dtype (f16) */
 } cli_generate_opts;
 
 typedef struct cli_bench_opts {
@@ -29,8 +30,9 @@ typedef struct cli_bench_opts {
     model_weights_fmt weights;
     model_device device;
     long threads, n_pp, n_tg, reps;
-    int cuda_graphs; /* 0: --no-cuda-graphs */
-    int kv_f16;      /* --kv-cache-dtype f16 (brisk serve's default, as llama-bench's) */
+    long depth;             /* --depth: positions of context before tg (llama-bench's -d) */
+    int cuda_graphs;        /* 0: --no-cuda-graphs */
+    kern_kv_dtype kv_dtype; /* --kv-cache-dtype (f16: brisk serve's default, as llama-bench's) */
 } cli_bench_opts;
 
 typedef struct cli_tokenize_opts {

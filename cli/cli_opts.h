@@ -121,6 +121,7 @@ typedef enum {
     O_N_PROMPT,
     O_N_GEN,
     O_REPS,
+    O_DEPTH,
     /* tokenize, convert-llama2c */
     O_TEXT,
     O_OUT,

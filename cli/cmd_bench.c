@@ -1,6 +1,8 @@
 /* cmd_bench.c - `brisk bench`: llama-bench style throughput of the engine.
  *   pp<P>: one batched forward of P prompt tokens (tokens/s);
- *   tg<N>: N single-token decode steps from an empty context (tokens/s);
+ *   tg<N>: N single-token decode steps from an empty context, or after
+ *          --depth D positions of context filled first (llama-bench's -d;
+ *          tokens/s at that depth: attention reads the D positions' KV);
  * plus the machine's measured read-only memory bandwidth (read_bw_gb_s: the
  * CPU's pool threads reading 512 MiB, CUDA's streaming reduction over 2 GiB)
  * and the decode roofline it implies (tg_roofline_tok_s = that bandwidth /
@@ -54,10 +56,30 @@ static int bench_pp(model_backend *be, kv_cache *kv, const int32_t *ids, int n, 
     return rc;
 }
 
-static int bench_tg(model_backend *be, kv_cache *kv, const int32_t *ids, int n, double *secs) {
+/* One forward of ids[p0, p0 + n) at their positions (filling the context). */
+static int bench_fill(model_backend *be, kv_cache *kv, const int32_t *ids, int p0, int n) {
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *seq = calloc((size_t)n, sizeof *seq);
+    int rc = BRISK_ENOMEM;
+    if (pos && seq) {
+        for (int i = 0; i < n; i++)
+            pos[i] = p0 + i;
+        model_batch b = {n, ids + p0, pos, seq, NULL, NULL};
+        int n_out;
+        rc = model_backend_forward(be, kv, &b, &n_out);
+    }
+    free(pos);
+    free(seq);
+    return rc;
+}
+
+/* n decode steps at positions pos0, pos0 + 1, ... (the KV before pos0 is
+ * already written). */
+static int bench_tg(model_backend *be, kv_cache *kv, const int32_t *ids, int pos0, int n,
+                    double *secs) {
     const int32_t seq0 = 0;
     double t0 = brisk_now();
-    for (int i = 0; i < n; i++) {
+    for (int i = pos0; i < pos0 + n; i++) {
         int32_t pos = i;
         model_batch b = {1, &ids[i], &pos, &seq0, NULL, NULL};
         int n_out;
@@ -91,7 +113,7 @@ int cmd_bench(int argc, char **argv) {
                         .n_tg = 128,
                         .reps = 3,
                         .cuda_graphs = 1,
-                        .kv_f16 = 1};
+                        .kv_dtype = KERN_KV_F16};
     cli_vals v;
     int prc = cli_opts_parse(CLI_BENCH, argc, argv, &v);
     if (prc != CLI_OK)
@@ -119,20 +141,26 @@ int cmd_bench(int argc, char **argv) {
     int32_t *ids = NULL;
     if (!pool)
         goto out;
-    int n_ctx = (int)(n_pp > n_tg ? n_pp : n_tg);
+    long depth = o.depth;
+    int n_ctx = (int)(n_pp > depth + n_tg ? n_pp : depth + n_tg);
     if (n_ctx < 1)
         n_ctx = 1;
+    /* The depth is filled in chunks of the pp size (at most 512 when there
+     * is no pp test). */
+    int chunk = n_pp > 0 ? (int)n_pp : depth < 512 ? (int)depth : 512;
+    if (chunk < 1)
+        chunk = 1;
     sched_setup_opts so = {.model_path = o.model,
                            .dummy = o.dummy,
                            .tokenizer = o.tokenizer,
                            .weights = o.weights,
                            .device = o.device,
                            .pool = pool,
-                           .max_batch_tokens = n_pp > 0 ? (int)n_pp : 1,
+                           .max_batch_tokens = chunk,
                            .max_ctx = n_ctx,
                            .max_seqs = 1,
                            .cuda_graphs = o.cuda_graphs,
-                           .kv_f16 = o.kv_f16,
+                           .kv_dtype = o.kv_dtype,
                            .kv_exact = 1};
     if (sched_setup_create(&so, &st, err, sizeof err) < 0) {
         cli_error("%s", err);
@@ -151,8 +179,16 @@ int cmd_bench(int argc, char **argv) {
 
     /* Warm-up: page the weights in and let the pool's threads settle. */
     double secs, best_pp = 0, best_tg = 0;
-    if (bench_tg(be, kv, ids, n_tg < 8 ? (int)n_tg : 8, &secs) < 0)
+    if (bench_tg(be, kv, ids, 0, n_tg < 8 ? (int)n_tg : 8, &secs) < 0)
         goto out;
+    /* The context of the depth, once, in chunks: later passes (the pp test,
+     * each tg rep) write the same tokens at the same positions, so the same
+     * K/V (batch invariance), and tg reads positions [0, depth) as filled. */
+    for (long p = 0; p < depth; p += chunk) {
+        int k = depth - p < chunk ? (int)(depth - p) : chunk;
+        if (bench_fill(be, kv, ids, (int)p, k) < 0)
+            goto out;
+    }
     for (long r = 0; r < o.reps; r++) {
         if (n_pp > 0) {
             if (bench_pp(be, kv, ids, (int)n_pp, &secs) < 0)
@@ -161,7 +197,7 @@ int cmd_bench(int argc, char **argv) {
                 best_pp = secs;
         }
         if (n_tg > 0) {
-            if (bench_tg(be, kv, ids, (int)n_tg, &secs) < 0)
+            if (bench_tg(be, kv, ids, (int)depth, (int)n_tg, &secs) < 0)
                 goto out;
             if (best_tg == 0 || secs < best_tg)
                 best_tg = secs;
@@ -183,11 +219,21 @@ int cmd_bench(int argc, char **argv) {
     printf(
         ", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, "
         "\"weight_bytes\": %zu, \"pp\": %ld, \"pp_tok_s\": %.2f, \"tg\": %ld, \"tg_tok_s\": %.2f, "
-        "\"kv_dtype\": \"%s\", \"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": %.2f, "
+        "\"depth\": %ld, \"kv_dtype\": \"%s\", \"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": "
+        "%.2f, "
         "\"tg_frac_roofline\": %.3f, ",
         model_weights_fmt_name(o.weights), kern_pool_size(pool), (long long)model_n_params(m),
-        wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0, n_tg, tg_tps,
-        st.kv_f16 ? "f16" : "f32", bw, roof, roof > 0 ? tg_tps / roof : 0.0);
+        wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0, n_tg, tg_tps, depth,
+        kern_kv_dtype_name(st.kv_dtype), bw, roof, roof > 0 ? tg_tps / roof : 0.0);
+    /* At a depth the step also reads the KV cache: the positions' K and V
+     * of every layer (kern_kv.h's bytes), on average depth + n_tg / 2 of
+     * them; the roofline with them is the decode ceiling at that context. */
+    kv_cache_shape sh;
+    kv_cache_get_shape(kv, &sh);
+    double kv_pos = (double)sh.block_bytes / (double)kv_cache_block_size(kv);
+    double kv_read = kv_pos * ((double)depth + (double)n_tg / 2.0);
+    printf("\"kv_bytes_per_pos\": %.1f, \"tg_roofline_kv_tok_s\": %.2f, ", kv_pos,
+           bw * 1e9 / ((double)wbytes + kv_read));
     if (be->ops->copy_bw)
         printf("\"copy_bw_gb_s\": %.2f, ", copy_bw);
     else

@@ -21,6 +21,7 @@ static int generate_parse(int argc, char **argv, cli_generate_opts *o) {
     o->prompt = "";
     o->n_predict = 128;
     o->cuda_graphs = 1;
+    o->kv_dtype = KERN_KV_N_DTYPES; /* not given: the device's default (cmd_generate) */
     o->sampling = model_sampling_default();
     /* Defaults as llama.cpp's CLI: mildly creative, reproducible with --seed. */
     o->sampling.temperature = 0.8f;
@@ -164,9 +165,9 @@ int cmd_generate(int argc, char **argv) {
         cli_error("cannot start the thread pool");
         goto out;
     }
-    /* One slot holding the whole context; f32 K/V on the CPU (the golden
-     * outputs are checked there), f16 on the GPU. The context and the chunk
-     * depend on the prompt, so the model comes first. */
+    /* One slot holding the whole context; without --kv-cache-dtype f32 K/V
+     * on the CPU (the golden outputs are checked there), f16 on the GPU. The
+     * context and the chunk depend on the prompt, so the model comes first. */
     sched_setup_opts so = {.model_path = o.model,
                            .dummy = o.dummy,
                            .tokenizer = o.tokenizer,
@@ -175,6 +176,8 @@ int cmd_generate(int argc, char **argv) {
                            .pool = pool,
                            .max_seqs = 1,
                            .cuda_graphs = o.cuda_graphs,
+                           .kv_dtype = o.kv_dtype,
+                           .kv_dtype_by_device = o.kv_dtype == KERN_KV_N_DTYPES,
                            .kv_exact = 1};
     double t_load = brisk_now();
     if (sched_setup_load(&so, &st, err, sizeof err) < 0) {

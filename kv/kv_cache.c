@@ -112,9 +112,15 @@ static int kv_plan_groups(const kv_cache_config *cfg, int *layer_group, int *lay
 }
 
 static int kv_config_ok(const kv_cache_config *cfg) {
-    return cfg && cfg->n_layers > 0 && cfg->kv_dim > 0 && cfg->block_size > 0 &&
-           cfg->max_seqs > 0 && cfg->max_seq_blocks > 0 && cfg->max_grow >= 0 &&
-           cfg->max_seq_blocks <= INT_MAX / cfg->block_size; /* capacities are ints */
+    char err[160];
+    if (!cfg || cfg->n_layers <= 0 || cfg->kv_dim <= 0 || cfg->block_size <= 0 ||
+        cfg->max_seqs <= 0 || cfg->max_seq_blocks <= 0 || cfg->max_grow < 0 ||
+        cfg->max_seq_blocks > INT_MAX / cfg->block_size) /* capacities are ints */
+        return 0;
+    /* The dtype must hold the rows: its groups lie within one head. */
+    int hd = kv_cfg_head_dim(cfg);
+    return cfg->head_dim >= 0 && cfg->kv_dim % hd == 0 &&
+           kern_kv_check(kv_cache_config_dtype(cfg), cfg->kv_dim / hd, hd, err, sizeof err) == 0;
 }
 
 /* The rest of *out from its groups (n_groups, layers_per_group set) and

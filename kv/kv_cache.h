@@ -2,8 +2,15 @@
  * a block table per sequence slot, reference counts, and a prefix cache.
  *
  * Memory. K and V are two arrays allocated once at create time, laid out
- * [n_layers][n_blocks][block_size][kv_dim] elements: f32, or IEEE f16 with
- * cfg.f16 (half the memory; the view then carries k16/v16). A sequence slot owns an
+ * [n_layers][n_blocks][block_size][kv_dim] values of cfg.dtype: f32, IEEE
+ * f16 (half the memory; the view then carries k16/v16), or a quantized
+ * dtype (kern_kv.h: q8_0, q4_0, int8, fp8; codes and fp16 scales in each
+ * layer-block, the view carries kq/vq). kern_kv_layer_block_bytes is the one
+ * rule for a block's bytes: the pool's size, kv_cache_shape.block_bytes (the
+ * engine's pool sizing and admission), kv_cache_bytes and what a copy on
+ * write moves all come from it. Offsets and strides below count the pool's
+ * units (kern_kv_unit_bytes: elements of the floats, bytes of the quantized
+ * dtypes). A sequence slot owns an
  * ordered list of block ids (its block table); position p of the slot lives
  * in block table[p / block_size] at row p % block_size. The forward pass
  * reads and writes K/V only through kv_cache_view, whose kern_kv_view the
@@ -69,7 +76,7 @@ typedef struct kv_cache_config {
     int max_seqs;       /* sequence slots */
     int max_seq_blocks; /* most blocks one slot may hold (its context / block_size, rounded up) */
     int prefix_cache;   /* 1: register full blocks and match prompts against them */
-    int f16;            /* 1: store K and V as f16 (default f32) */
+    int f16;            /* 1: f16 (the older spelling of dtype = KERN_KV_F16; dtype wins) */
     /* Sliding windows: n_layers entries, > 0 the positions a query of that
      * layer sees (see above), 0 full attention; NULL: no layer is windowed.
      * Borrowed for the call to create only. Ignored when max_grow is 0.
@@ -90,12 +97,23 @@ typedef struct kv_cache_config {
      * records the error and reports it at its next forward. */
     void (*copy_rows)(void *ctx, int32_t dst, int32_t src, int n_rows);
     void *copy_ctx;
+    /* The stored element (kern_kv.h); KERN_KV_F32 (0) with f16 set means f16. */
+    kern_kv_dtype dtype;
+    /* Values per KV head: the quantized dtypes' groups lie within one head
+     * (kern_kv_check); 0: kv_dim (one head; the floats need nothing else). */
+    int head_dim;
 } kv_cache_config;
 
 /* Bytes a pool of n_blocks blocks takes (K and V), f32 or (f16 = 1) f16;
  * 0 for a bad argument or an overflow. */
 size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_blocks);
 size_t kv_cache_pool_bytes_dtype(int n_layers, int kv_dim, int block_size, long n_blocks, int f16);
+/* The same for any dtype (head_dim as in kv_cache_config): n_blocks * 2 *
+ * n_layers * kern_kv_layer_block_bytes. */
+size_t kv_cache_pool_bytes_kv(kern_kv_dtype dtype, int n_layers, int kv_dim, int head_dim,
+                              int block_size, long n_blocks);
+/* The dtype a configuration stores (dtype, or f16 when dtype is F32). */
+kern_kv_dtype kv_cache_config_dtype(const kv_cache_config *cfg);
 
 /* How a configuration lays out its pool (cfg.n_blocks is not read). */
 typedef struct kv_cache_shape {
@@ -129,15 +147,26 @@ int kv_cache_max_ctx(const kv_cache *kv);
 /* Bytes of K plus V in the layout (the zero block included); with external
  * storage, what its owner allocates. */
 size_t kv_cache_bytes(const kv_cache *kv);
+/* The stored element. */
+kern_kv_dtype kv_cache_dtype(const kv_cache *kv);
+/* Bytes from a layer-block's start that a copy of its rows [0, n_rows)
+ * must move, in each layer, K and V alike: n_rows rows of the floats; the
+ * whole layer-block of a quantized dtype (its scales follow every row). An
+ * owner of external storage copies this much (kv_cache_config.copy_rows). */
+size_t kv_cache_copy_bytes(const kv_cache *kv, int n_rows);
 /* Where layer `layer` lies in the pool: *group gets the group whose block
- * tables address it (kv_cache_seq_table), *base the elements before its rows
- * of block 0 (grouped: its index in its group times block_size * kv_dim;
- * else layer * n_blocks * block_size * kv_dim). Row p of a slot is then at
- * base + table[p / block_size] * block_stride + (p % block_size) * row_stride,
- * the strides kv_cache_view gives. 0, or BRISK_ERANGE for a bad layer. */
+ * tables address it (kv_cache_seq_table), *base the units before its rows
+ * of block 0 (grouped: its index in its group times a layer-block's units;
+ * else layer * n_blocks * a layer-block's units). Row p of a slot is then at
+ * base + table[p / block_size] * block_stride + (p % block_size) * row_stride
+ * (the floats), or in the layer-block at base + table[p / block_size] *
+ * block_stride bytes (the quantized: kern_ops.h's kern_kv_view), with the
+ * strides kv_cache_view gives. 0, or BRISK_ERANGE for a bad layer. */
 int kv_cache_layer_place(const kv_cache *kv, int layer, int *group, size_t *base);
 
-/* Fills *out for (layer, slot). Returns 0, or BRISK_ERANGE for a bad index. */
+/* Fills *out for (layer, slot): pointers, block table, strides, and for a
+ * quantized dtype dtype and scale_off (also with external storage, whose
+ * pointers are NULL). Returns 0, or BRISK_ERANGE for a bad index. */
 int kv_cache_view(kv_cache *kv, int layer, int seq, kern_kv_view *out);
 
 /* ---- slots --------------------------------------------------------------- */

@@ -37,7 +37,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "kernels/cpu/kern_types.h"
+#include "kernels/cpu/kern_kv.h"
 #include "kv/kv_cache.h"
 
 #define KV_NONE (-1)
@@ -51,12 +51,14 @@
 
 /* The block pool (kv_pool.c). */
 typedef struct kv_pool {
-    /* Storage. */
-    kern_type type;       /* the stored element (kv_pool.c's one rule): F32 or F16 */
-    size_t elem;          /* its bytes */
-    size_t block_floats;  /* block_size * kv_dim: elements of one block in one layer */
-    size_t block_stride;  /* elements between consecutive block ids */
-    size_t *layer_base;   /* [n_layers]: elements before the layer's rows of block 0 */
+    /* Storage, in units (kern_kv_unit_bytes: elements of f32/f16, bytes of
+     * the quantized dtypes). */
+    kern_kv_dtype dtype;  /* the stored element (kv_pool.c's one rule) */
+    size_t unit;          /* bytes of a unit */
+    size_t block_units;   /* one layer-block (block_size positions of one layer) */
+    size_t scale_off;     /* quantized: bytes from a layer-block's start to its scales */
+    size_t block_stride;  /* units between consecutive block ids */
+    size_t *layer_base;   /* [n_layers]: units before the layer's rows of block 0 */
     int32_t hole;         /* the zero block released entries point at (KV_NONE: none) */
     size_t bytes;         /* bytes of K plus V */
     unsigned char *k, *v; /* the pool's K and V, laid out as kv_cache.h says; NULL external */
@@ -166,10 +168,12 @@ enum {
 
 /* ---- the block pool (kv_pool.c) ------------------------------------------- */
 
-/* 1 if the K/V arrays of cfg's pool (every layer, plus the zero block) have
- * a size a size_t holds at the widest element; checked before anything is
- * allocated. */
+/* 1 if cfg's dtype can hold its rows (kern_kv_check) and the K/V arrays of
+ * its pool (every layer, plus the zero block) have a size a size_t holds;
+ * checked before anything is allocated. */
 int kv_pool_fits(const kv_cache_config *cfg);
+/* cfg's head size (head_dim, else kv_dim). */
+int kv_cfg_head_dim(const kv_cache_config *cfg);
 /* K plus V bytes of one block holding `layers` layers of cfg's rows, in
  * cfg's element type; 0 on overflow. */
 size_t kv_pool_block_bytes(const kv_cache_config *cfg, int layers);

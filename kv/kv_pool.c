@@ -4,26 +4,28 @@
  *
  * Storage. Everything that depends on what one stored element is (its
  * bytes, the pool's size, the view's pointers, the bytes a copy-on-write
- * moves) is in this file, in terms of kv_elem_type, a row of the kernels'
- * type table (kern_type_traits): a new element type (a quantized block,
- * fp8) changes this file and no other part of the cache. */
+ * moves) is in this file, in terms of a dtype of the kernels' KV table
+ * (kern_kv.h) and its layer-block bytes: a new dtype changes that table and
+ * no part of the cache. */
 #include <assert.h>
 #include <string.h>
 
 #include "common/brisk_error.h"
-#include "kernels/cpu/kern_types.h"
 #include "kv/kv_internal.h"
 
 /* ---- storage ------------------------------------------------------------- */
 
-/* The one rule for the stored element: IEEE f16 with cfg.f16, else f32, a
- * type of the kernels' type table, which gives its bytes. */
-static kern_type kv_elem_type(int f16) {
-    return f16 ? KERN_TYPE_F16 : KERN_TYPE_F32;
+/* The one rule for the stored element is kern_kv.h's: a dtype, whose
+ * layer-block bytes (kern_kv_layer_block_bytes) size everything here. */
+
+kern_kv_dtype kv_cache_config_dtype(const kv_cache_config *cfg) {
+    if (cfg->dtype != KERN_KV_F32)
+        return cfg->dtype;
+    return cfg->f16 ? KERN_KV_F16 : KERN_KV_F32;
 }
 
-static size_t kv_elem_bytes(int f16) {
-    return kern_type_block_bytes(kv_elem_type(f16));
+int kv_cfg_head_dim(const kv_cache_config *cfg) {
+    return cfg->head_dim > 0 ? cfg->head_dim : cfg->kv_dim;
 }
 
 size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_blocks) {
@@ -31,25 +33,37 @@ size_t kv_cache_pool_bytes(int n_layers, int kv_dim, int block_size, long n_bloc
 }
 
 size_t kv_cache_pool_bytes_dtype(int n_layers, int kv_dim, int block_size, long n_blocks, int f16) {
-    size_t s = 2 * kv_elem_bytes(f16);
+    return kv_cache_pool_bytes_kv(f16 ? KERN_KV_F16 : KERN_KV_F32, n_layers, kv_dim, kv_dim,
+                                  block_size, n_blocks);
+}
+
+size_t kv_cache_pool_bytes_kv(kern_kv_dtype dtype, int n_layers, int kv_dim, int head_dim,
+                              int block_size, long n_blocks) {
     if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0)
         return 0;
-    if (!kv_mul(s, (size_t)n_layers, &s) || !kv_mul(s, (size_t)kv_dim, &s) ||
-        !kv_mul(s, (size_t)block_size, &s) || !kv_mul(s, (size_t)n_blocks, &s))
+    size_t s =
+        kern_kv_layer_block_bytes(dtype, kv_dim, head_dim > 0 ? head_dim : kv_dim, block_size);
+    if (s == 0 || !kv_mul(s, 2, &s) || !kv_mul(s, (size_t)n_layers, &s) ||
+        !kv_mul(s, (size_t)n_blocks, &s))
         return 0;
     return s;
 }
 
 size_t kv_pool_block_bytes(const kv_cache_config *cfg, int layers) {
-    return kv_cache_pool_bytes_dtype(layers, cfg->kv_dim, cfg->block_size, 1, cfg->f16);
+    return kv_cache_pool_bytes_kv(kv_cache_config_dtype(cfg), layers, cfg->kv_dim,
+                                  kv_cfg_head_dim(cfg), cfg->block_size, 1);
 }
 
 int kv_pool_fits(const kv_cache_config *cfg) {
-    size_t check;
-    return kv_mul((size_t)cfg->block_size, (size_t)cfg->kv_dim, &check) &&
-           kv_mul(check, (size_t)cfg->n_blocks + 1, &check) &&
-           kv_mul(check, (size_t)cfg->n_layers, &check) &&
-           kv_mul(check, 2 * kv_elem_bytes(0), &check); /* f32: the widest element */
+    char err[160];
+    int hd = kv_cfg_head_dim(cfg);
+    if (cfg->kv_dim % hd != 0 ||
+        kern_kv_check(kv_cache_config_dtype(cfg), cfg->kv_dim / hd, hd, err, sizeof err) < 0)
+        return 0;
+    size_t check =
+        kern_kv_layer_block_bytes(kv_cache_config_dtype(cfg), cfg->kv_dim, hd, cfg->block_size);
+    return check != 0 && kv_mul(check, (size_t)cfg->n_blocks + 1, &check) &&
+           kv_mul(check, (size_t)cfg->n_layers, &check) && kv_mul(check, 2, &check);
 }
 
 /* A pool of `bytes` zeroed bytes, its start 64-byte aligned within *mem.
@@ -75,25 +89,27 @@ int kv_pool_init(kv_cache *kv, const int *layer_idx) {
         windowed |= kv->group_window[g] > 0;
     /* With windows one more block: the zero rows released entries point at. */
     size_t n_store = (size_t)cfg->n_blocks + (size_t)windowed;
-    size_t block_floats, pool_floats, pool_bytes, kv_bytes;
-    if (!kv_mul((size_t)cfg->block_size, (size_t)cfg->kv_dim, &block_floats) ||
-        !kv_mul(block_floats, n_store, &pool_floats) ||
-        !kv_mul(pool_floats, (size_t)kv->layers_per_group, &pool_floats) ||
-        !kv_mul(pool_floats, kv_elem_bytes(cfg->f16), &pool_bytes) || pool_bytes > SIZE_MAX - 64 ||
+    p->dtype = kv_cache_config_dtype(cfg);
+    p->unit = kern_kv_unit_bytes(p->dtype);
+    size_t lb =
+        kern_kv_layer_block_bytes(p->dtype, cfg->kv_dim, kv_cfg_head_dim(cfg), cfg->block_size);
+    size_t block_units = lb / p->unit, pool_units, pool_bytes, kv_bytes;
+    if (lb == 0 || !kv_mul(block_units, n_store, &pool_units) ||
+        !kv_mul(pool_units, (size_t)kv->layers_per_group, &pool_units) ||
+        !kv_mul(pool_units, p->unit, &pool_bytes) || pool_bytes > SIZE_MAX - 64 ||
         !kv_mul(pool_bytes, 2, &kv_bytes))
         return BRISK_ERANGE;
-    p->type = kv_elem_type(cfg->f16);
-    p->elem = kv_elem_bytes(cfg->f16);
     p->bytes = kv_bytes;
-    p->block_floats = block_floats;
+    p->block_units = block_units;
+    p->scale_off = kern_kv_scale_off(p->dtype, cfg->kv_dim, cfg->block_size);
     p->hole = windowed ? cfg->n_blocks : KV_NONE;
-    p->block_stride = windowed ? (size_t)kv->layers_per_group * block_floats : block_floats;
+    p->block_stride = windowed ? (size_t)kv->layers_per_group * block_units : block_units;
     p->layer_base = kv_calloc((size_t)cfg->n_layers, sizeof *p->layer_base);
     if (!p->layer_base)
         return BRISK_ENOMEM;
     for (int l = 0; l < cfg->n_layers; l++)
-        p->layer_base[l] = windowed ? (size_t)layer_idx[l] * block_floats
-                                    : (size_t)l * (size_t)cfg->n_blocks * block_floats;
+        p->layer_base[l] = windowed ? (size_t)layer_idx[l] * block_units
+                                    : (size_t)l * (size_t)cfg->n_blocks * block_units;
     int external = cfg->copy_rows != NULL; /* K/V live in the caller's (device) pool */
     if (!external) {
         p->k = kv_storage_alloc(pool_bytes, &p->k_mem);
@@ -136,33 +152,51 @@ size_t kv_cache_bytes(const kv_cache *kv) {
     return kv->pool.bytes;
 }
 
+kern_kv_dtype kv_cache_dtype(const kv_cache *kv) {
+    return kv->pool.dtype;
+}
+
+size_t kv_cache_copy_bytes(const kv_cache *kv, int n_rows) {
+    const kv_pool *p = &kv->pool;
+    if (kern_kv_is_quant(p->dtype)) /* the scales lie after every row's codes */
+        return p->block_units * p->unit;
+    return (size_t)n_rows * (size_t)kv->cfg.kv_dim * p->unit;
+}
+
 void kv_pool_view(const kv_cache *kv, int layer, kern_kv_view *out) {
     const kv_pool *p = &kv->pool;
-    size_t off = p->layer_base[layer] * p->elem;
-    if (!p->k) { /* external storage: the owner of the pool adds the layer offset */
-        out->k = out->v = NULL;
-        out->k16 = out->v16 = NULL;
-    } else {
-        int f32 = p->type == KERN_TYPE_F32;
-        out->k = f32 ? (float *)(void *)(p->k + off) : NULL;
-        out->v = f32 ? (float *)(void *)(p->v + off) : NULL;
-        out->k16 = f32 ? NULL : (uint16_t *)(void *)(p->k + off);
-        out->v16 = f32 ? NULL : (uint16_t *)(void *)(p->v + off);
+    size_t off = p->layer_base[layer] * p->unit;
+    out->k = out->v = NULL;
+    out->k16 = out->v16 = NULL;
+    out->kq = out->vq = NULL;
+    if (p->k) { /* external storage: the owner of the pool adds the layer offset */
+        if (p->dtype == KERN_KV_F32) {
+            out->k = (float *)(void *)(p->k + off);
+            out->v = (float *)(void *)(p->v + off);
+        } else if (p->dtype == KERN_KV_F16) {
+            out->k16 = (uint16_t *)(void *)(p->k + off);
+            out->v16 = (uint16_t *)(void *)(p->v + off);
+        } else {
+            out->kq = p->k + off;
+            out->vq = p->v + off;
+        }
     }
+    out->dtype = p->dtype;
+    out->scale_off = p->scale_off;
     out->block_stride = p->block_stride;
     out->row_stride = (size_t)kv->cfg.kv_dim;
 }
 
 void kv_pool_copy_rows(kv_cache *kv, int g, int32_t dst, int32_t src, int rows) {
     const kv_pool *p = &kv->pool;
-    size_t n = (size_t)rows * (size_t)kv->cfg.kv_dim * p->elem;
+    size_t n = kv_cache_copy_bytes(kv, rows);
     if (kv->cfg.copy_rows && rows > 0)
         kv->cfg.copy_rows(kv->cfg.copy_ctx, dst, src, rows);
     for (int l = 0; p->k && l < kv->cfg.n_layers; l++) {
         if (kv->layer_group[l] != g)
             continue;
-        size_t to = (p->layer_base[l] + (size_t)dst * p->block_stride) * p->elem;
-        size_t from = (p->layer_base[l] + (size_t)src * p->block_stride) * p->elem;
+        size_t to = (p->layer_base[l] + (size_t)dst * p->block_stride) * p->unit;
+        size_t from = (p->layer_base[l] + (size_t)src * p->block_stride) * p->unit;
         memcpy(p->k + to, p->k + from, n);
         memcpy(p->v + to, p->v + from, n);
     }

@@ -80,7 +80,7 @@ static void cuda_stage(cuda_backend *cb, kv_cache *kv, const model_batch *b, int
             const int32_t *table = kv_cache_seq_table(kv, b->seq[i], g);
             cb->h_slots[(size_t)g * rows + i] =
                 (int64_t)table[pos / bs] * (int64_t)cb->block_stride +
-                (int64_t)(pos % bs) * (int64_t)cb->row_stride;
+                (int64_t)(pos % bs) * (int64_t)cb->slot_row;
             if (start) {
                 int32_t *row = cb->h_bt + ((size_t)g * runs + (size_t)(n_runs - 1)) * mb;
                 memcpy(row, table, (size_t)nb * sizeof(int32_t));
@@ -189,8 +189,9 @@ static int cuda_step(cuda_backend *cb, int l, int step, int n, int n_runs, int m
     const int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
     /* The layer's rows of block 0, and its group's slots and block tables
      * (cuda_stage's strides: n rows, n_runs runs). */
-    uint16_t *kp = cb->k_pool + cb->layer_base[l];
-    uint16_t *vp = cb->v_pool + cb->layer_base[l];
+    uint8_t *kp = cb->k_pool + cb->layer_base[l] * cb->kv_unit;
+    uint8_t *vp = cb->v_pool + cb->layer_base[l] * cb->kv_unit;
+    const int quant = kern_kv_is_quant(cb->kv_dtype);
     const size_t group = (size_t)cb->layer_group[l];
     const float *pending = *resid ? cb->xb2 : NULL;
     switch (step) {
@@ -220,20 +221,25 @@ static int cuda_step(cuda_backend *cb, int l, int step, int n, int n_runs, int m
         return kern_cuda_rope_ex(cb->k, cb->qkv_ld, n, c->n_kv_heads, c->head_dim, c->n_rot,
                                  cb->d_pos, L->rope_base, L->rope_freq_scale, cb->rope_freqs,
                                  c->rope_attn_factor, c->rope_mode, s);
-    case MODEL_STEP_KV_STORE:
-        return kern_cuda_kv_store(kp, vp, cb->k, cb->v, cb->qkv_ld, cb->d_slots + group * n, n,
-                                  kv_dim, s);
+    case MODEL_STEP_KV_STORE: /* f16, or int8 / fp8 codes with a scale per head */
+        if (quant)
+            return kern_cuda_kv_store_q(kp, vp, cb->kv_dtype, cb->k, cb->v, cb->qkv_ld,
+                                        cb->d_slots + group * n, n, c->n_kv_heads, c->head_dim,
+                                        cb->block_size, cb->block_stride, cb->scale_off, s);
+        return kern_cuda_kv_store((uint16_t *)(void *)kp, (uint16_t *)(void *)vp, cb->k, cb->v,
+                                  cb->qkv_ld, cb->d_slots + group * n, n, kv_dim, s);
     case MODEL_STEP_ATTENTION: { /* the scale is 1 / sqrt(head_dim) unless the family says */
         const int32_t *bt = cb->d_bt + group * (size_t)n_runs * (size_t)cb->max_blocks;
         if (decode)
-            return kern_cuda_attn_decode_ex(
-                cb->att, cb->q, kp, vp, bt, cb->max_blocks, cb->d_ctx, n, c->n_heads, c->n_kv_heads,
-                c->head_dim, cb->block_size, cb->block_stride, cb->row_stride, c->attn_scale,
-                L->window, L->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s);
-        return kern_cuda_attn_prefill_ex(
-            cb->att, cb->q, (size_t)q_dim, kp, vp, bt, cb->max_blocks, cb->d_runs, n_runs, max_run,
-            c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size, cb->block_stride,
-            cb->row_stride, c->attn_scale, L->window, L->attn_softcap, s);
+            return kern_cuda_attn_decode_kv(cb->att, cb->q, kp, vp, cb->kv_dtype, cb->scale_off, bt,
+                                            cb->max_blocks, cb->d_ctx, n, c->n_heads, c->n_kv_heads,
+                                            c->head_dim, cb->block_size, cb->block_stride,
+                                            cb->row_stride, c->attn_scale, L->window,
+                                            L->attn_softcap, cb->attn_ws, cb->attn_ws_bytes, s);
+        return kern_cuda_attn_prefill_kv(
+            cb->att, cb->q, (size_t)q_dim, kp, vp, cb->kv_dtype, cb->scale_off, bt, cb->max_blocks,
+            cb->d_runs, n_runs, max_run, c->n_heads, c->n_kv_heads, c->head_dim, cb->block_size,
+            cb->block_stride, cb->row_stride, c->attn_scale, L->window, L->attn_softcap, s);
     }
     case MODEL_STEP_ATTN_OUT:
         return kern_cuda_matmul(cb->mm, &L->wo, cb->att, n, cb->xb2, (size_t)dim, cb->mm_ws,

@@ -112,9 +112,14 @@ typedef struct cuda_backend {
     /* KV pool (kv_create), laid out as the host kv_cache says: one table per
      * layer group; grouped (sliding windows released), a block holds
      * layers_per_group layers, else every layer has its own run of blocks */
-    uint16_t *k_pool, *v_pool;
-    size_t block_stride, row_stride; /* elements between block ids, between rows */
-    size_t *layer_base;              /* [n_layers]: elements before the layer's rows of block 0 */
+    uint8_t *k_pool, *v_pool;        /* bytes; f16 halves or int8/fp8 codes and scales */
+    kern_kv_dtype kv_dtype;          /* f16, int8 or fp8 (kern_kv.h) */
+    size_t kv_unit;                  /* bytes of a unit of the strides and bases (2, or 1) */
+    size_t scale_off;                /* quantized: a layer-block's scale plane (bytes) */
+    size_t block_stride, row_stride; /* units between block ids; values between rows */
+    size_t slot_row;                 /* a slot's step per row: row_stride (f16), 1 (codes) */
+    size_t *layer_base;              /* [n_layers]: units before the layer's rows of block 0 */
+    const kv_cache *kv_books;        /* borrowed: the host books (copy sizes) */
     int *layer_group;                /* [n_layers]: the group whose tables address the layer */
     int n_groups;                    /* block tables per sequence */
     int max_runs; /* runs a batch may have: max_batch_tokens, max_seqs with groups (kv_create) */

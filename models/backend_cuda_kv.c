@@ -3,6 +3,9 @@
  * layer lies), copy-on-write copies on the stream, and the budget
  * --gpu-memory-utilization leaves for it.
  *
+ * The pool holds the dtype the host cache was made with (f16, or int8 / fp8
+ * codes with their scales: kern_kv.h; the books' kv_cache_bytes and
+ * kv_cache_copy_bytes give every size, nothing here counts bytes itself).
  * The layout is the host cache's (kv_cache.h): one run of blocks per layer,
  * [n_layers][n_blocks][block_size][kv_dim], or, where sliding-window layers
  * release the blocks behind their window, layers grouped by window with a
@@ -37,10 +40,12 @@
  * places whichever group the block serves (copy_base: group 0's layers). */
 static void cuda_copy_rows(void *ctx, int32_t dst, int32_t src, int n_rows) {
     cuda_backend *cb = ctx;
-    size_t bytes = (size_t)n_rows * cb->row_stride * sizeof(uint16_t);
+    /* The books say how much (rows of f16, or a quantized layer-block with
+     * its scales); the offsets are in the pool's units. */
+    size_t bytes = kv_cache_copy_bytes(cb->kv_books, n_rows);
     for (int i = 0; i < cb->n_copy && !cb->kv_error; i++) {
-        size_t to = cb->copy_base[i] + (size_t)dst * cb->block_stride;
-        size_t from = cb->copy_base[i] + (size_t)src * cb->block_stride;
+        size_t to = (cb->copy_base[i] + (size_t)dst * cb->block_stride) * cb->kv_unit;
+        size_t from = (cb->copy_base[i] + (size_t)src * cb->block_stride) * cb->kv_unit;
         int rc = kern_cuda_copy(cb->k_pool + to, cb->k_pool + from, bytes, cb->stream);
         if (!rc)
             rc = kern_cuda_copy(cb->v_pool + to, cb->v_pool + from, bytes, cb->stream);
@@ -75,8 +80,15 @@ static int cuda_kv_layout(cuda_backend *cb, kv_cache *kv) {
             cb->copy_base[cb->n_copy++] = base;
     }
     cb->n_groups = sh.n_groups;
+    cb->kv_dtype = view.dtype;
+    cb->kv_unit = kern_kv_unit_bytes(view.dtype);
+    cb->scale_off = view.scale_off;
     cb->block_stride = view.block_stride;
     cb->row_stride = view.row_stride;
+    /* A quantized slot is the block's byte offset plus the row (the store
+     * kernel splits them: kern_cuda_kv_store_q); an f16 one the row's
+     * element offset. */
+    cb->slot_row = kern_kv_is_quant(view.dtype) ? 1 : view.row_stride;
     return 0;
 }
 
@@ -124,9 +136,10 @@ static int cuda_group_arrays(cuda_backend *cb) {
 int model_cuda_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cache **out) {
     cuda_backend *cb = (cuda_backend *)be;
     *out = NULL;
-    if (cb->k_pool || !cfg->f16 || cfg->n_layers != cb->c.n_layers ||
-        cfg->block_size != cb->o.block_size || cfg->kv_dim != cb->c.n_kv_heads * cb->c.head_dim ||
-        cfg->max_seq_blocks > cb->max_blocks || cfg->max_seqs <= 0)
+    if (cb->k_pool || !kern_kv_traits_of((int)kv_cache_config_dtype(cfg))->cuda ||
+        cfg->n_layers != cb->c.n_layers || cfg->block_size != cb->o.block_size ||
+        cfg->kv_dim != cb->c.n_kv_heads * cb->c.head_dim || cfg->max_seq_blocks > cb->max_blocks ||
+        cfg->max_seqs <= 0)
         return BRISK_EINVAL;
     /* The books first: they decide the layout (grouped by window or one
      * table) and the pool's size, the zero block included. */
@@ -138,6 +151,7 @@ int model_cuda_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cache
         return BRISK_ENOMEM;
     cb->block_size = cfg->block_size;
     cb->n_blocks = cfg->n_blocks;
+    cb->kv_books = kv;
     int rc = cuda_kv_layout(cb, kv);
     size_t bytes = kv_cache_bytes(kv) / 2; /* K, and as much again for V */
     if (!rc)
@@ -166,6 +180,7 @@ int model_cuda_kv_create(model_backend *be, const kv_cache_config *cfg, kv_cache
         free(cb->copy_base);
         cb->layer_base = NULL, cb->layer_group = NULL, cb->copy_base = NULL;
         cb->n_groups = cb->n_copy = 0;
+        cb->kv_books = NULL;
         return rc;
     }
     *out = kv;

@@ -210,18 +210,11 @@ static void forward_rope_token(const rope_job *j, int t, float *q, float *k) {
 
 static void forward_kv_store_token(const rope_job *j, int t, const float *k, const float *v) {
     const model_config *c = &j->m->cfg;
-    int kv_dim = c->n_kv_heads * c->head_dim, pos = j->b->pos[t];
     kern_kv_view view;
     kv_cache_view(j->kv, j->layer, j->b->seq[t], &view); /* indices validated up front */
-    size_t row = (size_t)view.block_table[pos / view.block_size] * view.block_stride +
-                 (size_t)(pos % view.block_size) * view.row_stride;
-    if (view.k16) { /* an f16 cache: round to nearest even, as F16C does */
-        kern_fp32_to_fp16_row(view.k16 + row, k, kv_dim);
-        kern_fp32_to_fp16_row(view.v16 + row, v, kv_dim);
-    } else {
-        memcpy(view.k + row, k, (size_t)kv_dim * sizeof(float));
-        memcpy(view.v + row, v, (size_t)kv_dim * sizeof(float));
-    }
+    /* Copied, rounded to f16, or quantized (one position's codes and scales:
+     * nothing another position wrote changes, so batch invariance holds). */
+    kern_kv_store(&view, j->b->pos[t], k, v, c->n_kv_heads * c->head_dim, c->head_dim);
 }
 
 /* Token t's run of per-token steps, in the recipe's order. */
@@ -496,7 +489,18 @@ int model_forward(const model *m, model_state *st, kv_cache *kv, kern_pool *pool
      * groups, which reads the sequence's cache rows whole and once
      * (kern_attention_rows_all: decode attention of 16 sequences, 1 Zen 4
      * thread, 14.5 -> 12 ms). */
-    int attn_hpt = n_runs * c->n_kv_heads >= 2 * n_threads ? c->n_heads / c->n_kv_heads : 1;
+    /* Otherwise the largest divisor of the group that still leaves a task
+     * per thread: each KV row is then read by fewer tasks. One sequence's
+     * decode (kern_bench 2 kvq, SmolLM2 shape, f16 at 512 / 4,000 / 6,000
+     * positions, 2 threads): a task per KV head (3 tasks) 1.7 / 31 / 49 ms a
+     * token against 2.8 / 46 / 90 with a task per query head (9 tasks, every
+     * KV row read three times); Gemma 3 270M (4 heads, 1 KV head) gets tasks
+     * of 2 heads. */
+    const int group = c->n_heads / c->n_kv_heads;
+    int attn_hpt = 1;
+    for (int d = group; d > 1 && attn_hpt == 1; d--)
+        if (group % d == 0 && n_runs * (c->n_heads / d) >= n_threads)
+            attn_hpt = d;
     if (n_runs >= 4 * n_threads && n == n_runs)
         attn_hpt = c->n_heads;
     /* 1. Token embeddings: one row of the table per token. */

@@ -158,7 +158,7 @@ sched_engine_config sched_engine_config_default(void) {
     /* f16 K/V: half the memory per position, and no slower on the CPU
      * (16 streams, 128 in / 128 out: 340-343 tok/s against 323 with f32 in
      * paired runs; the decode step reads the cache as often as the weights). */
-    c.kv_f16 = 1;
+    c.kv_dtype = KERN_KV_F16;
     c.mask_workers = -1;
     return c;
 }
@@ -1309,6 +1309,7 @@ static void engine_publish(sched_engine *e) {
     e->stats.kv_usage = ks.blocks_total ? (double)ks.blocks_used / ks.blocks_total : 0;
     e->stats.kv = ks;
     e->stats.kv_block_size = kv_cache_block_size(e->kv);
+    e->stats.kv_dtype = kern_kv_dtype_name(kv_cache_dtype(e->kv));
     e->stats.preemptions = sched_core_n_preemptions(e->core);
     sched_spec_get_stats(e->spec, &e->stats.spec); /* enabled from the start */
     pthread_mutex_unlock(&e->mu);
@@ -1330,13 +1331,16 @@ static int engine_load_draft(sched_engine *e, sched_setup_opts *so) {
                             .max_ctx = e->setup.max_ctx,
                             .gpu_memory_utilization = e->cfg.gpu_memory_utilization,
                             .cuda_graphs = e->cfg.cuda_graphs,
-                            .kv_f16 = e->cfg.kv_f16};
+                            .kv_dtype = e->cfg.kv_dtype};
     spec_draft *d = NULL;
     int rc = spec_draft_load(&dopt, e->setup.m, &d, e->load_err, sizeof e->load_err);
     if (rc < 0)
         return rc;
-    int f16 = e->cfg.kv_f16 || e->setup.be->device == MODEL_DEVICE_CUDA;
-    double t_pos = 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * (f16 ? 2 : 4);
+    const int bs = 64; /* the target's K plus V bytes of a position, as the draft's */
+    double t_pos = 2.0 * c->n_layers *
+                   (double)kern_kv_layer_block_bytes(e->cfg.kv_dtype, c->n_kv_heads * c->head_dim,
+                                                     c->head_dim, bs) /
+                   bs;
     double d_pos = (double)spec_draft_kv_bytes_per_pos(d);
     double share = d_pos / (t_pos + d_pos);
     so->kv_share = 1.0 - share;
@@ -1382,7 +1386,7 @@ static int engine_load(sched_engine *e) {
                            .block_size = e->cfg.block_size,
                            .gpu_memory_utilization = e->cfg.gpu_memory_utilization,
                            .cuda_graphs = e->cfg.cuda_graphs,
-                           .kv_f16 = e->cfg.kv_f16,
+                           .kv_dtype = e->cfg.kv_dtype,
                            .prefix_caching = e->cfg.prefix_caching,
                            .no_window_release = e->cfg.no_window_release,
                            .kv_cache_bytes = e->cfg.kv_cache_bytes};
@@ -1402,7 +1406,7 @@ static int engine_load(sched_engine *e) {
     e->be = e->setup.be;
     e->kv = e->setup.kv;
     const model_config *c = model_get_config(e->m);
-    int ctx = e->max_ctx = e->setup.max_ctx, bs = e->setup.block_size, kv_f16 = e->setup.kv_f16;
+    int ctx = e->max_ctx = e->setup.max_ctx, bs = e->setup.block_size;
     long n_blocks = e->setup.n_blocks;
     sched_core_config sc = {e->cfg.max_seqs, mbt, e->cfg.prefix_caching, e->cfg.sched_policy,
                             e->cfg.priority_aging_s};
@@ -1471,8 +1475,9 @@ static int engine_load(sched_engine *e) {
                "behind sliding windows; one context holds at most %ld blocks), prefix caching "
                "%s; batch %d tokens",
                model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6,
-               kv_f16 ? "f16" : "f32", n_blocks, bs, sh.layers_per_group, sh.n_groups,
-               sh.n_window_groups, sh.seq_blocks, e->cfg.prefix_caching ? "on" : "off", mbt);
+               kern_kv_dtype_name(e->setup.kv_dtype), n_blocks, bs, sh.layers_per_group,
+               sh.n_groups, sh.n_window_groups, sh.seq_blocks, e->cfg.prefix_caching ? "on" : "off",
+               mbt);
     return 0;
 }
 

@@ -55,7 +55,8 @@ typedef struct sched_engine_config {
     long long kv_cache_bytes; /* KV pool size; 0: min(1 GiB, max_seqs * max_ctx positions) */
     int prefix_caching;       /* reuse KV blocks of earlier prompts with the same prefix */
     int no_window_release;    /* 1: keep the KV blocks behind sliding windows (kv_cache.h) */
-    int kv_f16;               /* store K/V as f16: half the memory per position */
+    kern_kv_dtype kv_dtype;   /* K/V element (kern_kv.h): f16 default; q8_0 and q4_0 on
+                                 the CPU, int8 and fp8 on CUDA hold more positions */
     int max_waiting;          /* sequences allowed to wait; beyond: submit returns BRISK_ENOSPC */
     long max_waiting_tokens;  /* prompt tokens allowed to wait */
     model_device device;      /* --device: cpu (default), cuda, auto */
@@ -210,6 +211,7 @@ typedef struct sched_engine_stats {
     double kv_usage;   /* fraction of KV blocks in use */
     kv_cache_stats kv; /* the cache's own counters: blocks, prefix-cache tokens (copied as one) */
     int kv_block_size;
+    const char *kv_dtype; /* the cache's dtype name (static; NULL before the engine is ready) */
     long long steps, prompt_tokens, generation_tokens;
     long long preemptions;
     /* KV waste: summed over steps, the positions in used blocks and those of

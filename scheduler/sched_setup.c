@@ -111,7 +111,24 @@ int sched_setup_kv(const sched_setup_opts *o, sched_setup *out, char *err, size_
     }
     const model_config *c = model_get_config(out->m);
     int ctx = out->max_ctx, bs = out->block_size;
-    int kv_f16 = o->kv_f16 || out->be->device == MODEL_DEVICE_CUDA;
+    /* The dtype asked for, or no start: never silently another one. */
+    int on_cuda = out->be->device == MODEL_DEVICE_CUDA;
+    kern_kv_dtype dtype = o->kv_dtype;
+    if (o->kv_dtype_by_device)
+        dtype = on_cuda ? KERN_KV_F16 : KERN_KV_F32;
+    const kern_kv_traits *kt = kern_kv_traits_of((int)dtype);
+    if (!(on_cuda ? kt->cuda : kt->cpu)) {
+        snprintf(err, err_len, "--kv-cache-dtype %s: the %s device cannot run it (%s%s reads %s)",
+                 kt->name, model_device_name(out->be->device),
+                 o->device == MODEL_DEVICE_AUTO ? "chosen by --device auto; " : "",
+                 model_device_name(out->be->device), kern_kv_dtype_list(on_cuda));
+        sched_setup_free(out);
+        return BRISK_EUNSUPPORTED;
+    }
+    if (kern_kv_check(dtype, c->n_kv_heads, c->head_dim, err, err_len) < 0) {
+        sched_setup_free(out);
+        return BRISK_EINVAL;
+    }
     int kv_dim = c->n_kv_heads * c->head_dim;
     /* Sliding-window layers release the blocks behind their window (the
      * serving engine, on either backend: the CUDA pool takes the cache's
@@ -129,9 +146,10 @@ int sched_setup_kv(const sched_setup_opts *o, sched_setup *out, char *err, size_
                           .max_seqs = o->max_seqs,
                           .max_seq_blocks = (ctx + bs - 1) / bs,
                           .prefix_cache = o->prefix_caching,
-                          .f16 = kv_f16,
                           .layer_window = windows,
-                          .max_grow = windows ? o->max_batch_tokens : 0};
+                          .max_grow = windows ? o->max_batch_tokens : 0,
+                          .dtype = dtype,
+                          .head_dim = c->head_dim};
     kv_cache_shape sh;
     long n_blocks;
     long long budget = out->be->ops->kv_budget(out->be);
@@ -166,7 +184,7 @@ int sched_setup_kv(const sched_setup_opts *o, sched_setup *out, char *err, size_
     }
     out->max_ctx = ctx;
     out->n_blocks = n_blocks;
-    out->kv_f16 = kv_f16;
+    out->kv_dtype = dtype;
     return 0;
 }
 

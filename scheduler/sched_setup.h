@@ -11,7 +11,11 @@
  *     --gpu-memory-utilization leaves (the backend's kv_budget); else enough
  *     for max_seqs full contexts capped at 1 GiB (at least one context);
  *     kv_exact: exactly max_seqs full contexts (one sequence's tools);
- *   - the GPU's cache is f16 whatever kv_f16 says (its attention reads f16);
+ *   - the KV dtype (kern_kv.h) is the one asked for or the start fails: a
+ *     dtype the chosen device's kernels cannot read (the CPU: f32, f16,
+ *     q8_0, q4_0; CUDA: f16, int8, fp8), or whose groups do not fit the
+ *     model's heads, is refused with a message naming the device (with
+ *     --device auto, the device auto chose), never replaced;
  *   - a sequence never holds more positions than the pool;
  *   - the serving engine's cache releases the blocks behind sliding
  *     windows (kv_cache.h), on the CPU and on the GPU alike (the device
@@ -28,6 +32,7 @@
 
 #include <stddef.h>
 
+#include "kernels/cpu/kern_kv.h"
 #include "kernels/cpu/kern_pool.h"
 #include "kv/kv_cache.h"
 #include "models/backend.h"
@@ -50,7 +55,8 @@ typedef struct sched_setup_opts {
     int block_size;                /* 0: SCHED_BLOCK_SIZE_DEFAULT */
     double gpu_memory_utilization; /* 0: SCHED_GPU_MEMORY_UTILIZATION_DEFAULT */
     int cuda_graphs;               /* 1: replay decode steps from CUDA graphs */
-    int kv_f16;                    /* 1: f16 K/V (the GPU's always is) */
+    kern_kv_dtype kv_dtype;        /* K/V element (kern_kv.h; 0 = f32, 1 = f16) */
+    int kv_dtype_by_device;        /* 1: kv_dtype unset: f32 on the CPU, f16 on CUDA */
     int prefix_caching;            /* 1: reuse the blocks of earlier prompts */
     long long kv_cache_bytes;      /* > 0: the pool's size in bytes */
     int kv_exact;                  /* 1: a pool of exactly max_seqs full contexts */
@@ -70,8 +76,8 @@ typedef struct sched_setup {
     kv_cache *kv;      /* owned */
     int max_ctx;       /* positions per sequence, after the defaults and the pool's size */
     int block_size;
-    long n_blocks; /* blocks in the KV pool */
-    int kv_f16;    /* the cache's element type: 1 f16, 0 f32 */
+    long n_blocks;          /* blocks in the KV pool */
+    kern_kv_dtype kv_dtype; /* the cache's element type */
 } sched_setup;
 
 /* Loads the model, creates its backend and the KV cache. On success *out

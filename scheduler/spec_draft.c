@@ -95,7 +95,7 @@ int spec_draft_load(const spec_draft_opts *o, const model *target, spec_draft **
                                .max_seqs = o->max_seqs,
                                .gpu_memory_utilization = o->gpu_memory_utilization,
                                .cuda_graphs = o->cuda_graphs,
-                               .kv_f16 = o->kv_f16,
+                               .kv_dtype = o->kv_dtype,
                                .prefix_caching = 0,
                                .no_window_release = 1,
                                .defer_kv = 1};
@@ -139,9 +139,10 @@ int spec_draft_load(const spec_draft_opts *o, const model *target, spec_draft **
 
 size_t spec_draft_kv_bytes_per_pos(const spec_draft *d) {
     const model_config *c = model_get_config(d->setup.m);
-    int f16 = d->so.kv_f16 || d->setup.be->device == MODEL_DEVICE_CUDA;
-    return (size_t)2 * (size_t)c->n_layers * (size_t)c->n_kv_heads * (size_t)c->head_dim *
-           (f16 ? 2u : 4u);
+    const int bs = 64; /* any block size: the bytes of a position, rounded up */
+    size_t lb =
+        kern_kv_layer_block_bytes(d->so.kv_dtype, c->n_kv_heads * c->head_dim, c->head_dim, bs);
+    return (2 * (size_t)c->n_layers * lb + bs - 1) / bs;
 }
 
 int spec_draft_kv_create(spec_draft *d, long long kv_bytes, char *err, size_t err_len) {

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/kern_kv.h"
 #include "kernels/cpu/kern_pool.h"
 #include "models/backend.h"
 #include "models/model.h"
@@ -44,7 +45,7 @@ typedef struct spec_draft_opts {
     int max_seqs, max_batch_tokens, max_ctx;
     double gpu_memory_utilization;
     int cuda_graphs;
-    int kv_f16;
+    kern_kv_dtype kv_dtype; /* the target's K/V element: the draft's cache holds the same */
 } spec_draft_opts;
 
 /* Checks that the draft's vocabulary is the target's: the same number of

@@ -17,6 +17,14 @@
 #define AV_SET1(x) _mm512_set1_ps(x)
 #define AV_ZERO() _mm512_setzero_ps()
 #define AV_FOLD(v) _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps((v), 1))
+#define AV_LOADQ8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+/* 16 bytes zero-extended to 32-bit lanes: the low nibbles, or the high ones. */
+#define AV_LOADQ4(p, hi)                                                                           \
+    _mm512_cvtepi32_ps(_mm512_sub_epi32(                                                           \
+        (hi) ? _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p))), 4)   \
+             : _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p))),       \
+                                _mm512_set1_epi32(15)),                                            \
+        _mm512_set1_epi32(8)))
 #define AV_CV1 16
 #define AV_CV3 8
 #define ATT_FN kern_attention_rows_avx512

@@ -165,6 +165,14 @@ void kern_attention_rows_avx2(float *out, size_t out_stride, const float *q, siz
 void kern_attention_rows_avx512(float *out, size_t out_stride, const float *q, size_t q_stride,
                                 int n_rows, int n_heads, int pos0, const kern_kv_view *kv,
                                 int kv_head, int head_dim, float scale, float *scratch, int row_pf);
+/* The same over a q8_0 or q4_0 cache with integer scores (AVX-512 VNNI,
+ * head_dim a multiple of 64): the queries quantized to int8 per 32 values,
+ * its own bits (within test_kern_kv's bound of the reference), used at the
+ * avx512vnni level for every batch size alike. */
+void kern_attention_rows_avx512vnni(float *out, size_t out_stride, const float *q, size_t q_stride,
+                                    int n_rows, int n_heads, int pos0, const kern_kv_view *kv,
+                                    int kv_head, int head_dim, float scale, float *scratch,
+                                    int row_pf);
 /* y[i] += alpha * x[i] over n floats, n a multiple of 8. */
 void kern_axpy_avx2(float *y, float alpha, const float *x, int n);
 /* exp over n floats (n any): the vectorised exp used by silu and softmax,

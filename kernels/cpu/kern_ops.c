@@ -216,26 +216,59 @@ void kern_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float ba
 
 /* ---- attention ---------------------------------------------------------------- */
 
-/* Element offset of position p, KV head kv_head, in the view's K or V. */
+/* Element offset of position p, KV head kv_head, in the view's K or V
+ * (the float storages). */
 static inline size_t kv_off(const kern_kv_view *kv, int kv_head, int head_dim, int p) {
     return (size_t)kv->block_table[p / kv->block_size] * kv->block_stride +
            (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim;
 }
 
-/* Element i of K (is_v = 0) or V as f32, from an f32 or an f16 cache. */
-static inline float kv_at(const kern_kv_view *kv, int is_v, size_t i) {
-    if (kv->k16)
-        return kern_fp16_to_fp32((is_v ? kv->v16 : kv->k16)[i]);
-    return (is_v ? kv->v : kv->k)[i];
+/* Value d of position p, KV head kv_head, of K (is_v = 0) or V as f32, from
+ * an f32, f16 or quantized view (kern_ops.h: scale times code). */
+static inline float kv_value(const kern_kv_view *kv, int is_v, int kv_head, int head_dim, int p,
+                             int d) {
+    if (!kv->kq) {
+        size_t i = kv_off(kv, kv_head, head_dim, p) + (size_t)d;
+        if (kv->k16)
+            return kern_fp16_to_fp32((is_v ? kv->v16 : kv->k16)[i]);
+        return (is_v ? kv->v : kv->k)[i];
+    }
+    const uint8_t *blk =
+        (is_v ? kv->vq : kv->kq) + (size_t)kv->block_table[p / kv->block_size] * kv->block_stride;
+    size_t e = (size_t)(p % kv->block_size) * kv->row_stride + (size_t)kv_head * head_dim + d;
+    uint16_t sc;
+    memcpy(&sc, blk + kv->scale_off + 2 * (e / (size_t)kern_kv_group(kv->dtype, head_dim)), 2);
+    return kern_fp16_to_fp32(sc) * kern_kv_code_value(kv->dtype, blk, (int)e);
+}
+
+void kern_kv_store(const kern_kv_view *kv, int pos, const float *k, const float *v, int kv_dim,
+                   int head_dim) {
+    size_t blk = (size_t)kv->block_table[pos / kv->block_size] * kv->block_stride;
+    size_t r = (size_t)(pos % kv->block_size);
+    if (kv->kq) { /* the row's codes and its scales, nothing else of the block */
+        const kern_kv_traits *tr = kern_kv_traits_of((int)kv->dtype);
+        int group = kern_kv_group(kv->dtype, head_dim);
+        size_t codes = blk + r * kv->row_stride * tr->bits / 8;
+        size_t scales = blk + kv->scale_off + r * (kv->row_stride / (size_t)group) * 2;
+        kern_kv_quantize(kv->dtype, k, kv_dim, group, kv->kq + codes,
+                         (uint16_t *)(void *)(kv->kq + scales));
+        kern_kv_quantize(kv->dtype, v, kv_dim, group, kv->vq + codes,
+                         (uint16_t *)(void *)(kv->vq + scales));
+    } else if (kv->k16) { /* round to nearest even, as F16C does */
+        kern_fp32_to_fp16_row(kv->k16 + blk + r * kv->row_stride, k, kv_dim);
+        kern_fp32_to_fp16_row(kv->v16 + blk + r * kv->row_stride, v, kv_dim);
+    } else {
+        memcpy(kv->k + blk + r * kv->row_stride, k, (size_t)kv_dim * sizeof(float));
+        memcpy(kv->v + blk + r * kv->row_stride, v, (size_t)kv_dim * sizeof(float));
+    }
 }
 
 void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head,
                              int n_ctx, int head_dim, float scale, float *scratch) {
     for (int p = 0; p < n_ctx; p++) {
-        size_t ko = kv_off(kv, kv_head, head_dim, p);
         double s = 0.0;
         for (int d = 0; d < head_dim; d++)
-            s += (double)q[d] * kv_at(kv, 0, ko + (size_t)d);
+            s += (double)q[d] * kv_value(kv, 0, kv_head, head_dim, p, d);
         scratch[p] = (float)s * scale;
         if (kv->softcap > 0.0f)
             scratch[p] = kv->softcap * tanhf(scratch[p] / kv->softcap);
@@ -246,7 +279,7 @@ void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv,
     for (int d = 0; d < head_dim; d++) {
         double acc = 0.0;
         for (int p = 0; p < n_ctx; p++)
-            acc += (double)scratch[p] * kv_at(kv, 1, kv_off(kv, kv_head, head_dim, p) + (size_t)d);
+            acc += (double)scratch[p] * kv_value(kv, 1, kv_head, head_dim, p, d);
         out[d] = (float)acc;
     }
 }
@@ -264,10 +297,9 @@ static void attention_rows_c(float *out, size_t out_stride, const float *q, size
             float *sr = scratch + ((size_t)h * n_rows + r) * n_ctx_max;
             int n_ctx = pos0 + r + 1;
             for (int p = 0; p < n_ctx; p++) {
-                size_t ko = kv_off(kv, kv_head, head_dim, p);
                 float s = 0.0f;
                 for (int d = 0; d < head_dim; d++)
-                    s += qr[d] * kv_at(kv, 0, ko + (size_t)d);
+                    s += qr[d] * kv_value(kv, 0, kv_head, head_dim, p, d);
                 sr[p] = s * scale;
                 if (kv->softcap > 0.0f)
                     sr[p] = kv->softcap * tanhf(sr[p] / kv->softcap);
@@ -279,11 +311,9 @@ static void attention_rows_c(float *out, size_t out_stride, const float *q, size
                 sr[p] = 0.0f; /* exactly (see kern_attn_x.h) */
             float *o = out + (size_t)r * out_stride + (size_t)h * head_dim;
             memset(o, 0, (size_t)head_dim * sizeof(float));
-            for (int p = 0; p < n_ctx; p++) {
-                size_t vo = kv_off(kv, kv_head, head_dim, p);
+            for (int p = 0; p < n_ctx; p++)
                 for (int d = 0; d < head_dim; d++)
-                    o[d] += sr[p] * kv_at(kv, 1, vo + (size_t)d);
-            }
+                    o[d] += sr[p] * kv_value(kv, 1, kv_head, head_dim, p, d);
         }
 }
 
@@ -291,16 +321,28 @@ typedef void (*attn_rows_fn)(float *out, size_t out_stride, const float *q, size
                              int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
                              int head_dim, float scale, float *scratch, int row_pf);
 
-/* The SIMD attention for this level and head size (one choice for every
- * batch size: decode and prompt rows get the same bits), or NULL for the
- * portable path. */
-static attn_rows_fn attn_pick(int head_dim) {
+/* The SIMD attention for this level, head size and storage (one choice for
+ * every batch size: decode and prompt rows get the same bits), or NULL for
+ * the portable path: a head size the templates do not take, or a dtype the
+ * SIMD kernels do not read (int8 and fp8 are CUDA's; the portable path reads
+ * them for the tests' references). */
+static attn_rows_fn attn_pick_kv(int head_dim, const kern_kv_view *kv) {
     if (head_dim > KERN_ATTN_MAX_HEAD_DIM || head_dim % 8 != 0)
         return NULL;
+    if (kv && kv->kq &&
+        ((kv->dtype != KERN_KV_Q8_0 && kv->dtype != KERN_KV_Q4_0) || head_dim % KERN_KV_QK != 0))
+        return NULL;
     const kern_level lv = kern_cpu_level();
+    /* q8_0 and q4_0 with integer scores where VNNI has vpdpbusd. */
+    if (kv && kv->kq && lv >= KERN_LEVEL_AVX512VNNI && head_dim % 64 == 0)
+        return kern_attention_rows_avx512vnni;
     if (lv >= KERN_LEVEL_AVX512 && head_dim % 16 == 0)
         return kern_attention_rows_avx512;
     return lv >= KERN_LEVEL_AVX2 ? kern_attention_rows_avx2 : NULL;
+}
+
+static attn_rows_fn attn_pick(int head_dim) {
+    return attn_pick_kv(head_dim, NULL);
 }
 
 const char *kern_attention_level_name(int head_dim) {
@@ -308,10 +350,24 @@ const char *kern_attention_level_name(int head_dim) {
     return f == kern_attention_rows_avx512 ? "avx512" : f ? "avx2" : "scalar";
 }
 
+const char *kern_attention_level_name_kv(int head_dim, kern_kv_dtype dtype) {
+    if (!kern_kv_traits_of((int)dtype)->cpu)
+        return "unsupported";
+    kern_kv_view v = {0};
+    uint8_t one = 0;
+    v.kq = kern_kv_is_quant(dtype) ? &one : NULL;
+    v.dtype = dtype;
+    const attn_rows_fn f = attn_pick_kv(head_dim, &v);
+    return f == kern_attention_rows_avx512vnni ? "avx512vnni"
+           : f == kern_attention_rows_avx512   ? "avx512"
+           : f                                 ? "avx2"
+                                               : "scalar";
+}
+
 void kern_attention_rows_gqa(float *out, size_t out_stride, const float *q, size_t q_stride,
                              int n_rows, int n_heads, int pos0, const kern_kv_view *kv, int kv_head,
                              int head_dim, float scale, float *scratch) {
-    const attn_rows_fn simd = attn_pick(head_dim);
+    const attn_rows_fn simd = attn_pick_kv(head_dim, kv);
     if (simd)
         simd(out, out_stride, q, q_stride, n_rows, n_heads, pos0, kv, kv_head, head_dim, scale,
              scratch, 0);
@@ -324,7 +380,7 @@ void kern_attention_rows_all(float *out, size_t out_stride, const float *q, size
                              int n_rows, int n_heads, int n_kv_heads, int pos0,
                              const kern_kv_view *kv, int head_dim, float scale, float *scratch) {
     const int group = n_heads / n_kv_heads;
-    const attn_rows_fn simd = attn_pick(head_dim);
+    const attn_rows_fn simd = attn_pick_kv(head_dim, kv);
     for (int g = 0; g < n_kv_heads; g++) {
         const size_t off = (size_t)g * group * head_dim;
         if (simd)

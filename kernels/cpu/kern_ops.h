@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/cpu/kern_cpu.h"
+#include "kernels/cpu/kern_kv.h"
 #include "kernels/cpu/kern_pool.h"
 #include "kernels/cpu/kern_types.h"
 
@@ -125,7 +126,19 @@ void kern_rope(float *x, int n_heads, int head_dim, int n_rot, int pos, float ba
  *   k + block_table[p / block_size] * block_stride + (p % block_size) * row_stride + g * head_dim
  * (V likewise). A contiguous cache is one block of block_size >= n_ctx.
  * An f16 cache sets k16/v16 (IEEE half, same element offsets) and leaves k/v
- * NULL; the kernels convert each element to f32 as they load it. */
+ * NULL; the kernels convert each element to f32 as they load it.
+ * A quantized cache (kern_kv.h: q8_0, q4_0; int8 and fp8 for the reference
+ * and the CUDA tests) sets kq/vq, dtype and scale_off and leaves the float
+ * pointers NULL; block_stride then counts BYTES and row_stride VALUES: the
+ * codes of (p, g) start at byte
+ *   block_table[p / block_size] * block_stride + e * bits / 8,
+ *   e = (p % block_size) * row_stride + g * head_dim   (the value in its layer-block)
+ * of kq, and value e's scale is the fp16 at byte scale_off + 2 * (e / group)
+ * of the same layer-block. The kernels dequantize as they load (scale times
+ * code, exact in f32), so a quantized view gives what an f32 view of the
+ * dequantized values gives, bit for bit, at every level whose scores are
+ * computed in floats (all but the integer dot of AVX-512 VNNI, whose error
+ * test_kern_kv states). */
 typedef struct kern_kv_view {
     float *k;
     float *v;
@@ -142,7 +155,19 @@ typedef struct kern_kv_view {
     /* > 0: attention-logit soft-capping (Gemma 2): each scaled score s
      * becomes softcap * tanh(s / softcap) before the softmax. */
     float softcap;
+    uint8_t *kq; /* quantized storage (above); NULL for f32 and f16 */
+    uint8_t *vq;
+    kern_kv_dtype dtype; /* of kq/vq (unused for the float pointers) */
+    size_t scale_off;    /* bytes from a layer-block's start to its scales */
 } kern_kv_view;
+
+/* The store op: the K and V rows of one position (kv_dim floats each) into
+ * the view's row at position pos: copied (f32), rounded to nearest even
+ * (f16, kern_fp32_to_fp16_row), or quantized by kern_kv_quantize's rule in
+ * groups of kern_kv_group(dtype, head_dim) (quantized: the position's codes
+ * and scales only, nothing else of the block). */
+void kern_kv_store(const kern_kv_view *kv, int pos, const float *k, const float *v, int kv_dim,
+                   int head_dim);
 
 /* One query head against positions [0, n_ctx) of KV head kv_head:
  * out = softmax(q . K^T * scale) . V. q and out are head_dim floats;
@@ -150,6 +175,9 @@ typedef struct kern_kv_view {
 /* The SIMD width the attention runs at for this head size on this CPU
  * ("avx512", "avx2" or "scalar"): a static string. */
 const char *kern_attention_level_name(int head_dim);
+/* The same for a cache of this dtype ("avx512vnni" where the integer scores
+ * run, "unsupported" for a dtype the CPU kernels do not read). */
+const char *kern_attention_level_name_kv(int head_dim, kern_kv_dtype dtype);
 void kern_attention_head(float *out, const float *q, const kern_kv_view *kv, int kv_head, int n_ctx,
                          int head_dim, float scale, float *scratch);
 void kern_attention_head_ref(float *out, const float *q, const kern_kv_view *kv, int kv_head,

@@ -194,6 +194,14 @@ void kern_fp32_to_fp16_row_avx2(uint16_t *dst, const float *src, int n) {
 #define AV_SET1(x) _mm256_set1_ps(x)
 #define AV_ZERO() _mm256_setzero_ps()
 #define AV_FOLD(v) (v)
+#define AV_LOADQ8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+/* 8 bytes zero-extended to 32-bit lanes: the low nibbles, or the high ones. */
+#define AV_LOADQ4(p, hi)                                                                           \
+    _mm256_cvtepi32_ps(_mm256_sub_epi32(                                                           \
+        (hi) ? _mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p))), 4)   \
+             : _mm256_and_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p))),       \
+                                _mm256_set1_epi32(15)),                                            \
+        _mm256_set1_epi32(8)))
 #define AV_CV1 8
 #define AV_CV3 4
 #define ATT_FN kern_attention_rows_avx2

@@ -1,10 +1,12 @@
-// kern_cuda_attn_decode.cu - split-K paged decode attention over an f16 KV
-// cache (GQA): partition kernel, combine kernel, launcher, C entries.
+// kern_cuda_attn_decode.cu - split-K paged decode attention over the KV
+// cache (GQA), f16 or int8 / fp8 codes (kern_cuda_kv_fmt.cuh): partition
+// kernel, combine kernel, launcher, C entries.
 #include <cuda_fp16.h>
 #include <limits.h>
 
 #include "kernels/cuda/kern_cuda_attn_decode.cuh"
 #include "kernels/cuda/kern_cuda_common.cuh"
+#include "kernels/cuda/kern_cuda_kv_fmt.cuh"
 
 #define ATTN_PART KERN_CUDA_ATTN_PART
 #define ATTN_THREADS 256 // 8 warps
@@ -12,28 +14,20 @@
 
 // ---- helpers ------------------------------------------------------------------
 
-static __device__ __forceinline__ float attn_h2f(uint32_t bits) {
-    return __half2float(__ushort_as_half((unsigned short)(bits & 0xffffu)));
-}
-
-// Eight consecutive f16 values from p as floats: one 16-byte load when VEC
-// (the launcher checked the alignment of the pool and of every offset), else
-// eight 2-byte loads.
-template <bool VEC>
-static __device__ __forceinline__ void attn_load8(const uint16_t *__restrict__ p, float *f) {
-    if (VEC) {
-        const kern_cuda_vec<uint32_t, 4> u =
-            *reinterpret_cast<const kern_cuda_vec<uint32_t, 4> *>(p);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            f[2 * j] = attn_h2f(u.v[j]);
-            f[2 * j + 1] = attn_h2f(u.v[j] >> 16);
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            f[j] = attn_h2f(p[j]);
-    }
+// Eight consecutive values of position p, KV head g from lane's offset in
+// the pool (kern_cuda_kv_fmt.cuh's addressing) as floats: f16 as one 16-byte
+// load when VEC (the launcher checked the alignment of the pool and of every
+// offset), else eight 2-byte loads; codes as one 8-byte load and their scale.
+template <int FMT, bool VEC>
+static __device__ __forceinline__ void
+attn_load8(const void *__restrict__ pool, const int32_t *__restrict__ bt, int p, int block_size,
+           size_t block_stride, size_t row_stride, size_t head_off, size_t scale_off,
+           int n_kv_heads, int g, float *f) {
+    const int r = p % block_size;
+    const size_t blk = (size_t)bt[p / block_size] * block_stride;
+    kvf_unpack8<FMT>(kvf_load8<FMT, VEC>(pool, blk, (size_t)r * row_stride + head_off,
+                                         scale_off + 2 * ((size_t)r * n_kv_heads + g)),
+                     f);
 }
 
 // The sequence's length as the kernels use it: negative -> 0, and never past
@@ -63,13 +57,13 @@ static __device__ __forceinline__ int attn_len(const int32_t *ctx_lens, int s, i
 //      (8 per head per thread); the groups' sums meet in shared memory.
 // With one partition the block writes out = acc / l; otherwise the
 // unnormalised acc and (m, l) go to the workspace for the combine kernel.
-template <bool VEC>
+template <int FMT, bool VEC>
 static __global__ __launch_bounds__(ATTN_THREADS) void attn_decode_part_kernel(
-    float *__restrict__ out, const float *__restrict__ q, const uint16_t *__restrict__ k16,
-    const uint16_t *__restrict__ v16, const int32_t *__restrict__ block_tables, int max_blocks,
+    float *__restrict__ out, const float *__restrict__ q, const void *__restrict__ kp,
+    const void *__restrict__ vp, const int32_t *__restrict__ block_tables, int max_blocks,
     const int32_t *__restrict__ ctx_lens, int n_heads, int n_kv_heads, int head_dim, int block_size,
-    size_t block_stride, size_t row_stride, float scale, int window, float softcap, int tp,
-    int max_parts, float *__restrict__ ws_o, float *__restrict__ ws_ml) {
+    size_t block_stride, size_t row_stride, size_t scale_off, float scale, int window,
+    float softcap, int tp, int max_parts, float *__restrict__ ws_o, float *__restrict__ ws_ml) {
     __shared__ float s_score[ATTN_HG][ATTN_PART];
     __shared__ float s_red[ATTN_THREADS * 8];
     __shared__ float s_l[ATTN_HG];
@@ -149,10 +143,8 @@ static __global__ __launch_bounds__(ATTN_THREADS) void attn_decode_part_kernel(
         const int i = i0 + grp;
         float kf[8];
         if (i < n_pos && active) {
-            const int p = p0 + i;
-            const size_t off = (size_t)bt[p / block_size] * block_stride +
-                               (size_t)(p % block_size) * row_stride + head_off;
-            attn_load8<VEC>(k16 + off, kf);
+            attn_load8<FMT, VEC>(kp, bt, p0 + i, block_size, block_stride, row_stride, head_off,
+                                 scale_off, n_kv_heads, g, kf);
         } else {
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -214,11 +206,9 @@ static __global__ __launch_bounds__(ATTN_THREADS) void attn_decode_part_kernel(
             acc[h][j] = 0.0f;
     if (active)
         for (int i = grp; i < n_pos; i += n_grp) {
-            const int p = p0 + i;
-            const size_t off = (size_t)bt[p / block_size] * block_stride +
-                               (size_t)(p % block_size) * row_stride + head_off;
             float vf[8];
-            attn_load8<VEC>(v16 + off, vf);
+            attn_load8<FMT, VEC>(vp, bt, p0 + i, block_size, block_stride, row_stride, head_off,
+                                 scale_off, n_kv_heads, g, vf);
 #pragma unroll
             for (int h = 0; h < ATTN_HG; h++)
                 if (h < hg) {
@@ -289,11 +279,33 @@ static int attn_max_parts(int max_blocks, int block_size) {
     return (max_blocks * block_size + ATTN_PART - 1) / ATTN_PART;
 }
 
-static int attn_decode_launch(float *out, const float *q, const uint16_t *k16, const uint16_t *v16,
-                              const int32_t *block_tables, int max_blocks, const int32_t *ctx_lens,
-                              int n_seq, int n_heads, int n_kv_heads, int head_dim, int block_size,
-                              size_t block_stride, size_t row_stride, float scale, int window,
-                              float softcap, float *workspace, cudaStream_t stream) {
+template <int FMT>
+static int attn_decode_launch_fmt(const dim3 grid, bool vec, float *out, const float *q,
+                                  const void *kp, const void *vp, const int32_t *block_tables,
+                                  int max_blocks, const int32_t *ctx_lens, int n_heads,
+                                  int n_kv_heads, int head_dim, int block_size, size_t block_stride,
+                                  size_t row_stride, size_t scale_off, float scale, int window,
+                                  float softcap, int tp, int max_parts, float *ws_o, float *ws_ml,
+                                  cudaStream_t stream) {
+    if (vec)
+        attn_decode_part_kernel<FMT, true><<<grid, ATTN_THREADS, 0, stream>>>(
+            out, q, kp, vp, block_tables, max_blocks, ctx_lens, n_heads, n_kv_heads, head_dim,
+            block_size, block_stride, row_stride, scale_off, scale, window, softcap, tp, max_parts,
+            ws_o, ws_ml);
+    else
+        attn_decode_part_kernel<FMT, false><<<grid, ATTN_THREADS, 0, stream>>>(
+            out, q, kp, vp, block_tables, max_blocks, ctx_lens, n_heads, n_kv_heads, head_dim,
+            block_size, block_stride, row_stride, scale_off, scale, window, softcap, tp, max_parts,
+            ws_o, ws_ml);
+    return KERN_CUDA_LAUNCH_CHECK("attn_decode_part_kernel");
+}
+
+static int attn_decode_launch(float *out, const float *q, const void *kp, const void *vp, int fmt,
+                              size_t scale_off, const int32_t *block_tables, int max_blocks,
+                              const int32_t *ctx_lens, int n_seq, int n_heads, int n_kv_heads,
+                              int head_dim, int block_size, size_t block_stride, size_t row_stride,
+                              float scale, int window, float softcap, float *workspace,
+                              cudaStream_t stream) {
     const int max_parts = attn_max_parts(max_blocks, block_size);
     const int group = n_heads / n_kv_heads;
     const int n_chunks = (group + ATTN_HG - 1) / ATTN_HG;
@@ -306,21 +318,27 @@ static int attn_decode_launch(float *out, const float *q, const uint16_t *k16, c
         ws_ml = workspace + (size_t)n_seq * n_heads * max_parts * head_dim;
     }
     // 16-byte f16 loads need every row start 8-element aligned: the pools,
-    // the strides (head_dim already is a multiple of 8); q then is too.
-    const bool vec = kern_cuda_aligned(k16, 16) && kern_cuda_aligned(v16, 16) &&
+    // the strides (head_dim already is a multiple of 8); q then is too. The
+    // codes' 8-byte loads always are (kern_cuda_kv_fmt.cuh).
+    const bool vec = kern_cuda_aligned(kp, 16) && kern_cuda_aligned(vp, 16) &&
                      kern_cuda_aligned(q, 16) && block_stride % 8 == 0 && row_stride % 8 == 0;
     const dim3 grid((unsigned)((size_t)n_seq * n_kv_heads * n_chunks), (unsigned)max_parts);
-    if (vec)
-        attn_decode_part_kernel<true><<<grid, ATTN_THREADS, 0, stream>>>(
-            out, q, k16, v16, block_tables, max_blocks, ctx_lens, n_heads, n_kv_heads, head_dim,
-            block_size, block_stride, row_stride, scale, window, softcap, tp, max_parts, ws_o,
-            ws_ml);
+    int rc;
+    if (fmt == KVF_I8)
+        rc = attn_decode_launch_fmt<KVF_I8>(grid, vec, out, q, kp, vp, block_tables, max_blocks,
+                                            ctx_lens, n_heads, n_kv_heads, head_dim, block_size,
+                                            block_stride, row_stride, scale_off, scale, window,
+                                            softcap, tp, max_parts, ws_o, ws_ml, stream);
+    else if (fmt == KVF_F8)
+        rc = attn_decode_launch_fmt<KVF_F8>(grid, vec, out, q, kp, vp, block_tables, max_blocks,
+                                            ctx_lens, n_heads, n_kv_heads, head_dim, block_size,
+                                            block_stride, row_stride, scale_off, scale, window,
+                                            softcap, tp, max_parts, ws_o, ws_ml, stream);
     else
-        attn_decode_part_kernel<false><<<grid, ATTN_THREADS, 0, stream>>>(
-            out, q, k16, v16, block_tables, max_blocks, ctx_lens, n_heads, n_kv_heads, head_dim,
-            block_size, block_stride, row_stride, scale, window, softcap, tp, max_parts, ws_o,
-            ws_ml);
-    int rc = KERN_CUDA_LAUNCH_CHECK("attn_decode_part_kernel");
+        rc = attn_decode_launch_fmt<KVF_F16>(grid, vec, out, q, kp, vp, block_tables, max_blocks,
+                                             ctx_lens, n_heads, n_kv_heads, head_dim, block_size,
+                                             block_stride, row_stride, scale_off, scale, window,
+                                             softcap, tp, max_parts, ws_o, ws_ml, stream);
     if (rc != 0 || max_parts <= 1)
         return rc;
     const int threads = kern_cuda_row_threads(head_dim, 1, 256);
@@ -347,22 +365,30 @@ extern "C" size_t kern_cuda_attn_decode_workspace(int n_seq, int n_heads, int he
     return (size_t)n_seq * n_heads * max_parts * ((size_t)head_dim + 2) * sizeof(float);
 }
 
-extern "C" int kern_cuda_attn_decode_ex(float *out, const float *q, const uint16_t *k16,
-                                        const uint16_t *v16, const int32_t *block_tables,
-                                        int max_blocks, const int32_t *ctx_lens, int n_seq,
-                                        int n_heads, int n_kv_heads, int head_dim, int block_size,
+extern "C" int kern_cuda_attn_decode_kv(float *out, const float *q, const void *k_pool,
+                                        const void *v_pool, kern_kv_dtype dtype, size_t scale_off,
+                                        const int32_t *block_tables, int max_blocks,
+                                        const int32_t *ctx_lens, int n_seq, int n_heads,
+                                        int n_kv_heads, int head_dim, int block_size,
                                         size_t block_stride, size_t row_stride, float scale,
                                         int window, float softcap, float *workspace,
                                         size_t workspace_bytes, cudaStream_t stream) {
-    if (!attn_sizes_ok(n_seq, n_heads, head_dim, max_blocks, block_size) || n_kv_heads <= 0 ||
-        n_heads % n_kv_heads != 0 || window < 0 || !(softcap >= 0.0f))
+    const int fmt = kvf_of(dtype);
+    if (fmt < 0 || !attn_sizes_ok(n_seq, n_heads, head_dim, max_blocks, block_size) ||
+        n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || window < 0 || !(softcap >= 0.0f))
         return BRISK_EINVAL;
     if (n_seq == 0)
         return BRISK_OK;
     const size_t kv_row = (size_t)n_kv_heads * head_dim;
-    if (row_stride < kv_row || block_stride < (size_t)(block_size - 1) * row_stride + kv_row)
+    if (row_stride < kv_row)
         return BRISK_EINVAL;
-    if (!out || !q || !k16 || !v16 || !block_tables || !ctx_lens)
+    if (fmt == KVF_F16 ? block_stride < (size_t)(block_size - 1) * row_stride + kv_row
+                       : head_dim % 16 != 0 || row_stride % 16 != 0 ||
+                             scale_off < (size_t)block_size * row_stride ||
+                             block_stride < scale_off + (size_t)block_size * n_kv_heads * 2 ||
+                             block_stride % 8 != 0 || scale_off % 2 != 0)
+        return BRISK_EINVAL;
+    if (!out || !q || !k_pool || !v_pool || !block_tables || !ctx_lens)
         return BRISK_EINVAL;
     const int group = n_heads / n_kv_heads;
     const size_t blocks_x = (size_t)n_seq * n_kv_heads * ((group + ATTN_HG - 1) / ATTN_HG);
@@ -373,9 +399,22 @@ extern "C" int kern_cuda_attn_decode_ex(float *out, const float *q, const uint16
         kern_cuda_attn_decode_workspace(n_seq, n_heads, head_dim, max_blocks, block_size);
     if (need > 0 && (!workspace || workspace_bytes < need || !kern_cuda_aligned(workspace, 4)))
         return BRISK_EINVAL;
-    return attn_decode_launch(out, q, k16, v16, block_tables, max_blocks, ctx_lens, n_seq, n_heads,
-                              n_kv_heads, head_dim, block_size, block_stride, row_stride, scale,
-                              window, softcap, workspace, stream);
+    return attn_decode_launch(out, q, k_pool, v_pool, fmt, scale_off, block_tables, max_blocks,
+                              ctx_lens, n_seq, n_heads, n_kv_heads, head_dim, block_size,
+                              block_stride, row_stride, scale, window, softcap, workspace, stream);
+}
+
+extern "C" int kern_cuda_attn_decode_ex(float *out, const float *q, const uint16_t *k16,
+                                        const uint16_t *v16, const int32_t *block_tables,
+                                        int max_blocks, const int32_t *ctx_lens, int n_seq,
+                                        int n_heads, int n_kv_heads, int head_dim, int block_size,
+                                        size_t block_stride, size_t row_stride, float scale,
+                                        int window, float softcap, float *workspace,
+                                        size_t workspace_bytes, cudaStream_t stream) {
+    return kern_cuda_attn_decode_kv(out, q, k16, v16, KERN_KV_F16, 0, block_tables, max_blocks,
+                                    ctx_lens, n_seq, n_heads, n_kv_heads, head_dim, block_size,
+                                    block_stride, row_stride, scale, window, softcap, workspace,
+                                    workspace_bytes, stream);
 }
 
 extern "C" int kern_cuda_attn_decode(float *out, const float *q, const uint16_t *k16,

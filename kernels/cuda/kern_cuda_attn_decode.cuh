@@ -45,6 +45,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/kern_kv.h"
+
 #define KERN_CUDA_ATTN_PART 256    /* positions per split-K partition */
 #define KERN_CUDA_ATTN_MAX_DIM 256 /* largest head_dim */
 
@@ -75,6 +77,21 @@ int kern_cuda_attn_decode_ex(float *out, const float *q, const uint16_t *k16, co
                              size_t block_stride, size_t row_stride, float scale, int window,
                              float softcap, float *workspace, size_t workspace_bytes,
                              cudaStream_t stream);
+
+/* The same over any pool the GPU reads (kern_kv.h): dtype KERN_KV_F16
+ * (k_pool, v_pool halves, as above; scale_off unused) or KERN_KV_INT8 /
+ * KERN_KV_FP8, whose pools are bytes addressed as kern_cuda_kv_fmt.cuh says
+ * (block_stride in bytes, row_stride in values, scale_off the layer-block's
+ * scale plane; head_dim and row_stride multiples of 16). The values are
+ * fp16(scale) * code, exact in f32: the result is kern_attention_head_ref()
+ * on the same quantized view within the f16 bound. Another dtype:
+ * BRISK_EINVAL. */
+int kern_cuda_attn_decode_kv(float *out, const float *q, const void *k_pool, const void *v_pool,
+                             kern_kv_dtype dtype, size_t scale_off, const int32_t *block_tables,
+                             int max_blocks, const int32_t *ctx_lens, int n_seq, int n_heads,
+                             int n_kv_heads, int head_dim, int block_size, size_t block_stride,
+                             size_t row_stride, float scale, int window, float softcap,
+                             float *workspace, size_t workspace_bytes, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

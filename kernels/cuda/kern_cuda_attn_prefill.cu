@@ -1,5 +1,6 @@
 // kern_cuda_attn_prefill.cu - causal attention for runs of query rows over
-// the paged f16 KV cache, tiled with an online softmax (flash-attention
+// the paged KV cache (f16, or int8 / fp8 codes with their scales,
+// kern_cuda_kv_fmt.cuh), tiled with an online softmax (flash-attention
 // style): kernel, launcher, C entry.
 //
 // A block serves M "query vectors" - R consecutive rows of one run times HB
@@ -8,8 +9,9 @@
 // the key positions [0, kend) in tiles of BK (kend = 1 + the last position of
 // its last row) and keeps, per query vector, a running max m, a running sum
 // l and an unnormalised output acc:
-//   1. K tile: BK rows of head_dim f16 from the block table, as f32 into
-//      shared memory (positions >= kend as zeros).
+//   1. K tile: BK rows of head_dim values from the block table (f16, or
+//      codes times their scale), as f32 into shared memory (positions >= kend
+//      as zeros).
 //   2. scores S[M][BK] = (q * scale) . K in f32, each a sequential
 //      head_dim-term FMA chain; key k > p (the row's position) -> -inf.
 //   3. per query vector: m' = max(m, max_j S), alpha = e^(m - m'),
@@ -48,6 +50,7 @@
 
 #include "kernels/cuda/kern_cuda_attn_prefill.cuh"
 #include "kernels/cuda/kern_cuda_common.cuh"
+#include "kernels/cuda/kern_cuda_kv_fmt.cuh"
 
 #define PF_THREADS 128 // 4 warps, an 8 x 16 thread grid
 #define PF_MAX_DIM 256
@@ -55,38 +58,19 @@
 
 // ---- helpers ------------------------------------------------------------------
 
-typedef kern_cuda_vec<uint32_t, 4> pf_raw; // 8 f16 values, as loaded
-
-static __device__ __forceinline__ float pf_h2f(uint32_t bits) {
-    return __half2float(__ushort_as_half((unsigned short)(bits & 0xffffu)));
-}
-
-// Eight consecutive f16 values from p: one 16-byte load when VEC (the
-// launcher checked the pools' and strides' alignment), else eight 2-byte
-// loads packed the same way.
-template <bool VEC>
-static __device__ __forceinline__ pf_raw pf_load8(const uint16_t *__restrict__ p) {
-    pf_raw r;
-    if (VEC) {
-        r = *reinterpret_cast<const pf_raw *>(p);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            r.v[j] = (uint32_t)p[2 * j] | ((uint32_t)p[2 * j + 1] << 16);
-    }
-    return r;
-}
+typedef kvf_raw pf_raw; // 8 values, as loaded (kern_cuda_kv_fmt.cuh)
 
 // ---- kernel -------------------------------------------------------------------
 // See the top comment. TM query vectors and TN keys a thread for the scores,
 // KD float4 dim groups a thread for P . V; lh = log2(heads a block).
-template <int TM, int TN, int KD, bool VEC>
+template <int FMT, int TM, int TN, int KD, bool VEC>
 static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
     float *__restrict__ out, const float *__restrict__ q, size_t q_stride,
-    const uint16_t *__restrict__ k16, const uint16_t *__restrict__ v16,
+    const void *__restrict__ kp, const void *__restrict__ vp,
     const int32_t *__restrict__ block_tables, int max_blocks, const int32_t *__restrict__ runs,
     int n_runs, int tiles_per_run, int n_heads, int n_kv_heads, int head_dim, int block_size,
-    size_t block_stride, size_t row_stride, float scale, int window, float softcap, int lh) {
+    size_t block_stride, size_t row_stride, size_t scale_off, float scale, int window,
+    float softcap, int lh) {
     constexpr int M = 8 * TM;                     // query vectors a block
     constexpr int BK = 16 * TN;                   // keys a tile
     constexpr int SP = BK + 16 / TM;              // score row pitch: TM*SP = 16 mod 32 banks
@@ -134,9 +118,10 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
     const int cpr = head_dim >> 3, n_chunk = BK * cpr; // 8-element chunks a row, a tile
     const size_t head_off = (size_t)g * head_dim;
 
-    // Raw f16 of one K or V tile, this thread's chunks (zeros past kend).
+    // Raw bits of one K or V tile, this thread's chunks (zeros past kend: a
+    // quantized chunk's scale 0 too, so its values are 0).
     pf_raw raw[NCH];
-    auto load_tile = [&](const uint16_t *__restrict__ pool, int k0) {
+    auto load_tile = [&](const void *__restrict__ pool, int k0) {
 #pragma unroll
         for (int c = 0; c < NCH; c++) {
             const int u = tid + c * PF_THREADS;
@@ -144,10 +129,11 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
             if (u < n_chunk) {
                 const int j = u / cpr, part = u - j * cpr, p = k0 + j;
                 if (p < kend) {
-                    const size_t off = (size_t)bt[p / block_size] * block_stride +
-                                       (size_t)(p % block_size) * row_stride + head_off +
-                                       (size_t)part * 8;
-                    raw[c] = pf_load8<VEC>(pool + off);
+                    const int r = p % block_size;
+                    raw[c] =
+                        kvf_load8<FMT, VEC>(pool, (size_t)bt[p / block_size] * block_stride,
+                                            (size_t)r * row_stride + head_off + (size_t)part * 8,
+                                            scale_off + 2 * ((size_t)r * n_kv_heads + g));
                 }
             }
         }
@@ -158,17 +144,17 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
             const int u = tid + c * PF_THREADS;
             if (u < n_chunk) {
                 const int j = u / cpr, part = u - j * cpr;
+                float f[8];
+                kvf_unpack8<FMT>(raw[c], f);
                 float4 *dst = reinterpret_cast<float4 *>(s_kv + j * dp + part * 8);
-                dst[0] = make_float4(pf_h2f(raw[c].v[0]), pf_h2f(raw[c].v[0] >> 16),
-                                     pf_h2f(raw[c].v[1]), pf_h2f(raw[c].v[1] >> 16));
-                dst[1] = make_float4(pf_h2f(raw[c].v[2]), pf_h2f(raw[c].v[2] >> 16),
-                                     pf_h2f(raw[c].v[3]), pf_h2f(raw[c].v[3] >> 16));
+                dst[0] = make_float4(f[0], f[1], f[2], f[3]);
+                dst[1] = make_float4(f[4], f[5], f[6], f[7]);
             }
         }
     };
 
     if (n_kt > kt0)
-        load_tile(k16, kt0 * BK); // in flight while Q is staged
+        load_tile(kp, kt0 * BK); // in flight while Q is staged
 
     // Q rows times scale (zeros for rows past the run), and the positions.
     for (int u = tid; u < M * head_dim; u += PF_THREADS) {
@@ -204,9 +190,9 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
 
     for (int kt = kt0; kt < n_kt; kt++) {
         const int k0 = kt * BK;
-        __syncthreads();    // the previous P . V is done with s_kv and s_s (and Q is staged)
-        store_tile();       // K
-        load_tile(v16, k0); // V: in flight during the scores
+        __syncthreads();   // the previous P . V is done with s_kv and s_s (and Q is staged)
+        store_tile();      // K
+        load_tile(vp, k0); // V: in flight during the scores
         __syncthreads();
 
         // 2. scores
@@ -296,7 +282,7 @@ static __global__ __launch_bounds__(PF_THREADS) void attn_prefill_kernel(
         // rest of a last tile has P = 0 and V = 0 up to the next 4), while
         // the next K tile is in flight.
         if (kt + 1 < n_kt)
-            load_tile(k16, k0 + BK);
+            load_tile(kp, k0 + BK);
 #pragma unroll
         for (int i = 0; i < TM; i++) {
             const float a = s_alpha[ty * TM + i];
@@ -371,12 +357,13 @@ static int pf_lh(int group) {
     return lh;
 }
 
-template <int TM, int TN, int KD>
-static int pf_launch_cfg(float *out, const float *q, size_t q_stride, const uint16_t *k16,
-                         const uint16_t *v16, const int32_t *block_tables, int max_blocks,
+template <int FMT, int TM, int TN, int KD>
+static int pf_launch_cfg(float *out, const float *q, size_t q_stride, const void *kp,
+                         const void *vp, const int32_t *block_tables, int max_blocks,
                          const int32_t *runs, int n_runs, int max_run, int n_heads, int n_kv_heads,
                          int head_dim, int block_size, size_t block_stride, size_t row_stride,
-                         float scale, int window, float softcap, cudaStream_t stream) {
+                         size_t scale_off, float scale, int window, float softcap,
+                         cudaStream_t stream) {
     constexpr int M = 8 * TM, BK = 16 * TN, SP = BK + 16 / TM;
     const int group = n_heads / n_kv_heads, lh = pf_lh(group);
     const int rows = M >> lh, tiles = (max_run + rows - 1) / rows;
@@ -385,12 +372,13 @@ static int pf_launch_cfg(float *out, const float *q, size_t q_stride, const uint
     const size_t smem = sizeof(float) * ((M + BK) * dp + (size_t)M * SP + 3 * (size_t)M);
     // 16-byte f16 loads need every K/V row start 8-element aligned: the
     // pools and the strides (the head offsets are multiples of head_dim).
-    const bool vec = kern_cuda_aligned(k16, 16) && kern_cuda_aligned(v16, 16) &&
+    // The codes' 8-byte loads always are (kern_cuda_kv_fmt.cuh).
+    const bool vec = kern_cuda_aligned(kp, 16) && kern_cuda_aligned(vp, 16) &&
                      block_stride % 8 == 0 && row_stride % 8 == 0;
-    void (*kern)(float *, const float *, size_t, const uint16_t *, const uint16_t *,
-                 const int32_t *, int, const int32_t *, int, int, int, int, int, int, size_t,
-                 size_t, float, int, float, int) =
-        vec ? attn_prefill_kernel<TM, TN, KD, true> : attn_prefill_kernel<TM, TN, KD, false>;
+    void (*kern)(float *, const float *, size_t, const void *, const void *, const int32_t *, int,
+                 const int32_t *, int, int, int, int, int, int, size_t, size_t, size_t, float, int,
+                 float, int) = vec ? attn_prefill_kernel<FMT, TM, TN, KD, true>
+                                   : attn_prefill_kernel<FMT, TM, TN, KD, false>;
     // Past the default 48 KiB a block must opt in (per kernel; cheap, and
     // allowed while a stream is being captured).
     if (smem > 48 * 1024) {
@@ -400,31 +388,86 @@ static int pf_launch_cfg(float *out, const float *q, size_t q_stride, const uint
             return rc;
     }
     kern<<<(unsigned)blocks, PF_THREADS, smem, stream>>>(
-        out, q, q_stride, k16, v16, block_tables, max_blocks, runs, n_runs, tiles, n_heads,
-        n_kv_heads, head_dim, block_size, block_stride, row_stride, scale, window, softcap, lh);
+        out, q, q_stride, kp, vp, block_tables, max_blocks, runs, n_runs, tiles, n_heads,
+        n_kv_heads, head_dim, block_size, block_stride, row_stride, scale_off, scale, window,
+        softcap, lh);
     return KERN_CUDA_LAUNCH_CHECK("attn_prefill_kernel");
 }
 
-static int attn_prefill_launch(float *out, const float *q, size_t q_stride, const uint16_t *k16,
-                               const uint16_t *v16, const int32_t *block_tables, int max_blocks,
+template <int FMT>
+static int attn_prefill_launch(float *out, const float *q, size_t q_stride, const void *kp,
+                               const void *vp, const int32_t *block_tables, int max_blocks,
                                const int32_t *runs, int n_runs, int max_run, int n_heads,
                                int n_kv_heads, int head_dim, int block_size, size_t block_stride,
-                               size_t row_stride, float scale, int window, float softcap,
-                               cudaStream_t stream) {
+                               size_t row_stride, size_t scale_off, float scale, int window,
+                               float softcap, cudaStream_t stream) {
     if (head_dim <= 64)
-        return pf_launch_cfg<4, 4, 1>(out, q, q_stride, k16, v16, block_tables, max_blocks, runs,
-                                      n_runs, max_run, n_heads, n_kv_heads, head_dim, block_size,
-                                      block_stride, row_stride, scale, window, softcap, stream);
+        return pf_launch_cfg<FMT, 4, 4, 1>(out, q, q_stride, kp, vp, block_tables, max_blocks, runs,
+                                           n_runs, max_run, n_heads, n_kv_heads, head_dim,
+                                           block_size, block_stride, row_stride, scale_off, scale,
+                                           window, softcap, stream);
     if (head_dim <= 128)
-        return pf_launch_cfg<4, 4, 2>(out, q, q_stride, k16, v16, block_tables, max_blocks, runs,
-                                      n_runs, max_run, n_heads, n_kv_heads, head_dim, block_size,
-                                      block_stride, row_stride, scale, window, softcap, stream);
-    return pf_launch_cfg<2, 2, 4>(out, q, q_stride, k16, v16, block_tables, max_blocks, runs,
-                                  n_runs, max_run, n_heads, n_kv_heads, head_dim, block_size,
-                                  block_stride, row_stride, scale, window, softcap, stream);
+        return pf_launch_cfg<FMT, 4, 4, 2>(out, q, q_stride, kp, vp, block_tables, max_blocks, runs,
+                                           n_runs, max_run, n_heads, n_kv_heads, head_dim,
+                                           block_size, block_stride, row_stride, scale_off, scale,
+                                           window, softcap, stream);
+    return pf_launch_cfg<FMT, 2, 2, 4>(out, q, q_stride, kp, vp, block_tables, max_blocks, runs,
+                                       n_runs, max_run, n_heads, n_kv_heads, head_dim, block_size,
+                                       block_stride, row_stride, scale_off, scale, window, softcap,
+                                       stream);
 }
 
 // ---- entry --------------------------------------------------------------------
+
+extern "C" int kern_cuda_attn_prefill_kv(float *out, const float *q, size_t q_stride,
+                                         const void *k_pool, const void *v_pool,
+                                         kern_kv_dtype dtype, size_t scale_off,
+                                         const int32_t *block_tables, int max_blocks,
+                                         const int32_t *runs, int n_runs, int max_run, int n_heads,
+                                         int n_kv_heads, int head_dim, int block_size,
+                                         size_t block_stride, size_t row_stride, float scale,
+                                         int window, float softcap, cudaStream_t stream) {
+    const int fmt = kvf_of(dtype);
+    if (fmt < 0 || window < 0 || !(softcap >= 0.0f))
+        return BRISK_EINVAL;
+    if (n_runs < 0 || max_run < 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
+        head_dim < 8 || head_dim > PF_MAX_DIM || head_dim % 8 != 0 || max_blocks <= 0 ||
+        block_size <= 0 || (long long)max_blocks * block_size > INT_MAX - PF_MAX_DIM)
+        return BRISK_EINVAL;
+    const size_t kv_row = (size_t)n_kv_heads * head_dim;
+    if (q_stride < (size_t)n_heads * head_dim || row_stride < kv_row)
+        return BRISK_EINVAL;
+    if (fmt == KVF_F16 ? block_stride < (size_t)(block_size - 1) * row_stride + kv_row
+                       : head_dim % 16 != 0 || row_stride % 16 != 0 ||
+                             scale_off < (size_t)block_size * row_stride ||
+                             block_stride < scale_off + (size_t)block_size * n_kv_heads * 2 ||
+                             block_stride % 8 != 0 || scale_off % 2 != 0)
+        return BRISK_EINVAL;
+    if (n_runs == 0 || max_run == 0)
+        return BRISK_OK;
+    if (!out || !q || !k_pool || !v_pool || !block_tables || !runs || out == q)
+        return BRISK_EINVAL;
+    const int group = n_heads / n_kv_heads, lh = pf_lh(group);
+    const int rows = (8 * pf_tm(head_dim)) >> lh;
+    const size_t blocks = (size_t)n_runs * (size_t)((max_run + rows - 1) / rows) *
+                          (size_t)n_kv_heads * (size_t)(group >> lh);
+    if (blocks > 0x7fffffffu)
+        return BRISK_EINVAL; // past CUDA's grid limit
+    if (fmt == KVF_I8)
+        return attn_prefill_launch<KVF_I8>(out, q, q_stride, k_pool, v_pool, block_tables,
+                                           max_blocks, runs, n_runs, max_run, n_heads, n_kv_heads,
+                                           head_dim, block_size, block_stride, row_stride,
+                                           scale_off, scale, window, softcap, stream);
+    if (fmt == KVF_F8)
+        return attn_prefill_launch<KVF_F8>(out, q, q_stride, k_pool, v_pool, block_tables,
+                                           max_blocks, runs, n_runs, max_run, n_heads, n_kv_heads,
+                                           head_dim, block_size, block_stride, row_stride,
+                                           scale_off, scale, window, softcap, stream);
+    return attn_prefill_launch<KVF_F16>(out, q, q_stride, k_pool, v_pool, block_tables, max_blocks,
+                                        runs, n_runs, max_run, n_heads, n_kv_heads, head_dim,
+                                        block_size, block_stride, row_stride, 0, scale, window,
+                                        softcap, stream);
+}
 
 extern "C" int kern_cuda_attn_prefill_ex(float *out, const float *q, size_t q_stride,
                                          const uint16_t *k16, const uint16_t *v16,
@@ -433,29 +476,10 @@ extern "C" int kern_cuda_attn_prefill_ex(float *out, const float *q, size_t q_st
                                          int n_kv_heads, int head_dim, int block_size,
                                          size_t block_stride, size_t row_stride, float scale,
                                          int window, float softcap, cudaStream_t stream) {
-    if (window < 0 || !(softcap >= 0.0f))
-        return BRISK_EINVAL;
-    if (n_runs < 0 || max_run < 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
-        head_dim < 8 || head_dim > PF_MAX_DIM || head_dim % 8 != 0 || max_blocks <= 0 ||
-        block_size <= 0 || (long long)max_blocks * block_size > INT_MAX - PF_MAX_DIM)
-        return BRISK_EINVAL;
-    const size_t kv_row = (size_t)n_kv_heads * head_dim;
-    if (q_stride < (size_t)n_heads * head_dim || row_stride < kv_row ||
-        block_stride < (size_t)(block_size - 1) * row_stride + kv_row)
-        return BRISK_EINVAL;
-    if (n_runs == 0 || max_run == 0)
-        return BRISK_OK;
-    if (!out || !q || !k16 || !v16 || !block_tables || !runs || out == q)
-        return BRISK_EINVAL;
-    const int group = n_heads / n_kv_heads, lh = pf_lh(group);
-    const int rows = (8 * pf_tm(head_dim)) >> lh;
-    const size_t blocks = (size_t)n_runs * (size_t)((max_run + rows - 1) / rows) *
-                          (size_t)n_kv_heads * (size_t)(group >> lh);
-    if (blocks > 0x7fffffffu)
-        return BRISK_EINVAL; // past CUDA's grid limit
-    return attn_prefill_launch(out, q, q_stride, k16, v16, block_tables, max_blocks, runs, n_runs,
-                               max_run, n_heads, n_kv_heads, head_dim, block_size, block_stride,
-                               row_stride, scale, window, softcap, stream);
+    return kern_cuda_attn_prefill_kv(out, q, q_stride, k16, v16, KERN_KV_F16, 0, block_tables,
+                                     max_blocks, runs, n_runs, max_run, n_heads, n_kv_heads,
+                                     head_dim, block_size, block_stride, row_stride, scale, window,
+                                     softcap, stream);
 }
 
 extern "C" int kern_cuda_attn_prefill(float *out, const float *q, size_t q_stride,

@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/kern_kv.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -55,6 +57,18 @@ int kern_cuda_attn_prefill_ex(float *out, const float *q, size_t q_stride, const
                               int n_kv_heads, int head_dim, int block_size, size_t block_stride,
                               size_t row_stride, float scale, int window, float softcap,
                               cudaStream_t stream);
+
+/* The same over any pool the GPU reads: dtype KERN_KV_F16 (halves, as
+ * above; scale_off unused), KERN_KV_INT8 or KERN_KV_FP8 (bytes, addressed as
+ * kern_cuda_kv_fmt.cuh says: block_stride in bytes, row_stride in values,
+ * scale_off the layer-block's scale plane; head_dim and row_stride multiples
+ * of 16), as kern_cuda_attn_decode_kv. Another dtype: BRISK_EINVAL. */
+int kern_cuda_attn_prefill_kv(float *out, const float *q, size_t q_stride, const void *k_pool,
+                              const void *v_pool, kern_kv_dtype dtype, size_t scale_off,
+                              const int32_t *block_tables, int max_blocks, const int32_t *runs,
+                              int n_runs, int max_run, int n_heads, int n_kv_heads, int head_dim,
+                              int block_size, size_t block_stride, size_t row_stride, float scale,
+                              int window, float softcap, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* kern_cuda_kv_store.cuh - writes a batch's new K and V rows into the paged
- * f16 KV cache, and adds projection biases (C header; kern_cuda_kv_store.cu).
+ * KV cache (f16, or int8 / fp8 codes), and adds projection biases (C header;
+ * kern_cuda_kv_store.cu).
  *
  * kern_cuda_kv_store: for t < n_tok with slots[t] >= 0,
  *   k16[slots[t] + i] = f16(k[t * ld + i]),  v16[slots[t] + i] = f16(v[t * ld + i])
@@ -25,12 +26,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/kern_kv.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 int kern_cuda_kv_store(uint16_t *k16, uint16_t *v16, const float *k, const float *v, size_t ld,
                        const int64_t *slots, int n_tok, int kv_dim, cudaStream_t stream);
+
+/* kern_cuda_kv_store_q: the same into a quantized pool (kern_kv.h: dtype
+ * KERN_KV_INT8 or KERN_KV_FP8, one fp16 scale per position and KV head),
+ * bit for bit kern_kv_quantize's codes and scales (the CPU reference), and
+ * nothing else of the block. kq, vq: a layer's pools where its block 0
+ * starts (bytes; as kern_cuda_kv_fmt.cuh addresses them); slots[t] = the
+ * token's block id * block_stride (bytes) + its row in the block, < 0
+ * skipped; scale_off: the scale plane's offset in a layer-block
+ * (kern_kv_scale_off). head_dim a multiple of 16, ld >= n_kv_heads *
+ * head_dim. */
+int kern_cuda_kv_store_q(uint8_t *kq, uint8_t *vq, kern_kv_dtype dtype, const float *k,
+                         const float *v, size_t ld, const int64_t *slots, int n_tok, int n_kv_heads,
+                         int head_dim, int block_size, size_t block_stride, size_t scale_off,
+                         cudaStream_t stream);
 
 int kern_cuda_add_bias(float *x, size_t ld, const float *b, int n_tok, int n, cudaStream_t stream);
 

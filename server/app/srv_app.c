@@ -86,6 +86,9 @@ static void h_metrics(srv_req *r) {
         _Static_assert(SRV_METRICS_SPEC_MAX_POS == SCHED_SPEC_MAX_TOKENS,
                        "one position series per proposal position");
         memcpy(g.spec_accepted_per_pos, st.spec.per_pos, sizeof g.spec_accepted_per_pos);
+        g.kv_dtype = st.kv_dtype;
+        g.kv_block_size = st.kv_block_size;
+        g.prefix_caching = app->cfg.engine.prefix_caching;
     }
     if (app->audit) {
         srv_audit_stats as;

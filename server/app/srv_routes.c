@@ -66,9 +66,12 @@ void srv_route_model(srv_req *r) {
 }
 
 void srv_route_version(srv_req *r) {
+    /* The KV dtype as configured: the engine starts with it or not at all
+     * (sched_setup.h), so before it is ready this is what it will run. */
+    srv_app *app = srv_req_app(r);
     char body[256];
-    snprintf(body, sizeof body, "{\"version\":\"%s\",\"commit\":\"%s\"}", BRISK_VERSION,
-             BRISK_GIT_COMMIT);
+    snprintf(body, sizeof body, "{\"version\":\"%s\",\"commit\":\"%s\",\"kv_cache_dtype\":\"%s\"}",
+             BRISK_VERSION, BRISK_GIT_COMMIT, kern_kv_dtype_name(app->cfg.engine.kv_dtype));
     srv_respond(r, 200, "application/json", body, strlen(body), NULL);
 }
 

@@ -648,6 +648,19 @@ char *srv_metrics_render(srv_metrics *m, const srv_metrics_gauges *g, double now
                        "Prefix cache hits, in terms of number of cached tokens.",
                        (double)g->kv.prefix_hits);
 
+    if (g->kv_dtype) { /* vLLM's info gauge: the configuration as labels, value 1 */
+        char labels[256], *dt = metrics_label_pair("cache_dtype", g->kv_dtype);
+        if (dt) {
+            snprintf(labels, sizeof labels,
+                     "block_size=\"%d\",%s,enable_prefix_caching=\"%s\",num_gpu_blocks=\"%d\"",
+                     g->kv_block_size, dt, g->prefix_caching ? "True" : "False",
+                     g->kv.blocks_total);
+            metrics_put_family(&b, "vllm:cache_config_info", "gauge",
+                               "Information of the LLMEngine CacheConfig");
+            metrics_put_sample(&b, m, "vllm:cache_config_info", labels, 1.0);
+        }
+        free(dt);
+    }
     if (g->kv.blocks_total > 0) {
         metrics_put_family(
             &b, "brisk_kv_cache_blocks", "gauge",

@@ -25,6 +25,10 @@
  *   vllm:spec_decode_num_accepted_tokens_total  counters from the snapshot (speculative
  *                                                decoding on)
  *   vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0".."k-1"}  counter
+ *   vllm:cache_config_info            gauge 1    labels block_size, cache_dtype (the KV
+ *                                                dtype: f16, q8_0, fp8, ...),
+ *                                                enable_prefix_caching, num_gpu_blocks
+ *                                                (the pool's blocks); when the engine runs
  * Histogram buckets are cumulative, `le` is inclusive (a value equal to a bound
  * counts in that bucket), and the le strings are written as prometheus_client
  * writes them ("0.5", "1.0", "2560.0", "+Inf") so label matchers such as
@@ -198,6 +202,11 @@ typedef struct srv_metrics_gauges {
     int spec, spec_positions;
     long long spec_drafts, spec_draft_tokens, spec_accepted_tokens;
     long long spec_accepted_per_pos[SRV_METRICS_SPEC_MAX_POS];
+    /* vllm:cache_config_info (rendered only when kv_dtype is set): the KV
+     * cache's dtype name (static), block size, prefix caching on. */
+    const char *kv_dtype;
+    int kv_block_size;
+    int prefix_caching;
     /* brisk_audit_log_* families (rendered only when audit_log is 1) */
     int audit_log;
     long long audit_lines, audit_errors, audit_dropped;

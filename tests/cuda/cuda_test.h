@@ -86,6 +86,10 @@ void test_kv_store(void);
 void test_kv_grouped(void);
 void perf_attn_prefill(double copy_bw);
 
+/* ops_kvq.c: the int8 and fp8 KV cache: the store, decode and prefill
+ * attention against the CPU references (OPNAME "kv_quant"). */
+void test_kv_quant(void);
+
 /* ops_matmul.c: kern_cuda_matmul on every path, kern_cuda_weight_upload. */
 void test_matmul(void);
 /* perf_matmul.c: decode old vs new, large batches, the automatic choice

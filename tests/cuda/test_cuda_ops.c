@@ -1100,6 +1100,7 @@ int main(int argc, char **argv) {
                  {"attn_prefill", test_attn_prefill},
                  {"kv_store", test_kv_store},
                  {"kv_grouped", test_kv_grouped},
+                 {"kv_quant", test_kv_quant},
                  {"matmul", test_matmul},
                  {"fused", test_fused},
                  {"sample", test_sample}};

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "kernels/cpu/kern_kv.h"
 #include "kernels/cpu/kern_pool.h"
 #include "models/backend.h"
 #include "models/model.h"
@@ -34,6 +35,9 @@ void cm_pool_free(void);
  * close). */
 int cm_rig_open(cm_rig *r, const model *m, model_device dev, model_weights_fmt w,
                 int max_batch_tokens, int ctx, int n_seqs, int graphs, int kv16);
+/* The same with the cache in dtype dt (kern_kv.h): the device must run it. */
+int cm_rig_open_kv(cm_rig *r, const model *m, model_device dev, model_weights_fmt w,
+                   int max_batch_tokens, int ctx, int n_seqs, int graphs, kern_kv_dtype dt);
 void cm_rig_close(cm_rig *r);
 
 int cm_argmax(const float *x, int n);
@@ -90,5 +94,12 @@ model *cm_mini_model(const char *shape, int window, model_weights_fmt f, void **
 void test_agreement(const char *stories_gguf, int cpu_only, int n);
 /* The checks test_agreement counted: passed into *passed, failed returned. */
 int cm_families_counts(int *passed);
+
+/* The KV-cache dtypes (kv_dtypes.c, issue 38): for a few families, the
+ * device's quantized caches (CUDA: int8, fp8; --cpu: q8_0, q4_0) against
+ * its f16 cache on the same weights, prefill and decode: the quality rule
+ * (top-1 agreement at clear margins) and a logit bound. Returns the checks
+ * failed; *passed gets those passed. */
+int test_kv_dtypes(int cpu_only, int *passed);
 
 #endif

@@ -121,7 +121,7 @@ static int embed_all(const char *path, const char *dummy, model_device dev, mode
     cfg.max_batch_tokens = 64; /* a 100-token prompt takes two steps */
     cfg.kv_cache_bytes = 64ll << 20;
     cfg.prefix_caching = 0;
-    cfg.kv_f16 = kv_f16;
+    cfg.kv_dtype = kv_f16 ? KERN_KV_F16 : KERN_KV_F32;
     cfg.device = dev;
     char err[256] = "";
     for (int i = 0; i < n; i++)
@@ -359,7 +359,7 @@ static void test_window(const win_case *w, int cpu_only, kern_pool *pool) {
                            .block_size = 16,
                            .gpu_memory_utilization = 0.5,
                            .cuda_graphs = 1,
-                           .kv_f16 = 1};
+                           .kv_dtype = KERN_KV_F16};
     sched_setup st;
     char err[256] = "";
     if (sched_setup_load(&so, &st, err, sizeof err) < 0) {

@@ -28,6 +28,12 @@ void cm_pool_free(void) {
 
 int cm_rig_open(cm_rig *r, const model *m, model_device dev, model_weights_fmt w,
                 int max_batch_tokens, int ctx, int n_seqs, int graphs, int kv16) {
+    return cm_rig_open_kv(r, m, dev, w, max_batch_tokens, ctx, n_seqs, graphs,
+                          dev == MODEL_DEVICE_CUDA || kv16 ? KERN_KV_F16 : KERN_KV_F32);
+}
+
+int cm_rig_open_kv(cm_rig *r, const model *m, model_device dev, model_weights_fmt w,
+                   int max_batch_tokens, int ctx, int n_seqs, int graphs, kern_kv_dtype dt) {
     memset(r, 0, sizeof *r);
     char err[256] = "";
     model_backend_opts o = {.device = dev,
@@ -51,7 +57,8 @@ int cm_rig_open(cm_rig *r, const model *m, model_device dev, model_weights_fmt w
                           .n_blocks = per * n_seqs,
                           .max_seqs = n_seqs,
                           .max_seq_blocks = per,
-                          .f16 = dev == MODEL_DEVICE_CUDA || kv16};
+                          .dtype = dt,
+                          .head_dim = c->head_dim};
     if (model_backend_kv_create(r->be, &kc, &r->kv) < 0) {
         fprintf(stderr, "test_cuda_model: KV pool of %d blocks on %s\n", kc.n_blocks,
                 model_device_name(dev));

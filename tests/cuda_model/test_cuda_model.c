@@ -499,6 +499,8 @@ int main(int argc, char **argv) {
     test_constrained(cpu_only);
     int fam_passed, fam_failed = cm_families_counts(&fam_passed);
     bt_passed += fam_passed, bt_failed += fam_failed;
+    int kv_passed, kv_failed = test_kv_dtypes(cpu_only, &kv_passed);
+    bt_passed += kv_passed, bt_failed += kv_failed;
     cm_pool_free();
     return BT_SUMMARY("test_cuda_model");
 }

@@ -186,6 +186,53 @@ EMU emu_m512i e_cvtepu16_epi32(__m256i h) {
     EMU_LOOP(16) r.v.d[i] = u[i];
     return r;
 }
+EMU emu_m512i e_loadu_si512(const void *p) {
+    emu_m512i r;
+    memcpy(&r.v, p, 64);
+    return r;
+}
+/* vpdpbusd: each int32 lane += the 4 products of unsigned bytes of a and
+ * signed bytes of b (no saturation). */
+EMU emu_m512i e_dpbusd_epi32(emu_m512i src, emu_m512i a, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(16) {
+        int32_t s = 0;
+        for (int j = 0; j < 4; j++)
+            s += (int32_t)a.v.ub[4 * i + j] * (int32_t)b.v.b[4 * i + j];
+        r.v.d[i] = (int32_t)((uint32_t)src.v.d[i] + (uint32_t)s);
+    }
+    return r;
+}
+EMU emu_m512 e_permutexvar_ps(emu_m512i idx, emu_m512 a) {
+    emu_m512 r;
+    EMU_LOOP(16) r.v.f[i] = a.v.f[idx.v.d[i] & 15];
+    return r;
+}
+EMU emu_m512 e_castps128_ps512(__m128 a) {
+    emu_m512 r;
+    memset(&r, 0, 64); /* the upper lanes are undefined in the real cast */
+    memcpy(r.v.f, &a, 16);
+    return r;
+}
+EMU emu_m512i e_cvtepi8_epi32(__m128i h) {
+    emu_m512i r;
+    int8_t s[16];
+    memcpy(s, &h, 16);
+    EMU_LOOP(16) r.v.d[i] = s[i];
+    return r;
+}
+EMU emu_m512i e_cvtepu8_epi32(__m128i h) {
+    emu_m512i r;
+    uint8_t u[16];
+    memcpy(u, &h, 16);
+    EMU_LOOP(16) r.v.d[i] = u[i];
+    return r;
+}
+EMU emu_m512i e_srli_epi32(emu_m512i a, unsigned n) {
+    emu_m512i r;
+    EMU_LOOP(16) r.v.d[i] = n > 31 ? 0 : (int32_t)((uint32_t)a.v.d[i] >> n);
+    return r;
+}
 EMU emu_m512i e_cvtepi8_epi16(__m256i h) {
     emu_m512i r;
     int8_t s[32];
@@ -435,6 +482,13 @@ EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 #define _mm512_cvtph_ps e_cvtph_ps
 #define _mm512_cvtepu16_epi32 e_cvtepu16_epi32
 #define _mm512_cvtepi8_epi16 e_cvtepi8_epi16
+#define _mm512_cvtepi8_epi32 e_cvtepi8_epi32
+#define _mm512_loadu_si512 e_loadu_si512
+#define _mm512_dpbusd_epi32 e_dpbusd_epi32
+#define _mm512_permutexvar_ps e_permutexvar_ps
+#define _mm512_castps128_ps512 e_castps128_ps512
+#define _mm512_cvtepu8_epi32 e_cvtepu8_epi32
+#define _mm512_srli_epi32 e_srli_epi32
 #define _mm512_cvtepu8_epi16 e_cvtepu8_epi16
 #define _mm512_cvtepi32_ps e_cvtepi32_ps
 #define _mm512_add_epi32 e_add_epi32

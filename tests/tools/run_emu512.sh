@@ -56,7 +56,7 @@ for f in "$root"/kernels/cpu/*.c; do
 done
 for p in $pids; do wait "$p" || exit 1; done
 status=0
-for t in test_kern_matmul test_kern_ops; do
+for t in test_kern_matmul test_kern_ops test_kern_kv; do
     # shellcheck disable=SC2086
     $cc $cflags $opt "$root/tests/unit/$t.c" $objs -lpthread -lm -o "$out/$t"
     echo "== $t (AVX-512 emulated${EMU512_SANITIZE:+, sanitized})"

@@ -313,7 +313,8 @@ static void test_serve_line(void) {
               c.engine.block_size == 32,
           "threads, ctx, seqs, batch, kv bytes, block");
     CHECK(c.engine.prefix_caching == 0, "--no-prefix-caching wins over --enable-prefix-caching");
-    CHECK(c.engine.no_window_release == 1 && c.engine.kv_f16 == 0, "window release, kv f32");
+    CHECK(c.engine.no_window_release == 1 && c.engine.kv_dtype == KERN_KV_F32,
+          "window release, kv f32");
     CHECK(c.engine.sched_policy == SCHED_POLICY_PRIORITY && c.engine.priority_aging_s == 2.5 &&
               c.request_timeout_s == 7.5 && c.engine.max_waiting == 11 &&
               c.engine.max_waiting_tokens == 12345,
@@ -435,11 +436,12 @@ static void test_other_lines(void) {
                      "--no-cuda-graphs",
                      "--threads",
                      "4"};
-    cli_bench_opts b = {.n_pp = 512, .n_tg = 128, .reps = 3, .cuda_graphs = 1, .kv_f16 = 1};
+    cli_bench_opts b = {
+        .n_pp = 512, .n_tg = 128, .reps = 3, .cuda_graphs = 1, .kv_dtype = KERN_KV_F16};
     CHECK_COND(cli_opts_parse(CLI_BENCH, (int)(sizeof bench / sizeof *bench), bench, &v) == CLI_OK);
     CHECK_COND(cli_opts_fill(CLI_BENCH, &v, &b, sizeof b) == 0);
     CHECK(!b.model && !strcmp(b.dummy, "stories110m") && !strcmp(b.tokenizer, "t.gguf") &&
-              b.n_pp == 16 && b.n_tg == 8 && b.reps == 2 && b.kv_f16 == 0 &&
+              b.n_pp == 16 && b.n_tg == 8 && b.reps == 2 && b.kv_dtype == KERN_KV_F32 &&
               b.weights == MODEL_WEIGHTS_F32 && b.device == MODEL_DEVICE_CPU &&
               b.cuda_graphs == 0 && b.threads == 4,
           "bench");

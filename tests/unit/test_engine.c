@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "models/llama2c.h"
 #include "scheduler/engine.h"
+#include "tiny_model.h"
 
 static const char *GOLDEN =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
@@ -122,7 +123,7 @@ static char **stops(const char *a, const char *b) {
     return s;
 }
 
-static int g_kv_f16; /* start_engine: f16 KV cache */
+static kern_kv_dtype g_kv_dtype; /* start_engine: the KV cache dtype */
 
 static sched_engine *start_engine(const char *path, int max_seqs, long long kv_bytes, int mbt) {
     char err[256];
@@ -134,7 +135,7 @@ static sched_engine *start_engine(const char *path, int max_seqs, long long kv_b
     cfg.max_ctx = 256;
     cfg.max_batch_tokens = mbt;
     cfg.kv_cache_bytes = kv_bytes;
-    cfg.kv_f16 = g_kv_f16;
+    cfg.kv_dtype = g_kv_dtype;
     sched_engine *e = NULL;
     CHECK(sched_engine_create(&cfg, &async, &e, err, sizeof err) == 0, "create: %s", err);
     eng = e; /* on_async drains the current engine */
@@ -173,7 +174,13 @@ static void run16(char **out, float temp) {
     }
 }
 
-static void test_paged(const char *path) {
+/* Batch invariance through the engine on the model at path (layers, KV
+ * width and head size given for the pool's arithmetic) with the cache in
+ * g_kv_dtype: 16 prompts alone == together == in a pool so small that they
+ * preempt one another (also seeded), a prefix-cache hit, 4 forks == their
+ * solo runs. stories: the file is stories260K (its golden text is checked
+ * with an f16 cache too). */
+static void test_paged(const char *path, int n_layers, int kv_dim, int head_dim, int stories) {
     char *solo[16], *batched[16], *tight[16];
     /* Each prompt alone (one sequence at a time). */
     eng = NULL; /* the previous engine was freed */
@@ -221,7 +228,8 @@ static void test_paged(const char *path) {
 
     /* A pool of 40 blocks (640 positions) for 16 sequences needing up to 9
      * blocks each: preemptions, and still every sequence's solo tokens. */
-    long long block_bytes = (long long)kv_cache_pool_bytes(5, 32, 16, 1);
+    long long block_bytes =
+        (long long)kv_cache_pool_bytes_kv(g_kv_dtype, n_layers, kv_dim, head_dim, 16, 1);
     eng = start_engine(path, 16, 40 * block_bytes, 64);
     run16(tight, 0);
     sched_engine_get_stats(eng, &st);
@@ -293,8 +301,15 @@ static void test_paged(const char *path) {
     sched_engine_free(eng);
     eng = NULL;
 
+    for (int i = 0; !stories && i < 16; i++) {
+        free(solo[i]);
+        free(batched[i]);
+        free(tight[i]);
+    }
+    if (!stories)
+        return;
     /* An f16 KV cache (half the memory) keeps the golden greedy text. */
-    g_kv_f16 = 1;
+    g_kv_dtype = KERN_KV_F16;
     eng = start_engine(path, 4, 0, 64);
     reset(1);
     int32_t bos = 1;
@@ -304,7 +319,7 @@ static void test_paged(const char *path) {
     CHECK(res[0].text && strcmp(res[0].text, GOLDEN) == 0, "f16 KV golden: got '%s'", res[0].text);
     sched_engine_free(eng);
     eng = NULL;
-    g_kv_f16 = 0;
+    g_kv_dtype = KERN_KV_F32;
     for (int i = 0; i < 16; i++) {
         free(solo[i]);
         free(batched[i]);
@@ -526,7 +541,21 @@ int main(void) {
     sched_engine_free(eng);
     eng = NULL;
     reset(0);
-    test_paged(path);
+    test_paged(path, 5, 32, 8, 1);
+    /* The quantized dtypes of the CPU on a model whose heads hold their
+     * 32-value groups (stories260K's are 8 wide): every invariance above. */
+    char tiny[1100];
+    snprintf(tiny, sizeof tiny, "%s/tiny.gguf", dir);
+    CHECK(tiny_model_write(tiny, 3, 4, 2, 32, 0, err, sizeof err) == 0, "tiny: %s", err);
+    const kern_kv_dtype quant[] = {KERN_KV_Q8_0, KERN_KV_Q4_0};
+    for (int i = 0; i < 2; i++) {
+        g_kv_dtype = quant[i];
+        test_paged(tiny, 3, 64, 32, 0);
+        printf("test_engine: %s KV cache: batching, preemption, prefix hits and forks unchanged\n",
+               kern_kv_dtype_name(quant[i]));
+    }
+    g_kv_dtype = KERN_KV_F32;
+    unlink(tiny);
     uv_close((uv_handle_t *)&async, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);

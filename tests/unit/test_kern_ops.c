@@ -182,9 +182,12 @@ static void test_attention(kern_level top) {
                     memcpy(vp + off, vc + p * row, sizeof(float) * row);
                 }
                 int32_t zero = 0;
-                kern_kv_view contig = {kc, vc, &zero, 1 << 30, 0, row, NULL, NULL, 0, 0.0f};
-                kern_kv_view paged = {kp,   vp,   table, block_size, (size_t)block_size * prow,
-                                      prow, NULL, NULL,  0,          0.0f};
+                kern_kv_view contig = {kc,   vc, &zero, 1 << 30, 0,    row,         NULL,
+                                       NULL, 0,  0.0f,  NULL,    NULL, KERN_KV_F32, 0};
+                kern_kv_view paged = {
+                    kp,   vp,   table,       block_size, (size_t)block_size * prow,
+                    prow, NULL, NULL,        0,          0.0f,
+                    NULL, NULL, KERN_KV_F32, 0};
                 float q[64], o1[64], o2[64], oref[64], scratch[128];
                 fill_normal(q, hd, 1.0f);
                 float scale = 1.0f / sqrtf((float)hd);
@@ -234,7 +237,8 @@ static void test_attention_rows(kern_level top) {
             fill_normal(v, row * n_ctx, 1.0f);
             fill_normal(q, (size_t)hd * n_rows, 1.0f);
             int32_t zero = 0;
-            kern_kv_view view = {k, v, &zero, 1 << 30, 0, row, NULL, NULL, 0, 0.0f};
+            kern_kv_view view = {k,    v, &zero, 1 << 30, 0,    row,         NULL,
+                                 NULL, 0, 0.0f,  NULL,    NULL, KERN_KV_F32, 0};
             float scale = 1.0f / sqrtf((float)hd);
             /* Split the rows at a few places: 1+22, 5+18, 23. */
             const int splits[] = {1, 5, 23};
@@ -296,8 +300,9 @@ static void test_attention_gqa(kern_level top) {
                 fill_normal(k, (size_t)phys * block_size * prow, 1.0f);
                 fill_normal(v, (size_t)phys * block_size * prow, 1.0f);
                 fill_normal(q, q_dim * n_rows, 1.0f);
-                kern_kv_view view = {k,    v,    table, block_size, (size_t)block_size * prow,
-                                     prow, NULL, NULL,  0,          0.0f};
+                kern_kv_view view = {k,    v,    table,       block_size, (size_t)block_size * prow,
+                                     prow, NULL, NULL,        0,          0.0f,
+                                     NULL, NULL, KERN_KV_F32, 0};
                 float scale = 1.0f / sqrtf((float)hd);
                 const int splits[] = {1, 4, 9, 21};
                 for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
@@ -381,10 +386,12 @@ static void test_attention_f16(kern_level top) {
                 k[i] = kern_fp16_to_fp32(k16[i]);
                 v[i] = kern_fp16_to_fp32(v16[i]);
             }
-            kern_kv_view v32 = {k,    v,    table, block_size, (size_t)block_size * prow,
-                                prow, NULL, NULL,  0,          0.0f};
-            kern_kv_view vh = {NULL, NULL, table, block_size, (size_t)block_size * prow,
-                               prow, k16,  v16,   0,          0.0f};
+            kern_kv_view v32 = {k,    v,    table,       block_size, (size_t)block_size * prow,
+                                prow, NULL, NULL,        0,          0.0f,
+                                NULL, NULL, KERN_KV_F32, 0};
+            kern_kv_view vh = {NULL, NULL, table,       block_size, (size_t)block_size * prow,
+                               prow, k16,  v16,         0,          0.0f,
+                               NULL, NULL, KERN_KV_F32, 0};
             float *q = malloc(sizeof(float) * q_dim * n_rows);
             float *o32 = malloc(sizeof(float) * q_dim * n_rows),
                   *oh = malloc(sizeof(float) * q_dim * n_rows);
@@ -476,7 +483,8 @@ static void test_attention_window(kern_level top) {
     float scale = 0.125f;
     for (int lv = test_min_level(); lv <= (int)top; lv++) {
         kern_cpu_set_max_level((kern_level)lv);
-        kern_kv_view view = {k, v, &zero, 1 << 30, 0, (size_t)hd, NULL, NULL, W, 0.0f};
+        kern_kv_view view = {k,    v, &zero, 1 << 30, 0,    (size_t)hd,  NULL,
+                             NULL, W, 0.0f,  NULL,    NULL, KERN_KV_F32, 0};
         kern_attention_rows(out, hd, q, hd, n_rows, pos0, &view, 0, hd, scale, scratch);
         double worst = 0;
         for (int r = 0; r < n_rows; r++) {
@@ -491,7 +499,11 @@ static void test_attention_window(kern_level top) {
                                  NULL,
                                  NULL,
                                  0,
-                                 0.0f};
+                                 0.0f,
+                                 NULL,
+                                 NULL,
+                                 KERN_KV_F32,
+                                 0};
             kern_attention_head_ref(ref, q + (size_t)r * hd, &tail, 0, W, hd, scale, scratch);
             double e = norm_err(out + (size_t)r * hd, ref, hd);
             worst = e > worst ? e : worst;

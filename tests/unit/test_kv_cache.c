@@ -3,6 +3,7 @@
  * eviction, one copy per prefix), fork with copy-on-write, the fill
  * statistics, and a randomized stress run against a shadow model of every
  * slot's tokens with kv_cache_check after each operation. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -794,6 +795,90 @@ static void test_f16(void) {
     kv_cache_free(kv);
 }
 
+/* A quantized cache (q8_0, q4_0, int8, fp8): the views carry kq/vq, the
+ * pool's bytes are the dtype's layer-blocks, and copy-on-write moves each
+ * layer's codes and scales: the fork's rows read back as the source's, the
+ * source's unchanged. The rows are written with the store op, as the
+ * forward pass writes them. */
+static void test_quantized(void) {
+    const kern_kv_dtype dts[] = {KERN_KV_Q8_0, KERN_KV_Q4_0, KERN_KV_INT8, KERN_KV_FP8};
+    const int L = 2, NK = 2, HD = 32, D = NK * HD, BS = 4;
+    for (int di = 0; di < 4; di++) {
+        kern_kv_dtype dt = dts[di];
+        kv_cache_config c = {.n_layers = L,
+                             .kv_dim = D,
+                             .block_size = BS,
+                             .n_blocks = 8,
+                             .max_seqs = 3,
+                             .max_seq_blocks = 4,
+                             .prefix_cache = 1,
+                             .dtype = dt,
+                             .head_dim = HD};
+        kv_cache *kv = kv_cache_create_paged(&c);
+        CHECK(kv != NULL, "%s cache", kern_kv_dtype_name(dt));
+        if (!kv)
+            continue;
+        CHECK(kv_cache_dtype(kv) == dt &&
+                  kv_cache_bytes(kv) == kv_cache_pool_bytes_kv(dt, L, D, HD, BS, 8) &&
+                  kv_cache_bytes(kv) == 2 * L * 8 * kern_kv_layer_block_bytes(dt, D, HD, BS) &&
+                  kv_cache_copy_bytes(kv, 1) == kern_kv_layer_block_bytes(dt, D, HD, BS),
+              "%s: the bytes are the dtype's layer-blocks", kern_kv_dtype_name(dt));
+        CHECK(kv_cache_seq_grow(kv, 0, 6) == 0, "grow");
+        float k[64], v[64];
+        for (int l = 0; l < L; l++) {
+            kern_kv_view w;
+            CHECK(kv_cache_view(kv, l, 0, &w) == 0 && w.kq && w.vq && !w.k && !w.k16 &&
+                      w.dtype == dt && w.scale_off == kern_kv_scale_off(dt, D, BS),
+                  "%s view", kern_kv_dtype_name(dt));
+            for (int p = 0; p < 6; p++) {
+                for (int d = 0; d < D; d++) {
+                    k[d] = (float)(1 + 10 * l + p) * sinf((float)(d + 1));
+                    v[d] = -(float)(1 + 10 * l + p) * cosf((float)(d + 1));
+                }
+                kern_kv_store(&w, p, k, v, D, HD);
+            }
+        }
+        kv_cache_seq_set_pos(kv, 0, 6);
+        CHECK(kv_cache_seq_fork(kv, 1, 0, 6) == 0 && kv_cache_seq_grow(kv, 1, 1) == 0,
+              "fork + grow");
+        CHECK(stats(kv).cow_copies == 1 &&
+                  kv_cache_seq_blocks(kv, 1)[1] != kv_cache_seq_blocks(kv, 0)[1],
+              "%s: partial block copied", kern_kv_dtype_name(dt));
+        /* Attention of one query over each slot reads every value: the same
+         * floats in both, so the same output bits. */
+        int bad = 0;
+        for (int l = 0; l < L; l++) {
+            kern_kv_view a, b;
+            kv_cache_view(kv, l, 0, &a);
+            kv_cache_view(kv, l, 1, &b);
+            float q[32], oa[32], ob[32], scratch[8];
+            for (int d = 0; d < HD; d++)
+                q[d] = cosf((float)d);
+            for (int g = 0; g < NK; g++) {
+                kern_attention_head_ref(oa, q, &a, g, 6, HD, 0.2f, scratch);
+                kern_attention_head_ref(ob, q, &b, g, 6, HD, 0.2f, scratch);
+                bad += memcmp(oa, ob, sizeof oa) != 0;
+            }
+        }
+        CHECK(bad == 0, "%s: the copy holds the source's codes and scales (%d differ)",
+              kern_kv_dtype_name(dt), bad);
+        CHECK(kv_cache_check(kv) == 0, "invariants");
+        kv_cache_free(kv);
+    }
+    /* q8_0 groups of 32 must lie within a head: heads of 8 are refused. */
+    kv_cache_config bad8 = {.n_layers = 1,
+                            .kv_dim = 32,
+                            .block_size = 4,
+                            .n_blocks = 4,
+                            .max_seqs = 1,
+                            .max_seq_blocks = 4,
+                            .dtype = KERN_KV_Q8_0,
+                            .head_dim = 8};
+    kv_cache_shape sh;
+    CHECK(kv_cache_create_paged(&bad8) == NULL && kv_cache_shape_of(&bad8, &sh) == BRISK_EINVAL,
+          "q8_0 with heads of 8 refused");
+}
+
 /* ---- external storage ----------------------------------------------------------
  * The CUDA backend keeps K/V in a device pool: the cache keeps only the books
  * and asks the owner to copy rows on copy-on-write. Here the "pool" is a
@@ -858,6 +943,7 @@ static void test_external(void) {
 int main(void) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    test_quantized();
     test_bad_config();
     test_allocator();
     test_fixed_layout();

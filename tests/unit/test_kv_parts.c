@@ -103,9 +103,9 @@ static void test_pool_storage(void) {
         if (!kv)
             continue;
         size_t elem = f16 ? 2 : 4;
-        CHECK(kv->pool.type == (f16 ? KERN_TYPE_F16 : KERN_TYPE_F32) &&
-                  kv->pool.elem == kern_type_block_bytes(kv->pool.type) && kv->pool.elem == elem,
-              "the element is a row of the type table (f16=%d)", f16);
+        CHECK(kv->pool.dtype == (f16 ? KERN_KV_F16 : KERN_KV_F32) &&
+                  kv->pool.unit == kern_kv_unit_bytes(kv->pool.dtype) && kv->pool.unit == elem,
+              "the element is a row of the KV dtype table (f16=%d)", f16);
         CHECK(kv_cache_bytes(kv) == 2 * elem * 2 * 6 * 4 * 8, "pool bytes f16=%d", f16);
         kern_kv_view w;
         memset(&w, 0, sizeof w);

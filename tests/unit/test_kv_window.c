@@ -413,6 +413,88 @@ static void test_attention_same_bits(void) {
     }
 }
 
+/* The same for the quantized dtypes the CPU runs, at every SIMD level up to
+ * the CPU's: rows written by the store op, heads of 32 (a 32-value group
+ * each), released entries naming the zero block, whose codes and scales are
+ * zero, so its values are 0 and weight-0 adds nothing (heads of 64: the
+ * integer scores of AVX-512 VNNI read it too). */
+static void test_attention_same_bits_quant(void) {
+    enum { QD = 128, QHD = 64 };
+    const kern_kv_dtype dts[] = {KERN_KV_Q8_0, KERN_KV_Q4_0};
+    for (int di = 0; di < 2; di++) {
+        kv_cache *cs[2] = {NULL, NULL};
+        for (int i = 0; i < 2; i++) {
+            kv_cache_config c = {.n_layers = NL,
+                                 .kv_dim = QD,
+                                 .block_size = BS,
+                                 .n_blocks = NB,
+                                 .max_seqs = NSEQ,
+                                 .max_seq_blocks = MSB,
+                                 .prefix_cache = 1,
+                                 .layer_window = i ? NULL : WINDOWS,
+                                 .max_grow = GROW,
+                                 .dtype = dts[di],
+                                 .head_dim = QHD};
+            cs[i] = kv_cache_create_paged(&c);
+        }
+        CHECK(cs[0] && cs[1], "%s caches", kern_kv_dtype_name(dts[di]));
+        if (!cs[0] || !cs[1]) {
+            kv_cache_free(cs[0]);
+            kv_cache_free(cs[1]);
+            continue;
+        }
+        for (int n_pos = 0; n_pos < 44; n_pos += GROW) {
+            for (int i = 0; i < 2; i++)
+                kv_cache_seq_grow(cs[i], 0, GROW);
+            for (int p = n_pos; p < n_pos + GROW; p++)
+                for (int l = 0; l < NL; l++) {
+                    float k[QD], v[QD];
+                    for (int d = 0; d < QD; d++) {
+                        k[d] = kval((p * 5) % 11, p, l, d % D, 0) * (1.0f + (float)(d / D));
+                        v[d] = kval((p * 5) % 11, p, l, d % D, 1) * (1.0f + (float)(d / D));
+                    }
+                    for (int i = 0; i < 2; i++) {
+                        kern_kv_view w;
+                        kv_cache_view(cs[i], l, 0, &w);
+                        kern_kv_store(&w, p, k, v, QD, QHD);
+                    }
+                }
+            for (int i = 0; i < 2; i++)
+                kv_cache_seq_set_pos(cs[i], 0, n_pos + GROW);
+        }
+        CHECK(stats(cs[0]).window_released > 0, "released some");
+        /* 4 query rows at positions 40..43, 2 heads per KV head (4 heads). */
+        enum { NH = 2, NR = 4, POS0 = 40, QDIM = 2 * NH * QHD };
+        float q[NR * QDIM], out_a[NR * QDIM], out_b[NR * QDIM], sa[4096], sb[4096];
+        for (int i = 0; i < NR * QDIM; i++)
+            q[i] = kval(i, 7, 3, i % D, 0) * 2.0f;
+        for (int lv = KERN_LEVEL_SCALAR; lv <= KERN_LEVEL_AVX512VNNI; lv++) {
+            kern_cpu_set_max_level((kern_level)lv);
+            int same = 1;
+            for (int layer = 0; layer < 2; layer++) { /* a window layer, then a full one */
+                int l = layer == 0 ? 1 : 2;
+                kern_kv_view va, vb;
+                kv_cache_view(cs[0], l, 0, &va);
+                kv_cache_view(cs[1], l, 0, &vb);
+                va.window = vb.window = WINDOWS[l];
+                for (int g = 0; g < 2; g++) {
+                    size_t off = (size_t)g * NH * QHD;
+                    kern_attention_rows_gqa(out_a + off, QDIM, q + off, QDIM, NR, NH, POS0, &va, g,
+                                            QHD, 0.35f, sa);
+                    kern_attention_rows_gqa(out_b + off, QDIM, q + off, QDIM, NR, NH, POS0, &vb, g,
+                                            QHD, 0.35f, sb);
+                }
+                same &= !memcmp(out_a, out_b, sizeof out_a);
+            }
+            CHECK(same, "%s level %s: attention over the released table = over the full one",
+                  kern_kv_dtype_name(dts[di]), kern_level_name((kern_level)lv));
+        }
+        kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+        kv_cache_free(cs[0]);
+        kv_cache_free(cs[1]);
+    }
+}
+
 /* Prefix-cache hits take only a prefix whose blocks every group holds. */
 static void test_prefix(void) {
     kv_cache *kv = make(WINDOWS, NB, 0);
@@ -624,6 +706,7 @@ int main(void) {
     test_layer_place();
     test_release();
     test_attention_same_bits();
+    test_attention_same_bits_quant();
     test_prefix();
     test_fork();
     test_stress(0);

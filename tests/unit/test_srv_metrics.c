@@ -277,6 +277,17 @@ static void test_escaping_and_counters(void) {
                             .engine_steps = 7,
                             .engine_batch_tokens = 70};
     t = render(m, &g, 2.0);
+    CHECK(strstr(t, "vllm:cache_config_info") == NULL, "no cache_config_info without a dtype");
+    free(t);
+    g.kv_dtype = "q8_0"; /* vLLM's info gauge: the configuration as labels, value 1 */
+    g.kv_block_size = 16;
+    g.prefix_caching = 1;
+    t = render(m, &g, 2.0);
+    CHECK(val(t, "vllm:cache_config_info",
+              "block_size=\"16\",cache_dtype=\"q8_0\",enable_prefix_caching=\"True\","
+              "num_gpu_blocks=\"10\"") == 1 &&
+              strstr(t, "# TYPE vllm:cache_config_info gauge\n"),
+          "cache_config_info");
     CHECK(val(t, "brisk_kv_cache_blocks", "state=\"total\"") == 10 &&
               val(t, "brisk_kv_cache_blocks", "state=\"used\"") == 4 &&
               val(t, "brisk_kv_cache_blocks", "state=\"cached\"") == 3 &&
@@ -587,6 +598,8 @@ static void test_promtool(void) {
                             .engine_forward_s = 11.0,
                             .engine_steps = 99,
                             .engine_batch_tokens = 999,
+                            .kv_dtype = "fp8",
+                            .kv_block_size = 16,
                             .audit_log = 1,
                             .audit_lines = 12,
                             .audit_errors = 1,
