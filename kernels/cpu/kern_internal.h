@@ -115,6 +115,9 @@ typedef struct kern_mm_args {
  * per-thread scratch of KERN_X8_WIDE_BYTES, if 4 groups fit (n_in up to
  * KERN_X8_WIDE_BYTES / 2304 * 32: 7264 at 512 KiB). */
 #define KERN_X8_WIDE_MIN_TOK 32
+/* Up to this many tokens the AVX2 and AVX-512 X8 kernels stream each row once (the
+ * decode kernel with T tokens), above it they run cache-blocked tiles. */
+#define KERN_X8_STREAM_MAX_TOK 3
 #define KERN_X8_WIDE_PB 640
 #define KERN_X8_WIDE_BYTES ((size_t)512 * 1024)
 

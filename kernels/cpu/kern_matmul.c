@@ -382,7 +382,7 @@ const char *kern_matmul_kernel_name(kern_type wt, int n_tok) {
     case KERN_LEVEL_SCALAR: return "scalar 4-token tiles";
     case KERN_LEVEL_AVX2:
         if (x8)
-            return n_tok == 1 ? "avx2 x8 2-stream" : "avx2 x8 16x3";
+            return n_tok <= KERN_X8_STREAM_MAX_TOK ? "avx2 x8 2-stream" : "avx2 x8 16x3";
         if (integer)
             return n_tok == 1                        ? "avx2 row 8x1"
                    : n_tok < KERN_AVX2_PLAIN_MIN_TOK ? "avx2 row 2x4 paired"
@@ -392,8 +392,9 @@ const char *kern_matmul_kernel_name(kern_type wt, int n_tok) {
     case KERN_LEVEL_AVX512VNNI:
         if (x8) {
             if (lv == KERN_LEVEL_AVX512VNNI)
-                return n_tok == 1 ? "avx512vnni x8 2-stream" : "avx512vnni x8 32x6";
-            return n_tok == 1 ? "avx512 x8 2-stream" : "avx512 x8 32x6";
+                return n_tok <= KERN_X8_STREAM_MAX_TOK ? "avx512vnni x8 2-stream"
+                                                       : "avx512vnni x8 32x6";
+            return n_tok <= KERN_X8_STREAM_MAX_TOK ? "avx512 x8 2-stream" : "avx512 x8 32x6";
         }
         return n_tok == 1 ? "avx512 f 2-stream" : "avx512 f 6x8";
     }

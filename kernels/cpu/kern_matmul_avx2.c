@@ -890,26 +890,32 @@ AI void x8_tiles(const kern_mm_args *a, int ng, int o, int r1, int t0, const int
         x8_tile(a, grp + (size_t)g * gbytes, gbytes, gbytes, o + 8 * g, 8, r1, t0, 1, T, K, 0);
 }
 
-/* Decode (1 token) of rows [r0, r1) (r0 a multiple of 8): as f_pair does
- * for float weights, the two groups of a tile come from the two halves of
- * the range, so the thread reads two sequential streams, each prefetched
- * X8_STREAM_PF bytes ahead. Same tiles and arithmetic as x8_rows. */
-AI void x8_rows1(const kern_mm_args *a, int r0, int r1, const int K) {
+/* Decode (T <= 3 tokens) of rows [r0, r1) (r0 a multiple of 8): as f_pair
+ * does for float weights, the two groups of a tile come from the two halves
+ * of the range, so the thread reads two sequential streams, each prefetched
+ * X8_STREAM_PF bytes ahead; a step of two or three decoding sequences reads
+ * each weight once, as one does. Same tiles and arithmetic as x8_rows. */
+AI void x8_rows1(const kern_mm_args *a, int r0, int r1, const int T, const int K) {
     const size_t gbytes = (size_t)(a->n_in / 32) * X8_BB(K);
     const int n_g = (r1 - r0 + 7) / 8, half = n_g / 2;
     const uint8_t *grp = a->W + (size_t)(r0 / 8) * gbytes;
     for (int g = 0; g < half; g++)
         x8_tile(a, grp + (size_t)g * gbytes, (size_t)half * gbytes, gbytes, r0 + 8 * g, 8 * half,
-                r1, 0, 2, 1, K, 2);
+                r1, 0, 2, T, K, 2);
     if (n_g & 1)
         x8_tile(a, grp + (size_t)(n_g - 1) * gbytes, gbytes, gbytes, r0 + 8 * (n_g - 1), 8, r1, 0,
-                1, 1, K, 2);
+                1, T, K, 2);
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8) of an X8 matrix. */
 AI void x8_rows(const kern_mm_args *a, int r0, int r1, const int K) {
-    if (a->n_tok == 1) {
-        x8_rows1(a, r0, r1, K);
+    if (a->n_tok <= KERN_X8_STREAM_MAX_TOK) {
+        if (a->n_tok == 1)
+            x8_rows1(a, r0, r1, 1, K);
+        else if (a->n_tok == 2)
+            x8_rows1(a, r0, r1, 2, K);
+        else
+            x8_rows1(a, r0, r1, 3, K);
         return;
     }
     const size_t gbytes = (size_t)(a->n_in / 32) * X8_BB(K);
