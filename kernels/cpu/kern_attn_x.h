@@ -207,6 +207,26 @@ AI __m256 att_hsum8x8(const __m256 *v) {
                          _mm256_castpd_ps(_mm256_unpackhi_pd(ad, bd)));
 }
 
+/* Row i of the chunk of positions from p (ko0, pf0: the chunk's first row
+ * and the row ATTN_PF on when chunked, else found per position): its K
+ * offset, after prefetching the row ATTN_PF on (and with row_pf, the whole
+ * cache rows ATTN_ROW_PF on into L2). */
+AI attn_at attn_chunk_row(const kern_kv_view *kv, int kv_head, int head_dim, int p, int i, int last,
+                          const int kind, int chunked, attn_at ko0, attn_at pf0, int row_pf) {
+    if (row_pf && p + i + ATTN_ROW_PF <= last) {
+        const attn_at ro = attn_off(kv, 0, head_dim, p + i + ATTN_ROW_PF, kind);
+        attn_prefetch_l2(kv, 0, ro, row_pf, kind);
+        attn_prefetch_l2(kv, 1, ro, row_pf, kind);
+    }
+    if (p + i + ATTN_PF <= last)
+        attn_prefetch(kv, 0,
+                      chunked ? attn_add(pf0, (size_t)i * kv->row_stride)
+                              : attn_off(kv, kv_head, head_dim, p + i + ATTN_PF, kind),
+                      head_dim, kind);
+    return chunked ? attn_add(ko0, (size_t)i * kv->row_stride)
+                   : attn_off(kv, kv_head, head_dim, p + i, kind);
+}
+
 /* Phase 1 for heads [h0, h0 + nh) and rows [r0, r0 + nt): scores times scale
  * into scratch row h * n_rows + r. Row r needs positions [0, pos0 + r]. In a
  * full block of ATTN_PB positions, rows that end inside the block also get
@@ -239,18 +259,8 @@ AI void attn_scores(const float *q, size_t q_stride, int n_rows, int pos0, const
                                 ? attn_off(kv, kv_head, head_dim, p + ATTN_PF, kind)
                                 : none;
         for (int i = 0; i < ATTN_PB; i++) {
-            if (row_pf && p + i + ATTN_ROW_PF <= last) {
-                const attn_at ro = attn_off(kv, 0, head_dim, p + i + ATTN_ROW_PF, kind);
-                attn_prefetch_l2(kv, 0, ro, row_pf, kind);
-                attn_prefetch_l2(kv, 1, ro, row_pf, kind);
-            }
-            if (p + i + ATTN_PF <= last)
-                attn_prefetch(kv, 0,
-                              chunked ? attn_add(pf0, (size_t)i * kv->row_stride)
-                                      : attn_off(kv, kv_head, head_dim, p + i + ATTN_PF, kind),
-                              head_dim, kind);
-            const attn_at ko = chunked ? attn_add(ko0, (size_t)i * kv->row_stride)
-                                       : attn_off(kv, kv_head, head_dim, p + i, kind);
+            const attn_at ko =
+                attn_chunk_row(kv, kv_head, head_dim, p, i, last, kind, chunked, ko0, pf0, row_pf);
             kv_loadn(kv, 0, ko, nv, kind, k);
             int j = 0;
             for (int r = rfirst; r < r0 + nt; r++)
@@ -399,18 +409,8 @@ AI void attn_scores_qi(const float *q, size_t q_stride, int n_rows, int pos0,
                                 ? attn_off(kv, kv_head, head_dim, p + ATTN_PF, kind)
                                 : none;
         for (int i = 0; i < ATTN_PB; i++) {
-            if (row_pf && p + i + ATTN_ROW_PF <= last) {
-                const attn_at ro = attn_off(kv, 0, head_dim, p + i + ATTN_ROW_PF, kind);
-                attn_prefetch_l2(kv, 0, ro, row_pf, kind);
-                attn_prefetch_l2(kv, 1, ro, row_pf, kind);
-            }
-            if (p + i + ATTN_PF <= last)
-                attn_prefetch(kv, 0,
-                              chunked ? attn_add(pf0, (size_t)i * kv->row_stride)
-                                      : attn_off(kv, kv_head, head_dim, p + i + ATTN_PF, kind),
-                              head_dim, kind);
-            const attn_at ko = chunked ? attn_add(ko0, (size_t)i * kv->row_stride)
-                                       : attn_off(kv, kv_head, head_dim, p + i, kind);
+            const attn_at ko =
+                attn_chunk_row(kv, kv_head, head_dim, p, i, last, kind, chunked, ko0, pf0, row_pf);
             for (int c = 0; c < nc; c++)
                 kc[c] = attn_qi_codes(kv, ko, c, kind, &dk[c]);
             /* Rows before rfirst end before this chunk: their lanes are

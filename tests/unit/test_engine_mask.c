@@ -17,6 +17,7 @@
 #include "common/brisk_error.h"
 #include "models/llama2c.h"
 #include "scheduler/engine.h"
+#include "stories_gguf.h"
 
 #define N_SEQ 5
 
@@ -148,19 +149,12 @@ static int same(const result *a, const result *b) {
 }
 
 int main(void) {
-    char src[1024], tok[1024], dir[] = "/tmp/brisk-test-engine-mask-XXXXXX", path[1100];
+    char dir[] = "/tmp/brisk-test-engine-mask-XXXXXX", path[1100];
     char trace[1100];
-    snprintf(src, sizeof src, "%s/models/stories260K.bin", bt_shared_dir());
-    snprintf(tok, sizeof tok, "%s/models/tok512.bin", bt_shared_dir());
-    if (access(src, R_OK) != 0) {
-        printf("test_engine_mask: SKIP: %s not found (set BRISK_SHARED_DIR)\n", src);
-        return 0;
-    }
-    if (!mkdtemp(dir))
-        return 1;
-    snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
+    int ready = bt_stories_gguf("test_engine_mask", dir, path, sizeof path);
+    if (ready <= 0)
+        return ready < 0;
     char err[256];
-    CHECK(model_convert_llama2c(src, tok, path, err, sizeof err) == 0, "convert: %s", err);
     uv_loop_init(&loop);
     uv_async_init(&loop, &async, on_async);
 

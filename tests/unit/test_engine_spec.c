@@ -19,6 +19,7 @@
 #include "kv/kv_cache.h"
 #include "models/llama2c.h"
 #include "scheduler/engine.h"
+#include "stories_gguf.h"
 
 #define MAX_OUT 256
 /* A pool no scenario fills (4 MB: 400 blocks of stories260K's f16 K/V), so
@@ -187,18 +188,11 @@ static void compare(const char *what, const req *rq, int n, int max_seqs, long l
 }
 
 int main(void) {
-    char src[1024], tok[1024], dir[] = "/tmp/brisk-test-spec-XXXXXX", path[1100];
-    snprintf(src, sizeof src, "%s/models/stories260K.bin", bt_shared_dir());
-    snprintf(tok, sizeof tok, "%s/models/tok512.bin", bt_shared_dir());
-    if (access(src, R_OK) != 0) {
-        printf("test_engine_spec: SKIP: %s not found (set BRISK_SHARED_DIR)\n", src);
-        return 0;
-    }
-    if (!mkdtemp(dir))
-        return 1;
-    snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
+    char dir[] = "/tmp/brisk-test-spec-XXXXXX", path[1100];
+    int ready = bt_stories_gguf("test_engine_spec", dir, path, sizeof path);
+    if (ready <= 0)
+        return ready < 0;
     char err[256];
-    CHECK(model_convert_llama2c(src, tok, path, err, sizeof err) == 0, "convert: %s", err);
     g_path = path;
     uv_loop_init(&loop);
     uv_async_init(&loop, &async, on_async);

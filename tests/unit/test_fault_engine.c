@@ -26,6 +26,7 @@
 #include "common/brisk_log.h"
 #include "models/llama2c.h"
 #include "scheduler/engine.h"
+#include "stories_gguf.h"
 
 #define N_SEQ 3
 #define RUN_TIMEOUT_MS 30000 /* a lost final event shows as a hung run */
@@ -188,18 +189,11 @@ int main(void) {
         printf("test_fault_engine: SKIP: built without -DBRISK_FAULT_INJECT\n");
         return 0;
     }
-    char src[1024], tok[1024], dir[] = "/tmp/brisk-test-fault-engine-XXXXXX", path[1100];
-    snprintf(src, sizeof src, "%s/models/stories260K.bin", bt_shared_dir());
-    snprintf(tok, sizeof tok, "%s/models/tok512.bin", bt_shared_dir());
-    if (access(src, R_OK) != 0) {
-        printf("test_fault_engine: SKIP: %s not found (set BRISK_SHARED_DIR)\n", src);
-        return 0;
-    }
-    if (!mkdtemp(dir))
-        return 1;
-    snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
+    char dir[] = "/tmp/brisk-test-fault-engine-XXXXXX", path[1100];
+    int ready = bt_stories_gguf("test_fault_engine", dir, path, sizeof path);
+    if (ready <= 0)
+        return ready < 0;
     char err[256];
-    CHECK(model_convert_llama2c(src, tok, path, err, sizeof err) == 0, "convert: %s", err);
     brisk_log_set_level(BRISK_LOG_ERROR);
 
     uv_loop_init(&loop);
