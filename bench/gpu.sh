@@ -356,7 +356,8 @@ st_spec() {
             "{\"method\":\"draft_model\",\"model\":\"$draft\",\"num_speculative_tokens\":4}")
         [ $mode = ngram ] && spec=(--speculative-config
             '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":4}')
-        srv_start "spec_$mode" "${common[@]}" "${spec[@]}" || { rc=1; continue; }
+        srv_start "spec_$mode" "${common[@]}" "${spec[@]}" --step-trace "$W/spec_${mode}_steps.jsonl" ||
+            { rc=1; continue; }
         url=$SRV_URL pid=$SRV_PID
         python3 bench/spec_gpu_check.py greedy --url "$url" --json "$W/spec_${mode}_greedy.json" || rc=1
         for c in 1 16; do
@@ -367,6 +368,8 @@ st_spec() {
     for mode in draft ngram; do
         echo "spec $mode vs none: $(python3 bench/spec_gpu_check.py compare "$W/spec_none_greedy.json" \
             "$W/spec_${mode}_greedy.json")" | tee -a "$W/spec_compare.txt"
+        echo "spec $mode steps: $(python3 bench/spec_gpu_check.py trace "$W/spec_${mode}_steps.jsonl")" |
+            tee -a "$W/spec_compare.txt"
     done
     return $rc
 }

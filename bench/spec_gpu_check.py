@@ -10,6 +10,11 @@ package registry).
                                   (prefix match per prompt) and the largest
                                   log-prob difference; exit 0, the figures on
                                   stdout as one JSON line
+  trace STEPS.jsonl               the server's --step-trace: the steps that
+                                  verified proposals, by pass kind (eager,
+                                  warmup, capture, replay: on CUDA a step of
+                                  short runs replays a graph), with their mean
+                                  forward time; one JSON line
 
 On the CPU the two are equal bit for bit (tests/integration/test_speculative.py);
 on CUDA the verification batch changes the kernels' token counts, so the rule is
@@ -78,6 +83,21 @@ def compare(args):
     return 0
 
 
+def trace(args):
+    kinds = {}
+    for line in open(args.steps):
+        st = json.loads(line)
+        if st.get("spec_proposed", 0) <= 0:
+            continue
+        k = kinds.setdefault(st["pass"], {"steps": 0, "forward_ms": 0.0})
+        k["steps"] += 1
+        k["forward_ms"] += st["forward_ms"]
+    for k in kinds.values():
+        k["forward_ms"] = round(k["forward_ms"] / k["steps"], 3)
+    print(json.dumps({"verify_steps_by_pass": kinds}))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -87,8 +107,10 @@ def main():
     c = sub.add_parser("compare")
     c.add_argument("base")
     c.add_argument("other")
+    t = sub.add_parser("trace")
+    t.add_argument("steps")
     args = ap.parse_args()
-    return greedy(args) if args.cmd == "greedy" else compare(args)
+    return {"greedy": greedy, "compare": compare, "trace": trace}[args.cmd](args)
 
 
 if __name__ == "__main__":

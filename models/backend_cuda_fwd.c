@@ -118,6 +118,128 @@ static void cuda_pad(cuda_backend *cb, int n, int bucket) {
     }
 }
 
+/* The smallest bucket holding n decode rows: 1, 2, 4, 8, then multiples of
+ * 8 to 64, of 16 to 256, of 32 beyond (vLLM's capture sizes are alike). */
+static int cuda_bucket(int n) {
+    if (n <= 1)
+        return 1;
+    if (n <= 2)
+        return 2;
+    if (n <= 4)
+        return 4;
+    if (n <= 64)
+        return (n + 7) / 8 * 8;
+    if (n <= 256)
+        return (n + 15) / 16 * 16;
+    return (n + 31) / 32 * 32;
+}
+
+/* ---- short runs in graphs (speculative verification) ---------------------------
+ * A step whose runs are all short (each sequence's last token and its
+ * proposals, or a few prompt tokens) replays a graph too: its runs are laid
+ * out R rows apart (R: the longest run rounded up to a power of two, at
+ * most CUDA_GRAPH_MAX_RUN) and padded to a bucket of runs. A run's rows past
+ * its tokens continue its positions but store nothing (slot -1); causal
+ * attention keeps them out of the real rows, and their logits are never
+ * read. A padding run is R such rows at position 0 with an all-zero table.
+ * Every run's context with its padding must stay within its block table
+ * (pos0 + R <= max_blocks * block_size), the padding may at most double the
+ * step's rows, and a graph runs at most CUDA_GRAPH_MAX_ROWS; else the step
+ * runs eagerly. */
+#define CUDA_GRAPH_MAX_RUN 32
+#define CUDA_GRAPH_MAX_ROWS 256
+
+/* The graph shape for a step of n_runs runs, the longest max_run (> 1): 1
+ * and *runs, *run set, or 0 (eager). */
+static int cuda_runs_shape(const cuda_backend *cb, const model_batch *b, int n_runs, int max_run,
+                           int *runs, int *run) {
+    int R = 2;
+    while (R < max_run)
+        R *= 2;
+    int nb = cuda_bucket(n_runs);
+    /* Padding may at most double the rows, and only small steps are worth
+     * it: beyond CUDA_GRAPH_MAX_ROWS the launches are a small share. */
+    long rows = (long)nb * R;
+    if (R > CUDA_GRAPH_MAX_RUN || nb > cb->o.max_seqs || rows > cb->o.max_batch_tokens ||
+        rows > 2L * b->n_tokens || rows > CUDA_GRAPH_MAX_ROWS)
+        return 0;
+    long cap = (long)cb->max_blocks * cb->block_size;
+    for (int i = 0; i < b->n_tokens; i++)
+        if (cuda_run_starts(b, i) && (long)b->pos[i] + R > cap)
+            return 0;
+    *runs = nb;
+    *run = R;
+    return 1;
+}
+
+/* Stages the batch for a short-runs graph of nb runs of R rows (strides nb
+ * * R rows, nb runs): run r's tokens at rows r * R on, every row's logits
+ * computed, out_map from the wanted tokens (in batch order) to their rows. */
+static void cuda_stage_runs(cuda_backend *cb, kv_cache *kv, const model_batch *b, int nb, int R,
+                            int *n_want) {
+    const int n = b->n_tokens, rows = nb * R, bs = cb->block_size, mb = cb->max_blocks;
+    int r = -1, j = 0;
+    *n_want = 0;
+    for (int i = 0; i <= n; i++) {
+        int start = i < n && cuda_run_starts(b, i);
+        if ((i == n || start) && r >= 0) { /* the previous run's padding rows */
+            int32_t *run = &cb->h_runs[3 * r];
+            for (; j < R; j++) {
+                int row = r * R + j;
+                cb->h_tok[row] = 0;
+                cb->h_pos[row] = run[2] + j;
+                for (int g = 0; g < cb->n_groups; g++)
+                    cb->h_slots[(size_t)g * rows + row] = -1;
+            }
+            run[1] = R;
+            cb->h_ctx[r] = run[2] + R;
+        }
+        if (i == n)
+            break;
+        if (start) {
+            r++;
+            j = 0;
+            int32_t *run = &cb->h_runs[3 * r];
+            run[0] = r * R;
+            run[1] = 0;
+            run[2] = b->pos[i];
+            int nblk = kv_cache_seq_n_blocks(kv, b->seq[i]);
+            for (int g = 0; g < cb->n_groups; g++) {
+                int32_t *bt = cb->h_bt + ((size_t)g * nb + (size_t)r) * mb;
+                memcpy(bt, kv_cache_seq_table(kv, b->seq[i], g), (size_t)nblk * sizeof(int32_t));
+                memset(bt + nblk, 0, (size_t)(mb - nblk) * sizeof(int32_t));
+            }
+        }
+        int row = r * R + j++, pos = b->pos[i];
+        cb->h_tok[row] = b->tokens[i];
+        cb->h_pos[row] = pos;
+        for (int g = 0; g < cb->n_groups; g++) {
+            const int32_t *table = kv_cache_seq_table(kv, b->seq[i], g);
+            cb->h_slots[(size_t)g * rows + row] =
+                (int64_t)table[pos / bs] * (int64_t)cb->block_stride +
+                (int64_t)(pos % bs) * (int64_t)cb->slot_row;
+        }
+        int want = b->want_logits ? b->want_logits[i] != 0 : i == n - 1;
+        if (want)
+            cb->out_map[(*n_want)++] = row;
+    }
+    for (r = r + 1; r < nb; r++) { /* padding runs */
+        int32_t *run = &cb->h_runs[3 * r];
+        run[0] = r * R, run[1] = R, run[2] = 0;
+        cb->h_ctx[r] = R;
+        for (int k = 0; k < R; k++) {
+            cb->h_tok[r * R + k] = 0;
+            cb->h_pos[r * R + k] = k;
+            for (int g = 0; g < cb->n_groups; g++)
+                cb->h_slots[(size_t)g * rows + r * R + k] = -1;
+        }
+        for (int g = 0; g < cb->n_groups; g++)
+            memset(cb->h_bt + ((size_t)g * nb + (size_t)r) * mb, 0, (size_t)mb * sizeof(int32_t));
+    }
+    for (int i = 0; i < rows; i++)
+        cb->h_out_idx[i] = i;
+}
+
 /* Uploads what cuda_stage (and cuda_pad) staged for a pass over n rows and
  * n_runs runs (the strides it staged with). */
 static int cuda_upload_step(cuda_backend *cb, int n, int n_runs, int n_want) {
@@ -311,42 +433,33 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
     return 0;
 }
 
-/* The smallest bucket holding n decode rows: 1, 2, 4, 8, then multiples of
- * 8 to 64, of 16 to 256, of 32 beyond (vLLM's capture sizes are alike). */
-static int cuda_bucket(int n) {
-    if (n <= 1)
-        return 1;
-    if (n <= 2)
-        return 2;
-    if (n <= 4)
-        return 4;
-    if (n <= 64)
-        return (n + 7) / 8 * 8;
-    if (n <= 256)
-        return (n + 15) / 16 * 16;
-    return (n + 31) / 32 * 32;
-}
-
-static cuda_graph *cuda_graph_for(cuda_backend *cb, int bucket) {
+static cuda_graph *cuda_graph_for(cuda_backend *cb, int bucket, int run) {
     for (int i = 0; i < cb->n_graphs; i++)
-        if (cb->graphs[i].n == bucket)
+        if (cb->graphs[i].n == bucket && cb->graphs[i].run == run)
             return &cb->graphs[i];
     if (cb->n_graphs == CUDA_MAX_BUCKETS)
         return NULL;
     cuda_graph *g = &cb->graphs[cb->n_graphs++];
     g->n = bucket;
+    g->run = run;
     g->exec = NULL;
     g->warm = 0;
     return g;
 }
 
-/* Captures the decode pass for g->n rows. On failure the stream is left
- * out of capture mode and graphs are turned off (eager from then on). */
+/* The pass a graph runs: g->n runs of g->run rows, logits for every row. */
+static int cuda_graph_pass(cuda_backend *cb, const cuda_graph *g) {
+    int rows = g->n * g->run;
+    return cuda_pass(cb, rows, g->n, g->run, g->run == 1, rows);
+}
+
+/* Captures g's pass. On failure the stream is left out of capture mode and
+ * graphs are turned off (eager from then on). */
 static int cuda_capture(cuda_backend *cb, cuda_graph *g) {
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
         return -1;
-    int rc = cuda_pass(cb, g->n, g->n, 1, 1, g->n);
+    int rc = cuda_graph_pass(cb, g);
     cudaError_t e = cudaStreamEndCapture(cb->stream, &graph);
     if (rc != 0 || e != cudaSuccess || !graph) {
         if (graph)
@@ -396,34 +509,41 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
         return BRISK_EINVAL;
     }
     int decode = max_run == 1 && n <= cb->o.max_seqs;
-    /* A decode step replays its bucket's graph, unless it wants hidden
-     * states (the graph has no gather for them: it runs eagerly). */
+    /* A decode step replays its bucket's graph, and so does a step of short
+     * runs (speculative verification: cuda_runs_shape), unless it wants
+     * hidden states (the graph has no gather for them: it runs eagerly). */
     cuda_graph *g = NULL;
-    if (decode && !cb->graphs_off && !cb->trace && !any_hid) {
-        int bucket = cuda_bucket(n);
-        if (bucket <= cb->o.max_seqs && bucket <= cb->o.max_batch_tokens)
-            g = cuda_graph_for(cb, bucket);
+    if (!cb->graphs_off && !cb->trace && !any_hid) {
+        int bucket = cuda_bucket(n), runs = 0, run = 0;
+        if (decode && bucket <= cb->o.max_seqs && bucket <= cb->o.max_batch_tokens)
+            g = cuda_graph_for(cb, bucket, 1);
+        else if (!decode && max_run > 1 && cuda_runs_shape(cb, b, n_runs, max_run, &runs, &run))
+            g = cuda_graph_for(cb, runs, run);
     }
     if (g) {
         /* The graph runs the whole bucket and computes logits for every
          * row; the wanted ones are found through out_map. The step is
          * staged with the bucket's strides, as the graph reads them. */
-        int bucket = g->n;
-        cuda_stage(cb, kv, b, bucket, bucket, &n_want, &n_hid);
-        for (int r = 0; r < n_want; r++)
-            cb->out_map[r] = cb->h_out_idx[r];
-        cuda_pad(cb, n, bucket);
-        for (int i = 0; i < bucket; i++)
-            cb->h_out_idx[i] = i;
-        rc = cuda_upload_step(cb, bucket, bucket, bucket);
+        int bucket = g->n, run_rows = g->run, rows = g->n * g->run;
+        if (run_rows == 1) {
+            cuda_stage(cb, kv, b, bucket, bucket, &n_want, &n_hid);
+            for (int r = 0; r < n_want; r++)
+                cb->out_map[r] = cb->h_out_idx[r];
+            cuda_pad(cb, n, bucket);
+            for (int i = 0; i < bucket; i++)
+                cb->h_out_idx[i] = i;
+        } else {
+            cuda_stage_runs(cb, kv, b, bucket, g->run, &n_want);
+        }
+        rc = cuda_upload_step(cb, rows, bucket, rows);
         /* A bucket's first step runs eagerly, so every kernel (and cuBLAS's
          * first GEMM) is loaded and set up outside a capture; the second is
          * captured. */
         int had_graph = g->exec != NULL;
         if (rc == 0 && !g->exec && g->warm && cuda_capture(cb, g) != 0) {
-            BRISK_WARN(
-                "cuda: capturing a decode graph of %d rows failed (%s); running without graphs",
-                g->n, kern_cuda_last_error());
+            BRISK_WARN("cuda: capturing a graph of %d runs x %d rows failed (%s); running "
+                       "without graphs",
+                       g->n, g->run, kern_cuda_last_error());
             cb->graphs_off = 1;
             g = NULL;
         }
@@ -434,14 +554,15 @@ int model_cuda_forward(model_backend *be, kv_cache *kv, const model_batch *b, in
         if (rc == 0 && g && g->exec) {
             cudaError_t le = cudaGraphLaunch(g->exec, cb->stream);
             if (le != cudaSuccess) {
-                BRISK_ERROR("cuda: cudaGraphLaunch (%d rows): %s", g->n, cudaGetErrorString(le));
+                BRISK_ERROR("cuda: cudaGraphLaunch (%d runs x %d rows): %s", g->n, g->run,
+                            cudaGetErrorString(le));
                 (void)cudaGetLastError();
                 rc = BRISK_EIO;
             }
         } else if (rc == 0) {
             /* the bucket's first step, or the capture failed: the same
              * bucket eagerly (its staging is what was uploaded) */
-            rc = cuda_pass(cb, bucket, bucket, 1, 1, bucket);
+            rc = cuda_pass(cb, rows, bucket, run_rows, run_rows == 1, rows);
         }
         if (g)
             g->warm = 1;

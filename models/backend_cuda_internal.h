@@ -36,7 +36,8 @@ typedef struct cuda_layer {
 } cuda_layer;
 
 typedef struct cuda_graph {
-    int n;                /* bucket: rows the graph runs */
+    int n;                /* bucket: runs (sequences) the graph runs */
+    int run;              /* rows per run: 1 decode; > 1 short runs (speculative verification) */
     cudaGraphExec_t exec; /* NULL until captured */
     int warm;             /* 1 once a step of this size ran (eagerly): the next is captured */
 } cuda_graph;
