@@ -35,41 +35,17 @@ import glob
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import bench_meta  # noqa: E402
+from bench_server import free_port, metrics, pick  # noqa: E402
 
 MODELS = os.path.expanduser(os.environ.get("BRISK_CACHE_DIR", "~/.cache/brisk")) + "/models"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def metrics(port):
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
-
-
-def pick(m, name, label=""):
-    for k, v in m.items():
-        if k.split("{", 1)[0] == name and label in k:
-            return v
-    return 0.0
 
 
 def loadavg():

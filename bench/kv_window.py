@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -30,31 +29,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_meta  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def metrics(port):
-    """Sample name (with its labels) -> value."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
-
-
-def pick(m, name, label=""):
-    """The value of the first sample called name whose labels include label."""
-    for k, v in m.items():
-        if k.split("{", 1)[0] == name and label in k:
-            return v
-    return 0.0
+from bench_server import free_port, metrics, pick  # noqa: E402
 
 
 def run_mode(args, release):

@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import bench_meta  # noqa: E402
+from bench_server import free_port  # noqa: E402
 
 
 def schema(suffix=""):
@@ -62,12 +62,6 @@ SCHEMA = schema()
 PROMPTS = ["A JSON list of people with their name, age and whether they own a cat:",
            "Here is the data as JSON:", "Output:", "The records, in JSON:"]
 COSTLY = "(?:(?:" + "|".join(f"[a-z]{{1,{n}}}" for n in range(8, 20)) + ")+ ){1,100}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(port, body):
