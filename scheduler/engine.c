@@ -1,142 +1,28 @@
-/* engine.c - the engine thread: admission, batched steps, sampling, stop
- * strings, log-probs and the event outbox (see engine.h). */
+/* engine.c - the engine thread: the public calls, a sequence's life
+ * (admission, sampling, stop strings, log-probs, pooling, deadlines), the
+ * step, the event outbox and the thread's loop (see engine.h). Its other
+ * parts (engine_int.h): resources in engine_load.c, grammar masks in
+ * engine_park.c, speculative decoding in engine_spec.c. */
 #include "scheduler/engine.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "common/brisk_alloc.h"
 #include "common/brisk_error.h"
 #include "common/brisk_grow.h"
 #include "common/brisk_log.h"
-#include "kernels/cpu/kern_cpu.h"
-#include "kernels/cpu/kern_pool.h"
+#include "kernels/cpu/kern_kv.h"
 #include "kv/kv_cache.h"
 #include "models/backend.h"
+#include "scheduler/engine_int.h"
 #include "scheduler/engine_mask.h"
 #include "scheduler/engine_trace.h"
 #include "scheduler/sched_core.h"
-#include "scheduler/sched_setup.h"
 #include "scheduler/seq_text.h"
 #include "scheduler/spec.h"
-#include "scheduler/spec_draft.h"
-#include "scheduler/spec_verify.h"
-
-typedef struct seq {
-    sched_req req;      /* the scheduler's view: tokens = hist (first: casts) */
-    uint64_t submit_no; /* 1, 2, ... in submission order (under mu) */
-    struct seq *next;   /* inbox link */
-    sched_seq_params p;
-    int32_t *hist; /* prompt then generated tokens */
-    int n_hist, cap_hist;
-    int n_gen;
-    model_sampler *sampler;
-    int32_t *ban; /* while n_gen < min_tokens: EOS and stop ids, the sampler's ban */
-    int n_ban;
-    /* The constraint: its matcher and the mask of its next token (the
-     * sampler's), computed by a mask worker (engine_mask.h); or NULL. */
-    sched_mask_job *mj;
-    /* Sitting out: its last forward's logits row, kept until its mask is
-     * ready, then sampled (sample_parked). */
-    int parked;
-    float *park_row;   /* [n_vocab], made on the first park */
-    int mask_costly;   /* tokens left before the engine waits for its masks again */
-    seq_text text;     /* detokenizer + stop strings + UTF-8 hold-back */
-    sched_token *toks; /* tokens since the last event */
-    int n_toks;
-    size_t cap_toks;
-    sched_token *ptoks; /* prompt log-probs, sent with the first event */
-    int n_ptoks;
-    int sent_ptoks;
-    sched_event *final_ev; /* allocated at submit: the final event never waits for memory */
-    int ready;             /* hist, sampler and text set up (on entering the engine) */
-    int left_waiting;      /* no longer counted against the submit-side waiting caps */
-    double t_submit, t_admit;
-    int deadline_hit;     /* its deadline ended it */
-    int has_deadline;     /* counted in sched_engine.n_deadlines while it is in the engine */
-    double *emb_sum;      /* pooling: the sum (MEAN) or last row (LAST) of hidden states */
-    int emb_upto;         /* positions already added (a preempted MEAN recomputes the rest) */
-    sched_spec_seq *spec; /* speculative decoding's state, or NULL (spec.h) */
-} seq;
-
-typedef struct cancel_msg {
-    struct cancel_msg *next;
-    void *user;
-    /* Submissions made before the cancel: a sequence submitted after it is
-     * another request that reuses the user pointer (the first one's final
-     * event was drained and its memory freed and allocated again before the
-     * engine saw the cancel), and is left alone. */
-    uint64_t n_submitted;
-} cancel_msg;
-
-struct sched_engine {
-    sched_engine_config cfg;
-    char *model_path;
-    char *draft_path; /* cfg.spec.draft_model, owned (the load runs after create returns) */
-    uv_async_t *async;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int quit;
-    /* under mu */
-    seq *inbox_head, *inbox_tail;
-    cancel_msg *cancels;
-    uint64_t n_submitted; /* sequences accepted by sched_engine_submit */
-    sched_event *out_head, *out_tail;
-    int n_waiting; /* inbox + waiting queue */
-    long waiting_tokens;
-    sched_state state;
-    char load_err[256];
-    sched_engine_stats stats;
-    /* engine thread only */
-    /* The events of the step in progress: they join the outbox together with
-     * the stats of the same step (engine_publish), so that a client that sees
-     * a sequence's final event also sees its KV blocks released. */
-    sched_event *step_head, *step_tail;
-    sched_setup setup; /* owns the model, the backend and the KV cache */
-    model *m;          /* setup.m */
-    model_backend *be; /* setup.be: the forward pass and sampling, CPU or CUDA */
-    kv_cache *kv;      /* setup.kv */
-    sched_core *core;
-    kern_pool *pool;
-    int max_ctx;
-    int32_t *b_tok, *b_pos, *b_seq;
-    uint8_t *b_want;
-    uint8_t *b_hid;   /* tokens whose hidden state a pooling sequence needs */
-    int n_deadlines;  /* sequences in the engine with a deadline: 0 skips the scan */
-    seq **b_owner;    /* per batch token: its sequence */
-    float *lp_row;    /* copy of one logits row for log-probs */
-    int32_t *eog_ids; /* every end-of-generation id of the vocabulary (min_tokens bans them) */
-    int n_eog;
-    model_grammar_vocab
-        *gvocab;             /* the vocabulary as a trie, for grammar masks (made on first use) */
-    sched_mask_pool *masks;  /* the grammar mask workers */
-    int n_parked;            /* running sequences sitting out for their masks */
-    long long masks_done;    /* under mu: jobs the workers finished (wakes the engine) */
-    long long masks_seen;    /* masks_done when the engine last waited for masks */
-    long long mask_units;    /* this step's allowance of inline mask work (seq_mask_ready) */
-    double mask_grace_until; /* and until when it may wait for workers' masks */
-    model_sample_job *jobs;  /* rows sampled together after a forward (max_batch_tokens) */
-    seq **job_seq;
-    int32_t *job_ids;
-    float *job_p; /* p(draft_id) of draft-model verification rows */
-    /* Speculative decoding (spec.h), or NULL: the proposer, this step's
-     * candidates and their sequences, and the runs verified from the one
-     * sample call (engine_verify_batched). */
-    sched_spec *spec;
-    sched_spec_cand *cands;
-    seq **cand_seq;
-    struct spec_run *runs;
-    /* --step-trace: the file (NULL: off), the record step() fills, and when
-     * the last traced step ended. */
-    sched_trace *trace;
-    sched_trace_step tr;
-    double t_step_end;
-};
 
 sched_engine_config sched_engine_config_default(void) {
     sched_engine_config c;
@@ -235,12 +121,7 @@ sched_event *sched_engine_drain(sched_engine *e) {
     return h;
 }
 
-/* Builds the event for s: new text, tokens since the last event and, on the
- * first event, the prompt log-probs. finish != NONE makes it the last, and
- * the last one always goes out: its record was allocated at submit, and when
- * its text cannot be taken it ends the sequence as an error instead. A delta
- * that fails leaves everything in s for the next event. */
-static int seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *err) {
+int engine_seq_emit(sched_engine *e, seq *s, sched_finish finish, const char *err) {
     int final = finish != SCHED_FINISH_NONE;
     sched_event *ev = final ? s->final_ev : brisk_calloc(1, sizeof *ev);
     if (!ev)
@@ -372,10 +253,7 @@ void sched_engine_get_stats(const sched_engine *e, sched_engine_stats *out) {
 
 /* ---- engine thread ---------------------------------------------------- */
 
-/* Ends s: out of the scheduler (its KV blocks freed now), final event, freed.
- * The final event cannot fail (see seq_emit), so the server always learns
- * that the sequence ended and can release its request. */
-static void seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err) {
+void engine_seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err) {
     if (s->ready)
         sched_core_remove(e->core, &s->req);
     if (s->spec) /* its draft slot back; (suffix) its output into the index */
@@ -384,7 +262,7 @@ static void seq_finish(sched_engine *e, seq *s, sched_finish f, const char *err)
         e->n_deadlines--;
     if (s->parked)
         e->n_parked--;
-    seq_emit(e, s, f, err);
+    engine_seq_emit(e, s, f, err);
     seq_free(e, s);
 }
 
@@ -395,8 +273,7 @@ static int push_token(seq *s, const sched_token *t) {
     return 0;
 }
 
-/* Log-softmax of the raw row: the chosen id's log-prob and the top n. */
-static void fill_logprobs(const float *row, int n_vocab, int32_t id, int n_top, sched_token *t) {
+void engine_fill_logprobs(const float *row, int n_vocab, int32_t id, int n_top, sched_token *t) {
     float mx = row[0];
     for (int i = 1; i < n_vocab; i++)
         mx = row[i] > mx ? row[i] : mx;
@@ -458,138 +335,12 @@ static void apply_cancel(sched_engine *e, const cancel_msg *c) {
     if (!s || s->submit_no > c->n_submitted) /* gone, or a later request at the same address */
         return;
     uncount_waiting(e, s);
-    seq_finish(e, s, SCHED_FINISH_ABORT, NULL);
+    engine_seq_finish(e, s, SCHED_FINISH_ABORT, NULL);
 }
 
 /* Whether the prompt decodes to some text: then the output continues it. */
 static int prompt_has_text(const sched_engine *e, const seq *s) {
     return tok_ids_have_text(model_get_vocab(e->m), s->p.prompt, s->p.n_prompt);
-}
-
-/* ---- grammar masks ------------------------------------------------------ */
-
-/* What the engine may spend of its own time on masks rather than let a row
- * sit out a step (the choice changes when a token is sampled, never which):
- * per step, walks of at most MASK_INLINE_UNITS each and MASK_STEP_UNITS in
- * all (a JSON state's walk over a 49,152-token vocabulary is ~30,000 units
- * inside a value and ~270,000 inside a string, ~8 ns a unit), and waiting
- * for masks a worker is finishing, at most a tenth of the last forward and
- * at most 1 ms. A sequence whose mask missed both sits out, and is not
- * waited for again for MASK_COSTLY_TOKENS tokens. */
-#define MASK_INLINE_UNITS (64 * 1024)
-#define MASK_STEP_UNITS (256 * 1024)
-#define MASK_GRACE_MAX_S 1e-3
-#define MASK_COSTLY_TOKENS 16
-
-/* Asks for the mask of s's grammar state (after its last token): cached
- * ones are ready at once, the others computed by a worker while the next
- * forward runs. */
-static void seq_mask_submit(sched_engine *e, seq *s) {
-    s->mj->delay = e->cfg.mask_delay_steps;
-    if (s->mask_costly > 0)
-        s->mask_costly--;
-    sched_mask_submit(e->masks, s->mj);
-}
-
-/* Waits until a worker finishes some mask or `until` (brisk_now) passes. */
-static void engine_wait_mask_done(sched_engine *e, double until) {
-    double now = brisk_now();
-    if (now >= until)
-        return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long ns = (long long)ts.tv_nsec + (long long)((until - now) * 1e9);
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
-    pthread_mutex_lock(&e->mu);
-    long long seen = e->masks_done;
-    while (!e->quit && e->masks_done == seen)
-        if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) != 0)
-            break;
-    pthread_mutex_unlock(&e->mu);
-}
-
-/* Whether s's mask is there to sample with (*rc: model_grammar_mask's
- * result). Without workers the engine computes it here; with them, within
- * the step's allowance above. */
-static int seq_mask_ready(sched_engine *e, seq *s, int *rc) {
-    long long work = 0;
-    sched_mask_state st = sched_mask_poll(e->masks, s->mj, rc, &work);
-    if (st == SCHED_MASK_QUEUED && sched_mask_pool_workers(e->masks) == 0 &&
-        sched_mask_run_here(e->masks, s->mj, -1))
-        st = sched_mask_poll(e->masks, s->mj, rc, &work);
-    if (st == SCHED_MASK_QUEUED && s->mask_costly == 0 && e->mask_units > 0) {
-        long long budget = e->mask_units < MASK_INLINE_UNITS ? e->mask_units : MASK_INLINE_UNITS;
-        if (sched_mask_run_here(e->masks, s->mj, budget)) {
-            st = sched_mask_poll(e->masks, s->mj, rc, &work);
-            e->mask_units -= work;
-        } else {
-            e->mask_units -= budget;
-        }
-    }
-    double until = e->mask_grace_until;
-    while (st == SCHED_MASK_RUNNING && s->mask_costly == 0 && brisk_now() < until) {
-        engine_wait_mask_done(e, until);
-        st = sched_mask_poll(e->masks, s->mj, rc, &work);
-    }
-    if (st != SCHED_MASK_READY) {
-        s->mask_costly = MASK_COSTLY_TOKENS;
-        return 0;
-    }
-    if (s->mj->delay > 0) { /* tests: held back one more step */
-        s->mj->delay--;
-        return 0;
-    }
-    return 1;
-}
-
-/* Ends s whose grammar gave no mask: rc 0 (no token allowed), BRISK_ERANGE
- * (too costly: the client's grammar, so the server answers 4xx) or another
- * code. */
-static void seq_finish_grammar(sched_engine *e, seq *s, int rc) {
-    if (rc == BRISK_ERANGE && s->final_ev) {
-        model_grammar_limits lim = model_grammar_limits_default();
-        char why[160];
-        snprintf(why, sizeof why,
-                 "a token needed more than %lld units of matcher work or %d parse stacks",
-                 lim.max_work, lim.max_stacks);
-        s->final_ev->grammar_cost = 1;
-        seq_finish(e, s, SCHED_FINISH_ERROR, why);
-        return;
-    }
-    seq_finish(e, s, SCHED_FINISH_ERROR,
-               rc == 0 ? "the grammar allows no token here" : brisk_strerror(rc));
-}
-
-/* s sits out this step: its logits row is kept until its mask is ready. */
-static int seq_park(sched_engine *e, seq *s, int row) {
-    size_t nv = (size_t)model_get_config(e->m)->n_vocab;
-    const float *r = NULL;
-    int rc = model_backend_logits(e->be, row, &r);
-    if (rc < 0)
-        return rc;
-    if (!s->park_row && !(s->park_row = brisk_malloc(nv * sizeof *s->park_row)))
-        return BRISK_ENOMEM;
-    memcpy(s->park_row, r, nv * sizeof *r);
-    if (!s->parked)
-        e->n_parked++;
-    s->parked = 1;
-    return 0;
-}
-
-static void seq_unpark(sched_engine *e, seq *s) {
-    if (s->parked)
-        e->n_parked--;
-    s->parked = 0;
-}
-
-/* A worker finished a mask: wake the engine if it waits for one. */
-static void engine_mask_done(void *ctx) {
-    sched_engine *e = ctx;
-    pthread_mutex_lock(&e->mu);
-    e->masks_done++;
-    pthread_cond_signal(&e->cv);
-    pthread_mutex_unlock(&e->mu);
 }
 
 /* Sets up a sequence arriving from the inbox and queues it; on failure it
@@ -611,7 +362,7 @@ static void seq_enter(sched_engine *e, seq *s) {
         seq_text_init(&s->text, model_get_vocab(e->m), (const char *const *)s->p.stop, s->p.n_stop,
                       prompt_has_text(e, s)) < 0) {
         uncount_waiting(e, s);
-        seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+        engine_seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
         return;
     }
     s->text.keep_stop = s->p.include_stop_str;
@@ -619,7 +370,7 @@ static void seq_enter(sched_engine *e, seq *s) {
         s->emb_sum = brisk_calloc((size_t)c->dim, sizeof *s->emb_sum);
         if (!s->emb_sum) {
             uncount_waiting(e, s);
-            seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+            engine_seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
             return;
         }
     }
@@ -634,18 +385,18 @@ static void seq_enter(sched_engine *e, seq *s) {
         s->mj = sched_mask_job_create(gm, mask); /* takes both */
         if (!s->mj) {
             uncount_waiting(e, s);
-            seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+            engine_seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
             return;
         }
         model_sampler_set_allowed(s->sampler, s->mj->mask);
-        seq_mask_submit(e, s); /* the first mask, computed while the prompt is */
+        engine_seq_mask_submit(e, s); /* the first mask, computed while the prompt is */
     }
     if (s->p.min_tokens > 0) {
         int n_eog = s->p.ignore_eos ? 0 : e->n_eog;
         s->ban = brisk_malloc(((size_t)n_eog + (size_t)s->p.n_stop_ids + 1) * sizeof *s->ban);
         if (!s->ban) {
             uncount_waiting(e, s);
-            seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+            engine_seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
             return;
         }
         memcpy(s->ban, e->eog_ids, (size_t)n_eog * sizeof *s->ban);
@@ -696,13 +447,11 @@ static int32_t seq_sample_logprobs(sched_engine *e, seq *s, int row, sched_token
     rc = model_backend_sample(e->be, &job, 1, &id);
     if (rc < 0)
         return rc;
-    fill_logprobs(e->lp_row, c->n_vocab, id, s->p.logprobs, t);
+    engine_fill_logprobs(e->lp_row, c->n_vocab, id, s->p.logprobs, t);
     return id;
 }
 
-/* Handles token id sampled for s (t: its log-probs, if asked). Returns 1 if
- * s finished (and was freed). */
-static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
+int engine_seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
     const tok_vocab *v = model_get_vocab(e->m);
     sched_token t;
     if (tp)
@@ -710,30 +459,30 @@ static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
     else
         memset(&t, 0, sizeof t);
     if (id < 0 || id >= model_get_config(e->m)->n_vocab) {
-        seq_finish(e, s, SCHED_FINISH_ERROR, "sampling failed");
+        engine_seq_finish(e, s, SCHED_FINISH_ERROR, "sampling failed");
         return 1;
     }
     t.id = id;
     if (push_token(s, &t) < 0) {
-        seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+        engine_seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
         return 1;
     }
     s->hist[s->n_hist++] = id;
     s->req.n_tokens = s->n_hist;
     s->n_gen++;
     if (!s->p.ignore_eos && tok_is_eog(v, id)) {
-        seq_finish(e, s, SCHED_FINISH_STOP, NULL);
+        engine_seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
     }
     int grc = s->mj ? model_grammar_accept(s->mj->gm, id) : 0;
     if (grc == BRISK_ERANGE) { /* its state outgrew the grammar's limits */
-        seq_finish_grammar(e, s, grc);
+        engine_seq_finish_grammar(e, s, grc);
         return 1;
     }
     if (grc < 0) { /* the mask allowed it: never, short of memory */
-        seq_finish(e, s, SCHED_FINISH_ERROR,
-                   grc == BRISK_EINVAL ? "the sampled token is outside the grammar"
-                                       : brisk_strerror(grc));
+        engine_seq_finish(e, s, SCHED_FINISH_ERROR,
+                          grc == BRISK_EINVAL ? "the sampled token is outside the grammar"
+                                              : brisk_strerror(grc));
         return 1;
     }
     if (s->n_ban > 0 && s->n_gen >= s->p.min_tokens) { /* min_tokens reached */
@@ -743,311 +492,26 @@ static int seq_accept(sched_engine *e, seq *s, int32_t id, sched_token *tp) {
     s->text.stops_off = s->n_gen < s->p.min_tokens;
     int hit = seq_text_push(&s->text, id);
     if (hit < 0) {
-        seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
+        engine_seq_finish(e, s, SCHED_FINISH_ERROR, "out of memory");
         return 1;
     }
     int stop_id = 0;
     for (int i = 0; i < s->p.n_stop_ids && !stop_id; i++)
         stop_id = s->p.stop_ids[i] == id;
     if (hit || stop_id || (s->mj && model_grammar_finished(s->mj->gm))) {
-        seq_finish(e, s, SCHED_FINISH_STOP, NULL);
+        engine_seq_finish(e, s, SCHED_FINISH_STOP, NULL);
         return 1;
     }
     /* n_hist - 1 positions computed; the next step computes one more. */
     if (s->n_gen >= s->p.max_tokens || s->n_hist >= e->max_ctx) {
-        seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
+        engine_seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
         return 1;
     }
     if (s->mj) /* the next token's mask, while the next forward runs */
-        seq_mask_submit(e, s);
+        engine_seq_mask_submit(e, s);
     return 0;
 }
 
-/* Rows sitting out whose masks are now ready: sampled from their kept
- * logits, exactly as they would have been at once (the same row, the same
- * sampler state). Runs before the schedule, so each decodes its new token
- * in this very step; the step's trace counts them as sampled (unparked). */
-static void sample_parked(sched_engine *e) {
-    if (e->n_parked == 0)
-        return;
-    int nv = model_get_config(e->m)->n_vocab;
-    long long n_gen = 0;
-    sched_req *const *run = sched_core_running(e->core);
-    for (int i = sched_core_n_running(e->core) - 1; i >= 0; i--) {
-        seq *s = (seq *)run[i];
-        int allowed = 0;
-        if (!s->parked || !seq_mask_ready(e, s, &allowed))
-            continue;
-        seq_unpark(e, s);
-        if (allowed <= 0) {
-            seq_finish_grammar(e, s, allowed);
-            continue;
-        }
-        sched_token tk;
-        memset(&tk, 0, sizeof tk);
-        if (s->p.logprobs >= 0) /* the raw row, before the sampler edits it */
-            memcpy(e->lp_row, s->park_row, (size_t)nv * sizeof *e->lp_row);
-        int32_t id = model_sampler_sample(s->sampler, s->park_row, s->hist, s->n_hist);
-        if (id >= 0 && s->p.logprobs >= 0)
-            fill_logprobs(e->lp_row, nv, id, s->p.logprobs, &tk);
-        n_gen++;
-        e->tr.unparked++;
-        e->tr.constrained++;
-        e->tr.logprob_rows += s->p.logprobs >= 0;
-        if (!seq_accept(e, s, id, s->p.logprobs >= 0 ? &tk : NULL))
-            seq_emit(e, s, SCHED_FINISH_NONE, NULL);
-    }
-    pthread_mutex_lock(&e->mu);
-    e->stats.generation_tokens += n_gen;
-    pthread_mutex_unlock(&e->mu);
-}
-
-/* Every running sequence sits out for its mask and nothing else can run:
- * the engine computes one of those masks itself if no worker has started it
- * (it would only wait otherwise); else it sleeps until a worker finishes
- * one, new work or a cancel arrives, or 10 ms pass (deadlines). */
-static void engine_wait_masks(sched_engine *e) {
-    sched_req *const *run = sched_core_running(e->core);
-    for (int i = 0; i < sched_core_n_running(e->core); i++) {
-        seq *s = (seq *)run[i];
-        int rc;
-        long long work;
-        if (!s->parked)
-            continue;
-        if (sched_mask_run_here(e->masks, s->mj, -1) ||
-            sched_mask_poll(e->masks, s->mj, &rc, &work) == SCHED_MASK_READY)
-            return; /* ready now (or held back a step by mask_delay_steps) */
-    }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 10 * 1000 * 1000;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&e->mu);
-    while (!e->quit && !e->inbox_head && !e->cancels && e->masks_done == e->masks_seen)
-        if (pthread_cond_timedwait(&e->cv, &e->mu, &until) != 0)
-            break;
-    e->masks_seen = e->masks_done;
-    pthread_mutex_unlock(&e->mu);
-}
-
-/* ---- speculative decoding (spec.h, spec_verify.h) --------------------------- */
-
-/* A sequence whose proposals are verified from the step's one sample call. */
-typedef struct spec_run {
-    seq *s;
-    int job0, k;           /* its jobs: job0 .. job0 + k, one per row */
-    model_sampler_rng rng; /* its generator before them */
-} spec_run;
-
-/* Proposals for the decoding sequences (into hist past n_hist, and
- * req.n_spec), before the schedule grows KV for them. */
-static void engine_propose(sched_engine *e) {
-    sched_req *const *run = sched_core_running(e->core);
-    int n_run = sched_core_n_running(e->core), nc = 0;
-    long base = 0;
-    for (int i = 0; i < n_run; i++) {
-        seq *s = (seq *)run[i];
-        s->req.n_spec = 0;
-        int need = s->req.n_tokens - s->req.n_computed;
-        base += need;
-        if (need != 1 || !s->spec)
-            continue;
-        /* The output and context left, less the token the step emits anyway. */
-        int room = s->p.max_tokens - s->n_gen;
-        room = e->max_ctx - s->n_hist < room ? e->max_ctx - s->n_hist : room;
-        e->cands[nc] = (sched_spec_cand){s->spec, s->hist, s->n_hist, room - 1, 0};
-        e->cand_seq[nc++] = s;
-    }
-    /* A prompt that may be admitted makes it a prefill step. */
-    if (sched_core_n_waiting(e->core) > 0 && n_run < e->cfg.max_seqs)
-        base += sched_core_waiting_head(e->core)->n_tokens;
-    if (nc == 0)
-        return;
-    sched_spec_propose(e->spec, e->cands, nc,
-                       base < e->cfg.max_batch_tokens ? (int)base : e->cfg.max_batch_tokens);
-    for (int i = 0; i < nc; i++)
-        e->cand_seq[i]->req.n_spec = e->cands[i].n_prop;
-}
-
-/* The grammar's mask for s's next position (the sampler reads it); 0, or
- * s ended (-1). */
-static int seq_spec_mask(sched_engine *e, seq *s) {
-    double tm = brisk_now();
-    int allowed = 0;
-    long long work;
-    /* Verification samples position after position: each mask is needed
-     * now, so the engine computes it (or waits for the worker that is). */
-    for (;;) {
-        sched_mask_state st = sched_mask_poll(e->masks, s->mj, &allowed, &work);
-        if (st == SCHED_MASK_READY)
-            break;
-        if (st == SCHED_MASK_IDLE)
-            sched_mask_submit(e->masks, s->mj);
-        else if (st == SCHED_MASK_QUEUED && sched_mask_run_here(e->masks, s->mj, -1))
-            continue;
-        engine_wait_mask_done(e, brisk_now() + 0.01);
-    }
-    s->mj->delay = 0;
-    e->tr.mask_s += brisk_now() - tm;
-    if (allowed > 0)
-        return 0;
-    seq_finish_grammar(e, s, allowed);
-    return -1;
-}
-
-/* Samples row `row` for s alone: with a draft's q (and its proposal x) the
- * residual and *p_x; the raw row into lp_row first when log-probs are asked.
- * Returns the id or a negative code. */
-static int32_t seq_spec_sample(sched_engine *e, seq *s, int row, const float *q, int32_t x,
-                               float *p_x) {
-    double ts = brisk_now();
-    if (s->p.logprobs >= 0) {
-        const float *raw = NULL;
-        int rc = model_backend_logits(e->be, row, &raw);
-        if (rc < 0)
-            return rc;
-        memcpy(e->lp_row, raw, (size_t)model_get_config(e->m)->n_vocab * sizeof(float));
-    }
-    model_sample_job job = {.row = row,
-                            .sampler = s->sampler,
-                            .hist = s->hist,
-                            .n_hist = s->n_hist,
-                            .draft_q = q,
-                            .draft_id = x,
-                            .p_draft = p_x};
-    int32_t id = -1;
-    int rc = model_backend_sample(e->be, &job, 1, &id);
-    e->tr.sample_s += brisk_now() - ts;
-    return rc < 0 ? rc : id;
-}
-
-/* Verifies s's run of k proposals from its rows row0 .. row0 + k
- * (spec_verify.h): sampled here position by position (ids NULL: a grammar's
- * mask, banned tokens or log-probs change between positions), or taken
- * from the step's one sample call (ids, pd: its results from the run's
- * first job; rng: the generator before it). Emits the tokens and returns
- * how many; *finished when s ended (and was freed). */
-static int seq_verify(sched_engine *e, seq *s, int row0, int k, const int32_t *ids, const float *pd,
-                      const model_sampler_rng *rng, int *finished) {
-    const size_t nv = (size_t)model_get_config(e->m)->n_vocab;
-    int32_t prop[SCHED_SPEC_MAX_TOKENS];
-    memcpy(prop, s->hist + s->n_hist, (size_t)k * sizeof *prop);
-    const float *q = sched_spec_seq_q(s->spec);
-    uint64_t *arng = sched_spec_seq_rng(s->spec);
-    int n_hist0 = s->n_hist, a = 0, emitted = 0;
-    *finished = 0;
-    e->tr.spec_proposed += k;
-    e->tr.spec_seqs++;
-    if (ids) { /* every position sampled already: the decisions first */
-        while (a < k && (q ? ids[a] >= 0 && spec_verify_keep(pd[a], q[a * nv + prop[a]], arng)
-                           : ids[a] == prop[a]))
-            a++;
-        sched_spec_observe(e->spec, s->spec, k, a, n_hist0 + a);
-    }
-    for (int j = 0; j <= k; j++) {
-        sched_token tk, *tkp = NULL;
-        int32_t id;
-        int keep;
-        if (ids) {
-            keep = j < a;
-            id = keep ? prop[j] : ids[j];
-        } else {
-            if (s->mj && seq_spec_mask(e, s) < 0) {
-                sched_spec_observe(e->spec, NULL, k, a, 0);
-                *finished = 1;
-                return emitted;
-            }
-            float p_x = 0.0f;
-            int draft = q && j < k;
-            id = seq_spec_sample(e, s, row0 + j, draft ? q + j * nv : NULL, j < k ? prop[j] : -1,
-                                 &p_x);
-            keep = j < k && id >= 0 &&
-                   (draft ? spec_verify_keep(p_x, q[j * nv + prop[j]], arng) : id == prop[j]);
-            if (keep)
-                id = prop[j];
-            if (s->p.logprobs >= 0 && id >= 0) {
-                memset(&tk, 0, sizeof tk);
-                fill_logprobs(e->lp_row, (int)nv, id, s->p.logprobs, &tk);
-                tkp = &tk;
-                e->tr.logprob_rows++;
-            }
-            a += keep;
-        }
-        e->tr.constrained += model_sampler_constrained(s->sampler);
-        emitted++;
-        if (keep) /* its K/V, computed this step, is the token's */
-            sched_core_advance(e->core, &s->req, 1);
-        if (seq_accept(e, s, id, tkp)) {
-            if (!ids)
-                sched_spec_observe(e->spec, NULL, k, a, 0);
-            e->tr.spec_accepted += a;
-            *finished = 1;
-            return emitted;
-        }
-        if (!keep)
-            break;
-    }
-    if (!ids)
-        sched_spec_observe(e->spec, s->spec, k, a, n_hist0 + a);
-    e->tr.spec_accepted += a;
-    s->req.n_spec = 0;
-    sched_core_trim(e->core, &s->req); /* the rejected proposals' blocks */
-    if (rng)                           /* where plain decoding of the emitted tokens leaves it */
-        model_sampler_rng_restore(s->sampler, rng, emitted);
-    return emitted;
-}
-
-/* s's run of k proposals at rows row0 .. row0 + k: verified now (returns
- * the tokens emitted), or its rows join the step's one sample call
- * (returns 0; engine_verify_batched finishes it). */
-static int engine_verify(sched_engine *e, seq *s, int row0, int k, int *n_jobs, int *n_runs) {
-    if (s->mj || s->n_ban > 0 || s->p.logprobs >= 0) {
-        int fin, n = seq_verify(e, s, row0, k, NULL, NULL, NULL, &fin);
-        if (!fin)
-            seq_emit(e, s, SCHED_FINISH_NONE, NULL);
-        return n;
-    }
-    const float *q = sched_spec_seq_q(s->spec);
-    size_t nv = (size_t)model_get_config(e->m)->n_vocab;
-    spec_run *r = &e->runs[(*n_runs)++];
-    *r = (spec_run){s, *n_jobs, k, {{0}}};
-    model_sampler_rng_save(s->sampler, &r->rng);
-    for (int j = 0; j <= k; j++, (*n_jobs)++) {
-        model_sample_job *jb = &e->jobs[*n_jobs];
-        *jb = (model_sample_job){
-            .row = row0 + j, .sampler = s->sampler, .hist = s->hist, .n_hist = s->n_hist + j};
-        if (q && j < k) {
-            jb->draft_q = q + j * nv;
-            jb->draft_id = s->hist[s->n_hist + j];
-            jb->p_draft = &e->job_p[*n_jobs];
-        }
-        e->job_seq[*n_jobs] = NULL; /* not a plain row */
-    }
-    return 0;
-}
-
-/* The runs whose rows the step's sample call took (rc < 0: it failed). */
-static long long engine_verify_batched(sched_engine *e, int n_runs, int rc) {
-    long long n_gen = 0;
-    for (int i = 0; i < n_runs; i++) {
-        spec_run *r = &e->runs[i];
-        if (rc < 0) {
-            seq_finish(e, r->s, SCHED_FINISH_ERROR, "sampling failed");
-            continue;
-        }
-        int fin;
-        n_gen +=
-            seq_verify(e, r->s, -1, r->k, e->job_ids + r->job0, e->job_p + r->job0, &r->rng, &fin);
-        if (!fin)
-            seq_emit(e, r->s, SCHED_FINISH_NONE, NULL);
-    }
-    return n_gen;
-}
-
-/* One engine step: schedule, one forward pass, sample, emit. */
 /* Pooling: the hidden state of position pos into s's sum (MEAN) or as its
  * last row (LAST); positions already added (before a preemption) are not
  * added twice. */
@@ -1067,7 +531,7 @@ static void seq_embed_done(sched_engine *e, seq *s, int ok) {
     int dim = model_get_config(e->m)->dim;
     float *v = ok ? brisk_malloc((size_t)dim * sizeof *v) : NULL;
     if (!v) {
-        seq_finish(e, s, SCHED_FINISH_ERROR, ok ? "out of memory" : "missing hidden states");
+        engine_seq_finish(e, s, SCHED_FINISH_ERROR, ok ? "out of memory" : "missing hidden states");
         return;
     }
     double div = s->p.pooling == SCHED_POOL_MEAN ? (double)s->p.n_prompt : 1.0;
@@ -1075,7 +539,7 @@ static void seq_embed_done(sched_engine *e, seq *s, int ok) {
         v[d] = (float)(s->emb_sum[d] / div);
     s->final_ev->embedding = v;
     s->final_ev->n_embedding = dim;
-    seq_finish(e, s, SCHED_FINISH_STOP, NULL);
+    engine_seq_finish(e, s, SCHED_FINISH_STOP, NULL);
 }
 
 /* Sequences past their deadline end: one that never ran with EXPIRED, one
@@ -1088,7 +552,7 @@ static void expire_deadlines(sched_engine *e, double now) {
         seq *s = (seq *)run[i];
         if (s->p.deadline > 0 && now >= s->p.deadline) {
             s->deadline_hit = 1;
-            seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
+            engine_seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
         }
     }
     for (sched_req *r = sched_core_waiting_head(e->core), *nx; r; r = nx) {
@@ -1098,29 +562,31 @@ static void expire_deadlines(sched_engine *e, double now) {
             continue;
         s->deadline_hit = 1;
         if (s->t_admit > 0) {
-            seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
+            engine_seq_finish(e, s, SCHED_FINISH_LENGTH, NULL);
         } else {
             uncount_waiting(e, s);
-            seq_finish(e, s, SCHED_FINISH_EXPIRED, "the request's deadline passed while it waited");
+            engine_seq_finish(e, s, SCHED_FINISH_EXPIRED,
+                              "the request's deadline passed while it waited");
         }
     }
 }
 
-/* Returns 1 when it ran a forward pass (e->tr holds its record), else 0. */
+/* One engine step: schedule, one forward pass, sample, emit. Returns 1 when
+ * it ran a forward pass (e->tr holds its record), else 0. */
 static int step(sched_engine *e) {
     sched_plan plan;
     sched_trace_step *tr = &e->tr;
     memset(tr, 0, sizeof *tr);
-    sample_parked(e); /* before the step: the trace counts its time as host work */
+    engine_sample_parked(e); /* before the step: the trace counts its time as host work */
     tr->t_start = brisk_now();
-    e->mask_units = MASK_STEP_UNITS;
+    engine_mask_step_begin(e);
     sched_core_set_now(e->core, tr->t_start);
     if (e->spec)
         engine_propose(e);
     sched_core_schedule(e->core, &plan);
     double now = brisk_now();
     for (int i = 0; i < plan.n_starved; i++) /* its context outgrew the whole KV pool */
-        seq_finish(e, (seq *)plan.starved[i], SCHED_FINISH_LENGTH, NULL);
+        engine_seq_finish(e, (seq *)plan.starved[i], SCHED_FINISH_LENGTH, NULL);
     int n = 0, any_hid = 0;
     for (int i = 0; i < plan.n_entries; i++) {
         seq *s = (seq *)plan.entries[i].req;
@@ -1168,8 +634,7 @@ static int step(sched_engine *e) {
     double t0 = brisk_now();
     int rc = model_backend_forward(e->be, e->kv, &b, &n_out);
     double t_fwd = brisk_now() - t0;
-    double grace = 0.1 * t_fwd < MASK_GRACE_MAX_S ? 0.1 * t_fwd : MASK_GRACE_MAX_S;
-    e->mask_grace_until = brisk_now() + grace;
+    engine_mask_grace_begin(e, t_fwd);
     sched_spec_step_time(e->spec, n, t_fwd); /* the policy measures a proposal's cost */
     tr->sched_s = t0 - tr->t_start;
     tr->forward_s = t_fwd;
@@ -1182,7 +647,7 @@ static int step(sched_engine *e) {
         for (int i = 0; i < plan.n_entries; i++) {
             seq *s = (seq *)plan.entries[i].req;
             if (s->req.running)
-                seq_finish(e, s, SCHED_FINISH_ERROR, brisk_strerror(rc));
+                engine_seq_finish(e, s, SCHED_FINISH_ERROR, brisk_strerror(rc));
         }
         return 1;
     }
@@ -1207,8 +672,8 @@ static int step(sched_engine *e) {
             if (s->ptoks && !s->sent_ptoks && pos + 1 < s->p.n_prompt) {
                 const float *r = NULL;
                 if (model_backend_logits(e->be, row, &r) == 0)
-                    fill_logprobs(r, c->n_vocab, s->p.prompt[pos + 1], s->p.logprobs,
-                                  &s->ptoks[pos]);
+                    engine_fill_logprobs(r, c->n_vocab, s->p.prompt[pos + 1], s->p.logprobs,
+                                         &s->ptoks[pos]);
             }
             if (pos == s->n_hist - 1)
                 sample_row = row;
@@ -1231,22 +696,22 @@ static int step(sched_engine *e) {
         }
         if (s->mj) { /* the grammar's allowed tokens, the sampler's mask */
             double tm = brisk_now();
-            int allowed = 0, ready = seq_mask_ready(e, s, &allowed);
+            int allowed = 0, ready = engine_seq_mask_ready(e, s, &allowed);
             tr->mask_s += brisk_now() - tm;
             if (!ready) { /* not there yet: it sits out, the other rows go on */
-                int prc = seq_park(e, s, sample_row);
+                int prc = engine_seq_park(e, s, sample_row);
                 if (prc < 0)
-                    seq_finish(e, s, SCHED_FINISH_ERROR, brisk_strerror(prc));
+                    engine_seq_finish(e, s, SCHED_FINISH_ERROR, brisk_strerror(prc));
                 else
                     tr->parked++;
                 continue;
             }
             if (allowed <= 0) {
-                seq_finish_grammar(e, s, allowed);
+                engine_seq_finish_grammar(e, s, allowed);
                 continue;
             }
         }
-        seq_unpark(e, s); /* recomputed after a preemption: this row replaces the kept one */
+        engine_seq_unpark(e, s); /* recomputed after a preemption: this row replaces the kept one */
         n_gen++;
         tr->constrained += model_sampler_constrained(s->sampler);
         if (s->p.logprobs >= 0) { /* alone: its raw row is copied first */
@@ -1256,8 +721,8 @@ static int step(sched_engine *e) {
             int32_t id = seq_sample_logprobs(e, s, sample_row, &tk);
             tr->sample_s += brisk_now() - ts;
             tr->logprob_rows++;
-            if (!seq_accept(e, s, id, &tk))
-                seq_emit(e, s, SCHED_FINISH_NONE, NULL);
+            if (!engine_seq_accept(e, s, id, &tk))
+                engine_seq_emit(e, s, SCHED_FINISH_NONE, NULL);
             continue;
         }
         e->jobs[n_jobs] = (model_sample_job){
@@ -1272,8 +737,9 @@ static int step(sched_engine *e) {
         if (rc < 0)
             BRISK_ERROR("engine: sampling failed: %s", brisk_strerror(rc));
         for (int j = 0; j < n_jobs; j++)
-            if (e->job_seq[j] && !seq_accept(e, e->job_seq[j], rc < 0 ? -1 : e->job_ids[j], NULL))
-                seq_emit(e, e->job_seq[j], SCHED_FINISH_NONE, NULL);
+            if (e->job_seq[j] &&
+                !engine_seq_accept(e, e->job_seq[j], rc < 0 ? -1 : e->job_ids[j], NULL))
+                engine_seq_emit(e, e->job_seq[j], SCHED_FINISH_NONE, NULL);
         n_gen += engine_verify_batched(e, n_runs, rc);
     }
     kv_cache_stats ks;
@@ -1313,172 +779,6 @@ static void engine_publish(sched_engine *e) {
     e->stats.preemptions = sched_core_n_preemptions(e->core);
     sched_spec_get_stats(e->spec, &e->stats.spec); /* enabled from the start */
     pthread_mutex_unlock(&e->mu);
-}
-
-/* The draft model (spec_draft.h) after the target's model and backend, then
- * both KV caches: of the pool the rules give the target (sched_setup.h),
- * the draft takes the share its bytes per position make of both models'
- * (so both hold the same number of positions), the target the rest. */
-static int engine_load_draft(sched_engine *e, sched_setup_opts *so) {
-    const model_config *c = model_get_config(e->setup.m);
-    spec_draft_opts dopt = {.path = e->cfg.spec.draft_model,
-                            .tokenizer = e->cfg.tokenizer,
-                            .weights = e->cfg.weights,
-                            .device = e->setup.be->device,
-                            .pool = e->pool,
-                            .max_seqs = e->cfg.max_seqs,
-                            .max_batch_tokens = e->cfg.max_batch_tokens,
-                            .max_ctx = e->setup.max_ctx,
-                            .gpu_memory_utilization = e->cfg.gpu_memory_utilization,
-                            .cuda_graphs = e->cfg.cuda_graphs,
-                            .kv_dtype = e->cfg.kv_dtype};
-    spec_draft *d = NULL;
-    int rc = spec_draft_load(&dopt, e->setup.m, &d, e->load_err, sizeof e->load_err);
-    if (rc < 0)
-        return rc;
-    const int bs = 64; /* the target's K plus V bytes of a position, as the draft's */
-    double t_pos = 2.0 * c->n_layers *
-                   (double)kern_kv_layer_block_bytes(e->cfg.kv_dtype, c->n_kv_heads * c->head_dim,
-                                                     c->head_dim, bs) /
-                   bs;
-    double d_pos = (double)spec_draft_kv_bytes_per_pos(d);
-    double share = d_pos / (t_pos + d_pos);
-    so->kv_share = 1.0 - share;
-    rc = sched_setup_kv(so, &e->setup, e->load_err, sizeof e->load_err);
-    if (rc == 0)
-        rc = spec_draft_kv_create(
-            d, (long long)((double)kv_cache_bytes(e->setup.kv) * share / (1.0 - share)),
-            e->load_err, sizeof e->load_err);
-    sched_spec_env env = {
-        e->setup.m,      e->setup.be, e->pool, e->cfg.max_seqs, e->cfg.max_batch_tokens,
-        e->setup.max_ctx};
-    if (rc == 0)
-        rc = sched_spec_create(&e->cfg.spec, &env, &e->spec, e->load_err, sizeof e->load_err);
-    if (rc < 0) {
-        spec_draft_free(d);
-        return rc;
-    }
-    char desc[256];
-    spec_draft_describe(d, desc, sizeof desc);
-    BRISK_INFO("engine: draft model %s (%.0f%% of the KV pool)", desc, share * 100.0);
-    sched_spec_set_draft(e->spec, d);
-    return 0;
-}
-
-/* The thread pool, then the model, backend and KV cache (sched_setup.h has
- * the rules: weights on the GPU, context, pool size), then the scheduler. */
-static int engine_load(sched_engine *e) {
-    e->pool = kern_pool_create(e->cfg.n_threads);
-    if (!e->pool) {
-        snprintf(e->load_err, sizeof e->load_err, "cannot start the thread pool");
-        return BRISK_ENOMEM;
-    }
-    int mbt = e->cfg.max_batch_tokens;
-    sched_setup_opts so = {.model_path = e->model_path,
-                           .dummy = e->cfg.dummy,
-                           .tokenizer = e->cfg.tokenizer,
-                           .weights = e->cfg.weights,
-                           .device = e->cfg.device,
-                           .pool = e->pool,
-                           .max_batch_tokens = mbt,
-                           .max_ctx = e->cfg.max_ctx,
-                           .max_seqs = e->cfg.max_seqs,
-                           .block_size = e->cfg.block_size,
-                           .gpu_memory_utilization = e->cfg.gpu_memory_utilization,
-                           .cuda_graphs = e->cfg.cuda_graphs,
-                           .kv_dtype = e->cfg.kv_dtype,
-                           .prefix_caching = e->cfg.prefix_caching,
-                           .no_window_release = e->cfg.no_window_release,
-                           .kv_cache_bytes = e->cfg.kv_cache_bytes};
-    int spec_on = e->cfg.spec.method != SCHED_SPEC_NONE;
-    if (spec_on) { /* every proposal's row is sampled too, up to the threshold's worth */
-        int th = e->cfg.spec.max_batch_tokens > 0 ? e->cfg.spec.max_batch_tokens
-                                                  : SCHED_SPEC_THRESHOLD_CUDA;
-        so.max_sample_rows = e->cfg.max_seqs + th < mbt ? e->cfg.max_seqs + th : mbt;
-    }
-    so.defer_kv = e->cfg.spec.method == SCHED_SPEC_DRAFT; /* its share once both are loaded */
-    int rc = sched_setup_create(&so, &e->setup, e->load_err, sizeof e->load_err);
-    if (rc == 0 && so.defer_kv)
-        rc = engine_load_draft(e, &so);
-    if (rc < 0)
-        return rc;
-    e->m = e->setup.m;
-    e->be = e->setup.be;
-    e->kv = e->setup.kv;
-    const model_config *c = model_get_config(e->m);
-    int ctx = e->max_ctx = e->setup.max_ctx, bs = e->setup.block_size;
-    long n_blocks = e->setup.n_blocks;
-    sched_core_config sc = {e->cfg.max_seqs, mbt, e->cfg.prefix_caching, e->cfg.sched_policy,
-                            e->cfg.priority_aging_s};
-    e->core = sched_core_create(e->kv, &sc);
-    e->b_tok = malloc((size_t)mbt * sizeof *e->b_tok);
-    e->b_pos = malloc((size_t)mbt * sizeof *e->b_pos);
-    e->b_seq = malloc((size_t)mbt * sizeof *e->b_seq);
-    e->b_want = malloc((size_t)mbt);
-    e->b_hid = malloc((size_t)mbt);
-    e->lp_row = malloc((size_t)c->n_vocab * sizeof *e->lp_row);
-    e->eog_ids = malloc((size_t)c->n_vocab * sizeof *e->eog_ids);
-    for (int id = 0; e->eog_ids && id < c->n_vocab; id++)
-        if (tok_is_eog(model_get_vocab(e->m), id))
-            e->eog_ids[e->n_eog++] = id;
-    /* Mask workers: one per four cores, 1 to 4 (a grammar's walks take turns,
-     * so more help only with several grammars at once). */
-    int n_mask = e->cfg.mask_workers;
-    if (n_mask < 0) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        n_mask = ncpu >= 16 ? 4 : ncpu >= 4 ? (int)(ncpu / 4) : 1;
-    }
-    e->masks = sched_mask_pool_create(n_mask, engine_mask_done, e);
-    /* A row per sampled token: a sequence's proposals are sampled too. */
-    e->jobs = malloc((size_t)mbt * sizeof *e->jobs);
-    e->job_seq = malloc((size_t)mbt * sizeof *e->job_seq);
-    e->job_ids = malloc((size_t)mbt * sizeof *e->job_ids);
-    e->job_p = malloc((size_t)mbt * sizeof *e->job_p);
-    if (spec_on) {
-        e->cands = malloc((size_t)e->cfg.max_seqs * sizeof *e->cands);
-        e->cand_seq = malloc((size_t)e->cfg.max_seqs * sizeof *e->cand_seq);
-        e->runs = malloc((size_t)e->cfg.max_seqs * sizeof *e->runs);
-    }
-    if (!e->masks || !e->jobs || !e->job_seq || !e->job_ids || !e->job_p || !e->core || !e->b_tok ||
-        !e->b_pos || !e->b_seq || !e->b_want || !e->b_hid || !e->lp_row || !e->eog_ids ||
-        (spec_on && (!e->cands || !e->cand_seq || !e->runs))) {
-        snprintf(e->load_err, sizeof e->load_err,
-                 "out of memory for the scheduler's scratch (%ld KV blocks)", n_blocks);
-        return BRISK_ENOMEM;
-    }
-    if (spec_on && !e->spec) { /* ngram, suffix (a draft model's was made with it) */
-        sched_spec_env env = {e->m, e->be, e->pool, e->cfg.max_seqs, mbt, ctx};
-        rc = sched_spec_create(&e->cfg.spec, &env, &e->spec, e->load_err, sizeof e->load_err);
-        if (rc < 0)
-            return rc;
-    }
-    if (e->spec)
-        BRISK_INFO("engine: speculative decoding: %s, up to %d tokens a sequence, while a step "
-                   "runs at most %d tokens",
-                   sched_spec_method_name(e->cfg.spec.method), e->cfg.spec.num_tokens,
-                   sched_spec_threshold(e->spec));
-    char dev[160];
-    e->be->ops->describe(e->be, dev, sizeof dev);
-    BRISK_INFO("engine: device %s", dev);
-    if (e->be->device == MODEL_DEVICE_CPU) {
-        char cpu[128], kernels[1024];
-        kern_cpu_describe(cpu, sizeof cpu);
-        model_cpu_kernels_describe(e->m, kernels, sizeof kernels);
-        BRISK_INFO("engine: %s kernels (%s): %s", cpu,
-                   kern_cpu_pick() == KERN_PICK_TABLE ? "fastest per op, fixed table" : "one level",
-                   kernels);
-    }
-    kv_cache_shape sh;
-    kv_cache_get_shape(e->kv, &sh);
-    BRISK_INFO("engine: %s ready: up to %d sequences x %d positions; KV cache %.1f MB %s = %ld "
-               "blocks x %d positions x %d layers, %d block tables per sequence (%d released "
-               "behind sliding windows; one context holds at most %ld blocks), prefix caching "
-               "%s; batch %d tokens",
-               model_name(e->m), e->cfg.max_seqs, ctx, kv_cache_bytes(e->kv) / 1e6,
-               kern_kv_dtype_name(e->setup.kv_dtype), n_blocks, bs, sh.layers_per_group,
-               sh.n_groups, sh.n_window_groups, sh.seq_blocks, e->cfg.prefix_caching ? "on" : "off",
-               mbt);
-    return 0;
 }
 
 /* The traced step's times around it and the state after it, then its line.
@@ -1642,26 +942,7 @@ void sched_engine_free(sched_engine *e) {
         n = ev->next;
         sched_event_free(ev);
     }
-    free(e->b_tok);
-    free(e->b_pos);
-    free(e->b_seq);
-    free(e->b_want);
-    free(e->b_hid);
-    free(e->lp_row);
-    free(e->eog_ids);
-    sched_mask_pool_free(e->masks); /* after the sequences: it frees the orphaned jobs */
-    model_grammar_vocab_free(e->gvocab);
-    free(e->jobs);
-    free(e->job_seq);
-    free(e->job_ids);
-    free(e->job_p);
-    free(e->cands);
-    free(e->cand_seq);
-    free(e->runs);
-    sched_core_free(e->core);
-    sched_spec_free(e->spec);    /* the draft model with it */
-    sched_setup_free(&e->setup); /* the cache, the backend, the model */
-    kern_pool_free(e->pool);
+    engine_unload(e);
     free(e->model_path);
     free(e->draft_path);
     pthread_mutex_destroy(&e->mu);
