@@ -139,11 +139,11 @@ static int cuda_bucket(int n) {
  * proposals, or a few prompt tokens) replays a graph too: its runs are laid
  * out R rows apart (R: the longest run rounded up to a power of two, at
  * most CUDA_GRAPH_MAX_RUN) and padded to a bucket of runs. A run's rows past
- * its tokens continue its positions but store nothing (slot -1); causal
- * attention keeps them out of the real rows, and their logits are never
- * read. A padding run is R such rows at position 0 with an all-zero table.
- * Every run's context with its padding must stay within its block table
- * (pos0 + R <= max_blocks * block_size), the padding may at most double the
+ * its tokens belong to no run: they store nothing (slot -1), attention skips
+ * them and their logits are never read, so every real row reads exactly the
+ * keys it reads eagerly. A padding run has no tokens (length 0, an all-zero
+ * table) and R such rows. Every run's positions with its padding rows must
+ * stay within the table (pos0 + R <= max_blocks * block_size), the padding may at most double the
  * step's rows, and a graph runs at most CUDA_GRAPH_MAX_ROWS; else the step
  * runs eagerly. */
 #define CUDA_GRAPH_MAX_RUN 32
@@ -183,7 +183,7 @@ static void cuda_stage_runs(cuda_backend *cb, kv_cache *kv, const model_batch *b
     for (int i = 0; i <= n; i++) {
         int start = i < n && cuda_run_starts(b, i);
         if ((i == n || start) && r >= 0) { /* the previous run's padding rows */
-            int32_t *run = &cb->h_runs[3 * r];
+            const int32_t *run = &cb->h_runs[3 * r];
             for (; j < R; j++) {
                 int row = r * R + j;
                 cb->h_tok[row] = 0;
@@ -191,8 +191,7 @@ static void cuda_stage_runs(cuda_backend *cb, kv_cache *kv, const model_batch *b
                 for (int g = 0; g < cb->n_groups; g++)
                     cb->h_slots[(size_t)g * rows + row] = -1;
             }
-            run[1] = R;
-            cb->h_ctx[r] = run[2] + R;
+            cb->h_ctx[r] = run[2] + run[1];
         }
         if (i == n)
             break;
@@ -210,6 +209,7 @@ static void cuda_stage_runs(cuda_backend *cb, kv_cache *kv, const model_batch *b
                 memset(bt + nblk, 0, (size_t)(mb - nblk) * sizeof(int32_t));
             }
         }
+        cb->h_runs[3 * r + 1]++;
         int row = r * R + j++, pos = b->pos[i];
         cb->h_tok[row] = b->tokens[i];
         cb->h_pos[row] = pos;
@@ -225,8 +225,8 @@ static void cuda_stage_runs(cuda_backend *cb, kv_cache *kv, const model_batch *b
     }
     for (r = r + 1; r < nb; r++) { /* padding runs */
         int32_t *run = &cb->h_runs[3 * r];
-        run[0] = r * R, run[1] = R, run[2] = 0;
-        cb->h_ctx[r] = R;
+        run[0] = r * R, run[1] = 0, run[2] = 0;
+        cb->h_ctx[r] = 0;
         for (int k = 0; k < R; k++) {
             cb->h_tok[r * R + k] = 0;
             cb->h_pos[r * R + k] = k;
@@ -433,11 +433,17 @@ static int cuda_pass(cuda_backend *cb, int n, int n_runs, int max_run, int decod
     return 0;
 }
 
+/* The graph of bucket x run, made (not captured) on first use; NULL when
+ * the table is full. Short-run shapes take at most half of it, so decode
+ * buckets needed later always find a place. */
 static cuda_graph *cuda_graph_for(cuda_backend *cb, int bucket, int run) {
-    for (int i = 0; i < cb->n_graphs; i++)
+    int n_short = 0;
+    for (int i = 0; i < cb->n_graphs; i++) {
         if (cb->graphs[i].n == bucket && cb->graphs[i].run == run)
             return &cb->graphs[i];
-    if (cb->n_graphs == CUDA_MAX_BUCKETS)
+        n_short += cb->graphs[i].run > 1;
+    }
+    if (cb->n_graphs == CUDA_MAX_BUCKETS || (run > 1 && n_short >= CUDA_MAX_BUCKETS / 2))
         return NULL;
     cuda_graph *g = &cb->graphs[cb->n_graphs++];
     g->n = bucket;

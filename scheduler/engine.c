@@ -691,6 +691,7 @@ static int step(sched_engine *e) {
         if (sample_row < 0)
             continue;
         if (plan.entries[i].n_spec > 0) { /* a speculative run: rows sample_row .. + n_spec */
+            engine_seq_unpark(e, s);      /* never parked when proposed for (engine_propose) */
             n_gen += engine_verify(e, s, sample_row, plan.entries[i].n_spec, &n_jobs, &n_runs);
             continue;
         }

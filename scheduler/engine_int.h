@@ -250,8 +250,13 @@ void engine_mask_grace_begin(sched_engine *e, double t_fwd);
  * the step's allowance (engine_mask_step_begin, engine_mask_grace_begin). */
 int engine_seq_mask_ready(sched_engine *e, seq *s, int *rc);
 
-/* Waits until a worker finishes some mask or `until` (brisk_now) passes. */
-void engine_wait_mask_done(sched_engine *e, double until);
+/* The count of masks the workers have finished (masks_done, read under mu):
+ * read it before polling a job, then wait with it. */
+long long engine_masks_done(sched_engine *e);
+/* Waits until the workers have finished a mask since engine_masks_done gave
+ * `seen` (no wait if one already has: no lost wake-up) or `until`
+ * (brisk_now) passes. */
+void engine_wait_mask_done(sched_engine *e, long long seen, double until);
 
 /* Ends s whose grammar gave no mask: rc 0 (no token allowed), BRISK_ERANGE
  * (too costly: the client's grammar, so the server answers 4xx) or another

@@ -43,7 +43,14 @@ void engine_seq_mask_submit(sched_engine *e, seq *s) {
     sched_mask_submit(e->masks, s->mj);
 }
 
-void engine_wait_mask_done(sched_engine *e, double until) {
+long long engine_masks_done(sched_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    long long n = e->masks_done;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+void engine_wait_mask_done(sched_engine *e, long long seen, double until) {
     double now = brisk_now();
     if (now >= until)
         return;
@@ -53,7 +60,6 @@ void engine_wait_mask_done(sched_engine *e, double until) {
     ts.tv_sec += (time_t)(ns / 1000000000LL);
     ts.tv_nsec = (long)(ns % 1000000000LL);
     pthread_mutex_lock(&e->mu);
-    long long seen = e->masks_done;
     while (!e->quit && e->masks_done == seen)
         if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) != 0)
             break;
@@ -77,8 +83,10 @@ int engine_seq_mask_ready(sched_engine *e, seq *s, int *rc) {
     }
     double until = e->mask_grace_until;
     while (st == SCHED_MASK_RUNNING && s->mask_costly == 0 && brisk_now() < until) {
-        engine_wait_mask_done(e, until);
+        long long seen = engine_masks_done(e);
         st = sched_mask_poll(e->masks, s->mj, rc, &work);
+        if (st == SCHED_MASK_RUNNING)
+            engine_wait_mask_done(e, seen, until);
     }
     if (st != SCHED_MASK_READY) {
         s->mask_costly = MASK_COSTLY_TOKENS;

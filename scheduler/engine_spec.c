@@ -20,7 +20,7 @@ void engine_propose(sched_engine *e) {
         s->req.n_spec = 0;
         int need = s->req.n_tokens - s->req.n_computed;
         base += need;
-        if (need != 1 || !s->spec)
+        if (need != 1 || !s->spec || s->parked)
             continue;
         /* The output and context left, less the token the step emits anyway. */
         int room = s->p.max_tokens - s->n_gen;
@@ -48,14 +48,17 @@ static int seq_spec_mask(sched_engine *e, seq *s) {
     /* Verification samples position after position: each mask is needed
      * now, so the engine computes it (or waits for the worker that is). */
     for (;;) {
+        long long seen = engine_masks_done(e);
         sched_mask_state st = sched_mask_poll(e->masks, s->mj, &allowed, &work);
         if (st == SCHED_MASK_READY)
             break;
-        if (st == SCHED_MASK_IDLE)
+        if (st == SCHED_MASK_IDLE) { /* never asked: ask (a cached mask is ready at once) */
             sched_mask_submit(e->masks, s->mj);
-        else if (st == SCHED_MASK_QUEUED && sched_mask_run_here(e->masks, s->mj, -1))
             continue;
-        engine_wait_mask_done(e, brisk_now() + 0.01);
+        }
+        if (st == SCHED_MASK_QUEUED && sched_mask_run_here(e->masks, s->mj, -1))
+            continue;
+        engine_wait_mask_done(e, seen, brisk_now() + 0.01); /* a worker is computing it */
     }
     s->mj->delay = 0;
     e->tr.mask_s += brisk_now() - tm;
