@@ -55,9 +55,9 @@
 #ifndef X8Z_CHUNK_BYTES
 #define X8Z_CHUNK_BYTES (192 * 1024)
 #endif
-#ifndef X8Z_TT
 /* Up to this many tokens a step streams the rows once (_rows1). */
 #define X8Z_STREAM_MAX_TOK KERN_X8_STREAM_MAX_TOK
+#ifndef X8Z_TT
 #define X8Z_TT 6 /* tokens per batch tile (<= 8; remainders run in tiles of 4, 2 and 1) */
 #endif
 #define X8Z_BB(K) (8 * KERN_WK_BB(K))
