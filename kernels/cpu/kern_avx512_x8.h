@@ -56,7 +56,9 @@
 #define X8Z_CHUNK_BYTES (192 * 1024)
 #endif
 /* Up to this many tokens a step streams the rows once (_rows1). */
-#define X8Z_STREAM_MAX_TOK KERN_X8_STREAM_MAX_TOK
+#ifndef X8Z_STREAM_MAX_TOK
+#define X8Z_STREAM_MAX_TOK KERN_X8Z_STREAM_MAX_TOK
+#endif
 #ifndef X8Z_TT
 #define X8Z_TT 6 /* tokens per batch tile (<= 8; remainders run in tiles of 4, 2 and 1) */
 #endif
@@ -306,11 +308,12 @@ AI void X8Z_FN(_tile)(const kern_mm_args *a, const x8z_zp *zp, int r1, int t0, c
     }
 }
 
-/* Decode of rows [r0, r1) (r0 a multiple of 8) for T <= 3 tokens: group g
+/* Decode of rows [r0, r1) (r0 a multiple of 8) for T <= 6 tokens: group g
  * of the first half of the range beside group g of the second half, so the
  * thread reads two sequential streams; an odd last group is paired with
- * itself. A step of two or three decoding sequences reads each weight once
- * here, as one does (the wider tiles below are built for longer batches). */
+ * itself. A step of a few decoding sequences (or one with its speculative
+ * proposals) reads each weight once here, as one does (the wider tiles below
+ * are built for longer batches). */
 AI void X8Z_FN(_rows1)(const kern_mm_args *a, int r0, int r1, const int T, const int K) {
     const size_t gbytes = (size_t)(a->n_in / 32) * X8Z_BB(K);
     const int n_g = (r1 - r0 + 7) / 8, half = n_g / 2;
@@ -526,12 +529,16 @@ AI void X8Z_FN(_rows_wide)(const kern_mm_args *a, int r0, int r1, const int K) {
 /* Rows [r0, r1) (r0 a multiple of 8) of an X8 matrix of base format K. */
 AI void X8Z_FN(_rows_k)(const kern_mm_args *a, int r0, int r1, const int K) {
     if (a->n_tok <= X8Z_STREAM_MAX_TOK) {
-        if (a->n_tok == 1)
-            X8Z_FN(_rows1)(a, r0, r1, 1, K);
-        else if (a->n_tok == 2)
-            X8Z_FN(_rows1)(a, r0, r1, 2, K);
-        else
-            X8Z_FN(_rows1)(a, r0, r1, 3, K);
+        switch (a->n_tok) {
+        case 1: X8Z_FN(_rows1)(a, r0, r1, 1, K); break;
+        case 2: X8Z_FN(_rows1)(a, r0, r1, 2, K); break;
+        case 3: X8Z_FN(_rows1)(a, r0, r1, 3, K); break;
+#if X8Z_STREAM_MAX_TOK > 3
+        case 4: X8Z_FN(_rows1)(a, r0, r1, 4, K); break;
+        case 5: X8Z_FN(_rows1)(a, r0, r1, 5, K); break;
+        default: X8Z_FN(_rows1)(a, r0, r1, 6, K); break;
+#endif
+        }
         return;
     }
     /* Q8_0 and Q8_0M only widen their bytes: their plain tiles are as fast. */

@@ -115,9 +115,12 @@ typedef struct kern_mm_args {
  * per-thread scratch of KERN_X8_WIDE_BYTES, if 4 groups fit (n_in up to
  * KERN_X8_WIDE_BYTES / 2304 * 32: 7264 at 512 KiB). */
 #define KERN_X8_WIDE_MIN_TOK 32
-/* Up to this many tokens the AVX2 and AVX-512 X8 kernels stream each row once (the
- * decode kernel with T tokens), above it they run cache-blocked tiles. */
+/* Up to this many tokens the X8 kernels stream each row once (the decode
+ * kernel with T tokens: a batch of a few decoding sequences, or one with its
+ * speculative proposals, reads the weights once), above it they run
+ * cache-blocked tiles: 3 at AVX2 (16 ymm), 6 at AVX-512 (32 zmm). */
 #define KERN_X8_STREAM_MAX_TOK 3
+#define KERN_X8Z_STREAM_MAX_TOK 6
 #define KERN_X8_WIDE_PB 640
 #define KERN_X8_WIDE_BYTES ((size_t)512 * 1024)
 

@@ -392,9 +392,9 @@ const char *kern_matmul_kernel_name(kern_type wt, int n_tok) {
     case KERN_LEVEL_AVX512VNNI:
         if (x8) {
             if (lv == KERN_LEVEL_AVX512VNNI)
-                return n_tok <= KERN_X8_STREAM_MAX_TOK ? "avx512vnni x8 2-stream"
-                                                       : "avx512vnni x8 32x6";
-            return n_tok <= KERN_X8_STREAM_MAX_TOK ? "avx512 x8 2-stream" : "avx512 x8 32x6";
+                return n_tok <= KERN_X8Z_STREAM_MAX_TOK ? "avx512vnni x8 2-stream"
+                                                        : "avx512vnni x8 32x6";
+            return n_tok <= KERN_X8Z_STREAM_MAX_TOK ? "avx512 x8 2-stream" : "avx512 x8 32x6";
         }
         return n_tok == 1 ? "avx512 f 2-stream" : "avx512 f 6x8";
     }
