@@ -72,6 +72,18 @@ typedef struct model_config {
     int tied_output; /* output projection shares token_embd */
     /* <arch>.pooling_type, llama.cpp's numbers: 0 none given, 1 mean, 3 last */
     int pooling;
+    /* Mixture of experts (<arch>.expert_count > 0; 0: a dense MLP): each
+     * layer's MLP is n_expert experts of expert_hidden (<arch>.
+     * expert_feed_forward_length, else feed_forward_length), of which a
+     * router picks n_expert_used per token (softmax over all experts, the
+     * top n_expert_used, lower index first on ties), their outputs summed
+     * with the softmax weights, renormalised to sum 1 when moe_norm_topk
+     * (Qwen3-MoE, Mixtral; <arch>.expert_weights_norm where the file says,
+     * else the row's rule) or as they are (OLMoE). */
+    int n_expert;
+    int n_expert_used;
+    int expert_hidden;
+    int moe_norm_topk;
 } model_config;
 
 /* 1 when the model's CUDA path has run on a GPU against the CPU: its row's
@@ -107,7 +119,30 @@ typedef struct model_layer {
      * rope_freq_scale_train_swa = 1): only its global layers take the
      * file's rope.scaling.factor. */
     float rope_freq_scale;
+    /* Mixture of experts (model_config.n_expert > 0), else empty (data
+     * NULL); w_gate, w_up and w_down are then empty. The experts are stored
+     * stacked as the file has them: expert e is rows [e * n, (e + 1) * n)
+     * of each stack (model_matrix_expert), so each stack converts and
+     * interleaves (X8) as one matrix, its experts starting on whole groups. */
+    model_matrix router;    /* [n_expert][dim], always f32: the routing is never rounded */
+    model_matrix exps_gate; /* [n_expert * expert_hidden][dim] */
+    model_matrix exps_up;   /* [n_expert * expert_hidden][dim] */
+    model_matrix exps_down; /* [n_expert * dim][expert_hidden] */
 } model_layer;
+
+/* Expert e's matrix out of a stack of n_expert equal experts (a view that
+ * shares the stack's storage; X8 stacks hold whole groups per expert, which
+ * the loader checks). */
+static inline model_matrix model_matrix_expert(const model_matrix *stack, int n_expert, int e) {
+    int n = stack->n_out / n_expert;
+    size_t off = kern_type_is_x8(stack->type)
+                     ? kern_x8_bytes(stack->type, (int64_t)e * n, stack->n_in)
+                     : kern_row_bytes(stack->type, stack->n_in) * (size_t)e * (size_t)n;
+    return (model_matrix){.type = stack->type,
+                          .data = (const uint8_t *)stack->data + off,
+                          .n_out = n,
+                          .n_in = stack->n_in};
+}
 
 typedef struct model_weights {
     model_matrix tok_embd;    /* [n_vocab][dim]; rows gathered for the input */
