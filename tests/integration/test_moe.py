@@ -32,7 +32,9 @@ models): the float-to-int8 conversion moves router logits by up to ~0.09
 (measured on the reference with the matrices requantized to Q8_0), more than
 any seed's routing margin, so a top-2 model would route some token otherwise
 on any correct engine (see below); the top-2 models' int8 runs are the
-quantized files' (Q8_0, Q4_0, Q4_K), whose int8 forms are exact.
+quantized files' (Q8_0, Q4_0, Q4_K), whose int8 forms are exact. The float
+experts at int8 are also held to GGML Q8_0's own error (as the dense
+matrices are in test_synthetic_models.py).
 
 The routing rule must show: the reference with the other normalisation, with
 top-(k-1), with ties broken the other way or (OLMoE) with per-head q/k norms is
@@ -62,8 +64,10 @@ binary does).
 import dataclasses
 import re
 
+import gguf
 import numpy as np
 import pytest
+from gguf.quants import quantize
 
 from conftest import _missing
 from synth_gguf import N_VOCAB, VOCAB, Spec, make_tensors, write_model
@@ -328,6 +332,40 @@ def test_logits_match_reference(synth, name, weights, report, record_property):
     assert rel.max() <= bound, line
     min_top1 = MIN_TOP1_INT8_FROM_FLOAT if int8_from_float(spec, weights) else MIN_TOP1
     assert top1 >= (1.0 if exact else min_top1), line
+
+
+def _q8_0_weights(ref, m):
+    """Makes m's float matrices and expert stacks read back as GGML Q8_0 blocks
+    (what --weights int8 runs on), the router excepted (brisk keeps it f32)."""
+    weight = m.weight
+
+    def requantized(name, keep=False):
+        w = weight(name, keep)
+        float_types = (ref.T_F32, ref.T_F16, ref.T_BF16)
+        if w.ndim >= 2 and "ffn_gate_inp" not in name and \
+                int(m.tensors[name].tensor_type) in float_types:
+            q = quantize(w.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+            w = ref.dequantize_rows(q, ref.T_Q8_0, w.shape[-1]).reshape(w.shape)
+        return w
+
+    m.weight = requantized
+    return m
+
+
+@pytest.mark.parametrize("name", [n for n, s in MODELS.items()
+                                  if int8_from_float(s, "int8") and s.n_expert_used == E])
+def test_int8_float_experts_as_good_as_q8_0(synth, name, report):
+    """--weights int8 on float experts: no worse than GGML's Q8_0 itself (as
+    test_synthetic_models.py's guard for dense matrices): brisk's error is at
+    most 1.25x the reference's on the matrices requantized to Q8_0, + 1e-3."""
+    ref = synth.logits(name)
+    sim = synth.ref.forward(_q8_0_weights(synth.ref, synth.model(name)), PROMPT_IDS)
+    got = synth.dump(name, "int8")
+    err_q8, err = rel_l2(sim, ref), rel_l2(got, ref)
+    line = (f"moe {name:>17} int8: max rel L2 {err.max():.2e}, GGML Q8_0 weights "
+            f"{err_q8.max():.2e}, brisk vs Q8_0 reference {rel_l2(got, sim).max():.2e}")
+    report(line)
+    assert (err <= 1.25 * err_q8 + 1e-3).all(), line
 
 
 def _greedy_text(synth, name, ids, n_gen):
