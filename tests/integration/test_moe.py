@@ -41,7 +41,8 @@ top-(k-1), with ties broken the other way or (OLMoE) with per-head q/k norms is
 at least 100x the f32 bound away from brisk's f32 logits. Routing edge cases
 through crafted routers: ties in the router logits (experts sharing router
 rows; an all-zero router where every expert ties), every token choosing the
-same expert with one that no token chooses, a batch of one token. Batch
+same expert with one that no token chooses, a batch of one token, and 600
+tokens in two batches (512 and 88: dozens of tokens per expert). Batch
 invariance: a server gives each prompt the same tokens and log-probabilities
 alone and inside a batch of four, and brisk generate's text. Broken MoE files
 are refused with one error line.
