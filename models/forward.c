@@ -4,7 +4,8 @@
  * One call processes every token of the batch: the projections and the MLP
  * are matrix-matrix products over all tokens (weights streamed once per
  * call, not once per token), attention runs per (token, head) against that
- * token's own sequence in the KV cache. */
+ * token's own sequence in the KV cache. A mixture of experts runs its
+ * experts over the tokens routed to each (models/model_moe.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

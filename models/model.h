@@ -53,7 +53,9 @@ typedef struct model_config {
     kern_rope_mode rope_mode;
     float norm_eps;
     int has_qkv_bias;
-    int has_qk_norm;    /* qwen3, gemma3: RMSNorm of each q and k head before RoPE */
+    /* RMSNorm of q and k before RoPE: MODEL_QK_NORM_HEAD each head (qwen3,
+     * gemma3), MODEL_QK_NORM_FULL the whole projection (olmoe); 0: none */
+    int has_qk_norm;
     int has_post_norms; /* gemma2, gemma3: a norm after the attention and after the MLP */
     model_act act;      /* the gated MLP's activation (Gemma: GELU-tanh) */
     float embd_scale;   /* the input embeddings' factor (Gemma: sqrt(dim)); 0: none */
@@ -87,7 +89,8 @@ typedef struct model_config {
 } model_config;
 
 /* 1 when the model's CUDA path has run on a GPU against the CPU: its row's
- * cuda_validated (llama and qwen2; test_cuda_model) and no sliding window.
+ * cuda_validated (llama and qwen2; test_cuda_model), no sliding window and
+ * no experts (the CUDA backend refuses a mixture of experts).
  * --device auto picks CUDA only for these, until Qwen3's, Gemma's and
  * Phi-3's pass there too; --device cuda runs every architecture. */
 int model_config_cuda_validated(const model_config *c);
@@ -100,17 +103,18 @@ typedef struct model_matrix {
 } model_matrix;
 
 typedef struct model_layer {
-    const float *attn_norm;                      /* [dim] */
-    const float *ffn_norm;                       /* [dim] */
-    model_matrix wq;                             /* [n_heads*head_dim][dim] */
-    model_matrix wk;                             /* [n_kv_heads*head_dim][dim] */
-    model_matrix wv;                             /* [n_kv_heads*head_dim][dim] */
-    model_matrix wo;                             /* [dim][n_heads*head_dim] */
-    model_matrix w_gate;                         /* [hidden][dim] */
-    model_matrix w_up;                           /* [hidden][dim] */
-    model_matrix w_down;                         /* [dim][hidden] */
-    const float *bq, *bk, *bv;                   /* qwen2 only, else NULL */
-    const float *q_norm, *k_norm;                /* [head_dim], qwen3 and gemma3, else NULL */
+    const float *attn_norm;    /* [dim] */
+    const float *ffn_norm;     /* [dim] */
+    model_matrix wq;           /* [n_heads*head_dim][dim] */
+    model_matrix wk;           /* [n_kv_heads*head_dim][dim] */
+    model_matrix wv;           /* [n_kv_heads*head_dim][dim] */
+    model_matrix wo;           /* [dim][n_heads*head_dim] */
+    model_matrix w_gate;       /* [hidden][dim] */
+    model_matrix w_up;         /* [hidden][dim] */
+    model_matrix w_down;       /* [dim][hidden] */
+    const float *bq, *bk, *bv; /* qwen2 only, else NULL */
+    /* [head_dim] (qwen3, gemma3) or [q width] and [k width] (olmoe), else NULL */
+    const float *q_norm, *k_norm;
     const float *post_attn_norm, *post_ffn_norm; /* [dim], has_post_norms, else NULL */
     int window;                                  /* sliding window of this layer, 0: global */
     float rope_base;                             /* this layer's RoPE base */
@@ -215,8 +219,10 @@ model_weights_fmt model_get_weights_fmt(const model *m);
  * for dummy weights. Owned by the model. */
 const char *model_get_file_type(const model *m);
 /* Parameter count and the bytes of weights one decode step reads (every
- * matrix once plus the norms; the embedding row gather is not counted
- * unless the output is tied, when the whole table is read as the output). */
+ * matrix once plus the norms; of a mixture of experts the router and the
+ * n_expert_used experts one token runs, the active parameters; the embedding
+ * row gather is not counted unless the output is tied, when the whole table
+ * is read as the output). */
 int64_t model_n_params(const model *m);
 size_t model_weight_bytes(const model *m);
 

@@ -23,11 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "brisk_config.h"
 #include "brisk_test.h"
 #include "common/brisk_error.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_pool.h"
+#include "models/backend.h"
 #include "models/model_moe.h"
 #include "models/model_recipe.h"
 #include "moe_model.h"
@@ -73,10 +75,10 @@ static void test_route(void) {
 }
 
 static const char *const MUTATION[M_COUNT] = {
-    "none",           "used 0",       "used > count", "no router",     "router shape",
-    "gate 1 fewer",   "down swapped", "up 2-D",       "no down",       "shared experts",
-    "split experts",  "no count",     "dense family", "count 2^20",    "count a string",
-    "expert ff 0",    "dense tensors"};
+    "none",          "used 0",       "used > count", "no router",  "router shape",
+    "gate 1 fewer",  "down swapped", "up 2-D",       "no down",    "shared experts",
+    "split experts", "no count",     "dense family", "count 2^20", "count a string",
+    "expert ff 0",   "dense tensors"};
 
 /* Loads spec (CPU layout) into *m from an image kept in *img (freed by the
  * caller after the model); 0 or the loader's code with err set. */
@@ -171,9 +173,9 @@ out:
  * 32-block, kern_ops.h, in three products in a row; 7e-5 measured). */
 static void test_types(kern_pool *pool) {
     static const kern_type types[] = {
-        KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16,   KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
-        KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1,   KERN_TYPE_IQ4_NL, KERN_TYPE_IQ4_XS,
-        KERN_TYPE_Q2_K, KERN_TYPE_Q3_K, KERN_TYPE_Q4_K,   KERN_TYPE_Q5_K,   KERN_TYPE_Q6_K};
+        KERN_TYPE_F32,  KERN_TYPE_F16,  KERN_TYPE_BF16, KERN_TYPE_Q8_0,   KERN_TYPE_Q4_0,
+        KERN_TYPE_Q4_1, KERN_TYPE_Q5_0, KERN_TYPE_Q5_1, KERN_TYPE_IQ4_NL, KERN_TYPE_IQ4_XS,
+        KERN_TYPE_Q2_K, KERN_TYPE_Q3_K, KERN_TYPE_Q4_K, KERN_TYPE_Q5_K,   KERN_TYPE_Q6_K};
     const kern_level top = kern_cpu_level();
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         kern_type t = types[ti];
@@ -210,15 +212,14 @@ static void test_types(kern_pool *pool) {
                                             (const uint8_t *)mm->data +
                                                 kern_row_bytes(mm->type, 256) * (size_t)r,
                                             a, 256);
-                    kern_dequantize_row(t,
-                                        (const uint8_t *)gt->data +
-                                            kern_row_bytes(t, 256) * (size_t)gr,
-                                        b, 256);
+                    kern_dequantize_row(
+                        t, (const uint8_t *)gt->data + kern_row_bytes(t, 256) * (size_t)gr, b, 256);
                     *(pass ? &e2 : &e1) = rel_err(a, b, 256);
                 }
                 /* Exact or fp16-rounded scales; Q2_K requantized to int8 (half a step of 127). */
-                CHECK(e1 < 5e-3f && e2 < 5e-3f, "%s: loaded expert rows differ from the file's: %g %g",
-                      kern_type_name(t), (double)e1, (double)e2);
+                CHECK(e1 < 5e-3f && e2 < 5e-3f,
+                      "%s: loaded expert rows differ from the file's: %g %g", kern_type_name(t),
+                      (double)e1, (double)e2);
             }
             gguf_close(gf);
             free(again);
@@ -252,8 +253,7 @@ static void test_edges(kern_pool *pool) {
     uint8_t *img;
     model *m;
     char err[256];
-    CHECK(moe_load(&sp, MODEL_WEIGHTS_AUTO, pool, &img, &m, err, sizeof err) == 0, "load: %s",
-          err);
+    CHECK(moe_load(&sp, MODEL_WEIGHTS_AUTO, pool, &img, &m, err, sizeof err) == 0, "load: %s", err);
     if (!m)
         return;
     const model_config *c = model_get_config(m);
@@ -334,8 +334,9 @@ static void test_families(kern_pool *pool) {
     for (int i = 0; i < 20; i++)
         toks[i] = 259 + (i * 37) % 250;
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
-        moe_spec sp = {fam[f].arch,   2,  4, 2, 32, fam[f].n_expert, fam[f].n_used, 64,
-                       KERN_TYPE_F16, fam[f].norm_key, M_NONE};
+        moe_spec sp = {
+            fam[f].arch,     2,     4, 2, 32, fam[f].n_expert, fam[f].n_used, 64, KERN_TYPE_F16,
+            fam[f].norm_key, M_NONE};
         uint8_t *img;
         model *m;
         char err[256];
@@ -393,8 +394,8 @@ static void test_hostile(kern_pool *pool) {
         model *m = (model *)1;
         char err[256] = "";
         int rc = moe_load(&sp, MODEL_WEIGHTS_AUTO, pool, &img, &m, err, sizeof err);
-        CHECK(rc < 0 && m == NULL && bt_one_line(err), "%s: rc %d, message '%s'", MUTATION[mut],
-              rc, err);
+        CHECK(rc < 0 && m == NULL && bt_one_line(err), "%s: rc %d, message '%s'", MUTATION[mut], rc,
+              err);
         model_free(m == (model *)1 ? NULL : m);
         free(img);
     }
@@ -403,8 +404,38 @@ static void test_hostile(kern_pool *pool) {
     uint8_t *img;
     model *m;
     char err[256];
-    CHECK(moe_load(&ok, MODEL_WEIGHTS_AUTO, pool, &img, &m, err, sizeof err) == 0, "good: %s",
-          err);
+    CHECK(moe_load(&ok, MODEL_WEIGHTS_AUTO, pool, &img, &m, err, sizeof err) == 0, "good: %s", err);
+    model_free(m);
+    free(img);
+}
+
+/* --device cuda refuses a mixture of experts by name (a build without CUDA
+ * says so instead); --device auto runs it on the CPU. */
+static void test_devices(kern_pool *pool) {
+    moe_spec sp = {"olmoe", 1, 2, 2, 32, 4, 2, 32, KERN_TYPE_Q8_0, -1, M_NONE};
+    uint8_t *img;
+    model *m;
+    char err[256] = "";
+    CHECK(moe_load(&sp, MODEL_WEIGHTS_AUTO, pool, &img, &m, err, sizeof err) == 0, "load: %s", err);
+    if (!m) {
+        free(img);
+        return;
+    }
+    model_backend_opts o = {.device = MODEL_DEVICE_CUDA,
+                            .pool = pool,
+                            .max_batch_tokens = 4,
+                            .max_ctx = 16,
+                            .max_seqs = 1,
+                            .block_size = 16};
+    model_backend *be = NULL;
+    int rc = model_backend_create(m, &o, &be, err, sizeof err);
+    CHECK(rc == BRISK_EUNSUPPORTED && !be && bt_one_line(err) &&
+              strstr(err, BRISK_HAVE_CUDA ? "mixture-of-experts" : "without CUDA"),
+          "--device cuda: %d '%s'", rc, err);
+    o.device = MODEL_DEVICE_AUTO;
+    rc = model_backend_create(m, &o, &be, err, sizeof err);
+    CHECK(rc == 0 && be && be->device == MODEL_DEVICE_CPU, "--device auto: %d '%s'", rc, err);
+    model_backend_free(be);
     model_free(m);
     free(img);
 }
@@ -417,6 +448,7 @@ int main(void) {
     test_types(pool);
     test_families(pool);
     test_hostile(pool);
+    test_devices(pool);
     kern_pool_free(pool);
     return BT_SUMMARY("test_model_moe");
 }
