@@ -36,8 +36,8 @@ typedef struct model_moe_weights {
      * [n_expert * hidden][dim], down [n_expert * dim][hidden] */
     const model_matrix *gate, *up, *down;
     int n_expert, n_used, dim, hidden;
-    int norm_topk;  /* model_config.moe_norm_topk */
-    model_act act;  /* the experts' activation */
+    int norm_topk; /* model_config.moe_norm_topk */
+    model_act act; /* the experts' activation */
 } model_moe_weights;
 
 /* Step 2 for one token: logits[n_expert] (read only) -> ids[n_used] (the

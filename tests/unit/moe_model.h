@@ -83,8 +83,8 @@ static int random_block(raw_store *s, kern_type t, uint8_t *dst) {
 }
 
 static int writes_type(kern_type t) {
-    return t == KERN_TYPE_F32 || t == KERN_TYPE_F16 || t == KERN_TYPE_BF16 ||
-           t == KERN_TYPE_Q8_0 || t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1;
+    return t == KERN_TYPE_F32 || t == KERN_TYPE_F16 || t == KERN_TYPE_BF16 || t == KERN_TYPE_Q8_0 ||
+           t == KERN_TYPE_Q4_0 || t == KERN_TYPE_Q4_1;
 }
 
 /* A tensor of n_rows rows of n_in values of type t (ne as given), random. */
@@ -107,7 +107,8 @@ static int raw_tensor(gguf_writer *w, raw_store *s, const char *name, kern_type 
         uint8_t *dst = buf + rb * (size_t)r;
         if (writes_type(t)) {
             for (int64_t i = 0; i < n_in; i++)
-                row[i] = amp * (float)((double)(raw_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+                row[i] =
+                    amp * (float)((double)(raw_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
             kern_quantize_row(t, row, dst, n_in);
         } else {
             int bs = kern_type_block_size(t);
@@ -203,8 +204,8 @@ static int moe_image(const moe_spec *sp, uint8_t **out, size_t *len) {
         int64_t ne_down[3] = {mut == M_DOWN_SWAPPED ? dim : H, mut == M_DOWN_SWAPPED ? H : dim, E};
         rc = rc ? rc : raw_tensor(w, &rs, NAME("ffn_gate_exps.weight"), sp->etype, 3, ne_gate);
         rc = rc ? rc
-                : raw_tensor(w, &rs, NAME("ffn_up_exps.weight"), sp->etype,
-                             mut == M_UP_2D ? 2 : 3, ne_up);
+                : raw_tensor(w, &rs, NAME("ffn_up_exps.weight"), sp->etype, mut == M_UP_2D ? 2 : 3,
+                             ne_up);
         if (mut != M_NO_DOWN)
             rc = rc ? rc : raw_tensor(w, &rs, NAME("ffn_down_exps.weight"), sp->etype, 3, ne_down);
 #undef NAME
