@@ -119,8 +119,8 @@ int main(int argc, char **argv) {
            "expert %.2f MB, the layer %.0f MB; read bandwidth %.1f GB/s\n",
            E, H, K, dim, tname, kern_type_name(x8), kern_pool_size(pool),
            kern_level_name(kern_cpu_level()), expert_bytes / 1e6, expert_bytes * E / 1e6, bw);
-    printf("%6s %8s %10s %10s %8s %8s %10s\n", "tokens", "experts", "MB read", "ms/call",
-           "GB/s", "of bw", "ms/token");
+    printf("%6s %8s %10s %10s %8s %8s %10s\n", "tokens", "experts", "MB read", "ms/call", "GB/s",
+           "of bw", "ms/token");
     static const int sizes[] = {1, 2, 4, 8, 16, 64};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         int n = sizes[si], reps = n <= 8 ? 40 : 10;
