@@ -265,7 +265,7 @@ static void test_edges(kern_pool *pool) {
     static float zero[5 * 64];
     model_matrix zr = {.type = KERN_TYPE_F32, .data = zero, .n_out = 5, .n_in = 64};
     model_moe_weights w = layer_moe(m, 0, &zr);
-    int32_t ids[12 * 2];
+    int32_t ids[33 * 5]; /* the largest call below: 33 tokens, top 2 (or 7, top 5) */
     float e = ffn_check(pool, &w, 12, 77, "zero router", ids);
     int all01 = 1;
     for (int t = 0; t < 12; t++)
