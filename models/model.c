@@ -1124,6 +1124,13 @@ model_weights_fmt model_get_weights_fmt(const model *m) {
 int64_t model_n_params(const model *m) {
     return m->n_params;
 }
+int64_t model_n_params_active(const model *m) {
+    const model_config *c = &m->cfg;
+    int64_t idle = c->n_expert > 0 ? (int64_t)c->n_layers * (c->n_expert - c->n_expert_used) * 3 *
+                                         c->dim * c->expert_hidden
+                                   : 0;
+    return m->n_params - idle;
+}
 size_t model_weight_bytes(const model *m) {
     return m->weight_bytes;
 }

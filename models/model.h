@@ -224,6 +224,9 @@ const char *model_get_file_type(const model *m);
  * row gather is not counted unless the output is tied, when the whole table
  * is read as the output). */
 int64_t model_n_params(const model *m);
+/* The parameters one token runs: all of them, less the experts a mixture of
+ * experts leaves out (n_expert - n_expert_used per layer). */
+int64_t model_n_params_active(const model *m);
 size_t model_weight_bytes(const model *m);
 
 /* The model's own sampling defaults: models/model_gen.h. */

@@ -261,6 +261,10 @@ static void test_edges(kern_pool *pool) {
               c->moe_norm_topk == 1,
           "config: %d experts, %d used, %d wide, norm %d", c->n_expert, c->n_expert_used,
           c->expert_hidden, c->moe_norm_topk);
+    /* One token runs 2 of the 5 experts: 3 x 3 matrices of 32 x 64 idle. */
+    CHECK(model_n_params_active(m) == model_n_params(m) - 3 * 3 * 32 * 64,
+          "active parameters %lld of %lld", (long long)model_n_params_active(m),
+          (long long)model_n_params(m));
     /* Every score 0: every token picks experts 0 and 1, nobody 2..4. */
     static float zero[5 * 64];
     model_matrix zr = {.type = KERN_TYPE_F32, .data = zero, .n_out = 5, .n_in = 64};
