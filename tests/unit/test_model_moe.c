@@ -9,7 +9,7 @@
  *     token picks experts 0..k-1, the rest nobody), a batch of one, top-k =
  *     n_expert;
  *   - batch invariance: a token's output is the same bits alone, in a batch,
- *     and in a permuted batch; the whole forward the same bits at every
+ *     in a permuted batch and on one thread; the whole forward the same bits at every
  *     chunk size; the recipe (MOE in place of the dense MLP) as traced;
  *   - the loader: expert rows as the file has them, the architecture rows'
  *     rules (qwen3moe and Mixtral renormalise, olmoe does not;
@@ -157,6 +157,8 @@ static float ffn_check(kern_pool *pool, const model_moe_weights *w, int n, uint6
         same &= !memcmp(yr + (size_t)(n - 1 - t) * w->dim, y + (size_t)t * w->dim,
                         (size_t)w->dim * sizeof *y1);
     CHECK(same, "%s: a token's output depends on the batch", what);
+    model_moe_ffn(NULL, w, x, n, yr, s, ws, NULL); /* one thread */
+    CHECK(!memcmp(yr, y, nd * sizeof *y), "%s: the output depends on the thread count", what);
     CHECK(model_moe_ffn(pool, w, x, n + 1, y, s, ws, NULL) == BRISK_ERANGE,
           "%s: more tokens than the scratch", what);
 out:
