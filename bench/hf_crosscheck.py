@@ -3,7 +3,8 @@
 model family brisk runs, an implementation independent of brisk's float64
 reference (tests/reference/llama_ref.py, written by the same hands).
 
-    bench/hf_crosscheck.py --llama-cpp DIR [--families qwen3,gemma2,phi3,mistral]
+    bench/hf_crosscheck.py --llama-cpp DIR
+                           [--families qwen3,gemma2,phi3,mistral,qwen3moe,mixtral,olmoe]
                            [--gemma3-gguf FILE] [--brisk build/bin/brisk]
 
 Needs torch, transformers (5.x), sentencepiece and numpy (a venv outside the
@@ -24,6 +25,18 @@ this vintage drops it) - one metadata key written with gguf-py. Gemma 3 has no
 converter there: its check loads the real Gemma 3 270M file (--gemma3-gguf) into
 transformers through its own GGUF reader (dequantised to f32) and compares with
 `brisk --weights f32` on the same file.
+
+The mixtures of experts (issue 40): Qwen3MoeForCausalLM (8 experts, top 2,
+norm_topk_prob true as Qwen3-30B-A3B's config has it, which llama.cpp's graph
+assumes), MixtralForCausalLM (converted as a llama file with experts) and
+OlmoeForCausalLM (top 2, not renormalised; whole-width q/k norms), each also
+with every expert used (-top8: 8 of 8). Their routers are drawn wider than
+the other matrices (N(0, 1.5^2 / fan_in)) so that the top-k weights differ and
+their renormalisation shows. transformers 5 holds the experts fused
+(experts.gate_up_proj); they are saved in the checkpoint's original per-expert
+layout, which llama.cpp's converter reads. Each row also gives the smallest
+gap between a token's k-th and (k+1)-th router logits in transformers (a gap
+of ~1e-5 or less could route a token otherwise in float32).
 
 Prints per family and length the max and mean relative L2 of the logit rows and
 the top-1 agreement, and writes bench/results/<date>-<machine>-hf-crosscheck.json.
@@ -115,21 +128,63 @@ def family_config(name):
         # ik_llama.cpp's LlamaModel.set_gguf_parameters reads these two unconditionally.
         return cfg, {"rope_theta": 10000.0, "num_experts_per_tok": 0,
                      "prefix_dense_intermediate_size": 160}, [24]
+    # Mixtures of experts: 8 experts, top 2 (or all 8 for "-top8").
+    base, _, variant = name.partition("-")
+    if variant not in ("", "top8"):
+        raise SystemExit(f"unknown family {name}")
+    top_k = 8 if variant == "top8" else 2
+    if base == "qwen3moe":
+        # The experts 48 wide beside a dense intermediate_size of 160 (unused:
+        # every layer sparse), as the 30B-A3B's 768 beside 6144.
+        cfg = tf.Qwen3MoeConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                head_dim=32, num_experts=8, num_experts_per_tok=top_k,
+                                moe_intermediate_size=48, norm_topk_prob=True,
+                                decoder_sparse_step=1, mlp_only_layers=[],
+                                rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                                **common)
+        return cfg, {"rope_theta": 1e6}, [24]
+    if base == "mixtral":
+        cfg = tf.MixtralConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                               head_dim=16, num_local_experts=8, num_experts_per_tok=top_k,
+                               sliding_window=None,
+                               rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                               **common)
+        # ik_llama.cpp's LlamaModel.set_gguf_parameters reads the second unconditionally.
+        return cfg, {"rope_theta": 1e6, "prefix_dense_intermediate_size": 160}, [24]
+    if base == "olmoe":
+        # As OLMoE-1B-7B: as many KV heads as heads (llama.cpp's olmoe loader
+        # takes attn_k_norm n_embd wide).
+        common["rms_norm_eps"] = 1e-5
+        cfg = tf.OlmoeConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                             num_experts=8, num_experts_per_tok=top_k, norm_topk_prob=False,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                             **common)
+        return cfg, {"rope_theta": 10000.0}, [24]
     raise SystemExit(f"unknown family {name}")
+
+
+def is_router(name):
+    """The experts' router of a MoE layer: Qwen3-MoE's and OLMoE's mlp.gate,
+    Mixtral's block_sparse_moe.gate (mlp.gate in transformers 5)."""
+    return name.endswith(".gate.weight")
 
 
 def randomise(model, seed):
     """Weights big enough that every nonlinearity, cap and window matters:
-    matrices ~ N(0, 1/fan_in), embeddings ~ N(0, 1), norm weights around their
-    neutral value (Gemma's are stored as w with (1 + w) applied: around 0)."""
+    matrices ~ N(0, 1/fan_in), the experts' routers ~ N(0, 1.5^2/fan_in),
+    embeddings ~ N(0, 1), norm weights around their neutral value (Gemma's are
+    stored as w with (1 + w) applied: around 0). fan_in is the last dim: a
+    Linear's [out, in] and transformers 5's fused experts' [expert, out, in]."""
     import torch
     g = torch.Generator().manual_seed(seed)
     gemma = "gemma" in type(model).__name__.lower()
     with torch.no_grad():
         for n, p in model.named_parameters():
             if p.dim() >= 2:
-                fan_in = p.shape[1]
+                fan_in = p.shape[-1]
                 scale = 1.0 if "embed" in n else fan_in ** -0.5
+                if is_router(n):
+                    scale *= 1.5
                 p.copy_(torch.randn(p.shape, generator=g) * scale)
             elif "norm" in n:
                 p.copy_((0.0 if gemma else 1.0) + 0.2 * torch.randn(p.shape, generator=g))
@@ -192,6 +247,52 @@ def hf_logits(model, ids):
     return out.logits[0].double().numpy()
 
 
+def hf_routing_margin(model, ids, top_k):
+    """The smallest gap between a token's k-th and (k+1)-th router logits over
+    the layers, from transformers' own router logits (None where the model
+    gives none; inf where every expert is used)."""
+    import torch
+    try:
+        with torch.no_grad():
+            out = model(torch.tensor([ids]), output_router_logits=True)
+        gaps = [float("inf")]
+        for lg in out.router_logits:
+            lg = lg.reshape(-1, lg.shape[-1]).double().numpy()
+            if top_k < lg.shape[1]:
+                s = -np.sort(-lg, axis=1)
+                gaps.append(float((s[:, top_k - 1] - s[:, top_k]).min()))
+        return min(gaps) if len(gaps) > 1 or top_k >= cfg_experts(model) else None
+    except (TypeError, AttributeError, ValueError):
+        return None
+
+
+def cfg_experts(model):
+    c = model.config
+    return getattr(c, "num_experts", None) or getattr(c, "num_local_experts", 0)
+
+
+def save_per_expert(model, d):
+    """Saves the model as safetensors in the checkpoint's original layout (the
+    experts one by one, as llama.cpp's converter reads them): transformers 5
+    holds them fused and reverts that on save (save_original_format, its
+    default); a version that would write them fused is refused here."""
+    import inspect
+    kw = {"safe_serialization": True}
+    if "save_original_format" in inspect.signature(model.save_pretrained).parameters:
+        kw["save_original_format"] = True
+    model.save_pretrained(d, **kw)
+    from safetensors import safe_open
+    for f in os.listdir(d):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(d, f), "np") as st:
+                fused = [k for k in st.keys() if k.endswith(("experts.gate_up_proj",
+                                                             "experts.down_proj"))]
+            if fused:
+                raise SystemExit(f"transformers saved fused experts ({fused[0]}); the converter "
+                                 "reads them one by one: use a transformers that saves the "
+                                 "original format")
+
+
 def check_family(name, a, work, rows):
     import torch
     import transformers as tf
@@ -204,7 +305,11 @@ def check_family(name, a, work, rows):
     randomise(model, 1)
     model.eval()
     d = os.path.join(work, name)
-    model.save_pretrained(d, safe_serialization=True)
+    moe = getattr(cfg, "num_experts_per_tok", 0) > 0
+    if moe:
+        save_per_expert(model, d)
+    else:
+        model.save_pretrained(d, safe_serialization=True)
     cj = os.path.join(d, "config.json")
     conf = json.load(open(cj))
     conf.update(legacy)
@@ -220,10 +325,15 @@ def check_family(name, a, work, rows):
     for n in lengths:
         ids = [int(x) for x in rng.integers(3, V, n)]
         res = compare(brisk_logits(a.brisk, out, ids, V), hf_logits(model, ids))
+        if moe:
+            res["routing_margin"] = hf_routing_margin(model, ids, cfg.num_experts_per_tok)
         rows.append({"family": name, "source": "random tiny model, llama.cpp converter",
                      "tokens": n, **res})
+        extra = ""
+        if res.get("routing_margin") is not None:
+            extra = f", routing margin {res['routing_margin']:.2e}"
         print(f"{name:8s} {n:4d} tokens: max rel L2 {res['max_rel_l2']:.2e}, mean "
-              f"{res['mean_rel_l2']:.2e}, top-1 {100 * res['top1']:.1f}%", flush=True)
+              f"{res['mean_rel_l2']:.2e}, top-1 {100 * res['top1']:.1f}%{extra}", flush=True)
 
 
 def check_gemma3(a, rows):
@@ -247,7 +357,8 @@ def check_gemma3(a, rows):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True)
-    ap.add_argument("--families", default="qwen3,gemma2,phi3,mistral")
+    ap.add_argument("--families", default="qwen3,gemma2,phi3,mistral,qwen3moe,mixtral,olmoe,"
+                                         "qwen3moe-top8,mixtral-top8,olmoe-top8")
     ap.add_argument("--gemma3-gguf")
     ap.add_argument("--brisk", default=os.path.join(HERE, "..", "build", "bin", "brisk"))
     ap.add_argument("--out")

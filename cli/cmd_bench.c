@@ -217,13 +217,14 @@ int cmd_bench(int argc, char **argv) {
     printf("{\"model\": ");
     bench_json_string(stdout, model_name(m));
     printf(
-        ", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, "
+        ", \"weights\": \"%s\", \"threads\": %d, \"n_params\": %lld, \"n_params_active\": %lld, "
         "\"weight_bytes\": %zu, \"pp\": %ld, \"pp_tok_s\": %.2f, \"tg\": %ld, \"tg_tok_s\": %.2f, "
         "\"depth\": %ld, \"kv_dtype\": \"%s\", \"read_bw_gb_s\": %.2f, \"tg_roofline_tok_s\": "
         "%.2f, "
         "\"tg_frac_roofline\": %.3f, ",
         model_weights_fmt_name(o.weights), kern_pool_size(pool), (long long)model_n_params(m),
-        wbytes, n_pp, best_pp > 0 ? (double)n_pp / best_pp : 0.0, n_tg, tg_tps, depth,
+        (long long)model_n_params_active(m), wbytes, n_pp,
+        best_pp > 0 ? (double)n_pp / best_pp : 0.0, n_tg, tg_tps, depth,
         kern_kv_dtype_name(st.kv_dtype), bw, roof, roof > 0 ? tg_tps / roof : 0.0);
     /* At a depth the step also reads the KV cache: the positions' K and V
      * of every layer (kern_kv.h's bytes), on average depth + n_tg / 2 of
@@ -246,7 +247,8 @@ int cmd_bench(int argc, char **argv) {
     printf(", \"kernels\": ");
     bench_json_string(stdout, kernels);
     printf(", \"backend\": \"%s\", \"pp_tflop_s\": %.3f}\n", be->ops->name,
-           best_pp > 0 ? 2.0 * (double)model_n_params(m) * (double)n_pp / best_pp * 1e-12 : 0.0);
+           best_pp > 0 ? 2.0 * (double)model_n_params_active(m) * (double)n_pp / best_pp * 1e-12
+                       : 0.0);
     status = 0;
 out:
     free(ids);

@@ -94,18 +94,21 @@ void model_cpu_kernels_describe(const model *m, char *buf, size_t len) {
     int n_seen = 0;
     size_t at = 0;
     for (int l = -1; l < c->n_layers; l++) {
-        const model_matrix *mats[7];
+        const model_matrix *mats[10];
         int n_mats = 0;
         if (l < 0) {
             mats[n_mats++] = &w->output;
         } else {
             const model_layer *ly = &w->layers[l];
-            const model_matrix *all[7] = {&ly->wq,     &ly->wk,   &ly->wv,    &ly->wo,
-                                          &ly->w_gate, &ly->w_up, &ly->w_down};
-            for (int i = 0; i < 7; i++)
+            const model_matrix *all[10] = {&ly->wq,      &ly->wk,       &ly->wv,     &ly->wo,
+                                           &ly->w_gate,  &ly->w_up,     &ly->w_down, &ly->exps_gate,
+                                           &ly->exps_up, &ly->exps_down};
+            for (int i = 0; i < 10; i++)
                 mats[n_mats++] = all[i];
         }
         for (int i = 0; i < n_mats; i++) {
+            if (!mats[i]->data) /* a mixture of experts' empty dense MLP, or the reverse */
+                continue;
             kern_type t = mats[i]->type;
             int dup = 0;
             for (int k = 0; k < n_seen; k++)
@@ -159,14 +162,15 @@ int model_backend_cpu_create(const model *m, const model_backend_opts *o, model_
     const model_weights *w = model_get_weights(m);
     const model_config *cfg = model_get_config(m);
     for (int l = -1; l < cfg->n_layers; l++) {
-        const model_matrix *mats[7] = {&w->output};
+        const model_matrix *mats[10] = {&w->output};
         if (l >= 0) {
             const model_layer *ly = &w->layers[l];
-            const model_matrix *lm[7] = {&ly->wq,     &ly->wk,   &ly->wv,    &ly->wo,
-                                         &ly->w_gate, &ly->w_up, &ly->w_down};
+            const model_matrix *lm[10] = {&ly->wq,      &ly->wk,       &ly->wv,     &ly->wo,
+                                          &ly->w_gate,  &ly->w_up,     &ly->w_down, &ly->exps_gate,
+                                          &ly->exps_up, &ly->exps_down};
             memcpy(mats, lm, sizeof mats);
         }
-        for (int i = 0; i < 7 && mats[i]; i++)
+        for (int i = 0; i < 10 && mats[i]; i++)
             if (mats[i]->data && !kern_type_matmul_ok(mats[i]->type)) {
                 snprintf(err, err_len,
                          "the CPU backend does not multiply %s matrices as stored (the model "

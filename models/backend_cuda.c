@@ -432,6 +432,15 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
 int model_backend_cuda_create(const model *m, const model_backend_opts *o, model_backend **out,
                               char *err, size_t err_len) {
     *out = NULL;
+    const model_config *c = model_get_config(m);
+    if (c->n_expert > 0) { /* --device auto keeps these on the CPU (model_config_cuda_validated) */
+        snprintf(err, err_len,
+                 "--device cuda: mixture-of-experts models (%s, %d experts) do not run on the GPU "
+                 "yet: the CUDA backend has no expert routing or grouped expert GEMM; use "
+                 "--device cpu or auto",
+                 c->arch->name, c->n_expert);
+        return BRISK_EUNSUPPORTED;
+    }
     if (kern_cuda_device_count() <= 0) {
         snprintf(err, err_len, "--device cuda: no CUDA device (%s)",
                  kern_cuda_last_error()[0] ? kern_cuda_last_error() : "the driver reports none");
@@ -442,7 +451,6 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
                  "--device cuda runs f16 or int8 weights (--weights f16|int8|auto), not f32");
         return BRISK_EINVAL;
     }
-    const model_config *c = model_get_config(m);
     const model_weights *mw = model_get_weights(m);
     if (kern_type_is_x8(mw->output.type) || kern_type_is_x8(mw->layers[0].wq.type)) {
         snprintf(err, err_len,

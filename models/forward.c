@@ -4,7 +4,8 @@
  * One call processes every token of the batch: the projections and the MLP
  * are matrix-matrix products over all tokens (weights streamed once per
  * call, not once per token), attention runs per (token, head) against that
- * token's own sequence in the KV cache. */
+ * token's own sequence in the KV cache. A mixture of experts runs its
+ * experts over the tokens routed to each (models/model_moe.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "common/brisk_error.h"
 #include "models/model.h"
 #include "models/model_internal.h"
+#include "models/model_moe.h"
 #include "models/model_recipe.h"
 
 /* Attention works on runs: consecutive batch tokens of one sequence at
@@ -45,8 +47,23 @@ struct model_state {
     float *att_scratch; /* [n_scratch_threads][forward_attn_scratch floats] */
     attn_run *runs;     /* [max_batch_tokens] */
     int n_scratch_threads;
-    model_recipe *trace; /* borrowed, [n_layers]: the steps run (model_state_set_trace) */
+    model_recipe *trace;    /* borrowed, [n_layers]: the steps run (model_state_set_trace) */
+    model_moe_scratch *moe; /* owned; the experts' scratch, NULL for a dense model */
 };
+
+/* Layer L's experts as model_moe_ffn takes them. */
+static model_moe_weights forward_moe_weights(const model_config *c, const model_layer *L) {
+    return (model_moe_weights){.router = &L->router,
+                               .gate = &L->exps_gate,
+                               .up = &L->exps_up,
+                               .down = &L->exps_down,
+                               .n_expert = c->n_expert,
+                               .n_used = c->n_expert_used,
+                               .dim = c->dim,
+                               .hidden = c->expert_hidden,
+                               .norm_topk = c->moe_norm_topk,
+                               .act = c->act};
+}
 
 /* Attention scratch of one thread, in floats: scores of a task's heads (at
  * most one GQA group) x rows x positions. */
@@ -70,6 +87,12 @@ static size_t forward_max_ws(const model *m, int n_tok) {
     }
     /* Every layer has the same shapes and types, except that conversion may
      * fall back per tensor; scan them all to be safe. */
+    for (int l = 0; l < m->cfg.n_layers && m->cfg.n_expert > 0; l++) {
+        model_moe_weights mw = forward_moe_weights(&m->cfg, &m->w.layers[l]);
+        size_t b = model_moe_ws_bytes(&mw, n_tok);
+        if (b > best)
+            best = b;
+    }
     for (int l = 1; l < m->cfg.n_layers; l++) {
         const model_layer *Ll = &m->w.layers[l];
         const model_matrix *ml[] = {&Ll->wq,     &Ll->wk,   &Ll->wv,    &Ll->wo,
@@ -101,12 +124,21 @@ model_state *model_state_create(const model *m, int max_batch_tokens, int max_ct
     st->k = forward_alloc(T * kv_dim);
     st->v = forward_alloc(T * kv_dim);
     st->att = forward_alloc(T * q_dim);
-    st->hb = forward_alloc(T * c->hidden_dim);
-    st->hb2 = forward_alloc(T * c->hidden_dim);
+    /* The dense MLP's products; a mixture of experts has its own scratch. */
+    size_t hidden = c->n_expert > 0 ? 1 : (size_t)c->hidden_dim;
+    st->hb = forward_alloc(T * hidden);
+    st->hb2 = forward_alloc(T * hidden);
     st->xout = forward_alloc(T * c->dim);
     st->runs = malloc(T * sizeof *st->runs);
     st->ws_bytes = forward_max_ws(m, max_batch_tokens);
     st->ws = aligned_alloc(64, (st->ws_bytes + 63) & ~(size_t)63);
+    if (c->n_expert > 0) {
+        model_moe_weights mw = forward_moe_weights(c, &m->w.layers[0]);
+        if (!(st->moe = model_moe_scratch_create(&mw, max_batch_tokens))) {
+            model_state_free(st);
+            return NULL;
+        }
+    }
     if (!st->x || !st->xb || !st->xb2 || !st->q || !st->k || !st->v || !st->att || !st->hb ||
         !st->hb2 || !st->xout || !st->ws || !st->runs) {
         model_state_free(st);
@@ -133,6 +165,7 @@ void model_state_free(model_state *st) {
     free(st->ws);
     free(st->att_scratch);
     free(st->runs);
+    model_moe_scratch_free(st->moe);
     free(st);
 }
 
@@ -237,6 +270,11 @@ static void forward_qkv_post_task(void *ctx, int t, int thread) {
                 v[d] += L->bv[d];
             break;
         case MODEL_STEP_QK_NORM: /* each head normalised with the layer's weight */
+            if (c->has_qk_norm == MODEL_QK_NORM_FULL) { /* olmoe: the whole of q and of k */
+                kern_rmsnorm(q, q, L->q_norm, q_dim, c->norm_eps);
+                kern_rmsnorm(k, k, L->k_norm, kv_dim, c->norm_eps);
+                break;
+            }
             for (int h = 0; h < c->n_heads; h++)
                 kern_rmsnorm(q + (size_t)h * c->head_dim, q + (size_t)h * c->head_dim, L->q_norm,
                              c->head_dim, c->norm_eps);
@@ -454,6 +492,11 @@ static int forward_step(const model *m, model_state *st, kv_cache *kv, kern_pool
     case MODEL_STEP_POST_FFN_NORM:
         forward_rmsnorm(pool, st->xb2, st->xb2, L->post_ffn_norm, n, dim, c->norm_eps);
         return i + 1;
+    case MODEL_STEP_MOE: { /* tokens grouped by expert: each expert's weights read once */
+        model_moe_weights mw = forward_moe_weights(c, L);
+        int rc = model_moe_ffn(pool, &mw, st->xb, n, st->xb2, st->moe, st->ws, NULL);
+        return rc < 0 ? rc : i + 1;
+    }
     }
     return BRISK_EUNSUPPORTED;
 }

@@ -153,6 +153,63 @@ static int model_meta_f32(const gguf_file *gf, const char *arch, const char *suf
     return 0;
 }
 
+/* The mixture-of-experts keys (model_config.n_expert): required by a
+ * family whose MLPs are all experts, taken by one whose MLPs may be (a llama
+ * file with expert_count is Mixtral), refused by a dense one. */
+static int model_read_moe(const gguf_file *gf, const char *arch, const model_arch_desc *a,
+                          model_config *c, char *err, size_t err_len) {
+    char key[128];
+    uint32_t v;
+    snprintf(key, sizeof key, "%s.expert_count", arch);
+    int rc = gguf_get_u32(gf, key, &v);
+    if (rc < 0 && rc != BRISK_ENOTFOUND)
+        return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
+    int has = rc == 0 && v > 0; /* llama.cpp writes expert_count 0 for dense files too */
+    if (!has && a->moe == MODEL_MOE_REQUIRED)
+        return ERR(BRISK_EFORMAT, "model: %s is a mixture-of-experts family: '%s' must be > 0",
+                   arch, key);
+    if (!has)
+        return 0;
+    if (a->moe == MODEL_MOE_NONE)
+        return ERR(BRISK_EUNSUPPORTED,
+                   "model: %s = %u: mixture-of-experts %s models are not supported (brisk runs "
+                   "experts in qwen3moe, olmoe and llama/Mixtral files)",
+                   key, v, arch);
+    /* 2^16 experts is far beyond any published model (DeepSeek: 256) and
+     * keeps n_expert * expert_hidden rows (each <= 2^24 by the key rule) in
+     * what the buffers' int sizes hold once checked below. */
+    if (v > (1u << 16))
+        return ERR(BRISK_EFORMAT, "model: metadata key '%s' = %u is out of range", key, v);
+    c->n_expert = (int)v;
+    if ((rc = model_meta_u32(gf, arch, "expert_used_count", 1, &c->n_expert_used, err, err_len)) <
+        0)
+        return rc;
+    if (c->n_expert_used > c->n_expert)
+        return ERR(BRISK_EFORMAT, "model: expert_used_count %d exceeds expert_count %d",
+                   c->n_expert_used, c->n_expert);
+    c->expert_hidden = c->hidden_dim;
+    if ((rc = model_meta_u32(gf, arch, "expert_feed_forward_length", 0, &c->expert_hidden, err,
+                             err_len)) < 0)
+        return rc;
+    if ((int64_t)c->n_expert * c->expert_hidden > INT32_MAX ||
+        (int64_t)c->n_expert * c->dim > INT32_MAX)
+        return ERR(BRISK_EFORMAT, "model: %d experts of %d x %d are out of range", c->n_expert,
+                   c->expert_hidden, c->dim);
+    /* Files of families that have shared experts say so; none of these do. */
+    snprintf(key, sizeof key, "%s.expert_shared_count", arch);
+    if (gguf_get_u32(gf, key, &v) == 0 && v > 0)
+        return ERR(BRISK_EUNSUPPORTED, "model: %s = %u: shared experts are not supported", key, v);
+    c->moe_norm_topk = a->moe_norm_topk;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    int norm;
+    rc = gguf_get_bool(gf, key, &norm);
+    if (rc < 0 && rc != BRISK_ENOTFOUND)
+        return ERR(BRISK_EFORMAT, "model: metadata key '%s' has the wrong type", key);
+    if (rc == 0)
+        c->moe_norm_topk = norm;
+    return 0;
+}
+
 int model_read_config(const gguf_file *gf, model_config *c, char *err, size_t err_len) {
     gguf_str arch_s;
     if (gguf_get_str(gf, "general.architecture", &arch_s) < 0)
@@ -298,7 +355,7 @@ int model_read_config(const gguf_file *gf, model_config *c, char *err, size_t er
         return rc;
     if (scale_linear > 0.0f)
         c->rope_freq_scale = 1.0f / scale_linear;
-    return 0;
+    return model_read_moe(gf, arch, a, c, err, err_len);
 }
 
 /* ---- tensors ------------------------------------------------------------ */
@@ -484,15 +541,34 @@ static int model_check_shape(const gguf_tensor *t, const char *name, int64_t ne0
     return 0;
 }
 
-/* A matrix tensor [n_out][n_in] (GGUF ne = {n_in, n_out}). */
-static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_in, int n_out,
-                             model_matrix *out, char *err, size_t err_len) {
+/* A 3-D tensor of ne {ne0, ne1, ne2}. */
+static int model_check_shape3(const gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1,
+                              int64_t ne2, char *err, size_t err_len) {
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1)
+        return ERR(BRISK_EFORMAT,
+                   "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, "
+                   "%lld]",
+                   name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                   (long long)t->ne[3], (long long)ne0, (long long)ne1, (long long)ne2);
+    return 0;
+}
+
+/* A stack of n_stack matrices [n_out][n_in] (GGUF ne = {n_in, n_out,
+ * n_stack}; n_stack 1: a plain matrix, ne = {n_in, n_out}), loaded as one
+ * matrix of n_stack * n_out rows: the experts of a mixture-of-experts layer
+ * take every conversion and layout a dense matrix does. The X8 forms need
+ * each part to start on a group of 8 rows (model_matrix_expert): a stack
+ * whose parts do not stays row-major. */
+static int model_load_stack(model *m, kern_pool *pool, const char *name, int n_in, int n_out,
+                            int n_stack, model_matrix *out, char *err, size_t err_len) {
     const gguf_tensor *t = model_find(m, name, 1, err, err_len);
     if (!t)
         return BRISK_EFORMAT;
-    int rc = model_check_shape(t, name, n_in, n_out, err, err_len);
+    int rc = n_stack == 1 ? model_check_shape(t, name, n_in, n_out, err, err_len)
+                          : model_check_shape3(t, name, n_in, n_out, n_stack, err, err_len);
     if (rc < 0)
         return rc;
+    const int n_rows = n_out * n_stack; /* n_expert * rows is checked to fit in model_read_moe */
     /* With weights auto, a matrix the CPU kernels do not multiply is kept as
      * stored for a converting backend (keep_stored), and Q5_0/Q5_1/IQ4_NL
      * for their X8 forms (Q5_0X8/Q5_1X8/IQ4_NLX8: 22/24/18 bytes per 32
@@ -513,13 +589,13 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
                     : x8_ok && t->type == KERN_TYPE_Q5_K
                         ? KERN_TYPE_Q5_1 /* its 32-value sub-blocks: Q5_1X8 */
                         : model_target_type(m->fmt, t->type, n_in);
-    rc = model_convert(m, pool, t, n_out, n_in, dst, &out->data);
+    rc = model_convert(m, pool, t, n_rows, n_in, dst, &out->data);
     if (rc < 0)
         return ERR(rc, "model: out of memory converting '%s'", name);
     out->type = dst;
     out->n_in = n_in;
-    out->n_out = n_out;
-    if (m->x8) {
+    out->n_out = n_rows;
+    if (m->x8 && (n_stack == 1 || n_out % 8 == 0)) {
         int from_file = out->data == t->data;
         if ((rc = model_make_x8(m, pool, out, !from_file)) < 0)
             return ERR(rc, "model: out of memory interleaving '%s'", name);
@@ -528,7 +604,7 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
          * thread: tg 75 -> 80 tok/s): copied like the X8 forms, the file's
          * pages given back. */
         if (from_file && out->data == t->data && kern_type_block_size(out->type) == 1) {
-            size_t bytes = kern_row_bytes(out->type, n_in) * (size_t)n_out;
+            size_t bytes = kern_row_bytes(out->type, n_in) * (size_t)n_rows;
             void *copy = model_alloc_owned(m, bytes);
             if (!copy)
                 return ERR(BRISK_ENOMEM, "model: out of memory copying '%s'", name);
@@ -538,8 +614,14 @@ static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_
         if (from_file && out->data != t->data)
             gguf_release_tensor_pages(m->gf, t);
     }
-    m->n_params += (int64_t)n_in * n_out;
+    m->n_params += (int64_t)n_in * n_rows;
     return 0;
+}
+
+/* A matrix tensor [n_out][n_in] (GGUF ne = {n_in, n_out}). */
+static int model_load_matrix(model *m, kern_pool *pool, const char *name, int n_in, int n_out,
+                             model_matrix *out, char *err, size_t err_len) {
+    return model_load_stack(m, pool, name, n_in, n_out, 1, out, err, err_len);
 }
 
 /* Rows [r0, r0 + n) of a loaded matrix as a matrix of their own, sharing
@@ -584,6 +666,53 @@ static int model_load_vector(model *m, const char *name, int n, int required, co
     }
     m->n_params += n;
     return 0;
+}
+
+/* Layer l's mixture of experts: the router (kept in f32 whatever the file
+ * stores, as llama.cpp's quantizer leaves it: routing is a discrete choice
+ * that rounding could flip) and the gate/up/down stacks as GGUF's 3-D
+ * tensors (ne {dim, expert_hidden, n_expert} for gate and up, {expert_hidden,
+ * dim, n_expert} for down). Shared experts and per-expert 2-D tensors (old
+ * Mixtral conversions) are refused by name. */
+static int model_load_experts(model *m, kern_pool *pool, int l, model_layer *L, char *err,
+                              size_t err_len) {
+    const model_config *c = &m->cfg;
+    char name[96];
+    static const char *const refused[][2] = {
+        {"ffn_gate_shexp.weight", "shared experts are not supported"},
+        {"ffn_gate_inp_shexp.weight", "shared experts are not supported"},
+        {"ffn_gate.0.weight", "per-expert tensors (an old Mixtral conversion) are not supported: "
+                              "convert it again with a current llama.cpp (stacked ffn_*_exps)"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", l, refused[i][0]);
+        if (gguf_find_tensor(m->gf, name))
+            return ERR(BRISK_EUNSUPPORTED, "model: tensor '%s': %s", name, refused[i][1]);
+    }
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+    const gguf_tensor *t = model_find(m, name, 1, err, err_len);
+    if (!t)
+        return BRISK_EFORMAT;
+    int rc = model_check_shape(t, name, c->dim, c->n_expert, err, err_len);
+    if (rc < 0)
+        return rc;
+    if ((rc = model_convert(m, pool, t, c->n_expert, c->dim, KERN_TYPE_F32, &L->router.data)) < 0)
+        return ERR(rc, "model: out of memory converting '%s'", name);
+    L->router.type = KERN_TYPE_F32;
+    L->router.n_in = c->dim;
+    L->router.n_out = c->n_expert;
+    m->n_params += (int64_t)c->dim * c->n_expert;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
+    if ((rc = model_load_stack(m, pool, name, c->dim, c->expert_hidden, c->n_expert, &L->exps_gate,
+                               err, err_len)) < 0)
+        return rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
+    if ((rc = model_load_stack(m, pool, name, c->dim, c->expert_hidden, c->n_expert, &L->exps_up,
+                               err, err_len)) < 0)
+        return rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
+    return model_load_stack(m, pool, name, c->expert_hidden, c->dim, c->n_expert, &L->exps_down,
+                            err, err_len);
 }
 
 static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_len) {
@@ -675,7 +804,10 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         }
         LMAT(wo, "attn_output.weight", q_dim, c->dim)
         snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", l);
-        if (!gguf_find_tensor(m->gf, name)) { /* phi3: gate and up as one matrix, gate first */
+        if (c->n_expert > 0) { /* a mixture of experts */
+            if ((rc = model_load_experts(m, pool, l, L, err, err_len)) < 0)
+                return rc;
+        } else if (!gguf_find_tensor(m->gf, name)) { /* phi3: gate and up as one matrix */
             model_matrix f;
             snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
             if ((rc = model_load_matrix(m, pool, name, c->dim, 2 * c->hidden_dim, &f, err,
@@ -689,13 +821,18 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
             LMAT(w_gate, "ffn_gate.weight", c->dim, c->hidden_dim)
             LMAT(w_up, "ffn_up.weight", c->dim, c->hidden_dim)
         }
-        LMAT(w_down, "ffn_down.weight", c->hidden_dim, c->dim)
+        if (c->n_expert == 0) {
+            LMAT(w_down, "ffn_down.weight", c->hidden_dim, c->dim)
+        }
         if (c->has_qkv_bias) {
             LVEC(bq, "attn_q.bias", q_dim, 1)
             LVEC(bk, "attn_k.bias", kv_dim, 1)
             LVEC(bv, "attn_v.bias", kv_dim, 1)
         }
-        if (c->has_qk_norm) {
+        if (c->has_qk_norm == MODEL_QK_NORM_FULL) { /* olmoe: over the whole projections */
+            LVEC(q_norm, "attn_q_norm.weight", q_dim, 1)
+            LVEC(k_norm, "attn_k_norm.weight", kv_dim, 1)
+        } else if (c->has_qk_norm) {
             LVEC(q_norm, "attn_q_norm.weight", c->head_dim, 1)
             LVEC(k_norm, "attn_k_norm.weight", c->head_dim, 1)
         }
@@ -724,6 +861,13 @@ void model_count_bytes(model *m) {
              model_matrix_bytes(&L->wo) + model_matrix_bytes(&L->w_gate) +
              model_matrix_bytes(&L->w_up) + model_matrix_bytes(&L->w_down) +
              2 * (size_t)c->dim * sizeof(float);
+        /* A mixture of experts: the router and the n_expert_used experts one
+         * token runs (the active parameters), not the whole stacks. */
+        if (c->n_expert > 0)
+            b += model_matrix_bytes(&L->router) +
+                 (model_matrix_bytes(&L->exps_gate) + model_matrix_bytes(&L->exps_up) +
+                  model_matrix_bytes(&L->exps_down)) /
+                     (size_t)c->n_expert * (size_t)c->n_expert_used;
     }
     m->weight_bytes = b;
 }
@@ -738,7 +882,7 @@ void model_layer_set_window(const model_config *c, int l, model_layer *L) {
 }
 
 int model_config_cuda_validated(const model_config *c) {
-    return c->arch->cuda_validated && c->n_swa == 0;
+    return c->arch->cuda_validated && c->n_swa == 0 && c->n_expert == 0;
 }
 
 /* general.file_type as llama.cpp names it (its llama_ftype, without
@@ -979,6 +1123,13 @@ model_weights_fmt model_get_weights_fmt(const model *m) {
 }
 int64_t model_n_params(const model *m) {
     return m->n_params;
+}
+int64_t model_n_params_active(const model *m) {
+    const model_config *c = &m->cfg;
+    int64_t idle = c->n_expert > 0 ? (int64_t)c->n_layers * (c->n_expert - c->n_expert_used) * 3 *
+                                         c->dim * c->expert_hidden
+                                   : 0;
+    return m->n_params - idle;
 }
 size_t model_weight_bytes(const model *m) {
     return m->weight_bytes;

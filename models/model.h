@@ -53,7 +53,9 @@ typedef struct model_config {
     kern_rope_mode rope_mode;
     float norm_eps;
     int has_qkv_bias;
-    int has_qk_norm;    /* qwen3, gemma3: RMSNorm of each q and k head before RoPE */
+    /* RMSNorm of q and k before RoPE: MODEL_QK_NORM_HEAD each head (qwen3,
+     * gemma3), MODEL_QK_NORM_FULL the whole projection (olmoe); 0: none */
+    int has_qk_norm;
     int has_post_norms; /* gemma2, gemma3: a norm after the attention and after the MLP */
     model_act act;      /* the gated MLP's activation (Gemma: GELU-tanh) */
     float embd_scale;   /* the input embeddings' factor (Gemma: sqrt(dim)); 0: none */
@@ -72,10 +74,23 @@ typedef struct model_config {
     int tied_output; /* output projection shares token_embd */
     /* <arch>.pooling_type, llama.cpp's numbers: 0 none given, 1 mean, 3 last */
     int pooling;
+    /* Mixture of experts (<arch>.expert_count > 0; 0: a dense MLP): each
+     * layer's MLP is n_expert experts of expert_hidden (<arch>.
+     * expert_feed_forward_length, else feed_forward_length), of which a
+     * router picks n_expert_used per token (softmax over all experts, the
+     * top n_expert_used, lower index first on ties), their outputs summed
+     * with the softmax weights, renormalised to sum 1 when moe_norm_topk
+     * (Qwen3-MoE, Mixtral; <arch>.expert_weights_norm where the file says,
+     * else the row's rule) or as they are (OLMoE). */
+    int n_expert;
+    int n_expert_used;
+    int expert_hidden;
+    int moe_norm_topk;
 } model_config;
 
 /* 1 when the model's CUDA path has run on a GPU against the CPU: its row's
- * cuda_validated (llama and qwen2; test_cuda_model) and no sliding window.
+ * cuda_validated (llama and qwen2; test_cuda_model), no sliding window and
+ * no experts (the CUDA backend refuses a mixture of experts).
  * --device auto picks CUDA only for these, until Qwen3's, Gemma's and
  * Phi-3's pass there too; --device cuda runs every architecture. */
 int model_config_cuda_validated(const model_config *c);
@@ -88,17 +103,18 @@ typedef struct model_matrix {
 } model_matrix;
 
 typedef struct model_layer {
-    const float *attn_norm;                      /* [dim] */
-    const float *ffn_norm;                       /* [dim] */
-    model_matrix wq;                             /* [n_heads*head_dim][dim] */
-    model_matrix wk;                             /* [n_kv_heads*head_dim][dim] */
-    model_matrix wv;                             /* [n_kv_heads*head_dim][dim] */
-    model_matrix wo;                             /* [dim][n_heads*head_dim] */
-    model_matrix w_gate;                         /* [hidden][dim] */
-    model_matrix w_up;                           /* [hidden][dim] */
-    model_matrix w_down;                         /* [dim][hidden] */
-    const float *bq, *bk, *bv;                   /* qwen2 only, else NULL */
-    const float *q_norm, *k_norm;                /* [head_dim], qwen3 and gemma3, else NULL */
+    const float *attn_norm;    /* [dim] */
+    const float *ffn_norm;     /* [dim] */
+    model_matrix wq;           /* [n_heads*head_dim][dim] */
+    model_matrix wk;           /* [n_kv_heads*head_dim][dim] */
+    model_matrix wv;           /* [n_kv_heads*head_dim][dim] */
+    model_matrix wo;           /* [dim][n_heads*head_dim] */
+    model_matrix w_gate;       /* [hidden][dim] */
+    model_matrix w_up;         /* [hidden][dim] */
+    model_matrix w_down;       /* [dim][hidden] */
+    const float *bq, *bk, *bv; /* qwen2 only, else NULL */
+    /* [head_dim] (qwen3, gemma3) or [q width] and [k width] (olmoe), else NULL */
+    const float *q_norm, *k_norm;
     const float *post_attn_norm, *post_ffn_norm; /* [dim], has_post_norms, else NULL */
     int window;                                  /* sliding window of this layer, 0: global */
     float rope_base;                             /* this layer's RoPE base */
@@ -107,7 +123,30 @@ typedef struct model_layer {
      * rope_freq_scale_train_swa = 1): only its global layers take the
      * file's rope.scaling.factor. */
     float rope_freq_scale;
+    /* Mixture of experts (model_config.n_expert > 0), else empty (data
+     * NULL); w_gate, w_up and w_down are then empty. The experts are stored
+     * stacked as the file has them: expert e is rows [e * n, (e + 1) * n)
+     * of each stack (model_matrix_expert), so each stack converts and
+     * interleaves (X8) as one matrix, its experts starting on whole groups. */
+    model_matrix router;    /* [n_expert][dim], always f32: the routing is never rounded */
+    model_matrix exps_gate; /* [n_expert * expert_hidden][dim] */
+    model_matrix exps_up;   /* [n_expert * expert_hidden][dim] */
+    model_matrix exps_down; /* [n_expert * dim][expert_hidden] */
 } model_layer;
+
+/* Expert e's matrix out of a stack of n_expert equal experts (a view that
+ * shares the stack's storage; X8 stacks hold whole groups per expert, which
+ * the loader checks). */
+static inline model_matrix model_matrix_expert(const model_matrix *stack, int n_expert, int e) {
+    int n = stack->n_out / n_expert;
+    size_t off = kern_type_is_x8(stack->type)
+                     ? kern_x8_bytes(stack->type, (int64_t)e * n, stack->n_in)
+                     : kern_row_bytes(stack->type, stack->n_in) * (size_t)e * (size_t)n;
+    return (model_matrix){.type = stack->type,
+                          .data = (const uint8_t *)stack->data + off,
+                          .n_out = n,
+                          .n_in = stack->n_in};
+}
 
 typedef struct model_weights {
     model_matrix tok_embd;    /* [n_vocab][dim]; rows gathered for the input */
@@ -180,9 +219,14 @@ model_weights_fmt model_get_weights_fmt(const model *m);
  * for dummy weights. Owned by the model. */
 const char *model_get_file_type(const model *m);
 /* Parameter count and the bytes of weights one decode step reads (every
- * matrix once plus the norms; the embedding row gather is not counted
- * unless the output is tied, when the whole table is read as the output). */
+ * matrix once plus the norms; of a mixture of experts the router and the
+ * n_expert_used experts one token runs, the active parameters; the embedding
+ * row gather is not counted unless the output is tied, when the whole table
+ * is read as the output). */
 int64_t model_n_params(const model *m);
+/* The parameters one token runs: all of them, less the experts a mixture of
+ * experts leaves out (n_expert - n_expert_used per layer). */
+int64_t model_n_params_active(const model *m);
 size_t model_weight_bytes(const model *m);
 
 /* The model's own sampling defaults: models/model_gen.h. */

@@ -15,10 +15,15 @@
 static const model_arch_desc ARCHS[] = {
     /* GGUF llama checkpoints have their q/k rows permuted by the converters
      * so that RoPE rotates adjacent pairs. */
+    /* A llama file with expert_count is Mixtral: its experts' top-k
+     * softmax weights renormalised (the same as a softmax over the top-k
+     * logits). Its chat template comes with the file (Mistral's [INST]). */
     {.name = "llama",
      .rope_mode = KERN_ROPE_ADJACENT,
      .act = MODEL_ACT_SILU,
      .norm_eps = 1e-5f,
+     .moe = MODEL_MOE_OPTIONAL,
+     .moe_norm_topk = 1,
      .chat = MODEL_CHAT_NONE,
      .cuda_validated = 1},
     {.name = "qwen2",
@@ -32,7 +37,7 @@ static const model_arch_desc ARCHS[] = {
      * [key_length] weight) before RoPE. */
     {.name = "qwen3",
      .rope_mode = KERN_ROPE_SPLIT_HALF,
-     .qk_norm = 1,
+     .qk_norm = MODEL_QK_NORM_HEAD,
      .act = MODEL_ACT_SILU,
      .norm_eps = 1e-5f,
      .chat = MODEL_CHAT_CHATML},
@@ -53,7 +58,7 @@ static const model_arch_desc ARCHS[] = {
      * global, the local layers on RoPE base 10,000 and not linearly scaled. */
     {.name = "gemma3",
      .rope_mode = KERN_ROPE_SPLIT_HALF,
-     .qk_norm = 1,
+     .qk_norm = MODEL_QK_NORM_HEAD,
      .post_norms = 1,
      .act = MODEL_ACT_GELU_TANH,
      .embd_scale_sqrt_dim = 1,
@@ -80,6 +85,30 @@ static const model_arch_desc ARCHS[] = {
      .embd_scale_sqrt_dim = 1,
      .norm_eps = 1e-6f,
      .chat = MODEL_CHAT_GEMMA},
+    /* Qwen3-MoE: Qwen3's attention; every MLP a mixture of experts of
+     * expert_feed_forward_length (30B-A3B: 128 experts of 768, top 8),
+     * the top-k weights renormalised (norm_topk_prob, which llama.cpp
+     * always applies for this family). */
+    {.name = "qwen3moe",
+     .rope_mode = KERN_ROPE_SPLIT_HALF,
+     .qk_norm = MODEL_QK_NORM_HEAD,
+     .act = MODEL_ACT_SILU,
+     .norm_eps = 1e-6f,
+     .moe = MODEL_MOE_REQUIRED,
+     .moe_norm_topk = 1,
+     .chat = MODEL_CHAT_CHATML},
+    /* OLMoE: RoPE on split halves, q and k RMS-normalised over the whole
+     * projection (not per head), 64 experts top 8 whose softmax weights are
+     * used as they are (not renormalised). Its chat template (Tulu's
+     * <|user|>) comes with the file; none is guessed. */
+    {.name = "olmoe",
+     .rope_mode = KERN_ROPE_SPLIT_HALF,
+     .qk_norm = MODEL_QK_NORM_FULL,
+     .act = MODEL_ACT_SILU,
+     .norm_eps = 1e-5f,
+     .moe = MODEL_MOE_REQUIRED,
+     .moe_norm_topk = 0,
+     .chat = MODEL_CHAT_NONE},
 };
 #define N_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
 

@@ -25,11 +25,24 @@ typedef enum {
     MODEL_ACT_GELU_TANH, /* GeGLU with GELU's tanh approximation (Gemma) */
 } model_act;
 
+enum { MODEL_QK_NORM_HEAD = 1, MODEL_QK_NORM_FULL = 2 };
+
+/* Whether a family's MLP is a mixture of experts (model_config.n_expert). */
+typedef enum {
+    MODEL_MOE_NONE = 0, /* dense only; expert_count in the file is refused */
+    MODEL_MOE_OPTIONAL, /* dense, or experts where the file has expert_count (llama: Mixtral) */
+    MODEL_MOE_REQUIRED, /* always experts (qwen3moe, olmoe) */
+} model_moe_kind;
+
 typedef struct model_arch_desc {
     const char *name;         /* general.architecture, also the prefix of its metadata keys */
     kern_rope_mode rope_mode; /* which dims RoPE rotates together */
     int qkv_bias;             /* attn_q/k/v.bias tensors */
-    int qk_norm; /* attn_q_norm/attn_k_norm: RMSNorm of each q and k head before RoPE */
+    /* attn_q_norm/attn_k_norm before RoPE: MODEL_QK_NORM_HEAD normalises
+     * each q and k head ([key_length] weights: Qwen3, Gemma 3),
+     * MODEL_QK_NORM_FULL the whole q and k projections ([q width] and
+     * [k width] weights: OLMoE). 0: none. */
+    int qk_norm;
     /* post_attention_norm/post_ffw_norm: the attention's and the MLP's
      * output RMS-normalised before each residual add */
     int post_norms;
@@ -49,6 +62,11 @@ typedef struct model_arch_desc {
      * rope.scaling.factor. */
     int swa_rope_unscaled;
     int softcaps; /* reads attn_logit_softcapping and final_logit_softcapping */
+    model_moe_kind moe;
+    /* The experts' top-k weights renormalised to sum 1 (llama.cpp's norm_w:
+     * Qwen3-MoE's norm_topk_prob, Mixtral) unless the file states
+     * <arch>.expert_weights_norm; 0: the softmax weights as they are (OLMoE). */
+    int moe_norm_topk;
     /* The chat family used where the file has no chat template (llama.cpp
      * falls back by architecture too); MODEL_CHAT_NONE: none. The tool-call
      * format is a property of the chat family (server/api/srv_tools), never

@@ -43,49 +43,124 @@ typedef struct dummy_shape {
     float rope_attn_factor;
     /* gemma2: the attention-score and final-logit soft-caps (0: none) */
     float attn_softcap, final_softcap;
+    /* A mixture of experts: expert_count, expert_used_count and the
+     * experts' width (expert_feed_forward_length); 0: a dense MLP. */
+    int n_expert, n_expert_used, expert_hidden;
 } dummy_shape;
 
 /* Shapes from the models' published configurations. */
 static const dummy_shape SHAPES[] = {
-    {"llama-3-8b", "llama", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 1e-5f, 0, 0, 0,
-     0.0f, 0.0f, 0.0f},
-    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0,
-     0.0f, 0.0f, 0.0f},
-    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 32768, 1000000.0f, 1e-6f, 0, 0, 0,
-     0.0f, 0.0f, 0.0f},
-    {"qwen3-0.6b", "qwen3", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1000000.0f, 1e-6f, 1, 0, 0,
-     0.0f, 0.0f, 0.0f},
-    {"qwen3-8b", "qwen3", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.0f, 1e-6f, 0, 0, 0,
-     0.0f, 0.0f, 0.0f},
-    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 8192, 100000.0f, 1e-5f, 1, 0, 0, 0.0f,
-     0.0f, 0.0f},
-    {"stories110m", "llama", 32000, 768, 12, 12, 12, 64, 2048, 1024, 10000.0f, 1e-5f, 1, 0, 0, 0.0f,
-     0.0f, 0.0f},
-    {"gemma3-1b", "gemma3", 262144, 1152, 26, 4, 1, 256, 6912, 32768, 1000000.0f, 1e-6f, 1, 512, 0,
-     0.0f, 0.0f, 0.0f},
+    {"llama-3-8b", "llama", 128256, 4096, 32,   32,   8,    128, 14336, 8192, 500000.0f,
+     1e-5f,        0,       0,      0,    0.0f, 0.0f, 0.0f, 0,   0,     0},
+    {"llama-3.2-1b", "llama", 128256, 2048, 16,   32,   8,    64, 8192, 131072, 500000.0f,
+     1e-5f,          1,       0,      0,    0.0f, 0.0f, 0.0f, 0,  0,    0},
+    {"qwen2.5-7b", "qwen2", 152064, 3584, 28,   28,   4,    128, 18944, 32768, 1000000.0f,
+     1e-6f,        0,       0,      0,    0.0f, 0.0f, 0.0f, 0,   0,     0},
+    {"qwen3-0.6b", "qwen3", 151936, 1024, 28,   16,   8,    128, 3072, 40960, 1000000.0f,
+     1e-6f,        1,       0,      0,    0.0f, 0.0f, 0.0f, 0,   0,    0},
+    {"qwen3-8b", "qwen3", 151936, 4096, 36,   32,   8,    128, 12288, 40960, 1000000.0f,
+     1e-6f,      0,       0,      0,    0.0f, 0.0f, 0.0f, 0,   0,     0},
+    {"smollm2-135m", "llama", 49152, 576, 30,   9,    3,    64, 1536, 8192, 100000.0f,
+     1e-5f,          1,       0,     0,   0.0f, 0.0f, 0.0f, 0,  0,    0},
+    {"stories110m", "llama", 32000, 768, 12,   12,   12,   64, 2048, 1024, 10000.0f,
+     1e-5f,         1,       0,     0,   0.0f, 0.0f, 0.0f, 0,  0,    0},
+    {"gemma3-1b", "gemma3", 262144, 1152, 26,   4,    1,    256, 6912, 32768, 1000000.0f,
+     1e-6f,       1,        512,    0,    0.0f, 0.0f, 0.0f, 0,   0,    0},
     /* Phi-3.5-mini's widths (3,072, 32 heads of 96, 8,192 hidden, its 32,064
      * vocabulary and attn_factor) in 4 of its 32 layers, for the CPU/CUDA
      * comparison; LongRoPE factors (made up, rising like the real ones) with
      * an original context of 16, so that the tests' short contexts take the
      * long factors. */
     {"phi3.5-mini-4l", "phi3", 32064, 3072, 4, 32, 32, 96, 8192, 131072, 10000.0f, 1e-5f, 0, 0, 16,
-     1.1902381f, 0.0f, 0.0f},
+     1.1902381f,       0.0f,   0.0f,  0,    0, 0},
     /* Gemma 2 2B whole: heads of 256, a 4,096-position window on every
      * other layer (local first, the row's pattern), post-norms, GELU-tanh,
      * attention logits capped at 50 and final logits at 30. */
-    {"gemma2-2b", "gemma2", 256000, 2304, 26, 8, 4, 256, 9216, 8192, 10000.0f, 1e-6f, 1, 4096, 0,
-     0.0f, 50.0f, 30.0f},
+    {"gemma2-2b", "gemma2", 256000, 2304, 26,   8,     4,     256, 9216, 8192, 10000.0f,
+     1e-6f,       1,        4096,   0,    0.0f, 50.0f, 30.0f, 0,   0,    0},
     /* Mistral 7B v0.1's widths in 4 of its 32 layers: a llama whose every
      * layer has a 4,096-position window (attention.sliding_window in a llama
      * file), the CPU/CUDA comparison's windowed llama. */
-    {"mistral-7b-4l", "llama", 32000, 4096, 4, 32, 8, 128, 14336, 32768, 10000.0f, 1e-5f, 0, 4096,
-     0, 0.0f, 0.0f, 0.0f},
+    {"mistral-7b-4l", "llama", 32000, 4096, 4,    32,   8,    128, 14336, 32768, 10000.0f,
+     1e-5f,           0,       4096,  0,    0.0f, 0.0f, 0.0f, 0,   0,     0},
+    /* Qwen3-30B-A3B's widths in 4 of its 48 layers: 32 query heads of 128
+     * over 4 KV heads, 128 experts of 768 with 8 chosen per token (3.3B
+     * active of 30.5B parameters whole), for the MoE benches and the GPU
+     * comparison. */
+    {"qwen3-30b-a3b-4l",
+     "qwen3moe",
+     151936,
+     2048,
+     4,
+     32,
+     4,
+     128,
+     6144,
+     40960,
+     1000000.0f,
+     1e-6f,
+     0,
+     0,
+     0,
+     0.0f,
+     0.0f,
+     0.0f,
+     128,
+     8,
+     768},
+    /* OLMoE-1B-7B's widths in 4 of its 16 layers: 16 heads of 128, 64
+     * experts of 1,024, top 8, weights not renormalised. */
+    {"olmoe-1b-7b-4l",
+     "olmoe",
+     50304,
+     2048,
+     4,
+     16,
+     16,
+     128,
+     1024,
+     4096,
+     10000.0f,
+     1e-5f,
+     0,
+     0,
+     0,
+     0.0f,
+     0.0f,
+     0.0f,
+     64,
+     8,
+     1024},
+    /* Mixtral 8x7B's widths in 2 of its 32 layers: a llama file with 8
+     * experts of 14,336, top 2. */
+    {"mixtral-8x7b-2l",
+     "llama",
+     32000,
+     4096,
+     2,
+     32,
+     8,
+     128,
+     14336,
+     32768,
+     1000000.0f,
+     1e-5f,
+     0,
+     0,
+     0,
+     0.0f,
+     0.0f,
+     0.0f,
+     8,
+     2,
+     14336},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
 const char *const model_dummy_configs[] = {
-    "llama-3-8b",  "llama-3.2-1b", "qwen2.5-7b",     "qwen3-0.6b", "qwen3-8b",      "smollm2-135m",
-    "stories110m", "gemma3-1b",    "phi3.5-mini-4l", "gemma2-2b",  "mistral-7b-4l", NULL};
+    "llama-3-8b",    "llama-3.2-1b",     "qwen2.5-7b",     "qwen3-0.6b",      "qwen3-8b",
+    "smollm2-135m",  "stories110m",      "gemma3-1b",      "phi3.5-mini-4l",  "gemma2-2b",
+    "mistral-7b-4l", "qwen3-30b-a3b-4l", "olmoe-1b-7b-4l", "mixtral-8x7b-2l", NULL};
 
 static const dummy_shape *dummy_find(const char *name) {
     for (int i = 0; i < N_SHAPES; i++)
@@ -219,6 +294,13 @@ static int dummy_write_meta(gguf_writer *w, const dummy_shape *s, dummy_vocab *v
         rc = rc ? rc : gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->attn_softcap);
     if (s->final_softcap > 0.0f)
         rc = rc ? rc : gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap);
+    if (s->n_expert > 0) {
+        rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)s->n_expert);
+        rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)s->n_expert_used);
+        rc = rc ? rc
+                : gguf_writer_set_u32(w, KEY("expert_feed_forward_length"),
+                                      (uint32_t)s->expert_hidden);
+    }
 #undef KEY
     if (!v || rc)
         return rc;
@@ -415,18 +497,34 @@ static int dummy_weights(dummy_ctx *d) {
             (rc = dummy_matrix(d, MAT(c->dim, q_dim, &L->wq))) < 0 ||
             (rc = dummy_matrix(d, MAT(c->dim, kv_dim, &L->wk))) < 0 ||
             (rc = dummy_matrix(d, MAT(c->dim, kv_dim, &L->wv))) < 0 ||
-            (rc = dummy_matrix(d, MAT(q_dim, c->dim, &L->wo))) < 0 ||
-            (rc = dummy_matrix(d, MAT(c->dim, c->hidden_dim, &L->w_gate))) < 0 ||
-            (rc = dummy_matrix(d, MAT(c->dim, c->hidden_dim, &L->w_up))) < 0 ||
-            (rc = dummy_matrix(d, MAT(c->hidden_dim, c->dim, &L->w_down))) < 0)
+            (rc = dummy_matrix(d, MAT(q_dim, c->dim, &L->wo))) < 0)
             return rc;
+        if (c->n_expert > 0) {
+            /* The router in f32 as the loader keeps it, its logits of unit
+             * variance so the routing spreads; the experts stacked as a file
+             * stores them, each stack filled and interleaved as one matrix
+             * (every shape's expert width is a multiple of 8). */
+            int eh = c->expert_hidden, ne = c->n_expert;
+            if ((rc = dummy_matrix(d, KERN_TYPE_F32, c->dim, ne, sqrtf(3.0f / (float)c->dim),
+                                   &L->router)) < 0 ||
+                (rc = dummy_matrix(d, MAT(c->dim, ne * eh, &L->exps_gate))) < 0 ||
+                (rc = dummy_matrix(d, MAT(c->dim, ne * eh, &L->exps_up))) < 0 ||
+                (rc = dummy_matrix(d, MAT(eh, ne * c->dim, &L->exps_down))) < 0)
+                return rc;
+        } else if ((rc = dummy_matrix(d, MAT(c->dim, c->hidden_dim, &L->w_gate))) < 0 ||
+                   (rc = dummy_matrix(d, MAT(c->dim, c->hidden_dim, &L->w_up))) < 0 ||
+                   (rc = dummy_matrix(d, MAT(c->hidden_dim, c->dim, &L->w_down))) < 0) {
+            return rc;
+        }
         /* The norms after the attention and the MLP (Gemma 2/3), in [0.5, 1.5]. */
         if (c->has_post_norms && ((rc = dummy_norm(d, c->dim, &L->post_attn_norm)) < 0 ||
                                   (rc = dummy_norm(d, c->dim, &L->post_ffn_norm)) < 0))
             return rc;
         /* Per-head q/k norms (Qwen3, Gemma 3): weights in [0.5, 1.5], so q's and k's differ. */
-        if (c->has_qk_norm && ((rc = dummy_norm(d, c->head_dim, &L->q_norm)) < 0 ||
-                               (rc = dummy_norm(d, c->head_dim, &L->k_norm)) < 0))
+        int qn = c->has_qk_norm == MODEL_QK_NORM_FULL ? q_dim : c->head_dim; /* olmoe: whole */
+        int kn = c->has_qk_norm == MODEL_QK_NORM_FULL ? kv_dim : c->head_dim;
+        if (c->has_qk_norm &&
+            ((rc = dummy_norm(d, qn, &L->q_norm)) < 0 || (rc = dummy_norm(d, kn, &L->k_norm)) < 0))
             return rc;
         if (c->has_qkv_bias && ((rc = dummy_vector(d, q_dim, 0.0f, 0.1f, &L->bq)) < 0 ||
                                 (rc = dummy_vector(d, kv_dim, 0.0f, 0.1f, &L->bk)) < 0 ||
@@ -498,6 +596,8 @@ int model_create_dummy(const model_load_opts *opts, model **out, char *err, size
     }
     int n_threads = opts->pool ? kern_pool_size(opts->pool) : 1;
     int widest = m->cfg.hidden_dim > m->cfg.dim ? m->cfg.hidden_dim : m->cfg.dim;
+    if (m->cfg.expert_hidden > widest)
+        widest = m->cfg.expert_hidden;
     if (m->cfg.n_heads * m->cfg.head_dim > widest)
         widest = m->cfg.n_heads * m->cfg.head_dim;
     d.scratch = malloc((size_t)n_threads * (size_t)widest * sizeof(float));

@@ -26,11 +26,16 @@ void model_layer_recipe(const model_config *c, const model_layer *L, model_recip
     if (L->post_attn_norm)
         add(out, MODEL_STEP_POST_ATTN_NORM);
     add(out, MODEL_STEP_RESIDUAL);
-    /* Feed-forward block: norm, gate and up, activation, down. */
+    /* Feed-forward block: norm, then gate and up, activation, down, or the
+     * experts that do that per token. */
     add(out, MODEL_STEP_FFN_NORM);
-    add(out, MODEL_STEP_GATE_UP);
-    add(out, MODEL_STEP_ACT);
-    add(out, MODEL_STEP_DOWN);
+    if (L->router.data) { /* a mixture of experts */
+        add(out, MODEL_STEP_MOE);
+    } else {
+        add(out, MODEL_STEP_GATE_UP);
+        add(out, MODEL_STEP_ACT);
+        add(out, MODEL_STEP_DOWN);
+    }
     if (L->post_ffn_norm)
         add(out, MODEL_STEP_POST_FFN_NORM);
     add(out, MODEL_STEP_RESIDUAL);
@@ -53,6 +58,7 @@ const char *model_step_name(int step) {
         [MODEL_STEP_ACT] = "act",
         [MODEL_STEP_DOWN] = "down",
         [MODEL_STEP_POST_FFN_NORM] = "post_ffn_norm",
+        [MODEL_STEP_MOE] = "moe",
     };
     return step >= 0 && step < MODEL_STEP_COUNT ? names[step] : "?";
 }

@@ -38,10 +38,15 @@ typedef enum model_step {
     MODEL_STEP_ACT,            /* hb = act(hb) * hb2, act the config's (SiLU, GELU-tanh) */
     MODEL_STEP_DOWN,           /* xb2 = hb Wdown */
     MODEL_STEP_POST_FFN_NORM,  /* xb2 = rmsnorm(xb2) * post_ffn_norm (Gemma 2/3) */
+    /* xb2 = the mixture of experts of xb in place of GATE_UP, ACT, DOWN:
+     * router logits, each token's top-k experts and weights, the experts'
+     * gated MLPs and their weighted sum (models/model_moe.h) */
+    MODEL_STEP_MOE,
     MODEL_STEP_COUNT
 } model_step;
 
-/* Longest recipe: every step once, RESIDUAL twice. */
+/* Longest recipe: every step once, RESIDUAL twice (no recipe has both the
+ * dense MLP and MOE, so this is more than enough). */
 #define MODEL_RECIPE_MAX (MODEL_STEP_COUNT + 1)
 
 typedef struct model_recipe {

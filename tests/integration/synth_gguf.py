@@ -21,8 +21,20 @@ input token). With RMS-normalised activations of size ~1:
   token_embd, output: N(0, 0.25^2)  logits ~N(0, 3^2)
   norms: 1 + N(0, 0.1^2)         never zero, never exactly one
   q/k/v biases: N(0, 0.5^2), N(0, 0.5^2), N(0, 0.2^2)
+  ffn_gate_inp (the experts' router): N(0, 1.5^2 / n_in)  router logits ~N(0,
+                                 1.5^2): the top-k weights are far from equal
+                                 and their sum far from 1 (renormalising shows)
+  ffn_{gate,up}_exps, ffn_down_exps: as ffn_gate/up/down, per expert
 (The N(0, 0.02^2) of real checkpoints gives these tiny models all-but-uniform
 attention and logits that a wrong RoPE would barely move.)
+
+Mixtures of experts follow llama.cpp's files: metadata <arch>.expert_count and
+<arch>.expert_used_count (and qwen3moe.expert_feed_forward_length, the
+experts' width, beside the dense feed_forward_length), a router
+blk.N.ffn_gate_inp.weight (GGUF ne {n_embd, n_expert}) and the experts' matrices
+stacked into 3-D tensors blk.N.ffn_{gate,up}_exps.weight (ne {n_embd, n_ff,
+n_expert}) and blk.N.ffn_down_exps.weight (ne {n_ff, n_embd, n_expert}), i.e.
+NumPy shapes [expert, out, in], in place of ffn_gate/up/down.
 """
 
 import sys
@@ -129,7 +141,7 @@ class Spec:
     n_ff: int = 256
     head_dim: int = None  # attention.key_length; default n_embd / n_head (key not written)
     n_rot: int = None  # rope.dimension_count; default head_dim
-    mat_type: str = "F32"  # the seven per-layer matrices
+    mat_type: str = "F32"  # the seven per-layer matrices (the experts' stacks included)
     embd_type: str = None  # token_embd.weight (default: mat_type)
     output_type: str = None  # output.weight; None: tied to token_embd
     norm_type: str = "F32"  # attn_norm, ffn_norm, output_norm
@@ -145,11 +157,20 @@ class Spec:
     rope_attn_factor: float = 0.0  # phi3: rope.scaling.attn_factor (0: not written)
     attn_softcap: float = 0.0  # gemma2: attn_logit_softcapping (0: not written)
     final_softcap: float = 0.0  # gemma2: final_logit_softcapping
+    # Experts (0: a dense MLP; qwen3moe and olmoe need them): n_expert_used of
+    # n_expert per token, each n_ff_exp wide (default n_ff; qwen3moe writes it as
+    # expert_feed_forward_length), the router stored as router_type (llama.cpp
+    # keeps it F32); expert_weights_norm: <arch>.expert_weights_norm (None: not written).
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = None
+    router_type: str = "F32"
+    expert_weights_norm: bool = None
     shapes: dict = field(default_factory=dict)  # name -> NumPy shape [rows, cols] override
     seed: int = 1234
 
 
-SCALE = {"embd": 0.25, "qk": 1.5, "out": 1.0}  # see the module docstring
+SCALE = {"embd": 0.25, "qk": 1.5, "out": 1.0, "router": 1.5}  # see the module docstring
 
 
 # Types the gguf package cannot quantize (K-quants, IQ4_*): their tensors are
@@ -171,10 +192,12 @@ RANDOM_BLOCKS = {
 
 
 def random_blocks(qname, shape, std, rng):
-    """uint8 [rows, row bytes] of type qname whose values have this std."""
+    """uint8 [..., rows, row bytes] of type qname (shape [..., rows, cols]) whose
+    values have this std."""
     qt = QT[qname]
     bs, ts = gguf.GGML_QUANT_SIZES[qt]
-    rows, cols = shape
+    *lead, cols = shape
+    rows = int(np.prod(lead))
     assert cols % bs == 0, f"{qname} rows must be a multiple of {bs}, not {cols}"
     raw = rng.integers(0, 256, size=(rows * cols // bs, ts), dtype=np.uint8)
     d_off, m_off, m_ratio = RANDOM_BLOCKS[qname]
@@ -189,11 +212,12 @@ def random_blocks(qname, shape, std, rng):
     put(1.0)
     got = gguf.quants.dequantize(raw, qt).std()
     put(std / got)
-    return raw.reshape(rows, cols // bs * ts)
+    return raw.reshape(*lead, cols // bs * ts)
 
 
 def _store(w, name, qname, values, rng):
-    """Adds float array values (NumPy shape [rows, cols] or [n]) as type qname
+    """Adds float array values (NumPy shape [n], [rows, cols] or [expert, rows,
+    cols]) as type qname
     (a RANDOM_BLOCKS type: random blocks of the same shape and spread)."""
     values = np.ascontiguousarray(values, dtype=np.float32)
     if qname in RANDOM_BLOCKS:
@@ -218,6 +242,10 @@ def make_tensors(s):
     fam = ARCHS.get(s.arch, ARCHS["llama"])
     bias = fam.qkv_bias if s.qkv_bias is None else s.qkv_bias
     mt = s.mat_type
+    n_expert = s.n_expert
+    if fam.experts and not n_expert:
+        raise ValueError(f"{s.arch} needs experts (Spec.n_expert)")
+    n_ff_exp = s.n_ff_exp or s.n_ff
     t = {}
 
     def normal(shape, std):
@@ -254,16 +282,29 @@ def make_tensors(s):
             t[p + "attn_q.bias"] = (normal(q_dim, 0.5), "F32")
             t[p + "attn_k.bias"] = (normal(kv_dim, 0.5), "F32")
             t[p + "attn_v.bias"] = (normal(kv_dim, 0.2), "F32")
-        if fam.qk_norm:  # per-head q/k norms, [head_dim] each
+        if fam.qk_norm_full:  # olmoe: q/k norms over the whole projections
+            t[p + "attn_q_norm.weight"] = (norm_w(q_dim), s.norm_type)
+            t[p + "attn_k_norm.weight"] = (norm_w(kv_dim), s.norm_type)
+        elif fam.qk_norm:  # per-head q/k norms, [head_dim] each
             t[p + "attn_q_norm.weight"] = (norm_w(hd), s.norm_type)
             t[p + "attn_k_norm.weight"] = (norm_w(hd), s.norm_type)
         t[p + "attn_output.weight"] = (normal((s.n_embd, q_dim), SCALE["out"] / np.sqrt(q_dim)), mt)
         if fam.post_norms:  # the norm of the attention block's output
             t[p + "post_attention_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
         t[p + "ffn_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
-        t[p + "ffn_gate.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
-        t[p + "ffn_up.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
-        t[p + "ffn_down.weight"] = (normal((s.n_embd, s.n_ff), SCALE["out"] / np.sqrt(s.n_ff)), mt)
+        if n_expert:  # the router and the experts' stacks, [expert, out, in]
+            t[p + "ffn_gate_inp.weight"] = (
+                normal((n_expert, s.n_embd), SCALE["router"] / np.sqrt(s.n_embd)), s.router_type)
+            e_in = (n_expert, n_ff_exp, s.n_embd)
+            t[p + "ffn_gate_exps.weight"] = (normal(e_in, 1.0 / np.sqrt(s.n_embd)), mt)
+            t[p + "ffn_up_exps.weight"] = (normal(e_in, 1.0 / np.sqrt(s.n_embd)), mt)
+            t[p + "ffn_down_exps.weight"] = (
+                normal((n_expert, s.n_embd, n_ff_exp), SCALE["out"] / np.sqrt(n_ff_exp)), mt)
+        else:
+            t[p + "ffn_gate.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
+            t[p + "ffn_up.weight"] = (normal((s.n_ff, s.n_embd), 1.0 / np.sqrt(s.n_embd)), mt)
+            t[p + "ffn_down.weight"] = (
+                normal((s.n_embd, s.n_ff), SCALE["out"] / np.sqrt(s.n_ff)), mt)
         if fam.post_norms:  # and of the MLP's
             t[p + "post_ffw_norm.weight"] = (norm_w(s.n_embd), s.norm_type)
     if fam.fused:  # fused tensors, as Phi-3's GGUFs store them
@@ -296,7 +337,15 @@ def write_model(path, s, vocab=VOCAB, chat_template=None, tensors=None):
     w.add_feed_forward_length(s.n_ff)
     w.add_head_count(s.n_head)
     w.add_head_count_kv(s.n_head_kv)
-    w.add_layer_norm_rms_eps(1e-6 if a in ("qwen2", "qwen3", "gemma2", "gemma3") else 1e-5)
+    w.add_layer_norm_rms_eps(1e-6 if a in ("qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3")
+                             else 1e-5)
+    if s.n_expert:
+        w.add_expert_count(s.n_expert)
+        w.add_expert_used_count(s.n_expert_used)
+        if a == "qwen3moe":  # its experts' width beside the dense one (as Qwen3-30B-A3B)
+            w.add_expert_feed_forward_length(s.n_ff_exp or s.n_ff)
+        if s.expert_weights_norm is not None:
+            w.add_expert_weights_norm(s.expert_weights_norm)
     if s.rope_orig_ctx:
         w.add_uint32(f"{a}.rope.scaling.original_context_length", s.rope_orig_ctx)
     if s.rope_attn_factor:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""llama_ref.py - a float64 NumPy reference forward pass for GGUF Llama/Qwen2 models.
+"""llama_ref.py - a float64 NumPy reference forward pass for GGUF Llama-family models.
 
 This is the yardstick brisk's C kernels are measured against: it is written to
 be obviously right rather than fast. Every weight is dequantized to float64
@@ -13,8 +13,10 @@ Usage:
         greedy continuation; prints prompt + generated ids on one line
 
 Supported: the architectures of ARCHS below (one row per family, as brisk's
-models/model_arch.c); tensor types F32, F16, BF16, Q8_0, Q4_0, Q4_1 (and,
-through the gguf package, Q5_*, the K-quants and IQ4_*); RoPE with linear scaling (rope.scaling.type = linear, or the older
+models/model_arch.c), mixtures of experts included (route(), moe_ffn());
+tensor types F32, F16, BF16, Q8_0, Q4_0, Q4_1 (and, through the gguf package,
+Q5_*, the K-quants and IQ4_*), the experts' stacked 3-D tensors in any of them;
+RoPE with linear scaling (rope.scaling.type = linear, or the older
 rope.scale_linear) and Llama 3.1-style per-pair frequency divisors
 (rope_freqs.weight). The `gguf` package is used only to parse the file.
 """
@@ -118,6 +120,18 @@ class Family:
     rope_base_swa: float = 0.0
     swa_unscaled: bool = False  # local layers not linearly scaled (Gemma 3)
     softcaps: bool = False  # attention-score and final-logit soft-capping from the file
+    # q_norm/k_norm over the whole q and k projections ([n_head * head_dim] and
+    # [n_head_kv * head_dim] weights, before the split into heads: OLMoE) instead of
+    # each head (qk_norm alone: Qwen3, Gemma 3).
+    qk_norm_full: bool = False
+    # Mixture of experts: every layer's MLP is one (expert_count required); a
+    # family without the column has one where the file states expert_count > 0
+    # (a llama file: Mixtral). The router's softmax over all experts, top-k,
+    # and the chosen k weights renormalised to sum 1 (Mixtral, Qwen3-MoE's
+    # norm_topk_prob) or not (OLMoE), unless the file states
+    # <arch>.expert_weights_norm.
+    experts: bool = False
+    norm_topk: bool = True
 
 
 ARCHS = {
@@ -132,6 +146,8 @@ ARCHS = {
                      swa_pattern=6, rope_base_swa=10000.0, swa_unscaled=True, softcaps=True),
     "phi3": Family(fused=True),
     "gemma": Family(gelu=True, embd_scale=True, eps=1e-6),
+    "qwen3moe": Family(qk_norm=True, eps=1e-6, experts=True),
+    "olmoe": Family(qk_norm=True, qk_norm_full=True, experts=True, norm_topk=False),
 }
 
 
@@ -187,6 +203,20 @@ class Model:
         if scale_linear > 0.0:
             self.rope_scale = scale_linear
         self.rope_neox = f.neox
+        # Experts (0: a dense MLP). n_expert_used and norm_topk may be changed
+        # by a test (the routing rule must show in the logits).
+        self.n_expert = int(self._meta(f"{arch}.expert_count", 0))
+        self.n_expert_used = int(self._meta(f"{arch}.expert_used_count", 0))
+        if f.experts and self.n_expert == 0:
+            raise ValueError(f"{arch} needs {arch}.expert_count > 0")
+        if self.n_expert and not 0 < self.n_expert_used <= self.n_expert:
+            raise ValueError(f"expert_used_count {self.n_expert_used} is not in "
+                             f"[1, expert_count {self.n_expert}]")
+        # The family's renormalisation rule unless the file states its own.
+        self.norm_topk = bool(self._meta(f"{arch}.expert_weights_norm", f.norm_topk))
+        # A list to which forward() appends one (layer, router logits [T, E],
+        # chosen experts [T, k], their weights [T, k]) per MoE layer; None: none.
+        self.routing = None
         self.n_vocab = int(self.tensors["token_embd.weight"].shape[1])
         self._cache = {}
         # Llama 3.1-style frequency factors: one divisor per rotated pair,
@@ -224,14 +254,20 @@ class Model:
     def has(self, name):
         return name in self.tensors
 
+    def route(self, logits):
+        """The chosen experts of router logits [T, E] (module-level route(); a
+        test may replace it on an instance to try another rule)."""
+        return route(self, logits)
+
     def weight(self, name, keep=False):
-        """float64 array of the tensor: [ne1, ne0] for matrices, [ne0] for vectors."""
+        """float64 array of the tensor: [ne1, ne0] for matrices, [ne0] for vectors,
+        [ne2, ne1, ne0] for the stacked experts' matrices ([expert, out, in])."""
         if name in self._cache:
             return self._cache[name]
         t = self.tensors[name]
         ne = [int(n) for n in t.shape]  # ne[0] first, as in the file
         w = dequantize_rows(t.data, int(t.tensor_type), ne[0])
-        w = w.reshape(ne[0]) if len(ne) == 1 else w.reshape(-1, ne[0])
+        w = w.reshape(ne[::-1]) if len(ne) != 2 else w.reshape(-1, ne[0])
         if keep:
             self._cache[name] = w
         return w
@@ -242,6 +278,50 @@ class Model:
 
 def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def silu(g):
+    return g / (1.0 + np.exp(-g))
+
+
+def route(m, logits):
+    """The experts each token uses: indices [T, k] (k = m.n_expert_used) of the k
+    largest router logits [T, E], largest first; equal logits go lower index
+    first (a stable sort), so ties have one answer. The softmax is monotonic:
+    these are the k most probable experts."""
+    order = np.argsort(-logits, axis=1, kind="stable")
+    return order[:, : m.n_expert_used]
+
+
+def moe_ffn(m, p, h, layer=None):
+    """The mixture-of-experts MLP of layer prefix p on h [T, n_embd]: router
+    logits h @ ffn_gate_inp^T [T, E], softmax over all E experts, the top k
+    (m.route), their probabilities renormalised to sum 1 where m.norm_topk;
+    each chosen expert's SiLU(gate) * up -> down, summed with those weights."""
+    logits = h @ m.weight(p + "ffn_gate_inp.weight").T  # [T, E]
+    if logits.shape[1] != m.n_expert:
+        raise ValueError(f"{p}ffn_gate_inp has {logits.shape[1]} rows, want {m.n_expert}")
+    z = logits - logits.max(axis=1, keepdims=True)
+    probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    idx = m.route(logits)  # [T, k]
+    w = np.take_along_axis(probs, idx, axis=1)
+    if m.norm_topk:
+        w = w / w.sum(axis=1, keepdims=True)
+    if m.routing is not None:
+        m.routing.append((layer, logits, idx, w))
+    # The stacks are kept dequantized (greedy() reads them again every step).
+    gate = m.weight(p + "ffn_gate_exps.weight", keep=True)  # [E, n_ff, n_embd]
+    up = m.weight(p + "ffn_up_exps.weight", keep=True)  # [E, n_ff, n_embd]
+    down = m.weight(p + "ffn_down_exps.weight", keep=True)  # [E, n_embd, n_ff]
+    out = np.zeros_like(h)
+    for e in range(m.n_expert):
+        tok, slot = np.nonzero(idx == e)  # the tokens that chose expert e
+        if len(tok) == 0:
+            continue
+        x = h[tok]
+        y = (silu(x @ gate[e].T) * (x @ up[e].T)) @ down[e].T
+        out[tok] += w[tok, slot][:, None] * y
+    return out
 
 
 def rope(x, pos, m, base=None, scale=None):
@@ -314,9 +394,13 @@ def forward(m, tokens, cache=None, hidden=False):
                     k = k + b
                 else:
                     v = v + b
+        qk_norm = m.has(p + "attn_q_norm.weight")
+        if qk_norm and m.family.qk_norm_full:  # olmoe: RMSNorm of the whole q and k
+            q = rms_norm(q, m.weight(p + "attn_q_norm.weight"), m.eps)
+            k = rms_norm(k, m.weight(p + "attn_k_norm.weight"), m.eps)
         q = q.reshape(T, nh, hd)
         k = k.reshape(T, nkv, hd)
-        if m.has(p + "attn_q_norm.weight"):  # qwen3: RMSNorm of every q and k head
+        if qk_norm and not m.family.qk_norm_full:  # qwen3: RMSNorm of every q and k head
             q = rms_norm(q, m.weight(p + "attn_q_norm.weight"), m.eps)
             k = rms_norm(k, m.weight(p + "attn_k_norm.weight"), m.eps)
         local = m.n_swa > 0 and (m.swa_pattern == 0 or l % m.swa_pattern < m.swa_pattern - 1)
@@ -352,18 +436,21 @@ def forward(m, tokens, cache=None, hidden=False):
             o = rms_norm(o, m.weight(p + "post_attention_norm.weight"), m.eps)
         x = x + o
 
-        # feed-forward: RMSNorm -> SiLU(gate) * up -> down
+        # feed-forward: RMSNorm -> SiLU(gate) * up -> down, or the experts'
         h = rms_norm(x, m.weight(p + "ffn_norm.weight"), m.eps)
-        if m.has(p + "ffn_gate.weight"):
-            g = h @ m.weight(p + "ffn_gate.weight").T
-            u = h @ m.weight(p + "ffn_up.weight").T
-        else:  # phi3: gate and up fused, gate first
-            g, u = np.split(h @ m.weight(p + "ffn_up.weight").T, 2, axis=1)
-        if m.gelu:  # GELU, tanh form
-            a = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
-        else:  # SiLU
-            a = g / (1.0 + np.exp(-g))
-        o = (a * u) @ m.weight(p + "ffn_down.weight").T
+        if m.n_expert:
+            o = moe_ffn(m, p, h, l)
+        else:
+            if m.has(p + "ffn_gate.weight"):
+                g = h @ m.weight(p + "ffn_gate.weight").T
+                u = h @ m.weight(p + "ffn_up.weight").T
+            else:  # phi3: gate and up fused, gate first
+                g, u = np.split(h @ m.weight(p + "ffn_up.weight").T, 2, axis=1)
+            if m.gelu:  # GELU, tanh form
+                a = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
+            else:  # SiLU
+                a = silu(g)
+            o = (a * u) @ m.weight(p + "ffn_down.weight").T
         if m.family.post_norms:
             o = rms_norm(o, m.weight(p + "post_ffw_norm.weight"), m.eps)
         x = x + o

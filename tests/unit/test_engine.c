@@ -15,6 +15,7 @@
 #include "common/brisk_error.h"
 #include "kv/kv_cache.h"
 #include "models/llama2c.h"
+#include "moe_model.h"
 #include "scheduler/engine.h"
 #include "stories_gguf.h"
 #include "tiny_model.h"
@@ -124,13 +125,14 @@ static char **stops(const char *a, const char *b) {
     return s;
 }
 
-static kern_kv_dtype g_kv_dtype; /* start_engine: the KV cache dtype */
+static kern_kv_dtype g_kv_dtype;                        /* start_engine: the KV cache dtype */
+static model_weights_fmt g_weights = MODEL_WEIGHTS_F32; /* start_engine: the weights */
 
 static sched_engine *start_engine(const char *path, int max_seqs, long long kv_bytes, int mbt) {
     char err[256];
     sched_engine_config cfg = sched_engine_config_default();
     cfg.model_path = path;
-    cfg.weights = MODEL_WEIGHTS_F32;
+    cfg.weights = g_weights;
     cfg.n_threads = 2;
     cfg.max_seqs = max_seqs;
     cfg.max_ctx = 256;
@@ -550,6 +552,25 @@ int main(void) {
     }
     g_kv_dtype = KERN_KV_F32;
     unlink(tiny);
+    /* A mixture of experts (qwen3moe, 8 experts of 64, top 2, stored q4_0,
+     * run as int8 in the X8 layout): the experts grouped over whichever
+     * sequences share a step, and still every sequence's solo tokens. */
+    char moe[1100];
+    snprintf(moe, sizeof moe, "%s/moe.gguf", dir);
+    moe_spec ms = {"qwen3moe", 2, 4, 2, 32, 8, 2, 64, KERN_TYPE_Q4_0, -1, M_NONE};
+    uint8_t *img = NULL;
+    size_t img_len = 0;
+    FILE *f = moe_image(&ms, &img, &img_len) == 0 ? fopen(moe, "wb") : NULL;
+    CHECK(f && fwrite(img, 1, img_len, f) == img_len, "writing the MoE model");
+    if (f)
+        fclose(f);
+    free(img);
+    g_weights = MODEL_WEIGHTS_INT8;
+    test_paged(moe, 2, 64, 32, 0);
+    printf("test_engine: qwen3moe (8 experts, top 2): batching, preemption, prefix hits and "
+           "forks unchanged\n");
+    g_weights = MODEL_WEIGHTS_F32;
+    unlink(moe);
     uv_close((uv_handle_t *)&async, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);

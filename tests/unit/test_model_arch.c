@@ -35,11 +35,18 @@ enum {
 
 /* Every tensor's values: zeros are enough for the loader (and the same
  * buffer serves every tensor, borrowed by the writer). */
-static float zeros[HIDDEN * DIM];
+#define N_EXPERT 4 /* the mixture-of-experts rows: 4 experts of HIDDEN, top 2 */
+static float zeros[N_EXPERT * HIDDEN * DIM];
 
 static int add(gguf_writer *w, const char *name, int64_t n_in, int64_t n_out) {
     int64_t ne[2] = {n_in, n_out};
     return gguf_writer_add_tensor(w, name, KERN_TYPE_F32, n_out > 1 ? 2 : 1, ne, zeros);
+}
+
+/* A stack of N_EXPERT matrices [n_out][n_in] (GGUF's 3-D expert tensors). */
+static int add3(gguf_writer *w, const char *name, int64_t n_in, int64_t n_out) {
+    int64_t ne[3] = {n_in, n_out, N_EXPERT};
+    return gguf_writer_add_tensor(w, name, KERN_TYPE_F32, 3, ne, zeros);
 }
 
 /* A model of family a (arch_name, so that unknown names can be written too)
@@ -73,6 +80,11 @@ static int write_model(const char *arch_name, const model_arch_desc *a, int flag
         rc = rc ? rc : gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");
         rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.scaling.factor"), 2.0f);
     }
+    const int moe = a && a->moe == MODEL_MOE_REQUIRED;
+    if (moe) {
+        rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_count"), N_EXPERT);
+        rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_used_count"), 2);
+    }
 #undef KEY
     rc = rc ? rc : gguf_writer_set_spm_vocab(w, toks, lens, scores, types, N_TOK);
     rc = rc ? rc : add(w, "token_embd.weight", DIM, N_TOK);
@@ -95,9 +107,25 @@ static int write_model(const char *arch_name, const model_arch_desc *a, int flag
         };
         char name[64];
         for (size_t i = 0; i < sizeof base / sizeof base[0] && !rc; i++) {
+            if (moe && !strncmp(base[i].suffix, "ffn_", 4) &&
+                strcmp(base[i].suffix, "ffn_norm.weight"))
+                continue; /* the experts below instead */
             snprintf(name, sizeof name, "blk.%d.%s", l, base[i].suffix);
             rc = add(w, name, base[i].n_in, base[i].n_out);
         }
+        if (moe && !rc) { /* the router and the stacked experts (expert width: the ffn's) */
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+            rc = add(w, name, DIM, N_EXPERT);
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
+            rc = rc ? rc : add3(w, name, DIM, HIDDEN);
+            snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
+            rc = rc ? rc : add3(w, name, DIM, HIDDEN);
+            snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
+            rc = rc ? rc : add3(w, name, HIDDEN, DIM);
+        }
+        /* OLMoE normalises the whole of q and of k, the others each head. */
+        const int qn = a && a->qk_norm == MODEL_QK_NORM_FULL ? N_HEADS * HEAD_DIM : HEAD_DIM;
+        const int kn = a && a->qk_norm == MODEL_QK_NORM_FULL ? N_KV * HEAD_DIM : HEAD_DIM;
 #define FEATURE(on, suffix, n)                                                                     \
     if (features && (on) && !rc) {                                                                 \
         snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                                       \
@@ -106,8 +134,8 @@ static int write_model(const char *arch_name, const model_arch_desc *a, int flag
         FEATURE(a->qkv_bias, "attn_q.bias", N_HEADS * HEAD_DIM)
         FEATURE(a->qkv_bias, "attn_k.bias", N_KV * HEAD_DIM)
         FEATURE(a->qkv_bias, "attn_v.bias", N_KV * HEAD_DIM)
-        FEATURE(a->qk_norm, "attn_q_norm.weight", HEAD_DIM)
-        FEATURE(a->qk_norm, "attn_k_norm.weight", HEAD_DIM)
+        FEATURE(a->qk_norm, "attn_q_norm.weight", qn)
+        FEATURE(a->qk_norm, "attn_k_norm.weight", kn)
         FEATURE(a->post_norms, "post_attention_norm.weight", DIM)
         FEATURE(a->post_norms, "post_ffw_norm.weight", DIM)
 #undef FEATURE
@@ -308,6 +336,22 @@ static void test_dummy_shapes(void) {
     CHECK(model_dummy_config("qwen2.5-7b", &c) == 0 && !strcmp(c.arch->name, "qwen2") &&
               c.has_qkv_bias && model_config_cuda_validated(&c),
           "qwen2.5-7b");
+    /* The mixture-of-experts shapes: their experts and routing rule. */
+    CHECK(model_dummy_config("qwen3-30b-a3b-4l", &c) == 0 && !strcmp(c.arch->name, "qwen3moe") &&
+              c.n_expert == 128 && c.n_expert_used == 8 && c.expert_hidden == 768 &&
+              c.moe_norm_topk && c.dim == 2048 && c.n_heads == 32 && c.n_kv_heads == 4 &&
+              c.head_dim == 128 && c.n_layers == 4 && c.has_qk_norm == MODEL_QK_NORM_HEAD &&
+              !model_config_cuda_validated(&c),
+          "qwen3-30b-a3b-4l");
+    CHECK(model_dummy_config("olmoe-1b-7b-4l", &c) == 0 && !strcmp(c.arch->name, "olmoe") &&
+              c.n_expert == 64 && c.n_expert_used == 8 && !c.moe_norm_topk &&
+              c.has_qk_norm == MODEL_QK_NORM_FULL,
+          "olmoe-1b-7b-4l");
+    CHECK(model_dummy_config("mixtral-8x7b-2l", &c) == 0 && !strcmp(c.arch->name, "llama") &&
+              c.n_expert == 8 && c.n_expert_used == 2 && c.expert_hidden == 14336 &&
+              c.moe_norm_topk && !model_config_cuda_validated(&c),
+          "mixtral-8x7b-2l");
+    CHECK(model_dummy_config("llama-3-8b", &c) == 0 && c.n_expert == 0, "llama-3-8b is dense");
 }
 
 /* Gemma (1), added as one row: the Gemma block on a plain decoder. */
@@ -347,10 +391,13 @@ static void test_rows_follow_recipe(void) {
         int has[MODEL_STEP_COUNT] = {0};
         for (int k = 0; k < want.n; k++)
             has[want.step[k]]++;
-        CHECK(has[MODEL_STEP_QKV_BIAS] == a->qkv_bias && has[MODEL_STEP_QK_NORM] == a->qk_norm &&
+        const int moe = a->moe == MODEL_MOE_REQUIRED; /* MOE in place of gate_up, act, down */
+        CHECK(has[MODEL_STEP_QKV_BIAS] == a->qkv_bias &&
+                  has[MODEL_STEP_QK_NORM] == (a->qk_norm != 0) &&
                   has[MODEL_STEP_POST_ATTN_NORM] == a->post_norms &&
                   has[MODEL_STEP_POST_FFN_NORM] == a->post_norms && has[MODEL_STEP_RESIDUAL] == 2 &&
-                  want.n == 12 + 2 * a->post_norms + a->qkv_bias + a->qk_norm,
+                  has[MODEL_STEP_MOE] == moe && has[MODEL_STEP_GATE_UP] == !moe &&
+                  want.n == 12 + 2 * a->post_norms + a->qkv_bias + (a->qk_norm != 0) - 2 * moe,
               "%s: the recipe's steps are the row's features", a->name);
         model_backend_opts o = {.device = MODEL_DEVICE_CPU,
                                 .max_batch_tokens = 8,

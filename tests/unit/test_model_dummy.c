@@ -19,10 +19,16 @@
 static int64_t count_params(const model_config *c) {
     int64_t d = c->dim, q = (int64_t)c->n_heads * c->head_dim,
             kv = (int64_t)c->n_kv_heads * c->head_dim;
-    int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * c->hidden_dim;
+    int64_t per_layer = 2 * d + d * q + 2 * d * kv + q * d;
+    if (c->n_expert > 0) /* the router and every expert's three matrices */
+        per_layer += d * c->n_expert + (int64_t)c->n_expert * 3 * d * c->expert_hidden;
+    else
+        per_layer += 3 * d * c->hidden_dim;
     if (c->has_qkv_bias)
         per_layer += q + 2 * kv;
-    if (c->has_qk_norm) /* qwen3, gemma3: q and k norm weights per layer */
+    if (c->has_qk_norm == MODEL_QK_NORM_FULL) /* olmoe: over the whole q and k */
+        per_layer += q + kv;
+    else if (c->has_qk_norm) /* qwen3, gemma3: q and k norm weights per layer */
         per_layer += 2 * (int64_t)c->head_dim;
     if (c->has_post_norms) /* the norms after the attention and the MLP */
         per_layer += 2 * d;
@@ -45,6 +51,18 @@ static void test_shapes(void) {
         /* Mistral-7B-v0.1's 7,241,732,096 less 28 of its 32 layers of
          * 218,112,000 (two norms, q/k/v/o, the three MLP matrices). */
         {"mistral-7b-4l", 7241732096LL - 28LL * 218112000LL},
+        /* Qwen3-30B-A3B's 30,532,122,624 less 44 of its 48 layers of
+         * 623,120,640 (two norms, q/k/v/o, q/k norms, the router and 128
+         * experts of 3 x 768 x 2,048). */
+        {"qwen3-30b-a3b-4l", 30532122624LL - 44LL * 623120640LL},
+        /* OLMoE-1B-7B-0924's 6,919,161,856 less 12 of its 16 layers of
+         * 419,569,664 (two norms, q/k/v/o, q/k norms of 2,048 each, the
+         * router and 64 experts of 3 x 1,024 x 2,048). */
+        {"olmoe-1b-7b-4l", 6919161856LL - 12LL * 419569664LL},
+        /* Mixtral-8x7B's 46,702,792,704 less 30 of its 32 layers of
+         * 1,451,270,144 (two norms, q/k/v/o, the router and 8 experts of
+         * 3 x 14,336 x 4,096). */
+        {"mixtral-8x7b-2l", 46702792704LL - 30LL * 1451270144LL},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         model_config c;
@@ -59,7 +77,7 @@ static void test_shapes(void) {
         CHECK(c.dim % c.n_heads == 0 || c.head_dim > 0, "%s", model_dummy_configs[n]);
         CHECK(c.n_heads % c.n_kv_heads == 0, "%s", model_dummy_configs[n]);
     }
-    CHECK(n == 11, "%d configurations", n);
+    CHECK(n == 14, "%d configurations", n);
     model_config c;
     CHECK(model_dummy_config("llama-3-70b", &c) == BRISK_EINVAL, "unknown name");
     CHECK(model_dummy_config(NULL, &c) == BRISK_EINVAL, "NULL name");

@@ -8,6 +8,11 @@
  * A cut file must be refused with a one-line message; a damaged one must be
  * refused so or load, and a model that loads must tokenize and detokenize
  * without trouble. Under ASan/UBSan any bad read fails the test.
+ * A small mixture-of-experts file (qwen3moe, Q4_0 expert stacks) gets the
+ * same: every cut of its header, flips and mutations of its header, and a
+ * forward pass of every damaged file that still loads (a flipped
+ * expert_used_count or shape must be refused or run, never crash);
+ * test_model_moe names the refusals one by one.
  * (test_gguf.c covers the GGUF reader alone on synthetic files;
  * tests/integration/test_abuse_gguf.py runs `brisk generate` on a structured
  * corpus for the command line's contract and its memory bound.) */
@@ -27,6 +32,7 @@
 #include "models/llama2c.h"
 #include "models/model.h"
 #include "models/tokenizer.h"
+#include "moe_model.h"
 
 /* Seeded so that a failure reproduces; the counts keep the test near a
  * second in Release. */
@@ -115,6 +121,76 @@ static int load_once(const char *path, const char *what, size_t where, int *bad)
     return 0;
 }
 
+/* A mixture-of-experts model that loaded: three tokens through a forward. */
+static void run_moe(model *m) {
+    const model_config *c = model_get_config(m);
+    kv_cache *kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, 4);
+    model_state *st = model_state_create(m, 3, 4);
+    int32_t tok[3] = {1, 300, 7}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
+    model_batch b = {3, tok, pos, seq, NULL, NULL};
+    float *lg;
+    int n_out;
+    CHECK(kv && st && model_forward(m, st, kv, NULL, &b, &lg, &n_out) == 0 && n_out == 1,
+          "a loaded damaged MoE model runs");
+    model_state_free(st);
+    kv_cache_free(kv);
+}
+
+/* Loads len bytes of img (a damaged MoE image); 1 if it loaded (and ran). */
+static int moe_once(const uint8_t *img, size_t len, const char *what, size_t where, int *bad) {
+    char err[512] = "";
+    model *m = (model *)1;
+    model_load_opts o = {.weights = MODEL_WEIGHTS_AUTO, .cpu_layout = 1};
+    int rc = model_load_memory(img, len, &o, &m, err, sizeof err);
+    if (rc == 0 && m) {
+        run_moe(m);
+        model_free(m);
+        return 1;
+    }
+    if ((rc >= 0 || m != NULL || !bt_one_line(err)) && (*bad)++ < 5)
+        fprintf(stderr, "moe %s at %zu: rc %d, message '%s'\n", what, where, rc, err);
+    return 0;
+}
+
+static void test_moe_damaged(void) {
+    moe_spec sp = {"qwen3moe", 2, 2, 2, 32, 4, 2, 32, KERN_TYPE_Q4_0, -1, M_NONE};
+    uint8_t *full = NULL, *img = NULL;
+    size_t len = 0;
+    CHECK(moe_image(&sp, &full, &len) == 0 && full, "the MoE image");
+    img = full ? malloc(len) : NULL;
+    if (!img) {
+        free(full);
+        return;
+    }
+    char err[256];
+    gguf_file *gf = NULL;
+    CHECK(gguf_open_memory(full, len, &gf, err, sizeof err) == 0, "%s", err);
+    size_t data_off = gf ? gguf_data_offset(gf) : 0;
+    gguf_close(gf);
+    int bad = 0, loaded = 0, opened = 0;
+    memcpy(img, full, len);
+    CHECK(moe_once(img, len, "intact", len, &bad) == 1, "the intact MoE file must load");
+    for (size_t n = data_off; n-- > 0;)
+        loaded += moe_once(img, n, "header cut", n, &bad);
+    CHECK(loaded == 0, "%d cut MoE files loaded", loaded);
+    for (int i = 0; i < 600; i++) {
+        size_t at[3];
+        int n_bytes = 1 + i % 3;
+        for (int k = 0; k < n_bytes; k++) {
+            at[k] = rng() % data_off;
+            img[at[k]] = i % 2 ? (uint8_t)rng() : (uint8_t)(img[at[k]] ^ (1u << (rng() % 8)));
+        }
+        opened += moe_once(img, len, "mutation", at[0], &bad);
+        memcpy(img, full, len);
+    }
+    CHECK(bad == 0, "%d damaged MoE files misjudged", bad);
+    printf("test_model_hostile: MoE model of %zu bytes: %zu cuts refused, 600 mutations: %d "
+           "loaded and ran\n",
+           len, data_off, opened);
+    free(img);
+    free(full);
+}
+
 int main(void) {
     char src[1024], tok[1024], dir[] = "/tmp/brisk-test-hostile-XXXXXX", good[1100], path[1100];
     snprintf(src, sizeof src, "%s/models/stories260K.bin", bt_shared_dir());
@@ -126,6 +202,7 @@ int main(void) {
     if (!mkdtemp(dir))
         return 1;
     brisk_log_set_level(BRISK_LOG_ERROR); /* a load logs a line; 2,000 of them say nothing */
+    test_moe_damaged();
     snprintf(good, sizeof good, "%s/stories260K.gguf", dir);
     snprintf(path, sizeof path, "%s/variant.gguf", dir);
     char err[512];

@@ -55,23 +55,8 @@ static int tiny_vector(gguf_writer *w, tiny_store *s, const char *name, int n) {
     return v ? gguf_writer_add_tensor(w, name, KERN_TYPE_F32, 1, ne, v) : -1;
 }
 
-/* Writes the model to path; 0, or -1 with a reason in err. */
-static int tiny_model_write(const char *path, int n_layers, int n_heads, int n_kv_heads,
-                            int head_dim, int window, char *err, size_t err_len) {
-    int dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, hidden = 2 * dim;
-    gguf_writer *w = gguf_writer_create();
-    tiny_store s = {.x = 0x74696e79ull};
-    int rc = w ? 0 : -1;
-    rc = rc ? rc : gguf_writer_set_str(w, "general.architecture", "llama");
-    rc = rc ? rc : gguf_writer_set_u32(w, "llama.context_length", 4096);
-    rc = rc ? rc : gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)dim);
-    rc = rc ? rc : gguf_writer_set_u32(w, "llama.block_count", (uint32_t)n_layers);
-    rc = rc ? rc : gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)hidden);
-    rc = rc ? rc : gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)n_heads);
-    rc = rc ? rc : gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)n_kv_heads);
-    rc = rc ? rc : gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    if (window > 0)
-        rc = rc ? rc : gguf_writer_set_u32(w, "llama.attention.sliding_window", (uint32_t)window);
+/* The vocabulary: <unk> <s> </s>, the 256 byte tokens, fillers. */
+static int tiny_vocab(gguf_writer *w) {
     static char text[TINY_VOCAB][16];
     const char *pieces[TINY_VOCAB];
     uint64_t lens[TINY_VOCAB];
@@ -90,7 +75,27 @@ static int tiny_model_write(const char *path, int n_layers, int n_heads, int n_k
         /* SentencePiece types: 2 unknown, 3 control, 6 byte, 1 normal */
         types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
     }
-    rc = rc ? rc : gguf_writer_set_spm_vocab(w, pieces, lens, scores, types, TINY_VOCAB);
+    return gguf_writer_set_spm_vocab(w, pieces, lens, scores, types, TINY_VOCAB);
+}
+
+/* Writes the model to path; 0, or -1 with a reason in err. */
+static inline int tiny_model_write(const char *path, int n_layers, int n_heads, int n_kv_heads,
+                                   int head_dim, int window, char *err, size_t err_len) {
+    int dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, hidden = 2 * dim;
+    gguf_writer *w = gguf_writer_create();
+    tiny_store s = {.x = 0x74696e79ull};
+    int rc = w ? 0 : -1;
+    rc = rc ? rc : gguf_writer_set_str(w, "general.architecture", "llama");
+    rc = rc ? rc : gguf_writer_set_u32(w, "llama.context_length", 4096);
+    rc = rc ? rc : gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)dim);
+    rc = rc ? rc : gguf_writer_set_u32(w, "llama.block_count", (uint32_t)n_layers);
+    rc = rc ? rc : gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)hidden);
+    rc = rc ? rc : gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)n_heads);
+    rc = rc ? rc : gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)n_kv_heads);
+    rc = rc ? rc : gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (window > 0)
+        rc = rc ? rc : gguf_writer_set_u32(w, "llama.attention.sliding_window", (uint32_t)window);
+    rc = rc ? rc : tiny_vocab(w);
     rc = rc ? rc : tiny_matrix(w, &s, "token_embd.weight", dim, TINY_VOCAB);
     rc = rc ? rc : tiny_vector(w, &s, "output_norm.weight", dim);
     rc = rc ? rc : tiny_matrix(w, &s, "output.weight", dim, TINY_VOCAB);
