@@ -15,6 +15,7 @@
 #include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
+#include "kernels/cpu/kern_cvt.h"
 #include "kernels/cpu/kern_kquant.h"
 #include "models/hf_folder.h"
 #include "models/model_internal.h"
@@ -305,26 +306,39 @@ int model_read_config(const gguf_file *gf, model_config *c, char *err, size_t er
 
 typedef struct convert_job {
     const gguf_tensor *t;
+    const model_hf_weight *hf; /* t is a folder's matrix: rows through model_hf_src_row */
     kern_type dst_type;
     void *dst;
     size_t dst_row_bytes, src_row_bytes;
     int n_rows, n_in;
     int rows_per_task;
-    float *scratch; /* [n_threads][n_in] */
+    float *scratch; /* [n_threads][2 * n_in]: the f32 row, then an aligned copy of the source */
 } convert_job;
 
 static void model_convert_task(void *ctx, int task, int thread) {
     convert_job *j = ctx;
     int r0 = task * j->rows_per_task;
     int r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
-    float *tmp = j->scratch + (size_t)thread * (size_t)j->n_in;
+    float *tmp = j->scratch + (size_t)thread * 2 * (size_t)j->n_in;
     for (int r = r0; r < r1; r++) {
-        const uint8_t *src = (const uint8_t *)j->t->data + (size_t)r * j->src_row_bytes;
+        int64_t sr = j->hf ? model_hf_src_row(j->hf, r) : r;
+        const uint8_t *src = (const uint8_t *)j->t->data + (size_t)sr * j->src_row_bytes;
         uint8_t *dst = (uint8_t *)j->dst + (size_t)r * j->dst_row_bytes;
+        /* The float types onto each other (BF16 -> F16, a copy, ...) in SIMD,
+         * bit for bit as through f32 (kern_cvt.h), from any alignment. */
+        if (kern_cvt_row(j->t->type, src, j->dst_type, dst, j->n_in) == 0)
+            continue;
         /* Q4_0 -> Q8_0, Q4_1 -> Q8_0M and kern_kq_convert_row's pairs (Q4_K
          * -> Q4_1, ...) carry the codes over; anything else goes through f32. */
         if (kern_kq_convert_row(j->t->type, src, j->dst_type, dst, j->n_in) == 0)
             continue;
+        if (j->hf) {
+            /* A folder's row may start at any byte: the row converters read
+             * whole values, so from an aligned copy (the float types' rows
+             * are at most 4 * n_in bytes). */
+            memcpy(tmp + j->n_in, src, j->src_row_bytes);
+            src = (const uint8_t *)(tmp + j->n_in);
+        }
         if (j->dst_type != kern_int8_type(j->t->type) ||
             kern_requantize_row_q8(j->t->type, src, dst, j->n_in) < 0) {
             kern_dequantize_row(j->t->type, src, tmp, j->n_in);
@@ -333,15 +347,20 @@ static void model_convert_task(void *ctx, int task, int thread) {
     }
 }
 
-/* Converts tensor t (n_rows rows of n_in) to dst_type into an owned buffer. */
+/* Converts tensor t (n_rows rows of n_in) to dst_type into an owned buffer;
+ * a GGUF tensor already of dst_type is used where it lies. A folder's
+ * matrix (hf_folder.h) is always read into an owned buffer: its bytes are
+ * not aligned and its q/k rows may need reordering. */
 static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_rows, int n_in,
                          kern_type dst_type, const void **out) {
-    if (t->type == dst_type) {
+    const model_hf_weight *hf = model_hf_weights_of(m->hfw, t);
+    if (t->type == dst_type && !hf) {
         *out = t->data;
         return 0;
     }
     convert_job j = {0};
     j.t = t;
+    j.hf = hf;
     j.dst_type = dst_type;
     j.n_rows = n_rows;
     j.n_in = n_in;
@@ -349,17 +368,22 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
     j.dst_row_bytes = kern_row_bytes(dst_type, n_in);
     j.dst = model_alloc_owned(m, j.dst_row_bytes * (size_t)n_rows);
     int n_threads = pool ? kern_pool_size(pool) : 1;
-    j.scratch = malloc((size_t)n_threads * (size_t)n_in * sizeof(float));
+    j.scratch = malloc((size_t)n_threads * 2 * (size_t)n_in * sizeof(float));
     if (!j.dst || !j.scratch) {
         free(j.scratch);
         return BRISK_ENOMEM;
     }
+    /* 64 rows a task: ~256 KiB of a 2048-wide bf16 matrix, few enough tasks
+     * to share well over the pool, many enough for a small matrix. */
     j.rows_per_task = 64;
     kern_pool_run(pool, model_convert_task, &j, (n_rows + j.rows_per_task - 1) / j.rows_per_task);
     free(j.scratch);
     /* The stored bytes are never read again: let their pages leave RSS so the
      * process holds the converted weights only, not both copies. */
-    gguf_release_tensor_pages(m->gf, t);
+    if (hf)
+        model_hf_weight_release(hf);
+    else
+        gguf_release_tensor_pages(m->gf, t);
     *out = j.dst;
     return 0;
 }
@@ -465,6 +489,10 @@ int model_make_x8(model *m, kern_pool *pool, model_matrix *mm, int in_place) {
 static const gguf_tensor *model_find(model *m, const char *name, int required, char *err,
                                      size_t err_len) {
     const gguf_tensor *t = gguf_find_tensor(m->gf, name);
+    if (!t) {
+        const model_hf_weight *e = model_hf_weights_find(m->hfw, name);
+        t = e ? &e->t : NULL;
+    }
     if (!t && required)
         ERR(BRISK_EFORMAT, "model: missing tensor '%s'", name);
     return t;
@@ -573,13 +601,22 @@ static int model_load_vector(model *m, const char *name, int n, int required, co
     int rc = model_check_shape(t, name, n, 0, err, err_len);
     if (rc < 0)
         return rc;
-    if (t->type == KERN_TYPE_F32) {
+    /* A folder's matrix of one row (a [1, n] norm) is not aligned: read
+     * through an aligned copy. */
+    int hf = model_hf_weights_of(m->hfw, t) != NULL;
+    if (t->type == KERN_TYPE_F32 && !hf) {
         *out = t->data;
     } else {
         float *buf = model_alloc_owned(m, (size_t)n * sizeof(float));
-        if (!buf)
+        void *raw = hf ? malloc(t->nbytes) : NULL;
+        if (!buf || (hf && !raw)) {
+            free(raw);
             return ERR(BRISK_ENOMEM, "model: out of memory for '%s'", name);
-        kern_dequantize_row(t->type, t->data, buf, n);
+        }
+        if (raw)
+            memcpy(raw, t->data, t->nbytes);
+        kern_dequantize_row(t->type, raw ? raw : t->data, buf, n);
+        free(raw);
         *out = buf;
     }
     m->n_params += n;
@@ -594,9 +631,10 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
     /* A layer is at least 6 tensors: a block_count beyond the file's tensors
      * would only make us allocate per-layer state for layers that are not
      * there (16M layers in a 30 KB file: 3.5 GB of layer structs, fuzz_gguf). */
-    if ((int64_t)c->n_layers * 6 > gguf_n_tensors(m->gf))
+    int64_t n_tensors = gguf_n_tensors(m->gf) + model_hf_weights_count(m->hfw);
+    if ((int64_t)c->n_layers * 6 > n_tensors)
         return ERR(BRISK_EFORMAT, "model: block_count %d but only %lld tensors in the file",
-                   c->n_layers, (long long)gguf_n_tensors(m->gf));
+                   c->n_layers, (long long)n_tensors);
 
     const gguf_tensor *te = model_find(m, "token_embd.weight", 1, err, err_len);
     if (!te)
@@ -608,7 +646,7 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
                    "expected [%d, n_vocab]",
                    (long long)te->ne[0], (long long)te->ne[1], c->dim);
     m->cfg.n_vocab = (int)te->ne[1];
-    int tied = gguf_find_tensor(m->gf, "output.weight") == NULL;
+    int tied = model_find(m, "output.weight", 0, err, err_len) == NULL;
     if (tied) {
         /* The table is also the output projection: it takes the compute format. */
         if ((rc = model_load_matrix(m, pool, "token_embd.weight", c->dim, c->n_vocab, &w->tok_embd,
@@ -619,6 +657,10 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
          * type is kept: converting it would only add rounding and memory. */
         w->tok_embd.type = te->type;
         w->tok_embd.data = te->data;
+        /* A folder's table is not aligned: into an owned buffer, as stored. */
+        if (model_hf_weights_of(m->hfw, te) &&
+            model_convert(m, pool, te, c->n_vocab, c->dim, te->type, &w->tok_embd.data) < 0)
+            return ERR(BRISK_ENOMEM, "model: out of memory copying 'token_embd.weight'");
         w->tok_embd.n_in = c->dim;
         w->tok_embd.n_out = c->n_vocab;
         m->n_params += (int64_t)c->dim * c->n_vocab;
@@ -659,7 +701,7 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         LVEC(attn_norm, "attn_norm.weight", c->dim, 1)
         LVEC(ffn_norm, "ffn_norm.weight", c->dim, 1)
         snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
-        if (gguf_find_tensor(m->gf, name)) { /* phi3: q, k and v as one matrix */
+        if (model_find(m, name, 0, err, err_len)) { /* phi3: q, k and v as one matrix */
             model_matrix f;
             if ((rc = model_load_matrix(m, pool, name, c->dim, q_dim + 2 * kv_dim, &f, err,
                                         err_len)) < 0 ||
@@ -675,7 +717,8 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         }
         LMAT(wo, "attn_output.weight", q_dim, c->dim)
         snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", l);
-        if (!gguf_find_tensor(m->gf, name)) { /* phi3: gate and up as one matrix, gate first */
+        if (!model_find(m, name, 0, err,
+                        err_len)) { /* phi3: gate and up as one matrix, gate first */
             model_matrix f;
             snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
             if ((rc = model_load_matrix(m, pool, name, c->dim, 2 * c->hidden_dim, &f, err,
@@ -761,8 +804,10 @@ static const char *file_type_name(uint32_t ft) {
  * type most of its 2-D tensors have ("guessed", as llama.cpp does). */
 static void model_log_types(model *m) {
     int64_t count[KERN_TYPE_BF16 + 1] = {0}, count2d[KERN_TYPE_BF16 + 1] = {0};
-    for (int64_t i = 0; i < gguf_n_tensors(m->gf); i++) {
-        const gguf_tensor *t = gguf_tensor_at(m->gf, i);
+    int64_t n_image = gguf_n_tensors(m->gf);
+    for (int64_t i = 0; i < n_image + model_hf_weights_count(m->hfw); i++) {
+        const gguf_tensor *t =
+            i < n_image ? gguf_tensor_at(m->gf, i) : &model_hf_weights_at(m->hfw, i - n_image)->t;
         if ((unsigned)t->type <= KERN_TYPE_BF16) {
             count[t->type]++;
             count2d[t->type] += t->ne[1] > 1;
@@ -852,8 +897,10 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
         return rc;
     if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0)
         return rc;
+    double t0 = brisk_now();
     if ((rc = model_load_tensors(m, pool, err, err_len)) < 0)
         return rc;
+    double t_tensors = brisk_now() - t0;
     if ((rc = model_read_generation(m, err, err_len)) < 0)
         return rc;
     if (tok_n_vocab(m->vocab) > m->cfg.n_vocab)
@@ -877,24 +924,28 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
     model_count_bytes(m);
     model_log_types(m);
     BRISK_INFO("model: %s: %s, %d layers, dim %d, heads %d/%d, vocab %d, weights %s (%.1f MB read "
-               "per token)",
+               "per token; tensors loaded in %.2f s)",
                what, m->cfg.arch->name, m->cfg.n_layers, m->cfg.dim, m->cfg.n_heads,
                m->cfg.n_kv_heads, m->cfg.n_vocab, model_weights_fmt_name(m->fmt),
-               (double)m->weight_bytes / 1e6);
+               (double)m->weight_bytes / 1e6, t_tensors);
     return 0;
 }
 
 /* Opens the file (path) or the buffer (buf, len) and loads from it; image,
- * when not NULL, is buf and passes to the model, which frees it. */
+ * when not NULL, is buf and passes to the model, which frees it, as it does
+ * hfw (a folder's matrices, hf_folder.h). */
 static int model_load_from(const char *path, const void *buf, size_t len, uint8_t *image,
-                           const model_load_opts *opts, model **out, char *err, size_t err_len) {
+                           model_hf_weights *hfw, const model_load_opts *opts, model **out,
+                           char *err, size_t err_len) {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
     if (!m) {
         free(image);
+        model_hf_weights_free(hfw);
         return ERR(BRISK_ENOMEM, "model: out of memory");
     }
     m->image = image;
+    m->hfw = hfw;
     m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
     m->x8 = model_want_x8(opts);
     m->keep_stored = opts && opts->keep_stored;
@@ -928,19 +979,20 @@ int model_load(const char *path, const model_load_opts *opts, model **out, char 
     if (model_hf_is_folder(path)) {
         uint8_t *image;
         size_t len;
-        int rc = model_hf_build_gguf(path, 0, &image, &len, err, err_len);
+        model_hf_weights *hfw;
+        int rc = model_hf_open(path, 0, &image, &len, &hfw, err, err_len);
         if (rc < 0) {
             *out = NULL;
             return rc;
         }
-        return model_load_from(NULL, image, len, image, opts, out, err, err_len);
+        return model_load_from(NULL, image, len, image, hfw, opts, out, err, err_len);
     }
-    return model_load_from(path, NULL, 0, NULL, opts, out, err, err_len);
+    return model_load_from(path, NULL, 0, NULL, NULL, opts, out, err, err_len);
 }
 
 int model_load_memory(const void *buf, size_t len, const model_load_opts *opts, model **out,
                       char *err, size_t err_len) {
-    return model_load_from(NULL, buf, len, NULL, opts, out, err, err_len);
+    return model_load_from(NULL, buf, len, NULL, NULL, opts, out, err, err_len);
 }
 
 void model_free(model *m) {
@@ -953,7 +1005,8 @@ void model_free(model *m) {
     tok_vocab_free(m->vocab);
     gguf_close(m->gf);
     gguf_close(m->tok_gf);
-    free(m->image); /* after the gguf_file that points into it */
+    free(m->image);                /* after the gguf_file that points into it */
+    model_hf_weights_free(m->hfw); /* after the buffers converted from it */
     free(m->name);
     free(m->chat_template);
     free(m);
