@@ -373,9 +373,14 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
         free(j.scratch);
         return BRISK_ENOMEM;
     }
-    /* 64 rows a task: ~256 KiB of a 2048-wide bf16 matrix, few enough tasks
-     * to share well over the pool, many enough for a small matrix. */
-    j.rows_per_task = 64;
+    /* A task writes at least a huge page (2 MiB) of dst: two threads writing
+     * into one fresh huge page fault it together, and the kernel zeroes a
+     * page for each before one wins (a 1B bf16 folder: 64-row tasks spent
+     * twice the CPU of one thread in clear_page, and loaded slower on two
+     * threads than on one). */
+    j.rows_per_task = (int)((MODEL_HUGE_PAGE + j.dst_row_bytes - 1) / j.dst_row_bytes);
+    if (j.rows_per_task < 64)
+        j.rows_per_task = 64;
     kern_pool_run(pool, model_convert_task, &j, (n_rows + j.rows_per_task - 1) / j.rows_per_task);
     free(j.scratch);
     /* The stored bytes are never read again: let their pages leave RSS so the

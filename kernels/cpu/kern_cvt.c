@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "kernels/cpu/kern_cpu.h"
-#include "kernels/cpu/kern_internal.h"
+#include "kernels/cpu/kern_cvt_internal.h"
 
 /* Element i of a 16-bit array at any alignment. */
 static inline uint16_t load_u16(const void *p, int64_t i) {
@@ -54,6 +54,13 @@ int kern_cvt_row_ref(kern_type src_type, const void *src, kern_type dst_type, vo
 
 int kern_cvt_row(kern_type src_type, const void *src, kern_type dst_type, void *dst, int64_t n) {
     kern_level lv = kern_cpu_level();
+    if (src_type == dst_type && float_size(src_type) && lv >= KERN_LEVEL_AVX2) {
+        if (lv >= KERN_LEVEL_AVX512)
+            kern_cvt_copy_avx512(src, dst, (size_t)n * float_size(src_type));
+        else
+            kern_cvt_copy_avx2(src, dst, (size_t)n * float_size(src_type));
+        return 0;
+    }
     if (src_type == KERN_TYPE_BF16 && dst_type == KERN_TYPE_F16 && lv >= KERN_LEVEL_AVX2) {
         if (lv >= KERN_LEVEL_AVX512)
             kern_cvt_bf16_f16_avx512(src, dst, n);

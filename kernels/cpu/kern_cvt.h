@@ -11,7 +11,10 @@
  * (test_kern_cvt.c).
  *
  * src and dst may have any alignment (a safetensors tensor starts at any
- * byte) and must not overlap. */
+ * byte) and must not overlap. Where dst is aligned to the vector (the
+ * model's 64-byte aligned buffers) the SIMD levels write with non-temporal
+ * stores, fenced before they return: made for weights, written once at load
+ * and not read again before the first forward pass. */
 #ifndef KERN_CVT_H
 #define KERN_CVT_H
 
@@ -27,7 +30,6 @@ int kern_cvt_row(kern_type src_type, const void *src, kern_type dst_type, void *
 
 /* The readable reference: one value at a time through kern_bf16_to_fp32 and
  * kern_fp32_to_fp16. Same pairs and return values. */
-int kern_cvt_row_ref(kern_type src_type, const void *src, kern_type dst_type, void *dst,
-                     int64_t n);
+int kern_cvt_row_ref(kern_type src_type, const void *src, kern_type dst_type, void *dst, int64_t n);
 
 #endif

@@ -4,10 +4,13 @@
  *
  * As kern_cvt_avx2.c: bf16 -> f32 exactly, vcvtps2ph rounds to nearest even
  * as the reference does, NaN lanes rebuilt without the quiet bit F16C would
- * set. */
+ * set; non-temporal stores where dst is 64-byte aligned (the model's
+ * buffers: the weights are not read again before the first forward pass,
+ * and a streamed line is written without being read first). */
 #include <immintrin.h>
+#include <string.h>
 
-#include "kernels/cpu/kern_internal.h"
+#include "kernels/cpu/kern_cvt_internal.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -31,6 +34,15 @@ void kern_cvt_bf16_f16_avx512(const void *src, void *dst, int64_t n) {
     const uint8_t *s = src;
     uint8_t *d = dst;
     int64_t i = 0;
+    if ((uintptr_t)d % 64 == 0) {
+        for (; i + 32 <= n; i += 32) {
+            __m256i a = bf16_to_f16_16(_mm256_loadu_si256((const __m256i *)(s + 2 * i)));
+            __m256i b = bf16_to_f16_16(_mm256_loadu_si256((const __m256i *)(s + 2 * i + 32)));
+            _mm512_stream_si512((void *)(d + 2 * i),
+                                _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
+        }
+        _mm_sfence(); /* the streamed lines are ordered before what follows */
+    }
     for (; i + 32 <= n; i += 32) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
         __m256i b = _mm256_loadu_si256((const __m256i *)(s + 2 * i + 32));
@@ -50,6 +62,15 @@ void kern_cvt_bf16_f32_avx512(const void *src, void *dst, int64_t n) {
     const uint8_t *s = src;
     uint8_t *d = dst;
     int64_t i = 0;
+    if ((uintptr_t)d % 64 == 0) {
+        for (; i + 32 <= n; i += 32) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(s + 2 * i + 32));
+            _mm512_stream_si512((void *)(d + 4 * i), bf16_to_f32_16(a));
+            _mm512_stream_si512((void *)(d + 4 * i + 64), bf16_to_f32_16(b));
+        }
+        _mm_sfence();
+    }
     for (; i + 32 <= n; i += 32) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
         __m256i b = _mm256_loadu_si256((const __m256i *)(s + 2 * i + 32));
@@ -61,4 +82,16 @@ void kern_cvt_bf16_f32_avx512(const void *src, void *dst, int64_t n) {
         __m256i a = _mm256_maskz_loadu_epi16(m, s + 2 * i);
         _mm512_mask_storeu_epi32(d + 4 * i, m, bf16_to_f32_16(a));
     }
+}
+
+void kern_cvt_copy_avx512(const void *src, void *dst, size_t nbytes) {
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    size_t i = 0;
+    if ((uintptr_t)d % 64 == 0) {
+        for (; i + 64 <= nbytes; i += 64)
+            _mm512_stream_si512((void *)(d + i), _mm512_loadu_si512(s + i));
+        _mm_sfence();
+    }
+    memcpy(d + i, s + i, nbytes - i);
 }

@@ -146,17 +146,6 @@ void kern_quantize_act_scalar(const float *x, int n, int16_t *q, float *d, float
 void kern_quantize_act_avx2(const float *x, int n, int16_t *q, float *d, float *s, int32_t *qsum,
                             int stride, int slot);
 
-/* Float-type conversions (kern_cvt.h's contract, one pair each; src and
- * dst at any alignment, n any count): the scalar reference (kern_cvt.c),
- * AVX2 + F16C (kern_cvt_avx2.c) and AVX-512 BW/VL (kern_cvt_avx512.c);
- * kern_cvt.c dispatches. */
-void kern_cvt_bf16_f16_scalar(const void *src, void *dst, int64_t n);
-void kern_cvt_bf16_f32_scalar(const void *src, void *dst, int64_t n);
-void kern_cvt_bf16_f16_avx2(const void *src, void *dst, int64_t n);
-void kern_cvt_bf16_f32_avx2(const void *src, void *dst, int64_t n);
-void kern_cvt_bf16_f16_avx512(const void *src, void *dst, int64_t n);
-void kern_cvt_bf16_f32_avx512(const void *src, void *dst, int64_t n);
-
 /* Row-op SIMD versions (kern_ops_avx2.c); kern_ops.c dispatches. */
 void kern_fp32_to_fp16_row_avx2(uint16_t *dst, const float *src, int n);
 void kern_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
