@@ -307,6 +307,7 @@ int model_read_config(const gguf_file *gf, model_config *c, char *err, size_t er
 typedef struct convert_job {
     const gguf_tensor *t;
     const model_hf_weight *hf; /* t is a folder's matrix: rows through model_hf_src_row */
+    int64_t *src_rows;         /* [n_rows] the stored row of each row, or NULL: the same */
     kern_type dst_type;
     void *dst;
     size_t dst_row_bytes, src_row_bytes;
@@ -320,14 +321,20 @@ static void model_convert_task(void *ctx, int task, int thread) {
     int r0 = task * j->rows_per_task;
     int r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
     float *tmp = j->scratch + (size_t)thread * 2 * (size_t)j->n_in;
+    /* The float types onto each other (BF16 -> F16, a copy, ...) in SIMD, bit
+     * for bit as through f32 (kern_cvt.h), from any alignment, the task's
+     * rows in one call. */
+    if (kern_cvt_rows(j->t->type,
+                      j->src_rows ? j->t->data
+                                  : (const uint8_t *)j->t->data + (size_t)r0 * j->src_row_bytes,
+                      j->src_row_bytes, j->src_rows ? j->src_rows + r0 : NULL, j->dst_type,
+                      (uint8_t *)j->dst + (size_t)r0 * j->dst_row_bytes, j->dst_row_bytes, j->n_in,
+                      r1 - r0) == 0)
+        return;
     for (int r = r0; r < r1; r++) {
-        int64_t sr = j->hf ? model_hf_src_row(j->hf, r) : r;
+        int64_t sr = j->src_rows ? j->src_rows[r] : r;
         const uint8_t *src = (const uint8_t *)j->t->data + (size_t)sr * j->src_row_bytes;
         uint8_t *dst = (uint8_t *)j->dst + (size_t)r * j->dst_row_bytes;
-        /* The float types onto each other (BF16 -> F16, a copy, ...) in SIMD,
-         * bit for bit as through f32 (kern_cvt.h), from any alignment. */
-        if (kern_cvt_row(j->t->type, src, j->dst_type, dst, j->n_in) == 0)
-            continue;
         /* Q4_0 -> Q8_0, Q4_1 -> Q8_0M and kern_kq_convert_row's pairs (Q4_K
          * -> Q4_1, ...) carry the codes over; anything else goes through f32. */
         if (kern_kq_convert_row(j->t->type, src, j->dst_type, dst, j->n_in) == 0)
@@ -369,8 +376,12 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
     j.dst = model_alloc_owned(m, j.dst_row_bytes * (size_t)n_rows);
     int n_threads = pool ? kern_pool_size(pool) : 1;
     j.scratch = malloc((size_t)n_threads * 2 * (size_t)n_in * sizeof(float));
-    if (!j.dst || !j.scratch) {
+    if (hf && hf->qk_heads > 0 && (j.src_rows = malloc((size_t)n_rows * sizeof *j.src_rows)))
+        for (int r = 0; r < n_rows; r++)
+            j.src_rows[r] = model_hf_src_row(hf, r);
+    if (!j.dst || !j.scratch || (hf && hf->qk_heads > 0 && !j.src_rows)) {
         free(j.scratch);
+        free(j.src_rows);
         return BRISK_ENOMEM;
     }
     /* A task writes at least a huge page (2 MiB) of dst: two threads writing
@@ -383,6 +394,7 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
         j.rows_per_task = 64;
     kern_pool_run(pool, model_convert_task, &j, (n_rows + j.rows_per_task - 1) / j.rows_per_task);
     free(j.scratch);
+    free(j.src_rows);
     /* The stored bytes are never read again: let their pages leave RSS so the
      * process holds the converted weights only, not both copies. */
     if (hf)

@@ -13,11 +13,12 @@
  * src and dst may have any alignment (a safetensors tensor starts at any
  * byte) and must not overlap. Where dst is aligned to the vector (the
  * model's 64-byte aligned buffers) the SIMD levels write with non-temporal
- * stores, fenced before they return: made for weights, written once at load
- * and not read again before the first forward pass. */
+ * stores, fenced before the calls return: made for weights, written once at
+ * load and not read again before the first forward pass. */
 #ifndef KERN_CVT_H
 #define KERN_CVT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/cpu/kern_types.h"
@@ -27,6 +28,13 @@
  * not convert (nothing is written; the caller goes through f32): the pairs
  * are BF16 -> F16, BF16 -> F32 and F32, F16 or BF16 onto itself. */
 int kern_cvt_row(kern_type src_type, const void *src, kern_type dst_type, void *dst, int64_t n);
+
+/* n_rows rows of n values: dst row r (at dst + r * dst_stride bytes) from
+ * src row src_rows[r] (src_rows NULL: row r) at src + src_rows[r] *
+ * src_stride, as kern_cvt_row would convert each, with one fence at the
+ * end. Same pairs and return values. */
+int kern_cvt_rows(kern_type src_type, const void *src, size_t src_stride, const int64_t *src_rows,
+                  kern_type dst_type, void *dst, size_t dst_stride, int64_t n, int64_t n_rows);
 
 /* The readable reference: one value at a time through kern_bf16_to_fp32 and
  * kern_fp32_to_fp16. Same pairs and return values. */

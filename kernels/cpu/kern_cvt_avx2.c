@@ -43,7 +43,6 @@ void kern_cvt_bf16_f16_avx2(const void *src, void *dst, int64_t n) {
             __m128i b = bf16_to_f16_8(_mm_loadu_si128((const __m128i *)(s + 2 * i + 16)));
             _mm256_stream_si256((__m256i *)(d + 2 * i), _mm256_set_m128i(b, a));
         }
-        _mm_sfence(); /* the streamed lines are ordered before what follows */
     }
     for (; i + 16 <= n; i += 16) {
         __m128i a = _mm_loadu_si128((const __m128i *)(s + 2 * i));
@@ -73,7 +72,6 @@ void kern_cvt_bf16_f32_avx2(const void *src, void *dst, int64_t n) {
             _mm256_stream_si256((__m256i *)(d + 4 * i), bf16_to_f32_8(a));
             _mm256_stream_si256((__m256i *)(d + 4 * i + 32), bf16_to_f32_8(b));
         }
-        _mm_sfence();
     }
     for (; i + 16 <= n; i += 16) {
         __m128i a = _mm_loadu_si128((const __m128i *)(s + 2 * i));
@@ -98,7 +96,6 @@ void kern_cvt_copy_avx2(const void *src, void *dst, size_t nbytes) {
     if ((uintptr_t)d % 32 == 0) {
         for (; i + 32 <= nbytes; i += 32)
             _mm256_stream_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
-        _mm_sfence();
     }
     memcpy(d + i, s + i, nbytes - i);
 }

@@ -41,7 +41,6 @@ void kern_cvt_bf16_f16_avx512(const void *src, void *dst, int64_t n) {
             _mm512_stream_si512((void *)(d + 2 * i),
                                 _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
         }
-        _mm_sfence(); /* the streamed lines are ordered before what follows */
     }
     for (; i + 32 <= n; i += 32) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
@@ -69,7 +68,6 @@ void kern_cvt_bf16_f32_avx512(const void *src, void *dst, int64_t n) {
             _mm512_stream_si512((void *)(d + 4 * i), bf16_to_f32_16(a));
             _mm512_stream_si512((void *)(d + 4 * i + 64), bf16_to_f32_16(b));
         }
-        _mm_sfence();
     }
     for (; i + 32 <= n; i += 32) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
@@ -91,7 +89,6 @@ void kern_cvt_copy_avx512(const void *src, void *dst, size_t nbytes) {
     if ((uintptr_t)d % 64 == 0) {
         for (; i + 64 <= nbytes; i += 64)
             _mm512_stream_si512((void *)(d + i), _mm512_loadu_si512(s + i));
-        _mm_sfence();
     }
     memcpy(d + i, s + i, nbytes - i);
 }

@@ -11,6 +11,8 @@
  *     rounding test_kern_types.c checks against an independent oracle), and
  *     a few hand-computed cases (the subnormal tie 1.5 * 2^-24 -> 2 * 2^-24,
  *     65520 -> inf, a signalling NaN keeping its quiet bit clear);
+ *   - kern_cvt_rows: rows gathered through a row map (the q/k permutation's
+ *     use) and with strides, equal to kern_cvt_row_ref row by row;
  *   - a pair it does not convert returns -1 and writes nothing. */
 #include <string.h>
 
@@ -181,11 +183,47 @@ static void test_copies_and_refusals(void) {
     CHECK(untouched, "a refused pair wrote its output");
 }
 
+static void test_rows(kern_level top) {
+    enum { ROWS = 12, N = 77, SRC_STRIDE = 2 * N + 3, DST_STRIDE = 4 * N + 64 };
+    static uint8_t src[ROWS * SRC_STRIDE + 1];
+    static _Alignas(64) uint8_t dst[ROWS * DST_STRIDE], want[ROWS * DST_STRIDE];
+    int64_t map[ROWS];
+    for (int r = 0; r < ROWS; r++)
+        map[r] = (r * 5 + 3) % ROWS; /* a permutation */
+    for (int i = 0; i < ROWS * SRC_STRIDE / 2; i++) {
+        uint16_t v = random_bf16();
+        memcpy(src + 1 + 2 * i, &v, 2);
+    }
+    const kern_type dsts[] = {KERN_TYPE_F16, KERN_TYPE_F32, KERN_TYPE_BF16};
+    for (int lv = test_min_level(); lv <= (int)top; lv++) {
+        kern_cpu_set_max_level((kern_level)lv);
+        for (size_t d = 0; d < sizeof dsts / sizeof dsts[0]; d++) {
+            for (int mapped = 0; mapped < 2; mapped++) {
+                memset(dst, GUARD_BYTE, sizeof dst);
+                memset(want, GUARD_BYTE, sizeof want);
+                int rc = kern_cvt_rows(KERN_TYPE_BF16, src + 1, SRC_STRIDE, mapped ? map : NULL,
+                                       dsts[d], dst, DST_STRIDE, N, ROWS);
+                for (int r = 0; r < ROWS; r++)
+                    kern_cvt_row_ref(KERN_TYPE_BF16, src + 1 + (mapped ? map[r] : r) * SRC_STRIDE,
+                                     dsts[d], want + r * DST_STRIDE, N);
+                CHECK(rc == 0 && !memcmp(dst, want, sizeof dst),
+                      "level %s: kern_cvt_rows to %s (map %d) differs or writes between rows",
+                      kern_level_name((kern_level)lv), kern_type_name(dsts[d]), mapped);
+            }
+        }
+    }
+    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    CHECK(kern_cvt_rows(KERN_TYPE_F16, src, SRC_STRIDE, NULL, KERN_TYPE_Q8_0, dst, DST_STRIDE, 32,
+                        1) == -1,
+          "kern_cvt_rows: f16 -> q8_0 refused");
+}
+
 int main(void) {
     kern_level top = detected_level();
     test_reference();
     test_exhaustive(top);
     test_random_rows(top);
+    test_rows(top);
     test_copies_and_refusals();
     return finish("test_kern_cvt");
 }
