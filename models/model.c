@@ -313,7 +313,9 @@ typedef struct convert_job {
     size_t dst_row_bytes, src_row_bytes;
     int n_rows, n_in;
     int rows_per_task;
-    float *scratch; /* [n_threads][2 * n_in]: the f32 row, then an aligned copy of the source */
+    float *scratch; /* [n_threads][2 * n_in]: the f32 row, then an aligned copy of the source;
+                       NULL for a batched job (kern_cvt_rows needs none) */
+    int first_task; /* in a batch: the batch's task index of this job's task 0 */
 } convert_job;
 
 static void model_convert_task(void *ctx, int task, int thread) {
@@ -329,7 +331,8 @@ static void model_convert_task(void *ctx, int task, int thread) {
                                   : (const uint8_t *)j->t->data + (size_t)r0 * j->src_row_bytes,
                       j->src_row_bytes, j->src_rows ? j->src_rows + r0 : NULL, j->dst_type,
                       (uint8_t *)j->dst + (size_t)r0 * j->dst_row_bytes, j->dst_row_bytes, j->n_in,
-                      r1 - r0) == 0)
+                      r1 - r0) == 0 ||
+        !j->scratch)
         return;
     for (int r = r0; r < r1; r++) {
         int64_t sr = j->src_rows ? j->src_rows[r] : r;
@@ -354,6 +357,51 @@ static void model_convert_task(void *ctx, int task, int thread) {
     }
 }
 
+/* A folder's matrices whose conversion is one of kern_cvt_rows' pairs are
+ * not read again during the load (their target is a float type, which has
+ * no X8 form to build), so they wait here and run at the end of
+ * model_load_tensors as one pool run: one barrier for the model instead of
+ * one per matrix, where a worker preempted by the machine's other jobs
+ * stalls the loader. */
+typedef struct model_convert_batch {
+    convert_job *jobs;
+    size_t n, cap;
+} model_convert_batch;
+
+/* Task `task` of the batch: the job whose range of tasks holds it. */
+static void model_batch_task(void *ctx, int task, int thread) {
+    const model_convert_batch *b = ctx;
+    size_t lo = 0, hi = b->n; /* the last job with first_task <= task */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->jobs[mid].first_task <= task)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    model_convert_task(&b->jobs[lo], task - b->jobs[lo].first_task, thread);
+}
+
+/* Runs the batch's conversions (run != 0; else drops them: a failed load)
+ * and frees its bookkeeping; the converted buffers are the model's. */
+static void model_batch_finish(model *m, kern_pool *pool, model_convert_batch *b, int run) {
+    int n_tasks = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        b->jobs[i].first_task = n_tasks;
+        n_tasks += (b->jobs[i].n_rows + b->jobs[i].rows_per_task - 1) / b->jobs[i].rows_per_task;
+    }
+    if (run && n_tasks > 0)
+        kern_pool_run(pool, model_batch_task, b, n_tasks);
+    for (size_t i = 0; i < b->n; i++) {
+        if (run)
+            model_hf_weight_release(b->jobs[i].hf);
+        free(b->jobs[i].src_rows);
+    }
+    free(b->jobs);
+    *b = (model_convert_batch){0};
+    (void)m;
+}
+
 /* Converts tensor t (n_rows rows of n_in) to dst_type into an owned buffer;
  * a GGUF tensor already of dst_type is used where it lies. A folder's
  * matrix (hf_folder.h) is always read into an owned buffer: its bytes are
@@ -374,24 +422,33 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
     j.src_row_bytes = kern_row_bytes(t->type, n_in);
     j.dst_row_bytes = kern_row_bytes(dst_type, n_in);
     j.dst = model_alloc_owned(m, j.dst_row_bytes * (size_t)n_rows);
+    /* kern_cvt_rows converts the pair: with 0 rows, the answer alone. */
+    int batched = hf && m->batch && kern_x8_type(dst_type) == dst_type &&
+                  kern_cvt_rows(t->type, NULL, 0, NULL, dst_type, NULL, 0, n_in, 0) == 0;
     int n_threads = pool ? kern_pool_size(pool) : 1;
-    j.scratch = malloc((size_t)n_threads * 2 * (size_t)n_in * sizeof(float));
+    if (!batched)
+        j.scratch = malloc((size_t)n_threads * 2 * (size_t)n_in * sizeof(float));
     if (hf && hf->qk_heads > 0 && (j.src_rows = malloc((size_t)n_rows * sizeof *j.src_rows)))
         for (int r = 0; r < n_rows; r++)
             j.src_rows[r] = model_hf_src_row(hf, r);
-    if (!j.dst || !j.scratch || (hf && hf->qk_heads > 0 && !j.src_rows)) {
+    model_convert_batch *b = m->batch;
+    if (!j.dst || (!batched && !j.scratch) || (hf && hf->qk_heads > 0 && !j.src_rows) ||
+        (batched && brisk_grow_libc(&b->jobs, &b->cap, b->n + 1, sizeof *b->jobs, 64, 0) < 0)) {
         free(j.scratch);
         free(j.src_rows);
         return BRISK_ENOMEM;
     }
-    /* A task writes at least a huge page (2 MiB) of dst: two threads writing
-     * into one fresh huge page fault it together, and the kernel zeroes a
-     * page for each before one wins (a 1B bf16 folder: 64-row tasks spent
-     * twice the CPU of one thread in clear_page, and loaded slower on two
-     * threads than on one). */
+    /* A task writes at least a huge page (2 MiB) of dst, so two threads do
+     * not fault one fresh huge page together (with 64-row tasks two threads
+     * loaded a 1B bf16 folder slower than one on a 2-core VM). */
     j.rows_per_task = (int)((MODEL_HUGE_PAGE + j.dst_row_bytes - 1) / j.dst_row_bytes);
     if (j.rows_per_task < 64)
         j.rows_per_task = 64;
+    if (batched) {
+        b->jobs[b->n++] = j; /* converted in model_batch_finish */
+        *out = j.dst;
+        return 0;
+    }
     kern_pool_run(pool, model_convert_task, &j, (n_rows + j.rows_per_task - 1) / j.rows_per_task);
     free(j.scratch);
     free(j.src_rows);
@@ -640,7 +697,19 @@ static int model_load_vector(model *m, const char *name, int n, int required, co
     return 0;
 }
 
+static int model_load_tensors_in(model *m, kern_pool *pool, char *err, size_t err_len);
+
+/* The tensors, the folder conversions batched (model_convert_batch). */
 static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_len) {
+    model_convert_batch batch = {0};
+    m->batch = &batch;
+    int rc = model_load_tensors_in(m, pool, err, err_len);
+    m->batch = NULL;
+    model_batch_finish(m, pool, &batch, rc == 0);
+    return rc;
+}
+
+static int model_load_tensors_in(model *m, kern_pool *pool, char *err, size_t err_len) {
     const model_config *c = &m->cfg;
     model_weights *w = &m->w;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;

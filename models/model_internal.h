@@ -18,6 +18,9 @@ struct model {
     /* and its matrices, read in place from the safetensors files it owns
      * (tensors model_find finds beside gf's), or NULL */
     model_hf_weights *hfw;
+    /* model.c, during model_load_tensors: the folder conversions that run
+     * together at its end; NULL otherwise */
+    struct model_convert_batch *batch;
     void **owned; /* buffers of converted tensors, freed with the model */
     int n_owned;
     size_t cap_owned;

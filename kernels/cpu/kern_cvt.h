@@ -32,7 +32,8 @@ int kern_cvt_row(kern_type src_type, const void *src, kern_type dst_type, void *
 /* n_rows rows of n values: dst row r (at dst + r * dst_stride bytes) from
  * src row src_rows[r] (src_rows NULL: row r) at src + src_rows[r] *
  * src_stride, as kern_cvt_row would convert each, with one fence at the
- * end. Same pairs and return values. */
+ * end. Same pairs and return values; with n_rows 0 it reads nothing and
+ * only answers whether it converts the pair. */
 int kern_cvt_rows(kern_type src_type, const void *src, size_t src_stride, const int64_t *src_rows,
                   kern_type dst_type, void *dst, size_t dst_stride, int64_t n, int64_t n_rows);
 
