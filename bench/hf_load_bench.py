@@ -253,10 +253,14 @@ def main():
         run(b, folder)
     load_before = os.getloadavg()
     times = {f"{p}{k}": [] for p in bins for k in ("gguf_f16", "folder_bf16")}
-    for _ in range(a.reps):
-        for p, b in bins.items():
-            for name, m in (("gguf_f16", gg), ("folder_bf16", folder)):
-                times[p + name].append(run(b, m, a.pause))
+    # Every other repetition runs in the reverse order: what a run finds
+    # depends on what the run before it freed (on a VM, whether the host still
+    # backs that memory), so no configuration always follows the same one.
+    order = [(p, b, name, m) for p, b in bins.items()
+             for name, m in (("gguf_f16", gg), ("folder_bf16", folder))]
+    for rep in range(a.reps):
+        for p, b, name, m in (order if rep % 2 == 0 else order[::-1]):
+            times[p + name].append(run(b, m, a.pause))
     load_after = os.getloadavg()
     med = {k: {f: round(statistics.median(r[i] for r in v), 3)
                for i, f in enumerate(("wall_s", "cpu_s", "load_s"))} for k, v in times.items()}
