@@ -422,9 +422,10 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
     j.src_row_bytes = kern_row_bytes(t->type, n_in);
     j.dst_row_bytes = kern_row_bytes(dst_type, n_in);
     j.dst = model_alloc_owned(m, j.dst_row_bytes * (size_t)n_rows);
-    /* kern_cvt_rows converts the pair: with 0 rows, the answer alone. */
-    int batched = hf && m->batch && kern_x8_type(dst_type) == dst_type &&
-                  kern_cvt_rows(t->type, NULL, 0, NULL, dst_type, NULL, 0, n_in, 0) == 0;
+    /* kern_cvt_rows converts the pair (with 0 rows, the answer alone): a
+     * memory-bound copy or widening, not the arithmetic of a quantization. */
+    int plain = kern_cvt_rows(t->type, NULL, 0, NULL, dst_type, NULL, 0, n_in, 0) == 0;
+    int batched = hf && m->batch && plain && kern_x8_type(dst_type) == dst_type;
     int n_threads = pool ? kern_pool_size(pool) : 1;
     if (!batched)
         j.scratch = malloc((size_t)n_threads * 2 * (size_t)n_in * sizeof(float));
@@ -438,12 +439,14 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
         free(j.src_rows);
         return BRISK_ENOMEM;
     }
-    /* A task writes at least a huge page (2 MiB) of dst, so two threads do
-     * not fault one fresh huge page together (with 64-row tasks two threads
-     * loaded a 1B bf16 folder slower than one on a 2-core VM). */
-    j.rows_per_task = (int)((MODEL_HUGE_PAGE + j.dst_row_bytes - 1) / j.dst_row_bytes);
-    if (j.rows_per_task < 64)
-        j.rows_per_task = 64;
+    /* 64 rows a task, enough to share a quantization's arithmetic well; a
+     * plain conversion, bound by memory and page faults, writes at least a
+     * huge page (2 MiB) of dst a task, so two threads do not fault one fresh
+     * huge page together (with 64-row tasks two threads loaded a 1B bf16
+     * folder slower than one on a 2-core VM). */
+    j.rows_per_task = 64;
+    if (plain && (size_t)j.rows_per_task * j.dst_row_bytes < MODEL_HUGE_PAGE)
+        j.rows_per_task = (int)((MODEL_HUGE_PAGE + j.dst_row_bytes - 1) / j.dst_row_bytes);
     if (batched) {
         b->jobs[b->n++] = j; /* converted in model_batch_finish */
         *out = j.dst;
