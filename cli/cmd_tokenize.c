@@ -32,7 +32,7 @@ int cmd_tokenize(int argc, char **argv) {
     size_t image_len = 0;
     int status = 1;
     int hf = model_hf_is_folder(model_path);
-    if ((hf && model_hf_build_gguf(model_path, 1, &image, &image_len, err, sizeof err) < 0) ||
+    if ((hf && model_hf_open(model_path, 1, &image, &image_len, NULL, err, sizeof err) < 0) ||
         (hf ? gguf_open_memory(image, image_len, &gf, err, sizeof err)
             : gguf_open(model_path, &gf, err, sizeof err)) < 0 ||
         tok_vocab_create_from_gguf(gf, &vocab, err, sizeof err) < 0) {

@@ -13,6 +13,8 @@
 
 #include "common/brisk_error.h"
 #include "common/brisk_file.h"
+#include "common/brisk_grow.h"
+#include "common/brisk_log.h"
 #include "models/gguf_write.h"
 #include "models/model_arch.h"
 #include "models/safetensors.h"
@@ -130,7 +132,17 @@ typedef struct hf_build {
     void **bufs; /* converted tensors, alive until the image is written */
     int n_bufs;
     size_t cap_bufs;
+    model_hf_weight *mats; /* the matrices, read in place (hf_folder.h) */
+    size_t n_mats, cap_mats;
+    char (*img_names)[MODEL_HF_MAX_NAME]; /* the tensors written into the image */
+    size_t n_img, cap_img;
 } hf_build;
+
+struct model_hf_weights {
+    safetensors_set *s;
+    model_hf_weight *mats; /* [n], by name */
+    int64_t n;
+};
 
 static const cJSON *cfg_get(const cJSON *cfg, const char *key) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(cfg, key);
@@ -473,21 +485,17 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* Rows of a q or k matrix from rotate-half order (per head: the first
- * halves of the pairs, then the second halves) to adjacent pairs, as the
- * converter's permute: new row h*hd + 2i + j = old row h*hd + j*hd/2 + i. */
-static void permute_rows(uint8_t *dst, const uint8_t *src, int n_rows, int n_head,
-                         size_t row_bytes) {
-    int hd = n_rows / n_head;
-    for (int h = 0; h < n_head; h++)
-        for (int i = 0; i < hd / 2; i++)
-            for (int j = 0; j < 2; j++)
-                memcpy(dst + ((size_t)h * hd + 2 * i + j) * row_bytes,
-                       src + ((size_t)h * hd + (size_t)j * (hd / 2) + i) * row_bytes, row_bytes);
+/* Records the name of a tensor written into the image, for the duplicate
+ * check against the matrices (finish_mats). */
+static int note_img_name(hf_build *b, const char *gname) {
+    if (brisk_grow_libc(&b->img_names, &b->cap_img, b->n_img + 1, sizeof *b->img_names, 32, 0) < 0)
+        return BRISK_ENOMEM;
+    snprintf(b->img_names[b->n_img++], MODEL_HF_MAX_NAME, "%s", gname);
+    return 0;
 }
 
-static int add_tensor(hf_build *b, const safetensors_tensor *t, const char *gname, char *err,
-                      size_t err_len) {
+static int add_tensor(hf_build *b, const safetensors_file *f, const safetensors_tensor *t,
+                      const char *gname, char *err, size_t err_len) {
     char nm[100];
     snprintf(nm, sizeof nm, "%.80s", t->name);
     if (!safetensors_dtype_is_float(t->dtype))
@@ -498,25 +506,25 @@ static int add_tensor(hf_build *b, const safetensors_tensor *t, const char *gnam
                    "hf: tensor '%s' has %d dims and %lld values (1 or 2 dims, "
                    "not empty)",
                    nm, t->n_dims, (long long)t->n_elems);
+    if (strlen(gname) >= MODEL_HF_MAX_NAME)
+        return ERR(BRISK_EFORMAT, "hf: tensor '%s' has too long a name", nm);
     if (t->n_dims == 1) {
-        /* Norms and biases: F32, Gemma's norms as w + 1. */
-        float *f = keep_buf(b, (size_t)t->n_elems * sizeof *f);
-        if (!f)
+        /* Norms and biases: F32, Gemma's norms as w + 1, in the image. */
+        float *v = keep_buf(b, (size_t)t->n_elems * sizeof *v);
+        if (!v || note_img_name(b, gname) < 0)
             return ERR(BRISK_ENOMEM, "hf: out of memory");
-        safetensors_read_f32(t, 0, t->n_elems, f);
+        safetensors_read_f32(t, 0, t->n_elems, v);
         if (b->a->norm_plus_one && ends_with(t->name, "norm.weight"))
             for (int64_t i = 0; i < t->n_elems; i++)
-                f[i] += 1.0f;
+                v[i] += 1.0f;
         int64_t ne[1] = {t->n_elems};
-        return gguf_writer_add_tensor(b->w, gname, KERN_TYPE_F32, 1, ne, f) < 0
+        return gguf_writer_add_tensor(b->w, gname, KERN_TYPE_F32, 1, ne, v) < 0
                    ? ERR(BRISK_EFORMAT, "hf: tensor '%s' cannot be stored", nm)
                    : 0;
     }
-    kern_type kt = t->dtype == SAFETENSORS_F32   ? KERN_TYPE_F32
-                   : t->dtype == SAFETENSORS_F16 ? KERN_TYPE_F16
-                                                 : KERN_TYPE_BF16;
-    int64_t ne[2] = {t->shape[1], t->shape[0]};
-    const void *data = t->data;
+    /* A matrix: read in place by the model (hf_folder.h), the q/k rows of
+     * Llama-style checkpoints reordered as they are read. */
+    int qk_heads = 0;
     int is_q = ends_with(t->name, "self_attn.q_proj.weight");
     int is_k = ends_with(t->name, "self_attn.k_proj.weight");
     if (b->a->permute_qk && (is_q || is_k)) {
@@ -524,15 +532,51 @@ static int add_tensor(hf_build *b, const safetensors_tensor *t, const char *gnam
         if (t->shape[0] % heads != 0 || (t->shape[0] / heads) % 2 != 0 || t->shape[0] > INT32_MAX)
             return ERR(BRISK_EFORMAT, "hf: tensor '%s' has %lld rows, not %d heads of an even size",
                        nm, (long long)t->shape[0], heads);
-        uint8_t *p = keep_buf(b, t->nbytes);
-        if (!p)
-            return ERR(BRISK_ENOMEM, "hf: out of memory");
-        permute_rows(p, t->data, (int)t->shape[0], heads, t->nbytes / (size_t)t->shape[0]);
-        data = p;
+        qk_heads = heads;
     }
-    return gguf_writer_add_tensor(b->w, gname, kt, 2, ne, data) < 0
-               ? ERR(BRISK_EFORMAT, "hf: tensor '%s' cannot be stored", nm)
-               : 0;
+    if (brisk_grow_libc(&b->mats, &b->cap_mats, b->n_mats + 1, sizeof *b->mats, 64, 0) < 0)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    model_hf_weight *e = &b->mats[b->n_mats++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", gname);
+    e->t.n_dims = 2;
+    e->t.ne[0] = t->shape[1];
+    e->t.ne[1] = t->shape[0];
+    e->t.ne[2] = e->t.ne[3] = 1;
+    e->t.type = t->dtype == SAFETENSORS_F32   ? KERN_TYPE_F32
+                : t->dtype == SAFETENSORS_F16 ? KERN_TYPE_F16
+                                              : KERN_TYPE_BF16;
+    e->t.nbytes = t->nbytes;
+    e->t.data = t->data;
+    e->qk_heads = qk_heads;
+    e->file = f;
+    e->st = t;
+    return 0;
+}
+
+static int cmp_mat(const void *a, const void *b) {
+    return strcmp(((const model_hf_weight *)a)->name, ((const model_hf_weight *)b)->name);
+}
+
+/* Sorts the matrices by name, points each t.name at its bytes (the array
+ * moved while it grew), and refuses a name given twice: two matrices (Phi-3's
+ * gate_up_proj beside an up_proj), or a matrix and an image tensor. */
+static int finish_mats(hf_build *b, char *err, size_t err_len) {
+    if (b->n_mats)
+        qsort(b->mats, b->n_mats, sizeof *b->mats, cmp_mat);
+    for (size_t i = 0; i < b->n_mats; i++) {
+        b->mats[i].t.name.data = b->mats[i].name;
+        b->mats[i].t.name.len = strlen(b->mats[i].name);
+        if (i > 0 && !strcmp(b->mats[i - 1].name, b->mats[i].name))
+            return ERR(BRISK_EFORMAT, "hf: two tensors become '%s'", b->mats[i].name);
+    }
+    for (size_t i = 0; i < b->n_img; i++) {
+        model_hf_weight key;
+        snprintf(key.name, sizeof key.name, "%s", b->img_names[i]);
+        if (b->n_mats && bsearch(&key, b->mats, b->n_mats, sizeof *b->mats, cmp_mat))
+            return ERR(BRISK_EFORMAT, "hf: two tensors become '%s'", key.name);
+    }
+    return 0;
 }
 
 static int add_tensors(hf_build *b, const safetensors_set *s, char *err, size_t err_len) {
@@ -546,14 +590,14 @@ static int add_tensors(hf_build *b, const safetensors_set *s, char *err, size_t 
                 return rc;
             if (rc == 1)
                 continue;
-            if ((rc = add_tensor(b, t, gname, err, err_len)) < 0)
+            if ((rc = add_tensor(b, f, t, gname, err, err_len)) < 0)
                 return rc;
         }
     }
     if (!b->tied && !safetensors_set_find(s, "lm_head.weight"))
         return ERR(BRISK_EFORMAT, "hf: tie_word_embeddings is false but there is no "
                                   "lm_head.weight");
-    return 0;
+    return finish_mats(b, err, err_len);
 }
 
 /* ---- the folder -------------------------------------------------------------- */
@@ -698,10 +742,14 @@ static int build(const char *dir, hf_build *b, char *err, size_t err_len) {
     return read_generation(dir, b, err, err_len);
 }
 
-int model_hf_build_gguf(const char *path, int vocab_only, uint8_t **image, size_t *len, char *err,
-                        size_t err_len) {
+int model_hf_open(const char *path, int vocab_only, uint8_t **image, size_t *len,
+                  model_hf_weights **weights, char *err, size_t err_len) {
     *image = NULL;
     *len = 0;
+    if (weights)
+        *weights = NULL;
+    if (!vocab_only && !weights)
+        return ERR(BRISK_EINVAL, "hf: no place for the weights");
     /* The folder: path itself, or the folder of its config.json. */
     struct stat st;
     char *dir;
@@ -723,20 +771,89 @@ int model_hf_build_gguf(const char *path, int vocab_only, uint8_t **image, size_
     hf_build b = {0};
     b.w = gguf_writer_create();
     safetensors_set *s = NULL;
+    model_hf_weights *hw = NULL;
     int rc = b.w ? 0 : ERR(BRISK_ENOMEM, "hf: out of memory");
+    double t0 = brisk_now();
     if (rc == 0)
         rc = build(dir, &b, err, err_len);
+    double t1 = brisk_now();
     if (rc == 0 && !vocab_only)
         rc = safetensors_set_open_dir(dir, &s, err, err_len);
     if (rc == 0 && !vocab_only)
         rc = add_tensors(&b, s, err, err_len);
+    if (rc == 0 && !vocab_only && !(hw = calloc(1, sizeof *hw)))
+        rc = ERR(BRISK_ENOMEM, "hf: out of memory");
+    double t2 = brisk_now();
     if (rc == 0 && gguf_writer_to_buffer(b.w, image, len) < 0)
         rc = ERR(BRISK_ENOMEM, "hf: out of memory for the model's image");
+    if (rc == 0 && !vocab_only)
+        BRISK_INFO("hf: config and tokenizer %.3f s, safetensors headers %.3f s, image (%zu "
+                   "bytes) %.3f s",
+                   t1 - t0, t2 - t1, *len, brisk_now() - t2);
+    if (rc == 0 && hw) {
+        /* The matrices and the files they lie in pass to the caller. */
+        hw->s = s;
+        hw->mats = b.mats;
+        hw->n = (int64_t)b.n_mats;
+        s = NULL;
+        b.mats = NULL;
+        *weights = hw;
+        hw = NULL;
+    }
+    free(hw);
     safetensors_set_free(s);
     gguf_writer_free(b.w);
     for (int i = 0; i < b.n_bufs; i++)
         free(b.bufs[i]);
     free(b.bufs);
+    free(b.mats);
+    free(b.img_names);
     free(dir);
     return rc;
+}
+
+void model_hf_weights_free(model_hf_weights *w) {
+    if (!w)
+        return;
+    safetensors_set_free(w->s);
+    free(w->mats);
+    free(w);
+}
+
+const model_hf_weight *model_hf_weights_find(const model_hf_weights *w, const char *name) {
+    if (!w || !w->n || strlen(name) >= MODEL_HF_MAX_NAME)
+        return NULL;
+    model_hf_weight key;
+    snprintf(key.name, sizeof key.name, "%s", name);
+    return bsearch(&key, w->mats, (size_t)w->n, sizeof *w->mats, cmp_mat);
+}
+
+int64_t model_hf_weights_count(const model_hf_weights *w) {
+    return w ? w->n : 0;
+}
+
+const model_hf_weight *model_hf_weights_at(const model_hf_weights *w, int64_t i) {
+    return w && i >= 0 && i < w->n ? &w->mats[i] : NULL;
+}
+
+const model_hf_weight *model_hf_weights_of(const model_hf_weights *w, const gguf_tensor *t) {
+    if (!w || !w->n || !t)
+        return NULL;
+    /* Compared as integers: t may point into another array. */
+    uintptr_t lo = (uintptr_t)w->mats, p = (uintptr_t)t;
+    if (p < lo || p >= lo + (size_t)w->n * sizeof *w->mats)
+        return NULL;
+    const model_hf_weight *e = &w->mats[(p - lo) / sizeof *w->mats];
+    return &e->t == t ? e : NULL;
+}
+
+int64_t model_hf_src_row(const model_hf_weight *e, int64_t r) {
+    if (e->qk_heads <= 0)
+        return r;
+    int64_t hd = e->t.ne[1] / e->qk_heads, h = r / hd, k = r % hd;
+    return h * hd + (k % 2) * (hd / 2) + k / 2;
+}
+
+void model_hf_weight_release(const model_hf_weight *e) {
+    safetensors_release_pages(e->file, e->st);
 }

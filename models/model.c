@@ -15,6 +15,7 @@
 #include "common/brisk_grow.h"
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
+#include "kernels/cpu/kern_cvt.h"
 #include "kernels/cpu/kern_kquant.h"
 #include "models/hf_folder.h"
 #include "models/model_internal.h"
@@ -362,26 +363,49 @@ int model_read_config(const gguf_file *gf, model_config *c, char *err, size_t er
 
 typedef struct convert_job {
     const gguf_tensor *t;
+    const model_hf_weight *hf; /* t is a folder's matrix: rows through model_hf_src_row */
+    int64_t *src_rows;         /* [n_rows] the stored row of each row, or NULL: the same */
     kern_type dst_type;
     void *dst;
     size_t dst_row_bytes, src_row_bytes;
     int n_rows, n_in;
     int rows_per_task;
-    float *scratch; /* [n_threads][n_in] */
+    float *scratch; /* [n_threads][2 * n_in]: the f32 row, then an aligned copy of the source;
+                       NULL for a batched job (kern_cvt_rows needs none) */
+    int first_task; /* in a batch: the batch's task index of this job's task 0 */
 } convert_job;
 
 static void model_convert_task(void *ctx, int task, int thread) {
     convert_job *j = ctx;
     int r0 = task * j->rows_per_task;
     int r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
-    float *tmp = j->scratch + (size_t)thread * (size_t)j->n_in;
+    float *tmp = j->scratch + (size_t)thread * 2 * (size_t)j->n_in;
+    /* The float types onto each other (BF16 -> F16, a copy, ...) in SIMD, bit
+     * for bit as through f32 (kern_cvt.h), from any alignment, the task's
+     * rows in one call. */
+    if (kern_cvt_rows(j->t->type,
+                      j->src_rows ? j->t->data
+                                  : (const uint8_t *)j->t->data + (size_t)r0 * j->src_row_bytes,
+                      j->src_row_bytes, j->src_rows ? j->src_rows + r0 : NULL, j->dst_type,
+                      (uint8_t *)j->dst + (size_t)r0 * j->dst_row_bytes, j->dst_row_bytes, j->n_in,
+                      r1 - r0) == 0 ||
+        !j->scratch)
+        return;
     for (int r = r0; r < r1; r++) {
-        const uint8_t *src = (const uint8_t *)j->t->data + (size_t)r * j->src_row_bytes;
+        int64_t sr = j->src_rows ? j->src_rows[r] : r;
+        const uint8_t *src = (const uint8_t *)j->t->data + (size_t)sr * j->src_row_bytes;
         uint8_t *dst = (uint8_t *)j->dst + (size_t)r * j->dst_row_bytes;
         /* Q4_0 -> Q8_0, Q4_1 -> Q8_0M and kern_kq_convert_row's pairs (Q4_K
          * -> Q4_1, ...) carry the codes over; anything else goes through f32. */
         if (kern_kq_convert_row(j->t->type, src, j->dst_type, dst, j->n_in) == 0)
             continue;
+        if (j->hf) {
+            /* A folder's row may start at any byte: the row converters read
+             * whole values, so from an aligned copy (the float types' rows
+             * are at most 4 * n_in bytes). */
+            memcpy(tmp + j->n_in, src, j->src_row_bytes);
+            src = (const uint8_t *)(tmp + j->n_in);
+        }
         if (j->dst_type != kern_int8_type(j->t->type) ||
             kern_requantize_row_q8(j->t->type, src, dst, j->n_in) < 0) {
             kern_dequantize_row(j->t->type, src, tmp, j->n_in);
@@ -390,33 +414,110 @@ static void model_convert_task(void *ctx, int task, int thread) {
     }
 }
 
-/* Converts tensor t (n_rows rows of n_in) to dst_type into an owned buffer. */
+/* A folder's matrices whose conversion is one of kern_cvt_rows' pairs are
+ * not read again during the load (their target is a float type, which has
+ * no X8 form to build), so they wait here and run at the end of
+ * model_load_tensors as one pool run: one barrier for the model instead of
+ * one per matrix, where a worker preempted by the machine's other jobs
+ * stalls the loader. */
+typedef struct model_convert_batch {
+    convert_job *jobs;
+    size_t n, cap;
+} model_convert_batch;
+
+/* Task `task` of the batch: the job whose range of tasks holds it. */
+static void model_batch_task(void *ctx, int task, int thread) {
+    const model_convert_batch *b = ctx;
+    size_t lo = 0, hi = b->n; /* the last job with first_task <= task */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->jobs[mid].first_task <= task)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    model_convert_task(&b->jobs[lo], task - b->jobs[lo].first_task, thread);
+}
+
+/* Runs the batch's conversions (run != 0; else drops them: a failed load)
+ * and frees its bookkeeping; the converted buffers are the model's. */
+static void model_batch_finish(model *m, kern_pool *pool, model_convert_batch *b, int run) {
+    int n_tasks = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        b->jobs[i].first_task = n_tasks;
+        n_tasks += (b->jobs[i].n_rows + b->jobs[i].rows_per_task - 1) / b->jobs[i].rows_per_task;
+    }
+    if (run && n_tasks > 0)
+        kern_pool_run(pool, model_batch_task, b, n_tasks);
+    for (size_t i = 0; i < b->n; i++) {
+        if (run)
+            model_hf_weight_release(b->jobs[i].hf);
+        free(b->jobs[i].src_rows);
+    }
+    free(b->jobs);
+    *b = (model_convert_batch){0};
+    (void)m;
+}
+
+/* Converts tensor t (n_rows rows of n_in) to dst_type into an owned buffer;
+ * a GGUF tensor already of dst_type is used where it lies. A folder's
+ * matrix (hf_folder.h) is always read into an owned buffer: its bytes are
+ * not aligned and its q/k rows may need reordering. */
 static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_rows, int n_in,
                          kern_type dst_type, const void **out) {
-    if (t->type == dst_type) {
+    const model_hf_weight *hf = model_hf_weights_of(m->hfw, t);
+    if (t->type == dst_type && !hf) {
         *out = t->data;
         return 0;
     }
     convert_job j = {0};
     j.t = t;
+    j.hf = hf;
     j.dst_type = dst_type;
     j.n_rows = n_rows;
     j.n_in = n_in;
     j.src_row_bytes = kern_row_bytes(t->type, n_in);
     j.dst_row_bytes = kern_row_bytes(dst_type, n_in);
     j.dst = model_alloc_owned(m, j.dst_row_bytes * (size_t)n_rows);
+    /* kern_cvt_rows converts the pair (with 0 rows, the answer alone): a
+     * memory-bound copy or widening, not the arithmetic of a quantization. */
+    int plain = kern_cvt_rows(t->type, NULL, 0, NULL, dst_type, NULL, 0, n_in, 0) == 0;
+    int batched = hf && m->batch && plain && kern_x8_type(dst_type) == dst_type;
     int n_threads = pool ? kern_pool_size(pool) : 1;
-    j.scratch = malloc((size_t)n_threads * (size_t)n_in * sizeof(float));
-    if (!j.dst || !j.scratch) {
+    if (!batched)
+        j.scratch = malloc((size_t)n_threads * 2 * (size_t)n_in * sizeof(float));
+    if (hf && hf->qk_heads > 0 && (j.src_rows = malloc((size_t)n_rows * sizeof *j.src_rows)))
+        for (int r = 0; r < n_rows; r++)
+            j.src_rows[r] = model_hf_src_row(hf, r);
+    model_convert_batch *b = m->batch;
+    if (!j.dst || (!batched && !j.scratch) || (hf && hf->qk_heads > 0 && !j.src_rows) ||
+        (batched && brisk_grow_libc(&b->jobs, &b->cap, b->n + 1, sizeof *b->jobs, 64, 0) < 0)) {
         free(j.scratch);
+        free(j.src_rows);
         return BRISK_ENOMEM;
     }
+    /* 64 rows a task, enough to share a quantization's arithmetic well; a
+     * plain conversion, bound by memory and page faults, writes at least a
+     * huge page (2 MiB) of dst a task, so two threads do not fault one fresh
+     * huge page together (with 64-row tasks two threads loaded a 1B bf16
+     * folder slower than one on a 2-core VM). */
     j.rows_per_task = 64;
+    if (plain && (size_t)j.rows_per_task * j.dst_row_bytes < MODEL_HUGE_PAGE)
+        j.rows_per_task = (int)((MODEL_HUGE_PAGE + j.dst_row_bytes - 1) / j.dst_row_bytes);
+    if (batched) {
+        b->jobs[b->n++] = j; /* converted in model_batch_finish */
+        *out = j.dst;
+        return 0;
+    }
     kern_pool_run(pool, model_convert_task, &j, (n_rows + j.rows_per_task - 1) / j.rows_per_task);
     free(j.scratch);
+    free(j.src_rows);
     /* The stored bytes are never read again: let their pages leave RSS so the
      * process holds the converted weights only, not both copies. */
-    gguf_release_tensor_pages(m->gf, t);
+    if (hf)
+        model_hf_weight_release(hf);
+    else
+        gguf_release_tensor_pages(m->gf, t);
     *out = j.dst;
     return 0;
 }
@@ -522,6 +623,10 @@ int model_make_x8(model *m, kern_pool *pool, model_matrix *mm, int in_place) {
 static const gguf_tensor *model_find(model *m, const char *name, int required, char *err,
                                      size_t err_len) {
     const gguf_tensor *t = gguf_find_tensor(m->gf, name);
+    if (!t) {
+        const model_hf_weight *e = model_hf_weights_find(m->hfw, name);
+        t = e ? &e->t : NULL;
+    }
     if (!t && required)
         ERR(BRISK_EFORMAT, "model: missing tensor '%s'", name);
     return t;
@@ -655,13 +760,22 @@ static int model_load_vector(model *m, const char *name, int n, int required, co
     int rc = model_check_shape(t, name, n, 0, err, err_len);
     if (rc < 0)
         return rc;
-    if (t->type == KERN_TYPE_F32) {
+    /* A folder's matrix of one row (a [1, n] norm) is not aligned: read
+     * through an aligned copy. */
+    int hf = model_hf_weights_of(m->hfw, t) != NULL;
+    if (t->type == KERN_TYPE_F32 && !hf) {
         *out = t->data;
     } else {
         float *buf = model_alloc_owned(m, (size_t)n * sizeof(float));
-        if (!buf)
+        void *raw = hf ? malloc(t->nbytes) : NULL;
+        if (!buf || (hf && !raw)) {
+            free(raw);
             return ERR(BRISK_ENOMEM, "model: out of memory for '%s'", name);
-        kern_dequantize_row(t->type, t->data, buf, n);
+        }
+        if (raw)
+            memcpy(raw, t->data, t->nbytes);
+        kern_dequantize_row(t->type, raw ? raw : t->data, buf, n);
+        free(raw);
         *out = buf;
     }
     m->n_params += n;
@@ -715,7 +829,19 @@ static int model_load_experts(model *m, kern_pool *pool, int l, model_layer *L, 
                             err, err_len);
 }
 
+static int model_load_tensors_in(model *m, kern_pool *pool, char *err, size_t err_len);
+
+/* The tensors, the folder conversions batched (model_convert_batch). */
 static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_len) {
+    model_convert_batch batch = {0};
+    m->batch = &batch;
+    int rc = model_load_tensors_in(m, pool, err, err_len);
+    m->batch = NULL;
+    model_batch_finish(m, pool, &batch, rc == 0);
+    return rc;
+}
+
+static int model_load_tensors_in(model *m, kern_pool *pool, char *err, size_t err_len) {
     const model_config *c = &m->cfg;
     model_weights *w = &m->w;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
@@ -723,9 +849,10 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
     /* A layer is at least 6 tensors: a block_count beyond the file's tensors
      * would only make us allocate per-layer state for layers that are not
      * there (16M layers in a 30 KB file: 3.5 GB of layer structs, fuzz_gguf). */
-    if ((int64_t)c->n_layers * 6 > gguf_n_tensors(m->gf))
+    int64_t n_tensors = gguf_n_tensors(m->gf) + model_hf_weights_count(m->hfw);
+    if ((int64_t)c->n_layers * 6 > n_tensors)
         return ERR(BRISK_EFORMAT, "model: block_count %d but only %lld tensors in the file",
-                   c->n_layers, (long long)gguf_n_tensors(m->gf));
+                   c->n_layers, (long long)n_tensors);
 
     const gguf_tensor *te = model_find(m, "token_embd.weight", 1, err, err_len);
     if (!te)
@@ -737,7 +864,7 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
                    "expected [%d, n_vocab]",
                    (long long)te->ne[0], (long long)te->ne[1], c->dim);
     m->cfg.n_vocab = (int)te->ne[1];
-    int tied = gguf_find_tensor(m->gf, "output.weight") == NULL;
+    int tied = model_find(m, "output.weight", 0, err, err_len) == NULL;
     if (tied) {
         /* The table is also the output projection: it takes the compute format. */
         if ((rc = model_load_matrix(m, pool, "token_embd.weight", c->dim, c->n_vocab, &w->tok_embd,
@@ -748,6 +875,10 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
          * type is kept: converting it would only add rounding and memory. */
         w->tok_embd.type = te->type;
         w->tok_embd.data = te->data;
+        /* A folder's table is not aligned: into an owned buffer, as stored. */
+        if (model_hf_weights_of(m->hfw, te) &&
+            model_convert(m, pool, te, c->n_vocab, c->dim, te->type, &w->tok_embd.data) < 0)
+            return ERR(BRISK_ENOMEM, "model: out of memory copying 'token_embd.weight'");
         w->tok_embd.n_in = c->dim;
         w->tok_embd.n_out = c->n_vocab;
         m->n_params += (int64_t)c->dim * c->n_vocab;
@@ -788,7 +919,7 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         LVEC(attn_norm, "attn_norm.weight", c->dim, 1)
         LVEC(ffn_norm, "ffn_norm.weight", c->dim, 1)
         snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
-        if (gguf_find_tensor(m->gf, name)) { /* phi3: q, k and v as one matrix */
+        if (model_find(m, name, 0, err, err_len)) { /* phi3: q, k and v as one matrix */
             model_matrix f;
             if ((rc = model_load_matrix(m, pool, name, c->dim, q_dim + 2 * kv_dim, &f, err,
                                         err_len)) < 0 ||
@@ -807,7 +938,7 @@ static int model_load_tensors(model *m, kern_pool *pool, char *err, size_t err_l
         if (c->n_expert > 0) { /* a mixture of experts */
             if ((rc = model_load_experts(m, pool, l, L, err, err_len)) < 0)
                 return rc;
-        } else if (!gguf_find_tensor(m->gf, name)) { /* phi3: gate and up as one matrix */
+        } else if (!model_find(m, name, 0, err, err_len)) { /* phi3: gate and up as one matrix */
             model_matrix f;
             snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
             if ((rc = model_load_matrix(m, pool, name, c->dim, 2 * c->hidden_dim, &f, err,
@@ -905,8 +1036,10 @@ static const char *file_type_name(uint32_t ft) {
  * type most of its 2-D tensors have ("guessed", as llama.cpp does). */
 static void model_log_types(model *m) {
     int64_t count[KERN_TYPE_BF16 + 1] = {0}, count2d[KERN_TYPE_BF16 + 1] = {0};
-    for (int64_t i = 0; i < gguf_n_tensors(m->gf); i++) {
-        const gguf_tensor *t = gguf_tensor_at(m->gf, i);
+    int64_t n_image = gguf_n_tensors(m->gf);
+    for (int64_t i = 0; i < n_image + model_hf_weights_count(m->hfw); i++) {
+        const gguf_tensor *t =
+            i < n_image ? gguf_tensor_at(m->gf, i) : &model_hf_weights_at(m->hfw, i - n_image)->t;
         if ((unsigned)t->type <= KERN_TYPE_BF16) {
             count[t->type]++;
             count2d[t->type] += t->ne[1] > 1;
@@ -996,8 +1129,10 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
         return rc;
     if ((rc = tok_vocab_create_from_gguf(m->gf, &m->vocab, err, err_len)) < 0)
         return rc;
+    double t0 = brisk_now();
     if ((rc = model_load_tensors(m, pool, err, err_len)) < 0)
         return rc;
+    double t_tensors = brisk_now() - t0;
     if ((rc = model_read_generation(m, err, err_len)) < 0)
         return rc;
     if (tok_n_vocab(m->vocab) > m->cfg.n_vocab)
@@ -1021,24 +1156,28 @@ static int model_load_gguf(model *m, const char *what, kern_pool *pool, char *er
     model_count_bytes(m);
     model_log_types(m);
     BRISK_INFO("model: %s: %s, %d layers, dim %d, heads %d/%d, vocab %d, weights %s (%.1f MB read "
-               "per token)",
+               "per token; tensors loaded in %.2f s)",
                what, m->cfg.arch->name, m->cfg.n_layers, m->cfg.dim, m->cfg.n_heads,
                m->cfg.n_kv_heads, m->cfg.n_vocab, model_weights_fmt_name(m->fmt),
-               (double)m->weight_bytes / 1e6);
+               (double)m->weight_bytes / 1e6, t_tensors);
     return 0;
 }
 
 /* Opens the file (path) or the buffer (buf, len) and loads from it; image,
- * when not NULL, is buf and passes to the model, which frees it. */
+ * when not NULL, is buf and passes to the model, which frees it, as it does
+ * hfw (a folder's matrices, hf_folder.h). */
 static int model_load_from(const char *path, const void *buf, size_t len, uint8_t *image,
-                           const model_load_opts *opts, model **out, char *err, size_t err_len) {
+                           model_hf_weights *hfw, const model_load_opts *opts, model **out,
+                           char *err, size_t err_len) {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
     if (!m) {
         free(image);
+        model_hf_weights_free(hfw);
         return ERR(BRISK_ENOMEM, "model: out of memory");
     }
     m->image = image;
+    m->hfw = hfw;
     m->fmt = opts ? opts->weights : MODEL_WEIGHTS_AUTO;
     m->x8 = model_want_x8(opts);
     m->keep_stored = opts && opts->keep_stored;
@@ -1072,19 +1211,20 @@ int model_load(const char *path, const model_load_opts *opts, model **out, char 
     if (model_hf_is_folder(path)) {
         uint8_t *image;
         size_t len;
-        int rc = model_hf_build_gguf(path, 0, &image, &len, err, err_len);
+        model_hf_weights *hfw;
+        int rc = model_hf_open(path, 0, &image, &len, &hfw, err, err_len);
         if (rc < 0) {
             *out = NULL;
             return rc;
         }
-        return model_load_from(NULL, image, len, image, opts, out, err, err_len);
+        return model_load_from(NULL, image, len, image, hfw, opts, out, err, err_len);
     }
-    return model_load_from(path, NULL, 0, NULL, opts, out, err, err_len);
+    return model_load_from(path, NULL, 0, NULL, NULL, opts, out, err, err_len);
 }
 
 int model_load_memory(const void *buf, size_t len, const model_load_opts *opts, model **out,
                       char *err, size_t err_len) {
-    return model_load_from(NULL, buf, len, NULL, opts, out, err, err_len);
+    return model_load_from(NULL, buf, len, NULL, NULL, opts, out, err, err_len);
 }
 
 void model_free(model *m) {
@@ -1097,7 +1237,8 @@ void model_free(model *m) {
     tok_vocab_free(m->vocab);
     gguf_close(m->gf);
     gguf_close(m->tok_gf);
-    free(m->image); /* after the gguf_file that points into it */
+    free(m->image);                /* after the gguf_file that points into it */
+    model_hf_weights_free(m->hfw); /* after the buffers converted from it */
     free(m->name);
     free(m->chat_template);
     free(m);

@@ -3,6 +3,7 @@
 #ifndef MODEL_INTERNAL_H
 #define MODEL_INTERNAL_H
 
+#include "models/hf_folder.h"
 #include "models/model.h"
 
 struct model {
@@ -14,7 +15,13 @@ struct model {
     gguf_file *gf;     /* owns the mmap that unconverted weights point into */
     gguf_file *tok_gf; /* dummy models: the file the vocabulary came from, or NULL */
     uint8_t *image;    /* a Hugging Face folder's GGUF image (hf_folder.h) gf reads, or NULL */
-    void **owned;      /* buffers of converted tensors, freed with the model */
+    /* and its matrices, read in place from the safetensors files it owns
+     * (tensors model_find finds beside gf's), or NULL */
+    model_hf_weights *hfw;
+    /* model.c, during model_load_tensors: the folder conversions that run
+     * together at its end; NULL otherwise */
+    struct model_convert_batch *batch;
+    void **owned; /* buffers of converted tensors, freed with the model */
     int n_owned;
     size_t cap_owned;
     int keep_stored;    /* model_load_opts.keep_stored */

@@ -434,6 +434,21 @@ int safetensors_open(const char *path, safetensors_file **out, char *err, size_t
     return rc;
 }
 
+void safetensors_release_pages(const safetensors_file *f, const safetensors_tensor *t) {
+    if (!f || !f->mapped || !t || t->nbytes == 0)
+        return;
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0)
+        return;
+    /* Only whole pages inside the tensor: a neighbour may still be read from
+     * a page it shares. The mapping is private and read-only, so dropping
+     * its pages loses nothing. */
+    uintptr_t lo = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t hi = ((uintptr_t)t->data + t->nbytes) & ~((uintptr_t)page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 int64_t safetensors_n_tensors(const safetensors_file *f) {
     return f->n;
 }
