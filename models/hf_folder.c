@@ -282,6 +282,80 @@ static int rope_llama3(hf_build *b, const cJSON *rs, float base, int n_rot, char
                : 0;
 }
 
+/* One LongRoPE factor list (rope_scaling's long_factor or short_factor):
+ * n_rot / 2 finite positive numbers, as the tensor `name`. */
+static int rope_factor_list(hf_build *b, const cJSON *rs, const char *key, const char *name,
+                            int n_rot, char *err, size_t err_len) {
+    const cJSON *a = cfg_get(rs, key);
+    int n = n_rot / 2;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+        return ERR(BRISK_EFORMAT,
+                   "config.json: rope_scaling (longrope) '%s' is not a list of %d "
+                   "numbers (rotary dimensions / 2)",
+                   key, n);
+    float *f = keep_buf(b, (size_t)n * sizeof *f);
+    if (!f)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, a) {
+        double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        if (!(d > 0.0) || !isfinite(d) || d > 1e6)
+            return ERR(BRISK_EFORMAT,
+                       "config.json: rope_scaling (longrope) '%s'[%d] is not a "
+                       "positive number",
+                       key, i);
+        f[i++] = (float)d;
+    }
+    int64_t ne[1] = {n};
+    return gguf_writer_add_tensor(b->w, name, KERN_TYPE_F32, 1, ne, f) < 0
+               ? ERR(BRISK_ENOMEM, "hf: out of memory")
+               : 0;
+}
+
+/* Phi-3's LongRoPE (rope_type "longrope"), as llama.cpp's converter writes
+ * it: the long and short frequency divisors as rope_factors_long/_short,
+ * the original context (rope_scaling's or the config's
+ * original_max_position_embeddings) and the attention factor (rope_scaling's
+ * attention_factor, else sqrt(1 + ln(max / original) / ln(original)) when
+ * the context was extended, else 1). The forward pass takes the long
+ * factors when the served context exceeds the original, as llama.cpp does. */
+static int rope_longrope(hf_build *b, const cJSON *cfg, const cJSON *rs, int n_rot, char *err,
+                         size_t err_len) {
+    int orig = 0, max_pos = 0, rc;
+    if ((rc = cfg_int(rs, "original_max_position_embeddings", &orig, err, err_len)) ==
+        BRISK_ENOTFOUND)
+        rc = cfg_int(cfg, "original_max_position_embeddings", &orig, err, err_len);
+    if (rc < 0)
+        return rc == BRISK_ENOTFOUND ? ERR(BRISK_EFORMAT, "config.json: longrope without "
+                                                          "original_max_position_embeddings")
+                                     : rc;
+    if ((rc = cfg_int(cfg, "max_position_embeddings", &max_pos, err, err_len)) < 0 &&
+        rc != BRISK_ENOTFOUND)
+        return rc;
+    if (orig < 2 || orig > (1 << 24) || max_pos < 0 || n_rot < 2 || n_rot > 65536)
+        return ERR(BRISK_EFORMAT, "config.json: rope_scaling (longrope) has values out of range");
+    float attn = 1.0f;
+    if ((rc = cfg_float(rs, "attention_factor", &attn, err, err_len)) == BRISK_ENOTFOUND) {
+        double scale = max_pos > orig ? (double)max_pos / orig : 1.0;
+        attn = scale > 1.0 ? (float)sqrt(1.0 + log(scale) / log((double)orig)) : 1.0f;
+    } else if (rc < 0) {
+        return rc;
+    }
+    if (!(attn > 0.0f) || !isfinite(attn) || attn > 16.0f)
+        return ERR(BRISK_EFORMAT, "config.json: rope_scaling (longrope) attention_factor %g",
+                   (double)attn);
+    if ((rc = rope_factor_list(b, rs, "long_factor", "rope_factors_long.weight", n_rot, err,
+                               err_len)) < 0 ||
+        (rc = rope_factor_list(b, rs, "short_factor", "rope_factors_short.weight", n_rot, err,
+                               err_len)) < 0)
+        return rc;
+    if (set_arch_u32(b, "rope.scaling.original_context_length", (uint32_t)orig) < 0 ||
+        set_arch_f32(b, "rope.scaling.attn_factor", attn) < 0)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    return 0;
+}
+
 static int read_rope_scaling(hf_build *b, const cJSON *cfg, float base, int n_rot, char *err,
                              size_t err_len) {
     const cJSON *rs = cfg_get(cfg, "rope_scaling");
@@ -315,12 +389,17 @@ static int read_rope_scaling(hf_build *b, const cJSON *cfg, float base, int n_ro
     }
     if (!strcmp(type, "llama3") && !strcmp(b->a->arch, "llama"))
         return rope_llama3(b, rs, base, n_rot, err, err_len);
+    if ((!strcmp(type, "longrope") || !strcmp(type, "su")) && !strcmp(b->a->arch, "phi3"))
+        return rope_longrope(b, cfg, rs, n_rot, err, err_len);
     char t32[40];
     snprintf(t32, sizeof t32, "%.32s", type);
     return ERR(BRISK_EUNSUPPORTED,
                "config.json: rope_scaling type '%s' is not supported for %s (supported: "
                "default, linear%s)",
-               t32, b->a->hf, !strcmp(b->a->arch, "llama") ? ", llama3" : "");
+               t32, b->a->hf,
+               !strcmp(b->a->arch, "llama")  ? ", llama3"
+               : !strcmp(b->a->arch, "phi3") ? ", longrope"
+                                             : "");
 }
 
 static int read_config(hf_build *b, const cJSON *cfg, char *err, size_t err_len) {

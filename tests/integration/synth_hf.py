@@ -172,6 +172,9 @@ def config_for(spec, hf_arch=None):
         cfg["final_logit_softcapping"] = spec.final_softcap
     if spec.rope_linear:
         cfg["rope_scaling"] = {"rope_type": "linear", "factor": spec.rope_linear}
+    if spec.rope_orig_ctx:  # Phi-3 LongRoPE: the factor lists are filled in by write_folder
+        cfg["original_max_position_embeddings"] = spec.rope_orig_ctx
+        cfg["rope_scaling"] = {"type": "longrope", "long_factor": [], "short_factor": []}
     return cfg
 
 
@@ -181,16 +184,26 @@ def write_folder(folder, spec, gguf_tensors, dtype="F32", hf_arch=None, chat_tem
     (name -> (float32 values, "F32"))."""
     folder.mkdir(parents=True, exist_ok=True)
     a = spec.arch
-    hf = {}
+    hf, factors = {}, {}
     for name, (vals, _) in gguf_tensors.items():
         v = np.asarray(vals, dtype=np.float32)
+        if name.startswith("rope_factors_"):  # LongRoPE: config.json's lists, not tensors
+            factors[name] = v
+            continue
         if a == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             v = to_rotate_half(v, spec.n_head if "attn_q" in name else spec.n_head_kv)
         if a in GEMMA and name.endswith("norm.weight"):
             v = (v - np.float32(1)).astype(np.float32)
         hf[hf_name(a, name)] = v
     written = write_safetensors(folder / "model.safetensors", hf, dtype)
-    (folder / "config.json").write_text(json.dumps(config_for(spec, hf_arch), indent=2))
+    cfg = config_for(spec, hf_arch)
+    if factors:
+        rs = cfg["rope_scaling"]
+        rs["long_factor"] = [float(x) for x in factors["rope_factors_long.weight"]]
+        rs["short_factor"] = [float(x) for x in factors["rope_factors_short.weight"]]
+        if spec.rope_attn_factor:
+            rs["attention_factor"] = float(spec.rope_attn_factor)
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     write_tokenizer(folder, merges_as_strings)
     tc = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "add_bos_token": False,
           "model_max_length": 1024}
@@ -202,6 +215,9 @@ def write_folder(folder, spec, gguf_tensors, dtype="F32", hf_arch=None, chat_tem
     # Back to GGUF conventions from the values written, as the converter does.
     out = {}
     for name in gguf_tensors:
+        if name in factors:
+            out[name] = (factors[name], "F32")
+            continue
         v = written[hf_name(a, name)]
         if a == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             v = to_adjacent(v, spec.n_head if "attn_q" in name else spec.n_head_kv)

@@ -48,6 +48,9 @@ MODELS = {
     "gemma3": (Spec(arch="gemma3", n_head=4, n_head_kv=1, head_dim=64, rope_base=1e6,
                     sliding_window=8, swa_pattern=2, seed=66), None),
     "phi3": (Spec(arch="phi3", n_head_kv=4, seed=67), None),
+    # Phi-3.5's LongRoPE: factor lists and attention_factor in rope_scaling.
+    "phi3-longrope": (Spec(arch="phi3", n_head=4, n_head_kv=2, rope_orig_ctx=16,
+                           rope_attn_factor=1.19, seed=69), None),
     "llama-rope-linear": (Spec(n_head_kv=2, rope_linear=4.0, seed=68), None),
 }
 DTYPES = ("F32", "BF16")
@@ -208,6 +211,21 @@ def test_refusals(brisk, folders, tmp_path):
          "use_regex": False}]}
     (d / "tokenizer.json").write_text(json.dumps(tj))
     _refused(brisk, d, "pre-tokenizer regex '[a-z]+|\\s+'")
+
+    lsrc, _ = folders.get("phi3-longrope", "F32")
+    for case, edit, needle in [
+            ("short-list", lambda c: c["rope_scaling"]["long_factor"].pop(),
+             "'long_factor' is not a list of"),
+            ("bad-factor", lambda c: c["rope_scaling"]["short_factor"].__setitem__(0, -1.0),
+             "'short_factor'[0] is not a positive number"),
+            ("no-orig", lambda c: c.pop("original_max_position_embeddings"),
+             "longrope without original_max_position_embeddings")]:
+        d = tmp_path / f"longrope-{case}"
+        shutil.copytree(lsrc, d)
+        cfg = json.loads((d / "config.json").read_text())
+        edit(cfg)
+        (d / "config.json").write_text(json.dumps(cfg))
+        _refused(brisk, d, needle)
 
     d = copy("wordpiece")
     tj["model"]["type"] = "WordPiece"
