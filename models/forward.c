@@ -51,20 +51,6 @@ struct model_state {
     model_moe_scratch *moe; /* owned; the experts' scratch, NULL for a dense model */
 };
 
-/* Layer L's experts as model_moe_ffn takes them. */
-static model_moe_weights forward_moe_weights(const model_config *c, const model_layer *L) {
-    return (model_moe_weights){.router = &L->router,
-                               .gate = &L->exps_gate,
-                               .up = &L->exps_up,
-                               .down = &L->exps_down,
-                               .n_expert = c->n_expert,
-                               .n_used = c->n_expert_used,
-                               .dim = c->dim,
-                               .hidden = c->expert_hidden,
-                               .norm_topk = c->moe_norm_topk,
-                               .act = c->act};
-}
-
 /* Attention scratch of one thread, in floats: scores of a task's heads (at
  * most one GQA group) x rows x positions. */
 static size_t forward_attn_scratch(const model_config *c, int max_ctx) {
@@ -88,7 +74,7 @@ static size_t forward_max_ws(const model *m, int n_tok) {
     /* Every layer has the same shapes and types, except that conversion may
      * fall back per tensor; scan them all to be safe. */
     for (int l = 0; l < m->cfg.n_layers && m->cfg.n_expert > 0; l++) {
-        model_moe_weights mw = forward_moe_weights(&m->cfg, &m->w.layers[l]);
+        model_moe_weights mw = model_moe_layer(&m->cfg, &m->w.layers[l]);
         size_t b = model_moe_ws_bytes(&mw, n_tok);
         if (b > best)
             best = b;
@@ -133,7 +119,7 @@ model_state *model_state_create(const model *m, int max_batch_tokens, int max_ct
     st->ws_bytes = forward_max_ws(m, max_batch_tokens);
     st->ws = aligned_alloc(64, (st->ws_bytes + 63) & ~(size_t)63);
     if (c->n_expert > 0) {
-        model_moe_weights mw = forward_moe_weights(c, &m->w.layers[0]);
+        model_moe_weights mw = model_moe_layer(c, &m->w.layers[0]);
         if (!(st->moe = model_moe_scratch_create(&mw, max_batch_tokens))) {
             model_state_free(st);
             return NULL;
@@ -493,7 +479,7 @@ static int forward_step(const model *m, model_state *st, kv_cache *kv, kern_pool
         forward_rmsnorm(pool, st->xb2, st->xb2, L->post_ffn_norm, n, dim, c->norm_eps);
         return i + 1;
     case MODEL_STEP_MOE: { /* tokens grouped by expert: each expert's weights read once */
-        model_moe_weights mw = forward_moe_weights(c, L);
+        model_moe_weights mw = model_moe_layer(c, L);
         int rc = model_moe_ffn(pool, &mw, st->xb, n, st->xb2, st->moe, st->ws, NULL);
         return rc < 0 ? rc : i + 1;
     }

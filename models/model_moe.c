@@ -20,6 +20,19 @@ struct model_moe_scratch {
     float *yg;      /* [max_tokens][dim] its outputs */
 };
 
+model_moe_weights model_moe_layer(const model_config *c, const model_layer *L) {
+    return (model_moe_weights){.router = &L->router,
+                               .gate = &L->exps_gate,
+                               .up = &L->exps_up,
+                               .down = &L->exps_down,
+                               .n_expert = c->n_expert,
+                               .n_used = c->n_expert_used,
+                               .dim = c->dim,
+                               .hidden = c->expert_hidden,
+                               .norm_topk = c->moe_norm_topk,
+                               .act = c->act};
+}
+
 void model_moe_route(const float *logits, int n_expert, int n_used, int norm_topk, int32_t *ids,
                      float *weights) {
     /* Softmax over all experts, max subtracted; only the chosen ones'

@@ -40,6 +40,9 @@ typedef struct model_moe_weights {
     model_act act; /* the experts' activation */
 } model_moe_weights;
 
+/* Layer L's experts as model_moe_ffn takes them (pointers into L, borrowed). */
+model_moe_weights model_moe_layer(const model_config *c, const model_layer *L);
+
 /* Step 2 for one token: logits[n_expert] (read only) -> ids[n_used] (the
  * chosen experts, largest weight first, lower index first among equals) and
  * weights[n_used]. 1 <= n_used <= n_expert. NaN logits route to the lowest

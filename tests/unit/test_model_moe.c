@@ -108,18 +108,10 @@ static float rel_err(const float *a, const float *b, size_t n) {
 
 /* The experts of layer l of m, with the router replaced by r when not NULL. */
 static model_moe_weights layer_moe(const model *m, int l, const model_matrix *r) {
-    const model_config *c = model_get_config(m);
-    const model_layer *L = &model_get_weights(m)->layers[l];
-    return (model_moe_weights){.router = r ? r : &L->router,
-                               .gate = &L->exps_gate,
-                               .up = &L->exps_up,
-                               .down = &L->exps_down,
-                               .n_expert = c->n_expert,
-                               .n_used = c->n_expert_used,
-                               .dim = c->dim,
-                               .hidden = c->expert_hidden,
-                               .norm_topk = c->moe_norm_topk,
-                               .act = c->act};
+    model_moe_weights w = model_moe_layer(model_get_config(m), &model_get_weights(m)->layers[l]);
+    if (r)
+        w.router = r;
+    return w;
 }
 
 /* Fast path vs the reference for n tokens of random x; also each token of
