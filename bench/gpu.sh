@@ -27,8 +27,9 @@
 #   33/1  env        20 q  nvidia-smi, the libraries found, python modules, brisk --version
 #   33/1  ops        90 q  test_cuda_ops: every op against its CPU reference
 #   33/2  model     120 q  test_cuda_model: stories260K golden; every family (llama,
-#                          qwen3, gemma3, gemma2, phi3, mistral) f16 and int8 against
-#                          the CPU; windows, embeddings and window release (parity)
+#                          qwen3, gemma3, gemma2, phi3, mistral; qwen3moe and olmoe as
+#                          mini models) f16 and int8 against the CPU; windows,
+#                          embeddings and window release (parity)
 #   33/2  backend    30 q  test_backend
 #   33/3  structured 75 q  stories260K served on the device: the 53-schema corpus
 #                          (completions and chat), outputs kept for validation;
@@ -47,7 +48,11 @@
 #   37    spec       60    speculative decoding: llama-3.2-1b dummy, the draft = target
 #                          pair, ngram and none at 1 and 16 streams (overhead, gain,
 #                          vllm:spec_decode_*), greedy tokens with and without compared
-#   later issues' stages follow these (see "later issues" in run below).
+#   later issues' stages follow these (see "later issues" in run below), among them
+#   40    moe       150 q  test_cuda_model --moe: qwen3-30b-a3b-4l and olmoe-1b-7b-4l
+#                          (and their mini models), f16 and int8, against the CPU with
+#                          the families' agreement rule: routing, top-k and the experts
+#                          on the device
 # --device cpu: the rehearsal on a machine without a GPU (scripts/test.sh runs
 # `--device cpu --quick`): stories260K instead of the 8B shape, small levels;
 # the CUDA tests report SKIP and test_cuda_model rehearses on the CPU (--cpu).
@@ -520,6 +525,14 @@ run() {
     # four dummy shapes); here the serving figure, fp8 against serve_f16's.
     if [ "$QUICK" = 0 ]; then
         stage kv_quant 120 bash -c st_kv_quant
+    fi
+    # Issue 40 (mixture of experts): the MoE families against the CPU, their real
+    # 4-layer shapes included (billions of random weights: their own stage, so the
+    # model stage keeps its time); a correctness check, so --quick runs it too.
+    if [ "$DEVICE" = cuda ]; then
+        stage moe 150 "$mdl" --moe
+    else
+        stage moe 150 "$mdl" --cpu --moe
     fi
 
     python3 bench/gpu_report.py "$W" "$OUTDIR/summary.json" \
