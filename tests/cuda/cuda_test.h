@@ -103,6 +103,7 @@ void test_fused(void);
 /* ops_moe.c: the mixture-of-experts MLP against model_moe_ffn_ref (OPNAME
  * "moe"). */
 void test_moe(void);
+void perf_moe(double copy_bw);
 
 /* ops_sample.c: kern_cuda_sample (OPNAME "sample"). */
 void test_sample(void);

@@ -194,8 +194,8 @@ static void moe_args(void) {
         {"workspace", ok, ws_bytes - 1, BRISK_EINVAL},
     };
     for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
-        int rc = kern_cuda_moe_ffn(&cases[c].m, d_x, 4, d_y, d_ws, cases[c].ws, NULL, NULL,
-                                   g_stream);
+        int rc =
+            kern_cuda_moe_ffn(&cases[c].m, d_x, 4, d_y, d_ws, cases[c].ws, NULL, NULL, g_stream);
         report("MOE", rc != cases[c].want, 0.0, "args:%s -> %d (want %d)", cases[c].what, rc,
                cases[c].want);
     }
@@ -212,17 +212,104 @@ static void moe_args(void) {
 void test_moe(void) {
     static const moe_case cases[] = {
         /* E,  k, dim, hidden, n, norm, gelu, ties */
-        {8, 2, 64, 32, 1, 1, 0, 0},      /* a batch of one, top-2 (Mixtral's routing) */
-        {8, 8, 130, 65, 5, 0, 0, 0},     /* k = n_expert; odd hidden: F16 scalar rows */
-        {16, 4, 96, 64, 9, 1, 0, 3},     /* ties: rows repeat every 3 experts */
-        {64, 8, 128, 96, 33, 0, 0, 0},   /* OLMoE's routing (raw weights), past the GEMV sizes */
-        {128, 8, 256, 64, 4, 1, 0, 0},   /* Qwen3-30B-A3B's routing, a decode batch */
-        {256, 16, 64, 32, 3, 1, 1, 0},   /* the limits; GELU gating */
-        {32, 16, 64, 32, 17, 0, 0, 5},    /* top-16, ties among 5 distinct rows */
+        {8, 2, 64, 32, 1, 1, 0, 0},    /* a batch of one, top-2 (Mixtral's routing) */
+        {8, 8, 130, 65, 5, 0, 0, 0},   /* k = n_expert; odd hidden: F16 scalar rows */
+        {16, 4, 96, 64, 9, 1, 0, 3},   /* ties: rows repeat every 3 experts */
+        {64, 8, 128, 96, 33, 0, 0, 0}, /* OLMoE's routing (raw weights), past the GEMV sizes */
+        {128, 8, 256, 64, 4, 1, 0, 0}, /* Qwen3-30B-A3B's routing, a decode batch */
+        {256, 16, 64, 32, 3, 1, 1, 0}, /* the limits; GELU gating */
+        {32, 16, 64, 32, 17, 0, 0, 5}, /* top-16, ties among 5 distinct rows */
     };
     const kern_cuda_wfmt fmts[] = {KERN_CUDA_W_F16, KERN_CUDA_W_INT8};
     for (size_t c = 0; c < CASES_LEN(cases); c++)
         for (size_t f = 0; f < ARRAY_LEN(fmts); f++)
             moe_run_case(&cases[c], fmts[f]);
     moe_args();
+}
+
+/* ---- perf ------------------------------------------------------------------------ */
+
+typedef struct moe_perf {
+    const kern_cuda_moe *m;
+    const float *x;
+    float *y;
+    void *ws;
+    size_t ws_bytes;
+    int n_tok;
+} moe_perf;
+
+static int moe_perf_call(void *ctx) {
+    moe_perf *p = ctx;
+    return kern_cuda_moe_ffn(p->m, p->x, p->n_tok, p->y, p->ws, p->ws_bytes, NULL, NULL, g_stream);
+}
+
+/* A stack of n_exp experts of [n_out][n_in] in fmt: one chunk of random rows
+ * made once on the host (F16, or Q8_0 for INT8: both upload as copies) and
+ * uploaded into every row range, so a stack of a real model's size costs no
+ * host conversion. */
+static void moe_perf_stack(kern_cuda_weight *w, kern_cuda_wfmt fmt, int n_exp, int n_out,
+                           int n_in) {
+    const kern_type t = fmt == KERN_CUDA_W_INT8 ? KERN_TYPE_Q8_0 : KERN_TYPE_F16;
+    const int rows = n_out < 1024 ? n_out : 1024, total = n_exp * n_out;
+    float *f = xmalloc((size_t)rows * n_in * sizeof(float));
+    fill(f, (size_t)rows * n_in, 0.05f);
+    uint8_t *q = xmalloc(kern_row_bytes(t, n_in) * (size_t)rows);
+    for (int r = 0; r < rows; r++)
+        kern_quantize_row(t, f + (size_t)r * n_in, q + kern_row_bytes(t, n_in) * (size_t)r, n_in);
+    must(kern_cuda_weight_alloc(w, fmt, total, n_in), "kern_cuda_weight_alloc");
+    for (int r0 = 0; r0 < total; r0 += rows)
+        must(kern_cuda_weight_upload_rows(w, r0, t, q, total - r0 < rows ? total - r0 : rows),
+             "kern_cuda_weight_upload_rows");
+    free(f), free(q);
+}
+
+/* One Qwen3-30B-A3B layer (128 experts of 768, dim 2048, top 8) at decode
+ * and prefill sizes, F16 and INT8: time per call and the bandwidth of the
+ * distinct experts' bytes the tokens chose (what a grouped kernel must read
+ * at least: the decode roofline; prefill re-reads experts per token here). */
+void perf_moe(double copy_bw) {
+    if (!selected("moe"))
+        return;
+    enum { E = 128, K = 8, D = 2048, H = 768 };
+    const int toks[] = {1, 4, 16, 64, 512};
+    const kern_cuda_wfmt fmts[] = {KERN_CUDA_W_F16, KERN_CUDA_W_INT8};
+    for (size_t f = 0; f < ARRAY_LEN(fmts); f++) {
+        kern_cuda_weight g, u, d;
+        moe_perf_stack(&g, fmts[f], E, H, D);
+        moe_perf_stack(&u, fmts[f], E, H, D);
+        moe_perf_stack(&d, fmts[f], E, D, H);
+        float *d_router = dev_random((size_t)E * D, 0.05f);
+        kern_cuda_moe m = {d_router, &g, &u, &d, E, K, D, H, 1, 0};
+        const int T = toks[ARRAY_LEN(toks) - 1];
+        size_t ws_bytes = kern_cuda_moe_ws_bytes(&m, T);
+        moe_perf p = {&m,
+                      dev_random((size_t)T * D, 1.0f),
+                      dev_alloc((size_t)T * D * sizeof(float)),
+                      dev_alloc(ws_bytes),
+                      ws_bytes,
+                      0};
+        int32_t *d_ids = dev_alloc((size_t)T * K * sizeof(int32_t));
+        int32_t *ids = xmalloc((size_t)T * K * sizeof(int32_t));
+        const double expert_bytes = (double)kern_cuda_weight_bytes(fmts[f], 2 * H, D) +
+                                    kern_cuda_weight_bytes(fmts[f], D, H);
+        for (size_t i = 0; i < ARRAY_LEN(toks); i++) {
+            p.n_tok = toks[i];
+            must(kern_cuda_moe_ffn(&m, p.x, p.n_tok, p.y, p.ws, ws_bytes, d_ids, NULL, g_stream),
+                 "kern_cuda_moe_ffn");
+            to_host(ids, d_ids, (size_t)p.n_tok * K * sizeof(int32_t));
+            int seen[E] = {0}, distinct = 0;
+            for (int j = 0; j < p.n_tok * K; j++)
+                if (ids[j] >= 0 && ids[j] < E && !seen[ids[j]]++)
+                    distinct++;
+            double t = cuda_test_time(moe_perf_call, &p, "kern_cuda_moe_ffn");
+            char shape[64];
+            snprintf(shape, sizeof shape, "%s,E=%d,k=%d,n=%d,%d experts",
+                     fmts[f] == KERN_CUDA_W_INT8 ? "int8" : "f16", E, K, p.n_tok, distinct);
+            perf_line("moe", shape, distinct * expert_bytes + (double)E * D * sizeof(float), t,
+                      copy_bw);
+        }
+        free(ids);
+        dev_free(d_ids), dev_free((void *)p.x), dev_free(p.y), dev_free(p.ws), dev_free(d_router);
+        kern_cuda_weight_free(&g), kern_cuda_weight_free(&u), kern_cuda_weight_free(&d);
+    }
 }

@@ -1035,6 +1035,7 @@ static void perf_all(void) {
     perf_matmul(copy_bw); /* its sections check the filter themselves */
     if (selected("sample"))
         perf_sample(copy_bw);
+    perf_moe(copy_bw); /* checks the filter itself */
 }
 
 /* ---- main ---------------------------------------------------------------------- */
