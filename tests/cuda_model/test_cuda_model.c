@@ -483,8 +483,8 @@ int main(int argc, char **argv) {
         printf("test_cuda_model: SKIP: no CUDA device (--cpu rehearses the agreement checks)\n");
         return 0;
     }
-    if (moe_only) {                                            /* bench/gpu.sh's moe stage */
-        test_agreement(NULL, cpu_only, 1, cpu_only ? 48 : 96); /* 96: the stage's time */
+    if (moe_only) { /* bench/gpu.sh's moe stage: 96 positions on the GPU fit its time */
+        test_agreement(NULL, cpu_only, 1, cpu_only ? 48 : 96);
         int fam_passed, fam_failed = cm_families_counts(&fam_passed);
         bt_passed += fam_passed, bt_failed += fam_failed;
         cm_pool_free();
