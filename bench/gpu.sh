@@ -27,8 +27,9 @@
 #   33/1  env        20 q  nvidia-smi, the libraries found, python modules, brisk --version
 #   33/1  ops        90 q  test_cuda_ops: every op against its CPU reference
 #   33/2  model     120 q  test_cuda_model: stories260K golden; every family (llama,
-#                          qwen3, gemma3, gemma2, phi3, mistral) f16 and int8 against
-#                          the CPU; windows, embeddings and window release (parity)
+#                          qwen3, gemma3, gemma2, phi3, mistral; qwen3moe and olmoe as
+#                          mini models) f16 and int8 against the CPU; windows,
+#                          embeddings and window release (parity)
 #   33/2  backend    30 q  test_backend
 #   33/3  structured 75 q  stories260K served on the device: the 53-schema corpus
 #                          (completions and chat), outputs kept for validation;
@@ -47,7 +48,11 @@
 #   37    spec       60    speculative decoding: llama-3.2-1b dummy, the draft = target
 #                          pair, ngram and none at 1 and 16 streams (overhead, gain,
 #                          vllm:spec_decode_*), greedy tokens with and without compared
-#   later issues' stages follow these (see "later issues" in run below).
+#   later issues' stages follow these (see "later issues" in run below), but for
+#   40    moe       120 q  (after model) test_cuda_model --moe: qwen3-30b-a3b-4l and
+#                          olmoe-1b-7b-4l (and their mini models), f16 and int8, against
+#                          the CPU with the families' agreement rule over 96 positions:
+#                          routing, top-k and the experts on the device
 # --device cpu: the rehearsal on a machine without a GPU (scripts/test.sh runs
 # `--device cpu --quick`): stories260K instead of the 8B shape, small levels;
 # the CUDA tests report SKIP and test_cuda_model rehearses on the CPU (--cpu).
@@ -477,6 +482,15 @@ run() {
     else
         stage model 120 "$mdl" --cpu
     fi
+    # Issue 40 (mixture of experts): the MoE families against the CPU, their real
+    # 4-layer shapes included (billions of random weights: their own stage, so the
+    # model stage keeps its time). A correctness check of a path no GPU has run
+    # yet: here, before the figures, so the budget cannot skip it.
+    if [ "$DEVICE" = cuda ]; then
+        stage moe 120 "$mdl" --moe
+    else
+        stage moe 120 "$mdl" --cpu --moe
+    fi
     stage backend 30 "$PKG/tests/test_backend"
     stage structured 75 bash -c st_structured
     local tool
@@ -503,8 +517,8 @@ run() {
         fi
     fi
     # ---- later issues ----------------------------------------------------------------
-    # The CUDA checks of speculative decoding, KV-cache dtypes and MoE go here, in
-    # that order, after issue 34's figures: each one `stage NAME CAP CMD` line (a
+    # The CUDA checks of speculative decoding and KV-cache dtypes go here, in that
+    # order, after issue 34's figures (MoE's correctness stage runs after model): each one `stage NAME CAP CMD` line (a
     # test program or a bash function like st_serve, writing its figures into $W),
     # `--quick` ones above the `if [ "$QUICK" = 0 ]` block's end if they must rerun
     # after fixes. gpu_report.py records any stage it does not know with its exit

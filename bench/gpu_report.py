@@ -41,7 +41,7 @@ import statistics
 import sys
 
 KNOWN_STAGES = {"env", "ops", "model", "backend", "structured", "memcheck", "racecheck",
-                "serve_f16", "opsperf", "decode", "serve_int8", "hf", "kv_quant"}
+                "serve_f16", "opsperf", "decode", "serve_int8", "hf", "kv_quant", "moe"}
 # Stages whose absence of a tool is not a failure of the rehearsal (exit 3: no
 # compute-sanitizer, no torch).
 TOOL_STAGES = {"memcheck", "racecheck", "hf"}
@@ -177,6 +177,20 @@ def issue38(d, cuda, model, rows, fmt):
         rows.append(f"     serving c={sv['concurrency']}: {sv['dtype']} {fmt(sv['run']['output_tok_s'])} "
                     f"output tok/s vs f16 {fmt(sv['f16_output_tok_s'])} = {sv['ratio']}x")
     return out
+
+
+def issue40(d, stages, rows):
+    """The moe stage (test_cuda_model --moe): each mixture-of-experts case's
+    verdict line, as the model stage's families are read."""
+    moe = read(d, "moe.txt")
+    fams = [{"family": fm.group(1), "case": fm.group(2), "verdict": fm.group(3),
+             "checks_failed": int(fm.group(4)), "auto": fm.group(5), "seconds": float(fm.group(6))}
+            for fm in re.finditer(r"^test_cuda_model: family (\S+): (.+?): (PASS|FAIL) \((\d+) checks "
+                                  r"failed\); --device auto: ([^;]+); ([0-9.]+) s$", moe, re.M)]
+    st = stages.get("moe")
+    status = "not run" if not st or st["skipped"] else ("pass" if st["rc"] == 0 and fams else "fail")
+    rows.append(f"40 moe {status}: " + (", ".join(f"{f['case']} {f['verdict']}" for f in fams) or "no cases"))
+    return {"status": status, "families": fams}
 
 
 def main():
@@ -393,6 +407,7 @@ def main():
             f"batch {b['batch']} {b.get('output_tok_s', b.get('error'))}" for b in hf.get("batches", [])))
     s["issue34"] = i34
     s["issue38"] = issue38(d, cuda, model, rows, fmt)
+    s["issue40"] = issue40(d, stages, rows)
     s["later"] = {n: st for n, st in stages.items() if n not in KNOWN_STAGES}
 
     s["issue33_items_1_3"] = all(i33[k]["status"] in ("pass", "pending validation") for k in ("item1", "item2", "item3"))

@@ -30,6 +30,7 @@
 #include "kernels/cuda/kern_cuda_attn_decode.cuh"
 #include "kernels/cuda/kern_cuda_buf.h"
 #include "kernels/cuda/kern_cuda_matmul.cuh"
+#include "kernels/cuda/kern_cuda_moe.cuh"
 #include "kernels/cuda/kern_cuda_sample.cuh"
 #include "models/backend.h"
 
@@ -208,10 +209,13 @@ size_t model_backend_cuda_weight_bytes(const model *m) {
         b += kern_cuda_weight_bytes(matrix_wfmt(f, c->dim), c->n_vocab, c->dim);
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &w->layers[l];
-        const model_matrix *ms[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
-                                    &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
+        const model_matrix *ms[] = {&L->wq,      &L->wk,       &L->wv,     &L->wo,
+                                    &L->w_gate,  &L->w_up,     &L->w_down, &L->exps_gate,
+                                    &L->exps_up, &L->exps_down};
+        for (int i = 0; i < 10; i++) /* empty ones (dense or experts) count 0 */
             b += kern_cuda_weight_bytes(matrix_wfmt(f, ms[i]->n_in), ms[i]->n_out, ms[i]->n_in);
+        if (L->router.data)
+            b += (size_t)L->router.n_out * L->router.n_in * sizeof(float);
         b += 2 * (size_t)c->dim * sizeof(float);
     }
     return b;
@@ -256,8 +260,10 @@ static void cuda_free(model_backend *be) {
             kern_cuda_free(L->bqkv);
             kern_cuda_free(L->q_norm), kern_cuda_free(L->k_norm);
             kern_cuda_free(L->post_attn_norm), kern_cuda_free(L->post_ffn_norm);
-            kern_cuda_weight *ws[] = {&L->wqkv, &L->wo, &L->w_gate_up, &L->w_down};
-            for (int i = 0; i < 4; i++)
+            kern_cuda_free(L->router);
+            kern_cuda_weight *ws[] = {&L->wqkv,      &L->wo,      &L->w_gate_up, &L->w_down,
+                                      &L->exps_gate, &L->exps_up, &L->exps_down};
+            for (int i = 0; i < 7; i++)
                 kern_cuda_weight_free(ws[i]);
         }
         free(cb->layers);
@@ -273,7 +279,7 @@ static void cuda_free(model_backend *be) {
                    cb->mm_ws,  cb->attn_ws,    cb->d_tok,       cb->d_pos,   cb->d_out_idx,
                    cb->d_runs, cb->d_bt,       cb->d_ctx,       cb->d_slots, cb->d_rows,
                    cb->d_ids,  cb->d_edit_ids, cb->d_edit_vals, cb->samp_ws, cb->k_pool,
-                   cb->v_pool};
+                   cb->v_pool, cb->moe_ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         kern_cuda_free(dev[i]);
     void *pin[] = {cb->h_tok, cb->h_pos,      cb->h_out_idx,   cb->h_runs,
@@ -312,6 +318,37 @@ static const model_backend_ops cuda_ops = {
     .set_trace = cuda_set_trace,
     .free = cuda_free,
 };
+
+/* A mixture of experts' layer: the router as f32 (the routing reads what
+ * the CPU's does; [n_expert][dim] is small), the three stacks each as one
+ * weight, converted a slice of rows at a time (kern_cuda_weight_upload), so
+ * the host never holds a converted stack. */
+static int upload_experts(cuda_backend *cb, cuda_layer *L, const model_layer *H) {
+    const model_config *c = &cb->c;
+    const model_matrix *r = &H->router;
+    if (r->type != KERN_TYPE_F32 || r->n_out != c->n_expert || r->n_in != c->dim ||
+        !H->exps_gate.data || !H->exps_up.data || !H->exps_down.data)
+        return BRISK_EINVAL;
+    TRY(upload_f32(&L->router, r->data, (size_t)r->n_out * r->n_in, &cb->weight_bytes));
+    TRY(upload_matrix(cb, &L->exps_gate, &H->exps_gate));
+    TRY(upload_matrix(cb, &L->exps_up, &H->exps_up));
+    return upload_matrix(cb, &L->exps_down, &H->exps_down);
+}
+
+/* Layer l's experts as kern_cuda_moe_ffn takes them (views of L). */
+kern_cuda_moe model_cuda_moe_of(const cuda_backend *cb, int l) {
+    const cuda_layer *L = &cb->layers[l];
+    return (kern_cuda_moe){.router = L->router,
+                           .gate = &L->exps_gate,
+                           .up = &L->exps_up,
+                           .down = &L->exps_down,
+                           .n_expert = cb->c.n_expert,
+                           .n_used = cb->c.n_expert_used,
+                           .dim = cb->c.dim,
+                           .hidden = cb->c.expert_hidden,
+                           .norm_topk = cb->c.moe_norm_topk,
+                           .gelu = cb->c.act == MODEL_ACT_GELU_TANH};
+}
 
 static int cuda_upload_weights(cuda_backend *cb, const model *m) {
     const model_config *c = &cb->c;
@@ -355,8 +392,12 @@ static int cuda_upload_weights(cuda_backend *cb, const model *m) {
         const model_matrix *qkv[] = {&H->wq, &H->wk, &H->wv}, *gate_up[] = {&H->w_gate, &H->w_up};
         TRY(upload_fused(cb, &L->wqkv, qkv, 3));
         TRY(upload_matrix(cb, &L->wo, &H->wo));
-        TRY(upload_fused(cb, &L->w_gate_up, gate_up, 2));
-        TRY(upload_matrix(cb, &L->w_down, &H->w_down));
+        if (H->router.data) {
+            TRY(upload_experts(cb, L, H));
+        } else {
+            TRY(upload_fused(cb, &L->w_gate_up, gate_up, 2));
+            TRY(upload_matrix(cb, &L->w_down, &H->w_down));
+        }
     }
     return 0;
 }
@@ -376,8 +417,11 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
     cb->v = cb->qkv + q_dim + kv_dim;
     TRY(model_cuda_dev_alloc((void **)&cb->q, T * q_dim * f, &used));
     TRY(model_cuda_dev_alloc((void **)&cb->att, T * q_dim * f, &used));
-    TRY(model_cuda_dev_alloc((void **)&cb->hb, T * c->hidden_dim * f, &used));
-    TRY(model_cuda_dev_alloc((void **)&cb->hgu, T * 2 * c->hidden_dim * f, &used));
+    /* The dense MLP's rows; a mixture of experts has its own workspace
+     * (every layer of it has experts, as the loader requires). */
+    size_t hid = c->n_expert > 0 ? 0 : (size_t)c->hidden_dim;
+    TRY(model_cuda_dev_alloc((void **)&cb->hb, T * hid * f, &used));
+    TRY(model_cuda_dev_alloc((void **)&cb->hgu, T * 2 * hid * f, &used));
     TRY(model_cuda_dev_alloc((void **)&cb->logits, T * c->n_vocab * f, &used));
     int max_in = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     if ((int)q_dim > max_in)
@@ -389,6 +433,13 @@ static int cuda_alloc_scratch(cuda_backend *cb) {
     if (cb->attn_ws_bytes == (size_t)-1)
         return BRISK_EINVAL;
     TRY(model_cuda_dev_alloc((void **)&cb->attn_ws, cb->attn_ws_bytes, &used));
+    if (c->n_expert > 0) { /* every layer has layer 0's shape */
+        kern_cuda_moe mo = model_cuda_moe_of(cb, 0);
+        cb->moe_ws_bytes = kern_cuda_moe_ws_bytes(&mo, (int)T);
+        if (cb->moe_ws_bytes == (size_t)-1)
+            return BRISK_EINVAL;
+        TRY(model_cuda_dev_alloc(&cb->moe_ws, cb->moe_ws_bytes, &used));
+    }
     /* INT8 weights at large batches run dequantised into cuBLAS chunk by
      * chunk (kern_cuda_matmul.cuh): the workspace is made here, so it counts
      * in the budget the KV pool gets what is left of, and no pass allocates. */
@@ -433,12 +484,12 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
                               char *err, size_t err_len) {
     *out = NULL;
     const model_config *c = model_get_config(m);
-    if (c->n_expert > 0) { /* --device auto keeps these on the CPU (model_config_cuda_validated) */
+    if (c->n_expert > KERN_CUDA_MOE_MAX_EXPERT || c->n_expert_used > KERN_CUDA_MOE_MAX_USED) {
         snprintf(err, err_len,
-                 "--device cuda: mixture-of-experts models (%s, %d experts) do not run on the GPU "
-                 "yet: the CUDA backend has no expert routing or grouped expert GEMM; use "
-                 "--device cpu or auto",
-                 c->arch->name, c->n_expert);
+                 "--device cuda: %d experts, %d a token (%s): the GPU routes at most %d experts, "
+                 "%d a token; use --device cpu",
+                 c->n_expert, c->n_expert_used, c->arch->name, KERN_CUDA_MOE_MAX_EXPERT,
+                 KERN_CUDA_MOE_MAX_USED);
         return BRISK_EUNSUPPORTED;
     }
     if (kern_cuda_device_count() <= 0) {
@@ -514,6 +565,17 @@ int model_backend_cuda_create(const model *m, const model_backend_opts *o, model
     cb->base.weight_bytes = cb->weight_bytes;
     if (!cb->output_shared)
         cb->base.weight_bytes -= (size_t)c->n_vocab * c->dim * sizeof(uint16_t);
+    /* Nor the experts a token leaves idle (n_expert - n_expert_used of each
+     * layer's stacks): a decode step of one token reads the active ones. */
+    for (int l = 0; l < c->n_layers && c->n_expert > 0; l++) {
+        const cuda_layer *L = &cb->layers[l];
+        const kern_cuda_weight *ws[] = {&L->exps_gate, &L->exps_up, &L->exps_down};
+        for (int i = 0; i < 3; i++) {
+            size_t eb = kern_cuda_weight_bytes(ws[i]->fmt, ws[i]->n_out, ws[i]->n_in);
+            cb->base.weight_bytes -=
+                eb / (size_t)c->n_expert * (size_t)(c->n_expert - c->n_expert_used);
+        }
+    }
     BRISK_INFO("cuda: %s: weights %s, %.2f GB on the device", cb->gpu_name,
                cb->wfmt == KERN_CUDA_W_INT8 ? "int8" : "f16", cb->weight_bytes / 1e9);
     *out = &cb->base;

@@ -388,6 +388,11 @@ static int cuda_step(cuda_backend *cb, int l, int step, int n, int n_runs, int m
     case MODEL_STEP_DOWN:
         return kern_cuda_matmul(cb->mm, &L->w_down, cb->hb, n, cb->xb2, (size_t)dim, cb->mm_ws,
                                 cb->mm_ws_bytes);
+    case MODEL_STEP_MOE: { /* routing, the chosen experts' MLPs and their sum, on the device */
+        kern_cuda_moe mo = model_cuda_moe_of(cb, l);
+        return kern_cuda_moe_ffn(&mo, cb->xb, n, cb->xb2, cb->moe_ws, cb->moe_ws_bytes, NULL, NULL,
+                                 s);
+    }
     case MODEL_STEP_POST_FFN_NORM:
         return kern_cuda_rmsnorm(cb->xb2, cb->xb2, NULL, L->post_ffn_norm, n, dim, c->norm_eps, s);
     }

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/kern_cuda.h"
 #include "kernels/cuda/kern_cuda_matmul.cuh"
+#include "kernels/cuda/kern_cuda_moe.cuh"
 #include "kernels/cuda/kern_cuda_sample.cuh"
 #include "models/backend.h"
 #include "models/model_recipe.h"
@@ -33,6 +34,12 @@ typedef struct cuda_layer {
      * order: wqkv = wq | wk | wv ([q_dim + 2 kv_dim][dim]), w_gate_up =
      * w_gate | w_up ([2 hidden][dim]); one matmul a step (see qkv, hgu). */
     kern_cuda_weight wqkv, wo, w_gate_up, w_down;
+    /* A mixture of experts (model_config.n_expert > 0; then w_gate_up and
+     * w_down are empty): the router in f32 ([n_expert][dim], as the CPU
+     * routes) and the experts' stacks as the host holds them
+     * (model_matrix_expert), each in the backend's weight format. */
+    float *router;
+    kern_cuda_weight exps_gate, exps_up, exps_down;
 } cuda_layer;
 
 typedef struct cuda_graph {
@@ -72,6 +79,8 @@ typedef struct cuda_backend {
     size_t mm_ws_bytes;
     float *attn_ws;
     size_t attn_ws_bytes;
+    void *moe_ws; /* a mixture of experts: kern_cuda_moe_ffn's workspace for T tokens */
+    size_t moe_ws_bytes;
 
     /* per-step inputs: device arrays and their pinned host staging. The KV
      * slots and block tables are per group of the pool (n_groups): a pass
@@ -148,6 +157,10 @@ int model_cuda_dev_alloc(void **p, size_t bytes, size_t *total);
 /* Pinned host memory (at least 1 byte); model_cuda_pinned_free(NULL) is a no-op. */
 int model_cuda_pinned_alloc(void **p, size_t bytes);
 void model_cuda_pinned_free(void *p);
+
+/* Layer l's experts (a mixture of experts) as kern_cuda_moe_ffn takes them:
+ * views of the layer's device arrays (backend_cuda.c). */
+kern_cuda_moe model_cuda_moe_of(const cuda_backend *cb, int l);
 
 /* The model_backend_ops entries the other files define (backend.h says
  * what each does). */

@@ -90,7 +90,8 @@ typedef struct model_config {
 
 /* 1 when the model's CUDA path has run on a GPU against the CPU: its row's
  * cuda_validated (llama and qwen2; test_cuda_model), no sliding window and
- * no experts (the CUDA backend refuses a mixture of experts).
+ * no experts (the CUDA backend runs a mixture of experts, but its check,
+ * test_cuda_model --moe, has not run on a GPU yet).
  * --device auto picks CUDA only for these, until Qwen3's, Gemma's and
  * Phi-3's pass there too; --device cuda runs every architecture. */
 int model_config_cuda_validated(const model_config *c);

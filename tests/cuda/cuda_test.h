@@ -100,6 +100,11 @@ void perf_matmul(double copy_bw);
  * projections (OPNAME "fused"). */
 void test_fused(void);
 
+/* ops_moe.c: the mixture-of-experts MLP against model_moe_ffn_ref (OPNAME
+ * "moe"). */
+void test_moe(void);
+void perf_moe(double copy_bw);
+
 /* ops_sample.c: kern_cuda_sample (OPNAME "sample"). */
 void test_sample(void);
 void perf_sample(double copy_bw);

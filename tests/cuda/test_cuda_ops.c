@@ -57,6 +57,10 @@
  *              INT8 dequantised into cuBLAS, SKINNY/TILED: truncating
  *              accumulation inside each MMA step, <= 256 steps a chain at
  *              n_in 4096); weight uploads and argument checks exact.
+ *   moe        (ops_moe.c) the mixture-of-experts MLP against
+ *              model_moe_ffn_ref on the weights the device holds: 2e-5; the
+ *              routing exact (ties to the lower index), a token alone the
+ *              same bits as in its batch.
  *   sample     exact ids against a plain-C reference of the contract (and
  *              greedy rows against model_sampler_sample): everything but the
  *              double sums is exact on both sides, and those differ by ~1e-16
@@ -1031,6 +1035,7 @@ static void perf_all(void) {
     perf_matmul(copy_bw); /* its sections check the filter themselves */
     if (selected("sample"))
         perf_sample(copy_bw);
+    perf_moe(copy_bw); /* checks the filter itself */
 }
 
 /* ---- main ---------------------------------------------------------------------- */
@@ -1103,6 +1108,7 @@ int main(int argc, char **argv) {
                  {"kv_quant", test_kv_quant},
                  {"matmul", test_matmul},
                  {"fused", test_fused},
+                 {"moe", test_moe},
                  {"sample", test_sample}};
     for (size_t i = 0; i < ARRAY_LEN(tests); i++)
         if (selected(tests[i].name)) {

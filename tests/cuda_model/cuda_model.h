@@ -90,8 +90,10 @@ model *cm_mini_model(const char *shape, int window, model_weights_fmt f, void **
  * against chunked prefill, interleaved sequences against each alone, the
  * window's effect where the family has one, and the layer recipe. cpu_only:
  * the rehearsal without a GPU, on the mini models and stories260K, CPU f16
- * and int8 against CPU f32. */
-void test_agreement(const char *stories_gguf, int cpu_only, int n);
+ * and int8 against CPU f32. The mixtures of experts' real shapes run only
+ * with moe_only, which runs nothing but the mixture-of-experts cases (their
+ * mini models too). */
+void test_agreement(const char *stories_gguf, int cpu_only, int moe_only, int n);
 /* The checks test_agreement counted: passed into *passed, failed returned. */
 int cm_families_counts(int *passed);
 

@@ -83,6 +83,16 @@ static const fam_case CASES[] = {
     {"gemma2", "gemma2-2b", 1, 16, 8, 40, "mini, windows of 16"},
     {"phi3", "phi3.5-mini-4l", 1, 0, 8, 40, "mini, fused q/k/v and gate/up tensors"},
     {"mistral", "mistral-7b-4l", 1, 16, 8, 40, "mini, windows of 16"},
+    {"qwen3moe", "qwen3-30b-a3b-4l", 1, 0, 8, 40, "mini, top 8 of 16 experts"},
+    {"olmoe", "olmoe-1b-7b-4l", 1, 0, 8, 40, "mini, top 8 of 16 experts, raw weights"},
+    /* Mixtures of experts at their real widths: run by --moe only (their own
+     * stage of bench/gpu.sh: billions of random weights to make and a CPU
+     * reference over them), the smaller first. */
+    {"olmoe", "olmoe-1b-7b-4l", 0, 0, 8, 96,
+     "top 8 of 64 experts of 1,024 on the device, weights not renormalised, q/k norms over all "
+     "heads"},
+    {"qwen3moe", "qwen3-30b-a3b-4l", 0, 0, 8, 96,
+     "a mixture of experts: router and top 8 of 128 on the device, renormalised, experts of 768"},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -456,14 +466,27 @@ static void run_case(const fam_case *k, const char *path, int cpu_only, int n) {
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
 }
 
-void test_agreement(const char *stories_gguf, int cpu_only, int n) {
+/* Whether a case's shape is a mixture of experts. */
+static int case_is_moe(const fam_case *k) {
+    model_config c;
+    return model_dummy_config(k->shape, &c) == 0 && c.n_expert > 0;
+}
+
+void test_agreement(const char *stories_gguf, int cpu_only, int moe_only, int n) {
     static const fam_case stories = {
         "llama", "stories260K", 0, 0, 1, 96, "the llama2.c model, heads of 8, an FFN of 172"};
-    if (stories_gguf)
+    if (stories_gguf && !moe_only)
         run_case(&stories, stories_gguf, cpu_only, n);
-    for (int i = 0; i < N_CASES; i++)
-        if (CASES[i].mini || !cpu_only) /* the real shapes are too large for the rehearsal */
-            run_case(&CASES[i], NULL, cpu_only, n);
+    for (int i = 0; i < N_CASES; i++) {
+        const fam_case *k = &CASES[i];
+        int moe = case_is_moe(k);
+        if (moe_only && !moe)
+            continue;
+        /* the real MoE shapes only under --moe; no real shape in the rehearsal */
+        if (!k->mini && (cpu_only || (moe && !moe_only)))
+            continue;
+        run_case(k, NULL, cpu_only, n);
+    }
 }
 
 int cm_families_counts(int *passed) {

@@ -7,8 +7,9 @@
  * tensors. A mini model keeps everything of the shape that decides which
  * code runs: the architecture row, the window pattern (with a short window,
  * so 48 positions pass it), soft-caps, LongRoPE's original context and
- * attn_factor, tied output, the ratio of query to KV heads and the head
- * size over 4 (Phi-3's 96 becomes 24: not a power of two either), all read
+ * attn_factor, tied output, a mixture of experts (at most 16 experts of
+ * 128 with the family's routing and top-k up to half of them), the ratio
+ * of query to KV heads and the head size over 4 (Phi-3's 96 becomes 24: not a power of two either), all read
  * from the shape's own configuration, so a change to the dummy row reaches
  * the rehearsal. On a GPU it runs beside the real shape at no cost. */
 #include <math.h>
@@ -26,6 +27,8 @@
 #define MINI_HEADS 4
 #define MINI_VOCAB 512
 #define MINI_CTX 4096
+#define MINI_EXPERTS 16        /* a mixture of experts' experts at most (mini_experts) */
+#define MINI_EXPERT_HIDDEN 128 /* each expert's hidden width */
 
 /* SentencePiece token types as GGUF stores them. */
 enum { T_NORMAL = 1, T_UNKNOWN = 2, T_CONTROL = 3, T_BYTE = 6 };
@@ -68,6 +71,26 @@ static int add_matrix(gguf_writer *w, mini_store *s, const char *name, int n_in,
     float *v = store_new(s, (size_t)n_in * (size_t)n_out, 0.0f, sqrtf(3.0f / (float)n_in));
     int64_t ne[2] = {n_in, n_out};
     return v ? gguf_writer_add_tensor(w, name, KERN_TYPE_F32, 2, ne, v) : -1;
+}
+
+/* n_stack matrices [n_out][n_in] stacked as GGUF's 3-D expert tensors
+ * (ne {n_in, n_out, n_stack}), entries as add_matrix's. */
+static int add_stack(gguf_writer *w, mini_store *s, const char *name, int n_in, int n_out,
+                     int n_stack) {
+    float *v = store_new(s, (size_t)n_in * (size_t)n_out * (size_t)n_stack, 0.0f,
+                         sqrtf(3.0f / (float)n_in));
+    int64_t ne[3] = {n_in, n_out, n_stack};
+    return v ? gguf_writer_add_tensor(w, name, KERN_TYPE_F32, 3, ne, v) : -1;
+}
+
+/* A mixture of experts at small widths: up to MINI_EXPERTS experts, the
+ * shape's top-k up to half of them (Qwen3-MoE and OLMoE: 8 of 16; Mixtral:
+ * 2 of 8), so a token's choice still leaves experts out. */
+static void mini_experts(const model_config *c, int *n_exp, int *n_used) {
+    *n_exp = c->n_expert < MINI_EXPERTS ? c->n_expert : MINI_EXPERTS;
+    *n_used = c->n_expert_used < *n_exp / 2 ? c->n_expert_used : *n_exp / 2;
+    if (*n_used < 1)
+        *n_used = 1;
 }
 
 /* A vector of n weights around center (norms: 1, or [0.5, 1.5] where
@@ -123,6 +146,14 @@ static int write_mini(gguf_writer *w, mini_store *s, const model_config *c, int 
     rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)hd);
     rc = rc ? rc : gguf_writer_set_f32(w, KEY("rope.freq_base"), c->rope_base);
     rc = rc ? rc : gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->norm_eps);
+    if (c->n_expert > 0) { /* the family's routing at MINI_EXPERTS experts (mini_experts) */
+        int n_exp, n_used;
+        mini_experts(c, &n_exp, &n_used);
+        rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)n_exp);
+        rc = rc ? rc : gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)n_used);
+        rc =
+            rc ? rc : gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), MINI_EXPERT_HIDDEN);
+    }
     if (c->n_swa > 0)
         rc = rc ? rc : gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)window);
     if (c->attn_softcap > 0.0f)
@@ -156,19 +187,39 @@ static int write_mini(gguf_writer *w, mini_store *s, const model_config *c, int 
             rc = rc ? rc : add_matrix(w, s, NAME("attn_q.weight"), MINI_DIM, q_dim);
             rc = rc ? rc : add_matrix(w, s, NAME("attn_k.weight"), MINI_DIM, kv_dim);
             rc = rc ? rc : add_matrix(w, s, NAME("attn_v.weight"), MINI_DIM, kv_dim);
-            rc = rc ? rc : add_matrix(w, s, NAME("ffn_gate.weight"), MINI_DIM, MINI_HIDDEN);
-            rc = rc ? rc : add_matrix(w, s, NAME("ffn_up.weight"), MINI_DIM, MINI_HIDDEN);
+            if (c->n_expert == 0) {
+                rc = rc ? rc : add_matrix(w, s, NAME("ffn_gate.weight"), MINI_DIM, MINI_HIDDEN);
+                rc = rc ? rc : add_matrix(w, s, NAME("ffn_up.weight"), MINI_DIM, MINI_HIDDEN);
+            }
         }
         rc = rc ? rc : add_matrix(w, s, NAME("attn_output.weight"), q_dim, MINI_DIM);
-        rc = rc ? rc : add_matrix(w, s, NAME("ffn_down.weight"), MINI_HIDDEN, MINI_DIM);
+        if (c->n_expert > 0) { /* the router and the stacked 3-D expert tensors */
+            int n_exp, n_used;
+            mini_experts(c, &n_exp, &n_used);
+            rc = rc ? rc : add_matrix(w, s, NAME("ffn_gate_inp.weight"), MINI_DIM, n_exp);
+            rc = rc ? rc
+                    : add_stack(w, s, NAME("ffn_gate_exps.weight"), MINI_DIM, MINI_EXPERT_HIDDEN,
+                                n_exp);
+            rc = rc ? rc
+                    : add_stack(w, s, NAME("ffn_up_exps.weight"), MINI_DIM, MINI_EXPERT_HIDDEN,
+                                n_exp);
+            rc = rc ? rc
+                    : add_stack(w, s, NAME("ffn_down_exps.weight"), MINI_EXPERT_HIDDEN, MINI_DIM,
+                                n_exp);
+        } else {
+            rc = rc ? rc : add_matrix(w, s, NAME("ffn_down.weight"), MINI_HIDDEN, MINI_DIM);
+        }
         if (c->has_qkv_bias) {
             rc = rc ? rc : add_vector(w, s, NAME("attn_q.bias"), q_dim, 0.0f, 0.1f);
             rc = rc ? rc : add_vector(w, s, NAME("attn_k.bias"), kv_dim, 0.0f, 0.1f);
             rc = rc ? rc : add_vector(w, s, NAME("attn_v.bias"), kv_dim, 0.0f, 0.1f);
         }
-        if (c->has_qk_norm) {
-            rc = rc ? rc : add_vector(w, s, NAME("attn_q_norm.weight"), hd, 1.0f, 0.5f);
-            rc = rc ? rc : add_vector(w, s, NAME("attn_k_norm.weight"), hd, 1.0f, 0.5f);
+        if (c->has_qk_norm) { /* per head, or (OLMoE) over the whole of q and of k */
+            int full = c->has_qk_norm == MODEL_QK_NORM_FULL;
+            rc = rc ? rc
+                    : add_vector(w, s, NAME("attn_q_norm.weight"), full ? q_dim : hd, 1.0f, 0.5f);
+            rc = rc ? rc
+                    : add_vector(w, s, NAME("attn_k_norm.weight"), full ? kv_dim : hd, 1.0f, 0.5f);
         }
         if (c->has_post_norms) {
             rc = rc ? rc

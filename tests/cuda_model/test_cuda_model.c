@@ -8,7 +8,10 @@
  *     run alone (top-1, and logits within a relative error bound).
  *  2. Every family, f16 and int8 weights (families.c): greedy agreement with
  *     the CPU over 256 positions, batch against chunked prefill, interleaved
- *     sequences, windows, the layer recipe.
+ *     sequences, windows, the layer recipe. The mixtures of experts
+ *     (qwen3moe, olmoe) run as mini models here; their real shapes
+ *     (qwen3-30b-a3b-4l, olmoe-1b-7b-4l) only with --moe, which runs the
+ *     mixture-of-experts cases alone (bench/gpu.sh's moe stage).
  *  3. SmolLM2-135M-Instruct (when the GGUF is there; $BRISK_MODEL or the
  *     fetch-model cache), f16 on both backends: 256 greedy tokens from the
  *     CPU backend; the GPU's first 32 free-running greedy tokens are
@@ -462,16 +465,30 @@ int main(int argc, char **argv) {
     /* Line by line into the campaign's file: a run its stage's timeout stops
      * keeps every family's verdict printed so far. */
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int cpu_only = argc > 1 && !strcmp(argv[1], "--cpu");
-    if (argc > 1 && !cpu_only) {
-        fprintf(stderr,
-                "usage: test_cuda_model [--cpu]\n"
-                "  --cpu: rehearse the agreement checks on the CPU alone (f16 against f32)\n");
-        return 2;
+    int cpu_only = 0, moe_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--cpu")) {
+            cpu_only = 1;
+        } else if (!strcmp(argv[i], "--moe")) {
+            moe_only = 1;
+        } else {
+            fprintf(stderr,
+                    "usage: test_cuda_model [--cpu] [--moe]\n"
+                    "  --cpu: rehearse the agreement checks on the CPU alone (f16 against f32)\n"
+                    "  --moe: only the mixture-of-experts families, their real shapes included\n");
+            return 2;
+        }
     }
     if (!cpu_only && kern_cuda_device_count() <= 0) {
         printf("test_cuda_model: SKIP: no CUDA device (--cpu rehearses the agreement checks)\n");
         return 0;
+    }
+    if (moe_only) { /* bench/gpu.sh's moe stage: 96 positions on the GPU fit its time */
+        test_agreement(NULL, cpu_only, 1, cpu_only ? 48 : 96);
+        int fam_passed, fam_failed = cm_families_counts(&fam_passed);
+        bt_passed += fam_passed, bt_failed += fam_failed;
+        cm_pool_free();
+        return BT_SUMMARY("test_cuda_model");
     }
     char src[1024], tok[1024], dir[] = "/tmp/brisk-test-cuda-model-XXXXXX", out[1100], err[256];
     snprintf(src, sizeof src, "%s/models/stories260K.bin", bt_shared_dir());
@@ -488,7 +505,7 @@ int main(int argc, char **argv) {
         if (!cpu_only)
             test_stories(out);
     }
-    test_agreement(have_dir ? out : NULL, cpu_only, cpu_only ? 48 : 256);
+    test_agreement(have_dir ? out : NULL, cpu_only, 0, cpu_only ? 48 : 256);
     bt_failed += test_cuda_parity(have_dir ? out : NULL, cpu_only);
     if (have_dir) {
         unlink(out);
