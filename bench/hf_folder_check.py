@@ -164,6 +164,16 @@ def transformers_folder(path, out):
     d, f = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
     import torch
     m = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32)
+    if getattr(m, "hf_quantizer", None) is not None:
+        # transformers 5 marks a GGUF-loaded model as quantized (its weights
+        # are already dequantized to float32) and will not save it: the same
+        # tensors into a plain model of the same config.
+        cfg = m.config
+        if hasattr(cfg, "quantization_config"):
+            delattr(cfg, "quantization_config")
+        plain = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+        plain.load_state_dict(m.state_dict())
+        m = plain
     m.save_pretrained(out, safe_serialization=True)
     AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained(out)
     return out

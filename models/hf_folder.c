@@ -282,6 +282,33 @@ static int rope_llama3(hf_build *b, const cJSON *rs, float base, int n_rot, char
                : 0;
 }
 
+/* transformers 5 writes the RoPE settings as `rope_parameters` (rope_theta,
+ * rope_type and the scaling fields together) instead of rope_theta and
+ * rope_scaling, per layer type where they differ (Gemma 3: full_attention,
+ * sliding_attention). The object for the global layers (local 0) or the
+ * sliding ones (local 1), or NULL. */
+static const cJSON *rope_params(const cJSON *cfg, int local) {
+    const cJSON *rp = cfg_get(cfg, "rope_parameters");
+    if (!cJSON_IsObject(rp))
+        return NULL;
+    const cJSON *by_type = cfg_get(rp, local ? "sliding_attention" : "full_attention");
+    if (cJSON_IsObject(by_type))
+        return by_type;
+    return local ? NULL : rp;
+}
+
+/* A float key of config.json; rope_theta and rope_local_base_freq fall
+ * back to rope_parameters' rope_theta (global, sliding). */
+static int cfg_rope_float(const cJSON *cfg, const char *key, float *out, char *err,
+                          size_t err_len) {
+    int rc = cfg_float(cfg, key, out, err, err_len);
+    int local = !strcmp(key, "rope_local_base_freq");
+    if (rc != BRISK_ENOTFOUND || (!local && strcmp(key, "rope_theta")))
+        return rc;
+    const cJSON *rp = rope_params(cfg, local);
+    return rp ? cfg_float(rp, "rope_theta", out, err, err_len) : BRISK_ENOTFOUND;
+}
+
 /* One LongRoPE factor list (rope_scaling's long_factor or short_factor):
  * n_rot / 2 finite positive numbers, as the tensor `name`. */
 static int rope_factor_list(hf_build *b, const cJSON *rs, const char *key, const char *name,
@@ -359,8 +386,11 @@ static int rope_longrope(hf_build *b, const cJSON *cfg, const cJSON *rs, int n_r
 static int read_rope_scaling(hf_build *b, const cJSON *cfg, float base, int n_rot, char *err,
                              size_t err_len) {
     const cJSON *rs = cfg_get(cfg, "rope_scaling");
-    if (!rs)
-        return 0;
+    if (!rs) { /* transformers 5: rope_type and its fields in rope_parameters */
+        rs = rope_params(cfg, 0);
+        if (!rs || (!cfg_get(rs, "rope_type") && !cfg_get(rs, "type")))
+            return 0;
+    }
     if (!cJSON_IsObject(rs))
         return ERR(BRISK_EFORMAT, "config.json: 'rope_scaling' is not an object");
     const cJSON *t = cfg_get(rs, "rope_type");
@@ -419,7 +449,7 @@ static int read_config(hf_build *b, const cJSON *cfg, char *err, size_t err_len)
                 return ERR(BRISK_ENOMEM, "hf: out of memory");
         } else {
             float v = 0.0f;
-            rc = cfg_float(cfg, k->hf, &v, err, err_len);
+            rc = cfg_rope_float(cfg, k->hf, &v, err, err_len);
             if (rc == BRISK_ENOTFOUND)
                 continue;
             if (rc < 0)
@@ -493,7 +523,7 @@ static int read_config(hf_build *b, const cJSON *cfg, char *err, size_t err_len)
             return ERR(BRISK_ENOMEM, "hf: out of memory");
     }
     float base = 10000.0f;
-    cfg_float(cfg, "rope_theta", &base, err, err_len);
+    cfg_rope_float(cfg, "rope_theta", &base, err, err_len);
     if ((rc = read_rope_scaling(b, cfg, base, n_rot, err, err_len)) < 0)
         return rc;
     /* Gemma ties its output to the embeddings unless told otherwise;

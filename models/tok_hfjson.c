@@ -138,8 +138,33 @@ static int is_prepend_space(const cJSON *n) {
            !strcmp(p->valuestring, "\xe2\x96\x81");
 }
 
+/* Whether the normalizer turns every space into U+2581 (alone or in a
+ * sequence). */
+static int replaces_spaces(const cJSON *norm) {
+    if (is_replace_space(norm))
+        return 1;
+    const cJSON *seq = get(norm, "normalizers");
+    if (strcmp(type_of(norm), "Sequence") || !cJSON_IsArray(seq))
+        return 0;
+    for (const cJSON *n = seq->child; n; n = n->next)
+        if (is_replace_space(n))
+            return 1;
+    return 0;
+}
+
+/* A Split on the string " " (not inverted) after such a normalizer finds no
+ * space to split at: no pre-tokenizer (Gemma's files, as transformers writes
+ * them). */
+static int is_noop_space_split(const cJSON *pt, const cJSON *norm) {
+    const cJSON *c = get(get(pt, "pattern"), "String");
+    return !strcmp(type_of(pt), "Split") && cJSON_IsString(c) && !strcmp(c->valuestring, " ") &&
+           !cJSON_IsTrue(get(pt, "invert")) && replaces_spaces(norm);
+}
+
 static int read_spm_style(hfj *h, const cJSON *norm, const cJSON *pt, char *err, size_t err_len) {
     h->spm = 1;
+    if (pt && norm && is_noop_space_split(pt, norm))
+        pt = NULL;
     if (pt) {
         if (strcmp(type_of(pt), "Metaspace"))
             return ERR(BRISK_EUNSUPPORTED,

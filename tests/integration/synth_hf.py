@@ -238,7 +238,8 @@ def spm_tokenizer_json(style):
     trainer within words) in one of the layouts of real files:
       "llama2": normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer
       "metaspace": Metaspace pre-tokenizer, prepend_scheme "first" (Mistral)
-      "gemma": normalizer Replace(" ", "▁") alone (no space prefix)."""
+      "gemma": normalizer Replace(" ", "▁") alone (no space prefix);
+      "gemma-split": as gemma, with a Split(" ") pre-tokenizer (transformers 5)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     t = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
@@ -266,6 +267,10 @@ def spm_tokenizer_json(style):
     else:
         j["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
         j["pre_tokenizer"] = None
+        if style == "gemma-split":  # as transformers 5 writes Gemma's: a Split on " " that,
+            # after the normalizer, finds no space
+            j["pre_tokenizer"] = {"type": "Split", "pattern": {"String": " "},
+                                  "behavior": "MergedWithPrevious", "invert": False}
     j["decoder"] = {"type": "Sequence", "decoders": [
         {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
         {"type": "ByteFallback"}, {"type": "Fuse"}]}

@@ -274,7 +274,7 @@ def srv_tokens(folder, text):
         text, add_special_tokens=False).ids
 
 
-@pytest.mark.parametrize("style", ["llama2", "metaspace", "gemma"])
+@pytest.mark.parametrize("style", ["llama2", "metaspace", "gemma", "gemma-split"])
 def test_spm_style_tokenizer_json_equals_tokenizers(brisk, folders, tmp_path, style):
     """SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Gemma
     layouts): brisk's ids equal the `tokenizers` package's, unknown

@@ -1,5 +1,5 @@
-"""Real Hugging Face folders made from the SmolLM2 GGUF (slow tier): brisk on
-the folder against brisk on the GGUF it was made from.
+"""Real Hugging Face folders made from the SmolLM2 and Gemma 3 270M GGUFs (slow
+tier): brisk on the folder against brisk on the GGUF it was made from.
 
   - numpy: the GGUF undone into a folder with numpy alone
     (bench/hf_folder_check.gguf_to_folder: names, q/k rows back to
@@ -10,9 +10,12 @@ the folder against brisk on the GGUF it was made from.
     tokenizer.json equal to the GGUF's and to the `tokenizers` package's on
     a corpus of multilingual text, emoji, code and whitespace runs;
   - transformers: from_pretrained(gguf_file=...) + save_pretrained (float32),
-    an independent writer; needs torch and transformers and skips with a
-    message without them (they stay out of CI's install).
+    an independent writer, for SmolLM2 and for Gemma 3 270M (a SentencePiece
+    tokenizer, norms stored as w rather than w + 1, Q4_K_M blocks
+    dequantized by transformers); needs torch and transformers and skips
+    with a message without them (they stay out of CI's install).
 """
+import os
 import sys
 from pathlib import Path
 
@@ -65,3 +68,18 @@ def test_transformers_folder_equals_gguf(brisk, smollm2_path, tmp_path, report):
     folder = hc.transformers_folder(smollm2_path, tmp_path / "transformers")
     # transformers dequantizes to float32 and save_pretrained keeps it: the f16 bound.
     _check(brisk, smollm2_path, Path(folder), tmp_path, 1e-2, report, "transformers")
+
+
+GEMMA3 = "gemma-3-270m-q4_k_m.gguf"
+
+
+def test_transformers_gemma3_folder_equals_gguf(brisk, tmp_path, report):
+    pytest.importorskip("torch", reason="torch and transformers are not installed (they stay "
+                        "out of CI: pip install torch transformers to run this check)")
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    cache = Path(os.environ.get("BRISK_CACHE_DIR") or Path.home() / ".cache" / "brisk")
+    gguf = cache / "models" / GEMMA3
+    if not gguf.is_file():
+        pytest.skip(f"{GEMMA3} not found at {gguf}; run scripts/fetch-model.sh gemma3-270m")
+    folder = hc.transformers_folder(gguf, tmp_path / "transformers-gemma3")
+    _check(brisk, gguf, Path(folder), tmp_path, 1e-2, report, "transformers gemma3")
