@@ -142,7 +142,8 @@ def family_config(name):
                                 decoder_sparse_step=1, mlp_only_layers=[],
                                 rope_parameters={"rope_type": "default", "rope_theta": 1e6},
                                 **common)
-        return cfg, {"rope_theta": 1e6}, [24]
+        # transformers 5 writes num_local_experts; the converter reads num_experts.
+        return cfg, {"rope_theta": 1e6, "num_experts": 8}, [24]
     if base == "mixtral":
         cfg = tf.MixtralConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                head_dim=16, num_local_experts=8, num_experts_per_tok=top_k,
@@ -159,7 +160,7 @@ def family_config(name):
                              num_experts=8, num_experts_per_tok=top_k, norm_topk_prob=False,
                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                              **common)
-        return cfg, {"rope_theta": 10000.0}, [24]
+        return cfg, {"rope_theta": 10000.0, "num_experts": 8}, [24]
     raise SystemExit(f"unknown family {name}")
 
 
@@ -192,8 +193,12 @@ def randomise(model, seed):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
 
 
-def add_sliding_window(path, window):
-    """Rewrites the GGUF with llama.attention.sliding_window = window."""
+def base_family(name):
+    return name.partition("-")[0]
+
+
+def add_sliding_window(path, window, key="attention.sliding_window"):
+    """Rewrites the GGUF with llama.<key> = window (u32)."""
     import gguf
     r = gguf.GGUFReader(path)
     arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
@@ -213,7 +218,7 @@ def add_sliding_window(path, window):
             w.add_key_value(f.name, bytes(f.parts[-1]), t)
         else:
             w.add_key_value(f.name, f.parts[-1][0].item(), t)
-    w.add_uint32(f"{arch}.attention.sliding_window", window)
+    w.add_uint32(f"{arch}.{key}", window)
     for t in r.tensors:
         w.add_tensor(t.name, np.array(t.data), raw_shape=list(reversed(t.shape.tolist())),
                      raw_dtype=t.tensor_type)
@@ -321,6 +326,8 @@ def check_family(name, a, work, rows):
         raise SystemExit(f"convert {name} failed: {r.stderr[-3000:]}")
     if name == "mistral":
         add_sliding_window(out, cfg.sliding_window)
+    if base_family(name) == "mixtral":  # ik_llama.cpp's LlamaModel drops expert_used_count
+        add_sliding_window(out, cfg.num_experts_per_tok, "expert_used_count")
     rng = np.random.default_rng(7)
     for n in lengths:
         ids = [int(x) for x in rng.integers(3, V, n)]
