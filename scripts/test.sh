@@ -2,7 +2,8 @@
 # test.sh - run every test brisk has, the way CI does.
 #
 #   1. install the Debian dependencies (fast when present) and fetch SmolLM2
-#   2. Release build -> ctest -> pytest tests/integration -> pytest tests/deploy
+#   2. Release build -> ctest -> pytest tests/integration (the `timing` tests
+#      after the others, on one worker) -> pytest tests/deploy
 #      (Dockerfiles, Kubernetes manifests, and the monitoring queries against a
 #      real Prometheus scraping brisk; offline)
 #   3. a serve session under Valgrind memcheck (scripts/valgrind-serve.sh, its
@@ -106,6 +107,13 @@ run_pytest() {
     return "$rc"
 }
 
+# run_pytest on one worker: the tests marked `timing` measure a speed ratio,
+# which a second worker's load beside them would decide.
+run_pytest_alone() {
+    local PYTEST_WORKERS=1
+    run_pytest "$@"
+}
+
 # The deployment files (tests/deploy): Dockerfiles, Kubernetes manifests and
 # monitoring configs, checked offline against the Release binary. PYTEST_ARGS
 # is not passed: a -k meant for the integration suite would deselect all here.
@@ -133,7 +141,8 @@ step "module layers (#include check)" bash scripts/check-layers.sh
 step "C format (clang-format 14)" bash scripts/check-format.sh
 step "build Release" bash scripts/build.sh Release || finish
 step "ctest (Release)" run_ctest build
-step "pytest (Release)" run_pytest build/bin/brisk -m "not exhaustive"
+step "pytest (Release)" run_pytest build/bin/brisk -m "not exhaustive and not timing"
+step "pytest (timing, one worker)" run_pytest_alone build/bin/brisk -m "timing and not exhaustive"
 step "pytest (deploy)" run_pytest_deploy
 # The GPU campaign (bench/gpu.sh), rehearsed on the CPU with the Release
 # binaries so it cannot rot between GPU sessions: every stage runs, the CUDA

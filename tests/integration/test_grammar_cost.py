@@ -120,6 +120,7 @@ class _Costly:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_costly_grammar_does_not_slow_a_plain_stream(start_server, smollm2_path, report):
     """--threads 1 on 2 cores: the engine and its forward on one core, the mask worker
     on the other. A plain greedy stream keeps >= 0.8x its solo speed while a request
