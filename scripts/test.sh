@@ -206,8 +206,12 @@ step "AVX-512 kernels emulated (asan+ubsan)" emu512
 # the engine, a libuv loop with its worker pool, the GPU sampler, the bench
 # client): only they are built and run here.
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-TSAN_TESTS=$(grep -l -E 'kern_pool_create|pthread_create|uv_run\(|sched_engine_create|srv_gpu_create|uv_thread_create|bench_run\(' \
-    tests/unit/test_*.c | xargs -n1 basename | sed 's/\.c$//' | tr '\n' ' ')
+THREADED='kern_pool_create|pthread_create|uv_run\(|sched_engine_create|srv_gpu_create|uv_thread_create|bench_run\('
+# ...directly, or through a shared test header that does (test_srv_http_util.h).
+THREADED_H=$(grep -l -E "$THREADED" tests/unit/*.h | xargs -r -n1 basename | tr '\n' '|' | sed 's/|$//')
+TSAN_TESTS=$( { grep -l -E "$THREADED" tests/unit/test_*.c
+    [ -n "$THREADED_H" ] && grep -l -E "#include \"($THREADED_H)\"" tests/unit/test_*.c; } |
+    sort -u | xargs -n1 basename | sed 's/\.c$//' | tr '\n' ' ')
 echo "test.sh: threaded tests: $TSAN_TESTS"
 if step "build tsan" env BRISK_BUILD_TARGETS="$TSAN_TESTS" bash scripts/build.sh tsan; then
     step "ctest (tsan, threaded tests)" run_ctest build-tsan -R "^($(echo $TSAN_TESTS | tr ' ' '|'))\$"

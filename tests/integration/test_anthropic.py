@@ -70,6 +70,7 @@ def sse_events(s, body):
     return out
 
 
+@pytest.mark.slow
 def test_create_equals_chat(srv):
     """A message and a chat completion of the same conversation, greedy: the same text, the
     same prompt tokens (input + cache reads), and Anthropic's message shape."""
@@ -152,6 +153,7 @@ def test_max_tokens_and_stop_sequences(srv):
     assert text_of(final) == text_of(msg)
 
 
+@pytest.mark.slow
 def test_count_tokens(srv):
     """count_tokens counts what the same request is charged: system, messages and tools as
     the generation renders them (input_tokens + cache reads)."""
@@ -167,6 +169,7 @@ def test_count_tokens(srv):
         assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == count.input_tokens
 
 
+@pytest.mark.slow
 def test_tools_round_trip(srv):
     """A forced tool (tool_choice tool, one call): a tool_use block with a toolu_ id and the
     input its schema asks for, stop_reason tool_use; streamed, the same call arrives as
