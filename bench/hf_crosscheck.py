@@ -5,7 +5,7 @@ reference (tests/reference/llama_ref.py, written by the same hands).
 
     bench/hf_crosscheck.py --llama-cpp DIR
                            [--families qwen3,gemma2,phi3,mistral,qwen3moe,mixtral,olmoe]
-                           [--gemma3-gguf FILE] [--brisk build/bin/brisk]
+                           [--gemma3-gguf FILE] [--folders] [--brisk build/bin/brisk]
 
 Needs torch, transformers (5.x), sentencepiece and numpy (a venv outside the
 repository: `pip install torch transformers sentencepiece numpy`), and a
@@ -37,6 +37,10 @@ their renormalisation shows. transformers 5 holds the experts fused
 layout, which llama.cpp's converter reads. Each row also gives the smallest
 gap between a token's k-th and (k+1)-th router logits in transformers (a gap
 of ~1e-5 or less could route a token otherwise in float32).
+
+--folders: brisk also reads each dense family's folder as transformers saved it
+(`--model DIR`, with a placeholder tokenizer.json: the prompts are ids), against
+the same transformers forward.
 
 Prints per family and length the max and mean relative L2 of the logit rows and
 the top-1 agreement, and writes bench/results/<date>-<machine>-hf-crosscheck.json.
@@ -341,6 +345,46 @@ def check_family(name, a, work, rows):
             extra = f", routing margin {res['routing_margin']:.2e}"
         print(f"{name:8s} {n:4d} tokens: max rel L2 {res['max_rel_l2']:.2e}, mean "
               f"{res['mean_rel_l2']:.2e}, top-1 {100 * res['top1']:.1f}%{extra}", flush=True)
+    if a.folders and not moe:  # brisk reads no MoE folders yet
+        check_folder(name, a, d, model, lengths, rows)
+
+
+def placeholder_tokenizer(folder):
+    """tokenizer.json for a tiny model's V ids (the prompts are ids): the 256
+    byte-level symbols, then placeholder tokens, no merges; brisk's folder
+    loader needs one, the logits do not depend on it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {t: i for i, t in enumerate(alphabet)}
+    for i in range(len(alphabet), V):
+        vocab[f"<t{i}>"] = i
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(os.path.join(folder, "tokenizer.json"))
+
+
+def check_folder(name, a, d, model, lengths, rows):
+    """brisk on the folder transformers saved (--model DIR: issue 39), against
+    transformers' forward on the same random ids."""
+    placeholder_tokenizer(d)
+    for f in ("config.json", "generation_config.json"):  # transformers' defaults (Phi-3's
+        p = os.path.join(d, f)                          # 32000) lie outside a tiny vocabulary
+        if os.path.exists(p):
+            c = json.load(open(p))
+            for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+                if isinstance(c.get(k), int) and c[k] >= V:
+                    c[k] = 2
+            json.dump(c, open(p, "w"), indent=1)
+    rng = np.random.default_rng(7)
+    for n in lengths:
+        ids = [int(x) for x in rng.integers(3, V, n)]
+        res = compare(brisk_logits(a.brisk, d, ids, V), hf_logits(model, ids))
+        rows.append({"family": name, "source": "random tiny model, transformers' folder read by "
+                     "brisk --model DIR", "tokens": n, **res})
+        print(f"{name:8s} {n:4d} tokens, folder: max rel L2 {res['max_rel_l2']:.2e}, mean "
+              f"{res['mean_rel_l2']:.2e}, top-1 {100 * res['top1']:.1f}%", flush=True)
 
 
 def check_gemma3(a, rows):
@@ -367,6 +411,8 @@ def main():
     ap.add_argument("--families", default="qwen3,gemma2,phi3,mistral,qwen3moe,mixtral,olmoe,"
                                          "qwen3moe-top8,mixtral-top8,olmoe-top8")
     ap.add_argument("--gemma3-gguf")
+    ap.add_argument("--folders", action="store_true",
+                    help="also brisk --model on each dense family's saved folder (issue 39)")
     ap.add_argument("--brisk", default=os.path.join(HERE, "..", "build", "bin", "brisk"))
     ap.add_argument("--out")
     a = ap.parse_args()

@@ -37,6 +37,18 @@ def _logits(brisk, model, ids, dump):
     return np.fromfile(dump, dtype="<f4").astype(np.float64)
 
 
+def _golden_texts():
+    """The texts of ../shared/vocab's tokenizer goldens (llama.cpp's test
+    inputs, separated by __ggml_vocab_test__ lines), deduplicated."""
+    d = Path(os.environ.get("BRISK_SHARED_DIR") or Path(__file__).resolve().parents[3] / "shared")
+    texts = []
+    for inp in sorted((d / "vocab").glob("*.inp")):
+        for t in inp.read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n"):
+            if t and t not in texts:
+                texts.append(t)
+    return texts
+
+
 def _check(brisk, gguf, folder, tmp_path, bound, report, label):
     from tokenizers import Tokenizer
 
@@ -50,7 +62,10 @@ def _check(brisk, gguf, folder, tmp_path, bound, report, label):
                             timeout=120) for m in (folder, gguf)]
     assert texts[0] == texts[1]
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    for text in hc.CORPUS:
+    goldens = _golden_texts()
+    report(f"hf real folder {label}: tokenizer on {len(hc.CORPUS)} corpus texts and "
+           f"{len(goldens)} golden inputs")
+    for text in hc.CORPUS + goldens:
         f_ids = brisk.tokenize(folder, text, "--no-bos", "--special")
         assert f_ids == brisk.tokenize(gguf, text, "--no-bos", "--special"), text
         assert f_ids == tok.encode(text, add_special_tokens=False).ids, text
