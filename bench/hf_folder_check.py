@@ -1,12 +1,10 @@
 #!/usr/bin/env python3
 """hf_folder_check.py - brisk on Hugging Face folders made from real GGUFs,
-against brisk on the GGUF itself, and the loading time of a folder against a
-GGUF of the same weights. Outside CI (tests/integration/test_hf_folder.py is
+against brisk on the GGUF itself. Outside CI (tests/integration/test_hf_folder.py is
 the CI check, on tiny random folders).
 
     bench/hf_folder_check.py --gguf ~/.cache/brisk/models/SmolLM2-135M-Instruct.F32.gguf
     bench/hf_folder_check.py --gguf G --transformers    # also a save_pretrained folder
-    bench/hf_folder_check.py --loading-speed            # 1B-parameter bf16 folder vs GGUF F16
 
 Folders:
   numpy    the GGUF undone into a folder with numpy alone (names, q/k rows back
@@ -21,9 +19,8 @@ Per folder: brisk's logits on the folder and on the GGUF (--weights f32: the
 same numbers by two paths, max |diff| and relative L2), greedy text equal, and
 the tokenizer: brisk's ids from tokenizer.json equal brisk's from the GGUF and
 the `tokenizers` package's on a corpus of multilingual text, emoji, code and
-whitespace runs. --loading-speed writes a llama-shaped 1.04B-parameter model
-with random weights as a bf16 folder and as a GGUF F16 and reports brisk's
-"load" time of each (best of 3), with the ratio.
+whitespace runs. Loading speed (a 1B bf16 folder against a GGUF F16) is
+bench/hf_load_bench.py.
 
 Needs the test venv (numpy, gguf, safetensors, tokenizers) and build/bin/brisk.
 """
@@ -216,105 +213,11 @@ def compare(brisk, gguf_path, folder, label, report):
     print(json.dumps(line))
 
 
-def loading_speed(brisk, root, report):
-    """A 1.04B-parameter llama (dim 2048, 16 layers, 32/8 heads, ff 8192,
-    vocab 32768) with random weights, as a bf16 folder and a GGUF F16."""
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    from synth_hf import bf16_bits, from_bf16_bits, write_tokenizer
-    from safetensors import TensorSpec, serialize_file
-
-    dim, n_layer, n_head, n_kv, ff, vocab = 2048, 16, 32, 8, 8192, 32768
-    hd = dim // n_head
-    rng = np.random.default_rng(1)
-    shapes = {"model.embed_tokens.weight": (vocab, dim), "model.norm.weight": (dim,)}
-    for l in range(n_layer):
-        p = f"model.layers.{l}."
-        shapes.update({p + "input_layernorm.weight": (dim,),
-                       p + "post_attention_layernorm.weight": (dim,),
-                       p + "self_attn.q_proj.weight": (n_head * hd, dim),
-                       p + "self_attn.k_proj.weight": (n_kv * hd, dim),
-                       p + "self_attn.v_proj.weight": (n_kv * hd, dim),
-                       p + "self_attn.o_proj.weight": (dim, n_head * hd),
-                       p + "mlp.gate_proj.weight": (ff, dim),
-                       p + "mlp.up_proj.weight": (ff, dim),
-                       p + "mlp.down_proj.weight": (dim, ff)})
-    folder = root / "llama-1b-bf16"
-    folder.mkdir(parents=True, exist_ok=True)
-    keep, specs = {}, {}
-    for name, shape in shapes.items():
-        v = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
-        if len(shape) == 1:
-            v += 1
-        keep[name] = bf16_bits(v)
-        specs[name] = TensorSpec(dtype="bfloat16", shape=list(shape),
-                                 data_ptr=keep[name].ctypes.data, data_len=keep[name].nbytes)
-    serialize_file(specs, str(folder / "model.safetensors"), {"format": "pt"})
-    n_params = sum(int(np.prod(s)) for s in shapes.values())
-    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": dim,
-           "num_hidden_layers": n_layer, "intermediate_size": ff, "num_attention_heads": n_head,
-           "num_key_value_heads": n_kv, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-           "rope_theta": 500000.0, "hidden_act": "silu", "tie_word_embeddings": True}
-    (folder / "config.json").write_text(json.dumps(cfg))
-    write_tokenizer(folder)
-    # The same values as a GGUF F16 (the converter's layout: q/k rows adjacent).
-    gg = root / "llama-1b-f16.gguf"
-    w = gguf.GGUFWriter(str(gg), "llama")
-    for k, v in (("context_length", 4096), ("embedding_length", dim), ("block_count", n_layer),
-                 ("feed_forward_length", ff), ("attention.head_count", n_head),
-                 ("attention.head_count_kv", n_kv)):
-        w.add_uint32(f"llama.{k}", v)
-    w.add_float32("llama.rope.freq_base", 500000.0)
-    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-    from synth_gguf import VOCAB
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
-    w.add_token_list(VOCAB.tokens)
-    w.add_token_types(VOCAB.types)
-    w.add_token_merges(VOCAB.merges)
-    w.add_add_bos_token(False)
-    from synth_hf import to_adjacent
-    for name in shapes:
-        v = from_bf16_bits(keep[name]).reshape(shapes[name])
-        gname = {"model.embed_tokens.weight": "token_embd.weight",
-                 "model.norm.weight": "output_norm.weight"}.get(name)
-        if gname is None:
-            l, rest = name.split(".")[2], ".".join(name.split(".")[3:])
-            gname = f"blk.{l}." + {
-                "input_layernorm.weight": "attn_norm.weight",
-                "post_attention_layernorm.weight": "ffn_norm.weight",
-                "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-                "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-                "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-                "mlp.down_proj.weight": "ffn_down.weight"}[rest]
-            if rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
-                v = to_adjacent(v, n_head if "q_proj" in rest else n_kv)
-        w.add_tensor(gname, v if v.ndim == 1 else v.astype(np.float16))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    del keep
-    times = {}
-    for name, m in (("gguf_f16", gg), ("folder_bf16", folder)):
-        best = float("inf")
-        for _ in range(3):
-            p = brisk_run(brisk, "generate", "--model", m, "--prompt-ids", "1", "-n", "1",
-                          "--temp", "0")
-            best = min(best, load_seconds(p.stderr))
-        times[name] = best
-    line = {"loading_speed": f"{n_params / 1e9:.2f}B params",
-            "load_s_gguf_f16": times["gguf_f16"], "load_s_folder_bf16": times["folder_bf16"],
-            "ratio": times["folder_bf16"] / times["gguf_f16"]}
-    report.append(line)
-    print(json.dumps(line))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gguf", help="a GGUF (F32 for exact comparisons) to undo into folders")
     ap.add_argument("--transformers", action="store_true",
                     help="also a folder written by transformers' save_pretrained")
-    ap.add_argument("--loading-speed", action="store_true")
     ap.add_argument("--brisk", default=str(ROOT / "build" / "bin" / "brisk"))
     ap.add_argument("--work", default=None, help="where to write folders (default: a temp dir)")
     ap.add_argument("--out", default=None, help="JSON report file")
@@ -330,8 +233,6 @@ def main():
                 f = transformers_folder(a.gguf, root / "transformers")
                 if f:
                     compare(a.brisk, a.gguf, f, "transformers", report)
-        if a.loading_speed:
-            loading_speed(a.brisk, root, report)
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1) + "\n")
 
