@@ -19,10 +19,13 @@ cd "$(dirname "$0")/.."
 flavour=${1:-Release}
 [ $# -gt 0 ] && shift
 
+# BRISK_CUDA_ARCHS overrides the CUDA architectures of Release and Debug (default
+# "75;80;90": T4, A100, H100/H200).
+cuda_archs=${BRISK_CUDA_ARCHS:-75;80;90}
 san=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1" -DBRISK_CUDA=OFF)
 case "$flavour" in
-    Release|release) dir=build;       args=(-DCMAKE_BUILD_TYPE=Release -DBRISK_CUDA=ON -DBRISK_CUDA_ARCHITECTURES="75;80;90") ;;
-    Debug|debug)     dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug -DBRISK_CUDA=ON -DBRISK_CUDA_ARCHITECTURES="75;80;90") ;;
+    Release|release) dir=build;       args=(-DCMAKE_BUILD_TYPE=Release -DBRISK_CUDA=ON -DBRISK_CUDA_ARCHITECTURES="$cuda_archs") ;;
+    Debug|debug)     dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug -DBRISK_CUDA=ON -DBRISK_CUDA_ARCHITECTURES="$cuda_archs") ;;
     asan|ASan)       dir=build-asan;  args=("${san[@]}" -DBRISK_SANITIZE=ON -DBRISK_FAULT_INJECT=ON) ;;
     tsan|TSan)       dir=build-tsan;  args=("${san[@]}" -DBRISK_TSAN=ON) ;;
     *) echo "usage: $0 [Release|Debug|asan|tsan] [cmake args...]" >&2; exit 2 ;;

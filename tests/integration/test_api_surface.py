@@ -171,6 +171,7 @@ def test_streamed_echo_logprobs_equal_whole(smol):
     assert "".join(toks) == text
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_chat_logprobs_leave_out_eos(smol):
     c = smol.client()
     kw = dict(model=SMOLLM2, messages=[{"role": "user", "content": "Say OK."}], max_tokens=40,
@@ -197,6 +198,7 @@ def test_non_http_request_lines(smol):
         conn.close()
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_response_ids_are_fresh(smol):
     ids = set()
     for _ in range(3):
@@ -276,6 +278,7 @@ def test_cors_allowed_origins(start_server, stories260k_gguf):
 
 # ---- the Responses API ---------------------------------------------------------------------
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_responses_text(smol):
     c = smol.client()
     r = c.responses.create(model=SMOLLM2, input="What is the capital of France?",

@@ -1,5 +1,7 @@
 """SmolLM2-135M-Instruct as a chat model: a factual answer and seeded sampling."""
 
+import pytest
+
 CHAT_PROMPT = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
     "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
@@ -25,6 +27,7 @@ def test_seeded_sampling_is_reproducible(brisk, smollm2_path):
     assert sample(brisk, smollm2_path, 1234) == sample(brisk, smollm2_path, 1234)
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_different_seeds_differ(brisk, smollm2_path):
     outs = {sample(brisk, smollm2_path, s) for s in (1, 2, 3)}
     # 24 tokens at temperature 0.8: three identical samples would mean the seed is ignored.

@@ -15,6 +15,7 @@ def test_generate_is_seeded_and_deterministic(brisk):
     assert "dummy stories110m" in a.err, a.err
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_bench_reports_the_shape(brisk):
     r = brisk.run("bench", "--dummy-weights", "stories110m", "--weights", "int8", "-p", "32", "-n", "8",
                   "--reps", "1", timeout=180)

@@ -203,6 +203,7 @@ def occupy(srv, key=None, tokens=2000):
     return c
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_priority_order_and_fcfs_refusal(start_server, smollm2_path, smollm2_server):
     import concurrent.futures as cf
     r = chat(smollm2_server, "Hi", max_tokens=1, priority=3)

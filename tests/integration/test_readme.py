@@ -34,6 +34,7 @@ def test_readme_has_the_endpoints():
         assert path in cmds, path
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_readme_curl_one_liners(smollm2_server):
     if not shutil.which("curl"):
         pytest.fail("curl is missing: scripts/install-deps.sh installs it")

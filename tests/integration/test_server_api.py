@@ -514,6 +514,7 @@ def test_chat_without_logprobs_has_none(smol):
     assert r.choices[0].logprobs is None
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_chat_seeded_n(smol):
     kw = dict(model=SMOLLM2, messages=[{"role": "user", "content": "Tell me a story."}],
               temperature=1.0, max_tokens=16, n=2, seed=31)
@@ -696,6 +697,7 @@ def test_random_hostile_bodies_never_5xx(stories_server):
     stories_server.check_alive()
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_chat_template_flag(start_server, smollm2_path, paris):
     srv = start_server(smollm2_path, "--chat-template", "chatml", "--served-model-name", "smol")
     try:
