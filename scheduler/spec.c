@@ -40,7 +40,10 @@ struct sched_spec {
     spec_draft_job *djobs; /* [max_seqs] */
     int *djob_cand;
     int *djob_qrow; /* its first row of q, or -1 (greedy: none kept) */
-    float *q;       /* [q_rows][n_vocab]: the step's draft distributions */
+    /* [max_seqs] each: the batch rule's inputs and lengths (spec_policy_share) */
+    int *want, *probe, *len;
+    float *acc;
+    float *q; /* [q_rows][n_vocab]: the step's draft distributions */
     int q_rows;
     sched_spec_stats stats;
 };
@@ -131,7 +134,13 @@ int sched_spec_create(const sched_spec_config *cfg, const sched_spec_env *env, s
     sp->djobs = calloc((size_t)env->max_seqs, sizeof *sp->djobs);
     sp->djob_cand = calloc((size_t)env->max_seqs, sizeof *sp->djob_cand);
     sp->djob_qrow = calloc((size_t)env->max_seqs, sizeof *sp->djob_qrow);
-    if (!sp->djobs || !sp->djob_cand || !sp->djob_qrow) {
+    sp->want = calloc((size_t)env->max_seqs * 3, sizeof *sp->want);
+    sp->acc = calloc((size_t)env->max_seqs, sizeof *sp->acc);
+    if (sp->want) {
+        sp->probe = sp->want + env->max_seqs;
+        sp->len = sp->probe + env->max_seqs;
+    }
+    if (!sp->djobs || !sp->djob_cand || !sp->djob_qrow || !sp->want || !sp->acc) {
         sched_spec_free(sp);
         return brisk_set_err(err, err_len, BRISK_ENOMEM, "speculative decoding: out of memory");
     }
@@ -169,6 +178,8 @@ void sched_spec_free(sched_spec *sp) {
     free(sp->djobs);
     free(sp->djob_cand);
     free(sp->djob_qrow);
+    free(sp->want);
+    free(sp->acc);
     free(sp->q);
     free(sp);
 }
@@ -272,49 +283,62 @@ static int spec_q_reserve(sched_spec *sp, int rows) {
 }
 
 void sched_spec_propose(sched_spec *sp, sched_spec_cand *cands, int n, int base_tokens) {
-    int budget = spec_policy_budget(sp->threshold, base_tokens);
+    n = n < sp->max_seqs ? n : sp->max_seqs;
+    for (int i = 0; i < n; i++) {
+        cands[i].n_prop = 0;
+        if (cands[i].ss)
+            cands[i].ss->q = NULL;
+    }
+    if (spec_policy_budget(sp->threshold, base_tokens) <= 0)
+        return;
+    /* Each sequence's own length; the lookups (cheap) run at once, so the
+     * step's share below goes to proposals that exist. */
+    for (int i = 0; i < n; i++) {
+        sched_spec_cand *c = &cands[i];
+        int k = 0;
+        sp->probe[i] = 0;
+        sp->acc[i] = 0.0f;
+        if (c->ss && c->room > 0) {
+            k = sp->cfg.fixed_len
+                    ? sp->cfg.num_tokens
+                    : spec_policy_len(&c->ss->pol, sp->cfg.num_tokens, sp->cost, !sp->draft);
+            k = k < c->room ? k : c->room;
+            sp->probe[i] = c->ss->pol.probing;
+            sp->acc[i] = c->ss->pol.accept;
+        }
+        int32_t *out = c->tokens + c->n_tokens;
+        if (k > 0 && sp->cfg.method == SCHED_SPEC_NGRAM)
+            k = spec_ngram_propose(c->tokens, c->n_tokens, sp->cfg.lookup_min, sp->cfg.lookup_max,
+                                   k, out);
+        else if (k > 0 && sp->cfg.method == SCHED_SPEC_SUFFIX) {
+            spec_suffix_opts o = sp->sopts;
+            o.k = k;
+            k = spec_suffix_propose(sp->suffix, c->tokens, c->n_tokens, &o, out);
+        } else if (sp->cfg.method == SCHED_SPEC_DRAFT && (!sp->draft || !c->ss || !c->ss->ds))
+            k = 0;
+        if (k > 0 && k < sp->cfg.draft_min && sp->cfg.method != SCHED_SPEC_DRAFT)
+            k = 0;
+        sp->want[i] = k;
+    }
+    spec_policy_share(sp->acc, sp->want, sp->probe, n, base_tokens, sp->cost, sp->threshold,
+                      sp->cfg.fixed_len, sp->len);
     int n_dj = 0, q_used = 0;
     for (int i = 0; i < n; i++) {
         sched_spec_cand *c = &cands[i];
-        c->n_prop = 0;
-        if (c->ss)
-            c->ss->q = NULL;
-        if (!c->ss || budget <= 0 || c->room <= 0)
-            continue;
-        int k = sp->cfg.fixed_len
-                    ? sp->cfg.num_tokens
-                    : spec_policy_len(&c->ss->pol, sp->cfg.num_tokens, sp->cost, !sp->draft);
-        k = k < c->room ? k : c->room;
-        k = k < budget ? k : budget;
+        int k = sp->len[i];
         if (k <= 0)
             continue;
-        int32_t *out = c->tokens + c->n_tokens;
-        switch (sp->cfg.method) {
-        case SCHED_SPEC_NGRAM:
-            c->n_prop = spec_ngram_propose(c->tokens, c->n_tokens, sp->cfg.lookup_min,
-                                           sp->cfg.lookup_max, k, out);
-            break;
-        case SCHED_SPEC_SUFFIX: {
-            spec_suffix_opts o = sp->sopts;
-            o.k = k;
-            c->n_prop = spec_suffix_propose(sp->suffix, c->tokens, c->n_tokens, &o, out);
-            break;
+        if (sp->cfg.method != SCHED_SPEC_DRAFT) {
+            /* A shorter share keeps the lookup's first k (any prefix of a
+             * proposal is one). */
+            c->n_prop = k < sp->cfg.draft_min ? 0 : k;
+            continue;
         }
-        case SCHED_SPEC_DRAFT:
-            if (!sp->draft || !c->ss->ds)
-                break;
-            sp->djobs[n_dj] = (spec_draft_job){c->ss->ds, c->tokens, c->n_tokens, k, NULL, 0};
-            /* the draft's distributions, for rejection sampling: rows placed below */
-            sp->djob_qrow[n_dj] = c->ss->sampled ? q_used : -1;
-            q_used += c->ss->sampled ? k : 0;
-            sp->djob_cand[n_dj++] = i;
-            c->n_prop = k; /* reserved; what the draft gives is set below */
-            break;
-        default: break;
-        }
-        if (c->n_prop > 0 && c->n_prop < sp->cfg.draft_min && sp->cfg.method != SCHED_SPEC_DRAFT)
-            c->n_prop = 0;
-        budget -= c->n_prop;
+        sp->djobs[n_dj] = (spec_draft_job){c->ss->ds, c->tokens, c->n_tokens, k, NULL, 0};
+        /* the draft's distributions, for rejection sampling: rows placed below */
+        sp->djob_qrow[n_dj] = c->ss->sampled ? q_used : -1;
+        q_used += c->ss->sampled ? k : 0;
+        sp->djob_cand[n_dj++] = i;
     }
     if (n_dj == 0)
         return;

@@ -89,8 +89,9 @@ sched_spec_config sched_spec_config_default(void);
  * step from the second token on (no knee: a small model on two cores is
  * near the balance of memory and compute), so a proposal pays at batch B
  * only when its acceptance is above c B / (1 + c (B - 1)): 0.3 alone, 0.6 at
- * 4 rows, 0.75 at 8, 0.86 at 16. Proposals fill a step up to 8 tokens: a
- * lone sequence proposes up to 7, four up to one each, eight or more none.
+ * 4 rows, 0.75 at 8, 0.86 at 16 (spec_policy_share applies it). Proposals
+ * fill a step up to 8 tokens at most: a lone sequence up to 7, eight rows
+ * or more none.
  * CUDA: a GPU decode step stays memory-bound to far larger batches; 128
  * until the next GPU campaign measures it (bench/gpu.sh's spec stage). */
 #define SCHED_SPEC_THRESHOLD_CPU 8
@@ -147,8 +148,9 @@ typedef struct sched_spec_cand {
 
 /* Proposes for this step. base_tokens: what the step would run without
  * proposals (decode rows and the prefill the budget would take); proposals
- * fill it up to the threshold, each sequence up to its policy's length.
- * Never fails: a proposer that cannot (a draft's KV full) proposes nothing. */
+ * fill it up to the threshold at most, each sequence up to its policy's
+ * length, as far as they pay in the batch (spec_policy_share). n at most
+ * the engine's max_seqs. Never fails: a proposer that cannot (a draft's KV full) proposes nothing. */
 void sched_spec_propose(sched_spec *sp, sched_spec_cand *cands, int n, int base_tokens);
 
 /* The draft's distribution at each of ss's proposals of this step (n_prop

@@ -19,7 +19,13 @@
  * Per step: proposals are for memory-bound steps. A step whose tokens
  * without proposals (decode rows and prefill) reach the threshold proposes
  * nothing; below it, the proposals of all sequences together fill it up
- * at most (spec_policy_budget).
+ * at most (spec_policy_budget). Within that room a proposal must also pay
+ * in the batch (spec_policy_share): a step of N tokens costs 1 + c (N - 1)
+ * one-token steps and yields V expected tokens (its base tokens and the
+ * proposals' expected keeps), so one more proposal whose keep has
+ * probability g pays only when g > c V / (1 + c (N - 1)): alone (V = N = 1)
+ * that is each sequence's own rule above, and at 7 decode rows with
+ * c = 0.3 it asks g > 0.75. The proposals with the highest g go first.
  *
  * Pure functions: no state besides the caller's. */
 #ifndef SCHED_SPEC_POLICY_H
@@ -32,6 +38,7 @@
 typedef struct spec_policy_seq {
     float accept;   /* the moving acceptance rate, 0..1 */
     int idle_steps; /* steps at length 0 since the last probe */
+    int probing;    /* the last spec_policy_len was a probe */
 } spec_policy_seq;
 
 void spec_policy_init(spec_policy_seq *ps);
@@ -44,5 +51,13 @@ int spec_policy_len(spec_policy_seq *ps, int k_max, double cost, int probe);
 void spec_policy_observe(spec_policy_seq *ps, int proposed, int accepted);
 /* Proposals the step may add: threshold - base_tokens, or 0. */
 int spec_policy_budget(int threshold, int base_tokens);
+/* The batch rule (above) over a step's n candidates: want[i] the length
+ * sequence i's own policy gives (spec_policy_len; its probe, probe[i] 1,
+ * is kept whenever there is room), accept[i] its rate; base the step's
+ * tokens without proposals, cost c. Writes k[i] <= want[i], at most
+ * spec_policy_budget(threshold, base) in all. fixed: k = want within the
+ * room (no rule). */
+void spec_policy_share(const float *accept, const int *want, const int *probe, int n, int base,
+                       double cost, int threshold, int fixed, int *k);
 
 #endif

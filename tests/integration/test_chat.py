@@ -12,6 +12,7 @@ STORY_PROMPT = (
 )
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_capital_of_france(brisk, smollm2_path, report):
     out = brisk.generate(smollm2_path, CHAT_PROMPT, "--special", "--temp", "0", "-n", "32")
     report(f"chat (greedy): {out.strip()!r}")
@@ -23,6 +24,7 @@ def sample(brisk, model, seed):
                           "-n", "24", "--ignore-eos")
 
 
+@pytest.mark.slow  # tens of seconds under ASan; the Release pass runs it
 def test_seeded_sampling_is_reproducible(brisk, smollm2_path):
     assert sample(brisk, smollm2_path, 1234) == sample(brisk, smollm2_path, 1234)
 

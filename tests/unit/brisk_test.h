@@ -9,23 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int bt_passed, bt_failed;
+#include "bt_tsan.h"
 
-/* BT_TSAN is 1 in a ThreadSanitizer build. There a test runs its threaded
- * paths once and leaves the repeats that only change the numbers (other
- * weight types, KV-cache dtypes, model families) to the Release and ASan
- * passes: under TSan they cost minutes and can show no race the first
- * round did not. */
-#if defined(__SANITIZE_THREAD__)
-#define BT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define BT_TSAN 1
-#endif
-#endif
-#ifndef BT_TSAN
-#define BT_TSAN 0
-#endif
+static int bt_passed, bt_failed;
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \

@@ -151,9 +151,63 @@ static void test_policy(void) {
                spec_policy_budget(12, 40) == 0);
 }
 
+/* The batch rule: one sequence gets its own optimum; at 7 decode rows
+ * (c = 0.3) only a proposal kept with probability above 0.75 pays; the
+ * best-kept proposals go first; probes and fixed lengths within the room. */
+static void test_share(void) {
+    spec_policy_seq ps;
+    spec_policy_init(&ps);
+    for (int r = 0; r < 8; r++) {
+        ps.accept = 0.1f * (float)(r + 1) + 0.05f;
+        int own = spec_policy_len(&ps, 8, 0.3, 0), k = -1, want = 8, probe = 0;
+        spec_policy_share(&ps.accept, &want, &probe, 1, 1, 0.3, 64, 0, &k);
+        CHECK(k == own, "alone at rate %.2f: the share %d, its own length %d", (double)ps.accept, k,
+              own);
+    }
+    float acc[7] = {0.7f, 0.74f, 0.8f, 0.95f, 0.5f, 0.9f, 0.2f};
+    int want[7] = {8, 8, 8, 8, 8, 8, 8}, probe[7] = {0}, k[7];
+    spec_policy_share(acc, want, probe, 7, 7, 0.3, 64, 0, k);
+    /* V/C = 7 / 2.8 = 2.5 at first: 0.95 pays (0.95 > 0.3 x 2.5), and each
+     * keep raises the bar. */
+    CHECK(k[0] == 0 && k[1] == 0 && k[4] == 0 && k[6] == 0 && k[3] >= k[5] && k[5] >= 1,
+          "7 rows: %d %d %d %d %d %d %d", k[0], k[1], k[2], k[3], k[4], k[5], k[6]);
+    for (int i = 0; i < 7; i++) {
+        double g = 1.0; /* the last proposal granted paid when it was granted */
+        for (int j = 0; j < k[i]; j++)
+            g *= acc[i];
+        CHECK(k[i] == 0 || g > 0.3 * 7 / (1 + 0.3 * 6), "row %d: %d at %.2f", i, k[i], g);
+    }
+    /* 16 rows and the room: nothing past the threshold. */
+    float a16[16];
+    int w16[16], p16[16] = {0}, k16[16];
+    for (int i = 0; i < 16; i++)
+        a16[i] = 0.99f, w16[i] = 8;
+    spec_policy_share(a16, w16, p16, 16, 16, 0.3, 8, 0, k16);
+    int sum = 0;
+    for (int i = 0; i < 16; i++)
+        sum += k16[i];
+    CHECK(sum == 0, "16 rows over a threshold of 8: %d proposals", sum);
+    spec_policy_share(a16, w16, p16, 4, 4, 0.3, 8, 0, k16);
+    sum = 0;
+    for (int i = 0; i < 4; i++)
+        sum += k16[i];
+    CHECK(sum == 4, "4 rows at 0.99, room 4: %d", sum);
+    /* A probe gets its one token at any rate, only where its lookup found one. */
+    float ap[2] = {0.01f, 0.01f};
+    int wp[2] = {1, 0}, pp[2] = {1, 1}, kp[2];
+    spec_policy_share(ap, wp, pp, 2, 2, 0.3, 8, 0, kp);
+    CHECK(kp[0] == 1 && kp[1] == 0, "probes %d %d", kp[0], kp[1]);
+    /* Fixed lengths: as asked, within the room. */
+    int wf[3] = {4, 4, 4}, pf[3] = {0}, kf[3];
+    float af[3] = {0.0f, 0.0f, 0.0f};
+    spec_policy_share(af, wf, pf, 3, 3, 0.3, 12, 1, kf);
+    CHECK(kf[0] == 4 && kf[1] == 4 && kf[2] == 1, "fixed %d %d %d", kf[0], kf[1], kf[2]);
+}
+
 int main(void) {
     test_ngram();
     test_suffix();
     test_policy();
+    test_share();
     return BT_SUMMARY("test_spec_propose");
 }
