@@ -5,6 +5,7 @@ bench/results/<date>-<host>-spec-bench.json (machine, CPU and flags, commit,
 date, load average).
 
     .venv-test/bin/python bench/spec_bench.py [--quick] [--streams 1,4,16] [--rounds 2]
+                                              [--no-draft | --draft-only] [--out FILE]
 
 Workloads, three kinds:
   input-grounded  code_edit (rename a function in a given C file, output the
@@ -345,6 +346,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="1 round, 1 and 4 streams, no draft pairs")
     ap.add_argument("--no-draft", action="store_true")
+    ap.add_argument("--draft-only", action="store_true", help="the draft-model pairs alone")
     ap.add_argument("--measure-threshold", action="store_true")
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -372,7 +374,7 @@ def main():
         models.append(("Gemma 3 270M", gemma[0]))
     else:
         results["gemma"] = "not in the model cache: not measured"
-    for label, path in models:
+    for label, path in [] if a.draft_only else models:
         print(f"== {label} ({path.name}): none, ngram, suffix", flush=True)
         servers = {"none": Server(a.brisk, path, common, "none")}
         for m in ("ngram", "suffix"):

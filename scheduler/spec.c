@@ -33,7 +33,8 @@ struct sched_spec {
      * t = t1 (1 + c (tokens - 1)): sums of x = tokens - 1 and y = seconds,
      * each step weighing SPEC_FIT_KEEP times the one after it. */
     double fw, fx, fy, fxx, fxy;
-    double t1_s; /* the fitted one-token step (0: not yet) */
+    double t1_s;  /* the fitted one-token step (0: not yet) */
+    double t1_one; /* the one-token steps' moving average (before the fit) */
     spec_suffix *suffix;
     spec_suffix_opts sopts;
     spec_draft *draft;
@@ -201,9 +202,25 @@ double sched_spec_cost(const sched_spec *sp) {
 #define SPEC_FIT_C_MIN 0.02
 #define SPEC_FIT_C_MAX 2.0
 
+/* c: the fitted (or prior) cost of a proposal in the target, plus with a
+ * draft model its step over the target's (measured once both are; their
+ * weight bytes' ratio before). */
+static void spec_cost_update(sched_spec *sp) {
+    sp->cost = sp->base_cost;
+    if (!sp->draft)
+        return;
+    double ds = spec_draft_step_s(sp->draft), t1 = sp->t1_s > 0 ? sp->t1_s : sp->t1_one;
+    if (ds > 0 && t1 > 0)
+        sp->cost += ds / t1;
+    else if (sp->target_bytes)
+        sp->cost += (double)spec_draft_weight_bytes(sp->draft) / (double)sp->target_bytes;
+}
+
 void sched_spec_step_time(sched_spec *sp, int tokens, double forward_s) {
     if (!sp || tokens < 1 || tokens > sp->threshold || !(forward_s > 0) || forward_s > 10.0)
         return;
+    if (tokens == 1) /* a draft's cost needs a target step before the fit has one */
+        sp->t1_one = sp->t1_one > 0 ? sp->t1_one + (forward_s - sp->t1_one) / 8.0 : forward_s;
     double x = tokens - 1;
     sp->fw = sp->fw * SPEC_FIT_KEEP + 1.0;
     sp->fx = sp->fx * SPEC_FIT_KEEP + x;
@@ -211,20 +228,16 @@ void sched_spec_step_time(sched_spec *sp, int tokens, double forward_s) {
     sp->fxx = sp->fxx * SPEC_FIT_KEEP + x * x;
     sp->fxy = sp->fxy * SPEC_FIT_KEEP + x * forward_s;
     double mx = sp->fx / sp->fw, my = sp->fy / sp->fw, var = sp->fxx / sp->fw - mx * mx;
-    if (sp->fw < SPEC_FIT_MIN_W || var < SPEC_FIT_MIN_VAR)
-        return; /* steps of one size only (nothing proposed yet): the prior stands */
-    double slope = (sp->fxy / sp->fw - mx * my) / var, t1 = my - slope * mx;
-    if (!(t1 > 0))
-        return;
-    double c = slope / t1;
-    sp->base_cost = c < SPEC_FIT_C_MIN ? SPEC_FIT_C_MIN : c > SPEC_FIT_C_MAX ? SPEC_FIT_C_MAX : c;
-    sp->t1_s = t1;
-    sp->cost = sp->base_cost;
-    double ds = sp->draft ? spec_draft_step_s(sp->draft) : 0;
-    if (ds > 0) /* a proposal's draft step, in target steps */
-        sp->cost += ds / t1;
-    else if (sp->draft && sp->target_bytes)
-        sp->cost += (double)spec_draft_weight_bytes(sp->draft) / (double)sp->target_bytes;
+    double slope = var > 0 ? (sp->fxy / sp->fw - mx * my) / var : 0.0, t1 = my - slope * mx;
+    /* Steps of one size only (nothing proposed yet): the prior stands. */
+    if (sp->fw >= SPEC_FIT_MIN_W && var >= SPEC_FIT_MIN_VAR && t1 > 0) {
+        double c = slope / t1;
+        sp->base_cost = c < SPEC_FIT_C_MIN   ? SPEC_FIT_C_MIN
+                        : c > SPEC_FIT_C_MAX ? SPEC_FIT_C_MAX
+                                             : c;
+        sp->t1_s = t1;
+    }
+    spec_cost_update(sp);
 }
 
 sched_spec_seq *sched_spec_seq_create(sched_spec *sp, const model_sampling *p) {

@@ -158,6 +158,12 @@ size_t spec_draft_weight_bytes(const spec_draft *d) {
     return d->setup.be->weight_bytes;
 }
 
+/* What one more proposal costs (the policy's, spec.h): a draft step of one
+ * token per sequence with its sampling, averaged (each step weighs 1/8). */
+static void draft_step_time(spec_draft *d, double dt) {
+    d->step_s = d->step_s > 0 ? d->step_s + (dt - d->step_s) / 8.0 : dt;
+}
+
 double spec_draft_step_s(const spec_draft *d) {
     return d->step_s;
 }
@@ -344,6 +350,7 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
     }
     if (nb == 0)
         return;
+    double t_first = brisk_now();
     if (draft_forward(d, nb) < 0) {
         BRISK_WARN("draft model: forward pass failed; no proposals this step");
         for (int i = 0; i < n; i++)
@@ -355,6 +362,12 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
         if (jobs[i].ds && jobs[i].ds->slot >= 0)
             kv_cache_seq_set_pos(kv, jobs[i].ds->slot, jobs[i].ds->n_done);
     draft_sample(d, jobs, n_rows, stop);
+    /* A first forward that only caught up the last verification's tokens
+     * (one or two a sequence) is a decode step of the draft too: at one
+     * proposal a step it is the only one, so it is measured as the loop's
+     * steps below are. */
+    if (n_rows > 0 && nb <= 2 * n_rows)
+        draft_step_time(d, brisk_now() - t_first);
     /* Then one token per job a step: its last proposal, fed back. */
     for (;;) {
         nb = 0;
@@ -386,9 +399,6 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
             kv_cache_seq_set_pos(kv, ds->slot, ds->n_done);
         }
         draft_sample(d, jobs, nb, stop);
-        /* What one more proposal costs (the policy's, spec.h): a step of one
-         * token per sequence, averaged (each step weighs 1/8). */
-        double dt = brisk_now() - t0;
-        d->step_s = d->step_s > 0 ? d->step_s + (dt - d->step_s) / 8.0 : dt;
+        draft_step_time(d, brisk_now() - t0);
     }
 }
