@@ -418,13 +418,18 @@ def check_folder(name, a, d, model, lengths, rows, layout=""):
     for n in lengths:
         ids = [int(x) for x in rng.integers(3, V, n)]
         res = compare(brisk_logits(a.brisk, d, ids, V), hf_logits(model, ids))
+        k = getattr(model.config, "num_experts_per_tok", 0)
+        if k:
+            res["routing_margin"] = hf_routing_margin(model, ids, k)
         src = "random tiny model, transformers' folder read by brisk --model DIR"
         if layout:
             src += f" ({layout} experts)"
         rows.append({"family": name, "source": src, "tokens": n, **res})
         print(f"{name:8s} {n:4d} tokens, folder{' ' + layout if layout else ''}: max rel L2 "
               f"{res['max_rel_l2']:.2e}, mean {res['mean_rel_l2']:.2e}, top-1 "
-              f"{100 * res['top1']:.1f}%", flush=True)
+              f"{100 * res['top1']:.1f}%" + (f", routing margin {res['routing_margin']:.2e}"
+                                              if res.get("routing_margin") is not None else ""),
+              flush=True)
 
 
 def check_gemma3(a, rows):

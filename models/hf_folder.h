@@ -16,6 +16,10 @@
  * keep their dtype (F32, F16, BF16), so --weights converts them at load
  * exactly as it converts a GGUF's, in one pass from the safetensors
  * mapping into the model's buffers (the q/k permutation done on the way).
+ * A mixture of experts' layer (Qwen3-MoE, Mixtral, OLMoE) becomes the GGUF's
+ * router and ffn_{gate,up,down}_exps stacks: its experts, one tensor each or
+ * transformers 5's fused 3-D tensors, are the parts of a stack, each read
+ * where it lies into its rows of the stack's buffer.
  *
  * Every file of the folder is hostile input: a refusal is a negative
  * BRISK_E* code with one line in err naming the file and what is wrong; an

@@ -216,7 +216,8 @@ def expert_names(spec, name, layout):
     per-expert names, or the fused tensor's name."""
     _, l, rest = name.split(".", 2)
     if layout == "fused":
-        return f"model.layers.{l}.mlp.experts." + ("down_proj" if "down" in rest else "gate_up_proj")
+        fused = "down_proj" if "down" in rest else "gate_up_proj"
+        return f"model.layers.{l}.mlp.experts.{fused}"
     mixtral = is_mixtral(spec)
     kind = EXPERT_KINDS[rest][1 if mixtral else 0]
     part = "block_sparse_moe" if mixtral else "mlp"
