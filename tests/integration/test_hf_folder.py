@@ -23,7 +23,8 @@ llama.cpp's converter writes it.
     GGUF MoE tests (test_moe.py); the seeds keep every top-2 decision of the
     prompt at least MOE_MIN_MARGIN from a tie in the F32 folder (f16 rounding
     moves router logits by <= 0.004) and MOE_GREEDY_MARGIN in the BF16
-    folder's greedy text (test_moe_routing_margins); broken MoE folders
+    folder's greedy text (test_moe_routing_margins); a sharded folder with
+    a layer's experts in both shards is the same model; broken MoE folders
     (an expert missing or past the config's count, a fused tensor of the
     wrong shape, top-k beyond the expert count, shared experts) are refused
     with one line;
@@ -218,6 +219,36 @@ def test_moe_layouts_are_one_model(brisk, folders, tmp_path):
         a = brisk_logits(brisk, folders.get(name, "BF16")[0], "f32", tmp_path / "a.f32")
         b = brisk_logits(brisk, folders.get(name + "-fused", "BF16")[0], "f32", tmp_path / "b.f32")
         assert np.array_equal(a, b), name
+
+
+@pytest.mark.parametrize("name", ["qwen3moe", "mixtral-fused"])
+def test_moe_sharded_folder(brisk, folders, tmp_path, name):
+    """A sharded folder (model.safetensors.index.json), as large MoE checkpoints
+    come, with a layer's experts split across two shards: the same logits, bit
+    for bit, as the single file."""
+    from safetensors.numpy import load_file, save_file
+
+    src, _ = folders.get(name, "F32")
+    d = tmp_path / "sharded"
+    shutil.copytree(src, d)
+    t = load_file(str(d / "model.safetensors"))
+    (d / "model.safetensors").unlink()
+    names = sorted(t)
+    shards = [names[0::2], names[1::2]]  # alternate tensors: every layer in both shards
+    weight_map = {}
+    for i, part in enumerate(shards):
+        fn = f"model-{i + 1:05d}-of-00002.safetensors"
+        save_file({k: t[k] for k in part}, str(d / fn), metadata={"format": "pt"})
+        weight_map.update({k: fn for k in part})
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": sum(v.nbytes for v in t.values())},
+         "weight_map": weight_map}))
+    experts = [k for k in names if ".experts." in k and k.startswith("model.layers.0.")]
+    assert {weight_map[k] for k in experts} == set(weight_map.values())
+    for weights in ("f32", "int8"):
+        a = brisk_logits(brisk, src, weights, tmp_path / "a.f32")
+        b = brisk_logits(brisk, d, weights, tmp_path / "b.f32")
+        assert np.array_equal(a, b), (name, weights)
 
 
 def test_moe_refusals(brisk, folders, tmp_path):
