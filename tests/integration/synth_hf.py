@@ -114,19 +114,23 @@ def from_bf16_bits(b):
 
 
 def write_safetensors(path, tensors, dtype):
-    """tensors: name -> float32 array; dtype "F32" or "BF16". Returns the
-    float32 values written (BF16-rounded for BF16)."""
+    """tensors: name -> float32 array; dtype "F32", "BF16" or "F16". Returns
+    the float32 values written (rounded to nearest-even for BF16 and F16)."""
     specs, keep, written = {}, [], {}
     for name, v in tensors.items():
         v = np.ascontiguousarray(v, dtype=np.float32)
         if dtype == "BF16":
             raw = bf16_bits(v)
             written[name] = from_bf16_bits(raw).reshape(v.shape)
+        elif dtype == "F16":
+            raw = v.astype(np.float16)
+            written[name] = raw.astype(np.float32)
         else:
             raw = v
             written[name] = v
         keep.append(raw)
-        specs[name] = TensorSpec(dtype="bfloat16" if dtype == "BF16" else "float32",
+        st_dtype = {"BF16": "bfloat16", "F16": "float16"}.get(dtype, "float32")
+        specs[name] = TensorSpec(dtype=st_dtype,
                                  shape=list(v.shape), data_ptr=raw.ctypes.data,
                                  data_len=raw.nbytes)
     data = serialize(specs, {"format": "pt"})

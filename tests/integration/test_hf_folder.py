@@ -20,7 +20,8 @@ llama.cpp's converter writes it.
     writes (the experts one by one, Mixtral's under block_sparse_moe; and
     the fused mlp.experts.gate_up_proj / down_proj, "-fused"), through the
     same logits, GGUF-equality and greedy checks with the same bounds as the
-    GGUF MoE tests (test_moe.py); the seeds keep every top-2 decision of the
+    GGUF MoE tests (test_moe.py), and F16 folders of them at f32 and auto;
+    the seeds keep every top-2 decision of the
     prompt at least MOE_MIN_MARGIN from a tie in the F32 folder (f16 rounding
     moves router logits by <= 0.004) and MOE_GREEDY_MARGIN in the BF16
     folder's greedy text (test_moe_routing_margins); a sharded folder with
@@ -210,6 +211,22 @@ def test_moe_routing_margins(folders, name, report):
     assert m_prompt >= MOE_MIN_MARGIN, f"seed gives a near-tie in the prompt's routing: {m_prompt}"
     assert m_greedy >= MOE_GREEDY_MARGIN, f"seed gives a near-tie in the greedy text: {m_greedy}"
     assert min(used) >= 5, used
+
+
+@pytest.mark.parametrize("weights", ["f32", "auto"])
+@pytest.mark.parametrize("name", MOE_NAMES)
+def test_moe_f16_folder_matches_reference(brisk, folders, name, weights, tmp_path, report):
+    """An F16 folder of experts (the third float dtype): F16 stacks converted to
+    f32, or kept as stored (auto), within the f32 bound of the reference on
+    the same values."""
+    _, ref = folders.logits(name, "F16")
+    folder, _ = folders.get(name, "F16")
+    got = brisk_logits(brisk, folder, weights, tmp_path / "l.f32").astype(np.float64)
+    rel = np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    line = f"hf folder {name:>18}  F16 {weights:>4}: max rel L2 {rel.max():.2e}"
+    report(line)
+    assert rel.max() <= BOUND[weights], line
+    assert (got.argmax(axis=1) == ref.argmax(axis=1)).all(), line
 
 
 def test_moe_layouts_are_one_model(brisk, folders, tmp_path):
