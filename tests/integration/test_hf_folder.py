@@ -21,14 +21,14 @@ llama.cpp's converter writes it.
     the fused mlp.experts.gate_up_proj / down_proj, "-fused"), through the
     same logits, GGUF-equality and greedy checks with the same bounds as the
     GGUF MoE tests (test_moe.py), and F16 folders of them at f32 and auto;
-    the seeds keep every top-2 decision of the
-    prompt at least MOE_MIN_MARGIN from a tie in the F32 folder (f16 rounding
-    moves router logits by <= 0.004) and MOE_GREEDY_MARGIN in the BF16
-    folder's greedy text (test_moe_routing_margins); a sharded folder with
-    a layer's experts in both shards is the same model; broken MoE folders
-    (an expert missing or past the config's count, a fused tensor of the
-    wrong shape, top-k beyond the expert count, shared experts) are refused
-    with one line;
+    the seeds keep every top-2 decision of the prompt at least
+    MOE_MIN_MARGIN from a tie in the F32 folder (f16 rounding moves router
+    logits by <= 0.004) and MOE_GREEDY_MARGIN in the BF16 folder's greedy
+    text (test_moe_routing_margins); a sharded folder with a layer's experts
+    in both shards is the same model; broken MoE folders (an expert missing
+    or past the config's count, a fused tensor of the wrong shape, top-k
+    beyond the expert count, shared experts, dense layers) are refused with
+    one line;
   - the server chats on a folder with the openai client, using the
     folder's chat template.
 torch and transformers are not needed (bench/hf_folder_check.py compares
