@@ -38,9 +38,14 @@ layout, which llama.cpp's converter reads. Each row also gives the smallest
 gap between a token's k-th and (k+1)-th router logits in transformers (a gap
 of ~1e-5 or less could route a token otherwise in float32).
 
---folders: brisk also reads each dense family's folder as transformers saved it
+--folders: brisk also reads each family's folder as transformers saved it
 (`--model DIR`, with a placeholder tokenizer.json: the prompts are ids), against
-the same transformers forward.
+the same transformers forward. The mixtures of experts are read in both layouts
+transformers 5 writes: its default (save_original_format: the experts one by
+one, Mixtral's as block_sparse_moe.experts.E.w1/w2/w3) and its own fused form
+(save_original_format=False: mlp.experts.gate_up_proj / down_proj, 3-D). A
+family the converter cannot convert (OLMoE: ik_llama.cpp has no OlmoeModel)
+is then checked through its folders alone.
 
 Prints per family and length the max and mean relative L2 of the logit rows and
 the top-1 agreement, and writes bench/results/<date>-<machine>-hf-crosscheck.json.
@@ -280,6 +285,19 @@ def cfg_experts(model):
     return getattr(c, "num_experts", None) or getattr(c, "num_local_experts", 0)
 
 
+def save_fused(model, d):
+    """Saves the model with transformers 5's own fused experts
+    (save_original_format=False); False where this transformers has no such
+    option or still writes the experts one by one."""
+    import inspect
+    if "save_original_format" not in inspect.signature(model.save_pretrained).parameters:
+        return False
+    model.save_pretrained(d, safe_serialization=True, save_original_format=False)
+    from safetensors import safe_open
+    with safe_open(os.path.join(d, "model.safetensors"), "np") as st:
+        return any(k.endswith("experts.gate_up_proj") for k in st.keys())
+
+
 def save_per_expert(model, d):
     """Saves the model as safetensors in the checkpoint's original layout (the
     experts one by one, as llama.cpp's converter reads them): transformers 5
@@ -326,14 +344,23 @@ def check_family(name, a, work, rows):
     out = os.path.join(work, f"{name}.gguf")
     r = subprocess.run([sys.executable, "-c", CONVERT_WRAPPER, a.llama_cpp, d, out],
                        capture_output=True, text=True)
-    if r.returncode:
+    converted = r.returncode == 0
+    if not converted and not (a.folders and moe):
         raise SystemExit(f"convert {name} failed: {r.stderr[-3000:]}")
-    if name == "mistral":
+    if not converted:
+        why = (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+        print(f"{name:8s} the converter cannot convert it ({why}): its folders alone",
+              flush=True)
+        rows.append({"family": name, "source": "llama.cpp converter", "skipped": why})
+        lengths_gguf = []
+    else:
+        lengths_gguf = lengths
+    if converted and name == "mistral":
         add_sliding_window(out, cfg.sliding_window)
-    if base_family(name) == "mixtral":  # ik_llama.cpp's LlamaModel drops expert_used_count
-        add_sliding_window(out, cfg.num_experts_per_tok, "expert_used_count")
+    if converted and base_family(name) == "mixtral":  # ik_llama.cpp's LlamaModel drops
+        add_sliding_window(out, cfg.num_experts_per_tok, "expert_used_count")  # expert_used_count
     rng = np.random.default_rng(7)
-    for n in lengths:
+    for n in lengths_gguf:
         ids = [int(x) for x in rng.integers(3, V, n)]
         res = compare(brisk_logits(a.brisk, out, ids, V), hf_logits(model, ids))
         if moe:
@@ -345,8 +372,17 @@ def check_family(name, a, work, rows):
             extra = f", routing margin {res['routing_margin']:.2e}"
         print(f"{name:8s} {n:4d} tokens: max rel L2 {res['max_rel_l2']:.2e}, mean "
               f"{res['mean_rel_l2']:.2e}, top-1 {100 * res['top1']:.1f}%{extra}", flush=True)
-    if a.folders and not moe:  # brisk reads no MoE folders yet
+    if a.folders:
         check_folder(name, a, d, model, lengths, rows)
+    if a.folders and moe:
+        df = os.path.join(work, name + "-fused")
+        if save_fused(model, df):
+            conf = json.load(open(os.path.join(df, "config.json")))
+            conf.update(legacy)
+            json.dump(conf, open(os.path.join(df, "config.json"), "w"), indent=1)
+            check_folder(name, a, df, model, lengths, rows, "fused")
+        else:
+            print(f"{name:8s} this transformers writes no fused experts", flush=True)
 
 
 def placeholder_tokenizer(folder):
@@ -365,9 +401,10 @@ def placeholder_tokenizer(folder):
     tok.save(os.path.join(folder, "tokenizer.json"))
 
 
-def check_folder(name, a, d, model, lengths, rows):
+def check_folder(name, a, d, model, lengths, rows, layout=""):
     """brisk on the folder transformers saved (--model DIR: issue 39), against
-    transformers' forward on the same random ids."""
+    transformers' forward on the same random ids (layout: "fused" for the
+    experts saved as transformers 5 holds them)."""
     placeholder_tokenizer(d)
     for f in ("config.json", "generation_config.json"):  # transformers' defaults (Phi-3's
         p = os.path.join(d, f)                          # 32000) lie outside a tiny vocabulary
@@ -381,10 +418,18 @@ def check_folder(name, a, d, model, lengths, rows):
     for n in lengths:
         ids = [int(x) for x in rng.integers(3, V, n)]
         res = compare(brisk_logits(a.brisk, d, ids, V), hf_logits(model, ids))
-        rows.append({"family": name, "source": "random tiny model, transformers' folder read by "
-                     "brisk --model DIR", "tokens": n, **res})
-        print(f"{name:8s} {n:4d} tokens, folder: max rel L2 {res['max_rel_l2']:.2e}, mean "
-              f"{res['mean_rel_l2']:.2e}, top-1 {100 * res['top1']:.1f}%", flush=True)
+        k = getattr(model.config, "num_experts_per_tok", 0)
+        if k:
+            res["routing_margin"] = hf_routing_margin(model, ids, k)
+        src = "random tiny model, transformers' folder read by brisk --model DIR"
+        if layout:
+            src += f" ({layout} experts)"
+        rows.append({"family": name, "source": src, "tokens": n, **res})
+        print(f"{name:8s} {n:4d} tokens, folder{' ' + layout if layout else ''}: max rel L2 "
+              f"{res['max_rel_l2']:.2e}, mean {res['mean_rel_l2']:.2e}, top-1 "
+              f"{100 * res['top1']:.1f}%" + (f", routing margin {res['routing_margin']:.2e}"
+                                              if res.get("routing_margin") is not None else ""),
+              flush=True)
 
 
 def check_gemma3(a, rows):
@@ -412,7 +457,8 @@ def main():
                                          "qwen3moe-top8,mixtral-top8,olmoe-top8")
     ap.add_argument("--gemma3-gguf")
     ap.add_argument("--folders", action="store_true",
-                    help="also brisk --model on each dense family's saved folder (issue 39)")
+                    help="also brisk --model on each family's saved folder (issue 39; the "
+                         "mixtures of experts in both layouts)")
     ap.add_argument("--brisk", default=os.path.join(HERE, "..", "build", "bin", "brisk"))
     ap.add_argument("--out")
     a = ap.parse_args()

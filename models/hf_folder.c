@@ -37,17 +37,25 @@ typedef struct hf_arch {
      * pre_feedforward_layernorm the MLP's input norm */
     int gemma_norms;
     const char *act; /* the activation config.json must name */
+    /* A mixture of experts in every layer (issue 40): the config key of the
+     * experts' width (NULL: none, a dense family) and of whether the top-k
+     * weights are renormalised (NULL: always, Mixtral). */
+    const char *moe_width;
+    const char *moe_norm;
 } hf_arch;
 
 static const hf_arch HF_ARCHS[] = {
-    {"LlamaForCausalLM", "llama", 1, 0, 0, "silu"},
-    {"MistralForCausalLM", "llama", 1, 0, 0, "silu"},
-    {"Qwen2ForCausalLM", "qwen2", 0, 0, 0, "silu"},
-    {"Qwen3ForCausalLM", "qwen3", 0, 0, 0, "silu"},
-    {"GemmaForCausalLM", "gemma", 0, 1, 0, "gelu_pytorch_tanh"},
-    {"Gemma2ForCausalLM", "gemma2", 0, 1, 1, "gelu_pytorch_tanh"},
-    {"Gemma3ForCausalLM", "gemma3", 0, 1, 1, "gelu_pytorch_tanh"},
-    {"Phi3ForCausalLM", "phi3", 0, 0, 0, "silu"},
+    {"LlamaForCausalLM", "llama", 1, 0, 0, "silu", NULL, NULL},
+    {"MistralForCausalLM", "llama", 1, 0, 0, "silu", NULL, NULL},
+    {"Qwen2ForCausalLM", "qwen2", 0, 0, 0, "silu", NULL, NULL},
+    {"Qwen3ForCausalLM", "qwen3", 0, 0, 0, "silu", NULL, NULL},
+    {"GemmaForCausalLM", "gemma", 0, 1, 0, "gelu_pytorch_tanh", NULL, NULL},
+    {"Gemma2ForCausalLM", "gemma2", 0, 1, 1, "gelu_pytorch_tanh", NULL, NULL},
+    {"Gemma3ForCausalLM", "gemma3", 0, 1, 1, "gelu_pytorch_tanh", NULL, NULL},
+    {"Phi3ForCausalLM", "phi3", 0, 0, 0, "silu", NULL, NULL},
+    {"Qwen3MoeForCausalLM", "qwen3moe", 0, 0, 0, "silu", "moe_intermediate_size", "norm_topk_prob"},
+    {"MixtralForCausalLM", "llama", 1, 0, 0, "silu", "intermediate_size", NULL},
+    {"OlmoeForCausalLM", "olmoe", 0, 0, 0, "silu", "intermediate_size", "norm_topk_prob"},
 };
 #define N_HF_ARCHS ((int)(sizeof HF_ARCHS / sizeof HF_ARCHS[0]))
 
@@ -129,6 +137,9 @@ typedef struct hf_build {
     gguf_writer *w;
     int n_layers, n_heads, n_kv_heads, head_dim, dim;
     int tied;
+    int n_expert, n_expert_used, expert_hidden; /* a mixture of experts; 0: dense */
+    struct hf_expert *exps; /* the experts' tensors as found, gathered into stacks */
+    size_t n_exps, cap_exps;
     void **bufs; /* converted tensors, alive until the image is written */
     int n_bufs;
     size_t cap_bufs;
@@ -432,6 +443,74 @@ static int read_rope_scaling(hf_build *b, const cJSON *cfg, float base, int n_ro
                                              : "");
 }
 
+/* A mixture of experts' keys: the expert count (num_experts, or
+ * num_local_experts as Mixtral and transformers 5's Qwen3-MoE write it), the
+ * experts per token, their width and the renormalisation of the top-k
+ * weights, as the GGUF's <arch>.expert_* keys. What brisk does not run is
+ * refused: shared experts, dense layers among the sparse ones, OLMoE's
+ * clip_qkv. */
+static int read_moe(hf_build *b, const cJSON *cfg, char *err, size_t err_len) {
+    const hf_arch *a = b->a;
+    int rc = cfg_int(cfg, "num_experts", &b->n_expert, err, err_len);
+    if (rc == BRISK_ENOTFOUND)
+        rc = cfg_int(cfg, "num_local_experts", &b->n_expert, err, err_len);
+    if (rc == BRISK_ENOTFOUND)
+        return ERR(BRISK_EFORMAT, "config.json: %s without 'num_experts' or 'num_local_experts'",
+                   a->hf);
+    if (rc < 0)
+        return rc;
+    /* model.c's bound: n_expert times a row count must fit an int. */
+    if (b->n_expert < 1 || b->n_expert > 65536)
+        return ERR(BRISK_EFORMAT, "config.json: %d experts (1 to 65536)", b->n_expert);
+    if ((rc = cfg_int(cfg, "num_experts_per_tok", &b->n_expert_used, err, err_len)) < 0)
+        return rc == BRISK_ENOTFOUND
+                   ? ERR(BRISK_EFORMAT, "config.json: %s without 'num_experts_per_tok'", a->hf)
+                   : rc;
+    if (b->n_expert_used < 1 || b->n_expert_used > b->n_expert)
+        return ERR(BRISK_EFORMAT, "config.json: num_experts_per_tok %d is not in [1, %d experts]",
+                   b->n_expert_used, b->n_expert);
+    if ((rc = cfg_int(cfg, a->moe_width, &b->expert_hidden, err, err_len)) < 0 ||
+        b->expert_hidden < 1)
+        return rc < 0 && rc != BRISK_ENOTFOUND
+                   ? rc
+                   : ERR(BRISK_EFORMAT, "config.json: %s needs '%s' > 0", a->hf, a->moe_width);
+    int norm = 1;
+    if (a->moe_norm) {
+        const cJSON *n = cfg_get(cfg, a->moe_norm);
+        if (n && !cJSON_IsBool(n))
+            return ERR(BRISK_EFORMAT, "config.json: '%s' is not a boolean", a->moe_norm);
+        norm = cJSON_IsTrue(n); /* transformers' default: false */
+    }
+    static const char *const shared[] = {"shared_expert_intermediate_size", "n_shared_experts",
+                                         "num_shared_experts"};
+    for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
+        const cJSON *j = cfg_get(cfg, shared[i]);
+        if (j && !(cJSON_IsNumber(j) && j->valuedouble == 0.0))
+            return ERR(BRISK_EUNSUPPORTED, "config.json: '%s': shared experts are not supported",
+                       shared[i]);
+    }
+    int step = 1;
+    if ((rc = cfg_int(cfg, "decoder_sparse_step", &step, err, err_len)) < 0 &&
+        rc != BRISK_ENOTFOUND)
+        return rc;
+    const cJSON *dense = cfg_get(cfg, "mlp_only_layers");
+    if (step != 1 || (dense && (!cJSON_IsArray(dense) || cJSON_GetArraySize(dense) > 0)))
+        return ERR(BRISK_EUNSUPPORTED,
+                   "config.json: dense MLP layers among the experts (decoder_sparse_step %d, "
+                   "mlp_only_layers) are not supported: brisk runs experts in every layer",
+                   step);
+    if (cfg_get(cfg, "clip_qkv"))
+        return ERR(BRISK_EUNSUPPORTED, "config.json: 'clip_qkv' is not supported for %s", a->hf);
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", a->arch);
+    if (set_arch_u32(b, "expert_count", (uint32_t)b->n_expert) < 0 ||
+        set_arch_u32(b, "expert_used_count", (uint32_t)b->n_expert_used) < 0 ||
+        set_arch_u32(b, "expert_feed_forward_length", (uint32_t)b->expert_hidden) < 0 ||
+        gguf_writer_set_bool(b->w, key, norm) < 0)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    return 0;
+}
+
 static int read_config(hf_build *b, const cJSON *cfg, char *err, size_t err_len) {
     int rc;
     for (size_t i = 0; i < sizeof HF_KEYS / sizeof HF_KEYS[0]; i++) {
@@ -492,7 +571,8 @@ static int read_config(hf_build *b, const cJSON *cfg, char *err, size_t err_len)
     int window = 0;
     if ((rc = cfg_int(cfg, "sliding_window", &window, err, err_len)) < 0 && rc != BRISK_ENOTFOUND)
         return rc;
-    if (!strcmp(b->a->arch, "qwen2") || !strcmp(b->a->arch, "qwen3")) {
+    if (!strcmp(b->a->arch, "qwen2") || !strcmp(b->a->arch, "qwen3") ||
+        !strcmp(b->a->arch, "qwen3moe")) {
         if (cJSON_IsTrue(cfg_get(cfg, "use_sliding_window")))
             return ERR(BRISK_EUNSUPPORTED,
                        "config.json: use_sliding_window is not supported for %s", b->a->hf);
@@ -532,10 +612,29 @@ static int read_config(hf_build *b, const cJSON *cfg, char *err, size_t err_len)
     if (tie && !cJSON_IsBool(tie))
         return ERR(BRISK_EFORMAT, "config.json: 'tie_word_embeddings' is not a boolean");
     b->tied = tie ? cJSON_IsTrue(tie) : 1;
-    return 0;
+    return b->a->moe_width ? read_moe(b, cfg, err, err_len) : 0;
 }
 
 /* ---- tensors ----------------------------------------------------------------- */
+
+/* "model.layers.L." of a name with L a layer of the model (decimal, no
+ * leading zero): L into *l and what follows; NULL for any other name. */
+static const char *parse_layer(const hf_build *b, const char *name, long *l) {
+    static const char prefix[] = "model.layers.";
+    if (strncmp(name, prefix, sizeof prefix - 1))
+        return NULL;
+    const char *p = name + sizeof prefix - 1;
+    long v = 0;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9' && digits < 7) {
+        v = v * 10 + (*p++ - '0');
+        digits++;
+    }
+    if (digits == 0 || *p != '.' || v >= b->n_layers || (digits > 1 && p[-digits] == '0'))
+        return NULL;
+    *l = v;
+    return p + 1;
+}
 
 /* The GGUF name of a folder tensor into out; 0, 1 for a tensor to drop, or
  * a refusal. */
@@ -553,33 +652,31 @@ static int map_name(const hf_build *b, const char *name, char *out, size_t cap, 
         snprintf(out, cap, "output.weight");
         return b->tied ? 1 : 0; /* a tied head, written anyway: the embeddings serve */
     }
-    static const char prefix[] = "model.layers.";
-    if (!strncmp(name, prefix, sizeof prefix - 1)) {
-        const char *p = name + sizeof prefix - 1;
-        long l = 0;
-        int digits = 0;
-        while (*p >= '0' && *p <= '9' && digits < 7) {
-            l = l * 10 + (*p++ - '0');
-            digits++;
+    long l = 0;
+    const char *p = parse_layer(b, name, &l);
+    if (p) {
+        /* A mixture of experts' router: Qwen3-MoE's and OLMoE's mlp.gate,
+         * Mixtral's block_sparse_moe.gate (mlp.gate in transformers 5). */
+        if (b->a->moe_width &&
+            (!strcmp(p, "mlp.gate.weight") || !strcmp(p, "block_sparse_moe.gate.weight"))) {
+            snprintf(out, cap, "blk.%ld.ffn_gate_inp.weight", l);
+            return 0;
         }
-        if (digits > 0 && *p == '.' && l < b->n_layers && !(digits > 1 && p[-digits] == '0')) {
-            p++;
-            if (b->a->gemma_norms && !strcmp(p, "post_attention_layernorm.weight")) {
-                snprintf(out, cap, "blk.%ld.post_attention_norm.weight", l);
+        if (b->a->gemma_norms && !strcmp(p, "post_attention_layernorm.weight")) {
+            snprintf(out, cap, "blk.%ld.post_attention_norm.weight", l);
+            return 0;
+        }
+        if (!b->a->gemma_norms && !strcmp(p, "post_attention_layernorm.weight")) {
+            snprintf(out, cap, "blk.%ld.ffn_norm.weight", l);
+            return 0;
+        }
+        for (size_t i = 0; i < sizeof HF_LAYER_TENSORS / sizeof HF_LAYER_TENSORS[0]; i++)
+            if (!strcmp(p, HF_LAYER_TENSORS[i].hf)) {
+                if (!HF_LAYER_TENSORS[i].gguf)
+                    return 1;
+                snprintf(out, cap, "blk.%ld.%s", l, HF_LAYER_TENSORS[i].gguf);
                 return 0;
             }
-            if (!b->a->gemma_norms && !strcmp(p, "post_attention_layernorm.weight")) {
-                snprintf(out, cap, "blk.%ld.ffn_norm.weight", l);
-                return 0;
-            }
-            for (size_t i = 0; i < sizeof HF_LAYER_TENSORS / sizeof HF_LAYER_TENSORS[0]; i++)
-                if (!strcmp(p, HF_LAYER_TENSORS[i].hf)) {
-                    if (!HF_LAYER_TENSORS[i].gguf)
-                        return 1;
-                    snprintf(out, cap, "blk.%ld.%s", l, HF_LAYER_TENSORS[i].gguf);
-                    return 0;
-                }
-        }
     }
     char nm[100];
     snprintf(nm, sizeof nm, "%.80s", name);
@@ -601,6 +698,12 @@ static int note_img_name(hf_build *b, const char *gname) {
         return BRISK_ENOMEM;
     snprintf(b->img_names[b->n_img++], MODEL_HF_MAX_NAME, "%s", gname);
     return 0;
+}
+
+static kern_type hf_kern_type(safetensors_dtype d) {
+    return d == SAFETENSORS_F32   ? KERN_TYPE_F32
+           : d == SAFETENSORS_F16 ? KERN_TYPE_F16
+                                  : KERN_TYPE_BF16;
 }
 
 static int add_tensor(hf_build *b, const safetensors_file *f, const safetensors_tensor *t,
@@ -652,9 +755,7 @@ static int add_tensor(hf_build *b, const safetensors_file *f, const safetensors_
     e->t.ne[0] = t->shape[1];
     e->t.ne[1] = t->shape[0];
     e->t.ne[2] = e->t.ne[3] = 1;
-    e->t.type = t->dtype == SAFETENSORS_F32   ? KERN_TYPE_F32
-                : t->dtype == SAFETENSORS_F16 ? KERN_TYPE_F16
-                                              : KERN_TYPE_BF16;
+    e->t.type = hf_kern_type(t->dtype);
     e->t.nbytes = t->nbytes;
     e->t.data = t->data;
     e->qk_heads = qk_heads;
@@ -688,13 +789,282 @@ static int finish_mats(hf_build *b, char *err, size_t err_len) {
     return 0;
 }
 
+/* ---- a mixture of experts' tensors ------------------------------------------ */
+
+/* What an expert tensor of the folder holds: one expert's gate, up or down
+ * matrix, or transformers 5's fused tensors of all the layer's experts
+ * (gate_up_proj [expert][2 * width][dim], gate rows first; down_proj
+ * [expert][dim][width]). */
+enum { HF_EXP_GATE, HF_EXP_UP, HF_EXP_DOWN, HF_EXP_GATE_UP, HF_EXP_FUSED_DOWN };
+
+typedef struct hf_expert {
+    int layer, kind, expert; /* expert: -1 for a fused tensor */
+    const safetensors_file *f;
+    const safetensors_tensor *t;
+} hf_expert;
+
+static const char *const HF_EXP_KIND[] = {"gate", "up", "down", "gate_up_proj", "down_proj"};
+static const char *const HF_EXP_GGUF[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+
+/* Records t when it is an expert tensor of a layer (1), else 0 (the name
+ * is mapped as any other), or a refusal: an expert index the config does
+ * not have. Per-expert names: Qwen3-MoE's and OLMoE's
+ * mlp.experts.E.{gate,up,down}_proj.weight, Mixtral's
+ * block_sparse_moe.experts.E.{w1,w3,w2}.weight. */
+static int note_expert(hf_build *b, const safetensors_file *f, const safetensors_tensor *t,
+                       char *err, size_t err_len) {
+    static const struct {
+        const char *prefix;
+        const char *kind[3]; /* gate, up, down */
+    } forms[] = {
+        {"mlp.experts.", {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}},
+        {"block_sparse_moe.experts.", {"w1.weight", "w3.weight", "w2.weight"}},
+    };
+    long l = 0;
+    const char *p = b->a->moe_width ? parse_layer(b, t->name, &l) : NULL;
+    if (!p)
+        return 0;
+    int kind = -1;
+    long e = -1;
+    if (!strcmp(p, "mlp.experts.gate_up_proj"))
+        kind = HF_EXP_GATE_UP;
+    else if (!strcmp(p, "mlp.experts.down_proj"))
+        kind = HF_EXP_FUSED_DOWN;
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0] && kind < 0; i++) {
+        size_t n = strlen(forms[i].prefix);
+        if (strncmp(p, forms[i].prefix, n))
+            continue;
+        const char *q = p + n;
+        int digits = 0;
+        e = 0;
+        while (*q >= '0' && *q <= '9' && digits < 7) {
+            e = e * 10 + (*q++ - '0');
+            digits++;
+        }
+        if (digits == 0 || *q != '.' || (digits > 1 && q[-digits] == '0'))
+            return 0;
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(q + 1, forms[i].kind[k]))
+                kind = k;
+    }
+    if (kind < 0)
+        return 0;
+    char nm[100];
+    snprintf(nm, sizeof nm, "%.80s", t->name);
+    if (kind < HF_EXP_GATE_UP && e >= b->n_expert)
+        return ERR(BRISK_EFORMAT, "hf: tensor '%s' is expert %ld, but config.json has %d experts",
+                   nm, e, b->n_expert);
+    if (brisk_grow_libc(&b->exps, &b->cap_exps, b->n_exps + 1, sizeof *b->exps, 64, 0) < 0)
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    b->exps[b->n_exps++] =
+        (hf_expert){.layer = (int)l, .kind = kind, .expert = (int)e, .f = f, .t = t};
+    return 1;
+}
+
+static int cmp_expert(const void *pa, const void *pb) {
+    const hf_expert *a = pa, *b = pb;
+    if (a->layer != b->layer)
+        return a->layer < b->layer ? -1 : 1;
+    if (a->kind != b->kind)
+        return a->kind < b->kind ? -1 : 1;
+    return (a->expert > b->expert) - (a->expert < b->expert);
+}
+
+static void free_parts(model_hf_weight *mats, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(mats[i].parts);
+}
+
+/* Layer l's stack `which` (gate, up, down) of n_expert parts, rows x cols
+ * each, of one dtype: part e at byte `at[e]` of tensor ts[e] (file fs[e]). */
+static int add_stack(hf_build *b, int l, int which, const safetensors_file *const *fs,
+                     const safetensors_tensor *const *ts, const size_t *at, int64_t rows,
+                     int64_t cols, char *err, size_t err_len) {
+    int n = b->n_expert;
+    model_hf_weight *parts = calloc((size_t)n, sizeof *parts);
+    if (!parts ||
+        brisk_grow_libc(&b->mats, &b->cap_mats, b->n_mats + 1, sizeof *b->mats, 64, 0) < 0) {
+        free(parts);
+        return ERR(BRISK_ENOMEM, "hf: out of memory");
+    }
+    kern_type type = hf_kern_type(ts[0]->dtype);
+    size_t part_bytes = (size_t)rows * (size_t)cols * safetensors_dtype_size(ts[0]->dtype);
+    for (int e = 0; e < n; e++) {
+        model_hf_weight *p = &parts[e];
+        snprintf(p->name, sizeof p->name, "blk.%d.%s.%d", l, HF_EXP_GGUF[which], e);
+        p->t.name.data = p->name;
+        p->t.name.len = strlen(p->name);
+        p->t.n_dims = 2;
+        p->t.ne[0] = cols;
+        p->t.ne[1] = rows;
+        p->t.ne[2] = p->t.ne[3] = 1;
+        p->t.type = type;
+        p->t.nbytes = part_bytes;
+        p->t.data = (const uint8_t *)ts[e]->data + at[e];
+        p->file = fs[e];
+        p->st = ts[e];
+    }
+    model_hf_weight *s = &b->mats[b->n_mats++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "blk.%d.%s.weight", l, HF_EXP_GGUF[which]);
+    s->t.n_dims = 3;
+    s->t.ne[0] = cols;
+    s->t.ne[1] = rows;
+    s->t.ne[2] = n;
+    s->t.ne[3] = 1;
+    s->t.type = type;
+    s->t.nbytes = part_bytes * (size_t)n;
+    s->t.data = parts[0].t.data;
+    s->file = fs[0];
+    s->st = ts[0];
+    s->parts = parts;
+    s->n_parts = n;
+    return 0;
+}
+
+/* One expert tensor's checks: a float dtype, `dims` dims. */
+static int check_expert_tensor(const hf_expert *x, int dims, char *err, size_t err_len) {
+    char nm[100];
+    snprintf(nm, sizeof nm, "%.80s", x->t->name);
+    if (!safetensors_dtype_is_float(x->t->dtype))
+        return ERR(BRISK_EUNSUPPORTED, "hf: tensor '%s' is %s (brisk reads F32, F16, BF16)", nm,
+                   safetensors_dtype_name(x->t->dtype));
+    if (x->t->n_dims != dims || x->t->n_elems == 0)
+        return ERR(BRISK_EFORMAT,
+                   "hf: tensor '%s' has %d dims and %lld values (%d dims, not empty)", nm,
+                   x->t->n_dims, (long long)x->t->n_elems, dims);
+    return 0;
+}
+
+/* Layer l's fused experts (gate_up_proj, down_proj) as its three stacks. */
+static int stack_fused(hf_build *b, int l, const hf_expert *gu, const hf_expert *dn,
+                       const safetensors_file **fs, const safetensors_tensor **ts, size_t *at,
+                       char *err, size_t err_len) {
+    int rc;
+    if ((rc = check_expert_tensor(gu, 3, err, err_len)) < 0 ||
+        (rc = check_expert_tensor(dn, 3, err, err_len)) < 0)
+        return rc;
+    const int64_t *g = gu->t->shape, *d = dn->t->shape;
+    if (g[0] != b->n_expert || d[0] != b->n_expert || g[1] % 2 != 0 ||
+        gu->t->dtype != dn->t->dtype || d[2] != g[1] / 2 || d[1] != g[2])
+        return ERR(BRISK_EFORMAT,
+                   "hf: layer %d's fused experts have shapes [%lld, %lld, %lld] and [%lld, %lld, "
+                   "%lld] (%s), not [%d, 2 * width, dim] and [%d, dim, width] of one dtype",
+                   l, (long long)g[0], (long long)g[1], (long long)g[2], (long long)d[0],
+                   (long long)d[1], (long long)d[2], safetensors_dtype_name(gu->t->dtype),
+                   b->n_expert, b->n_expert);
+    int64_t h = g[1] / 2, dim = g[2];
+    size_t es = safetensors_dtype_size(gu->t->dtype);
+    for (int part = 0; part < 2; part++) { /* gate rows first, then up */
+        for (int e = 0; e < b->n_expert; e++) {
+            fs[e] = gu->f;
+            ts[e] = gu->t;
+            at[e] = ((size_t)e * 2 + (size_t)part) * (size_t)h * (size_t)dim * es;
+        }
+        if ((rc = add_stack(b, l, part, fs, ts, at, h, dim, err, err_len)) < 0)
+            return rc;
+    }
+    for (int e = 0; e < b->n_expert; e++) {
+        fs[e] = dn->f;
+        ts[e] = dn->t;
+        at[e] = (size_t)e * (size_t)dim * (size_t)h * es;
+    }
+    return add_stack(b, l, HF_EXP_DOWN, fs, ts, at, dim, h, err, err_len);
+}
+
+/* Layer l's per-expert tensors x[0, n) (sorted by kind, then expert) as its
+ * three stacks: every kind must hold experts 0 .. n_expert - 1 once, of one
+ * shape and dtype. */
+static int stack_per_expert(hf_build *b, int l, const hf_expert *x, size_t n,
+                            const safetensors_file **fs, const safetensors_tensor **ts, size_t *at,
+                            char *err, size_t err_len) {
+    size_t i = 0;
+    for (int kind = HF_EXP_GATE; kind <= HF_EXP_DOWN; kind++) {
+        for (int e = 0; e < b->n_expert; e++, i++) {
+            if (i >= n || x[i].kind != kind || x[i].expert > e)
+                return ERR(BRISK_EFORMAT, "hf: layer %d has no %s matrix for expert %d (of %d)", l,
+                           HF_EXP_KIND[kind], e, b->n_expert);
+            if (x[i].expert < e)
+                return ERR(BRISK_EFORMAT, "hf: layer %d has two %s matrices for expert %d", l,
+                           HF_EXP_KIND[kind], x[i].expert);
+            int rc = check_expert_tensor(&x[i], 2, err, err_len);
+            if (rc < 0)
+                return rc;
+            const safetensors_tensor *t0 = x[i - (size_t)e].t;
+            if (x[i].t->shape[0] != t0->shape[0] || x[i].t->shape[1] != t0->shape[1] ||
+                x[i].t->dtype != t0->dtype)
+                return ERR(BRISK_EFORMAT,
+                           "hf: layer %d's %s matrix of expert %d is [%lld, %lld] %s, expert 0's "
+                           "[%lld, %lld] %s",
+                           l, HF_EXP_KIND[kind], e, (long long)x[i].t->shape[0],
+                           (long long)x[i].t->shape[1], safetensors_dtype_name(x[i].t->dtype),
+                           (long long)t0->shape[0], (long long)t0->shape[1],
+                           safetensors_dtype_name(t0->dtype));
+            fs[e] = x[i].f;
+            ts[e] = x[i].t;
+            at[e] = 0;
+        }
+        if (i < n && x[i].kind == kind)
+            return ERR(BRISK_EFORMAT, "hf: layer %d has two %s matrices for expert %d", l,
+                       HF_EXP_KIND[kind], x[i].expert);
+        int rc = add_stack(b, l, kind, fs, ts, at, ts[0]->shape[0], ts[0]->shape[1], err, err_len);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The experts found (note_expert) as every layer's three stacks, the form
+ * of the GGUF's ffn_{gate,up,down}_exps: one per-expert or one fused set a
+ * layer, complete. */
+static int gather_experts(hf_build *b, char *err, size_t err_len) {
+    if (!b->a->moe_width)
+        return 0;
+    if (b->n_exps)
+        qsort(b->exps, b->n_exps, sizeof *b->exps, cmp_expert);
+    const safetensors_file **fs = malloc((size_t)b->n_expert * sizeof *fs);
+    const safetensors_tensor **ts = malloc((size_t)b->n_expert * sizeof *ts);
+    size_t *at = malloc((size_t)b->n_expert * sizeof *at);
+    int rc = fs && ts && at ? 0 : ERR(BRISK_ENOMEM, "hf: out of memory");
+    size_t i = 0;
+    for (int l = 0; l < b->n_layers && rc == 0; l++) {
+        size_t i0 = i, n_fused = 0;
+        for (; i < b->n_exps && b->exps[i].layer == l; i++)
+            n_fused += b->exps[i].kind >= HF_EXP_GATE_UP;
+        const hf_expert *x = b->exps + i0;
+        size_t n = i - i0;
+        if (n == 0)
+            rc = ERR(BRISK_EFORMAT, "hf: layer %d has no experts (config.json: %d a layer)", l,
+                     b->n_expert);
+        else if (n_fused &&
+                 (n != 2 || x[0].kind != HF_EXP_GATE_UP || x[1].kind != HF_EXP_FUSED_DOWN))
+            rc = ERR(BRISK_EFORMAT,
+                     "hf: layer %d's experts are not one set: per-expert matrices, or "
+                     "mlp.experts.gate_up_proj with mlp.experts.down_proj",
+                     l);
+        else if (n_fused)
+            rc = stack_fused(b, l, &x[0], &x[1], fs, ts, at, err, err_len);
+        else
+            rc = stack_per_expert(b, l, x, n, fs, ts, at, err, err_len);
+    }
+    free(fs);
+    free(ts);
+    free(at);
+    return rc;
+}
+
 static int add_tensors(hf_build *b, const safetensors_set *s, char *err, size_t err_len) {
     for (int fi = 0; fi < safetensors_set_n_files(s); fi++) {
         const safetensors_file *f = safetensors_set_file(s, fi);
         for (int64_t i = 0; i < safetensors_n_tensors(f); i++) {
             const safetensors_tensor *t = safetensors_tensor_at(f, i);
             char gname[160];
-            int rc = map_name(b, t->name, gname, sizeof gname, err, err_len);
+            int rc = note_expert(b, f, t, err, err_len);
+            if (rc < 0)
+                return rc;
+            if (rc == 1)
+                continue;
+            rc = map_name(b, t->name, gname, sizeof gname, err, err_len);
             if (rc < 0)
                 return rc;
             if (rc == 1)
@@ -706,7 +1076,8 @@ static int add_tensors(hf_build *b, const safetensors_set *s, char *err, size_t 
     if (!b->tied && !safetensors_set_find(s, "lm_head.weight"))
         return ERR(BRISK_EFORMAT, "hf: tie_word_embeddings is false but there is no "
                                   "lm_head.weight");
-    return finish_mats(b, err, err_len);
+    int rc = gather_experts(b, err, err_len);
+    return rc < 0 ? rc : finish_mats(b, err, err_len);
 }
 
 /* ---- the folder -------------------------------------------------------------- */
@@ -915,7 +1286,10 @@ int model_hf_open(const char *path, int vocab_only, uint8_t **image, size_t *len
     for (int i = 0; i < b.n_bufs; i++)
         free(b.bufs[i]);
     free(b.bufs);
+    if (b.mats)
+        free_parts(b.mats, b.n_mats);
     free(b.mats);
+    free(b.exps);
     free(b.img_names);
     free(dir);
     return rc;
@@ -925,6 +1299,7 @@ void model_hf_weights_free(model_hf_weights *w) {
     if (!w)
         return;
     safetensors_set_free(w->s);
+    free_parts(w->mats, (size_t)w->n);
     free(w->mats);
     free(w);
 }
@@ -964,5 +1339,15 @@ int64_t model_hf_src_row(const model_hf_weight *e, int64_t r) {
 }
 
 void model_hf_weight_release(const model_hf_weight *e) {
-    safetensors_release_pages(e->file, e->st);
+    if (!e)
+        return;
+    for (int i = 0; i < e->n_parts; i++)
+        model_hf_weight_release(&e->parts[i]);
+    if (e->n_parts)
+        return;
+    /* The matrix's own bytes: a part is a slice of its tensor. */
+    safetensors_tensor span = *e->st;
+    span.data = e->t.data;
+    span.nbytes = e->t.nbytes;
+    safetensors_release_pages(e->file, &span);
 }

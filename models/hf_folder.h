@@ -16,6 +16,10 @@
  * keep their dtype (F32, F16, BF16), so --weights converts them at load
  * exactly as it converts a GGUF's, in one pass from the safetensors
  * mapping into the model's buffers (the q/k permutation done on the way).
+ * A mixture of experts' layer (Qwen3-MoE, Mixtral, OLMoE) becomes the GGUF's
+ * router and ffn_{gate,up,down}_exps stacks: its experts, one tensor each or
+ * transformers 5's fused 3-D tensors, are the parts of a stack, each read
+ * where it lies into its rows of the stack's buffer.
  *
  * Every file of the folder is hostile input: a refusal is a negative
  * BRISK_E* code with one line in err naming the file and what is wrong; an
@@ -55,8 +59,17 @@ typedef struct model_hf_weight {
     gguf_tensor t;
     int qk_heads;                 /* 0, or the heads whose rows model_hf_src_row reorders */
     const safetensors_file *file; /* the shard t.data is in */
-    const safetensors_tensor *st; /* the folder's tensor */
+    const safetensors_tensor *st; /* the folder's tensor (for a part: the one it lies in) */
     char name[MODEL_HF_MAX_NAME]; /* t.name's bytes */
+    /* A mixture of experts' stack (ffn_{gate,up,down}_exps: t.ne = {columns,
+     * rows, n_parts}, as the GGUF's 3-D tensor): its n_parts experts, each a
+     * matrix of t.ne[1] rows read where it lies (t.data of a part points at
+     * its first row: a per-expert tensor, or its slice of transformers 5's
+     * fused experts.gate_up_proj / down_proj), in expert order; the stack's
+     * own t.data is its first part's and is not read as one block. Owned by
+     * the weight (model_hf_weights_free); NULL and 0 for a plain matrix. */
+    struct model_hf_weight *parts;
+    int n_parts;
 } model_hf_weight;
 
 /* The matrices of one folder and the safetensors files they lie in; owns
@@ -88,8 +101,9 @@ const model_hf_weight *model_hf_weights_of(const model_hf_weights *w, const gguf
  * or for a q/k matrix, with hd = rows / qk_heads, row r = h*hd + 2i + j
  * reads stored row h*hd + j*hd/2 + i (the converter's permute). */
 int64_t model_hf_src_row(const model_hf_weight *e, int64_t r);
-/* The matrix's bytes will not be read again: their pages leave the
- * resident set (safetensors_release_pages). */
+/* The matrix's bytes (t.data, t.nbytes; a part's slice of its tensor) will
+ * not be read again: their whole pages leave the resident set
+ * (safetensors_release_pages). */
 void model_hf_weight_release(const model_hf_weight *e);
 
 /* The Hugging Face architectures brisk runs, "LlamaForCausalLM, ...", into

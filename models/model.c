@@ -462,7 +462,12 @@ static void model_batch_finish(model *m, kern_pool *pool, model_convert_batch *b
 /* Converts tensor t (n_rows rows of n_in) to dst_type into an owned buffer;
  * a GGUF tensor already of dst_type is used where it lies. A folder's
  * matrix (hf_folder.h) is always read into an owned buffer: its bytes are
- * not aligned and its q/k rows may need reordering. */
+ * not aligned and its q/k rows may need reordering; a folder's stack of
+ * experts is read part by part, each from where it lies. */
+static int model_convert_into(model *m, kern_pool *pool, const gguf_tensor *t,
+                              const model_hf_weight *hf, int n_rows, int n_in, kern_type dst_type,
+                              void *dst);
+
 static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_rows, int n_in,
                          kern_type dst_type, const void **out) {
     const model_hf_weight *hf = model_hf_weights_of(m->hfw, t);
@@ -470,6 +475,35 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
         *out = t->data;
         return 0;
     }
+    size_t row_bytes = kern_row_bytes(dst_type, n_in);
+    uint8_t *dst = model_alloc_owned(m, row_bytes * (size_t)n_rows);
+    if (!dst)
+        return BRISK_ENOMEM;
+    if (hf && hf->n_parts > 0) {
+        /* A folder's stack of experts: each part where it lies, into its rows. */
+        int part_rows = n_rows / hf->n_parts;
+        if ((int64_t)part_rows * hf->n_parts != n_rows || part_rows != hf->parts[0].t.ne[1])
+            return BRISK_EINVAL; /* the caller checked the stack's shape */
+        for (int p = 0; p < hf->n_parts; p++) {
+            int rc = model_convert_into(m, pool, &hf->parts[p].t, &hf->parts[p], part_rows, n_in,
+                                        dst_type, dst + (size_t)p * part_rows * row_bytes);
+            if (rc < 0)
+                return rc;
+        }
+    } else {
+        int rc = model_convert_into(m, pool, t, hf, n_rows, n_in, dst_type, dst);
+        if (rc < 0)
+            return rc;
+    }
+    *out = dst;
+    return 0;
+}
+
+/* Converts t (n_rows rows of n_in; hf: a folder's matrix or a part of one)
+ * into dst, row_bytes(dst_type) a row; batched for later where it may be. */
+static int model_convert_into(model *m, kern_pool *pool, const gguf_tensor *t,
+                              const model_hf_weight *hf, int n_rows, int n_in, kern_type dst_type,
+                              void *dst) {
     convert_job j = {0};
     j.t = t;
     j.hf = hf;
@@ -478,7 +512,7 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
     j.n_in = n_in;
     j.src_row_bytes = kern_row_bytes(t->type, n_in);
     j.dst_row_bytes = kern_row_bytes(dst_type, n_in);
-    j.dst = model_alloc_owned(m, j.dst_row_bytes * (size_t)n_rows);
+    j.dst = dst;
     /* kern_cvt_rows converts the pair (with 0 rows, the answer alone): a
      * memory-bound copy or widening, not the arithmetic of a quantization. */
     int plain = kern_cvt_rows(t->type, NULL, 0, NULL, dst_type, NULL, 0, n_in, 0) == 0;
@@ -506,7 +540,6 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
         j.rows_per_task = (int)((MODEL_HUGE_PAGE + j.dst_row_bytes - 1) / j.dst_row_bytes);
     if (batched) {
         b->jobs[b->n++] = j; /* converted in model_batch_finish */
-        *out = j.dst;
         return 0;
     }
     kern_pool_run(pool, model_convert_task, &j, (n_rows + j.rows_per_task - 1) / j.rows_per_task);
@@ -518,7 +551,6 @@ static int model_convert(model *m, kern_pool *pool, const gguf_tensor *t, int n_
         model_hf_weight_release(hf);
     else
         gguf_release_tensor_pages(m->gf, t);
-    *out = j.dst;
     return 0;
 }
 

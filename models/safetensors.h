@@ -103,7 +103,9 @@ int safetensors_read_f32(const safetensors_tensor *t, int64_t first, int64_t n, 
 /* Tells the kernel that the whole pages of t's bytes will not be read again
  * (the model converted them into its own buffer), so they leave the
  * resident set; a later read faults them back in from the file. t must be
- * one of f's tensors. No-op for safetensors_open_memory files. */
+ * one of f's tensors, or a copy of one whose data and nbytes name a slice
+ * of its bytes (one expert of a fused tensor). No-op for
+ * safetensors_open_memory files. */
 void safetensors_release_pages(const safetensors_file *f, const safetensors_tensor *t);
 
 /* ---- a set of files: a folder's model.safetensors or its shards -------- */

@@ -533,6 +533,19 @@ def safetensors_seeds():
         "y": "model-00002-of-00002.safetensors"}}).encode())
     put("index-dotdot", b"\x01" + b'{"weight_map":{"x":"../model.safetensors"}}')
     put("index-empty", b"\x01" + b'{"weight_map":{}}')
+    # Mixtures of experts as transformers 5 saves them: one by one (its
+    # default; Mixtral's names), and its fused 3-D tensors.
+    moe = [("model.layers.0.mlp.gate.weight", "F32", [4, 8], f32(*[i / 32 for i in range(32)]))]
+    for e in range(4):
+        for w, shape in (("w1", [6, 8]), ("w3", [6, 8]), ("w2", [8, 6])):
+            moe.append((f"model.layers.0.block_sparse_moe.experts.{e}.{w}.weight", "BF16", shape,
+                        bf16(*[((i + e) % 5) / 5.0 for i in range(48)])))
+    put("moe-per-expert-bf16", b"\x00" + st_file(moe, metadata={"format": "pt"}))
+    put("moe-fused-f16", b"\x00" + st_file([
+        ("model.layers.0.mlp.experts.gate_up_proj", "F16", [4, 12, 8],
+         f16(*[(i % 9) / 9.0 for i in range(384)])),
+        ("model.layers.0.mlp.experts.down_proj", "F16", [4, 8, 6],
+         f16(*[(i % 7) / 7.0 for i in range(192)]))], pad=1))
 
 
 def hfjson_seeds():

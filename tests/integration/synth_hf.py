@@ -15,7 +15,19 @@ numbers:
     the folder holds them in rotate-half order (rows of head h: first halves
     of the pairs, then second halves);
   - Gemma: the folder stores norm weights w where the GGUF holds w + 1;
-  - tied output: no lm_head.weight, tie_word_embeddings true.
+  - tied output: no lm_head.weight, tie_word_embeddings true;
+  - mixtures of experts (qwen3moe, olmoe, llama with experts = Mixtral): the
+    GGUF's router blk.N.ffn_gate_inp and stacks ffn_{gate,up,down}_exps
+    ([expert, out, in]) are the folder's mlp.gate and its experts one by one
+    (moe_layout "per-expert", transformers 5's default save:
+    mlp.experts.E.{gate,up,down}_proj, Mixtral's
+    block_sparse_moe.experts.E.{w1,w3,w2} beside block_sparse_moe.gate) or
+    transformers 5's fused tensors ("fused": mlp.experts.gate_up_proj
+    [expert, 2 * width, dim], gate rows first, and mlp.experts.down_proj);
+    config.json names the expert count (num_experts; num_local_experts for
+    Mixtral), num_experts_per_tok, the experts' width (Qwen3-MoE's
+    moe_intermediate_size beside the dense intermediate_size) and
+    norm_topk_prob.
 """
 
 import json
@@ -27,7 +39,11 @@ from synth_gguf import CONTROL, VOCAB
 
 HF_ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
            "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
-           "gemma3": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM"}
+           "gemma3": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
+           "qwen3moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM"}
+EXPERT_KINDS = {"ffn_gate_exps.weight": ("gate_proj", "w1"),
+                "ffn_up_exps.weight": ("up_proj", "w3"),
+                "ffn_down_exps.weight": ("down_proj", "w2")}
 GEMMA = ("gemma", "gemma2", "gemma3")
 
 LAYER_NAMES = {
@@ -49,7 +65,11 @@ LAYER_NAMES = {
 }
 
 
-def hf_name(arch, name):
+def is_mixtral(spec):
+    return spec.arch == "llama" and spec.n_expert > 0
+
+
+def hf_name(arch, name, mixtral_names=False):
     if name == "token_embd.weight":
         return "model.embed_tokens.weight"
     if name == "output_norm.weight":
@@ -60,6 +80,8 @@ def hf_name(arch, name):
     if rest == "ffn_norm.weight":
         rest = ("pre_feedforward_layernorm.weight" if arch in ("gemma2", "gemma3")
                 else "post_attention_layernorm.weight")
+    elif rest == "ffn_gate_inp.weight":
+        rest = "block_sparse_moe.gate.weight" if mixtral_names else "mlp.gate.weight"
     elif rest == "ffn_up.weight":
         rest = "mlp.gate_up_proj.weight" if arch == "phi3" else "mlp.up_proj.weight"
     else:
@@ -92,19 +114,23 @@ def from_bf16_bits(b):
 
 
 def write_safetensors(path, tensors, dtype):
-    """tensors: name -> float32 array; dtype "F32" or "BF16". Returns the
-    float32 values written (BF16-rounded for BF16)."""
+    """tensors: name -> float32 array; dtype "F32", "BF16" or "F16". Returns
+    the float32 values written (rounded to nearest-even for BF16 and F16)."""
     specs, keep, written = {}, [], {}
     for name, v in tensors.items():
         v = np.ascontiguousarray(v, dtype=np.float32)
         if dtype == "BF16":
             raw = bf16_bits(v)
             written[name] = from_bf16_bits(raw).reshape(v.shape)
+        elif dtype == "F16":
+            raw = v.astype(np.float16)
+            written[name] = raw.astype(np.float32)
         else:
             raw = v
             written[name] = v
         keep.append(raw)
-        specs[name] = TensorSpec(dtype="bfloat16" if dtype == "BF16" else "float32",
+        st_dtype = {"BF16": "bfloat16", "F16": "float16"}.get(dtype, "float32")
+        specs[name] = TensorSpec(dtype=st_dtype,
                                  shape=list(v.shape), data_ptr=raw.ctypes.data,
                                  data_len=raw.nbytes)
     data = serialize(specs, {"format": "pt"})
@@ -146,7 +172,7 @@ def config_for(spec, hf_arch=None):
         "num_attention_heads": spec.n_head,
         "num_key_value_heads": spec.n_head_kv,
         "max_position_embeddings": 1024,
-        "rms_norm_eps": 1e-6 if a in ("qwen2", "qwen3", "gemma2", "gemma3") else 1e-5,
+        "rms_norm_eps": 1e-6 if a in ("qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3") else 1e-5,
         "rope_theta": spec.rope_base,
         "tie_word_embeddings": spec.output_type is None,
         "torch_dtype": "float32",
@@ -172,29 +198,67 @@ def config_for(spec, hf_arch=None):
         cfg["final_logit_softcapping"] = spec.final_softcap
     if spec.rope_linear:
         cfg["rope_scaling"] = {"rope_type": "linear", "factor": spec.rope_linear}
+    if spec.n_expert:
+        width = spec.n_ff_exp or spec.n_ff
+        cfg["num_local_experts" if is_mixtral(spec) else "num_experts"] = spec.n_expert
+        cfg["num_experts_per_tok"] = spec.n_expert_used
+        if a == "qwen3moe":  # the experts' width beside the dense one, every layer sparse
+            cfg.update(moe_intermediate_size=width, decoder_sparse_step=1, mlp_only_layers=[],
+                       norm_topk_prob=spec.expert_weights_norm is not False)
+        else:
+            cfg["intermediate_size"] = width
+        if a == "olmoe":
+            cfg["norm_topk_prob"] = bool(spec.expert_weights_norm)
     if spec.rope_orig_ctx:  # Phi-3 LongRoPE: the factor lists are filled in by write_folder
         cfg["original_max_position_embeddings"] = spec.rope_orig_ctx
         cfg["rope_scaling"] = {"type": "longrope", "long_factor": [], "short_factor": []}
     return cfg
 
 
+def expert_names(spec, name, layout):
+    """The folder's tensors of the GGUF stack `name` (blk.L.ffn_*_exps.weight):
+    per-expert names, or the fused tensor's name."""
+    _, l, rest = name.split(".", 2)
+    if layout == "fused":
+        fused = "down_proj" if "down" in rest else "gate_up_proj"
+        return f"model.layers.{l}.mlp.experts.{fused}"
+    mixtral = is_mixtral(spec)
+    kind = EXPERT_KINDS[rest][1 if mixtral else 0]
+    part = "block_sparse_moe" if mixtral else "mlp"
+    return [f"model.layers.{l}.{part}.experts.{e}.{kind}.weight" for e in range(spec.n_expert)]
+
+
 def write_folder(folder, spec, gguf_tensors, dtype="F32", hf_arch=None, chat_template=None,
-                 generation=None, merges_as_strings=False):
+                 generation=None, merges_as_strings=False, moe_layout="per-expert"):
     """Writes the folder; returns the GGUF-convention tensors of its values
     (name -> (float32 values, "F32"))."""
     folder.mkdir(parents=True, exist_ok=True)
     a = spec.arch
     hf, factors = {}, {}
+    mixtral_names = is_mixtral(spec) and moe_layout == "per-expert"
     for name, (vals, _) in gguf_tensors.items():
         v = np.asarray(vals, dtype=np.float32)
         if name.startswith("rope_factors_"):  # LongRoPE: config.json's lists, not tensors
             factors[name] = v
             continue
+        if name.endswith("_exps.weight"):
+            names = expert_names(spec, name, moe_layout)
+            if moe_layout == "fused" and "down" not in name:  # gate rows, then up rows
+                g = gguf_tensors[name.replace("_up_", "_gate_")][0]
+                u = gguf_tensors[name.replace("_gate_", "_up_")][0]
+                hf[names] = np.concatenate([np.asarray(g, np.float32),
+                                            np.asarray(u, np.float32)], axis=1)
+            elif moe_layout == "fused":
+                hf[names] = v
+            else:
+                for e, n in enumerate(names):
+                    hf[n] = v[e]
+            continue
         if a == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             v = to_rotate_half(v, spec.n_head if "attn_q" in name else spec.n_head_kv)
         if a in GEMMA and name.endswith("norm.weight"):
             v = (v - np.float32(1)).astype(np.float32)
-        hf[hf_name(a, name)] = v
+        hf[hf_name(a, name, mixtral_names)] = v
     written = write_safetensors(folder / "model.safetensors", hf, dtype)
     cfg = config_for(spec, hf_arch)
     if factors:
@@ -218,7 +282,19 @@ def write_folder(folder, spec, gguf_tensors, dtype="F32", hf_arch=None, chat_tem
         if name in factors:
             out[name] = (factors[name], "F32")
             continue
-        v = written[hf_name(a, name)]
+        if name.endswith("_exps.weight"):
+            names = expert_names(spec, name, moe_layout)
+            if moe_layout == "per-expert":
+                v = np.stack([written[n] for n in names])
+            elif "down" in name:
+                v = written[names]
+            else:
+                w = written[names]
+                h = w.shape[1] // 2
+                v = w[:, :h] if "_gate_" in name else w[:, h:]
+            out[name] = (np.ascontiguousarray(v), "F32")
+            continue
+        v = written[hf_name(a, name, mixtral_names)]
         if a == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             v = to_adjacent(v, spec.n_head if "attn_q" in name else spec.n_head_kv)
         if a in GEMMA and name.endswith("norm.weight"):

@@ -15,6 +15,20 @@ llama.cpp's converter writes it.
     unknown pre-tokenizer regex (named), an unknown tensor, a broken
     safetensors header, a missing tokenizer.json, each one line;
   - --model DIR/config.json is the same model;
+  - mixtures of experts (issue 40): Qwen3-MoE, Mixtral and OLMoE folders
+    (8 experts, top 2; OLMoE also top 8), each in both layouts transformers 5
+    writes (the experts one by one, Mixtral's under block_sparse_moe; and
+    the fused mlp.experts.gate_up_proj / down_proj, "-fused"), through the
+    same logits, GGUF-equality and greedy checks with the same bounds as the
+    GGUF MoE tests (test_moe.py), and F16 folders of them at f32 and auto;
+    the seeds keep every top-2 decision of the prompt at least
+    MOE_MIN_MARGIN from a tie in the F32 folder (f16 rounding moves router
+    logits by <= 0.004) and MOE_GREEDY_MARGIN in the BF16 folder's greedy
+    text (test_moe_routing_margins); a sharded folder with a layer's experts
+    in both shards is the same model; broken MoE folders (an expert missing
+    or past the config's count, a fused tensor of the wrong shape, top-k
+    beyond the expert count, shared experts, dense layers) are refused with
+    one line;
   - the server chats on a folder with the openai client, using the
     folder's chat template.
 torch and transformers are not needed (bench/hf_folder_check.py compares
@@ -53,6 +67,24 @@ MODELS = {
                            rope_attn_factor=1.19, seed=69), None),
     "llama-rope-linear": (Spec(n_head_kv=2, rope_linear=4.0, seed=68), None),
 }
+# Mixtures of experts, as test_moe.py's models (8 experts, top 2 or 8).
+MOE_MODELS = {
+    "qwen3moe": (Spec(arch="qwen3moe", n_head=4, n_head_kv=2, head_dim=64, rope_base=1e6,
+                      n_ff=192, n_ff_exp=64, n_expert=8, n_expert_used=2, output_type="F32",
+                      seed=115), None),
+    "mixtral": (Spec(n_head_kv=2, n_ff=64, n_expert=8, n_expert_used=2, seed=335),
+                "MixtralForCausalLM"),
+    "olmoe": (Spec(arch="olmoe", n_ff=64, n_expert=8, n_expert_used=2, output_type="F32",
+                   seed=302), None),
+    "olmoe-top8": (Spec(arch="olmoe", n_ff=64, n_expert=8, n_expert_used=8, output_type="F32",
+                        seed=203), None),
+}
+for _name, _m in list(MOE_MODELS.items()):
+    MODELS[_name] = _m
+    MODELS[_name + "-fused"] = _m
+MOE_NAMES = [n for n in MODELS if n.split("-")[0] in MOE_MODELS]
+MOE_MIN_MARGIN = 0.03
+MOE_GREEDY_MARGIN = 2e-3
 DTYPES = ("F32", "BF16")
 PROMPT_IDS = [int(t) for t in np.random.default_rng(2025).integers(0, N_VOCAB, 24)]
 N_GEN = 16
@@ -76,8 +108,9 @@ class Folders:
         if key not in self._made:
             spec, hf_arch = MODELS[name]
             folder = self.root / f"{name}-{dtype}"
+            layout = "fused" if name.endswith("-fused") else "per-expert"
             vals = write_folder(folder, spec, make_tensors(spec), dtype=dtype, hf_arch=hf_arch,
-                                chat_template=CHATML)
+                                chat_template=CHATML, moe_layout=layout)
             gg = write_model(self.root / f"{name}-{dtype}.gguf", spec, tensors=vals)
             self._made[key] = (folder, gg)
         return self._made[key]
@@ -145,6 +178,132 @@ def test_folder_greedy_matches_reference(brisk, folders, name):
                   "-n", N_GEN, "--temp", "0", "--ignore-eos", "--weights", "f32")
     want = VOCAB.decode(ids).decode("utf-8", errors="replace")
     assert r.out.decode("utf-8", errors="strict") == want, f"reference ids {ids}"
+
+
+@pytest.mark.parametrize("name", [n for n in MOE_MODELS if MOE_MODELS[n][0].n_expert_used < 8])
+def test_moe_routing_margins(folders, name, report):
+    """Guards the lossy comparisons of the top-2 MoE folders, as test_moe.py
+    does for its files: no top-2 decision of the prompt within MOE_MIN_MARGIN
+    of a tie in the F32 folder (its f16 run), nor of the BF16 folder's
+    greedy text within MOE_GREEDY_MARGIN; most experts are used."""
+    ref = folders.ref
+
+    def routing(dtype, ids):
+        m = ref.Model(str(folders.get(name, dtype)[1]))
+        m.routing = []
+        ref.forward(m, ids)
+        return m.routing
+
+    def margin(rec):
+        gaps = [np.inf]
+        for _, logits, idx, _ in rec:
+            s = -np.sort(-logits, axis=1)
+            gaps.append(float((s[:, idx.shape[1] - 1] - s[:, idx.shape[1]]).min()))
+        return min(gaps)
+
+    rec = routing("F32", PROMPT_IDS)
+    m, _ = folders.logits(name, "BF16")
+    ids = ref.greedy(m, PROMPT_IDS, N_GEN)
+    m_prompt, m_greedy = margin(rec), margin(routing("BF16", ids))
+    used = [len(np.unique(idx)) for _, _, idx, _ in rec]
+    report(f"hf folder moe {name:>9}: routing margin {m_prompt:.3f} (F32 prompt), "
+           f"{m_greedy:.4f} (BF16 greedy); experts used per layer {used}")
+    assert m_prompt >= MOE_MIN_MARGIN, f"seed gives a near-tie in the prompt's routing: {m_prompt}"
+    assert m_greedy >= MOE_GREEDY_MARGIN, f"seed gives a near-tie in the greedy text: {m_greedy}"
+    assert min(used) >= 5, used
+
+
+@pytest.mark.parametrize("weights", ["f32", "auto"])
+@pytest.mark.parametrize("name", MOE_NAMES)
+def test_moe_f16_folder_matches_reference(brisk, folders, name, weights, tmp_path, report):
+    """An F16 folder of experts (the third float dtype): F16 stacks converted to
+    f32, or kept as stored (auto), within the f32 bound of the reference on
+    the same values."""
+    _, ref = folders.logits(name, "F16")
+    folder, _ = folders.get(name, "F16")
+    got = brisk_logits(brisk, folder, weights, tmp_path / "l.f32").astype(np.float64)
+    rel = np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    line = f"hf folder {name:>18}  F16 {weights:>4}: max rel L2 {rel.max():.2e}"
+    report(line)
+    assert rel.max() <= BOUND[weights], line
+    assert (got.argmax(axis=1) == ref.argmax(axis=1)).all(), line
+
+
+def test_moe_layouts_are_one_model(brisk, folders, tmp_path):
+    """The experts one by one and transformers 5's fused tensors of the same
+    values give the same logits, bit for bit."""
+    for name in MOE_MODELS:
+        a = brisk_logits(brisk, folders.get(name, "BF16")[0], "f32", tmp_path / "a.f32")
+        b = brisk_logits(brisk, folders.get(name + "-fused", "BF16")[0], "f32", tmp_path / "b.f32")
+        assert np.array_equal(a, b), name
+
+
+@pytest.mark.parametrize("name", ["qwen3moe", "mixtral-fused"])
+def test_moe_sharded_folder(brisk, folders, tmp_path, name):
+    """A sharded folder (model.safetensors.index.json), as large MoE checkpoints
+    come, with a layer's experts split across two shards: the same logits, bit
+    for bit, as the single file."""
+    from safetensors.numpy import load_file, save_file
+
+    src, _ = folders.get(name, "F32")
+    d = tmp_path / "sharded"
+    shutil.copytree(src, d)
+    t = load_file(str(d / "model.safetensors"))
+    (d / "model.safetensors").unlink()
+    names = sorted(t)
+    shards = [names[0::2], names[1::2]]  # alternate tensors: every layer in both shards
+    weight_map = {}
+    for i, part in enumerate(shards):
+        fn = f"model-{i + 1:05d}-of-00002.safetensors"
+        save_file({k: t[k] for k in part}, str(d / fn), metadata={"format": "pt"})
+        weight_map.update({k: fn for k in part})
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": sum(v.nbytes for v in t.values())},
+         "weight_map": weight_map}))
+    experts = [k for k in names if ".experts." in k and k.startswith("model.layers.0.")]
+    assert {weight_map[k] for k in experts} == set(weight_map.values())
+    for weights in ("f32", "int8"):
+        a = brisk_logits(brisk, src, weights, tmp_path / "a.f32")
+        b = brisk_logits(brisk, d, weights, tmp_path / "b.f32")
+        assert np.array_equal(a, b), (name, weights)
+
+
+def test_moe_refusals(brisk, folders, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    def copy(src_name, case, edit_cfg=None, edit_tensors=None):
+        src, _ = folders.get(src_name, "F32")
+        d = tmp_path / case
+        shutil.copytree(src, d)
+        if edit_cfg:
+            cfg = json.loads((d / "config.json").read_text())
+            edit_cfg(cfg)
+            (d / "config.json").write_text(json.dumps(cfg))
+        if edit_tensors:
+            t = load_file(str(d / "model.safetensors"))
+            edit_tensors(t)
+            save_file(t, str(d / "model.safetensors"))
+        return d
+
+    _refused(brisk, copy("qwen3moe", "missing", edit_tensors=lambda t: t.pop(
+        "model.layers.1.mlp.experts.5.up_proj.weight")),
+        "layer 1 has no up matrix for expert 5 (of 8)")
+    _refused(brisk, copy("mixtral", "extra", edit_tensors=lambda t: t.__setitem__(
+        "model.layers.0.block_sparse_moe.experts.8.w2.weight",
+        t["model.layers.0.block_sparse_moe.experts.0.w2.weight"])),
+        "is expert 8, but config.json has 8 experts")
+    _refused(brisk, copy("olmoe", "count", edit_cfg=lambda c: c.update(num_experts=6)),
+             "is expert 6, but config.json has 6 experts")
+    _refused(brisk, copy("olmoe-fused", "fused-shape", edit_tensors=lambda t: t.__setitem__(
+        "model.layers.0.mlp.experts.down_proj",
+        t["model.layers.0.mlp.experts.down_proj"][:, :, :32].copy())),
+        "layer 0's fused experts have shapes")
+    _refused(brisk, copy("qwen3moe", "topk", edit_cfg=lambda c: c.update(num_experts_per_tok=9)),
+             "num_experts_per_tok 9 is not in [1, 8 experts]")
+    _refused(brisk, copy("qwen3moe", "shared", edit_cfg=lambda c: c.update(
+        shared_expert_intermediate_size=64)), "shared experts are not supported")
+    _refused(brisk, copy("qwen3moe", "sparse-step", edit_cfg=lambda c: c.update(
+        decoder_sparse_step=2)), "dense MLP layers among the experts")
 
 
 def test_config_json_path_is_the_folder(brisk, folders, tmp_path):
