@@ -49,7 +49,9 @@
 #                          pair, ngram and none at 1 and 16 streams (overhead, gain,
 #                          vllm:spec_decode_*), greedy tokens with and without compared
 #   later issues' stages follow these (see "later issues" in run below), but for
-#   40    moe       120 q  (after model) test_cuda_model --moe: qwen3-30b-a3b-4l and
+#   40    moe       130 q  (after model) test_cuda_ops -o moe (the op on both paths, the
+#                          grouped GEMM and the per-pair GEMV, against the CPU's reference
+#                          and each other), then test_cuda_model --moe: qwen3-30b-a3b-4l and
 #                          olmoe-1b-7b-4l (and their mini models), f16 and int8, against
 #                          the CPU with the families' agreement rule over 96 positions:
 #                          routing, top-k and the experts on the device
@@ -486,11 +488,12 @@ run() {
     # 4-layer shapes included (billions of random weights: their own stage, so the
     # model stage keeps its time). A correctness check of a path no GPU has run
     # yet: here, before the figures, so the budget cannot skip it.
-    if [ "$DEVICE" = cuda ]; then
-        stage moe 120 "$mdl" --moe
-    else
-        stage moe 120 "$mdl" --cpu --moe
-    fi
+    # test_cuda_ops -o moe first (seconds): the op on both paths, the grouped
+    # GEMM and the per-pair GEMV, against the CPU's reference and each other.
+    local moe_cpu=
+    [ "$DEVICE" = cuda ] || moe_cpu=--cpu
+    stage moe 130 bash -c '"$1" -o moe; a=$?; "$2" $3 --moe; b=$?; [ "$a" -eq 0 ] && exit "$b"; exit "$a"' \
+        moe "$ops" "$mdl" "$moe_cpu"
     stage backend 30 "$PKG/tests/test_backend"
     stage structured 75 bash -c st_structured
     local tool

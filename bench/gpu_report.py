@@ -187,10 +187,17 @@ def issue40(d, stages, rows):
              "checks_failed": int(fm.group(4)), "auto": fm.group(5), "seconds": float(fm.group(6))}
             for fm in re.finditer(r"^test_cuda_model: family (\S+): (.+?): (PASS|FAIL) \((\d+) checks "
                                   r"failed\); --device auto: ([^;]+); ([0-9.]+) s$", moe, re.M)]
+    # test_cuda_ops -o moe, run first in the stage: its case count, and the
+    # failed lines (both paths against the reference, grouped vs GEMV).
+    m = re.search(r"test_cuda_ops: (\d+)/(\d+) cases passed", moe)
+    op = {"passed": int(m.group(1)), "cases": int(m.group(2)),
+          "failed": re.findall(r"^  (MOE\w*\(.*\)): .* FAIL$", moe, re.M)} if m else None
     st = stages.get("moe")
     status = "not run" if not st or st["skipped"] else ("pass" if st["rc"] == 0 and fams else "fail")
-    rows.append(f"40 moe {status}: " + (", ".join(f"{f['case']} {f['verdict']}" for f in fams) or "no cases"))
-    return {"status": status, "families": fams}
+    ops_txt = f"ops {op['passed']}/{op['cases']}; " if op else ""
+    rows.append(f"40 moe {status}: {ops_txt}" +
+                (", ".join(f"{f['case']} {f['verdict']}" for f in fams) or "no cases"))
+    return {"status": status, "families": fams, "ops": op}
 
 
 def main():

@@ -26,11 +26,25 @@
  *   down:    one block per token and tile of 16 output rows: a warp per row,
  *            the down rows of the token's experts in ascending expert order,
  *            each weighted and added (no atomics: deterministic).
- * Every pair reads its expert's rows itself (an expert-aware GEMV): right at
- * every batch size; at large batches the same expert's rows are read once
- * per token that picked it (from L2 when those run together), where a
- * grouped GEMM over tokens sorted by expert would read them once. The
- * workspace holds n_tok * n_used hidden rows (f32) and the routing.
+ * That per-pair GEMV (an expert-aware GEMV) serves small batches: each pair
+ * reads its expert's rows itself, so at large batches the same expert's
+ * rows are read once per token that picked it. Above
+ * KERN_CUDA_MOE_GROUPED_MIN tokens the grouped path runs instead, a chunk of
+ * at most KERN_CUDA_MOE_GROUP_TOKENS tokens at a time:
+ *   sort:    the chunk's (token, slot) pairs grouped by expert (a counting
+ *            sort without atomics: by expert, then pair, ascending);
+ *   grouped: per expert, a shared-memory tiled f32 GEMM over its gathered
+ *            tokens (32 tokens x 64 weight rows a block, each weight read
+ *            once per tile): gate and up with the activation into the
+ *            pair's hidden row, then down into the pair's output row;
+ *   sum:     per token, the weighted sum of its pairs' rows in ascending
+ *            expert order, as the down kernel adds.
+ * Both paths compute each output element as one f32 chain that depends on
+ * the token's own row only: batch invariant bit for bit within a path; the
+ * two paths differ by f32 summation order (~1e-7 relative).
+ * The workspace holds n_tok * n_used hidden rows (f32) and the routing, and
+ * for the grouped path a chunk's down products (chunk x n_used x dim f32),
+ * the sort and the tile list.
  *
  * Limits: 1 <= n_used <= min(n_expert, KERN_CUDA_MOE_MAX_USED), n_expert <=
  * KERN_CUDA_MOE_MAX_EXPERT; otherwise BRISK_EINVAL. */
@@ -45,6 +59,21 @@
 
 #define KERN_CUDA_MOE_MAX_EXPERT 256
 #define KERN_CUDA_MOE_MAX_USED 16
+/* The grouped path runs when a call has more tokens than this (below, the
+ * per-pair GEMV). 16 is a first guess, to be measured on the GPU
+ * (`test_cuda_ops perf -o moe` times both paths at 1 to 512 tokens). */
+#define KERN_CUDA_MOE_GROUPED_MIN 16
+/* Tokens the grouped path sorts and multiplies at once: bounds its share of
+ * the workspace (the down products, chunk x top-k x dim f32) whatever the
+ * batch; an expert's weights are read once per 32 of its tokens in a chunk. */
+#define KERN_CUDA_MOE_GROUP_TOKENS 1024
+
+/* Which path kern_cuda_moe_ffn_path takes. */
+typedef enum kern_cuda_moe_path {
+    KERN_CUDA_MOE_PATH_AUTO = 0, /* grouped above KERN_CUDA_MOE_GROUPED_MIN tokens */
+    KERN_CUDA_MOE_PATH_GEMV,     /* the per-pair GEMV at any size */
+    KERN_CUDA_MOE_PATH_GROUPED   /* the grouped GEMM at any size */
+} kern_cuda_moe_path;
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,6 +102,12 @@ size_t kern_cuda_moe_ws_bytes(const kern_cuda_moe *m, int n_tok);
  * asynchronous on stream. */
 int kern_cuda_moe_ffn(const kern_cuda_moe *m, const float *x, int n_tok, float *y, void *ws,
                       size_t ws_bytes, int32_t *ids_out, float *w_out, cudaStream_t stream);
+
+/* kern_cuda_moe_ffn on a chosen path (tests force each; the same workspace
+ * serves both); an unknown path is BRISK_EINVAL. */
+int kern_cuda_moe_ffn_path(const kern_cuda_moe *m, const float *x, int n_tok, float *y, void *ws,
+                           size_t ws_bytes, int32_t *ids_out, float *w_out, kern_cuda_moe_path path,
+                           cudaStream_t stream);
 
 #ifdef __cplusplus
 }
