@@ -33,7 +33,7 @@ struct sched_spec {
      * t = t1 (1 + c (tokens - 1)): sums of x = tokens - 1 and y = seconds,
      * each step weighing SPEC_FIT_KEEP times the one after it. */
     double fw, fx, fy, fxx, fxy;
-    double t1_s;  /* the fitted one-token step (0: not yet) */
+    double t1_s;   /* the fitted one-token step (0: not yet) */
     double t1_one; /* the one-token steps' moving average (before the fit) */
     spec_suffix *suffix;
     spec_suffix_opts sopts;
