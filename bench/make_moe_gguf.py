@@ -16,8 +16,9 @@ The quantized blocks are drawn directly as random bytes (a seeded SFC64
 stream, so a file is reproducible from its arguments) and only their fp16
 scales are then set: each block's scale is a base value times a jitter in
 [0.75, 1.25) taken from the random bytes it replaces, the base chosen by
-dequantizing a calibration sample with the gguf package so that the matrix's
-root-mean-square weight is gain / sqrt(n_in): unit-variance inputs give
+dequantizing a calibration sample with the gguf package, and a random sign
+(see set_scales: same-sign Q4_0 scales make every token look alike after a
+few layers), so that the matrix's root-mean-square weight is gain / sqrt(n_in): unit-variance inputs give
 outputs of about unit variance (gain 1), neither exploding nor vanishing over
 the layers. Norm weights are 1 + N(0, 0.05^2), the router F32 N(0, 1/n_in)
 (router logits ~N(0, 1)). Tensors are streamed to disk in chunks of about 32
@@ -185,10 +186,18 @@ def random_u8(rng, n):
 
 def set_scales(raw, qtype, base):
     """Sets the fp16 scales of blocks raw (uint8 [n_blocks, block bytes]) to
-    base times a jitter in [0.75, 1.25) read from the bytes they replace."""
+    +-base times a jitter in [0.75, 1.25), sign and jitter read from the bytes
+    they replace. The random sign matters: Q4_0's codes q - 8 average -0.5 and
+    Q8_0's -0.5, so same-sign scales give every row a common -0.5 d offset,
+    i.e. each matrix a rank-one all-ones part that adds up over the layers
+    until every position's hidden state points the same way (the same logits
+    and experts for every token). llama.cpp's quantizers also write negative
+    scales (d = max / -8 with max the signed extreme)."""
     d_off, m_off, m_ratio = BLOCK_SCALES[qtype]
-    u = raw[:, d_off:d_off + 2].copy().view(np.uint16)[:, 0].astype(np.float32)
-    d = (base * (0.75 + 0.5 * u / 65536.0)).astype(np.float16)
+    u = raw[:, d_off:d_off + 2].copy().view(np.uint16)[:, 0]
+    sign = np.where(u & 0x8000, -1.0, 1.0).astype(np.float32)
+    jitter = 0.75 + 0.5 * (u & 0x7FFF).astype(np.float32) / 32768.0
+    d = (sign * base * jitter).astype(np.float16)
     raw[:, d_off:d_off + 2] = d.view(np.uint8).reshape(-1, 2)
     if m_off is not None:
         m = (d.astype(np.float32) * m_ratio).astype(np.float16)
