@@ -295,6 +295,28 @@ static int spec_q_reserve(sched_spec *sp, int rows) {
     return 0;
 }
 
+/* A draft first computes every token of the sequence it does not hold (the
+ * whole prompt before its first proposal): worth it only when the steps
+ * left can repay it. Per step, k proposals gain E(k) / (1 + c k) - 1 target
+ * steps; the catch-up costs its tokens times the draft's prefill per token
+ * in target steps (measured; before, a third of a draft step, as a small
+ * model's CPU prefill per token measures against its decode step). */
+#define SPEC_DRAFT_PREFILL_PRIOR 0.33
+static int spec_draft_start_pays(const sched_spec *sp, const sched_spec_cand *c, int k) {
+    int behind = spec_draft_seq_behind(c->ss->ds, c->n_tokens);
+    if (behind <= 2)
+        return 1; /* the one or two tokens the last verification emitted */
+    double t1 = sp->t1_s > 0 ? sp->t1_s : sp->t1_one, ds = spec_draft_step_s(sp->draft);
+    double pre = spec_draft_prefill_s(sp->draft), per_tok;
+    double step = ds > 0 && t1 > 0 ? ds / t1 : sp->cost - sp->base_cost;
+    per_tok = pre > 0 && t1 > 0 ? pre / t1 : SPEC_DRAFT_PREFILL_PRIOR * step;
+    double a = c->ss->pol.accept, e = 1.0, pw = a;
+    for (int j = 1; j <= k; j++, pw *= a)
+        e += pw;
+    double gain = e / (1.0 + sp->cost * k) - 1.0;
+    return gain > 0 && gain * (double)c->room > per_tok * (double)behind;
+}
+
 void sched_spec_propose(sched_spec *sp, sched_spec_cand *cands, int n, int base_tokens) {
     n = n < sp->max_seqs ? n : sp->max_seqs;
     for (int i = 0; i < n; i++) {
@@ -328,6 +350,9 @@ void sched_spec_propose(sched_spec *sp, sched_spec_cand *cands, int n, int base_
             o.k = k;
             k = spec_suffix_propose(sp->suffix, c->tokens, c->n_tokens, &o, out);
         } else if (sp->cfg.method == SCHED_SPEC_DRAFT && (!sp->draft || !c->ss || !c->ss->ds))
+            k = 0;
+        else if (k > 0 && sp->cfg.method == SCHED_SPEC_DRAFT && !sp->cfg.fixed_len &&
+                 !spec_draft_start_pays(sp, c, k))
             k = 0;
         if (k > 0 && k < sp->cfg.draft_min && sp->cfg.method != SCHED_SPEC_DRAFT)
             k = 0;

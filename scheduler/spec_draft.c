@@ -30,6 +30,7 @@ struct spec_draft {
     spec_draft_seq **owner; /* per slot: the sequence holding it, or NULL */
     long long step;         /* spec_draft_propose calls so far */
     double step_s;          /* spec_draft_step_s */
+    double prefill_s;       /* spec_draft_prefill_s */
     /* one forward's batch */
     int32_t *b_tok, *b_pos, *b_seq;
     uint8_t *b_want;
@@ -162,6 +163,15 @@ size_t spec_draft_weight_bytes(const spec_draft *d) {
  * token per sequence with its sampling, averaged (each step weighs 1/8). */
 static void draft_step_time(spec_draft *d, double dt) {
     d->step_s = d->step_s > 0 ? d->step_s + (dt - d->step_s) / 8.0 : dt;
+}
+
+double spec_draft_prefill_s(const spec_draft *d) {
+    return d->prefill_s;
+}
+
+int spec_draft_seq_behind(const spec_draft_seq *ds, int n_tokens) {
+    int held = ds && ds->slot >= 0 ? ds->n_done : 0;
+    return n_tokens > held ? n_tokens - held : 0;
 }
 
 double spec_draft_step_s(const spec_draft *d) {
@@ -368,6 +378,10 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
      * steps below are. */
     if (n_rows > 0 && nb <= 2 * n_rows)
         draft_step_time(d, brisk_now() - t_first);
+    else if (nb >= 32) { /* a prompt's catch-up: its cost per token (spec.c's gate) */
+        double pt = (brisk_now() - t_first) / nb;
+        d->prefill_s = d->prefill_s > 0 ? d->prefill_s + (pt - d->prefill_s) / 4.0 : pt;
+    }
     /* Then one token per job a step: its last proposal, fed back. */
     for (;;) {
         nb = 0;

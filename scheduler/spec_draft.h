@@ -66,6 +66,9 @@ size_t spec_draft_weight_bytes(const spec_draft *d);
 /* Seconds a draft step of one token per sequence takes (forward and
  * sampling), a moving average of the steps run so far; 0 before the first. */
 double spec_draft_step_s(const spec_draft *d);
+/* Seconds the draft takes per token it catches up in a long first forward
+ * (a prompt), a moving average; 0 before the first. */
+double spec_draft_prefill_s(const spec_draft *d);
 /* One line for the start-up log. */
 void spec_draft_describe(const spec_draft *d, char *buf, size_t len);
 void spec_draft_free(spec_draft *d);
@@ -78,6 +81,9 @@ spec_draft_seq *spec_draft_seq_create(const spec_draft *d, const model_sampling 
 void spec_draft_seq_release(spec_draft *d, spec_draft_seq *ds);
 /* Frees it (after release, or when the draft is gone). */
 void spec_draft_seq_free(spec_draft_seq *ds);
+/* Tokens of a sequence of n_tokens the draft does not hold yet (all of
+ * them before its first proposal). */
+int spec_draft_seq_behind(const spec_draft_seq *ds, int n_tokens);
 
 typedef struct spec_draft_job {
     spec_draft_seq *ds;
