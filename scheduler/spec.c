@@ -297,8 +297,8 @@ static int spec_q_reserve(sched_spec *sp, int rows) {
 
 /* A draft first computes every token of the sequence it does not hold (the
  * whole prompt before its first proposal): worth it only when the steps
- * left can repay it. Per step, k proposals gain E(k) / (1 + c k) - 1 target
- * steps; the catch-up costs its tokens times the draft's prefill per token
+ * left can repay it. The R tokens left take R target steps alone and
+ * R (1 + c k) / E(k) with k proposals a step; the catch-up costs its tokens times the draft's prefill per token
  * in target steps (measured; before, a third of a draft step, as a small
  * model's CPU prefill per token measures against its decode step). */
 #define SPEC_DRAFT_PREFILL_PRIOR 0.33
@@ -313,8 +313,9 @@ static int spec_draft_start_pays(const sched_spec *sp, const sched_spec_cand *c,
     double a = c->ss->pol.accept, e = 1.0, pw = a;
     for (int j = 1; j <= k; j++, pw *= a)
         e += pw;
-    double gain = e / (1.0 + sp->cost * k) - 1.0;
-    return gain > 0 && gain * (double)c->room > per_tok * (double)behind;
+    /* The room's tokens cost room steps alone, room (1 + c k) / E drafted. */
+    double saved = 1.0 - (1.0 + sp->cost * k) / e;
+    return saved > 0 && saved * (double)c->room > per_tok * (double)behind;
 }
 
 void sched_spec_propose(sched_spec *sp, sched_spec_cand *cands, int n, int base_tokens) {
@@ -354,12 +355,12 @@ void sched_spec_propose(sched_spec *sp, sched_spec_cand *cands, int n, int base_
         else if (k > 0 && sp->cfg.method == SCHED_SPEC_DRAFT && !sp->cfg.fixed_len &&
                  !spec_draft_start_pays(sp, c, k))
             k = 0;
-        if (k > 0 && k < sp->cfg.draft_min && sp->cfg.method != SCHED_SPEC_DRAFT)
+        if (k > 0 && k < sp->cfg.draft_min)
             k = 0;
         sp->want[i] = k;
     }
-    spec_policy_share(sp->acc, sp->want, sp->probe, n, base_tokens, sp->cost, sp->threshold,
-                      sp->cfg.fixed_len, sp->len);
+    spec_policy_share(sp->acc, sp->want, sp->probe, n, base_tokens, sp->base_cost, sp->cost,
+                      sp->threshold, sp->cfg.draft_min, sp->cfg.fixed_len, sp->len);
     int n_dj = 0, q_used = 0;
     for (int i = 0; i < n; i++) {
         sched_spec_cand *c = &cands[i];

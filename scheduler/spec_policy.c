@@ -49,43 +49,58 @@ int spec_policy_budget(int threshold, int base_tokens) {
 }
 
 void spec_policy_share(const float *accept, const int *want, const int *probe, int n, int base,
-                       double cost, int threshold, int fixed, int *k) {
-    int room = spec_policy_budget(threshold, base);
-    double v = base, gain_next = 0.0;
-    int tokens = base;
+                       double cost_token, double cost_prop, int threshold, int min_len, int fixed,
+                       int *k) {
+    int room = spec_policy_budget(threshold, base), need = min_len > 1 ? min_len : 1;
+    /* v: the step's expected tokens; cost: its cost in one-token steps. */
+    double v = base, cost = 1.0 + cost_token * (base > 1 ? base - 1 : 0);
     for (int i = 0; i < n; i++) {
-        /* Fixed lengths and probes first, in order, as far as the room goes. */
+        /* Fixed lengths and probes first, in order, as far as the room goes;
+         * never fewer than min_len (those would be dropped unverified). */
         k[i] = 0;
-        int take = fixed ? want[i] : probe[i] && want[i] > 0 ? 1 : 0;
+        int take = fixed ? want[i] : probe[i] ? need : 0;
         take = take < room ? take : room;
-        if (take > 0) {
-            k[i] = take;
-            room -= take;
-            tokens += take;
-            v += fixed ? 0.0 : accept[i];
+        if (take < need || take > want[i])
+            continue;
+        k[i] = take;
+        room -= take;
+        cost += cost_prop * take;
+        for (double pw = 1.0, j = 0; !fixed && j < take; j++) {
+            pw *= accept[i];
+            v += pw;
         }
     }
     if (fixed)
         return;
     while (room > 0) {
-        /* The proposal with the best chance of a keep: a^(k + 1). */
-        int best = -1;
+        /* The next proposals with the best chance of a keep per proposal:
+         * a^(k + 1), or a first block of min_len, a + ... + a^min_len. */
+        int best = -1, best_len = 0;
+        double best_g = 0.0, best_per = 0.0;
         for (int i = 0; i < n; i++) {
-            if (probe[i] || k[i] >= want[i])
+            int len = k[i] > 0 ? 1 : need;
+            if (probe[i] || k[i] + len > want[i] || len > room)
                 continue;
-            double g = 1.0;
-            for (int j = 0; j <= k[i]; j++)
-                g *= accept[i];
-            if (best < 0 || g > gain_next) {
+            double pw = 1.0, g = 0.0;
+            for (int j = 0; j < k[i]; j++)
+                pw *= accept[i];
+            for (int j = 0; j < len; j++) {
+                pw *= accept[i];
+                g += pw;
+            }
+            if (best < 0 || g / len > best_per) {
                 best = i;
-                gain_next = g;
+                best_len = len;
+                best_g = g;
+                best_per = g / len;
             }
         }
-        if (best < 0 || !(gain_next * (1.0 + cost * (tokens - 1)) > cost * v))
+        /* It pays when the step's tokens per unit of cost rise. */
+        if (best < 0 || !(best_g * cost > cost_prop * best_len * v))
             return;
-        k[best]++;
-        room--;
-        tokens++;
-        v += gain_next;
+        k[best] += best_len;
+        room -= best_len;
+        cost += cost_prop * best_len;
+        v += best_g;
     }
 }

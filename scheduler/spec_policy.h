@@ -23,7 +23,8 @@
  * in the batch (spec_policy_share): a step of N tokens costs 1 + c (N - 1)
  * one-token steps and yields V expected tokens (its base tokens and the
  * proposals' expected keeps), so one more proposal whose keep has
- * probability g pays only when g > c V / (1 + c (N - 1)): alone (V = N = 1)
+ * probability g pays only when g > c V / (1 + c (N - 1)) (with a draft
+ * model a proposal also costs its draft step: c_prop V / C): alone (V = N = 1)
  * that is each sequence's own rule above, and at 7 decode rows with
  * c = 0.3 it asks g > 0.75. The proposals with the highest g go first.
  *
@@ -54,10 +55,15 @@ int spec_policy_budget(int threshold, int base_tokens);
 /* The batch rule (above) over a step's n candidates: want[i] the length
  * sequence i's own policy gives (spec_policy_len; its probe, probe[i] 1,
  * is kept whenever there is room), accept[i] its rate; base the step's
- * tokens without proposals, cost c. Writes k[i] <= want[i], at most
- * spec_policy_budget(threshold, base) in all. fixed: k = want within the
- * room (no rule). */
+ * tokens without proposals. The step costs 1 + cost_token (base - 1)
+ * one-token steps and each proposal adds cost_prop (cost_token, plus a
+ * draft step's share with a draft model); a proposal is added while
+ * g cost > cost_prop V. A sequence's first proposals come as a block of
+ * min_len (llama.cpp's --draft-min: fewer are not verified). Writes
+ * k[i] <= want[i], at most spec_policy_budget(threshold, base) in all.
+ * fixed: k = want within the room (no rule). */
 void spec_policy_share(const float *accept, const int *want, const int *probe, int n, int base,
-                       double cost, int threshold, int fixed, int *k);
+                       double cost_token, double cost_prop, int threshold, int min_len, int fixed,
+                       int *k);
 
 #endif

@@ -160,13 +160,13 @@ static void test_share(void) {
     for (int r = 0; r < 8; r++) {
         ps.accept = 0.1f * (float)(r + 1) + 0.05f;
         int own = spec_policy_len(&ps, 8, 0.3, 0), k = -1, want = 8, probe = 0;
-        spec_policy_share(&ps.accept, &want, &probe, 1, 1, 0.3, 64, 0, &k);
+        spec_policy_share(&ps.accept, &want, &probe, 1, 1, 0.3, 0.3, 64, 0, 0, &k);
         CHECK(k == own, "alone at rate %.2f: the share %d, its own length %d", (double)ps.accept, k,
               own);
     }
     float acc[7] = {0.7f, 0.74f, 0.8f, 0.95f, 0.5f, 0.9f, 0.2f};
     int want[7] = {8, 8, 8, 8, 8, 8, 8}, probe[7] = {0}, k[7];
-    spec_policy_share(acc, want, probe, 7, 7, 0.3, 64, 0, k);
+    spec_policy_share(acc, want, probe, 7, 7, 0.3, 0.3, 64, 0, 0, k);
     /* V/C = 7 / 2.8 = 2.5 at first: 0.95 pays (0.95 > 0.3 x 2.5), and each
      * keep raises the bar. */
     CHECK(k[0] == 0 && k[1] == 0 && k[4] == 0 && k[6] == 0 && k[3] >= k[5] && k[5] >= 1,
@@ -182,12 +182,12 @@ static void test_share(void) {
     int w16[16], p16[16] = {0}, k16[16];
     for (int i = 0; i < 16; i++)
         a16[i] = 0.99f, w16[i] = 8;
-    spec_policy_share(a16, w16, p16, 16, 16, 0.3, 8, 0, k16);
+    spec_policy_share(a16, w16, p16, 16, 16, 0.3, 0.3, 8, 0, 0, k16);
     int sum = 0;
     for (int i = 0; i < 16; i++)
         sum += k16[i];
     CHECK(sum == 0, "16 rows over a threshold of 8: %d proposals", sum);
-    spec_policy_share(a16, w16, p16, 4, 4, 0.3, 8, 0, k16);
+    spec_policy_share(a16, w16, p16, 4, 4, 0.3, 0.3, 8, 0, 0, k16);
     sum = 0;
     for (int i = 0; i < 4; i++)
         sum += k16[i];
@@ -195,13 +195,29 @@ static void test_share(void) {
     /* A probe gets its one token at any rate, only where its lookup found one. */
     float ap[2] = {0.01f, 0.01f};
     int wp[2] = {1, 0}, pp[2] = {1, 1}, kp[2];
-    spec_policy_share(ap, wp, pp, 2, 2, 0.3, 8, 0, kp);
+    spec_policy_share(ap, wp, pp, 2, 2, 0.3, 0.3, 8, 0, 0, kp);
     CHECK(kp[0] == 1 && kp[1] == 0, "probes %d %d", kp[0], kp[1]);
     /* Fixed lengths: as asked, within the room. */
     int wf[3] = {4, 4, 4}, pf[3] = {0}, kf[3];
     float af[3] = {0.0f, 0.0f, 0.0f};
-    spec_policy_share(af, wf, pf, 3, 3, 0.3, 12, 1, kf);
+    spec_policy_share(af, wf, pf, 3, 3, 0.3, 0.3, 12, 0, 1, kf);
     CHECK(kf[0] == 4 && kf[1] == 4 && kf[2] == 1, "fixed %d %d %d", kf[0], kf[1], kf[2]);
+    /* min_len 3: a fixed candidate the room cuts below it takes nothing, and
+     * the batch rule's first proposals come as a block of 3 or not at all. */
+    spec_policy_share(af, wf, pf, 3, 3, 0.3, 0.3, 12, 3, 1, kf);
+    CHECK(kf[0] == 4 && kf[1] == 4 && kf[2] == 0, "fixed, min 3: %d %d %d", kf[0], kf[1], kf[2]);
+    float am[2] = {0.95f, 0.5f};
+    int wm[2] = {8, 8}, pm[2] = {0, 0}, km[2];
+    spec_policy_share(am, wm, pm, 2, 2, 0.3, 0.3, 64, 3, 0, km);
+    CHECK(km[0] >= 3 && km[1] == 0, "min 3: %d %d", km[0], km[1]);
+    /* A draft's step on top of each proposal: fewer pay. */
+    int kd[7], kt[7];
+    spec_policy_share(acc, want, probe, 7, 7, 0.3, 0.3, 64, 0, 0, kt);
+    spec_policy_share(acc, want, probe, 7, 7, 0.3, 0.6, 64, 0, 0, kd);
+    int st = 0, sd = 0;
+    for (int i = 0; i < 7; i++)
+        st += kt[i], sd += kd[i];
+    CHECK(sd < st && sd >= 0, "with a draft's cost %d proposals, without %d", sd, st);
 }
 
 int main(void) {
