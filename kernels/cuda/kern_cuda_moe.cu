@@ -183,6 +183,19 @@ __global__ static void moe_gate_up_kernel(float *__restrict__ h, kern_cuda_weigh
     }
 }
 
+// order[0..K) = token's slots 0..K-1 sorted by expert id (insertion sort,
+// stable): the ascending-expert order of every weighted sum.
+__device__ static void moe_slots_by_expert(int *order, const int32_t *ids, int K) {
+    for (int k = 0; k < K; k++) {
+        int j = k;
+        while (j > 0 && ids[order[j - 1]] > ids[k]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = k;
+    }
+}
+
 // Block (t, tile): token t's output rows of the tile, a warp per row:
 // y[t][r] = sum over its slots in ascending expert order of
 // w * (down_e[r] . h[pair]), from 0 and in that order as the CPU adds, so
@@ -194,16 +207,8 @@ __global__ static void moe_down_kernel(float *__restrict__ y, kern_cuda_weight D
     __shared__ int order[KERN_CUDA_MOE_MAX_USED];
     const size_t t = blockIdx.x;
     const int lane = threadIdx.x % KERN_CUDA_WARP, warp = threadIdx.x / KERN_CUDA_WARP;
-    if (threadIdx.x == 0) {
-        for (int k = 0; k < K; k++) { // insertion sort of the slots by expert id
-            int j = k;
-            while (j > 0 && ids[t * K + order[j - 1]] > ids[t * K + k]) {
-                order[j] = order[j - 1];
-                j--;
-            }
-            order[j] = k;
-        }
-    }
+    if (threadIdx.x == 0)
+        moe_slots_by_expert(order, ids + t * K, K);
     __syncthreads();
     const int r_end = min(dim, (int)(blockIdx.y + 1) * MOE_ROWS);
     for (int r = blockIdx.y * MOE_ROWS + warp; r < r_end; r += MOE_WARPS) {
@@ -420,16 +425,8 @@ __global__ static void moe_sum_kernel(float *__restrict__ y, const float *__rest
                                       const float *__restrict__ wts, int K, int E, int dim) {
     __shared__ int order[KERN_CUDA_MOE_MAX_USED];
     const size_t t = blockIdx.x;
-    if (threadIdx.x == 0) {
-        for (int k = 0; k < K; k++) { // insertion sort of the slots by expert id
-            int j = k;
-            while (j > 0 && ids[t * K + order[j - 1]] > ids[t * K + k]) {
-                order[j] = order[j - 1];
-                j--;
-            }
-            order[j] = k;
-        }
-    }
+    if (threadIdx.x == 0)
+        moe_slots_by_expert(order, ids + t * K, K);
     __syncthreads();
     const int r = blockIdx.y * MOE_THREADS + threadIdx.x;
     if (r >= dim)
