@@ -186,21 +186,30 @@ fi
 # an AVX-512 machine the ctest above also runs them natively under the
 # sanitizers. Skips with a message on a CPU without AVX2.
 # On a CPU with AVX-512 (F, BW, VL, DQ) and VNNI the ctest above already ran
-# those files natively under ASan+UBSan, on the same tests, so the emulation
-# (three minutes) would check nothing more.
+# those files natively under ASan+UBSan, on the same tests, so only the AMX
+# file runs emulated (tests/tools/emuamx.h: its tile instructions); on one
+# with AMX too, nothing is emulated.
 emu512() {
     local f missing=0
     for f in avx512f avx512bw avx512vl avx512dq avx512_vnni; do
         grep -qw "$f" /proc/cpuinfo || missing=1
     done
-    if [ $missing -eq 0 ]; then
-        echo "test.sh: this CPU has AVX-512 and VNNI: the ctest (asan) step ran the AVX-512"
-        echo "         kernel files natively under ASan+UBSan; the emulated run is not needed"
+    if [ $missing -eq 0 ] && grep -qw amx_int8 /proc/cpuinfo; then
+        echo "test.sh: this CPU has AVX-512, VNNI and AMX: the ctest (asan) step ran the"
+        echo "         AVX-512 and AMX kernel files natively under ASan+UBSan; no emulation needed"
         return 0
+    fi
+    if [ $missing -eq 0 ]; then
+        # AVX-512 native; the AMX file's tile instructions emulated
+        # (tests/tools/emuamx.h), the matmul tests at the amx level.
+        EMU_AMX_ONLY=1 EMU512_SANITIZE=1 \
+            EMU_OBJS_FROM="$ROOT/build-asan/CMakeFiles/brisk_kernels.dir/kernels/cpu" \
+            sh tests/tools/run_emu512.sh "$ROOT/build-emuamx"
+        return
     fi
     EMU512_SANITIZE=1 sh tests/tools/run_emu512.sh "$ROOT/build-emu512"
 }
-step "AVX-512 kernels emulated (asan+ubsan)" emu512
+step "AVX-512/AMX kernels emulated (asan+ubsan)" emu512
 # ThreadSanitizer over the C unit tests that start threads: the thread pool,
 # the kernels on it, the engine thread and its queues, the loop's async
 # handoffs, the bench client. The single-threaded ones (tokenizer, sampler,

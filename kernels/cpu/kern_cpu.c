@@ -16,6 +16,12 @@
 #include <cpuid.h>
 #define KERN_X86 1
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <errno.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define KERN_LINUX_X86_64 1
+#endif
 
 static kern_cpu_features g_features;
 static pthread_once_t g_detect_once = PTHREAD_ONCE_INIT; /* guards g_features */
@@ -33,6 +39,28 @@ static uint64_t xgetbv0(void) {
     return ((uint64_t)hi << 32) | lo;
 }
 #endif
+
+/* Linux keeps AMX's 8 KiB of tile data out of a thread's saved state until
+ * the process asks for it (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA;
+ * Linux 5.16+); a tile instruction before that faults. The permission is
+ * the whole process's, so asking once here covers every pool thread, and
+ * ARCH_GET_XCOMP_PERM confirms it. NULL when granted, else why not. */
+static const char *amx_request(void) {
+#ifdef KERN_LINUX_X86_64
+    enum { ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        return errno == EINVAL || errno == ENOSYS
+                   ? "the kernel does not offer the tile state (Linux before 5.16?)"
+                   : "the kernel refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    unsigned long perm = 0;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &perm) != 0 ||
+        !(perm & (1ul << XFEATURE_XTILEDATA)))
+        return "the tile-state permission did not hold (arch_prctl ARCH_GET_XCOMP_PERM)";
+    return NULL;
+#else
+    return "AMX needs Linux on x86-64 here";
+#endif
+}
 
 static void detect(kern_cpu_features *f) {
     memset(f, 0, sizeof(*f));
@@ -62,6 +90,17 @@ static void detect(kern_cpu_features *f) {
     f->avx512 = f->avx2 && zmm_os && avx512f && avx512dq && avx512bw && avx512vl;
     f->avx512vnni = f->avx512 && avx512vnni;
     f->avxvnni = f->avx2 && avxvnni;
+    /* AMX: CPUID.(7,0):EDX bits 22 (BF16), 24 (TILE), 25 (INT8); XCR0 bits
+     * 17-18 (XTILECFG, XTILEDATA) enabled by the OS; then the permission. */
+    f->amx_cpu = f->avx512vnni && ((d >> 24) & 1) && ((d >> 25) & 1);
+    f->amx_bf16 = f->amx_cpu && ((d >> 22) & 1);
+    if (f->amx_cpu) {
+        if ((xcr0 & 0x60000) != 0x60000)
+            f->amx_refused = "the OS does not enable the tile state (XCR0)";
+        else
+            f->amx_refused = amx_request();
+        f->amx = f->amx_refused == NULL;
+    }
 #endif
 #ifdef KERN_EMU_AVX512
     /* Test builds only (tests/tools/run_emu512.sh): the AVX-512 files are
@@ -69,10 +108,20 @@ static void detect(kern_cpu_features *f) {
      * features wherever the AVX2 files can run. */
     f->avx512 = f->avx512vnni = f->avx2;
 #endif
+#ifdef KERN_EMU_AMX
+    /* Test builds only (tests/tools/run_emu512.sh): kern_matmul_amx.c is
+     * compiled against tests/tools/emuamx.h's tile emulation, no permission
+     * needed. */
+    f->amx = f->amx_cpu = f->avx512vnni;
+    f->amx_refused = NULL;
+#endif
 }
 
 static void detect_once(void) {
     detect(&g_features);
+    if (g_features.amx_refused)
+        fprintf(stderr, "brisk: AMX not used (%s): the batch kernels run AVX-512 VNNI\n",
+                g_features.amx_refused);
 }
 
 const kern_cpu_features *kern_cpu_detect(void) {
@@ -87,7 +136,7 @@ static int env_cap(void) {
     const char *s = getenv("BRISK_CPU_LEVEL");
     if (!s || !*s)
         return -1;
-    for (int l = KERN_LEVEL_SCALAR; l <= KERN_LEVEL_AVX512VNNI; l++)
+    for (int l = KERN_LEVEL_SCALAR; l <= KERN_LEVEL_TOP; l++)
         if (strcmp(s, kern_level_name((kern_level)l)) == 0)
             return l;
     fprintf(stderr, "brisk: ignoring unknown BRISK_CPU_LEVEL=%s\n", s);
@@ -103,6 +152,8 @@ static int compute_level(void) {
         l = KERN_LEVEL_AVX512;
     if (f->avx512vnni)
         l = KERN_LEVEL_AVX512VNNI;
+    if (f->amx)
+        l = KERN_LEVEL_AMX;
     int e = env_cap();
     if (e >= 0 && e < l)
         l = e;
@@ -160,6 +211,7 @@ const char *kern_level_name(kern_level level) {
     case KERN_LEVEL_AVX2: return "avx2";
     case KERN_LEVEL_AVX512: return "avx512";
     case KERN_LEVEL_AVX512VNNI: return "avx512vnni";
+    case KERN_LEVEL_AMX: return "amx";
     }
     return "unknown";
 }
@@ -168,7 +220,11 @@ void kern_cpu_describe(char *buf, int len) {
     if (!buf || len <= 0)
         return;
     const kern_cpu_features *f = kern_cpu_detect();
-    snprintf(buf, (size_t)len, "cpu(%s%s%s%s; kernels %s)", f->avx2 ? "avx2 fma f16c" : "baseline",
-             f->avx512 ? " avx512f/bw/vl/dq" : "", f->avx512vnni ? " avx512vnni" : "",
-             f->avxvnni ? " avxvnni" : "", kern_level_name(kern_cpu_level()));
+    snprintf(buf, (size_t)len, "cpu(%s%s%s%s%s%s; kernels %s)",
+             f->avx2 ? "avx2 fma f16c" : "baseline", f->avx512 ? " avx512f/bw/vl/dq" : "",
+             f->avx512vnni ? " avx512vnni" : "", f->avxvnni ? " avxvnni" : "",
+             f->amx       ? " amx-int8"
+             : f->amx_cpu ? " amx-int8(refused)"
+                          : "",
+             f->amx_bf16 ? " amx-bf16" : "", kern_level_name(kern_cpu_level()));
 }

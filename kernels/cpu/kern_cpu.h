@@ -7,20 +7,35 @@ typedef struct kern_cpu_features {
     int avx512;     /* AVX-512 F, BW, VL, DQ */
     int avx512vnni; /* AVX-512 VNNI */
     int avxvnni;    /* AVX-VNNI (256-bit) */
+    /* AMX tiles with int8 products (AMX-TILE + AMX-INT8), the OS saving the
+     * tile state, and this process granted it (Linux: arch_prctl
+     * ARCH_REQ_XCOMP_PERM, asked once in kern_cpu_detect); amx_cpu: the CPU
+     * has them whatever the OS said; amx_bf16: AMX-BF16 (reported only). */
+    int amx;
+    int amx_cpu;
+    int amx_bf16;
+    /* Why amx is 0 on a CPU that has AMX (static string), or NULL. */
+    const char *amx_refused;
 } kern_cpu_features;
 
-/* Detected once (cpuid + xgetbv for OS support), cached. */
+/* Detected once (cpuid + xgetbv for OS support, and the AMX tile
+ * permission request, which logs its reason to stderr once when the kernel
+ * refuses), cached. */
 const kern_cpu_features *kern_cpu_detect(void);
 
 /* The SIMD level kernels use: detected features, capped by
  * kern_cpu_set_max_level() or the BRISK_CPU_LEVEL environment variable
- * ("scalar", "avx2", "avx512", "avx512vnni"), so tests and benchmarks can
- * force a path. */
+ * ("scalar", "avx2", "avx512", "avx512vnni", "amx"), so tests and benchmarks
+ * can force a path. KERN_LEVEL_AMX has VNNI too: the X8 integer kernels of
+ * batches run on AMX tiles (kern_matmul_amx.c), everything else as at
+ * avx512vnni. KERN_LEVEL_TOP: the highest level (a cap that caps nothing). */
 typedef enum {
     KERN_LEVEL_SCALAR = 0,
     KERN_LEVEL_AVX2 = 1,
     KERN_LEVEL_AVX512 = 2,
-    KERN_LEVEL_AVX512VNNI = 3
+    KERN_LEVEL_AVX512VNNI = 3,
+    KERN_LEVEL_AMX = 4,
+    KERN_LEVEL_TOP = KERN_LEVEL_AMX
 } kern_level;
 kern_level kern_cpu_level(void);
 void kern_cpu_set_max_level(kern_level level);

@@ -104,10 +104,26 @@ typedef struct kern_mm_args {
     const int32_t *xi; /* [n_in/32][n_tok], integer types: sum(q) of the block */
     float *y;          /* [n_tok][n_out] */
     /* The calling thread's scratch for the AVX-512 X8 long-batch tiles
-     * (kern_avx512_x8.h), or NULL; not owned. */
+     * (kern_avx512_x8.h) and the AMX weight panels, or NULL; not owned. */
     uint8_t *wide;
     size_t wide_bytes;
+    /* At the amx level (X8 weights): xq split into its high bytes xh
+     * (signed, q >> 8) and low bytes xl (unsigned, q & 255), q = 256 xh + xl,
+     * each [kern_amx_tok_pad(n_tok)][n_in] with zero rows after n_tok (the
+     * A operands of TDPBSSD and TDPBUSD); NULL elsewhere. */
+    const int8_t *xh;
+    const uint8_t *xl;
 } kern_mm_args;
+
+/* The AMX X8 kernels (kern_matmul_amx.c): tiles of KERN_AMX_TT tokens, so
+ * the activation planes hold the token count rounded up to it. The kernel
+ * table runs them from KERN_AMX_MIN_TOK tokens (below, AVX-512 VNNI: the
+ * same bits). */
+#define KERN_AMX_TT 16
+#define KERN_AMX_MIN_TOK 16
+static inline int kern_amx_tok_pad(int n_tok) {
+    return (n_tok + KERN_AMX_TT - 1) / KERN_AMX_TT * KERN_AMX_TT;
+}
 
 /* The AVX-512 X8 long-batch tiles: from this many tokens on, a chunk of a
  * task's groups is decoded once into KERN_X8_WIDE_PB bytes per pair of groups
@@ -133,6 +149,13 @@ void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1);
 void kern_mm_rows_avx2(const kern_mm_args *a, int r0, int r1);
 void kern_mm_rows_avx512(const kern_mm_args *a, int r0, int r1);
 void kern_mm_rows_avx512vnni(const kern_mm_args *a, int r0, int r1);
+/* X8 weights with a->xh, a->xl and a->wide set: AMX tiles; anything else
+ * (float or row-major weights, no scratch, rows too long for it): the
+ * avx512vnni kernels, which give the same bits. */
+void kern_mm_rows_amx(const kern_mm_args *a, int r0, int r1);
+/* How many kern_mm_rows_amx calls ran the tiles (not the fallback) in this
+ * process: the tests check the AMX path ran. */
+long kern_amx_runs(void);
 
 /* Quantizes one activation row of n floats (n a multiple of 32) for the
  * int8-weight matmul, per block of 32:

@@ -48,12 +48,22 @@ static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
-/* int16 activations [n_tok][n_in], then d, s and sum(q), each [n_in/32][n_tok]. */
+/* The AMX planes' bytes (each of the two), or 0 when this CPU runs no AMX. */
+static size_t amx_plane_bytes(kern_type wt, int n_in, int n_tok) {
+    if (!kern_type_is_x8(wt) || !kern_cpu_detect()->amx)
+        return 0;
+    return align64((size_t)kern_amx_tok_pad(n_tok) * (size_t)n_in);
+}
+
+/* int16 activations [n_tok][n_in], then d, s and sum(q), each [n_in/32][n_tok];
+ * on an AMX CPU (whatever the cap) with X8 weights, then the high and low
+ * byte planes (kern_mm_args.xh, xl). */
 size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok) {
     if (!kern_is_int_weight(wt))
         return 0;
     size_t scales = (size_t)(n_in / KERN_QK) * (size_t)n_tok * sizeof(float);
-    return align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)) + 3 * align64(scales);
+    return align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)) + 3 * align64(scales) +
+           2 * amx_plane_bytes(wt, n_in, n_tok);
 }
 
 /* ---- activation quantization ------------------------------------------------ */
@@ -348,6 +358,13 @@ static kern_level pick_level(kern_type wt, int n_tok, kern_level top, kern_pick 
         return KERN_LEVEL_AVX2;
     if (top < KERN_LEVEL_AVX512 || pick == KERN_PICK_LEVEL)
         return top;
+    /* AMX runs X8 batches from KERN_AMX_MIN_TOK tokens; below, and for
+     * every other type, the level runs as avx512vnni. */
+    if (top == KERN_LEVEL_AMX) {
+        if (kern_type_is_x8(wt) && n_tok >= KERN_AMX_MIN_TOK)
+            return KERN_LEVEL_AMX;
+        top = KERN_LEVEL_AVX512VNNI;
+    }
     /* The table, from `kern_bench N levels` (each level's own kernels from
      * DRAM, interleaved; 1 and 2 threads of a Zen 4 EPYC, 2026-11-26,
      * bench/README.md): */
@@ -388,6 +405,10 @@ const char *kern_matmul_kernel_name(kern_type wt, int n_tok) {
                    : n_tok < KERN_AVX2_PLAIN_MIN_TOK ? "avx2 row 2x4 paired"
                                                      : "avx2 row g8 16x3";
         return n_tok == 1 ? "avx2 f 2-stream" : "avx2 f 2x4";
+    case KERN_LEVEL_AMX:
+        if (x8)
+            return "amx x8 16x16 tiles";
+        return n_tok == 1 ? "avx512 f 2-stream" : "avx512 f 6x8";
     case KERN_LEVEL_AVX512:
     case KERN_LEVEL_AVX512VNNI:
         if (x8) {
@@ -411,6 +432,7 @@ void kern_matmul_describe(kern_type wt, char *buf, int len) {
 
 static kern_mm_rows_fn rows_fn(kern_level lv) {
     switch (lv) {
+    case KERN_LEVEL_AMX: return kern_mm_rows_amx;
     case KERN_LEVEL_AVX512VNNI: return kern_mm_rows_avx512vnni;
     case KERN_LEVEL_AVX512: return kern_mm_rows_avx512;
     case KERN_LEVEL_AVX2: return kern_mm_rows_avx2;
@@ -472,7 +494,19 @@ typedef struct {
     int16_t *xq;
     float *xd, *xs;
     int32_t *xi;
+    int8_t *xh; /* the AMX planes, or NULL */
+    uint8_t *xl;
 } quant_job;
+
+/* q = 256 h + l with h = q >> 8 (arithmetic) and l = q & 255: TDPBSSD
+ * multiplies the signed high bytes, TDPBUSD the unsigned low ones, and
+ * 256 * isum(h) + isum(l) is the block's exact int32 sum. */
+static void amx_split_row(const int16_t *q, int n, int8_t *h, uint8_t *l) {
+    for (int i = 0; i < n; i++) {
+        h[i] = (int8_t)(q[i] >> 8);
+        l[i] = (uint8_t)(q[i] & 0xff);
+    }
+}
 
 static void quant_task(void *ctx, int task, int thread) {
     (void)thread;
@@ -490,6 +524,14 @@ static void quant_task(void *ctx, int task, int thread) {
         int16_t *row = q->xq + (size_t)(paired ? t & ~1 : t) * q->n_in;
         kern_quantize_act_avx2(x, q->n_in, row, q->xd + t, q->xs + t, q->xi + t, q->n_tok,
                                paired ? t & 1 : -1);
+        if (q->xh && !paired)
+            amx_split_row(row, q->n_in, q->xh + (size_t)t * q->n_in, q->xl + (size_t)t * q->n_in);
+    }
+    /* The last task zeroes the planes' padding rows. */
+    if (q->xh && t1 == q->n_tok) {
+        size_t pad = (size_t)(kern_amx_tok_pad(q->n_tok) - q->n_tok) * (size_t)q->n_in;
+        memset(q->xh + (size_t)q->n_tok * q->n_in, 0, pad);
+        memset(q->xl + (size_t)q->n_tok * q->n_in, 0, pad);
     }
 }
 
@@ -506,7 +548,7 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
     const kern_pick pick = kern_cpu_pick();
     int n_threads = kern_pool_size(pool);
     mm_job j = {.n_parts = n_parts};
-    int any_int = 0, n_paired = 0, n_plain = 0;
+    int any_int = 0, n_paired = 0, n_plain = 0, any_amx = 0;
     for (int p = 0; p < n_parts; p++) {
         const kern_matmul_part *q = &parts[p];
         int n_out = q->n_out > 0 ? q->n_out : 0;
@@ -524,6 +566,9 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
         j.rows[p] = rows_fn(lv);
         if (lv >= KERN_LEVEL_AVX512 && kern_type_is_x8(q->wt) && n_tok >= KERN_X8_WIDE_MIN_TOK)
             j.wide = 1;
+        if (lv == KERN_LEVEL_AMX && kern_type_is_x8(q->wt) &&
+            amx_plane_bytes(q->wt, n_in, n_tok) > 0)
+            any_amx = j.wide = 1;
         j.g_first[p + 1] = j.g_first[p] + (n_out + ROW_GROUP - 1) / ROW_GROUP;
         if (kern_is_int_weight(q->wt)) {
             any_int = 1;
@@ -562,6 +607,13 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
                        .xi = xi,
                        .avx2 = top >= KERN_LEVEL_AVX2,
                        .paired = n_paired > 0};
+        if (any_amx) {
+            /* After the scales: kern_matmul_ws_bytes counted them for an
+             * X8 type on this CPU. */
+            const size_t pb = amx_plane_bytes(KERN_TYPE_Q8_0X8, n_in, n_tok);
+            q.xh = (int8_t *)((uint8_t *)xi + scales);
+            q.xl = (uint8_t *)q.xh + pb;
+        }
         if (n_threads > 1 && n_tok >= QUANT_PARALLEL_MIN_TOK) {
             int n_tasks = n_threads * 4 < n_tok ? n_threads * 4 : n_tok;
             q.tok_per_task = (n_tok + n_tasks - 1) / n_tasks;
@@ -576,6 +628,10 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
             j.a[p].xd = xd;
             j.a[p].xs = xs;
             j.a[p].xi = xi;
+            if (kern_type_is_x8(j.a[p].wt)) {
+                j.a[p].xh = q.xh;
+                j.a[p].xl = q.xl;
+            }
         }
     }
 

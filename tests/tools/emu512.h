@@ -146,6 +146,65 @@ EMU void e256_mask_storeu_ps(void *p, __mmask8 m, __m256 a) {
     memcpy(f, &a, 32);
     EMU_LOOP(8) if ((m >> i) & 1) memcpy((float *)p + i, &f[i], 4);
 }
+/* kern_cvt_avx512.c's conversions and stores. */
+EMU __m256i e_cvtps_ph(emu_m512 a, int imm) {
+    __m256 lo, hi;
+    memcpy(&lo, a.v.f, 32);
+    memcpy(&hi, a.v.f + 8, 32);
+    __m128i l = imm == (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                    ? _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                    : _mm256_cvtps_ph(lo, _MM_FROUND_CUR_DIRECTION);
+    __m128i h = imm == (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                    ? _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                    : _mm256_cvtps_ph(hi, _MM_FROUND_CUR_DIRECTION);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(l), h, 1);
+}
+EMU void e_storeu_si512(void *p, emu_m512i a) {
+    memcpy(p, &a, 64);
+}
+/* The streaming store needs 64-byte alignment, as the instruction. */
+EMU void e_stream_si512(void *p, emu_m512i a) {
+    if ((uintptr_t)p % 64)
+        __builtin_trap();
+    memcpy(p, &a, 64);
+}
+EMU void e_mask_storeu_epi32(void *p, __mmask16 m, emu_m512i a) {
+    EMU_LOOP(16) if ((m >> i) & 1) memcpy((int32_t *)p + i, &a.v.d[i], 4);
+}
+EMU __m256i e256_mask_blend_epi16(__mmask16 m, __m256i a, __m256i b) {
+    uint16_t ua[16], ub[16];
+    memcpy(ua, &a, 32);
+    memcpy(ub, &b, 32);
+    EMU_LOOP(16) if ((m >> i) & 1) ua[i] = ub[i];
+    __m256i r;
+    memcpy(&r, ua, 32);
+    return r;
+}
+EMU __mmask16 e256_cmpgt_epu16_mask(__m256i a, __m256i b) {
+    uint16_t ua[16], ub[16];
+    memcpy(ua, &a, 32);
+    memcpy(ub, &b, 32);
+    __mmask16 m = 0;
+    EMU_LOOP(16) if (ua[i] > ub[i]) m = (__mmask16)(m | (1u << i));
+    return m;
+}
+EMU void e256_mask_storeu_epi16(void *p, __mmask16 m, __m256i a) {
+    uint16_t u[16];
+    memcpy(u, &a, 32);
+    EMU_LOOP(16) if ((m >> i) & 1) memcpy((uint16_t *)p + i, &u[i], 2);
+}
+/* AVX-512F's masked 512-bit store: only the lanes of m are written. */
+EMU void e_mask_storeu_ps(void *p, __mmask16 m, emu_m512 a) {
+    EMU_LOOP(16) if ((m >> i) & 1) memcpy((float *)p + i, &a.v.f[i], 4);
+}
+/* The aligned load faults on a misaligned address: so does this. */
+EMU emu_m512i e_load_si512(const void *p) {
+    if ((uintptr_t)p % 64)
+        __builtin_trap();
+    emu_m512i r;
+    memcpy(&r, p, 64);
+    return r;
+}
 EMU emu_m512i e_inserti64x4(emu_m512i a, __m256i h, int i) {
     a.v.h256[i] = h;
     return a;
@@ -467,6 +526,15 @@ EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 #define _mm512_insertf32x8 e_insertf32x8
 #define _mm512_broadcast_f32x8 e_broadcast_f32x8
 #define _mm256_mask_storeu_ps e256_mask_storeu_ps
+#define _mm512_mask_storeu_ps e_mask_storeu_ps
+#define _mm512_cvtps_ph e_cvtps_ph
+#define _mm512_storeu_si512 e_storeu_si512
+#define _mm512_stream_si512 e_stream_si512
+#define _mm512_mask_storeu_epi32 e_mask_storeu_epi32
+#define _mm256_mask_blend_epi16 e256_mask_blend_epi16
+#define _mm256_mask_storeu_epi16 e256_mask_storeu_epi16
+#define _mm256_cmpgt_epu16_mask e256_cmpgt_epu16_mask
+#define _mm512_load_si512 e_load_si512
 #define _mm512_storeu_ps e_storeu_ps
 #define _mm512_loadu_ps e_loadu_ps
 #define _mm512_maskz_loadu_ps e_maskz_loadu_ps

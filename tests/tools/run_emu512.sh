@@ -1,10 +1,13 @@
 #!/bin/sh
 # run_emu512.sh - builds and runs the CPU kernel unit tests with the AVX-512
 # kernel files compiled against tests/tools/emu512.h (scalar emulations of
-# their intrinsics), for checking those files on a machine without AVX-512.
+# their intrinsics) and the AMX file against tests/tools/emuamx.h as well
+# (the tile instructions), for checking those files on a machine without
+# AVX-512 or AMX.
 # Needs an AVX2 machine (the emulation builds on AVX2/F16C intrinsics); on one
 # without, it says so and exits 0.
 #   tests/tools/run_emu512.sh [build-dir]      (default /tmp/brisk-emu512)
+#   EMU_AMX_ONLY=1 tests/tools/run_emu512.sh   (see below)
 # EMU512_SANITIZE=1 builds everything with ASan + UBSan (every report fatal):
 # scripts/test.sh runs it that way, so the AVX-512 files' C-level bugs
 # (misaligned or out-of-bounds loads, overflow) show on any AVX2 machine.
@@ -30,20 +33,51 @@ if [ "${EMU512_SANITIZE:-0}" = "1" ]; then
     export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=0}"
     export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=0:print_stacktrace=1}"
 fi
+# EMU_AMX_ONLY=1 (a CPU with AVX-512 and VNNI but no AMX): the AVX-512 files
+# native, only the AMX file's tile instructions emulated, and only the
+# matmul test at the amx level.
+amx_only=${EMU_AMX_ONLY:-0}
+avx512_native="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c"
 # Only the AVX-512 levels by default: the scalar and AVX2 ones are native
 # here and run in the normal (and sanitized) ctest builds.
-export KERN_TEST_MIN_LEVEL="${KERN_TEST_MIN_LEVEL:-avx512}"
+if [ "$amx_only" = "1" ]; then
+    export KERN_TEST_MIN_LEVEL="${KERN_TEST_MIN_LEVEL:-amx}"
+else
+    export KERN_TEST_MIN_LEVEL="${KERN_TEST_MIN_LEVEL:-avx512}"
+fi
 objs=""
 pids=""
+# EMU_OBJS_FROM=DIR (with EMU_AMX_ONLY=1): the other kernel files' objects
+# from a build of the same flavour (scripts/test.sh: the ASan build's
+# build-asan/CMakeFiles/brisk_kernels.dir/kernels/cpu), so only the two
+# emulation-specific files compile here.
+reuse=${EMU_OBJS_FROM:-}
 for f in "$root"/kernels/cpu/*.c; do
     name=$(basename "$f" .c)
     o=$opt
-    case "$name" in
-    *_avx512 | *_avx512vnni) extra="-mavx2 -mfma -mf16c -include $root/tests/tools/emu512.h"; o=$emu_opt ;;
-    *_avx2) extra="-mavx2 -mfma -mf16c" ;;
-    kern_cpu) extra="-DKERN_EMU_AVX512" ;;
-    *) extra="" ;;
-    esac
+    if [ "$amx_only" = "1" ] && [ -n "$reuse" ] && [ -f "$reuse/$name.c.o" ] &&
+        [ "$name" != kern_cpu ] && [ "${name%_amx}" = "$name" ]; then
+        objs="$objs $reuse/$name.c.o"
+        continue
+    fi
+    if [ "$amx_only" = "1" ]; then
+        case "$name" in
+        *_avx512) extra="$avx512_native" ;;
+        *_avx512vnni) extra="$avx512_native -mavx512vnni" ;;
+        *_amx) extra="$avx512_native -mavx512vnni -include $root/tests/tools/emuamx.h" ;;
+        *_avx2) extra="-mavx2 -mfma -mf16c" ;;
+        kern_cpu) extra="-DKERN_EMU_AMX" ;;
+        *) extra="" ;;
+        esac
+    else
+        case "$name" in
+        *_avx512 | *_avx512vnni) extra="-mavx2 -mfma -mf16c -include $root/tests/tools/emu512.h"; o=$emu_opt ;;
+        *_amx) extra="-mavx2 -mfma -mf16c -include $root/tests/tools/emu512.h -include $root/tests/tools/emuamx.h"; o=$emu_opt ;;
+        *_avx2) extra="-mavx2 -mfma -mf16c" ;;
+        kern_cpu) extra="-DKERN_EMU_AVX512 -DKERN_EMU_AMX" ;;
+        *) extra="" ;;
+        esac
+    fi
     # Two compiles at a time (the two large files overlap).
     # shellcheck disable=SC2086 # word splitting of the flag lists is intended
     $cc $cflags $o $extra -c "$f" -o "$out/$name.o" &
@@ -56,10 +90,16 @@ for f in "$root"/kernels/cpu/*.c; do
 done
 for p in $pids; do wait "$p" || exit 1; done
 status=0
-for t in test_kern_matmul test_kern_ops test_kern_kv; do
+tests="test_kern_matmul test_kern_ops test_kern_kv"
+what="AVX-512 and AMX emulated"
+if [ "$amx_only" = "1" ]; then
+    tests="test_kern_matmul"
+    what="AMX tiles emulated"
+fi
+for t in $tests; do
     # shellcheck disable=SC2086
     $cc $cflags $opt "$root/tests/unit/$t.c" $objs -lpthread -lm -o "$out/$t"
-    echo "== $t (AVX-512 emulated${EMU512_SANITIZE:+, sanitized})"
+    echo "== $t ($what${EMU512_SANITIZE:+, sanitized})"
     "$out/$t" || status=1
 done
 exit $status

@@ -99,7 +99,7 @@ static void test_exhaustive(kern_level top) {
               first >= 0 ? h_ref[first] : 0);
         CHECK(bad32 == 0, "level %s: %d f32 differ", kern_level_name((kern_level)lv), bad32);
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* A random bf16: mostly N(0, sd) values of scales from 1e-9 to 1e6 (subnormal
@@ -161,7 +161,7 @@ static void test_random_rows(kern_level top) {
                kern_level_name((kern_level)lv), bad, cases);
         CHECK(bad == 0, "level %s: %d random rows differ", kern_level_name((kern_level)lv), bad);
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 static void test_copies_and_refusals(void) {
@@ -212,7 +212,7 @@ static void test_rows(kern_level top) {
             }
         }
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
     CHECK(kern_cvt_rows(KERN_TYPE_F16, src, SRC_STRIDE, NULL, KERN_TYPE_Q8_0, dst, DST_STRIDE, 32,
                         1) == -1,
           "kern_cvt_rows: f16 -> q8_0 refused");

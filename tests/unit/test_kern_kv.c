@@ -483,7 +483,7 @@ static void test_attention(kern_level top) {
                   kern_kv_dtype_name(t), kern_level_name((kern_level)lv), split_mismatch);
         }
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 int main(void) {

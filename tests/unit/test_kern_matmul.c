@@ -115,12 +115,12 @@ static void test_vs_ref(kern_pool *pool, kern_level top) {
     const int toks[] = {1,  2,  3,  4,  5,  6,  7, 9,
                         10, 11, 18, 19, 20, 22, 33}; /* all tile shapes and the layout tails */
 #endif
-    for (int lv = (int)top + 1; lv <= KERN_LEVEL_AVX512VNNI; lv++)
+    for (int lv = (int)top + 1; lv <= KERN_LEVEL_TOP; lv++)
         printf("skip level %s: not supported by this CPU\n", kern_level_name((kern_level)lv));
     for (int ti = 0; ti < N_TYPES; ti++) {
         kern_type wt = k_types[ti];
-        double worst[4] = {0}, worst_abs[4] = {0};
-        int exact_fail[4] = {0}, cases = 0;
+        double worst[KERN_LEVEL_TOP + 1] = {0}, worst_abs[KERN_LEVEL_TOP + 1] = {0};
+        int exact_fail[KERN_LEVEL_TOP + 1] = {0}, cases = 0;
         for (size_t oi = 0; oi < sizeof(outs) / sizeof(outs[0]); oi++)
             for (size_t ii = 0; ii < sizeof(ins) / sizeof(ins[0]); ii++)
                 for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
@@ -175,7 +175,7 @@ static void test_vs_ref(kern_pool *pool, kern_level top) {
             CHECK(exact_fail[lv] == 0, "%s %s: %d shapes not bit-exact", ln, tn, exact_fail[lv]);
         }
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* Long rows, where a task's rows span several chunks of the prompt path's
@@ -196,7 +196,7 @@ static void test_long_rows(kern_pool *pool1, kern_level top) {
                   "%s %s: long rows not bit-exact", kern_level_name((kern_level)lv),
                   kern_type_name(wt));
         }
-        kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+        kern_cpu_set_max_level(KERN_LEVEL_TOP);
         unmake(&b);
     }
 }
@@ -218,7 +218,7 @@ static void test_odd_n_in(kern_pool *pool, kern_level top) {
                 unmake(&b);
             }
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* y[t][o] must not depend on n_tok, on the other rows of x, or on the
@@ -268,7 +268,7 @@ static void test_invariance(kern_pool *pool1, kern_pool *pool2, kern_level top) 
             unmake(&b);
         }
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* kern_matmul_multi: parts of different types and sizes (row counts not a
@@ -322,7 +322,7 @@ static void test_multi(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                     unmake(&b[p]);
             }
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* The activation quantizer: the SIMD version equals the scalar one bit for
@@ -454,7 +454,7 @@ static void test_q8_full_range(kern_pool *pool, kern_level top) {
                   "%s: %s with -128 weights not exact", kern_level_name((kern_level)lv),
                   kern_type_name(wt));
         }
-        kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+        kern_cpu_set_max_level(KERN_LEVEL_TOP);
         free(w);
         free(x);
         free(y);
@@ -520,7 +520,7 @@ static void test_q4_as_q8(kern_pool *pool, kern_level top) {
                                     n_in, n_tok, kern_type_name(wt8));
                         }
                     }
-                    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+                    kern_cpu_set_max_level(KERN_LEVEL_TOP);
                     cases++;
                     free(w);
                     free(w8);
@@ -574,7 +574,7 @@ static void test_accuracy(kern_pool *pool, kern_level top) {
             CHECK(e <= 1e-4, "%s %s: error %g vs exact > 1e-4", kern_level_name((kern_level)lv),
                   kern_type_name(wt), e);
         }
-        kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+        kern_cpu_set_max_level(KERN_LEVEL_TOP);
         unmake(&b);
     }
 }
@@ -700,7 +700,7 @@ static void test_x8(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                         fails += memcmp(y, ref, n * sizeof(float)) != 0 ||
                                  memcmp(y2, ref, n * sizeof(float)) != 0;
                     }
-                    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+                    kern_cpu_set_max_level(KERN_LEVEL_TOP);
                     cases++;
                     free(x);
                     free(ref);
@@ -792,7 +792,7 @@ static void test_x8_wide(kern_pool *pool1, kern_pool *pool2, kern_level top) {
                             }
                         }
                     }
-                    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+                    kern_cpu_set_max_level(KERN_LEVEL_TOP);
                     cases++;
                     free(x);
                     free(ref);
@@ -850,7 +850,7 @@ static void test_float_levels_agree(kern_pool *pool1, kern_pool *pool2, kern_lev
                     cases++;
                     unmake(&b);
                 }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
     printf("float kernels, avx512 levels vs avx2: %d shapes, %d differ (memcmp)\n", cases, fails);
     CHECK(fails == 0, "AVX-512 float kernels differ from AVX2 in %d cases", fails);
 }
@@ -936,11 +936,98 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         free(want);
         free(ws);
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
     printf("kernel table at %s: 15 types x 8 batch sizes, %d differ\n", kern_level_name(top),
            fails);
     CHECK(fails == 0, "the default kernel choice breaks exactness or batch invariance in %d cases",
           fails);
+}
+
+/* The AMX level (kern_matmul_amx.c): every X8 form, the exact block sums
+ * of the high/low split at its extremes (token 0: every q = +-32767; token
+ * 1: a NaN per block, q = -32768 = 256 * -128; token 2: small negative
+ * values, high byte -1 and a borrow in the low one), weights over all of
+ * int8 (random bytes), a row count leaving a lone group in the last tile,
+ * one full token tile and a tail, with 1 and 2 threads and without a pool
+ * (the VNNI fallback): the reference's bits (memcmp), and the tiles must
+ * have run. Then the default table across its switch from VNNI to AMX
+ * (KERN_AMX_MIN_TOK): each token's row of a 15-, 16-, 17- and 33-token call
+ * equals that token alone (batch invariance, memcmp). */
+static void test_amx(kern_pool *pool1, kern_pool *pool2, kern_level top) {
+    if (top < KERN_LEVEL_AMX) {
+        printf("skip amx tiles: this CPU has no AMX (tests/tools/run_emu512.sh runs them "
+               "emulated)\n");
+        return;
+    }
+    static const kern_type bases[] = {KERN_TYPE_Q8_0,   KERN_TYPE_Q8_0M, KERN_TYPE_Q4_0,
+                                      KERN_TYPE_Q4_1,   KERN_TYPE_Q5_0,  KERN_TYPE_Q5_1,
+                                      KERN_TYPE_IQ4_NL, KERN_TYPE_Q6_0S};
+    const int n_out = 37, n_in = 96, toks[] = {1, 15, 16, 17, 33};
+    const int n_tok_max = 33;
+    int fails = 0, inv_fails = 0;
+    const long runs0 = kern_amx_runs();
+    for (size_t bi = 0; bi < sizeof(bases) / sizeof(bases[0]); bi++) {
+        const kern_type base = bases[bi], x8 = kern_x8_type(base);
+        uint8_t *w = malloc(kern_row_bytes(base, n_in) * n_out),
+                *wx = malloc(kern_x8_bytes(x8, n_out, n_in));
+        random_x8(base, n_out, n_in, w, wx);
+        float *x = malloc(sizeof(float) * n_tok_max * n_in);
+        fill_normal(x, (size_t)n_tok_max * n_in, 1.0f);
+        for (int i = 0; i < n_in; i++) {
+            x[i] = i % 3 ? -1.5f : 1.5f;
+            if (i % 32 == 7)
+                x[n_in + i] = NAN;
+            x[2 * n_in + i] = i % 32 == 0 ? -1.0f : -(float)rng_uniform() * 0.004f;
+        }
+        const size_t n = (size_t)n_out * n_tok_max;
+        float *ref = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n),
+              *one = malloc(sizeof(float) * n_out);
+        void *ws =
+            aligned_alloc(64, (kern_matmul_ws_bytes(x8, n_in, n_tok_max) + 64) & ~(size_t)63);
+        kern_matmul_ref(x8, wx, n_out, n_in, x, n_tok_max, ref);
+        kern_cpu_set_max_level(KERN_LEVEL_AMX);
+        for (size_t ki = 0; ki < sizeof(toks) / sizeof(toks[0]); ki++)
+            for (int th = 0; th < 3; th++) {
+                kern_pool *pool = th == 0 ? pool1 : th == 1 ? pool2 : NULL;
+                memset(y, 0xff, sizeof(float) * n);
+                kern_matmul(pool, x8, wx, n_out, n_in, x, toks[ki], y, ws);
+                if (memcmp(y, ref, sizeof(float) * n_out * toks[ki]) != 0) {
+                    fails++;
+                    fprintf(stderr, "  amx %s tok %d pool %d: differs from the reference\n",
+                            kern_type_name(x8), toks[ki], th);
+                }
+            }
+        kern_cpu_set_pick(KERN_PICK_TABLE);
+        for (size_t ki = 1; ki < sizeof(toks) / sizeof(toks[0]); ki++) {
+            kern_matmul(pool2, x8, wx, n_out, n_in, x, toks[ki], y, ws);
+            for (int t = 0; t < toks[ki]; t++) {
+                kern_matmul(pool2, x8, wx, n_out, n_in, x + (size_t)t * n_in, 1, one, ws);
+                if (memcmp(one, y + (size_t)t * n_out, sizeof(float) * n_out) != 0) {
+                    inv_fails++;
+                    fprintf(stderr, "  table %s tok %d of %d: differs from it alone\n",
+                            kern_type_name(x8), t, toks[ki]);
+                    break;
+                }
+            }
+        }
+        kern_cpu_set_pick(KERN_PICK_LEVEL);
+        kern_cpu_set_max_level(KERN_LEVEL_TOP);
+        free(w);
+        free(wx);
+        free(x);
+        free(ref);
+        free(y);
+        free(one);
+        free(ws);
+    }
+    const long ran = kern_amx_runs() - runs0;
+    printf("amx tiles: %zu forms x %zu token counts x 3 pools vs the reference, %d differ; "
+           "table across the amx switch, %d differ (memcmp); tile runs %ld\n",
+           sizeof(bases) / sizeof(bases[0]), sizeof(toks) / sizeof(toks[0]), fails, inv_fails, ran);
+    CHECK(fails == 0, "AMX tiles differ from the reference in %d cases", fails);
+    CHECK(inv_fails == 0, "the table breaks batch invariance across the AMX switch (%d)",
+          inv_fails);
+    CHECK(ran > 0, "the AMX tiles never ran (every call fell back)");
 }
 
 int main(void) {
@@ -954,20 +1041,27 @@ int main(void) {
     /* Each level's own kernels for everything, so that a sweep checks every
      * kernel; test_table then checks the default choice. */
     kern_cpu_set_pick(KERN_PICK_LEVEL);
-    test_quantize_act(top);
-    test_quantize_act_nonfinite();
-    test_q8_full_range(pool2, top);
-    test_q4_as_q8(pool2, top);
-    test_accuracy(pool2, top);
-    test_vs_ref(pool2, top);
-    test_long_rows(pool1, top);
-    test_odd_n_in(pool2, top);
-    test_invariance(pool1, pool2, top);
-    test_multi(pool1, pool2, top);
+    /* From the amx level up (the AMX-only emulated run, run_emu512.sh) only
+     * the tests of X8 weights: nothing else has AMX code. */
+    const int amx_only = test_min_level() >= KERN_LEVEL_AMX;
+    if (!amx_only) {
+        test_quantize_act(top);
+        test_quantize_act_nonfinite();
+        test_q8_full_range(pool2, top);
+        test_q4_as_q8(pool2, top);
+        test_accuracy(pool2, top);
+        test_vs_ref(pool2, top);
+        test_long_rows(pool1, top);
+        test_odd_n_in(pool2, top);
+        test_invariance(pool1, pool2, top);
+        test_multi(pool1, pool2, top);
+    }
     test_x8(pool1, pool2, top);
     test_x8_wide(pool1, pool2, top);
-    test_float_levels_agree(pool1, pool2, top);
+    if (!amx_only)
+        test_float_levels_agree(pool1, pool2, top);
     test_table(pool1, pool2, top);
+    test_amx(pool1, pool2, top);
     printf("(%.1f s)\n", now_sec() - t);
     kern_pool_free(pool1);
     kern_pool_free(pool2);

@@ -93,7 +93,7 @@ static void test_rows(kern_level top) {
         CHECK(e_gelu <= 2e-6, "gelu_tanh_mul err %g", e_gelu);
         CHECK(e_soft <= 2e-6, "softmax err %g", e_soft);
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 static void test_rope(void) {
@@ -209,7 +209,7 @@ static void test_attention(kern_level top) {
         CHECK(worst <= 1e-5, "attention err %g", worst);
         CHECK(diffs == 0, "paged != contiguous in %d cases", diffs);
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* kern_attention_rows: every row equals kern_attention_head at that row's
@@ -265,7 +265,7 @@ static void test_attention_rows(kern_level top) {
         CHECK(worst <= 1e-5, "attention rows err %g", worst);
         CHECK(mismatches == 0, "attention rows differ from single-query in %d rows", mismatches);
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* kern_attention_rows_gqa: for GQA groups of 1, 3 and 4 query heads, over a
@@ -353,7 +353,7 @@ static void test_attention_gqa(kern_level top) {
         CHECK(mismatches == 0, "attention gqa differs from single-query in %d (row, head)s",
               mismatches);
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* An f16 KV cache: the kernels convert each element as they load it, so an
@@ -424,7 +424,7 @@ static void test_attention_f16(kern_level top) {
         CHECK(mismatches == 0,
               "f16 view differs from the f32 view of the same values in %d head sizes", mismatches);
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* kern_fp32_to_fp16_row at every level equals kern_fp32_to_fp16 bit for bit
@@ -463,7 +463,7 @@ static void test_fp16_row(kern_level top) {
         CHECK(bad == 0, "level %s: fp32 -> fp16 rows differ from kern_fp32_to_fp16 in %d values",
               kern_level_name((kern_level)lv), bad);
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
 }
 
 /* Sliding-window attention (kern_kv_view.window, Gemma's local layers): at
@@ -556,7 +556,7 @@ static void test_attention_window(kern_level top) {
         CHECK(moved_cap > 0.05, "soft-capping changed nothing");
         view.softcap = 0.0f;
     }
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
     free(k), free(v), free(q), free(out), free(full), free(wide), free(ref), free(scratch);
 }
 

@@ -315,12 +315,16 @@ static void test_cpu(void) {
     kern_level top = detected_level();
     kern_cpu_set_max_level(KERN_LEVEL_SCALAR);
     CHECK(kern_cpu_level() == KERN_LEVEL_SCALAR, "cap to scalar");
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
     CHECK(kern_cpu_level() == top, "cap lifted");
     const kern_cpu_features *f = kern_cpu_detect();
     CHECK(!f->avx512vnni || f->avx512, "vnni implies avx512");
     CHECK(!f->avx512 || f->avx2, "avx512 implies avx2");
     CHECK(strcmp(kern_level_name(KERN_LEVEL_AVX512VNNI), "avx512vnni") == 0, "level name");
+    CHECK(strcmp(kern_level_name(KERN_LEVEL_AMX), "amx") == 0, "level name amx");
+    CHECK(!f->amx || (f->amx_cpu && f->avx512vnni), "amx implies the CPU's amx and vnni");
+    CHECK(!f->amx || f->amx_refused == NULL, "amx granted has no refusal");
+    CHECK(!f->amx_cpu || f->amx || f->amx_refused != NULL, "amx refused says why");
 }
 
 int main(void) {

@@ -77,7 +77,7 @@ static inline double now_sec(void) {
  * in the normal builds. */
 static inline int test_min_level(void) {
     const char *s = getenv("KERN_TEST_MIN_LEVEL");
-    for (int l = KERN_LEVEL_SCALAR; s && l <= KERN_LEVEL_AVX512VNNI; l++)
+    for (int l = KERN_LEVEL_SCALAR; s && l <= KERN_LEVEL_TOP; l++)
         if (strcmp(s, kern_level_name((kern_level)l)) == 0)
             return l;
     /* Under TSan the CPU's own level only: the levels share the pool's
@@ -85,7 +85,7 @@ static inline int test_min_level(void) {
     static int top = -1;
     if (BT_TSAN && top < 0) { /* the CPU's level, the caller's cap left as it was */
         kern_level cur = kern_cpu_level();
-        kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+        kern_cpu_set_max_level(KERN_LEVEL_TOP);
         top = (int)kern_cpu_level();
         kern_cpu_set_max_level(cur);
     }
@@ -96,7 +96,7 @@ static inline int test_min_level(void) {
 
 /* The detected level: tests loop over levels 0..detected, capping each. */
 static inline kern_level detected_level(void) {
-    kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
     return kern_cpu_level();
 }
 

@@ -468,7 +468,7 @@ static void test_attention_same_bits_quant(void) {
         float q[NR * QDIM], out_a[NR * QDIM], out_b[NR * QDIM], sa[4096], sb[4096];
         for (int i = 0; i < NR * QDIM; i++)
             q[i] = kval(i, 7, 3, i % D, 0) * 2.0f;
-        for (int lv = KERN_LEVEL_SCALAR; lv <= KERN_LEVEL_AVX512VNNI; lv++) {
+        for (int lv = KERN_LEVEL_SCALAR; lv <= KERN_LEVEL_TOP; lv++) {
             kern_cpu_set_max_level((kern_level)lv);
             int same = 1;
             for (int layer = 0; layer < 2; layer++) { /* a window layer, then a full one */
@@ -489,7 +489,7 @@ static void test_attention_same_bits_quant(void) {
             CHECK(same, "%s level %s: attention over the released table = over the full one",
                   kern_kv_dtype_name(dts[di]), kern_level_name((kern_level)lv));
         }
-        kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+        kern_cpu_set_max_level(KERN_LEVEL_TOP);
         kv_cache_free(cs[0]);
         kv_cache_free(cs[1]);
     }
