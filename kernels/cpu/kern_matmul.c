@@ -516,8 +516,11 @@ static void quant_task(void *ctx, int task, int thread) {
     for (int t = t0; t < t1; t++) {
         const float *x = q->x + (size_t)t * q->n_in;
         if (!q->avx2) {
-            kern_quantize_act_scalar(x, q->n_in, q->xq + (size_t)t * q->n_in, q->xd + t, q->xs + t,
-                                     q->xi + t, q->n_tok);
+            int16_t *row = q->xq + (size_t)t * q->n_in;
+            kern_quantize_act_scalar(x, q->n_in, row, q->xd + t, q->xs + t, q->xi + t, q->n_tok);
+            if (q->xh)
+                amx_split_row(row, q->n_in, q->xh + (size_t)t * q->n_in,
+                              q->xl + (size_t)t * q->n_in);
             continue;
         }
         int paired = q->paired && t < (q->n_tok & ~1);

@@ -96,10 +96,10 @@ static void amx_config(int kbytes) {
 AI __m128i amx_bits(const uint8_t *p) {
     uint16_t m;
     memcpy(&m, p, 2);
-    const __m128i v = _mm_shuffle_epi8(_mm_set1_epi16((short)m),
-                                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    const __m128i sel = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 1, 2, 4, 8, 16, 32, 64,
-                                      (char)128);
+    const __m128i v = _mm_shuffle_epi8(
+        _mm_set1_epi16((short)m), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    const __m128i sel =
+        _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 1, 2, 4, 8, 16, 32, 64, (char)128);
     return _mm_cmpeq_epi8(_mm_and_si128(v, sel), sel);
 }
 

@@ -110,8 +110,8 @@ static __attribute__((noinline)) void emuamx_dp(int c, int a, int b, int sa, int
     if (c == a || c == b || a == b)
         emuamx_fail("tdp* operands not distinct", c);
     const emuamx_cfg *g = &emuamx_state.cfg;
-    if (g->rows[c] != g->rows[a] || g->colsb[c] != g->colsb[b] ||
-        g->colsb[a] != 4 * g->rows[b] || g->colsb[c] % 4 || g->colsb[a] % 4)
+    if (g->rows[c] != g->rows[a] || g->colsb[c] != g->colsb[b] || g->colsb[a] != 4 * g->rows[b] ||
+        g->colsb[c] % 4 || g->colsb[a] % 4)
         emuamx_fail("tdp* shapes disagree", c);
     const int M = g->rows[c], N = g->colsb[c] / 4, K = g->colsb[a] / 4;
     for (int m = 0; m < M; m++)
