@@ -50,8 +50,8 @@
 #define T_AH 2  /* A: the tokens' high bytes */
 #define T_AL 3  /* A: the low bytes */
 #define T_B 4   /* B: the weights */
-#define T_CH2 5 /* Q6_0S's second half-block */
-#define T_CL2 6
+#define T_CH2 5 /* the second pair of C tiles: the next block (one-scale */
+#define T_CL2 6 /* forms), the second half-block (Q6_0S) */
 
 /* Panel bytes per 16 rows and block: B[8][64], d_w[16], m_w[16] (Q6_0S: da,
  * db). */
@@ -176,12 +176,30 @@ AI void amx_scale(__m512 acc[KERN_AMX_TT], const int32_t *ch, const int32_t *cl,
     }
 }
 
+/* Block bb's two products into the C tiles CH, CL, stored to bch, bcl (the
+ * A tiles from the planes at xh, xl; the B tile from the panels at pan). */
+#define AMX_PRODUCTS(CH, CL, bch, bcl, bb)                                                         \
+    do {                                                                                           \
+        _tile_zero(CH);                                                                            \
+        _tile_zero(CL);                                                                            \
+        _tile_loadd(T_AH, xh + 32 * (size_t)(bb), stride);                                         \
+        _tile_loadd(T_AL, xl + 32 * (size_t)(bb), stride);                                         \
+        _tile_loadd(T_B, pan + (size_t)(bb)*KERN_AMX_PB, 64);                                      \
+        _tile_dpbssd(CH, T_AH, T_B);                                                               \
+        _tile_dpbusd(CL, T_AL, T_B);                                                               \
+        _tile_stored(CH, bch, 64);                                                                 \
+        _tile_stored(CL, bcl, 64);                                                                 \
+    } while (0)
+
 /* Tokens m0..m0+mt of the 16 rows from o whose panels start at pan; stores
- * the rows below r1. */
+ * the rows below r1. The one-scale forms are software-pipelined: block
+ * b + 1's products (in the other pair of C tiles and buffers) are issued
+ * before block b's epilogue, so the tile unit works while the vector units
+ * scale; the epilogues still run in block order. */
 AI void amx_tile(const kern_mm_args *a, const uint8_t *pan, int o, int r1, int m0, const int mt,
                  const int K) {
     const int nb = a->n_in / 32, M = KERN_WK_M(K);
-    _Alignas(64) int32_t ch[KERN_AMX_TT * 16], cl[KERN_AMX_TT * 16];
+    _Alignas(64) int32_t buf[2][2][KERN_AMX_TT * 16]; /* [pair][high, low] */
     __m512 acc[KERN_AMX_TT];
 #pragma GCC unroll 16
     for (int m = 0; m < KERN_AMX_TT; m++)
@@ -189,24 +207,23 @@ AI void amx_tile(const kern_mm_args *a, const uint8_t *pan, int o, int r1, int m
     const int8_t *xh = a->xh + (size_t)m0 * a->n_in;
     const uint8_t *xl = a->xl + (size_t)m0 * a->n_in;
     const long stride = a->n_in;
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *p = pan + (size_t)b * KERN_AMX_PB;
-        const float *dx = a->xd + (size_t)b * a->n_tok + m0;
-        const __m512 dw = _mm512_load_ps((const float *)(p + PB_D));
-        const __m512 mw = _mm512_load_ps((const float *)(p + PB_M));
-        if (!KERN_WK_S2(K)) {
-            _tile_zero(T_CH);
-            _tile_zero(T_CL);
-            _tile_loadd(T_AH, xh + 32 * b, stride);
-            _tile_loadd(T_AL, xl + 32 * b, stride);
-            _tile_loadd(T_B, p, 64);
-            _tile_dpbssd(T_CH, T_AH, T_B);
-            _tile_dpbusd(T_CL, T_AL, T_B);
-            _tile_stored(T_CH, ch, 64);
-            _tile_stored(T_CL, cl, 64);
+    if (!KERN_WK_S2(K)) {
+        AMX_FENCE();
+        AMX_PRODUCTS(T_CH, T_CL, buf[0][0], buf[0][1], 0);
+        for (int b = 0; b < nb; b++) {
+            if (b + 1 < nb) {
+                if ((b + 1) & 1)
+                    AMX_PRODUCTS(T_CH2, T_CL2, buf[1][0], buf[1][1], b + 1);
+                else
+                    AMX_PRODUCTS(T_CH, T_CL, buf[0][0], buf[0][1], b + 1);
+            }
             AMX_FENCE();
-            amx_scale(acc, ch, cl, dw, dx, mt);
+            const uint8_t *p = pan + (size_t)b * KERN_AMX_PB;
+            const float *dx = a->xd + (size_t)b * a->n_tok + m0;
+            amx_scale(acc, buf[b & 1][0], buf[b & 1][1], _mm512_load_ps((const float *)(p + PB_D)),
+                      dx, mt);
             if (M) {
+                const __m512 mw = _mm512_load_ps((const float *)(p + PB_M));
                 const float *sx = a->xs + (size_t)b * a->n_tok + m0;
 #pragma GCC unroll 16
                 for (int m = 0; m < KERN_AMX_TT; m++) {
@@ -215,33 +232,37 @@ AI void amx_tile(const kern_mm_args *a, const uint8_t *pan, int o, int r1, int m
                     acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx[m]), acc[m]);
                 }
             }
-            continue;
+            AMX_FENCE();
         }
+    } else {
         /* Q6_0S: values 0..15 (B rows 0-3) scaled by da, 16..31 (rows 4-7)
          * by db; the tiles are configured for 16-byte blocks. */
-        _tile_zero(T_CH);
-        _tile_zero(T_CL);
-        _tile_zero(T_CH2);
-        _tile_zero(T_CL2);
-        _tile_loadd(T_AH, xh + 32 * b, stride);
-        _tile_loadd(T_AL, xl + 32 * b, stride);
-        _tile_loadd(T_B, p, 64);
-        _tile_dpbssd(T_CH, T_AH, T_B);
-        _tile_dpbusd(T_CL, T_AL, T_B);
-        _tile_loadd(T_AH, xh + 32 * b + 16, stride);
-        _tile_loadd(T_AL, xl + 32 * b + 16, stride);
-        _tile_loadd(T_B, p + 256, 64);
-        _tile_dpbssd(T_CH2, T_AH, T_B);
-        _tile_dpbusd(T_CL2, T_AL, T_B);
-        _tile_stored(T_CH, ch, 64);
-        _tile_stored(T_CL, cl, 64);
-        AMX_FENCE();
-        amx_scale(acc, ch, cl, dw, dx, mt);
-        AMX_FENCE();
-        _tile_stored(T_CH2, ch, 64);
-        _tile_stored(T_CL2, cl, 64);
-        AMX_FENCE();
-        amx_scale(acc, ch, cl, mw, dx, mt);
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *p = pan + (size_t)b * KERN_AMX_PB;
+            const float *dx = a->xd + (size_t)b * a->n_tok + m0;
+            AMX_FENCE();
+            _tile_zero(T_CH);
+            _tile_zero(T_CL);
+            _tile_zero(T_CH2);
+            _tile_zero(T_CL2);
+            _tile_loadd(T_AH, xh + 32 * b, stride);
+            _tile_loadd(T_AL, xl + 32 * b, stride);
+            _tile_loadd(T_B, p, 64);
+            _tile_dpbssd(T_CH, T_AH, T_B);
+            _tile_dpbusd(T_CL, T_AL, T_B);
+            _tile_loadd(T_AH, xh + 32 * b + 16, stride);
+            _tile_loadd(T_AL, xl + 32 * b + 16, stride);
+            _tile_loadd(T_B, p + 256, 64);
+            _tile_dpbssd(T_CH2, T_AH, T_B);
+            _tile_dpbusd(T_CL2, T_AL, T_B);
+            _tile_stored(T_CH, buf[0][0], 64);
+            _tile_stored(T_CL, buf[0][1], 64);
+            _tile_stored(T_CH2, buf[1][0], 64);
+            _tile_stored(T_CL2, buf[1][1], 64);
+            AMX_FENCE();
+            amx_scale(acc, buf[0][0], buf[0][1], _mm512_load_ps((const float *)(p + PB_D)), dx, mt);
+            amx_scale(acc, buf[1][0], buf[1][1], _mm512_load_ps((const float *)(p + PB_M)), dx, mt);
+        }
     }
     const int n = r1 - o < 16 ? r1 - o : 16;
     const __mmask16 keep = (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1);
