@@ -72,92 +72,117 @@ typedef struct {
     uint16_t colsb[16];
     uint8_t rows[16];
 } amx_cfg;
+KERN_STATIC_ASSERT(sizeof(amx_cfg) == 64, "LDTILECFG reads 64 bytes");
 
-/* K-byte blocks (32, or 16 for Q6_0S's half-blocks). */
+/* The two tile configurations: 32-byte blocks, and Q6_0S's 16-byte
+ * half-blocks. Constant objects: GCC's _tile_loadconfig names only 8 bytes
+ * of its operand, so a configuration built in a local could lose stores. */
+#define AMX_CFG(kb)                                                                                \
+    {                                                                                              \
+        .palette_id = 1, .colsb = {[T_CH] = 64, [T_CL] = 64,  [T_AH] = (kb), [T_AL] = (kb),        \
+                                   [T_B] = 64,  [T_CH2] = 64, [T_CL2] = 64},                       \
+        .rows = {[T_CH] = KERN_AMX_TT, [T_CL] = KERN_AMX_TT, [T_AH] = KERN_AMX_TT,                 \
+                 [T_AL] = KERN_AMX_TT, [T_B] = (kb) / 4,     [T_CH2] = KERN_AMX_TT,                \
+                 [T_CL2] = KERN_AMX_TT},                                                           \
+    }
+static const _Alignas(64) amx_cfg g_cfg32 = AMX_CFG(32);
+static const _Alignas(64) amx_cfg g_cfg16 = AMX_CFG(16);
+
 static void amx_config(int kbytes) {
-    _Alignas(64) amx_cfg c;
-    memset(&c, 0, sizeof(c));
-    c.palette_id = 1;
-    const int ctiles[] = {T_CH, T_CL, T_CH2, T_CL2};
-    for (int i = 0; i < 4; i++) {
-        c.rows[ctiles[i]] = KERN_AMX_TT;
-        c.colsb[ctiles[i]] = 64; /* 16 int32 */
-    }
-    c.rows[T_AH] = c.rows[T_AL] = KERN_AMX_TT;
-    c.colsb[T_AH] = c.colsb[T_AL] = (uint16_t)kbytes;
-    c.rows[T_B] = (uint8_t)(kbytes / 4);
-    c.colsb[T_B] = 64;
     AMX_FENCE();
-    _tile_loadconfig(&c);
+    _tile_loadconfig(kbytes == 16 ? &g_cfg16 : &g_cfg32);
     AMX_FENCE();
 }
 
-/* 16 bytes, byte i 0xff where bit i of m is set. */
-AI __m128i amx_bits(const uint8_t *p) {
-    uint16_t m;
-    memcpy(&m, p, 2);
-    const __m128i v = _mm_shuffle_epi8(
-        _mm_set1_epi16((short)m), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    const __m128i sel =
-        _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 1, 2, 4, 8, 16, 32, 64, (char)128);
-    return _mm_cmpeq_epi8(_mm_and_si128(v, sel), sel);
+AI uint64_t amx_u16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
 }
 
-/* Block b's group block of 8 rows at g (or NULL: zero rows) into half h
- * (rows 8h..8h+7) of the panel p. B row kk (values 4kk..4kk+3) of row r is
- * bytes 4r..4r+3 of the half's 32: for the int8 forms the u16 pairs 2kk and
- * 2kk + 1 of row r interleaved; for the 4-bit forms chunk kk's low nibbles
- * (values 4kk, 4kk + 1) then its high ones (4kk + 2, 4kk + 3). */
-AI void amx_decode_half(const uint8_t *g, int h, uint8_t *p, const int K) {
-    if (!g) {
-        for (int kk = 0; kk < 8; kk++)
-            memset(p + 64 * kk + 32 * h, 0, 32);
-        memset(p + PB_D + 32 * h, 0, 32);
-        memset(p + PB_M + 32 * h, 0, 32);
-        return;
-    }
-    for (int kk = 0; kk < 8; kk++) {
-        __m128i lo, hi;
+/* Block b's group blocks of 8 rows at ga (rows 0-7) and gb (rows 8-15;
+ * NULL: zero rows) into the panel p: B row kk (values 4kk..4kk+3) holds,
+ * for each of the 16 rows r, those four values at bytes 4r..4r+3; then d_w
+ * and m_w as f32. A zmm covers two B rows: its 128-bit lanes are (group A,
+ * kk0), (A, kk1), (B, kk0), (B, kk1) for kk0 = 2q, kk1 = 2q + 1, each lane's
+ * 8 rows as u16 value pairs; unpacking the lane's first pairs with its
+ * second ones gives rows 0-3 and 4-7 of the lane, and one permute per B row
+ * puts the four quarter rows in order.
+ *   int8 forms: value pair j of the 8 rows is chunk j (16 bytes at 16 j),
+ *     so B row kk interleaves chunks 2kk and 2kk + 1;
+ *   4-bit forms: chunk kk's low nibbles are values 4kk, 4kk + 1 of each
+ *     row, its high nibbles 4kk + 2, 4kk + 3 (+ the fifth/sixth bit planes
+ *     at 128 + 4kk / 160 + 4kk for the low nibbles, + 2 for the high; the
+ *     IQ4 table; then the code bias). */
+AI void amx_decode(const uint8_t *ga, const uint8_t *gb, uint8_t *p, const int K) {
+    static const int64_t rows0[8] = {0, 1, 8, 9, 4, 5, 12, 13};
+    static const int64_t rows1[8] = {2, 3, 10, 11, 6, 7, 14, 15};
+    const __m512i i0 = _mm512_loadu_si512(rows0), i1 = _mm512_loadu_si512(rows1);
+    for (int q = 0; q < 4; q++) {
+        __m512i lo, hi;
         if (!KERN_WK_NIB(K)) {
-            lo = _mm_loadu_si128((const __m128i *)(g + 32 * kk));
-            hi = _mm_loadu_si128((const __m128i *)(g + 32 * kk + 16));
+            static const int64_t even[8] = {0, 1, 4, 5, 8, 9, 12, 13};
+            static const int64_t odd[8] = {2, 3, 6, 7, 10, 11, 14, 15};
+            const __m512i va = _mm512_loadu_si512(ga + 64 * q);
+            const __m512i vb = gb ? _mm512_loadu_si512(gb + 64 * q) : _mm512_setzero_si512();
+            lo = _mm512_permutex2var_epi64(va, _mm512_loadu_si512(even), vb);
+            hi = _mm512_permutex2var_epi64(va, _mm512_loadu_si512(odd), vb);
         } else {
-            const __m128i c = _mm_loadu_si128((const __m128i *)(g + 16 * kk));
-            const __m128i m4 = _mm_set1_epi8(0x0f);
-            lo = _mm_and_si128(c, m4);
-            hi = _mm_and_si128(_mm_srli_epi16(c, 4), m4);
+            const __m256i ca = _mm256_loadu_si256((const __m256i *)(ga + 32 * q));
+            const __m256i cb =
+                gb ? _mm256_loadu_si256((const __m256i *)(gb + 32 * q)) : _mm256_setzero_si256();
+            const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(ca), cb, 1);
+            const __m512i m4 = _mm512_set1_epi8(0x0f);
+            lo = _mm512_and_si512(v, m4);
+            hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
             if (KERN_WK_LUT(K)) {
-                const __m128i tbl = _mm_loadu_si128((const __m128i *)kern_iq4_values);
-                lo = _mm_shuffle_epi8(tbl, lo);
-                hi = _mm_shuffle_epi8(tbl, hi);
+                const __m512i tbl =
+                    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kern_iq4_values));
+                lo = _mm512_shuffle_epi8(tbl, lo);
+                hi = _mm512_shuffle_epi8(tbl, hi);
             }
-            if (KERN_WK_H5(K)) {
-                const __m128i v16 = _mm_set1_epi8(16);
-                lo = _mm_add_epi8(lo, _mm_and_si128(amx_bits(g + 128 + 4 * kk), v16));
-                hi = _mm_add_epi8(hi, _mm_and_si128(amx_bits(g + 130 + 4 * kk), v16));
-            }
-            if (KERN_WK_H6(K)) {
-                const __m128i v32 = _mm_set1_epi8(32);
-                lo = _mm_add_epi8(lo, _mm_and_si128(amx_bits(g + 160 + 4 * kk), v32));
-                hi = _mm_add_epi8(hi, _mm_and_si128(amx_bits(g + 162 + 4 * kk), v32));
+            /* The planes' u16 of lane (group, kk): bit 2r + e for byte 2r + e. */
+            for (int pl = 0; pl < (KERN_WK_H6(K) ? 2 : KERN_WK_H5(K) ? 1 : 0); pl++) {
+                const int off = 128 + 32 * pl + 8 * q;
+                uint64_t ml = amx_u16(ga + off) | amx_u16(ga + off + 4) << 16;
+                uint64_t mh = amx_u16(ga + off + 2) | amx_u16(ga + off + 6) << 16;
+                if (gb) {
+                    ml |= (amx_u16(gb + off) | amx_u16(gb + off + 4) << 16) << 32;
+                    mh |= (amx_u16(gb + off + 2) | amx_u16(gb + off + 6) << 16) << 32;
+                }
+                const __m512i add = _mm512_set1_epi8((char)(16 << pl));
+                lo = _mm512_mask_add_epi8(lo, (__mmask64)ml, lo, add);
+                hi = _mm512_mask_add_epi8(hi, (__mmask64)mh, hi, add);
             }
             const int bias = KERN_WK_H6(K) ? 32 : KERN_WK_BIAS(K);
             if (bias) {
-                lo = _mm_sub_epi8(lo, _mm_set1_epi8((char)bias));
-                hi = _mm_sub_epi8(hi, _mm_set1_epi8((char)bias));
+                lo = _mm512_sub_epi8(lo, _mm512_set1_epi8((char)bias));
+                hi = _mm512_sub_epi8(hi, _mm512_set1_epi8((char)bias));
+            }
+            if (!gb) { /* the lone group's other half: zero rows */
+                lo = _mm512_inserti64x4(lo, _mm256_setzero_si256(), 1);
+                hi = _mm512_inserti64x4(hi, _mm256_setzero_si256(), 1);
             }
         }
-        _mm_storeu_si128((__m128i *)(p + 64 * kk + 32 * h), _mm_unpacklo_epi16(lo, hi));
-        _mm_storeu_si128((__m128i *)(p + 64 * kk + 32 * h + 16), _mm_unpackhi_epi16(lo, hi));
+        const __m512i ul = _mm512_unpacklo_epi16(lo, hi), uh = _mm512_unpackhi_epi16(lo, hi);
+        _mm512_store_si512(p + 64 * (2 * q), _mm512_permutex2var_epi64(ul, i0, uh));
+        _mm512_store_si512(p + 64 * (2 * q + 1), _mm512_permutex2var_epi64(ul, i1, uh));
     }
     const size_t doff = KERN_WK_X8_DOFF(K);
-    _mm256_storeu_ps((float *)(p + PB_D + 32 * h),
-                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + doff))));
-    if (KERN_WK_M(K) || KERN_WK_S2(K))
-        _mm256_storeu_ps((float *)(p + PB_M + 32 * h),
-                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + doff + 16))));
-    else
-        memset(p + PB_M + 32 * h, 0, 32);
+    const __m256i zero = _mm256_setzero_si256();
+    const __m128i da = _mm_loadu_si128((const __m128i *)(ga + doff));
+    const __m128i db = gb ? _mm_loadu_si128((const __m128i *)(gb + doff)) : _mm_setzero_si128();
+    _mm512_store_ps((float *)(p + PB_D),
+                    _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(da), db, 1)));
+    if (KERN_WK_M(K) || KERN_WK_S2(K)) {
+        const __m128i ma = _mm_loadu_si128((const __m128i *)(ga + doff + 16));
+        const __m128i mb =
+            gb ? _mm_loadu_si128((const __m128i *)(gb + doff + 16)) : _mm_setzero_si128();
+        _mm512_store_ps((float *)(p + PB_M), _mm512_cvtph_ps(_mm256_inserti128_si256(
+                                                 _mm256_castsi128_si256(ma), mb, 1)));
+    } else {
+        _mm512_store_ps((float *)(p + PB_M), _mm512_cvtph_ps(zero));
+    }
 }
 
 /* The int32 product tiles of one block at ch/cl into the accumulators:
@@ -293,9 +318,8 @@ AI void amx_rows_k(const kern_mm_args *a, int r0, int r1, const int K) {
             uint8_t *pan = a->wide + (size_t)t * tbytes;
             for (int b = 0; b < nb; b++) {
                 const uint8_t *ga = a->W + (size_t)g * gbytes + (size_t)b * 8 * KERN_WK_BB(K);
-                amx_decode_half(ga, 0, pan + (size_t)b * KERN_AMX_PB, K);
-                amx_decode_half(g + 1 < n_groups ? ga + gbytes : NULL, 1,
-                                pan + (size_t)b * KERN_AMX_PB, K);
+                amx_decode(ga, g + 1 < n_groups ? ga + gbytes : NULL, pan + (size_t)b * KERN_AMX_PB,
+                           K);
             }
         }
         AMX_FENCE();

@@ -193,6 +193,59 @@ EMU void e256_mask_storeu_epi16(void *p, __mmask16 m, __m256i a) {
     memcpy(u, &a, 32);
     EMU_LOOP(16) if ((m >> i) & 1) memcpy((uint16_t *)p + i, &u[i], 2);
 }
+/* kern_matmul_amx.c's weight decode. */
+EMU emu_m512i e_permutex2var_epi64(emu_m512i a, emu_m512i idx, emu_m512i b) {
+    emu_m512i r;
+    EMU_LOOP(8) {
+        const int j = (int)(idx.v.q[i] & 15);
+        r.v.q[i] = j < 8 ? a.v.q[j] : b.v.q[j - 8];
+    }
+    return r;
+}
+EMU emu_m512i e_broadcast_i32x4(__m128i x) {
+    emu_m512i r;
+    EMU_LOOP(4) memcpy(r.v.ub + 16 * i, &x, 16);
+    return r;
+}
+/* vpshufb: per 128-bit lane, byte i = lane byte (idx & 15), 0 if idx bit 7. */
+EMU emu_m512i e_shuffle_epi8(emu_m512i a, emu_m512i idx) {
+    emu_m512i r;
+    EMU_LOOP(64) {
+        const uint8_t k = idx.v.ub[i];
+        r.v.ub[i] = (k & 0x80) ? 0 : a.v.ub[(i & ~15) + (k & 15)];
+    }
+    return r;
+}
+EMU emu_m512i e_mask_add_epi8(emu_m512i src, __mmask64 m, emu_m512i a, emu_m512i b) {
+    EMU_LOOP(64) if ((m >> i) & 1) src.v.ub[i] = (uint8_t)(a.v.ub[i] + b.v.ub[i]);
+    return src;
+}
+EMU emu_m512i e_sub_epi8(emu_m512i a, emu_m512i b) {
+    EMU_LOOP(64) a.v.ub[i] = (uint8_t)(a.v.ub[i] - b.v.ub[i]);
+    return a;
+}
+/* Per 128-bit lane: words 0-3 (lo) or 4-7 (hi) of a and b interleaved. */
+EMU emu_m512i e_unpack_epi16(emu_m512i a, emu_m512i b, int hi) {
+    emu_m512i r;
+    EMU_LOOP(4) {
+        for (int k = 0; k < 4; k++) {
+            r.v.uw[8 * i + 2 * k] = a.v.uw[8 * i + 4 * hi + k];
+            r.v.uw[8 * i + 2 * k + 1] = b.v.uw[8 * i + 4 * hi + k];
+        }
+    }
+    return r;
+}
+EMU emu_m512i e_unpacklo_epi16(emu_m512i a, emu_m512i b) {
+    return e_unpack_epi16(a, b, 0);
+}
+EMU emu_m512i e_unpackhi_epi16(emu_m512i a, emu_m512i b) {
+    return e_unpack_epi16(a, b, 1);
+}
+EMU void e_store_si512(void *p, emu_m512i a) {
+    if ((uintptr_t)p % 64)
+        __builtin_trap();
+    memcpy(p, &a, 64);
+}
 /* AVX-512F's masked 512-bit store: only the lanes of m are written. */
 EMU void e_mask_storeu_ps(void *p, __mmask16 m, emu_m512 a) {
     EMU_LOOP(16) if ((m >> i) & 1) memcpy((float *)p + i, &a.v.f[i], 4);
@@ -527,6 +580,14 @@ EMU emu_m512 e_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 #define _mm512_broadcast_f32x8 e_broadcast_f32x8
 #define _mm256_mask_storeu_ps e256_mask_storeu_ps
 #define _mm512_mask_storeu_ps e_mask_storeu_ps
+#define _mm512_permutex2var_epi64 e_permutex2var_epi64
+#define _mm512_broadcast_i32x4 e_broadcast_i32x4
+#define _mm512_shuffle_epi8 e_shuffle_epi8
+#define _mm512_mask_add_epi8 e_mask_add_epi8
+#define _mm512_sub_epi8 e_sub_epi8
+#define _mm512_unpacklo_epi16 e_unpacklo_epi16
+#define _mm512_unpackhi_epi16 e_unpackhi_epi16
+#define _mm512_store_si512 e_store_si512
 #define _mm512_cvtps_ph e_cvtps_ph
 #define _mm512_storeu_si512 e_storeu_si512
 #define _mm512_stream_si512 e_stream_si512
