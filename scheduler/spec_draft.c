@@ -28,6 +28,7 @@ struct spec_draft {
     int n_vocab, max_batch_tokens;
     int *free_slots, n_free;
     spec_draft_seq **owner; /* per slot: the sequence holding it, or NULL */
+    long long *last;        /* per slot: scratch for draft_evict_oldest */
     long long step;         /* spec_draft_propose calls so far */
     double step_s;          /* spec_draft_step_s */
     double prefill_s;       /* spec_draft_prefill_s */
@@ -123,12 +124,13 @@ int spec_draft_load(const spec_draft_opts *o, const model *target, spec_draft **
     d->b_job = malloc(2 * T * sizeof *d->b_job);
     d->stop = malloc(S * sizeof *d->stop);
     d->owner = calloc(S, sizeof *d->owner);
+    d->last = calloc(S, sizeof *d->last);
     d->max_seqs = o->max_seqs;
     d->sjobs = calloc(S, sizeof *d->sjobs);
     d->sids = malloc(S * sizeof *d->sids);
     d->row = malloc((size_t)d->n_vocab * sizeof *d->row);
     if (!d->free_slots || !d->b_tok || !d->b_pos || !d->b_seq || !d->b_want || !d->b_job ||
-        !d->stop || !d->owner || !d->sjobs || !d->sids || !d->row) {
+        !d->stop || !d->owner || !d->last || !d->sjobs || !d->sids || !d->row) {
         spec_draft_free(d);
         return brisk_set_err(err, err_len, BRISK_ENOMEM, "draft model: out of memory");
     }
@@ -196,6 +198,7 @@ void spec_draft_free(spec_draft *d) {
     free(d->b_job);
     free(d->stop);
     free(d->owner);
+    free(d->last);
     free(d->sjobs);
     free(d->sids);
     free(d->row);
@@ -295,18 +298,28 @@ static int draft_forward(spec_draft *d, int n) {
     return model_backend_forward(d->setup.be, d->setup.kv, &b, &n_out);
 }
 
-/* Frees the slots of sequences that are not proposing this step (waiting,
- * preempted, still in their prompt): the pool holds as many positions as
- * the target's, so the running ones fit once the others are out. They
- * start over when they propose again. Returns how many were freed. */
-static int draft_evict_idle(spec_draft *d) {
-    int n = 0;
+int spec_draft_oldest_idle(const long long *last, int n, long long step) {
+    int best = -1;
+    for (int s = 0; s < n; s++)
+        if (last[s] >= 0 && last[s] < step && (best < 0 || last[s] < last[best]))
+            best = s;
+    return best;
+}
+
+/* Frees the slot of the sequence that proposed longest ago among those not
+ * proposing this step (waiting, preempted, refused by the gate, still in
+ * their prompt): the pool holds as many positions as the target's, so the
+ * running ones fit once enough others are out, and one the gate refused a
+ * step ago keeps its cache while older ones can go. It starts over when it
+ * proposes again. Returns 1 if a slot was freed, 0 if none is idle. */
+static int draft_evict_oldest(spec_draft *d) {
     for (int s = 0; s < d->max_seqs; s++)
-        if (d->owner[s] && d->owner[s]->step != d->step) {
-            spec_draft_seq_release(d, d->owner[s]);
-            n++;
-        }
-    return n;
+        d->last[s] = d->owner[s] ? d->owner[s]->step : -1;
+    const int s = spec_draft_oldest_idle(d->last, d->max_seqs, d->step);
+    if (s < 0)
+        return 0;
+    spec_draft_seq_release(d, d->owner[s]);
+    return 1;
 }
 
 void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
@@ -329,7 +342,7 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
         if (!ds || j->want <= 0 || budget <= 0)
             continue;
         if (ds->slot < 0) {
-            if (d->n_free == 0 && draft_evict_idle(d) == 0)
+            if (d->n_free == 0 && draft_evict_oldest(d) == 0)
                 continue;
             ds->slot = d->free_slots[--d->n_free];
             d->owner[ds->slot] = ds;
@@ -341,8 +354,10 @@ void spec_draft_propose(spec_draft *d, spec_draft_job *jobs, int n) {
         int feed = need < budget ? need : budget;
         /* Room for the catch-up and the proposals fed back later. */
         int grow = feed == need ? need + j->want - 1 : feed;
-        if (kv_cache_seq_grow(kv, ds->slot, grow) < 0 &&
-            (draft_evict_idle(d) == 0 || kv_cache_seq_grow(kv, ds->slot, grow) < 0)) {
+        int grown = kv_cache_seq_grow(kv, ds->slot, grow) == 0;
+        while (!grown && draft_evict_oldest(d)) /* the oldest idle first, until it fits */
+            grown = kv_cache_seq_grow(kv, ds->slot, grow) == 0;
+        if (!grown) {
             spec_draft_seq_release(d, ds); /* the pool is full: start over later */
             continue;
         }

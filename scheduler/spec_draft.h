@@ -85,6 +85,12 @@ void spec_draft_seq_free(spec_draft_seq *ds);
  * them before its first proposal). */
 int spec_draft_seq_behind(const spec_draft_seq *ds, int n_tokens);
 
+/* The slot whose owner proposed longest ago among the idle ones: last[s]
+ * is the step slot s's owner last proposed in (-1: free), an idle owner's
+ * is below step (the current one). -1 if no slot is idle. The eviction
+ * order when the draft's pool is full (exported for the tests). */
+int spec_draft_oldest_idle(const long long *last, int n, long long step);
+
 typedef struct spec_draft_job {
     spec_draft_seq *ds;
     const int32_t *tokens; /* the sequence's known tokens, n_tokens of them, and room after */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "brisk_test.h"
+#include "scheduler/spec_draft.h"
 #include "scheduler/spec_policy.h"
 #include "scheduler/spec_propose.h"
 
@@ -220,10 +221,27 @@ static void test_share(void) {
     CHECK(sd < st && sd >= 0, "with a draft's cost %d proposals, without %d", sd, st);
 }
 
+/* The draft pool's eviction order: the idle slot (owner's last step below
+ * the current one) that proposed longest ago, never a free slot (-1) or
+ * one proposing this step; none idle: -1. */
+static void test_draft_evict_order(void) {
+    const long long last[] = {7, -1, 3, 9, 5, 9};
+    CHECK_COND(spec_draft_oldest_idle(last, 6, 9) == 2);
+    /* A sequence the gate refused one step ago outlives older idle ones. */
+    const long long refused[] = {8, 9, 6};
+    CHECK_COND(spec_draft_oldest_idle(refused, 3, 9) == 2);
+    const long long busy[] = {9, -1, 9};
+    CHECK_COND(spec_draft_oldest_idle(busy, 3, 9) == -1);
+    CHECK_COND(spec_draft_oldest_idle(busy, 0, 9) == -1);
+    const long long tie[] = {4, 4};
+    CHECK_COND(spec_draft_oldest_idle(tie, 2, 9) == 0);
+}
+
 int main(void) {
     test_ngram();
     test_suffix();
     test_policy();
     test_share();
+    test_draft_evict_order();
     return BT_SUMMARY("test_spec_propose");
 }
