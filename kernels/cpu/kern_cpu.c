@@ -23,6 +23,8 @@
 #define KERN_LINUX_X86_64 1
 #endif
 
+#define KERN_AMX_CAPPED "BRISK_CPU_LEVEL caps the level below amx"
+
 static kern_cpu_features g_features;
 static pthread_once_t g_detect_once = PTHREAD_ONCE_INIT; /* guards g_features */
 static atomic_int g_level = -1;    /* cached effective level, -1 = recompute */
@@ -62,6 +64,18 @@ static const char *amx_request(void) {
 #endif
 }
 
+/* 1 if BRISK_CPU_LEVEL names a level below amx: then the tile state is not
+ * asked for (a granted permission makes the process's signal frames larger:
+ * a small sigaltstack would then fail). */
+static int env_below_amx(void) {
+    const char *s = getenv("BRISK_CPU_LEVEL");
+    static const char *const below[] = {"scalar", "avx2", "avx512", "avx512vnni"};
+    for (int i = 0; s && i < 4; i++)
+        if (strcmp(s, below[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static void detect(kern_cpu_features *f) {
     memset(f, 0, sizeof(*f));
 #ifdef KERN_X86
@@ -97,6 +111,8 @@ static void detect(kern_cpu_features *f) {
     if (f->amx_cpu) {
         if ((xcr0 & 0x60000) != 0x60000)
             f->amx_refused = "the OS does not enable the tile state (XCR0)";
+        else if (env_below_amx())
+            f->amx_refused = KERN_AMX_CAPPED;
         else
             f->amx_refused = amx_request();
         f->amx = f->amx_refused == NULL;
@@ -119,7 +135,7 @@ static void detect(kern_cpu_features *f) {
 
 static void detect_once(void) {
     detect(&g_features);
-    if (g_features.amx_refused)
+    if (g_features.amx_refused && strcmp(g_features.amx_refused, KERN_AMX_CAPPED) != 0)
         fprintf(stderr, "brisk: AMX not used (%s): the batch kernels run AVX-512 VNNI\n",
                 g_features.amx_refused);
 }

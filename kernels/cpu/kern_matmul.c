@@ -48,16 +48,19 @@ static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
-/* The AMX planes' bytes (each of the two), or 0 when this CPU runs no AMX. */
+/* The AMX planes' bytes (each of the two), or 0 when this CPU runs no AMX.
+ * Counted for every integer type, not only the X8 forms AMX runs, so that
+ * all integer types still need the same workspace (kern_matmul_multi's
+ * contract: sized by any part's type). */
 static size_t amx_plane_bytes(kern_type wt, int n_in, int n_tok) {
-    if (!kern_type_is_x8(wt) || !kern_cpu_detect()->amx)
+    if (!kern_is_int_weight(wt) || !kern_cpu_detect()->amx)
         return 0;
     return align64((size_t)kern_amx_tok_pad(n_tok) * (size_t)n_in);
 }
 
 /* int16 activations [n_tok][n_in], then d, s and sum(q), each [n_in/32][n_tok];
- * on an AMX CPU (whatever the cap) with X8 weights, then the high and low
- * byte planes (kern_mm_args.xh, xl). */
+ * on an AMX CPU (whatever the cap), then the high and low byte planes
+ * (kern_mm_args.xh, xl). */
 size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok) {
     if (!kern_is_int_weight(wt))
         return 0;

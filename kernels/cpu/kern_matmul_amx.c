@@ -75,8 +75,7 @@ typedef struct {
 KERN_STATIC_ASSERT(sizeof(amx_cfg) == 64, "LDTILECFG reads 64 bytes");
 
 /* The two tile configurations: 32-byte blocks, and Q6_0S's 16-byte
- * half-blocks. Constant objects: GCC's _tile_loadconfig names only 8 bytes
- * of its operand, so a configuration built in a local could lose stores. */
+ * half-blocks; constant, so nothing is stored before LDTILECFG reads them. */
 #define AMX_CFG(kb)                                                                                \
     {                                                                                              \
         .palette_id = 1, .colsb = {[T_CH] = 64, [T_CL] = 64,  [T_AH] = (kb), [T_AL] = (kb),        \
@@ -89,8 +88,16 @@ static const _Alignas(64) amx_cfg g_cfg32 = AMX_CFG(32);
 static const _Alignas(64) amx_cfg g_cfg16 = AMX_CFG(16);
 
 static void amx_config(int kbytes) {
+    const amx_cfg *c = kbytes == 16 ? &g_cfg16 : &g_cfg32;
     AMX_FENCE();
-    _tile_loadconfig(kbytes == 16 ? &g_cfg16 : &g_cfg32);
+#ifdef EMUAMX_H
+    _tile_loadconfig(c);
+#else
+    /* Not GCC's _tile_loadconfig, whose operand names only 8 of the 64
+     * bytes read (a configuration built in memory before it could lose
+     * stores): this one names them all. */
+    __asm__ volatile("ldtilecfg %0" ::"m"(*c));
+#endif
     AMX_FENCE();
 }
 

@@ -49,8 +49,9 @@ extern "C" {
  * and the same reduction order.
  *
  * ws: caller-owned workspace of at least kern_matmul_ws_bytes(wt, n_in, n_tok)
- * bytes (holds the quantized activations: 2 * n_in + 8 * n_in / 32 bytes per
- * token for the integer types, 0 for the float types), 64-byte aligned.
+ * bytes (holds the quantized activations: 2 * n_in + 12 * n_in / 32 bytes per
+ * token for the integer types, plus 2 * n_in per token rounded up to 16
+ * tokens on a CPU with AMX; 0 for the float types), 64-byte aligned.
  * pool may be NULL. */
 size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok);
 void kern_matmul(kern_pool *pool, kern_type wt, const void *W, int n_out, int n_in, const float *x,

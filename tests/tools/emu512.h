@@ -147,16 +147,16 @@ EMU void e256_mask_storeu_ps(void *p, __mmask8 m, __m256 a) {
     EMU_LOOP(8) if ((m >> i) & 1) memcpy((float *)p + i, &f[i], 4);
 }
 /* kern_cvt_avx512.c's conversions and stores. */
+/* Only the rounding the kernels use (nearest, no exceptions): any other
+ * immediate traps rather than round differently from the instruction. */
 EMU __m256i e_cvtps_ph(emu_m512 a, int imm) {
+    if (imm != (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+        __builtin_trap();
     __m256 lo, hi;
     memcpy(&lo, a.v.f, 32);
     memcpy(&hi, a.v.f + 8, 32);
-    __m128i l = imm == (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                    ? _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                    : _mm256_cvtps_ph(lo, _MM_FROUND_CUR_DIRECTION);
-    __m128i h = imm == (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                    ? _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                    : _mm256_cvtps_ph(hi, _MM_FROUND_CUR_DIRECTION);
+    __m128i l = _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m128i h = _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return _mm256_inserti128_si256(_mm256_castsi128_si256(l), h, 1);
 }
 EMU void e_storeu_si512(void *p, emu_m512i a) {

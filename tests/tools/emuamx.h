@@ -50,6 +50,8 @@ static void emuamx_check(int t) {
         emuamx_fail("no such tile", t);
     if (emuamx_state.cfg.rows[t] == 0 || emuamx_state.cfg.colsb[t] == 0)
         emuamx_fail("tile not configured", t);
+    if (emuamx_state.cfg.colsb[t] % 4)
+        emuamx_fail("tile colsb not a multiple of 4", t);
 }
 
 static __attribute__((noinline)) void emuamx_loadconfig(const void *p) {
@@ -61,6 +63,10 @@ static __attribute__((noinline)) void emuamx_loadconfig(const void *p) {
     }
     if (c.palette_id != 1)
         emuamx_fail("palette other than 0 and 1", -1);
+    /* start_row resumes an interrupted load or store; brisk never sets it
+     * (and the hardware faults when it reaches a tile's rows). */
+    if (c.start_row != 0)
+        emuamx_fail("start_row set", -1);
     for (int i = 0; i < 14; i++)
         if (c.reserved[i])
             emuamx_fail("reserved configuration byte set", -1);

@@ -1020,6 +1020,55 @@ static void test_amx(kern_pool *pool1, kern_pool *pool2, kern_level top) {
         free(one);
         free(ws);
     }
+    /* kern_matmul_multi mixing a row-major integer part with X8 parts at
+     * batch sizes that run AMX, its workspace sized by the row-major type
+     * (the contract: any part's type): each part as kern_matmul alone. */
+    {
+        const int n_in2 = 128, outs2[3] = {40, 37, 24}, toks2[] = {16, 33};
+        uint8_t *w8 = malloc(kern_row_bytes(KERN_TYPE_Q8_0, n_in2) * outs2[0]),
+                *w8x = malloc(kern_x8_bytes(KERN_TYPE_Q8_0X8, outs2[0], n_in2)),
+                *w8b = malloc(kern_row_bytes(KERN_TYPE_Q8_0, n_in2) * outs2[1]),
+                *w8bx = malloc(kern_x8_bytes(KERN_TYPE_Q8_0X8, outs2[1], n_in2)),
+                *w4 = malloc(kern_row_bytes(KERN_TYPE_Q4_1, n_in2) * outs2[2]),
+                *w4x = malloc(kern_x8_bytes(KERN_TYPE_Q4_1X8, outs2[2], n_in2));
+        random_x8(KERN_TYPE_Q8_0, outs2[0], n_in2, w8, w8x);
+        random_x8(KERN_TYPE_Q8_0, outs2[1], n_in2, w8b, w8bx);
+        random_x8(KERN_TYPE_Q4_1, outs2[2], n_in2, w4, w4x);
+        float *x = malloc(sizeof(float) * 33 * n_in2), *y[3], *r = malloc(sizeof(float) * 33 * 40);
+        for (int p = 0; p < 3; p++)
+            y[p] = malloc(sizeof(float) * 33 * outs2[p]);
+        fill_normal(x, (size_t)33 * n_in2, 1.0f);
+        kern_matmul_part parts[3] = {
+            {.wt = KERN_TYPE_Q8_0, .W = w8, .n_out = outs2[0], .y = y[0]},
+            {.wt = KERN_TYPE_Q8_0X8, .W = w8bx, .n_out = outs2[1], .y = y[1]},
+            {.wt = KERN_TYPE_Q4_1X8, .W = w4x, .n_out = outs2[2], .y = y[2]}};
+        kern_cpu_set_max_level(KERN_LEVEL_AMX);
+        for (int k = 0; k < 2; k++) {
+            const int nt = toks2[k];
+            void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(KERN_TYPE_Q8_0, n_in2, nt) + 64) &
+                                             ~(size_t)63);
+            kern_matmul_multi(pool2, parts, 3, n_in2, x, nt, ws);
+            for (int p = 0; p < 3; p++) {
+                kern_matmul(pool1, parts[p].wt, parts[p].W, outs2[p], n_in2, x, nt, r, ws);
+                if (memcmp(r, y[p], sizeof(float) * nt * outs2[p]) != 0) {
+                    fails++;
+                    fprintf(stderr, "  amx multi part %d tok %d: differs from alone\n", p, nt);
+                }
+            }
+            free(ws);
+        }
+        kern_cpu_set_max_level(KERN_LEVEL_TOP);
+        free(w8);
+        free(w8x);
+        free(w8b);
+        free(w8bx);
+        free(w4);
+        free(w4x);
+        free(x);
+        free(r);
+        for (int p = 0; p < 3; p++)
+            free(y[p]);
+    }
     const long ran = kern_amx_runs() - runs0;
     printf("amx tiles: %zu forms x %zu token counts x 3 pools vs the reference, %d differ; "
            "table across the amx switch, %d differ (memcmp); tile runs %ld\n",
