@@ -119,7 +119,8 @@ static void peak_task(void *ctx, int task, int thread) {
     for (int p = 0; p < 4; p++)
         for (int m = 0; m < 16; m++)
             for (int n = 0; n < 16; n++) {
-                const uint32_t want = (uint32_t)peak_ref(a[p / 2], b[p % 2], m, n) * (uint32_t)iters;
+                const uint32_t want =
+                    (uint32_t)peak_ref(a[p / 2], b[p % 2], m, n) * (uint32_t)iters;
                 bad |= (uint32_t)c[p][m][n] != want;
             }
     j->bad[task] = bad;
