@@ -352,6 +352,12 @@ elif kern["skipped"]:
     print(f"\nkern_bench amx: skipped: {kern['skipped']}")
 for r in failed:
     print(f"FAILED: {r['what']} (its output is in the JSON's \"failed\")")
+# The default level must have been amx (the OS may refuse the tile state:
+# kern_cpu.c then logs why and stays at VNNI, and the ratios mean nothing).
+amx_cpu = [r["result"].get("cpu", "") for r in rows if r["kind"] == "bench" and r["level"] == "amx"]
+if amx and not any("kernels amx" in c for c in amx_cpu):
+    print(f"WARNING: the default runs did not reach the amx level ({amx_cpu[:1]}): the CPU has"
+          " amx_int8 but brisk did not use it (tile permission refused? see `brisk --version`)")
 print(f"\nload average before {load0}, after {load1}")
 print(f"wrote {out}")
 PYEOF
