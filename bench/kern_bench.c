@@ -4,7 +4,9 @@
  * GOP/s on the SmolLM2-135M shapes, decode attention over a paged cache,
  * pool dispatch cost. Built by CMake with the rest (build/bin/kern_bench).
  * Usage: kern_bench [threads [section]]   (BRISK_CPU_LEVEL caps the SIMD level;
- * section: gemv, step, attn, kvq or gemm runs that one alone; "levels" times every
+ * section: gemv, step, attn, kvq, gemm, gemma or amx runs that one alone (amx:
+ * the AMX tile peak and the X8 GEMMs at avx512vnni and amx; one skip line
+ * without AMX); "levels" times every
  * SIMD level's own kernels side by side per weight type and batch size, the
  * evidence for the kernel table: not part of the default run). */
 #include <stdint.h>
@@ -214,7 +216,8 @@ static double kvq_time(kern_pool *pool, const kvq_cache *c, int ctx, int hpt, fl
  * 2 MiB pages and rotated, so every call reads them from DRAM, as a decode
  * step does) timed with each SIMD level's own kernels (KERN_PICK_LEVEL),
  * the levels interleaved round by round so a drift of the machine hits them
- * alike; best of the rounds, microseconds, into us[level]. The evidence for
+ * alike; best of the rounds, microseconds, into us[level] (us has
+ * KERN_LEVEL_TOP + 1 entries). The evidence for
  * the kernel table in kern_matmul.c (docs/KERNELS.md). */
 static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok,
                              int rounds, double *us) {
@@ -226,7 +229,7 @@ static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in,
     float *row = malloc(sizeof(float) * n_in), *x = malloc(sizeof(float) * n_in * n_tok);
     float *y = malloc(sizeof(float) * n_out * n_tok);
     void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(wt, n_in, n_tok) + 127) & ~(size_t)63);
-    for (int l = 0; l < 4; l++)
+    for (int l = 0; l <= KERN_LEVEL_TOP; l++)
         us[l] = 0.0;
     if (!w || !rows || !row || !x || !y || !ws)
         goto out;
@@ -302,7 +305,7 @@ static void bench_levels(kern_pool *pool) {
                 const int n_out = shapes[si][0], n_in = shapes[si][1], n_tok = toks[k];
                 if (n_out == 49152 && n_tok > 16)
                     continue;
-                double us[4];
+                double us[KERN_LEVEL_TOP + 1];
                 bench_levels_one(pool, types[ti], n_out, n_in, n_tok, n_tok >= 16 ? 3 : 6, us);
                 printf("levels %-8s %5d x %4d x %2d tok: avx2 %9.1f", kern_type_name(types[ti]),
                        n_out, n_in, n_tok, us[KERN_LEVEL_AVX2]);
@@ -311,6 +314,77 @@ static void bench_levels(kern_pool *pool) {
                            us[KERN_LEVEL_AVX2] / us[l]);
                 printf("  table: %s\n", kern_matmul_kernel_name(types[ti], n_tok));
             }
+}
+
+/* The "amx" section (issue 41): the AMX int8 tile peak (kern_bench_amx.c),
+ * then the X8 GEMMs of SmolLM2-135M's and Gemma 3 270M's layer shapes, in
+ * the types their Q8_0, Q4_0 and Q4_K_M files run as, at 64 and 512 tokens
+ * with the batch kernels capped at avx512vnni and at amx, the two levels
+ * side by side per shape (kern_bench_matmul: weights from DRAM, best of 5):
+ * GOP/s and their fraction of the peak. One line per measurement, the same
+ * words every time (bench/amx.sh parses them). Without AMX, one line. */
+static void bench_amx(kern_pool *pool) {
+    const kern_cpu_features *f = kern_cpu_detect();
+    if (!f->amx) {
+        printf("amx: skipped: %s\n",
+               f->amx_refused ? f->amx_refused : "this CPU has no AMX-INT8 (amx_int8)");
+        return;
+    }
+    const kern_level top = kern_cpu_level();
+    if (top < KERN_LEVEL_AMX) {
+        printf("amx: skipped: the level is capped at %s (BRISK_CPU_LEVEL)\n", kern_level_name(top));
+        return;
+    }
+    /* KB_AMX_SMOKE=1: a few peak iterations and the first case at 64
+     * tokens, to run this code against tests/tools/emuamx.h (the emulation
+     * takes microseconds per tile product); the figures mean nothing then. */
+    const int smoke = getenv("KB_AMX_SMOKE") != NULL;
+    double peak = 0.0, per = 0.0;
+    for (int r = 0; r < 3; r++) {
+        double pt, g = kern_bench_amx_peak(pool, smoke ? 16 : 1L << 22, &pt);
+        if (g < 0) {
+            printf("amx: peak: FAILED: the tiles differ from the scalar products\n");
+            return;
+        }
+        if (g > peak)
+            peak = g, per = pt;
+    }
+    printf("amx peak: %.1f GOP/s (%.1f per thread, %d threads; 4 TDPBSSD chains on tiles held "
+           "in registers, best of 3)\n",
+           peak, per, kern_pool_size(pool));
+    typedef struct {
+        const char *model;
+        kern_type wt;
+        int n_out, n_in;
+    } amx_case;
+    const amx_case cases[] = {
+        {"smollm2", KERN_TYPE_Q8_0X8, 576, 576},   {"smollm2", KERN_TYPE_Q8_0X8, 1536, 576},
+        {"smollm2", KERN_TYPE_Q8_0X8, 576, 1536},  {"smollm2", KERN_TYPE_Q4_0X8, 576, 576},
+        {"smollm2", KERN_TYPE_Q4_0X8, 1536, 576},  {"smollm2", KERN_TYPE_Q4_0X8, 576, 1536},
+        {"smollm2", KERN_TYPE_Q5_0X8, 1536, 576},  {"smollm2", KERN_TYPE_Q6_0SX8, 576, 1536},
+        {"smollm2", KERN_TYPE_Q4_1X8, 576, 1536},  {"gemma3", KERN_TYPE_Q5_0X8, 2048, 640},
+        {"gemma3", KERN_TYPE_Q5_0X8, 1024, 640},   {"gemma3", KERN_TYPE_Q4_1X8, 640, 2048},
+        {"gemma3", KERN_TYPE_Q6_0SX8, 640, 2048},  {"gemma3", KERN_TYPE_Q8_0X8, 2048, 640},
+        {"gemma3", KERN_TYPE_IQ4_NLX8, 2048, 640},
+    };
+    const int toks[] = {64, 512};
+    const size_t n_cases = smoke ? 1 : sizeof(cases) / sizeof(cases[0]);
+    for (size_t i = 0; i < n_cases; i++)
+        for (int k = 0; k < (smoke ? 1 : 2); k++) {
+            const amx_case *c = &cases[i];
+            double gv = 0.0, ga = 0.0;
+            kern_cpu_set_max_level(KERN_LEVEL_AVX512VNNI);
+            const char *kv = kern_matmul_kernel_name(c->wt, toks[k]);
+            kern_bench_matmul(pool, c->wt, c->n_out, c->n_in, toks[k], 5, &gv);
+            kern_cpu_set_max_level(KERN_LEVEL_AMX);
+            const char *ka = kern_matmul_kernel_name(c->wt, toks[k]);
+            kern_bench_matmul(pool, c->wt, c->n_out, c->n_in, toks[k], 5, &ga);
+            printf("amx gemm %-8s %-9s %5d x %4d x %3d tok: avx512vnni %7.1f GOP/s (%4.1f%% of "
+                   "peak)  amx %7.1f GOP/s (%4.1f%% of peak)  x%.2f  [%s | %s]\n",
+                   c->model, kern_type_name(c->wt), c->n_out, c->n_in, toks[k], gv, 100 * gv / peak,
+                   ga, 100 * ga / peak, gv > 0 ? ga / gv : 0.0, kv, ka);
+        }
+    kern_cpu_set_max_level(top);
 }
 
 static const char *only; /* the one section to run, or NULL for all */
@@ -425,6 +499,8 @@ int main(int argc, char **argv) {
                    kern_type_name(gtypes[ti]), ggemm[s][0], ggemm[s][1], t * 1e3, gf,
                    kern_level_name(kern_matmul_level(gtypes[ti], 512)));
         }
+    if (run("amx"))
+        bench_amx(pool);
     if (only && !strcmp(only, "levels")) /* not in the default run: minutes */
         bench_levels(pool);
     kern_pool_free(pool);

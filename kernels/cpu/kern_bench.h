@@ -28,4 +28,15 @@ double kern_bench_matmul(kern_pool *pool, kern_type wt, int n_out, int n_in, int
  * n_runs back-to-back dispatches (the per-call overhead of a decode step). */
 double kern_bench_pool_dispatch(kern_pool *pool, int n_runs);
 
+/* The AMX int8 peak (kern_bench_amx.c): every pool thread (pool NULL: the
+ * caller alone) runs iters rounds of four independent TDPBSSD on tiles held
+ * in registers, at the same time; returns the sum of the threads' GOP/s
+ * (2 x 16 x 16 x 64 operations per instruction) and *gops_per_thread (may be
+ * NULL) the mean. 0 (print nothing) when the CPU or the OS gives no AMX
+ * (kern_cpu_detect()->amx), iters < 1 or on allocation failure; -1 when a
+ * thread's accumulated tiles differ from iters x the scalar products of its
+ * random operand tiles (a broken tile setup). About 0.1 s per 2^22 iters on a
+ * 3 GHz Sapphire Rapids core. */
+double kern_bench_amx_peak(kern_pool *pool, long iters, double *gops_per_thread);
+
 #endif

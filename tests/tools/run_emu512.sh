@@ -35,7 +35,7 @@ if [ "${EMU512_SANITIZE:-0}" = "1" ]; then
 fi
 # EMU_AMX_ONLY=1 (a CPU with AVX-512 and VNNI but no AMX): the AVX-512 files
 # native, only the AMX file's tile instructions emulated, and only the
-# matmul test at the amx level.
+# matmul test at the amx level, and the tile peak benchmark's test.
 amx_only=${EMU_AMX_ONLY:-0}
 avx512_native="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c"
 # Only the AVX-512 levels by default: the scalar and AVX2 ones are native
@@ -90,10 +90,10 @@ for f in "$root"/kernels/cpu/*.c; do
 done
 for p in $pids; do wait "$p" || exit 1; done
 status=0
-tests="test_kern_matmul test_kern_ops test_kern_kv"
+tests="test_kern_matmul test_kern_ops test_kern_kv test_kern_bench_amx"
 what="AVX-512 and AMX emulated"
 if [ "$amx_only" = "1" ]; then
-    tests="test_kern_matmul"
+    tests="test_kern_matmul test_kern_bench_amx"
     what="AMX tiles emulated"
 fi
 for t in $tests; do
