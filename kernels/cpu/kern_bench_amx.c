@@ -22,20 +22,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/cpu/kern_amx.h"
 #include "kernels/cpu/kern_bench.h"
 #include "kernels/cpu/kern_cpu.h"
 
-#define AMX_FENCE() __asm__ volatile("" ::: "memory")
+#define AMX_FENCE() KERN_AMX_FENCE()
 #define PEAK_MAX_THREADS 256
 #define OPS_PER_TDP (2.0 * 16 * 16 * 64)
 
-typedef struct {
-    uint8_t palette_id;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} peak_cfg;
+typedef kern_amx_cfg peak_cfg;
 
 typedef struct {
     long iters;
@@ -89,9 +84,7 @@ static void peak_task(void *ctx, int task, int thread) {
         cfg.colsb[t] = 64;
     }
     peak_barrier(j);
-    AMX_FENCE();
-    _tile_loadconfig(&cfg);
-    AMX_FENCE();
+    kern_amx_load_config(&cfg);
     _tile_loadd(4, a[0], 64);
     _tile_loadd(5, a[1], 64);
     _tile_loadd(6, b[0], 64);

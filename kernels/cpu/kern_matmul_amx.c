@@ -35,14 +35,12 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "kernels/cpu/kern_amx.h"
 #include "kernels/cpu/kern_internal.h"
 
 #define AI static inline __attribute__((always_inline))
 
-/* GCC's tile intrinsics are asm statements that name no memory: this
- * orders the C code's stores before a tile load of them and a tile store
- * before the C code's loads of it. */
-#define AMX_FENCE() __asm__ volatile("" ::: "memory")
+#define AMX_FENCE() KERN_AMX_FENCE()
 
 /* Tile numbers (literals: the intrinsics paste them into the asm). */
 #define T_CH 0  /* C of the high bytes */
@@ -65,15 +63,6 @@ long kern_amx_runs(void) {
     return atomic_load_explicit(&g_runs, memory_order_relaxed);
 }
 
-typedef struct {
-    uint8_t palette_id;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
-KERN_STATIC_ASSERT(sizeof(amx_cfg) == 64, "LDTILECFG reads 64 bytes");
-
 /* The two tile configurations: 32-byte blocks, and Q6_0S's 16-byte
  * half-blocks; constant, so nothing is stored before LDTILECFG reads them. */
 #define AMX_CFG(kb)                                                                                \
@@ -84,21 +73,11 @@ KERN_STATIC_ASSERT(sizeof(amx_cfg) == 64, "LDTILECFG reads 64 bytes");
                  [T_AL] = KERN_AMX_TT, [T_B] = (kb) / 4,     [T_CH2] = KERN_AMX_TT,                \
                  [T_CL2] = KERN_AMX_TT},                                                           \
     }
-static const _Alignas(64) amx_cfg g_cfg32 = AMX_CFG(32);
-static const _Alignas(64) amx_cfg g_cfg16 = AMX_CFG(16);
+static const _Alignas(64) kern_amx_cfg g_cfg32 = AMX_CFG(32);
+static const _Alignas(64) kern_amx_cfg g_cfg16 = AMX_CFG(16);
 
 static void amx_config(int kbytes) {
-    const amx_cfg *c = kbytes == 16 ? &g_cfg16 : &g_cfg32;
-    AMX_FENCE();
-#ifdef EMUAMX_H
-    _tile_loadconfig(c);
-#else
-    /* Not GCC's _tile_loadconfig, whose operand names only 8 of the 64
-     * bytes read (a configuration built in memory before it could lose
-     * stores): this one names them all. */
-    __asm__ volatile("ldtilecfg %0" ::"m"(*c));
-#endif
-    AMX_FENCE();
+    kern_amx_load_config(kbytes == 16 ? &g_cfg16 : &g_cfg32);
 }
 
 AI uint64_t amx_u16(const uint8_t *p) {
