@@ -74,11 +74,15 @@ package() {
     if [ -z "$from" ]; then
         cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DBRISK_CUDA_ARCHITECTURES="$arch" >/dev/null || return 1
         cmake --build "$bdir" -j"$(nproc)" --target brisk brisk-bench test_cuda_ops test_cuda_model test_backend \
-            2>&1 | tail -2
+            test_kern_matmul test_kern_bench_amx kern_bench 2>&1 | tail -2
     fi
     rm -rf "$PKG" && mkdir -p "$PKG/bin" "$PKG/tests" "$PKG/lib" "$PKG/shared/models" || return 1
     cp "$bdir/bin/brisk" "$bdir/bin/brisk-bench" "$PKG/bin/" || return 1
     cp "$bdir/tests/test_backend" "$PKG/tests/" || return 1
+    # Issue 41's AMX kernels, run on the GPU machine's CPU when it has AMX
+    # (the amx stage): their tests and kern_bench.
+    cp "$bdir/tests/test_kern_matmul" "$bdir/tests/test_kern_bench_amx" "$PKG/tests/" || return 1
+    cp "$bdir/bin/kern_bench" "$PKG/bin/" || return 1
     # --from a build without CUDA (no toolkit): the CUDA tests are not there,
     # and run says so.
     local t
@@ -452,6 +456,10 @@ run() {
     [ -n "$cl" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cl"
     SANITIZER=$(find_sanitizer)
     export BRISK_SHARED_DIR=$PKG/shared
+    # The CPU side of the GPU checks (references, the CPU rehearsal) at the
+    # AVX-512 VNNI level at most: on a host with AMX, kernels no AMX machine
+    # has run yet must not decide a GPU check; the amx stage tests them.
+    export BRISK_CPU_LEVEL=${BRISK_CPU_LEVEL:-avx512vnni}
     KVQ_DTYPE=$([ "$DEVICE" = cuda ] && echo fp8 || echo f32)
     export W PKG DEVICE QUICK SHAPE LEVELS IN OUT_LEN SANITIZER MAX_SEQS PAIR_C PAIR_N PAIR_OUT KVQ_DTYPE
     export -f st_env st_structured st_serve st_decode st_spec st_kv_quant srv_start srv_stop bench_run \
@@ -537,6 +545,16 @@ run() {
     # four dummy shapes); here the serving figure, fp8 against serve_f16's.
     if [ "$QUICK" = 0 ]; then
         stage kv_quant 120 bash -c st_kv_quant
+    fi
+
+    # Issue 41 (AMX), on this machine's CPU if it has AMX (a Xeon host of
+    # Sapphire Rapids or later): the kernel tests natively (the reference's
+    # bits at the amx level, memcmp), then the tile peak and the X8 GEMMs at
+    # avx512vnni and amx. Last: it is not GPU work.
+    if [ "$QUICK" = 0 ] && grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
+        stage amx 90 env -u BRISK_CPU_LEVEL bash -c \
+            '"$1/bin/brisk" --version; "$1/tests/test_kern_matmul" && "$1/tests/test_kern_bench_amx" &&
+             "$1/bin/kern_bench" "$(nproc)" amx' amx "$PKG"
     fi
 
     python3 bench/gpu_report.py "$W" "$OUTDIR/summary.json" \

@@ -236,11 +236,14 @@ void kern_cpu_describe(char *buf, int len) {
     if (!buf || len <= 0)
         return;
     const kern_cpu_features *f = kern_cpu_detect();
+    const char *amx = "";
+    if (f->amx)
+        amx = " amx-int8";
+    else if (f->amx_cpu) /* the CPU has it: capped by BRISK_CPU_LEVEL, or refused */
+        amx = f->amx_refused && strcmp(f->amx_refused, KERN_AMX_CAPPED) == 0 ? " amx-int8(capped)"
+                                                                             : " amx-int8(refused)";
     snprintf(buf, (size_t)len, "cpu(%s%s%s%s%s%s; kernels %s)",
              f->avx2 ? "avx2 fma f16c" : "baseline", f->avx512 ? " avx512f/bw/vl/dq" : "",
-             f->avx512vnni ? " avx512vnni" : "", f->avxvnni ? " avxvnni" : "",
-             f->amx       ? " amx-int8"
-             : f->amx_cpu ? " amx-int8(refused)"
-                          : "",
+             f->avx512vnni ? " avx512vnni" : "", f->avxvnni ? " avxvnni" : "", amx,
              f->amx_bf16 ? " amx-bf16" : "", kern_level_name(kern_cpu_level()));
 }
