@@ -18,6 +18,7 @@
 #include "models/model.h"
 #include "models/sampler.h"
 
+#include "model_run.h"
 #include "stories_golden.h"
 #include "tiny_model.h"
 
@@ -61,21 +62,8 @@ static float *run_chunked(model *m, kern_pool *pool, const int32_t *toks, int n,
     const model_config *c = model_get_config(m);
     kv_cache *kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, n);
     model_state *st = model_state_create(m, chunk, n);
-    float *all = malloc(sizeof(float) * (size_t)n * c->n_vocab);
-    int32_t pos[256], seq[256] = {0};
-    uint8_t want[256];
-    memset(want, 1, sizeof want);
-    for (int off = 0; off < n; off += chunk) {
-        int k = n - off < chunk ? n - off : chunk;
-        for (int i = 0; i < k; i++)
-            pos[i] = off + i;
-        model_batch b = {k, toks + off, pos, seq, want, NULL};
-        float *lg;
-        int n_out;
-        int rc = model_forward(m, st, kv, pool, &b, &lg, &n_out);
-        CHECK(rc == 0 && n_out == k, "forward rc %d n_out %d", rc, n_out);
-        memcpy(all + (size_t)off * c->n_vocab, lg, sizeof(float) * (size_t)k * c->n_vocab);
-    }
+    float *all = model_run_chunks(m, st, kv, pool, toks, n, chunk);
+    CHECK(all != NULL, "cache, state and logits");
     model_state_free(st);
     kv_cache_free(kv);
     return all;
@@ -105,25 +93,10 @@ static kv_cache *kv_of(const model *m, int n, int n_seqs, kern_kv_dtype dt) {
 /* run_chunked with a cache of dtype dt. */
 static float *run_chunked_kv(model *m, kern_pool *pool, const int32_t *toks, int n, int chunk,
                              kern_kv_dtype dt) {
-    const model_config *c = model_get_config(m);
     kv_cache *kv = kv_of(m, n, 1, dt);
     model_state *st = model_state_create(m, chunk, n);
-    float *all = malloc(sizeof(float) * (size_t)n * c->n_vocab);
-    int32_t pos[256], seq[256] = {0};
-    uint8_t want[256];
-    memset(want, 1, sizeof want);
-    for (int off = 0; kv && st && off < n; off += chunk) {
-        int k = n - off < chunk ? n - off : chunk;
-        for (int i = 0; i < k; i++)
-            pos[i] = off + i;
-        model_batch b = {k, toks + off, pos, seq, want, NULL};
-        float *lg;
-        int n_out;
-        int rc = model_forward(m, st, kv, pool, &b, &lg, &n_out);
-        CHECK(rc == 0 && n_out == k, "forward rc %d n_out %d", rc, n_out);
-        memcpy(all + (size_t)off * c->n_vocab, lg, sizeof(float) * (size_t)k * c->n_vocab);
-    }
-    CHECK(kv && st, "%s cache and state", kern_kv_dtype_name(dt));
+    float *all = model_run_chunks(m, st, kv, pool, toks, n, chunk);
+    CHECK(all != NULL, "%s cache, state and logits", kern_kv_dtype_name(dt));
     model_state_free(st);
     kv_cache_free(kv);
     return all;

@@ -29,6 +29,7 @@
 #include "common/brisk_log.h"
 #include "kernels/cpu/kern_cpu.h"
 #include "kernels/cpu/kern_pool.h"
+#include "model_run.h"
 #include "models/backend.h"
 #include "models/model_moe.h"
 #include "models/model_recipe.h"
@@ -297,23 +298,10 @@ static float *run_chunked(model *m, kern_pool *pool, const int32_t *toks, int n,
     const model_config *c = model_get_config(m);
     kv_cache *kv = kv_cache_create(c->n_layers, c->n_kv_heads * c->head_dim, 1, n);
     model_state *st = model_state_create(m, chunk, n);
-    float *all = malloc(sizeof(float) * (size_t)n * c->n_vocab);
-    int32_t pos[64], seq[64] = {0};
-    uint8_t want[64];
-    memset(want, 1, sizeof want);
     if (st && trace)
         model_state_set_trace(st, trace);
-    for (int off = 0; kv && st && all && off < n; off += chunk) {
-        int k = n - off < chunk ? n - off : chunk;
-        for (int i = 0; i < k; i++)
-            pos[i] = off + i;
-        model_batch b = {k, toks + off, pos, seq, want, NULL};
-        float *lg;
-        int n_out;
-        int rc = model_forward(m, st, kv, pool, &b, &lg, &n_out);
-        CHECK(rc == 0 && n_out == k, "forward rc %d n_out %d", rc, n_out);
-        memcpy(all + (size_t)off * c->n_vocab, lg, sizeof(float) * (size_t)k * c->n_vocab);
-    }
+    float *all = model_run_chunks(m, st, kv, pool, toks, n, chunk);
+    CHECK(all != NULL, "cache, state and logits");
     model_state_free(st);
     kv_cache_free(kv);
     return all;
