@@ -28,8 +28,16 @@
  *   tokens (0.85-1.06x) and win from 4 (1.1-1.5x); AVX-512 from 3.
  * - f16, bf16: decode streams at the same speed at both levels (0.91-1.1x,
  *   AVX2 kept); at 3-7 tokens the AVX2 2x4 tiles read them faster
- *   (AVX-512 0.75-0.8x at 4), 2 tokens AVX2 as well; from 8 tokens the
- *   AVX-512 6x8 tiles win (1.05-2x at 8-64).
+ *   (AVX-512 0.75-0.8x at 4); from 8 tokens the AVX-512 6x8 tiles win
+ *   (1.05-2x at 8-64).
+ * - f16 at 2 tokens: AVX-512 (until 2026-11-29: AVX2). bench/kern_table.sh
+ *   on the same VM, 2026-11-29 (bench/results/2026-11-29-vm-kern-table*.json,
+ *   load average 0.9-1.1): avx2 time / avx512 time at 2 tokens on the three
+ *   shapes 1.10-1.40 in 3 runs of 2 threads (9 of 9 faster), 0.81-1.38 in 3
+ *   runs of 1 thread (7 of 9; the 0.81 did not repeat: 1.38, 1.14), where
+ *   AVX2 left the default at 0.71-0.95 of the fastest. bf16 at 2 tokens
+ *   stays AVX2: 0.89-1.23 by shape and thread count, no level within 0.95
+ *   of the other everywhere.
  * - f32: AVX-512 1.3-1.7x faster from 2 tokens; decode a tie (AVX2 kept).
  * - AMX (no Zen has it): X8 batches from KERN_AMX_MIN_TOK tokens, the
  *   lead's switch (kern_internal.h), below it AVX-512 VNNI. */
@@ -38,7 +46,7 @@
         [KERN_TABLE_X8_VNNI] = {{1, VNNI}, {KERN_AMX_MIN_TOK, AMX}},                               \
         [KERN_TABLE_X8_AVX512] = {{1, AVX2}, {3, AVX512}},                                         \
         [KERN_TABLE_F32] = {{1, AVX2}, {2, AVX512}},                                               \
-        [KERN_TABLE_F16] = {{1, AVX2}, {8, AVX512}},                                               \
+        [KERN_TABLE_F16] = {{1, AVX2}, {2, AVX512}, {3, AVX2}, {8, AVX512}},                       \
         [KERN_TABLE_BF16] = {{1, AVX2}, {8, AVX512}},                                              \
     }
 
@@ -60,10 +68,8 @@
 #define INTEL_AVX512_STEPS                                                                         \
     {                                                                                              \
         [KERN_TABLE_X8_VNNI] = {{1, VNNI}, {KERN_AMX_MIN_TOK, AMX}},                               \
-        [KERN_TABLE_X8_AVX512] = {{1, AVX2}, {3, AVX512}},                                         \
-        [KERN_TABLE_F32] = {{1, AVX512}},                                                          \
-        [KERN_TABLE_F16] = {{1, AVX512}},                                                          \
-        [KERN_TABLE_BF16] = {{1, AVX512}},                                                         \
+        [KERN_TABLE_X8_AVX512] = {{1, AVX2}, {3, AVX512}}, [KERN_TABLE_F32] = {{1, AVX512}},       \
+        [KERN_TABLE_F16] = {{1, AVX512}}, [KERN_TABLE_BF16] = {{1, AVX512}},                       \
     }
 
 static const kern_table_row k_rows[KERN_UARCH_COUNT] = {
@@ -142,8 +148,8 @@ const char *kern_table_check(void) {
                     fault = "names a level the class has no kernels for";
             }
             if (fault) {
-                snprintf(msg, sizeof msg, "row %s, class %d: %s", kern_uarch_name((kern_uarch)u),
-                         c, fault);
+                snprintf(msg, sizeof msg, "row %s, class %d: %s", kern_uarch_name((kern_uarch)u), c,
+                         fault);
                 return msg;
             }
         }
