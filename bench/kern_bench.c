@@ -7,8 +7,9 @@
  * section: gemv, step, attn, kvq, gemm, gemma or amx runs that one alone (amx:
  * the AMX tile peak and the X8 GEMMs at avx512vnni and amx; one skip line
  * without AMX); "levels" times every
- * SIMD level's own kernels side by side per weight type and batch size, the
- * evidence for the kernel table: not part of the default run). */
+ * SIMD level's own kernels side by side per weight type and batch size against
+ * the kernel table's default, the evidence for the table: not part of the
+ * default run; `kern_bench T levels [ROUNDS [TYPE,...]]`, bench/kern_table.sh). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,15 +213,50 @@ static double kvq_time(kern_pool *pool, const kvq_cache *c, int ctx, int hpt, fl
     return (now_s() - t) * 1e3;
 }
 
+/* Random weights for the levels section: n_out rows of base type, quantized
+ * from random floats where brisk has a quantizer, else (Q5_0, Q5_1, IQ4_NL,
+ * Q6_0S, which brisk only reads) random codes with scales d ~ 1/384 (Q5_1's
+ * offset -16 d; Q6_0S's second scale d), as test_kern_matmul makes them. */
+static void levels_fill(kern_type base, uint8_t *rows, int n_out, int n_in, uint64_t *r,
+                        float *row) {
+    const size_t rb = kern_row_bytes(base, n_in), bb = kern_type_block_bytes(base);
+    const int coded = base == KERN_TYPE_Q5_0 || base == KERN_TYPE_Q5_1 ||
+                      base == KERN_TYPE_IQ4_NL || base == KERN_TYPE_Q6_0S;
+    for (int o = 0; o < n_out; o++) {
+        if (!coded) {
+            for (int i = 0; i < n_in; i++) {
+                *r ^= *r << 13, *r ^= *r >> 7, *r ^= *r << 17;
+                row[i] = ((float)(*r >> 40) / 16777216.0f - 0.5f) * 0.1f;
+            }
+            kern_quantize_row(base, row, rows + rb * (size_t)o, n_in);
+            continue;
+        }
+        for (int k = 0; k < n_in / 32; k++) {
+            uint8_t *blk = rows + rb * (size_t)o + bb * (size_t)k;
+            for (size_t j = 0; j < bb; j++) {
+                *r ^= *r << 13, *r ^= *r >> 7, *r ^= *r << 17;
+                blk[j] = (uint8_t)(*r >> 32);
+            }
+            float d = (0.5f + (float)(*r >> 40) / 16777216.0f) / 384.0f;
+            uint16_t dh = kern_fp32_to_fp16(d), mh = kern_fp32_to_fp16(-16.0f * d);
+            memcpy(blk, &dh, 2);
+            if (base == KERN_TYPE_Q5_1)
+                memcpy(blk + 2, &mh, 2);
+            if (base == KERN_TYPE_Q6_0S)
+                memcpy(blk + 2, &dh, 2);
+        }
+    }
+}
+
 /* The "levels" section: one matrix (weights replicated to >= 256 MiB on
  * 2 MiB pages and rotated, so every call reads them from DRAM, as a decode
- * step does) timed with each SIMD level's own kernels (KERN_PICK_LEVEL),
- * the levels interleaved round by round so a drift of the machine hits them
- * alike; best of the rounds, microseconds, into us[level] (us has
- * KERN_LEVEL_TOP + 1 entries). The evidence for
- * the kernel table in kern_matmul.c (docs/KERNELS.md). */
+ * step does) timed with each SIMD level's own kernels (KERN_PICK_LEVEL)
+ * from avx2 to hi, the levels interleaved round by round so a drift of the
+ * machine hits them alike; best of the rounds, microseconds, into us[level]
+ * (0 where not timed). The evidence for the kernel table (kern_table.c,
+ * docs/KERNELS.md). */
 static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in, int n_tok,
-                             int rounds, double *us) {
+                             int rounds, kern_level hi, double *us) {
     const kern_type base = kern_x8_base(wt);
     const size_t rb = kern_row_bytes(base, n_in), wbytes = rb * (size_t)n_out;
     const int copies = (int)(((size_t)256 << 20) / wbytes) + 1;
@@ -237,13 +273,7 @@ static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in,
     (void)madvise(w, total, MADV_HUGEPAGE);
 #endif
     uint64_t r = 0x2545F4914F6CDD1DULL;
-    for (int o = 0; o < n_out; o++) {
-        for (int i = 0; i < n_in; i++) {
-            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-            row[i] = ((float)(r >> 40) / 16777216.0f - 0.5f) * 0.1f;
-        }
-        kern_quantize_row(base, row, rows + rb * (size_t)o, n_in);
-    }
+    levels_fill(base, rows, n_out, n_in, &r, row);
     if (wt != base) {
         for (int g = 0; g < n_out / 8; g++) {
             const void *rp[8];
@@ -264,7 +294,7 @@ static void bench_levels_one(kern_pool *pool, kern_type wt, int n_out, int n_in,
     kern_cpu_set_pick(KERN_PICK_LEVEL);
     int c = 0;
     for (int round = 0; round < rounds; round++)
-        for (int l = KERN_LEVEL_AVX2; l <= (int)top; l++) {
+        for (int l = KERN_LEVEL_AVX2; l <= (int)hi; l++) {
             kern_cpu_set_max_level((kern_level)l);
             double t = now_s();
             const int calls = 8;
@@ -286,34 +316,117 @@ out:
     free(ws);
 }
 
-static void bench_levels(kern_pool *pool) {
+/* 1: type list names wt ("all" or NULL: every type). */
+static int levels_wanted(const char *list, kern_type wt) {
+    if (!list || !strcmp(list, "all"))
+        return 1;
+    const char *name = kern_type_name(wt);
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n))
+            return 1;
+        p += len + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Every weight type the kernel table distinguishes (each X8 form, f16,
+ * bf16, f32) at 1-64 tokens on three shapes: each level's own kernels
+ * (bench_levels_one; the float types only at avx2 and avx512, the levels
+ * above run the same float kernels), the table's default for this CPU's
+ * kind (kern_cpu_uarch; BRISK_CPU_UARCH names another row) and its time as
+ * a fraction of the fastest level's: the default runs its level's own
+ * kernel, so its time is that level's. Below 0.95 is flagged ("LOW").
+ * A "levels-json" line per measurement for bench/kern_table.sh, then the
+ * worst fraction per type and batch size. rounds: best of (halved from 16
+ * tokens on); types: a comma list of kern_type names, or NULL for all. */
+static void bench_levels(kern_pool *pool, int rounds, const char *types_list) {
     const kern_level top = kern_cpu_level();
     if (top < KERN_LEVEL_AVX2) {
         printf("levels: skipped, no AVX2\n");
         return;
     }
-    const kern_type types[] = {KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8,
-                               KERN_TYPE_Q4_1X8, KERN_TYPE_F16,     KERN_TYPE_BF16,
-                               KERN_TYPE_F32};
-    const int toks[] = {1, 2, 4, 8, 16, 64};
+    const kern_type types[] = {KERN_TYPE_Q8_0X8,   KERN_TYPE_Q8_0MX8, KERN_TYPE_Q4_0X8,
+                               KERN_TYPE_Q4_1X8,   KERN_TYPE_Q5_0X8,  KERN_TYPE_Q5_1X8,
+                               KERN_TYPE_IQ4_NLX8, KERN_TYPE_Q6_0SX8, KERN_TYPE_F16,
+                               KERN_TYPE_BF16,     KERN_TYPE_F32};
+    enum { N_TYPES = sizeof(types) / sizeof(types[0]), N_TOKS = 6 };
+    const int toks[N_TOKS] = {1, 2, 4, 8, 16, 64};
     const int shapes[][2] = {{1536, 576}, {576, 1536}, {49152, 576}};
-    printf("levels: us per call, each level's own kernels, DRAM-fed, best of rounds (x: avx2 time "
-           "/ that level's)\n");
-    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+    double worst[N_TYPES][N_TOKS];
+    int n_low = 0;
+    char desc[256];
+    kern_cpu_describe(desc, sizeof desc);
+    printf("levels-meta {\"uarch\": \"%s\", \"level\": \"%s\", \"cpu\": \"%s\", "
+           "\"rounds\": %d}\n",
+           kern_uarch_name(kern_cpu_uarch()), kern_level_name(top), desc, rounds);
+    printf("levels: us per call, each level's own kernels, DRAM-fed, best of %d rounds (x: avx2 "
+           "time / that level's); default: the table's pick for %s, and the fastest level's time "
+           "/ the default's\n",
+           rounds, kern_uarch_name(kern_cpu_uarch()));
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const kern_type wt = types[ti];
+        const kern_level hi =
+            !kern_type_is_x8(wt) && top > KERN_LEVEL_AVX512 ? KERN_LEVEL_AVX512 : top;
+        for (int k = 0; k < N_TOKS; k++)
+            worst[ti][k] = 0.0;
+        if (!levels_wanted(types_list, wt))
+            continue;
         for (size_t si = 0; si < 3; si++)
-            for (size_t k = 0; k < sizeof(toks) / sizeof(toks[0]); k++) {
+            for (int k = 0; k < N_TOKS; k++) {
                 const int n_out = shapes[si][0], n_in = shapes[si][1], n_tok = toks[k];
                 if (n_out == 49152 && n_tok > 16)
                     continue;
                 double us[KERN_LEVEL_TOP + 1];
-                bench_levels_one(pool, types[ti], n_out, n_in, n_tok, n_tok >= 16 ? 3 : 6, us);
-                printf("levels %-8s %5d x %4d x %2d tok: avx2 %9.1f", kern_type_name(types[ti]),
-                       n_out, n_in, n_tok, us[KERN_LEVEL_AVX2]);
-                for (int l = KERN_LEVEL_AVX512; l <= (int)top; l++)
+                bench_levels_one(pool, wt, n_out, n_in, n_tok,
+                                 n_tok >= 16 ? (rounds + 1) / 2 : rounds, hi, us);
+                kern_cpu_set_pick(KERN_PICK_TABLE);
+                kern_level def = kern_matmul_level(wt, n_tok);
+                const char *def_name = kern_matmul_kernel_name(wt, n_tok);
+                kern_cpu_set_pick(-1);
+                if (def > hi) /* a float type's avx512 kernels at a higher level */
+                    def = hi;
+                int fast = KERN_LEVEL_AVX2;
+                for (int l = KERN_LEVEL_AVX2; l <= (int)hi; l++)
+                    if (us[l] > 0.0 && us[l] < us[fast])
+                        fast = l;
+                const double ratio = us[def] > 0.0 ? us[fast] / us[def] : 0.0;
+                if (worst[ti][k] == 0.0 || ratio < worst[ti][k])
+                    worst[ti][k] = ratio;
+                n_low += ratio < 0.95;
+                printf("levels %-9s %5d x %4d x %2d tok: avx2 %9.1f", kern_type_name(wt), n_out,
+                       n_in, n_tok, us[KERN_LEVEL_AVX2]);
+                for (int l = KERN_LEVEL_AVX512; l <= (int)hi; l++)
                     printf("  %s %9.1f (x%.2f)", kern_level_name((kern_level)l), us[l],
                            us[KERN_LEVEL_AVX2] / us[l]);
-                printf("  table: %s\n", kern_matmul_kernel_name(types[ti], n_tok));
+                printf("  default %s (%s) x%.2f of fastest %s%s\n", kern_level_name(def), def_name,
+                       ratio, kern_level_name((kern_level)fast), ratio < 0.95 ? "  LOW" : "");
+                printf("levels-json {\"type\": \"%s\", \"n_out\": %d, \"n_in\": %d, \"n_tok\": %d, "
+                       "\"us\": {",
+                       kern_type_name(wt), n_out, n_in, n_tok);
+                for (int l = KERN_LEVEL_AVX2; l <= (int)hi; l++)
+                    printf("%s\"%s\": %.2f", l > KERN_LEVEL_AVX2 ? ", " : "",
+                           kern_level_name((kern_level)l), us[l]);
+                printf("}, \"fastest\": \"%s\", \"default\": \"%s\", \"default_kernel\": \"%s\", "
+                       "\"ratio\": %.4f}\n",
+                       kern_level_name((kern_level)fast), kern_level_name(def), def_name, ratio);
+                fflush(stdout);
             }
+    }
+    printf("table %s: the fastest level's time / the default's, worst of the shapes (1, 2, 4, 8, "
+           "16, 64 tokens)\n",
+           kern_uarch_name(kern_cpu_uarch()));
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        if (!levels_wanted(types_list, types[ti]))
+            continue;
+        printf("table %-9s", kern_type_name(types[ti]));
+        for (int k = 0; k < N_TOKS; k++)
+            printf("  %5.2f%s", worst[ti][k], worst[ti][k] < 0.95 ? "*" : " ");
+        printf("\n");
+    }
+    printf("table: %d measurements below 0.95 (*)\n", n_low);
 }
 
 /* The "amx" section (issue 41): the AMX int8 tile peak (kern_bench_amx.c),
@@ -396,7 +509,7 @@ int main(int argc, char **argv) {
     int n_threads = argc > 1 ? atoi(argv[1]) : 0;
     only = argc > 2 ? argv[2] : NULL;
     kern_pool *pool = kern_pool_create(n_threads);
-    char desc[128];
+    char desc[256];
     kern_cpu_describe(desc, sizeof(desc));
     printf("%s, %d threads\n", desc, kern_pool_size(pool));
     double bw = 0.0;
@@ -502,7 +615,8 @@ int main(int argc, char **argv) {
     if (run("amx"))
         bench_amx(pool);
     if (only && !strcmp(only, "levels")) /* not in the default run: minutes */
-        bench_levels(pool);
+        bench_levels(pool, argc > 3 && atoi(argv[3]) > 0 ? atoi(argv[3]) : 6,
+                     argc > 4 ? argv[4] : NULL);
     kern_pool_free(pool);
     return 0;
 }

@@ -162,7 +162,7 @@ int engine_load(sched_engine *e) {
     e->be->ops->describe(e->be, dev, sizeof dev);
     BRISK_INFO("engine: device %s", dev);
     if (e->be->device == MODEL_DEVICE_CPU) {
-        char cpu[128], kernels[1024];
+        char cpu[256], kernels[1024];
         kern_cpu_describe(cpu, sizeof cpu);
         model_cpu_kernels_describe(e->m, kernels, sizeof kernels);
         BRISK_INFO("engine: %s kernels (%s): %s", cpu,

@@ -27,10 +27,12 @@
 
 static kern_cpu_features g_features;
 static pthread_once_t g_detect_once = PTHREAD_ONCE_INIT; /* guards g_features */
-static atomic_int g_level = -1;    /* cached effective level, -1 = recompute */
-static atomic_int g_cap = -1;      /* kern_cpu_set_max_level(), -1 = none */
-static atomic_int g_pick = -1;     /* kern_cpu_set_pick(), -1 = from the environment */
-static atomic_int g_env_pick = -1; /* BRISK_CPU_KERNELS, read once */
+static atomic_int g_level = -1;     /* cached effective level, -1 = recompute */
+static atomic_int g_cap = -1;       /* kern_cpu_set_max_level(), -1 = none */
+static atomic_int g_pick = -1;      /* kern_cpu_set_pick(), -1 = from the environment */
+static atomic_int g_env_pick = -1;  /* BRISK_CPU_KERNELS, read once */
+static atomic_int g_uarch = -1;     /* kern_cpu_set_uarch(), -1 = none */
+static atomic_int g_env_uarch = -2; /* BRISK_CPU_UARCH, read once; -1 = unset */
 
 #ifdef KERN_X86
 static uint64_t xgetbv0(void) {
@@ -76,12 +78,26 @@ static int env_below_amx(void) {
     return 0;
 }
 
+void kern_cpu_signature(unsigned eax, unsigned *family, unsigned *model) {
+    unsigned base_family = (eax >> 8) & 0xf, base_model = (eax >> 4) & 0xf;
+    unsigned ext_family = (eax >> 20) & 0xff, ext_model = (eax >> 16) & 0xf;
+    *family = base_family == 0xf ? base_family + ext_family : base_family;
+    *model = base_family == 0x6 || base_family == 0xf ? (ext_model << 4) | base_model : base_model;
+}
+
 static void detect(kern_cpu_features *f) {
     memset(f, 0, sizeof(*f));
 #ifdef KERN_X86
     unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d))
+        return;
+    memcpy(f->vendor, &b, 4); /* "Genu" "ineI" "ntel": ebx, edx, ecx */
+    memcpy(f->vendor + 4, &d, 4);
+    memcpy(f->vendor + 8, &c, 4);
+    f->vendor[12] = '\0';
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
+    kern_cpu_signature(a, &f->family, &f->model);
     int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
     if (!osxsave || !avx)
         return;
@@ -221,6 +237,105 @@ void kern_cpu_set_pick(int pick) {
                           memory_order_relaxed);
 }
 
+/* ---- microarchitecture --------------------------------------------------- */
+
+static int in(unsigned v, unsigned lo, unsigned hi) {
+    return v >= lo && v <= hi;
+}
+
+kern_uarch kern_uarch_classify(const char *vendor, unsigned family, unsigned model,
+                               const kern_cpu_features *f) {
+    if (!vendor || !f)
+        return KERN_UARCH_GENERIC;
+    if (strcmp(vendor, "AuthenticAMD") == 0) {
+        if (family == 0x19) {
+            if (in(model, 0x00, 0x0f) || in(model, 0x20, 0x5f))
+                return KERN_UARCH_ZEN3;
+            if (in(model, 0x10, 0x1f) || in(model, 0x60, 0xaf))
+                return KERN_UARCH_ZEN4;
+        }
+        if (family == 0x1a &&
+            (in(model, 0x00, 0x2f) || in(model, 0x40, 0x4f) || in(model, 0x60, 0x7f)))
+            return KERN_UARCH_ZEN5;
+        return KERN_UARCH_GENERIC;
+    }
+    if (strcmp(vendor, "GenuineIntel") == 0) {
+        /* By features, not models: Intel's model numbers do not say which
+         * vector units a part has (one family-6 model spans parts with one
+         * and two 512-bit FMA ports), and the features are what the rows
+         * differ by. */
+        if (f->amx_cpu)
+            return KERN_UARCH_INTEL_AMX;
+        if (f->avx512)
+            return KERN_UARCH_INTEL_AVX512;
+        if (f->avx2)
+            return KERN_UARCH_INTEL_AVX2;
+    }
+    return KERN_UARCH_GENERIC;
+}
+
+static const char *const k_uarch_names[KERN_UARCH_COUNT] = {
+    [KERN_UARCH_GENERIC] = "generic",
+    [KERN_UARCH_ZEN3] = "zen3",
+    [KERN_UARCH_ZEN4] = "zen4",
+    [KERN_UARCH_ZEN5] = "zen5",
+    [KERN_UARCH_INTEL_AVX2] = "intel-avx2",
+    [KERN_UARCH_INTEL_AVX512] = "intel-avx512",
+    [KERN_UARCH_INTEL_AMX] = "intel-amx",
+};
+
+const char *kern_uarch_name(kern_uarch uarch) {
+    return (int)uarch >= 0 && uarch < KERN_UARCH_COUNT ? k_uarch_names[uarch] : "unknown";
+}
+
+int kern_uarch_from_name(const char *name) {
+    for (int u = 0; name && u < KERN_UARCH_COUNT; u++)
+        if (strcmp(name, k_uarch_names[u]) == 0)
+            return u;
+    return -1;
+}
+
+static int env_uarch(void) {
+    const char *s = getenv("BRISK_CPU_UARCH");
+    if (!s || !*s)
+        return -1;
+    int u = kern_uarch_from_name(s);
+    if (u < 0)
+        fprintf(stderr,
+                "brisk: ignoring unknown BRISK_CPU_UARCH=%s (generic, zen3, zen4, zen5, "
+                "intel-avx2, intel-avx512 or intel-amx)\n",
+                s);
+    return u;
+}
+
+static kern_uarch detected_uarch(void) {
+    static atomic_int cached = -1;
+    int u = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (u < 0) {
+        const kern_cpu_features *f = kern_cpu_detect();
+        u = (int)kern_uarch_classify(f->vendor, f->family, f->model, f);
+        atomic_store_explicit(&cached, u, memory_order_relaxed);
+    }
+    return (kern_uarch)u;
+}
+
+kern_uarch kern_cpu_uarch(void) {
+    int u = atomic_load_explicit(&g_uarch, memory_order_relaxed);
+    if (u >= 0)
+        return (kern_uarch)u;
+    u = atomic_load_explicit(&g_env_uarch, memory_order_relaxed);
+    if (u == -2) {
+        u = env_uarch();
+        atomic_store_explicit(&g_env_uarch, u, memory_order_relaxed);
+    }
+    return u >= 0 ? (kern_uarch)u : detected_uarch();
+}
+
+void kern_cpu_set_uarch(int uarch) {
+    atomic_store_explicit(&g_uarch, uarch >= 0 && uarch < KERN_UARCH_COUNT ? uarch : -1,
+                          memory_order_relaxed);
+}
+
 const char *kern_level_name(kern_level level) {
     switch (level) {
     case KERN_LEVEL_SCALAR: return "scalar";
@@ -242,8 +357,9 @@ void kern_cpu_describe(char *buf, int len) {
     else if (f->amx_cpu) /* the CPU has it: capped by BRISK_CPU_LEVEL, or refused */
         amx = f->amx_refused && strcmp(f->amx_refused, KERN_AMX_CAPPED) == 0 ? " amx-int8(capped)"
                                                                              : " amx-int8(refused)";
-    snprintf(buf, (size_t)len, "cpu(%s%s%s%s%s%s; kernels %s)",
+    snprintf(buf, (size_t)len, "cpu(%s%s%s%s%s%s; kernels %s, table %s)",
              f->avx2 ? "avx2 fma f16c" : "baseline", f->avx512 ? " avx512f/bw/vl/dq" : "",
              f->avx512vnni ? " avx512vnni" : "", f->avxvnni ? " avxvnni" : "", amx,
-             f->amx_bf16 ? " amx-bf16" : "", kern_level_name(kern_cpu_level()));
+             f->amx_bf16 ? " amx-bf16" : "", kern_level_name(kern_cpu_level()),
+             kern_uarch_name(kern_cpu_uarch()));
 }

@@ -38,6 +38,7 @@
 #include "kernels/cpu/kern_internal.h"
 #include "kernels/cpu/kern_kquant.h"
 #include "kernels/cpu/kern_ops.h"
+#include "kernels/cpu/kern_table.h"
 
 #define ROW_GROUP 16 /* rows; a multiple of the largest row tile (AVX-512 T=1: 16) */
 /* Below this many tokens a matmul streams its weights (see the task count
@@ -343,9 +344,10 @@ void kern_mm_rows_scalar(const kern_mm_args *a, int r0, int r1) {
  * the same bits for the integer types (the reference's block arithmetic) and
  * the AVX2 and AVX-512 float kernels share one arithmetic (8-lane
  * accumulators in input order, then hsum8), so the choice can follow the
- * batch size without breaking batch invariance. The table is a rule on the
- * CPU's features, fixed in the code from measurements (docs/KERNELS.md,
- * "Kernel choice"): the same on every replica, never timed at start-up. */
+ * batch size without breaking batch invariance. The choice is the kernel
+ * table's (kern_table.c): a row per kind of CPU (kern_cpu_uarch), fixed in
+ * the code from measurements (docs/KERNELS.md, "Kernel choice"), the same
+ * on every replica, never timed at start-up. */
 
 /* 1: the AVX2 kernel of row-major integer weights for n_tok tokens reads the
  * paired activation layout (kern_internal.h). */
@@ -361,34 +363,7 @@ static kern_level pick_level(kern_type wt, int n_tok, kern_level top, kern_pick 
         return KERN_LEVEL_AVX2;
     if (top < KERN_LEVEL_AVX512 || pick == KERN_PICK_LEVEL)
         return top;
-    /* AMX runs X8 batches from KERN_AMX_MIN_TOK tokens; below, and for
-     * every other type, the level runs as avx512vnni. */
-    if (top == KERN_LEVEL_AMX) {
-        if (kern_type_is_x8(wt) && n_tok >= KERN_AMX_MIN_TOK)
-            return KERN_LEVEL_AMX;
-        top = KERN_LEVEL_AVX512VNNI;
-    }
-    /* The table, from `kern_bench N levels` (each level's own kernels from
-     * DRAM, interleaved; 1 and 2 threads of a Zen 4 EPYC, 2026-11-26,
-     * bench/README.md): */
-    if (kern_type_is_x8(wt)) {
-        /* X8 with VNNI: 1.04-1.13x AVX2 at 1 token, 1.2-1.9x at 4-64. Without
-         * VNNI (vpmaddwd + vpaddd) the AVX-512 tiles tie AVX2 at 1-2 tokens
-         * (0.85-1.06x) and win from 4 (1.1-1.5x). */
-        if (top == KERN_LEVEL_AVX512 && n_tok <= 2)
-            return KERN_LEVEL_AVX2;
-        return top;
-    }
-    /* Float weights: the decode step streams at the same speed at both
-     * levels (0.91-1.1x); from 8 tokens the AVX-512 6x8 tiles win (1.05-2x
-     * at 8-64 tokens); at 3-7 tokens the AVX2 2x4 tiles read f16/bf16 faster
-     * (AVX-512 0.75-0.8x at 4), while f32 is 1.3-1.7x faster on AVX-512 from
-     * 2 tokens. Both levels give the same bits. */
-    if (n_tok == 1)
-        return KERN_LEVEL_AVX2;
-    if (wt == KERN_TYPE_F32 || n_tok >= 8)
-        return KERN_LEVEL_AVX512;
-    return KERN_LEVEL_AVX2;
+    return kern_table_pick(kern_cpu_uarch(), wt, n_tok, top);
 }
 
 kern_level kern_matmul_level(kern_type wt, int n_tok) {

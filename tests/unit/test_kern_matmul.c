@@ -943,6 +943,89 @@ static void test_table(kern_pool *pool1, kern_pool *pool2, kern_level top) {
           fails);
 }
 
+/* Every kind's row of the kernel table (kern_table.c, forced with
+ * kern_cpu_set_uarch) at every level from avx512 to this CPU's (the X8 rows
+ * differ with and without VNNI): for each weight type the CPU backend runs
+ * and every batch size 1-70, the pick is at most the level, and the
+ * results are the reference's bits (integer types) or the level's own
+ * kernels' bits (float types: AVX2 and AVX-512 share one arithmetic), so
+ * every batch size agrees with every other (memcmp). A CPU without AVX-512
+ * never reads the rows (its level only). Emulated runs (KERN_TEST_MIN_LEVEL)
+ * take a dozen batch sizes around the rows' switches. */
+static void test_table_rows(kern_pool *pool, kern_level top) {
+    static const kern_type types[] = {
+        KERN_TYPE_F32,    KERN_TYPE_F16,      KERN_TYPE_BF16,   KERN_TYPE_Q8_0,   KERN_TYPE_Q4_1,
+        KERN_TYPE_Q8_0X8, KERN_TYPE_Q8_0MX8,  KERN_TYPE_Q4_0X8, KERN_TYPE_Q4_1X8, KERN_TYPE_Q5_0X8,
+        KERN_TYPE_Q5_1X8, KERN_TYPE_IQ4_NLX8, KERN_TYPE_Q6_0SX8};
+    static const int sparse[] = {1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 33, 70};
+    const int n_out = 40, n_in = 256, n_max = 70, full = test_min_level() == 0;
+    const int n_toks = full ? n_max : (int)(sizeof(sparse) / sizeof(sparse[0]));
+    const kern_level lo = top < KERN_LEVEL_AVX512 ? top : KERN_LEVEL_AVX512;
+    int above = 0, differ = 0, runs = 0;
+    const double t0 = now_sec();
+    float *x = malloc(sizeof(float) * n_max * n_in), *want = malloc(sizeof(float) * n_max * n_out);
+    float *y = malloc(sizeof(float) * n_max * n_out), *row = malloc(sizeof(float) * n_in);
+    fill_normal(x, (size_t)n_max * n_in, 1.0f);
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const kern_type wt = types[ti], base = kern_x8_base(wt);
+        const size_t rb = kern_row_bytes(base, n_in);
+        uint8_t *w = malloc(rb * n_out), *wx = malloc(kern_x8_bytes(wt, n_out, n_in));
+        void *ws = aligned_alloc(64, (kern_matmul_ws_bytes(wt, n_in, n_max) + 64) & ~(size_t)63);
+        if (wt != base) {
+            random_x8(base, n_out, n_in, w, wx);
+        } else {
+            for (int o = 0; o < n_out; o++) {
+                fill_normal(row, n_in, 1.0f / 24.0f);
+                kern_quantize_row(base, row, w + rb * o, n_in);
+            }
+        }
+        const uint8_t *W = wt != base ? wx : w;
+        if (kern_is_int_weight(wt))
+            kern_matmul_ref(wt, W, n_out, n_in, x, n_max, want);
+        for (int lv = lo; lv <= (int)top; lv++) {
+            kern_cpu_set_max_level((kern_level)lv);
+            if (!kern_is_int_weight(wt)) { /* the level's own float kernels */
+                kern_cpu_set_pick(KERN_PICK_LEVEL);
+                kern_matmul(pool, wt, W, n_out, n_in, x, n_max, want, ws);
+            }
+            kern_cpu_set_pick(KERN_PICK_TABLE);
+            for (int u = 0; u < KERN_UARCH_COUNT; u++) {
+                kern_cpu_set_uarch(u);
+                for (int k = 0; k < n_toks; k++) {
+                    const int n = full ? k + 1 : sparse[k];
+                    const kern_level pick = kern_matmul_level(wt, n);
+                    above += pick > (kern_level)lv;
+                    memset(y, 0xff, sizeof(float) * n * n_out);
+                    kern_matmul(pool, wt, W, n_out, n_in, x, n, y, ws);
+                    runs++;
+                    if (memcmp(y, want, sizeof(float) * n * n_out) != 0) {
+                        differ++;
+                        fprintf(stderr, "  row %s at %s: %s %d tokens (%s) differs\n",
+                                kern_uarch_name((kern_uarch)u), kern_level_name((kern_level)lv),
+                                kern_type_name(wt), n, kern_level_name(pick));
+                    }
+                }
+            }
+            kern_cpu_set_uarch(-1);
+            kern_cpu_set_pick(KERN_PICK_LEVEL);
+        }
+        free(w);
+        free(wx);
+        free(ws);
+    }
+    kern_cpu_set_max_level(KERN_LEVEL_TOP);
+    free(x);
+    free(want);
+    free(y);
+    free(row);
+    printf("kernel table rows: %d kinds x levels %s-%s x %zu types x %d batch sizes (%d runs): %d "
+           "picks above the level, %d differ (%.1f s)\n",
+           (int)KERN_UARCH_COUNT, kern_level_name(lo), kern_level_name(top),
+           sizeof(types) / sizeof(types[0]), n_toks, runs, above, differ, now_sec() - t0);
+    CHECK(above == 0, "a table row picks above the level in %d cases", above);
+    CHECK(differ == 0, "a table row breaks exactness or batch invariance in %d cases", differ);
+}
+
 /* The AMX level (kern_matmul_amx.c): every X8 form, the exact block sums
  * of the high/low split at its extremes (token 0: every q = +-32767; token
  * 1: a NaN per block, q = -32768 = 256 * -128; token 2: small negative
@@ -1110,6 +1193,7 @@ int main(void) {
     if (!amx_only)
         test_float_levels_agree(pool1, pool2, top);
     test_table(pool1, pool2, top);
+    test_table_rows(pool2, top);
     test_amx(pool1, pool2, top);
     printf("(%.1f s)\n", now_sec() - t);
     kern_pool_free(pool1);
