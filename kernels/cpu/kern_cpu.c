@@ -66,16 +66,21 @@ static const char *amx_request(void) {
 #endif
 }
 
+/* The level BRISK_CPU_LEVEL names, or -1 (unset, empty or unknown). */
+static int env_level(void) {
+    const char *s = getenv("BRISK_CPU_LEVEL");
+    for (int l = KERN_LEVEL_SCALAR; s && *s && l <= KERN_LEVEL_TOP; l++)
+        if (strcmp(s, kern_level_name((kern_level)l)) == 0)
+            return l;
+    return -1;
+}
+
 /* 1 if BRISK_CPU_LEVEL names a level below amx: then the tile state is not
  * asked for (a granted permission makes the process's signal frames larger:
  * a small sigaltstack would then fail). */
 static int env_below_amx(void) {
-    const char *s = getenv("BRISK_CPU_LEVEL");
-    static const char *const below[] = {"scalar", "avx2", "avx512", "avx512vnni"};
-    for (int i = 0; s && i < 4; i++)
-        if (strcmp(s, below[i]) == 0)
-            return 1;
-    return 0;
+    const int l = env_level();
+    return l >= 0 && l < KERN_LEVEL_AMX;
 }
 
 void kern_cpu_signature(unsigned eax, unsigned *family, unsigned *model) {
@@ -165,14 +170,11 @@ const kern_cpu_features *kern_cpu_detect(void) {
 }
 
 static int env_cap(void) {
+    const int l = env_level();
     const char *s = getenv("BRISK_CPU_LEVEL");
-    if (!s || !*s)
-        return -1;
-    for (int l = KERN_LEVEL_SCALAR; l <= KERN_LEVEL_TOP; l++)
-        if (strcmp(s, kern_level_name((kern_level)l)) == 0)
-            return l;
-    fprintf(stderr, "brisk: ignoring unknown BRISK_CPU_LEVEL=%s\n", s);
-    return -1;
+    if (l < 0 && s && *s)
+        fprintf(stderr, "brisk: ignoring unknown BRISK_CPU_LEVEL=%s\n", s);
+    return l;
 }
 
 static int compute_level(void) {

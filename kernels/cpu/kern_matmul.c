@@ -50,11 +50,11 @@ static size_t align64(size_t n) {
 }
 
 /* The AMX planes' bytes (each of the two), or 0 when this CPU runs no AMX.
- * Counted for every integer type, not only the X8 forms AMX runs, so that
- * all integer types still need the same workspace (kern_matmul_multi's
- * contract: sized by any part's type). */
-static size_t amx_plane_bytes(kern_type wt, int n_in, int n_tok) {
-    if (!kern_is_int_weight(wt) || !kern_cpu_detect()->amx)
+ * Counted for every integer type (kern_matmul_ws_bytes), not only the X8
+ * forms AMX runs, so that all integer types still need the same workspace
+ * (kern_matmul_multi's contract: sized by any part's type). */
+static size_t amx_plane_bytes(int n_in, int n_tok) {
+    if (!kern_cpu_detect()->amx)
         return 0;
     return align64((size_t)kern_amx_tok_pad(n_tok) * (size_t)n_in);
 }
@@ -67,7 +67,7 @@ size_t kern_matmul_ws_bytes(kern_type wt, int n_in, int n_tok) {
         return 0;
     size_t scales = (size_t)(n_in / KERN_QK) * (size_t)n_tok * sizeof(float);
     return align64((size_t)n_tok * (size_t)n_in * sizeof(int16_t)) + 3 * align64(scales) +
-           2 * amx_plane_bytes(wt, n_in, n_tok);
+           2 * amx_plane_bytes(n_in, n_tok);
 }
 
 /* ---- activation quantization ------------------------------------------------ */
@@ -547,8 +547,7 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
         j.rows[p] = rows_fn(lv);
         if (lv >= KERN_LEVEL_AVX512 && kern_type_is_x8(q->wt) && n_tok >= KERN_X8_WIDE_MIN_TOK)
             j.wide = 1;
-        if (lv == KERN_LEVEL_AMX && kern_type_is_x8(q->wt) &&
-            amx_plane_bytes(q->wt, n_in, n_tok) > 0)
+        if (lv == KERN_LEVEL_AMX && kern_type_is_x8(q->wt)) /* the level implies the CPU's AMX */
             any_amx = j.wide = 1;
         j.g_first[p + 1] = j.g_first[p] + (n_out + ROW_GROUP - 1) / ROW_GROUP;
         if (kern_is_int_weight(q->wt)) {
@@ -591,7 +590,7 @@ void kern_matmul_multi(kern_pool *pool, const kern_matmul_part *parts, int n_par
         if (any_amx) {
             /* After the scales: kern_matmul_ws_bytes counted them for an
              * X8 type on this CPU. */
-            const size_t pb = amx_plane_bytes(KERN_TYPE_Q8_0X8, n_in, n_tok);
+            const size_t pb = amx_plane_bytes(n_in, n_tok);
             q.xh = (int8_t *)((uint8_t *)xi + scales);
             q.xl = (uint8_t *)q.xh + pb;
         }
