@@ -52,30 +52,44 @@ def copy_fields(r, w, ftype):
             w.add_key_value(f.name, f.parts[-1][0].item(), t)
 
 
-def convert(src, dst, kind):
+def rewrite(src, dst, ftype, tensor):
+    """dst: src's metadata (general.file_type set to ftype) and tensors, 1-D
+    F32 ones as they are, every other one dequantized to float32 rows and
+    written as tensor(reader, name, x) gives it: (data, raw_dtype), raw_dtype
+    None for plain numpy data. Written to dst.tmp, then renamed."""
     r = gguf.GGUFReader(str(src))
     arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
     tmp = str(dst) + ".tmp"
     w = gguf.GGUFWriter(tmp, arch)
-    copy_fields(r, w, FTYPE[kind])
+    copy_fields(r, w, ftype)
     for t in r.tensors:
         shape = list(reversed(t.shape.tolist()))  # rows first, as numpy holds them
         if t.tensor_type == gguf.GGMLQuantizationType.F32 and len(shape) == 1:
             w.add_tensor(t.name, np.array(t.data, dtype=np.float32))
             continue
         x = quants.dequantize(np.array(t.data), t.tensor_type).astype(np.float32).reshape(shape)
-        if kind == "F32":
-            w.add_tensor(t.name, x)
-        elif kind == "F16":
-            w.add_tensor(t.name, x.astype(np.float16))
+        data, raw = tensor(r, t.name, x)
+        if raw is None:
+            w.add_tensor(t.name, data)
         else:
-            q = quants.quantize(x, gguf.GGMLQuantizationType.Q4_0)
-            w.add_tensor(t.name, q, raw_dtype=gguf.GGMLQuantizationType.Q4_0)
+            w.add_tensor(t.name, data, raw_dtype=raw)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     os.replace(tmp, dst)
+
+
+def convert(src, dst, kind):
+    def tensor(_r, _name, x):
+        if kind == "F32":
+            return x, None
+        if kind == "F16":
+            return x.astype(np.float16), None
+        q4 = gguf.GGMLQuantizationType.Q4_0
+        return quants.quantize(x, q4), q4
+
+    rewrite(src, dst, FTYPE[kind], tensor)
 
 
 def main():

@@ -118,36 +118,22 @@ def q4_k_m_type(name, n_in, n_layer):
 
 
 def write(src, dst, kind):
-    r = gguf.GGUFReader(str(src))
-    arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
-    n_layer = int(r.fields[f"{arch}.block_count"].parts[-1][0])
-    has_output = any(t.name == "output.weight" for t in r.tensors)
-    tmp = str(dst) + ".tmp"
-    w = gguf.GGUFWriter(tmp, arch)
-    make_draft_pair.copy_fields(r, w, FTYPE[kind])
-    for t in r.tensors:
-        shape = list(reversed(t.shape.tolist()))  # rows first
-        if t.tensor_type == QT.F32 and len(shape) == 1:
-            w.add_tensor(t.name, np.array(t.data, dtype=np.float32))
-            continue
-        x = quants.dequantize(np.array(t.data), t.tensor_type).astype(np.float32).reshape(shape)
+    def tensor(r, name, x):
         if kind == "Q8_0":
             qt = QT.Q8_0
         else:
-            name = t.name if has_output or t.name != "token_embd.weight" else "output.weight"
-            qt = q4_k_m_type(name, shape[-1], n_layer)
+            arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
+            n_layer = int(r.fields[f"{arch}.block_count"].parts[-1][0])
+            tied = not any(t.name == "output.weight" for t in r.tensors)
+            qt = q4_k_m_type("output.weight" if tied and name == "token_embd.weight" else name,
+                             x.shape[-1], n_layer)
         if qt == QT.Q4_K:
-            data = quantize_q4_k(x)
-        elif qt == QT.Q6_K:
-            data = quantize_q6_k(x)
-        else:
-            data = quants.quantize(x, qt)
-        w.add_tensor(t.name, data, raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    os.replace(tmp, dst)
+            return quantize_q4_k(x), qt
+        if qt == QT.Q6_K:
+            return quantize_q6_k(x), qt
+        return quants.quantize(x, qt), qt
+
+    make_draft_pair.rewrite(src, dst, FTYPE[kind], tensor)
 
 
 def check():
